@@ -1,0 +1,310 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// supportedKinds is quoted in errors about unknown apiVersion/kind pairs.
+const supportedKinds = "apps/v1 Deployment, v1 Service"
+
+// item is one decoded document (or List item) and what was wrong with it.
+type item struct {
+	obj    Object
+	ok     bool // obj was decoded; it may still have validation errors
+	report ObjectError
+}
+
+// chunk is one YAML or JSON document of an input.
+type chunk struct {
+	data   []byte
+	line   int  // 1-based line of the input where the document starts
+	isJSON bool // data is JSON; otherwise YAML
+	err    error
+}
+
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// parseInput decodes, defaults and validates every document of one input.
+func parseInput(data []byte, source string) []item {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	var chunks []chunk
+	// kubectl sniffs the same way (k8s.io/apimachinery/pkg/util/yaml
+	// NewYAMLOrJSONDecoder): input starting with '{' is a JSON stream, since
+	// JSON indented with tabs is not valid YAML.
+	if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+		chunks = splitJSON(data)
+	} else {
+		chunks = splitYAML(data)
+	}
+	var items []item
+	for i, c := range chunks {
+		report := ObjectError{Source: source, Document: i + 1, Line: c.line}
+		if c.err != nil {
+			report.Decoding = append(report.Decoding, c.err)
+			items = append(items, item{report: report})
+			continue
+		}
+		js := c.data
+		if !c.isJSON {
+			var err error
+			// Strict: YAML forbids duplicate keys, and silently keeping
+			// one of them hides mistakes.
+			js, err = yaml.YAMLToJSONStrict(c.data)
+			if err != nil {
+				report.Decoding = append(report.Decoding, yamlError(err, c.line))
+				items = append(items, item{report: report})
+				continue
+			}
+		}
+		if isNull(js) {
+			continue // empty document
+		}
+		items = append(items, decodeDocument(js, report, true)...)
+	}
+	return items
+}
+
+// yamlLine matches the line numbers in go-yaml's messages.
+var yamlLine = regexp.MustCompile(`\bline (\d+)\b`)
+
+// yamlError rewords a go-yaml error: line numbers are made relative to the
+// whole input (go-yaml counts from the document start) and a multi-line
+// message ("yaml: unmarshal errors:\n  line 5: ...") is folded into one line.
+func yamlError(err error, startLine int) error {
+	msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, convErr := strconv.Atoi(strings.TrimPrefix(m, "line "))
+		if convErr != nil {
+			return m
+		}
+		return "line " + strconv.Itoa(n+startLine-1)
+	})
+	msg = strings.ReplaceAll(msg, ":\n  ", ": ")
+	msg = strings.ReplaceAll(msg, "\n  ", "; ")
+	msg = strings.ReplaceAll(msg, "\n", "; ")
+	return errors.New("invalid YAML: " + msg)
+}
+
+// isNull reports whether js is the JSON null an empty YAML document becomes.
+func isNull(js []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(js), []byte("null"))
+}
+
+// splitYAML cuts a YAML stream at "---" (and "...") lines, dropping
+// documents that hold only blanks and comments.
+func splitYAML(data []byte) []chunk {
+	var chunks []chunk
+	start, startLine := 0, 1
+	flush := func(end int) {
+		if hasContent(data[start:end]) {
+			chunks = append(chunks, chunk{data: data[start:end], line: startLine})
+		}
+	}
+	line := 1
+	for pos := 0; pos < len(data); line++ {
+		end := bytes.IndexByte(data[pos:], '\n')
+		next := len(data)
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += pos
+			next = end + 1
+		}
+		if rest, ok := separator(data[pos:end]); ok {
+			flush(pos)
+			start, startLine = next, line+1
+			if len(rest) > 0 && rest[0] != '#' {
+				// "--- key: value": the document starts on the marker line.
+				start, startLine = end-len(bytes.TrimLeft(data[pos+3:end], " \t")), line
+			}
+		}
+		pos = next
+	}
+	flush(len(data))
+	return chunks
+}
+
+// separator reports whether line is a document marker ("---" or "...",
+// optionally followed by blanks and content) and returns what follows it.
+func separator(line []byte) ([]byte, bool) {
+	line = bytes.TrimRight(line, " \t\r")
+	if len(line) < 3 {
+		return nil, false
+	}
+	marker := string(line[:3])
+	if marker != "---" && marker != "..." {
+		return nil, false
+	}
+	if len(line) > 3 && line[3] != ' ' && line[3] != '\t' {
+		return nil, false // "---foo" is a plain scalar, not a marker
+	}
+	return bytes.TrimSpace(line[3:]), true
+}
+
+// hasContent reports whether a YAML document has anything but blank lines,
+// comments and directives ("%YAML 1.1", which precede a "---").
+func hasContent(doc []byte) bool {
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		l = bytes.TrimSpace(l)
+		if len(l) > 0 && l[0] != '#' && l[0] != '%' {
+			return true
+		}
+	}
+	return false
+}
+
+// splitJSON cuts a stream of concatenated JSON values. A syntax error ends
+// the stream: nothing after it can be trusted to be aligned.
+func splitJSON(data []byte) []chunk {
+	var chunks []chunk
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		off := int(dec.InputOffset())
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return chunks
+		}
+		// Start line: skip the whitespace between the previous value and
+		// this one.
+		skip := len(data[off:]) - len(bytes.TrimLeft(data[off:], " \t\r\n"))
+		line := 1 + bytes.Count(data[:off+skip], []byte("\n"))
+		if err != nil {
+			return append(chunks, chunk{line: line, err: fmt.Errorf("invalid JSON: %w", err)})
+		}
+		chunks = append(chunks, chunk{data: raw, line: line, isJSON: true})
+	}
+}
+
+// typeHeader is read leniently first to pick the Go type for the strict
+// decode.
+type typeHeader struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// decodeDocument decodes one JSON document into typed objects, applies
+// defaults and validates them. A `v1 List` is unpacked when allowList is set
+// (one level deep, as kubectl does).
+func decodeDocument(js []byte, report ObjectError, allowList bool) []item {
+	fail := func(err error) []item {
+		report.Decoding = append(report.Decoding, err)
+		return []item{{report: report}}
+	}
+	trimmed := bytes.TrimSpace(js)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return fail(fmt.Errorf("want an object with apiVersion and kind, got %s", jsonKind(trimmed)))
+	}
+	var hdr typeHeader
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &hdr); err != nil {
+		return fail(fmt.Errorf("reading apiVersion and kind: %w", err))
+	}
+	switch {
+	case hdr.APIVersion == "apps/v1" && hdr.Kind == KindDeployment:
+		var d appsv1.Deployment
+		return decodeTyped(js, &d, report, func() Object { return fromDeployment(&d) })
+	case hdr.APIVersion == "v1" && hdr.Kind == KindService:
+		var s corev1.Service
+		return decodeTyped(js, &s, report, func() Object { return fromService(&s) })
+	case hdr.APIVersion == "v1" && hdr.Kind == "List" && allowList:
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &list); err != nil {
+			return fail(fmt.Errorf("reading List items: %w", err))
+		}
+		var items []item
+		for i, raw := range list.Items {
+			for _, it := range decodeDocument(raw, report, false) {
+				for j, err := range it.report.Decoding {
+					it.report.Decoding[j] = fmt.Errorf("items[%d]: %w", i, err)
+				}
+				items = append(items, it)
+			}
+		}
+		return items
+	case hdr.Kind == "":
+		return fail(fmt.Errorf("missing kind: supported apiVersion/kind: %s", supportedKinds))
+	default:
+		return fail(fmt.Errorf("unsupported apiVersion/kind %q: supported: %s", hdr.APIVersion+" "+hdr.Kind, supportedKinds))
+	}
+}
+
+// decodeTyped strictly decodes js into v, then builds, defaults and
+// validates the Object. Unknown and duplicate fields are reported but do not
+// stop validation, so one pass shows every problem; type mismatches do.
+func decodeTyped(js []byte, v any, report ObjectError, build func() Object) []item {
+	strictErrs, err := sigsjson.UnmarshalStrict(js, v)
+	if err != nil {
+		report.Decoding = append(report.Decoding, err)
+		return []item{{report: report}}
+	}
+	report.Decoding = append(report.Decoding, strictErrs...)
+	obj := build()
+	report.Kind, report.Name = obj.Kind, obj.Name
+	report.Errs = Validate(obj)
+	return []item{{obj: obj, ok: true, report: report}}
+}
+
+// jsonKind names the type of a JSON value for error messages.
+func jsonKind(js []byte) string {
+	if len(js) == 0 {
+		return "nothing"
+	}
+	switch js[0] {
+	case '[':
+		return "a list"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "a number"
+	default:
+		return "something that is not JSON"
+	}
+}
+
+// checkDuplicates reports objects that share a store key with an earlier
+// one: applying both would silently keep only one.
+func checkDuplicates(items []item) {
+	seen := make(map[string]*item)
+	for i := range items {
+		it := &items[i]
+		if !it.ok || it.obj.Name == "" {
+			continue
+		}
+		key := it.obj.Key()
+		first, dup := seen[key]
+		if !dup {
+			seen[key] = it
+			continue
+		}
+		e := field.Duplicate(field.NewPath("metadata", "name"), it.obj.Name)
+		e.Detail = "also defined at " + where(&first.report)
+		it.report.Errs = append(it.report.Errs, e)
+	}
+}
+
+// where names a document for cross-references in messages.
+func where(r *ObjectError) string {
+	s := fmt.Sprintf("document %d", r.Document)
+	if r.Source != "" {
+		s = r.Source + " " + s
+	}
+	return s
+}

@@ -1,0 +1,56 @@
+package manifest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// replicaSpec is what defines a replica of a container: two replicas with
+// equal replicaSpecs are interchangeable. Field order is part of the hash;
+// append new fields at the end, with omitempty, so existing hashes hold.
+type replicaSpec struct {
+	Image     string                      `json:"image"`
+	Command   []string                    `json:"command,omitempty"`
+	Args      []string                    `json:"args,omitempty"`
+	Env       []corev1.EnvVar             `json:"env,omitempty"`
+	Ports     []corev1.ContainerPort      `json:"ports,omitempty"`
+	Resources corev1.ResourceRequirements `json:"resources"`
+}
+
+// SpecHash returns 8 lowercase hex characters identifying the replica
+// template of d: the first 4 bytes of the SHA-256 of the canonical JSON of
+// image, command, args, env, ports and resources of every container, in
+// order. Replicas, labels, annotations, strategy and other Deployment
+// settings do not change it, so it changes exactly when replicas must be
+// replaced. Defaults are applied to a copy first, so a defaulted and an
+// undefaulted Deployment hash alike, as do equal quantities written
+// differently ("0.5" and "500m" CPU).
+func SpecHash(d *appsv1.Deployment) string {
+	var specs []replicaSpec
+	if d != nil {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			c = *c.DeepCopy()
+			defaultContainer(&c)
+			specs = append(specs, replicaSpec{
+				Image:     c.Image,
+				Command:   c.Command,
+				Args:      c.Args,
+				Env:       c.Env,
+				Ports:     c.Ports,
+				Resources: c.Resources,
+			})
+		}
+	}
+	// json.Marshal of these types cannot fail: no channels, funcs or
+	// non-finite floats, and Quantity marshals to its canonical string.
+	js, err := json.Marshal(specs)
+	if err != nil {
+		panic("manifest: SpecHash: " + err.Error())
+	}
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:4])
+}

@@ -1,0 +1,77 @@
+package manifest
+
+import (
+	"regexp"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// parseDeployment parses one Deployment manifest without defaulting, to
+// show that SpecHash defaults by itself.
+func parseDeployment(t *testing.T, manifest string) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict([]byte(manifest), &d); err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}
+
+func TestSpecHashFormatAndStability(t *testing.T) {
+	d := parseDeployment(t, goodDeployment)
+	h := SpecHash(d)
+	if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(h) {
+		t.Fatalf("SpecHash = %q, want 8 lowercase hex characters", h)
+	}
+	// Pinned: replica names embed this hash, so changing what it covers
+	// restarts every replica in every cluster on upgrade. Change it only on
+	// purpose.
+	if want := "fc57c477"; h != want {
+		t.Errorf("SpecHash(goodDeployment) = %q, want %q", h, want)
+	}
+	if again := SpecHash(parseDeployment(t, goodDeployment)); again != h {
+		t.Errorf("SpecHash not deterministic: %q then %q", h, again)
+	}
+	objs, err := Parse([]byte(goodDeployment), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := SpecHash(objs[0].Deployment); got != h {
+		t.Errorf("defaulted Deployment hashes to %q, undefaulted to %q", got, h)
+	}
+	if SpecHash(nil) == "" {
+		t.Error("SpecHash(nil) is empty")
+	}
+}
+
+func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
+	base := SpecHash(parseDeployment(t, goodDeployment))
+	tests := []struct {
+		name     string
+		old, new string
+		changes  bool
+	}{
+		{"replicas", "spec:\n  selector", "spec:\n  replicas: 7\n  selector", false},
+		{"strategy", "spec:\n  selector", "spec:\n  strategy:\n    type: Recreate\n  selector", false},
+		{"deployment labels", "  labels:\n    app: hello\n", "  labels:\n    app: hello\n    team: web\n", false},
+		{"deployment annotations", "metadata:\n  name: hello", "metadata:\n  annotations: {note: x}\n  name: hello", false},
+		{"equal quantity written differently", "cpu: 500m", "cpu: \"0.5\"", false},
+		{"explicit default protocol", "containerPort: 80", "containerPort: 80\n          protocol: TCP", false},
+		{"image", "nginx:1.27", "nginx:1.28", true},
+		{"env value", "value: hi", "value: hello", true},
+		{"args", `"daemon off;"`, `"daemon on;"`, true},
+		{"command", "        args:", "        command: [nginx]\n        args:", true},
+		{"ports", "containerPort: 80", "containerPort: 8080", true},
+		{"resources", "memory: 128Mi", "memory: 256Mi", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := SpecHash(parseDeployment(t, edit(t, goodDeployment, tt.old, tt.new)))
+			if changed := got != base; changed != tt.changes {
+				t.Errorf("hash %s -> %s: changed = %v, want %v", base, got, changed, tt.changes)
+			}
+		})
+	}
+}

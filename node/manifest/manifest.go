@@ -1,0 +1,219 @@
+// Package manifest decodes and validates Kubernetes-shaped manifests: the
+// subset of apps/v1 Deployment and v1 Service that Starling runs.
+//
+// Objects are the real Kubernetes API types (k8s.io/api), decoded strictly
+// (unknown and duplicate fields are errors), defaulted as the Kubernetes API
+// server defaults them, and validated with Kubernetes' own field errors, so
+// messages read like `kubectl apply` ones. Anything that would change
+// behaviour but that Starling does not implement yet is rejected with
+// `Forbidden: not supported by Starling yet` rather than silently ignored.
+//
+// Everything here is pure except ReadPaths, which reads files and stdin.
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Kind names, as in the manifests' `kind` field.
+const (
+	KindDeployment = "Deployment"
+	KindService    = "Service"
+)
+
+// DefaultNamespace is the namespace of objects that do not name one.
+const DefaultNamespace = "default"
+
+// Object is one decoded, defaulted manifest object.
+type Object struct {
+	Kind       string             // KindDeployment or KindService
+	Namespace  string             // defaulted to "default"
+	Name       string             // metadata.name
+	Deployment *appsv1.Deployment // set when Kind == KindDeployment (defaults applied)
+	Service    *corev1.Service    // set when Kind == KindService (defaults applied)
+}
+
+// Key returns the store key "kind/namespace/name" with the kind lower-cased,
+// e.g. "deployment/default/hello".
+func (o Object) Key() string {
+	return KeyFor(o.Kind, o.Namespace, o.Name)
+}
+
+// KeyFor builds the key Object.Key returns from its parts; an empty
+// namespace means "default".
+func KeyFor(kind, namespace, name string) string {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	return strings.ToLower(kind) + "/" + namespace + "/" + name
+}
+
+// Parse decodes every YAML or JSON document in data: "---"-separated YAML,
+// or a stream of concatenated JSON objects when data starts with '{'. Empty
+// documents are skipped and `apiVersion: v1, kind: List` documents are
+// unpacked. Each object is defaulted and validated; two objects with the same
+// Key are an error.
+//
+// source names the input in messages (a file name or "<stdin>"). On any
+// problem Parse returns no objects and a *ValidationError listing every
+// problem across all documents, one per line, e.g.
+//
+//	hello.yaml: Deployment "hello": spec.replicas: Invalid value: -1: must be greater than or equal to 0
+func Parse(data []byte, source string) ([]Object, error) {
+	items := parseInput(data, source)
+	checkDuplicates(items)
+	return finish(items)
+}
+
+// finish returns the objects of items, or the *ValidationError describing
+// their problems.
+func finish(items []item) ([]Object, error) {
+	reports := make([]ObjectError, len(items))
+	objs := make([]Object, 0, len(items))
+	for i, it := range items {
+		reports[i] = it.report
+		objs = append(objs, it.obj)
+	}
+	if err := collect(reports); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+// manifestExts are the file name extensions ReadPaths picks from directories.
+var manifestExts = map[string]bool{".yaml": true, ".yml": true, ".json": true}
+
+// ReadPaths reads manifests from paths and parses them as Parse does. A path
+// is a file (any name), a directory (its *.yaml, *.yml and *.json files in
+// name order, not recursive), or "-" for stdin. Problems in all inputs are
+// collected; the returned error joins any I/O errors with a
+// *ValidationError (find it with errors.As). Two objects with the same Key,
+// even in different files, are an error.
+func ReadPaths(paths []string, stdin io.Reader) ([]Object, error) {
+	var (
+		items  []item
+		ioErrs []error
+	)
+	add := func(data []byte, source string) {
+		items = append(items, parseInput(data, source)...)
+	}
+	for _, p := range paths {
+		if p == "-" {
+			if stdin == nil {
+				ioErrs = append(ioErrs, errors.New("read <stdin>: no stdin"))
+				continue
+			}
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				ioErrs = append(ioErrs, fmt.Errorf("read <stdin>: %w", err))
+				continue
+			}
+			add(data, "<stdin>")
+			continue
+		}
+		files, err := manifestFiles(p)
+		if err != nil {
+			ioErrs = append(ioErrs, err)
+			continue
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				ioErrs = append(ioErrs, fmt.Errorf("read manifest: %w", err))
+				continue
+			}
+			add(data, f)
+		}
+	}
+	checkDuplicates(items)
+	objs, err := finish(items)
+	if len(ioErrs) > 0 {
+		return nil, errors.Join(append(ioErrs, err)...)
+	}
+	return objs, err
+}
+
+// manifestFiles expands p into the files to read: p itself, or the manifest
+// files directly inside it.
+func manifestFiles(p string) ([]string, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	if !info.IsDir() {
+		return []string{p}, nil
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest directory: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		if e.IsDir() || !manifestExts[strings.ToLower(filepath.Ext(e.Name()))] {
+			continue
+		}
+		files = append(files, filepath.Join(p, e.Name()))
+	}
+	sort.Strings(files) // os.ReadDir sorts already; keep the promise explicit
+	return files, nil
+}
+
+// Encode returns the canonical JSON of o's Kubernetes object, with
+// apiVersion and kind set, for storage and transport. The encoding is
+// deterministic (struct field order, sorted map keys), so equal objects
+// encode to equal bytes. It fails only if o is inconsistent (Kind does not
+// match the object set).
+func Encode(o Object) ([]byte, error) {
+	switch o.Kind {
+	case KindDeployment:
+		if o.Deployment == nil {
+			return nil, fmt.Errorf("encode %s: Deployment is nil", o.Key())
+		}
+		d := *o.Deployment
+		d.TypeMeta.APIVersion, d.TypeMeta.Kind = "apps/v1", KindDeployment
+		return json.Marshal(&d)
+	case KindService:
+		if o.Service == nil {
+			return nil, fmt.Errorf("encode %s: Service is nil", o.Key())
+		}
+		s := *o.Service
+		s.TypeMeta.APIVersion, s.TypeMeta.Kind = "v1", KindService
+		return json.Marshal(&s)
+	default:
+		return nil, fmt.Errorf("encode %s: unsupported kind %q", o.Key(), o.Kind)
+	}
+}
+
+// Decode parses one object stored by Encode: a single JSON object, decoded
+// strictly (unknown or duplicate fields, trailing data and YAML are errors),
+// defaulted and validated. It is meant for data from disk or the network and
+// never panics. Problems are returned as a *ValidationError.
+func Decode(data []byte) (Object, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return Object{}, &ValidationError{Objects: []ObjectError{{
+			Decoding: []error{fmt.Errorf("want a JSON object, got %s", jsonKind(trimmed))},
+		}}}
+	}
+	items := decodeDocument(trimmed, ObjectError{}, false)
+	objs, err := finish(items)
+	if err != nil {
+		return Object{}, err
+	}
+	if len(objs) != 1 {
+		// Unreachable: without Lists a document holds one object.
+		return Object{}, fmt.Errorf("decode: got %d objects, want 1", len(objs))
+	}
+	return objs[0], nil
+}
