@@ -1,0 +1,177 @@
+package reconcile
+
+import (
+	"sort"
+	"time"
+)
+
+// Restart backoff, as kubelet does for CrashLoopBackOff: the first restart
+// is immediate, then 10 s doubling up to 5 min; a container that ran for
+// 10 min before exiting starts again from the beginning.
+const (
+	BackoffInitial = 10 * time.Second
+	BackoffMax     = 5 * time.Minute
+	BackoffReset   = 10 * time.Minute
+)
+
+// Backoff returns the wait before restart number step+1 of a crashing
+// container: 0 for step 0, then BackoffInitial doubling to BackoffMax.
+func Backoff(step int) time.Duration {
+	if step <= 0 {
+		return 0
+	}
+	d := BackoffInitial
+	for i := 1; i < step; i++ {
+		d *= 2
+		if d >= BackoffMax {
+			return BackoffMax
+		}
+	}
+	return d
+}
+
+// ActionType names what an Action does.
+type ActionType string
+
+// Actions the runtime executes.
+const (
+	// Create sets up the replica's sandbox (network namespace, address),
+	// creates its container and starts it.
+	Create ActionType = "create"
+	// Start starts a container that exists but has no running task: a
+	// first start after an interrupted create, or a restart after an exit.
+	Start ActionType = "start"
+	// Remove stops (SIGTERM, SIGKILL after the grace period) and deletes a
+	// container and its sandbox.
+	Remove ActionType = "remove"
+	// Replace removes Old and then creates Replica: the spec changed, or
+	// the old container's sandbox was never finished.
+	Replace ActionType = "replace"
+)
+
+// Action is one step for the runtime.
+type Action struct {
+	Type ActionType
+	// Replica is the desired replica (Create, Start, Replace).
+	Replica Replica
+	// Old is the container to stop (Remove, Replace) or start (Start).
+	Old Container
+	// BackoffStep is the value to record on a Start (the new consecutive
+	// crash count).
+	BackoffStep int
+	// Reason says why, for logs and events.
+	Reason string
+}
+
+// IDs returns the container IDs the action touches.
+func (a Action) IDs() []string {
+	switch a.Type {
+	case Create:
+		return []string{a.Replica.ID}
+	case Remove, Start:
+		return []string{a.Old.ID}
+	default:
+		if a.Old.ID == a.Replica.ID {
+			return []string{a.Old.ID}
+		}
+		return []string{a.Old.ID, a.Replica.ID}
+	}
+}
+
+// Result is what Plan decided.
+type Result struct {
+	Actions []Action
+	// Requeue, when non-zero, is the longest the caller may wait before
+	// planning again (a restart is waiting out its backoff).
+	Requeue time.Duration
+}
+
+// Plan compares the desired replicas of this node with the containers the
+// runtime holds and returns the actions that make them equal. It is
+// level-triggered and idempotent: given the same inputs it returns the same
+// actions, and once they are done it returns none.
+//
+// Rules:
+//   - a desired replica with no container is created;
+//   - a container whose ID is not desired is removed, except that when a
+//     desired replica of the same workload and ordinal has no container
+//     yet, the two are paired into one Replace (stop old, then start new);
+//   - a container whose sandbox setup never finished (no PodIP) is replaced
+//     by a fresh one with the same ID;
+//   - a container that never started is started;
+//   - an exited container is restarted once Backoff(BackoffStep) has
+//     passed since it exited (the step resets after BackoffReset of
+//     running); Requeue tells when the next restart is due;
+//   - a running container, or one in an unknown state, is left alone.
+//
+// Actions come sorted by container ID so callers and tests see a stable
+// order.
+func Plan(desired []Replica, observed []Container, now time.Time) Result {
+	var res Result
+	byID := make(map[string]Container, len(observed))
+	for _, c := range observed {
+		byID[c.ID] = c
+	}
+	wanted := make(map[string]bool, len(desired))
+	for _, r := range desired {
+		wanted[r.ID] = true
+	}
+	// Containers that are not desired, indexed by workload slot so a spec
+	// change becomes one Replace instead of an unrelated remove and create.
+	type slot struct {
+		ns, workload string
+		ordinal      int
+	}
+	unwanted := map[slot][]Container{}
+	var orphans []Container
+	for _, c := range observed {
+		if wanted[c.ID] {
+			continue
+		}
+		s := slot{c.Namespace, c.Workload, c.Ordinal}
+		unwanted[s] = append(unwanted[s], c)
+	}
+
+	for _, r := range desired {
+		c, ok := byID[r.ID]
+		if !ok {
+			s := slot{r.Namespace, r.Workload, r.Ordinal}
+			if olds := unwanted[s]; len(olds) > 0 {
+				res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: olds[0], Reason: "spec changed from " + olds[0].SpecHash + " to " + r.SpecHash})
+				unwanted[s] = olds[1:]
+				continue
+			}
+			res.Actions = append(res.Actions, Action{Type: Create, Replica: r, Reason: "desired replica has no container"})
+			continue
+		}
+		if c.PodIP == "" {
+			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "sandbox setup did not finish"})
+			continue
+		}
+		switch c.State {
+		case StateCreated:
+			res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, BackoffStep: c.BackoffStep, Reason: "container was never started"})
+		case StateExited:
+			step := c.BackoffStep
+			if !c.StartedAt.IsZero() && c.ExitedAt.Sub(c.StartedAt) >= BackoffReset {
+				step = 0
+			}
+			due := c.ExitedAt.Add(Backoff(step))
+			if wait := due.Sub(now); wait > 0 {
+				if res.Requeue == 0 || wait < res.Requeue {
+					res.Requeue = wait
+				}
+				continue
+			}
+			res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, BackoffStep: step + 1, Reason: "container exited"})
+		}
+	}
+	for _, olds := range unwanted {
+		orphans = append(orphans, olds...)
+	}
+	for _, c := range orphans {
+		res.Actions = append(res.Actions, Action{Type: Remove, Old: c, Reason: "container is not desired"})
+	}
+	sort.SliceStable(res.Actions, func(i, j int) bool { return res.Actions[i].IDs()[0] < res.Actions[j].IDs()[0] })
+	return res
+}

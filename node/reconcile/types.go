@@ -1,0 +1,93 @@
+// Package reconcile decides what a node must do to its containers. It is
+// the pure core of the node agent: Plan takes the desired replicas and the
+// containers observed in the runtime and returns actions; it does no I/O,
+// keeps no memory between calls and reads no clock (now is an argument),
+// so every decision can be tested without root, containerd or a network.
+//
+// The runtime edge (node/runtime) observes containers from containerd
+// labels and executes the actions; the agent (node) runs Plan on every
+// change of desired state and every resync period.
+package reconcile
+
+import "time"
+
+// Port is one container port.
+type Port struct {
+	Name          string `json:"name,omitempty"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"` // "TCP" or "UDP"
+}
+
+// Spec is what a replica's container runs. It is derived from the pod
+// template and never changes for a given SpecHash.
+type Spec struct {
+	Image   string   `json:"image"`
+	Command []string `json:"command,omitempty"` // replaces the image entrypoint when set
+	Args    []string `json:"args,omitempty"`    // replaces the image cmd when set
+	Env     []string `json:"env,omitempty"`     // "NAME=value"
+	Ports   []Port   `json:"ports,omitempty"`
+	// WorkingDir overrides the image's working directory when set.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// CPUMillis is the CPU limit in thousandths of a core (0: none).
+	CPUMillis int64 `json:"cpuMillis,omitempty"`
+	// CPURequestMillis sets the CPU weight (cgroup shares) (0: default).
+	CPURequestMillis int64 `json:"cpuRequestMillis,omitempty"`
+	// MemoryBytes is the memory limit in bytes (0: none).
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// GracePeriod is how long a stop waits after SIGTERM before SIGKILL.
+	GracePeriod time.Duration `json:"gracePeriod"`
+}
+
+// Replica is one desired replica on this node.
+type Replica struct {
+	// ID is the container ID in containerd, unique on the node:
+	// "<namespace>_<name>".
+	ID string
+	// Name is the replica name shown to users: "<workload>-<specHash>-<ordinal>".
+	Name      string
+	Namespace string
+	Workload  string // Deployment name
+	Ordinal   int
+	SpecHash  string // 8 hex chars, see manifest.SpecHash
+	Spec      Spec
+}
+
+// State is the lifecycle state of an observed container's task.
+type State string
+
+// Container task states, as read from containerd.
+const (
+	// StateCreated: the container exists but its task was never started
+	// (or the agent died between creating and starting it).
+	StateCreated State = "Created"
+	StateRunning State = "Running"
+	// StateExited: the task ran and stopped (crash, kill, exit).
+	StateExited State = "Exited"
+	// StateUnknown: containerd could not say (paused, shim gone, ...).
+	StateUnknown State = "Unknown"
+)
+
+// Container is one managed container as observed in the runtime. Every
+// field is rebuilt from containerd (labels and task status), never from the
+// agent's memory, so a restarted agent sees exactly what is there.
+type Container struct {
+	ID        string
+	Name      string
+	Namespace string
+	Workload  string
+	Ordinal   int
+	SpecHash  string
+	State     State
+	// PodIP is the address CNI gave the replica; empty means the sandbox
+	// setup did not finish (the agent died half-way), so it is rebuilt.
+	PodIP string
+	// Restarts counts restarts since creation (shown to users).
+	Restarts int
+	// BackoffStep counts consecutive quick crashes: the next restart waits
+	// Backoff(BackoffStep).
+	BackoffStep int
+	StartedAt   time.Time // last task start
+	ExitedAt    time.Time // last task exit (StateExited only)
+	ExitCode    uint32
+	GracePeriod time.Duration
+}
