@@ -1,0 +1,61 @@
+package podnet
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// Host sysctls the pod network needs in the node's network namespace.
+// bridge-nf-call-iptables makes bridged pod-to-pod traffic pass netfilter,
+// so Service DNAT and its reverse work for same-node backends (see
+// kernel Documentation/networking/ip-sysctl.rst and br_netfilter).
+var hostSysctls = map[string]string{
+	"/proc/sys/net/ipv4/ip_forward":                "1",
+	"/proc/sys/net/bridge/bridge-nf-call-iptables": "1",
+}
+
+// MasqueradeChain is the nat chain, jumped to from POSTROUTING, in which
+// the agent masquerades pod traffic that leaves the cluster CIDR.
+const MasqueradeChain = "STARLING-POD-MASQ"
+
+// PrepareHost sets the sysctls above in the agent's network namespace and
+// installs the masquerade rule: "-s <pod subnet> ! -d <cluster CIDR> -j
+// MASQUERADE". Traffic between pod subnets keeps its source address. It is
+// idempotent and touches only Starling's own chain and jump rule. Errors
+// name the sysctl or iptables call that failed; a missing
+// /proc/sys/net/bridge means br_netfilter is not loaded.
+func (n *Network) PrepareHost() error {
+	for path, val := range hostSysctls {
+		if err := os.WriteFile(path, []byte(val), 0o644); err != nil {
+			if os.IsNotExist(err) && path != "/proc/sys/net/ipv4/ip_forward" {
+				return fmt.Errorf("sysctl %s: %w (load the br_netfilter kernel module: modprobe br_netfilter)", path, err)
+			}
+			return fmt.Errorf("sysctl %s: %w", path, err)
+		}
+	}
+	ipt, err := iptables.New(iptables.Timeout(5))
+	if err != nil {
+		return fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
+	}
+	if ok, err := ipt.ChainExists("nat", MasqueradeChain); err != nil {
+		return fmt.Errorf("iptables nat %s: %w", MasqueradeChain, err)
+	} else if !ok {
+		if err := ipt.NewChain("nat", MasqueradeChain); err != nil {
+			return fmt.Errorf("iptables create nat %s: %w", MasqueradeChain, err)
+		}
+	}
+	rule := []string{"-s", n.cfg.PodSubnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
+		"-m", "comment", "--comment", "starling: pod traffic leaving the cluster CIDR", "-j", "MASQUERADE"}
+	if err := ipt.ClearChain("nat", MasqueradeChain); err != nil {
+		return fmt.Errorf("iptables flush nat %s: %w", MasqueradeChain, err)
+	}
+	if err := ipt.Append("nat", MasqueradeChain, rule...); err != nil {
+		return fmt.Errorf("iptables nat %s masquerade rule: %w", MasqueradeChain, err)
+	}
+	if err := ipt.AppendUnique("nat", "POSTROUTING", "-m", "comment", "--comment", "starling: pod masquerade", "-j", MasqueradeChain); err != nil {
+		return fmt.Errorf("iptables nat POSTROUTING jump: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+// Package podnet gives each replica its own network namespace on the node
+// bridge, through libcni: the CNI bridge plugin (gateway on the bridge,
+// hairpin mode on, no masquerade of its own) with host-local IPAM on the
+// node's pod subnet, plus the loopback plugin. It also prepares the node's
+// own network namespace: IP forwarding, bridge netfilter, and one
+// masquerade rule for traffic that leaves the cluster CIDR.
+//
+// All state (pinned namespaces, CNI result cache, IPAM reservations) lives
+// under the node's data directory, so several nodes can share one machine.
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// Config configures the pod network of one node.
+type Config struct {
+	// DataDir holds netns/ (pinned namespaces), cni-cache/ and ipam/.
+	DataDir string
+	// Bridge is the node bridge's name (default "starling0").
+	Bridge string
+	// PodSubnet is the node's /24 (e.g. 10.22.1.0/24).
+	PodSubnet *net.IPNet
+	// ClusterCIDR is the whole pod address space (e.g. 10.22.0.0/16);
+	// traffic to it keeps its source address.
+	ClusterCIDR *net.IPNet
+	// PluginDirs are searched for CNI plugin binaries.
+	PluginDirs []string
+	// MTU of the bridge and pod interfaces (0: plugin default).
+	MTU int
+}
+
+// DefaultPluginDirs are where Debian (containernetworking-plugins) and the
+// upstream release tarballs put the CNI plugins.
+var DefaultPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+
+// Network attaches and detaches replica sandboxes.
+type Network struct {
+	cfg      Config
+	cni      *libcni.CNIConfig
+	bridge   *libcni.NetworkConfigList
+	loopback *libcni.NetworkConfigList
+}
+
+const networkName = "starling"
+
+// New checks that the CNI plugins exist and builds the network
+// configuration. Errors name the missing plugin and the package to install.
+func New(cfg Config) (*Network, error) {
+	if cfg.Bridge == "" {
+		cfg.Bridge = "starling0"
+	}
+	if len(cfg.PluginDirs) == 0 {
+		cfg.PluginDirs = DefaultPluginDirs
+	}
+	if cfg.PodSubnet == nil || cfg.ClusterCIDR == nil {
+		return nil, errors.New("podnet: pod subnet and cluster CIDR are required")
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := findPlugin(cfg.PluginDirs, plugin); err != nil {
+			return nil, err
+		}
+	}
+	gw := nextIP(cfg.PodSubnet.IP.Mask(cfg.PodSubnet.Mask))
+	bridgeConf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       networkName,
+		"plugins": []any{map[string]any{
+			"type":        "bridge",
+			"bridge":      cfg.Bridge,
+			"isGateway":   true,
+			"hairpinMode": true,
+			"ipMasq":      false,
+			"mtu":         cfg.MTU,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": cfg.PodSubnet.String(), "gateway": gw.String()}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": filepath.Join(cfg.DataDir, "ipam"),
+			},
+		}},
+	}
+	raw, _ := json.Marshal(bridgeConf)
+	bridge, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("podnet: bridge network config: %w", err)
+	}
+	loopback, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"starling-lo","plugins":[{"type":"loopback"}]}`))
+	if err != nil {
+		return nil, fmt.Errorf("podnet: loopback network config: %w", err)
+	}
+	return &Network{
+		cfg:      cfg,
+		cni:      libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(cfg.DataDir, "cni-cache"), nil),
+		bridge:   bridge,
+		loopback: loopback,
+	}, nil
+}
+
+func findPlugin(dirs []string, name string) (string, error) {
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("CNI plugin %q not found in %s: install the Debian package containernetworking-plugins", name, strings.Join(dirs, ", "))
+}
+
+func nextIP(ip net.IP) net.IP {
+	out := make(net.IP, len(ip.To4()))
+	copy(out, ip.To4())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i]++
+		if out[i] != 0 {
+			break
+		}
+	}
+	return out
+}
+
+// Gateway returns the bridge address (first address of the pod subnet).
+func (n *Network) Gateway() net.IP { return nextIP(n.cfg.PodSubnet.IP.Mask(n.cfg.PodSubnet.Mask)) }
+
+// NetNSPath returns where the namespace of sandbox id is pinned.
+func (n *Network) NetNSPath(id string) string { return filepath.Join(n.cfg.DataDir, "netns", id) }
+
+func (n *Network) runtimeConf(id string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: n.NetNSPath(id), IfName: "eth0"}
+}
+
+// Attach creates the sandbox of replica id: a pinned network namespace
+// with eth0 on the bridge and an address from the pod subnet. It returns
+// the pod IP. On error nothing is left behind (no namespace, veth or
+// address reservation).
+func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
+	path := n.NetNSPath(id)
+	if err := newNetNS(path); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	rt := n.runtimeConf(id)
+	if _, err := n.cni.AddNetworkList(ctx, n.loopback, rt); err != nil {
+		n.Detach(context.WithoutCancel(ctx), id)
+		return nil, fmt.Errorf("sandbox %s: CNI loopback: %w", id, err)
+	}
+	res, err := n.cni.AddNetworkList(ctx, n.bridge, rt)
+	if err != nil {
+		n.Detach(context.WithoutCancel(ctx), id)
+		return nil, fmt.Errorf("sandbox %s: CNI bridge: %w", id, err)
+	}
+	cur, err := current.NewResultFromResult(res)
+	if err != nil || len(cur.IPs) == 0 {
+		n.Detach(context.WithoutCancel(ctx), id)
+		return nil, fmt.Errorf("sandbox %s: CNI returned no address (%v)", id, err)
+	}
+	return cur.IPs[0].Address.IP, nil
+}
+
+// Detach tears the sandbox of replica id down: CNI DEL (releases the
+// address and the veth) and removes the pinned namespace. It is
+// idempotent: detaching a sandbox that is gone, or half-built, succeeds.
+func (n *Network) Detach(ctx context.Context, id string) error {
+	rt := n.runtimeConf(id)
+	if !isNetNS(rt.NetNS) {
+		// The namespace is gone (or was never mounted): DEL must still
+		// release the IPAM reservation; plugins accept an empty netns.
+		rt.NetNS = ""
+	}
+	var errs []error
+	if err := n.cni.DelNetworkList(ctx, n.bridge, rt); err != nil {
+		errs = append(errs, fmt.Errorf("CNI bridge DEL: %w", err))
+	}
+	if rt.NetNS != "" {
+		if err := n.cni.DelNetworkList(ctx, n.loopback, rt); err != nil {
+			errs = append(errs, fmt.Errorf("CNI loopback DEL: %w", err))
+		}
+	}
+	if err := removeNetNS(n.NetNSPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Sandboxes lists the IDs of pinned sandbox namespaces, sorted. The
+// runtime compares them with its containers to clean up sandboxes whose
+// container was never created (the agent died in between).
+func (n *Network) Sandboxes() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(n.cfg.DataDir, "netns"))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Reservations lists the pod IPs host-local IPAM holds on this node.
+func (n *Network) Reservations() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(n.cfg.DataDir, "ipam", networkName))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ips []string
+	for _, e := range entries {
+		if net.ParseIP(e.Name()) != nil {
+			ips = append(ips, e.Name())
+		}
+	}
+	return ips, nil
+}

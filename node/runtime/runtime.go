@@ -1,0 +1,533 @@
+// Package runtime is the containerd edge of the node agent. It observes
+// Starling's containers (everything needed is kept in container labels,
+// so a restarted agent rebuilds its view from containerd alone) and
+// executes reconcile actions: sandbox set-up through the pod network,
+// container create/start/stop/delete, restart bookkeeping, and image
+// import and pull.
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/content"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/remotes/docker"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// Namespace is the containerd namespace that holds Starling's containers
+// and images.
+const Namespace = "starling"
+
+// Container labels. Everything the agent needs to rebuild its view after a
+// crash is here.
+const (
+	LabelManaged     = "starling.io/managed"
+	LabelName        = "starling.io/replica"
+	LabelNamespace   = "starling.io/namespace"
+	LabelWorkload    = "starling.io/workload"
+	LabelOrdinal     = "starling.io/ordinal"
+	LabelSpecHash    = "starling.io/spec-hash"
+	LabelPodIP       = "starling.io/pod-ip"
+	LabelRestarts    = "starling.io/restarts"
+	LabelBackoffStep = "starling.io/backoff-step"
+	LabelStartedAt   = "starling.io/started-at"
+	LabelGrace       = "starling.io/grace-seconds"
+	LabelNode        = "starling.io/node"
+)
+
+// Network is the pod network as the runtime needs it (net/podnet).
+type Network interface {
+	Attach(ctx context.Context, id string) (net.IP, error)
+	Detach(ctx context.Context, id string) error
+	NetNSPath(id string) string
+	Sandboxes() ([]string, error)
+}
+
+// Config configures the runtime.
+type Config struct {
+	// Address is containerd's socket (e.g. /run/containerd/containerd.sock).
+	Address string
+	// Node is this node's name; it scopes cgroups so nodes sharing one
+	// machine never share a cgroup path.
+	Node string
+	// LogDir receives one "<container id>.log" per replica (stdout+stderr).
+	LogDir string
+	// Snapshotter for container root filesystems (default "overlayfs").
+	Snapshotter string
+}
+
+// Runtime talks to containerd.
+type Runtime struct {
+	cfg    Config
+	client *containerd.Client
+	net    Network
+	log    *slog.Logger
+}
+
+// New connects to containerd at cfg.Address and checks that it answers.
+// Errors say how to start or install containerd.
+func New(ctx context.Context, cfg Config, network Network, log *slog.Logger) (*Runtime, error) {
+	if cfg.Snapshotter == "" {
+		cfg.Snapshotter = "overlayfs"
+	}
+	if _, err := os.Stat(cfg.Address); err != nil {
+		return nil, fmt.Errorf("containerd socket %s: %w (install the Debian package containerd and start it, or pass --containerd-address)", cfg.Address, err)
+	}
+	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", cfg.Address, err)
+	}
+	if _, err := client.Version(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("containerd at %s does not answer: %w", cfg.Address, err)
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &Runtime{cfg: cfg, client: client, net: network, log: log}, nil
+}
+
+// Close releases the containerd connection. Containers keep running.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, Namespace)
+}
+
+// LogPath returns the log file of container id.
+func (r *Runtime) LogPath(id string) string { return filepath.Join(r.cfg.LogDir, id+".log") }
+
+// List observes every Starling container and its task state.
+func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
+	ctx = r.ctx(ctx)
+	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := make([]reconcile.Container, 0, len(cs))
+	for _, c := range cs {
+		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
+		if err != nil {
+			if errdefs.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("container %s: %w", c.ID(), err)
+		}
+		oc := fromLabels(c.ID(), info.Labels)
+		oc.State = reconcile.StateCreated
+		task, err := c.Task(ctx, nil)
+		switch {
+		case errdefs.IsNotFound(err):
+		case err != nil:
+			oc.State = reconcile.StateUnknown
+		default:
+			st, err := task.Status(ctx)
+			switch {
+			case err != nil:
+				oc.State = reconcile.StateUnknown
+			case st.Status == containerd.Running:
+				oc.State = reconcile.StateRunning
+			case st.Status == containerd.Stopped:
+				oc.State = reconcile.StateExited
+				oc.ExitedAt = st.ExitTime
+				oc.ExitCode = st.ExitStatus
+			case st.Status == containerd.Created:
+				oc.State = reconcile.StateCreated
+			default:
+				oc.State = reconcile.StateUnknown
+			}
+		}
+		out = append(out, oc)
+	}
+	return out, nil
+}
+
+func fromLabels(id string, l map[string]string) reconcile.Container {
+	c := reconcile.Container{
+		ID: id, Name: l[LabelName], Namespace: l[LabelNamespace], Workload: l[LabelWorkload],
+		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP],
+	}
+	c.Ordinal, _ = strconv.Atoi(l[LabelOrdinal])
+	c.Restarts, _ = strconv.Atoi(l[LabelRestarts])
+	c.BackoffStep, _ = strconv.Atoi(l[LabelBackoffStep])
+	c.StartedAt, _ = time.Parse(time.RFC3339Nano, l[LabelStartedAt])
+	if g, err := strconv.Atoi(l[LabelGrace]); err == nil {
+		c.GracePeriod = time.Duration(g) * time.Second
+	}
+	return c
+}
+
+// Execute carries out one action. Errors name the replica and the step.
+func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
+	switch a.Type {
+	case reconcile.Create:
+		return r.create(ctx, a.Replica)
+	case reconcile.Start:
+		return r.start(ctx, a.Old.ID, a.Old.Restarts+boolInt(a.Old.State == reconcile.StateExited), a.BackoffStep)
+	case reconcile.Remove:
+		return r.remove(ctx, a.Old.ID, a.Old.GracePeriod)
+	case reconcile.Replace:
+		if err := r.remove(ctx, a.Old.ID, a.Old.GracePeriod); err != nil {
+			return err
+		}
+		return r.create(ctx, a.Replica)
+	}
+	return fmt.Errorf("unknown action %q", a.Type)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// EnsureImage returns the image ref, unpacked, pulling it from its
+// registry when it is not stored locally.
+func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image, error) {
+	ctx = r.ctx(ctx)
+	img, err := r.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		img, err = r.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
+			containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
+		if err != nil {
+			return nil, fmt.Errorf("image %s is not on this node and pulling it failed (%v): import it with 'starling image import FILE.tar'", ref, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, err)
+	}
+	if ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter); err != nil || !ok {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, fmt.Errorf("unpack image %s: %w", ref, err)
+		}
+	}
+	return img, nil
+}
+
+// processArgs applies Kubernetes' rules: command replaces the image's
+// entrypoint (and drops its cmd), args replace the image's cmd.
+func processArgs(cfg ocispec.ImageConfig, spec reconcile.Spec) []string {
+	entry, cmd := cfg.Entrypoint, cfg.Cmd
+	if len(spec.Command) > 0 {
+		entry, cmd = spec.Command, nil
+	}
+	if len(spec.Args) > 0 {
+		cmd = spec.Args
+	}
+	return append(append([]string{}, entry...), cmd...)
+}
+
+func imageConfig(ctx context.Context, img containerd.Image) (ocispec.ImageConfig, error) {
+	desc, err := img.Config(ctx)
+	if err != nil {
+		return ocispec.ImageConfig{}, err
+	}
+	var ic ocispec.Image
+	b, err := content.ReadBlob(ctx, img.ContentStore(), desc)
+	if err != nil {
+		return ocispec.ImageConfig{}, err
+	}
+	if err := json.Unmarshal(b, &ic); err != nil {
+		return ocispec.ImageConfig{}, err
+	}
+	return ic.Config, nil
+}
+
+func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error) {
+	ctx = r.ctx(ctx)
+	img, err := r.EnsureImage(ctx, rep.Spec.Image)
+	if err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	ic, err := imageConfig(ctx, img)
+	if err != nil {
+		return fmt.Errorf("create replica %s: read image config: %w", rep.Name, err)
+	}
+	args := processArgs(ic, rep.Spec)
+	if len(args) == 0 {
+		return fmt.Errorf("create replica %s: image %s has no entrypoint and the container sets no command", rep.Name, rep.Spec.Image)
+	}
+	// A leftover sandbox from an interrupted attempt is torn down first, so
+	// the address reservation is not leaked.
+	if err := r.net.Detach(ctx, rep.ID); err != nil {
+		r.log.Warn("stale sandbox cleanup failed", "replica", rep.Name, "err", err)
+	}
+	ip, err := r.net.Attach(ctx, rep.ID)
+	if err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := r.net.Detach(context.WithoutCancel(ctx), rep.ID); derr != nil {
+				r.log.Warn("sandbox cleanup after failed create", "replica", rep.Name, "err", derr)
+			}
+		}
+	}()
+	podIP := ip.String()
+	grace := int(rep.Spec.GracePeriod / time.Second)
+	labels := map[string]string{
+		LabelManaged: "true", LabelName: rep.Name, LabelNamespace: rep.Namespace, LabelWorkload: rep.Workload,
+		LabelOrdinal: strconv.Itoa(rep.Ordinal), LabelSpecHash: rep.SpecHash, LabelPodIP: podIP,
+		LabelRestarts: "0", LabelBackoffStep: "0", LabelGrace: strconv.Itoa(grace), LabelNode: r.cfg.Node,
+	}
+	specOpts := []oci.SpecOpts{
+		oci.WithImageConfig(img),
+		oci.WithProcessArgs(args...),
+		oci.WithEnv(append([]string{"POD_IP=" + podIP, "POD_NAME=" + rep.Name, "POD_NAMESPACE=" + rep.Namespace}, rep.Spec.Env...)),
+		oci.WithHostname(rep.Name),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
+		oci.WithCgroup(filepath.Join("/starling", r.cfg.Node, rep.ID)),
+	}
+	if rep.Spec.WorkingDir != "" {
+		specOpts = append(specOpts, oci.WithProcessCwd(rep.Spec.WorkingDir))
+	}
+	if rep.Spec.MemoryBytes > 0 {
+		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(rep.Spec.MemoryBytes)))
+	}
+	if rep.Spec.CPUMillis > 0 {
+		// CFS quota over a 100 ms period, as kubelet maps limits.cpu.
+		specOpts = append(specOpts, oci.WithCPUCFS(rep.Spec.CPUMillis*100, 100000))
+	}
+	if rep.Spec.CPURequestMillis > 0 {
+		// cgroup v1 shares: 1024 per core, as kubelet maps requests.cpu.
+		shares := uint64(rep.Spec.CPURequestMillis * 1024 / 1000)
+		if shares < 2 {
+			shares = 2
+		}
+		specOpts = append(specOpts, oci.WithCPUShares(shares))
+	}
+	// A container left over from an interrupted create of the same ID.
+	if old, lerr := r.client.LoadContainer(ctx, rep.ID); lerr == nil {
+		if derr := r.deleteContainer(ctx, old, 0); derr != nil {
+			return fmt.Errorf("create replica %s: remove leftover container: %w", rep.Name, derr)
+		}
+	}
+	c, err := r.client.NewContainer(ctx, rep.ID,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(r.cfg.Snapshotter),
+		containerd.WithNewSnapshot(rep.ID, img),
+		containerd.WithNewSpec(specOpts...),
+		containerd.WithContainerLabels(labels),
+	)
+	if err != nil {
+		return fmt.Errorf("create replica %s: new container: %w", rep.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := c.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup); derr != nil {
+				r.log.Warn("container cleanup after failed create", "replica", rep.Name, "err", derr)
+			}
+		}
+	}()
+	if err := r.startTask(ctx, c, 0, 0); err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	return nil
+}
+
+// startTask (re)starts container c's task with stdout and stderr appended
+// to its log file, and records restarts, backoff step and start time.
+func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restarts, backoffStep int) error {
+	if t, err := c.Task(ctx, nil); err == nil {
+		if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete old task: %w", err)
+		}
+	}
+	task, err := c.NewTask(ctx, cio.LogFile(r.LogPath(c.ID())))
+	if err != nil {
+		return fmt.Errorf("new task: %w", err)
+	}
+	if err := task.Start(ctx); err != nil {
+		task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+		return fmt.Errorf("start task: %w", err)
+	}
+	_, err = c.SetLabels(ctx, map[string]string{
+		LabelRestarts:    strconv.Itoa(restarts),
+		LabelBackoffStep: strconv.Itoa(backoffStep),
+		LabelStartedAt:   time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		return fmt.Errorf("record start: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) start(ctx context.Context, id string, restarts, backoffStep int) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	if err := r.startTask(ctx, c, restarts, backoffStep); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	return nil
+}
+
+func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err == nil {
+		if err := r.deleteContainer(ctx, c, grace); err != nil {
+			return fmt.Errorf("remove %s: %w", id, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if err := r.net.Detach(ctx, id); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if err := os.Remove(r.LogPath(id)); err != nil && !os.IsNotExist(err) {
+		r.log.Warn("remove log file", "container", id, "err", err)
+	}
+	return nil
+}
+
+// deleteContainer stops c's task (SIGTERM, then SIGKILL after grace) and
+// deletes the container with its snapshot.
+func (r *Runtime) deleteContainer(ctx context.Context, c containerd.Container, grace time.Duration) error {
+	task, err := c.Task(ctx, nil)
+	if err == nil {
+		if err := stopTask(ctx, task, grace); err != nil {
+			return err
+		}
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task: %w", err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task: %w", err)
+	}
+	if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container: %w", err)
+	}
+	return nil
+}
+
+// stopTask sends SIGTERM, waits up to grace, then SIGKILL.
+func stopTask(ctx context.Context, task containerd.Task, grace time.Duration) error {
+	st, err := task.Status(ctx)
+	if err != nil || st.Status != containerd.Running && st.Status != containerd.Paused {
+		return nil
+	}
+	exited, err := task.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("wait task: %w", err)
+	}
+	if grace > 0 {
+		if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("SIGTERM: %w", err)
+		}
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(grace):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("SIGKILL: %w", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		return errors.New("task did not exit 10s after SIGKILL")
+	}
+	return nil
+}
+
+// CleanupSandboxes tears down pinned sandboxes that have no container:
+// left behind when the agent died between network set-up and container
+// creation. busy holds IDs an action is working on right now.
+func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.Container, busy func(id string) bool) error {
+	ids, err := r.net.Sandboxes()
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, c := range containers {
+		have[c.ID] = true
+	}
+	var errs []error
+	for _, id := range ids {
+		if have[id] || busy(id) {
+			continue
+		}
+		r.log.Info("removing orphaned sandbox", "container", id)
+		errs = append(errs, r.net.Detach(ctx, id))
+	}
+	return errors.Join(errs...)
+}
+
+// ImportImages loads an OCI or docker-archive tarball into the node's
+// image store, unpacks every image in it and returns their names.
+func (r *Runtime) ImportImages(ctx context.Context, tar io.Reader) ([]string, error) {
+	ctx = r.ctx(ctx)
+	imgs, err := r.client.Import(ctx, tar, containerd.WithAllPlatforms(false))
+	if err != nil {
+		return nil, fmt.Errorf("import images: %w (the file must be an OCI or docker-archive tarball)", err)
+	}
+	var names []string
+	for _, i := range imgs {
+		img := containerd.NewImage(r.client, i)
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return names, fmt.Errorf("unpack %s: %w", i.Name, err)
+		}
+		names = append(names, i.Name)
+	}
+	return names, nil
+}
+
+// WatchExits calls onExit whenever a task in Starling's namespace exits,
+// so a crashed replica is restarted at once instead of at the next resync.
+// It returns when ctx ends; a broken event stream is re-subscribed after a
+// second.
+func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
+	for ctx.Err() == nil {
+		events, errs := r.client.Subscribe(r.ctx(ctx), `topic=="/tasks/exit"`)
+	recv:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-events:
+				onExit()
+			case err := <-errs:
+				if ctx.Err() == nil {
+					r.log.Warn("containerd event stream broke; resubscribing", "err", err)
+				}
+				break recv
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Images lists the images stored on the node.
+func (r *Runtime) Images(ctx context.Context) ([]images.Image, error) {
+	return r.client.ImageService().List(r.ctx(ctx))
+}
