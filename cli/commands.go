@@ -1,0 +1,297 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+func resultLine(r api.ApplyResult) string {
+	if r.Kind == manifest.KindService {
+		return fmt.Sprintf("service/%s %s", r.Name, r.Result)
+	}
+	return fmt.Sprintf("%s.apps/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
+}
+
+func newApplyCmd(g *globals) *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR|- [-f ...]",
+		Short: "Create or update Deployments and Services from manifests",
+		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment, v1 Service): YAML or
+JSON files, multi-document files, directories of *.yaml/*.yml/*.json, or - for
+standard input. Every object is validated first; if any is invalid nothing is
+stored and every problem is listed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return fmt.Errorf("-f: required (a file, a directory or - for stdin)")
+			}
+			objs, err := manifest.ReadPaths(files, g.stdin)
+			if err != nil {
+				return err
+			}
+			if len(objs) == 0 {
+				return fmt.Errorf("no objects found in %s", strings.Join(files, ", "))
+			}
+			req := api.ApplyRequest{}
+			for _, o := range objs {
+				b, err := manifest.Encode(o)
+				if err != nil {
+					return err
+				}
+				req.Objects = append(req.Objects, b)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var resp api.ApplyResponse
+			if err := c.postJSON(ctx, "/v1/apply", req, &resp); err != nil {
+				return err
+			}
+			for _, r := range resp.Results {
+				fmt.Fprintln(g.stdout, resultLine(r))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "manifest file, directory, or - for stdin (repeatable)")
+	return cmd
+}
+
+// splitRef parses "KIND/NAME" or ("KIND", "NAME").
+func splitRef(args []string) (kind, name string, err error) {
+	switch len(args) {
+	case 1:
+		k, n, ok := strings.Cut(args[0], "/")
+		if !ok || k == "" || n == "" {
+			return "", "", fmt.Errorf("%q: expected KIND/NAME or KIND NAME, e.g. deployment/hello", args[0])
+		}
+		return k, n, nil
+	case 2:
+		return args[0], args[1], nil
+	}
+	return "", "", fmt.Errorf("expected KIND/NAME or KIND NAME, e.g. deployment/hello")
+}
+
+func newDeleteCmd(g *globals) *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "delete (-f FILE | KIND NAME | KIND/NAME)",
+		Short: "Delete Deployments and Services",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			type ref struct{ kind, ns, name string }
+			var refs []ref
+			if len(files) > 0 {
+				if len(args) > 0 {
+					return fmt.Errorf("give either -f or KIND NAME, not both")
+				}
+				objs, err := manifest.ReadPaths(files, g.stdin)
+				if err != nil {
+					return err
+				}
+				for _, o := range objs {
+					refs = append(refs, ref{o.Kind, o.Namespace, o.Name})
+				}
+			} else {
+				kind, name, err := splitRef(args)
+				if err != nil {
+					return err
+				}
+				refs = append(refs, ref{kind, g.namespace, name})
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var failed []string
+			for _, r := range refs {
+				var res api.ApplyResult
+				path := "/v1/objects/" + url.PathEscape(strings.ToLower(r.kind)) + "/" + url.PathEscape(r.ns) + "/" + url.PathEscape(r.name)
+				if err := c.do(ctx, http.MethodDelete, path, nil, "", &res); err != nil {
+					failed = append(failed, err.Error())
+					continue
+				}
+				fmt.Fprintln(g.stdout, resultLine(res))
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("%s", strings.Join(failed, "; "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "delete the objects in this manifest file, directory or - (repeatable)")
+	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace of KIND NAME")
+	return cmd
+}
+
+func newScaleCmd(g *globals) *cobra.Command {
+	var replicas int32 = -1
+	cmd := &cobra.Command{
+		Use:   "scale deployment/NAME --replicas N",
+		Short: "Set a Deployment's number of replicas",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, err := splitRef(args)
+			if err != nil {
+				return err
+			}
+			if k := strings.ToLower(kind); k != "deployment" && k != "deployments" && k != "deploy" {
+				return fmt.Errorf("scale: only deployments can be scaled, not %q", kind)
+			}
+			if !cmd.Flags().Changed("replicas") {
+				return fmt.Errorf("--replicas: required")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var res api.ApplyResult
+			if err := c.postJSON(ctx, "/v1/scale/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name), api.ScaleRequest{Replicas: replicas}, &res); err != nil {
+				return err
+			}
+			fmt.Fprintln(g.stdout, resultLine(res))
+			return nil
+		},
+	}
+	cmd.Flags().Int32Var(&replicas, "replicas", -1, "the new number of replicas")
+	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
+	return cmd
+}
+
+func newLogsCmd(g *globals) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs REPLICA [-f]",
+		Short: "Print a replica's stdout and stderr",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			path := "/v1/logs/" + url.PathEscape(g.namespace) + "/" + url.PathEscape(strings.TrimPrefix(args[0], "replica/"))
+			if follow {
+				path += "?follow=true"
+			}
+			resp, err := c.raw(ctx, http.MethodGet, path, nil, "")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			_, err = io.Copy(g.stdout, resp.Body)
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output")
+	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
+	return cmd
+}
+
+func newImageCmd(g *globals) *cobra.Command {
+	img := &cobra.Command{Use: "image", Short: "Manage images on a node"}
+	imp := &cobra.Command{
+		Use:   "import FILE.tar [FILE.tar...]",
+		Short: "Load OCI or docker-archive tarballs into the node's image store",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, file := range args {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("image import: %w", err)
+				}
+				var out api.ImageList
+				err = c.do(cmd.Context(), http.MethodPost, "/v1/images", f, "application/x-tar", &out)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("image import %s: %w", file, err)
+				}
+				for _, i := range out.Items {
+					fmt.Fprintf(g.stdout, "imported %s\n", i.Name)
+				}
+			}
+			return nil
+		},
+	}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the node's images",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var out api.ImageList
+			if err := c.getJSON(ctx, "/v1/images", &out); err != nil {
+				return err
+			}
+			tw := newTable(g.stdout, "NAME", "DIGEST", "SIZE")
+			for _, i := range out.Items {
+				tw.row(i.Name, i.Digest, fmt.Sprintf("%.1fMiB", float64(i.Size)/(1<<20)))
+			}
+			return tw.flush()
+		},
+	}
+	img.AddCommand(imp, ls)
+	return img
+}
+
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the client and agent versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(g.stdout, "client: %s\n", node.Version)
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var v api.Version
+			if err := c.getJSON(ctx, "/v1/version", &v); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "agent:  %s (node %s)\n", v.Version, v.Node)
+			return nil
+		},
+	}
+}
+
+// printJSON writes v indented.
+func printJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+func newDescribeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe (deployment|service) NAME",
+		Short: "Show a Deployment or Service in detail, with its replicas",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, err := splitRef(args)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var obj api.Object
+			if err := c.getJSON(ctx, "/v1/objects/"+url.PathEscape(strings.ToLower(kind))+"/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name), &obj); err != nil {
+				return err
+			}
+			o, err := manifest.Decode(obj.Object)
+			if err != nil {
+				return err
+			}
+			var reps api.ReplicaList
+			if err := c.getJSON(ctx, "/v1/replicas", &reps); err != nil {
+				return err
+			}
+			return describe(g.stdout, o, obj, reps.Items)
+		},
+	}
+	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
+	return cmd
+}
+
+func labelString(m map[string]string) string {
+	var kv []string
+	for k, v := range m {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	if len(kv) == 0 {
+		return "<none>"
+	}
+	return strings.Join(kv, ",")
+}
+
+func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replica) error {
+	p := func(k, v string) { fmt.Fprintf(w, "%-22s %s\n", k+":", v) }
+	p("Name", o.Name)
+	p("Namespace", o.Namespace)
+	p("Kind", o.Kind)
+	p("Version", meta.Version+" (written by "+meta.Origin+")")
+	if d := o.Deployment; d != nil {
+		p("Created", d.CreationTimestamp.String())
+		p("Labels", labelString(d.Labels))
+		p("Selector", labelString(d.Spec.Selector.MatchLabels))
+		desired, ready, updated, available := deploymentStatus(d, reps)
+		p("Replicas", fmt.Sprintf("%d desired | %d updated | %d ready | %d available", desired, updated, ready, available))
+		p("Strategy", string(d.Spec.Strategy.Type))
+		if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil && ru.MaxSurge != nil {
+			p("RollingUpdate", fmt.Sprintf("maxUnavailable %s, maxSurge %s", ru.MaxUnavailable.String(), ru.MaxSurge.String()))
+		}
+		p("Spec hash", manifest.SpecHash(d))
+		c := d.Spec.Template.Spec.Containers[0]
+		fmt.Fprintf(w, "Container %s:\n", c.Name)
+		p("  Image", c.Image)
+		if len(c.Command) > 0 {
+			p("  Command", strings.Join(c.Command, " "))
+		}
+		if len(c.Args) > 0 {
+			p("  Args", strings.Join(c.Args, " "))
+		}
+		for _, port := range c.Ports {
+			p("  Port", fmt.Sprintf("%d/%s %s", port.ContainerPort, port.Protocol, port.Name))
+		}
+		for _, e := range c.Env {
+			p("  Env", e.Name+"="+e.Value)
+		}
+		if len(c.Resources.Limits) > 0 || len(c.Resources.Requests) > 0 {
+			p("  Limits", fmt.Sprintf("cpu %s, memory %s", c.Resources.Limits.Cpu(), c.Resources.Limits.Memory()))
+			p("  Requests", fmt.Sprintf("cpu %s, memory %s", c.Resources.Requests.Cpu(), c.Resources.Requests.Memory()))
+		}
+		fmt.Fprintln(w, "Replicas:")
+		var mine []api.Replica
+		for _, r := range reps {
+			if r.Namespace == d.Namespace && r.Workload == d.Name {
+				mine = append(mine, r)
+			}
+		}
+		return printReplicas(w, getOpts{output: "wide"}, mine)
+	}
+	s := o.Service
+	p("Created", s.CreationTimestamp.String())
+	p("Type", string(s.Spec.Type))
+	p("Selector", labelString(s.Spec.Selector))
+	ip := s.Spec.ClusterIP
+	if ip == "" {
+		ip = "<pending>"
+	}
+	p("ClusterIP", ip)
+	for _, port := range s.Spec.Ports {
+		p("Port", fmt.Sprintf("%s %d/%s -> %s nodePort %d", port.Name, port.Port, port.Protocol, port.TargetPort.String(), port.NodePort))
+	}
+	return nil
+}

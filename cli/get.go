@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
+func (t *table) flush() error       { return t.tw.Flush() }
+
+// replicaJSON is the documented `get replicas -o json` item shape.
+type replicaJSON struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Workload  string `json:"workload"`
+	Ordinal   int    `json:"ordinal"`
+	Node      string `json:"node"`
+	Phase     string `json:"phase"`
+	Ready     bool   `json:"ready"`
+	PodIP     string `json:"podIP"`
+	SpecHash  string `json:"specHash"`
+	Restarts  int    `json:"restarts"`
+}
+
+type getOpts struct {
+	output        string
+	allNamespaces bool
+}
+
+func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns == filter }
+
+func newGetCmd(g *globals) *cobra.Command {
+	var o getOpts
+	cmd := &cobra.Command{
+		Use:   "get (nodes|deployments|services|replicas) [NAME] [-o wide|json|yaml]",
+		Short: "List nodes, Deployments, Services or replicas",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch o.output {
+			case "", "wide", "json", "yaml":
+			default:
+				return fmt.Errorf("-o %q: use wide, json or yaml", o.output)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			name := ""
+			if len(args) == 2 {
+				name = args[1]
+			}
+			switch strings.ToLower(args[0]) {
+			case "nodes", "node", "no":
+				var l api.NodeList
+				if err := c.getJSON(ctx, "/v1/nodes", &l); err != nil {
+					return err
+				}
+				return printNodes(g.stdout, o, l.Items)
+			case "replicas", "replica", "pods", "pod", "po":
+				var l api.ReplicaList
+				if err := c.getJSON(ctx, "/v1/replicas", &l); err != nil {
+					return err
+				}
+				var items []api.Replica
+				for _, r := range l.Items {
+					if o.wants(r.Namespace, g.namespace) && (name == "" || r.Name == name || r.Workload == name) {
+						items = append(items, r)
+					}
+				}
+				return printReplicas(g.stdout, o, items)
+			case "deployments", "deployment", "deploy", "services", "service", "svc":
+				kind := "deployment"
+				if strings.HasPrefix(strings.ToLower(args[0]), "s") {
+					kind = "service"
+				}
+				var l api.ObjectList
+				if err := c.getJSON(ctx, "/v1/objects/"+kind, &l); err != nil {
+					return err
+				}
+				var objs []manifest.Object
+				for _, it := range l.Items {
+					obj, err := manifest.Decode(it.Object)
+					if err != nil {
+						return fmt.Errorf("agent sent an object that does not decode: %w", err)
+					}
+					if o.wants(obj.Namespace, g.namespace) && (name == "" || obj.Name == name) {
+						objs = append(objs, obj)
+					}
+				}
+				if name != "" && len(objs) == 0 {
+					return fmt.Errorf("%s %q not found in namespace %q", kind, name, g.namespace)
+				}
+				if kind == "service" {
+					return printServices(g.stdout, o, objs)
+				}
+				var reps api.ReplicaList
+				if err := c.getJSON(ctx, "/v1/replicas", &reps); err != nil {
+					return err
+				}
+				return printDeployments(g.stdout, o, objs, reps.Items)
+			}
+			return fmt.Errorf("unknown resource %q: use nodes, deployments, services or replicas", args[0])
+		},
+	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")
+	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace to list")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list every namespace")
+	return cmd
+}
+
+// structured prints v as JSON or YAML when the output asks for it.
+func structured(w io.Writer, output string, v any) (bool, error) {
+	switch output {
+	case "json":
+		return true, printJSON(w, v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = w.Write(b)
+		return true, err
+	}
+	return false, nil
+}
+
+func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
+	if ok, err := structured(w, o.output, api.NodeList{Items: nodes}); ok {
+		return err
+	}
+	t := newTable(w, "NAME", "STATE", "ADDRESS", "POD-SUBNET", "REPLICAS", "AGE")
+	for _, n := range nodes {
+		addr := n.Address
+		if addr == "" {
+			addr = "<local>"
+		}
+		t.row(n.Name, n.State, addr, n.PodSubnet, strconv.Itoa(n.Replicas), age(n.Started))
+	}
+	return t.flush()
+}
+
+func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
+	out := struct {
+		Items []replicaJSON `json:"items"`
+	}{Items: []replicaJSON{}}
+	for _, r := range items {
+		out.Items = append(out.Items, replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts})
+	}
+	if ok, err := structured(w, o.output, out); ok {
+		return err
+	}
+	header := []string{"NAME", "READY", "PHASE", "RESTARTS", "AGE"}
+	if o.allNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if o.output == "wide" {
+		header = append(header, "IP", "NODE", "SPEC-HASH")
+	}
+	t := newTable(w, header...)
+	for _, r := range items {
+		ready := "0/1"
+		if r.Ready {
+			ready = "1/1"
+		}
+		ip := r.PodIP
+		if ip == "" {
+			ip = "<none>"
+		}
+		row := []string{r.Name, ready, r.Phase, strconv.Itoa(r.Restarts), age(r.Started)}
+		if o.allNamespaces {
+			row = append([]string{r.Namespace}, row...)
+		}
+		if o.output == "wide" {
+			row = append(row, ip, r.Node, r.SpecHash)
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+// deploymentStatus counts a Deployment's replicas: desired, ready,
+// up-to-date (current spec hash) and available (up-to-date and ready).
+func deploymentStatus(d *appsv1.Deployment, reps []api.Replica) (desired, ready, updated, available int) {
+	if d.Spec.Replicas != nil {
+		desired = int(*d.Spec.Replicas)
+	}
+	hash := manifest.SpecHash(d)
+	for _, r := range reps {
+		if r.Namespace != d.Namespace || r.Workload != d.Name || r.Phase == "Terminating" {
+			continue
+		}
+		if r.Ready {
+			ready++
+		}
+		if r.SpecHash == hash {
+			updated++
+			if r.Ready {
+				available++
+			}
+		}
+	}
+	return
+}
+
+func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api.Replica) error {
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": deploymentsOf(objs)}
+	if ok, err := structured(w, o.output, list); ok {
+		return err
+	}
+	header := []string{"NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}
+	if o.allNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if o.output == "wide" {
+		header = append(header, "IMAGE", "SPEC-HASH")
+	}
+	t := newTable(w, header...)
+	for _, obj := range objs {
+		d := obj.Deployment
+		desired, ready, updated, available := deploymentStatus(d, reps)
+		row := []string{d.Name, fmt.Sprintf("%d/%d", ready, desired), strconv.Itoa(updated), strconv.Itoa(available), age(d.CreationTimestamp.Time)}
+		if o.allNamespaces {
+			row = append([]string{d.Namespace}, row...)
+		}
+		if o.output == "wide" {
+			row = append(row, d.Spec.Template.Spec.Containers[0].Image, manifest.SpecHash(d))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func deploymentsOf(objs []manifest.Object) []*appsv1.Deployment {
+	out := []*appsv1.Deployment{}
+	for _, o := range objs {
+		out = append(out, o.Deployment)
+	}
+	return out
+}
+
+func servicePorts(s *corev1.Service) string {
+	var ports []string
+	for _, p := range s.Spec.Ports {
+		if p.NodePort != 0 {
+			ports = append(ports, fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol))
+		} else {
+			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
+		}
+	}
+	return strings.Join(ports, ",")
+}
+
+func printServices(w io.Writer, o getOpts, objs []manifest.Object) error {
+	items := []*corev1.Service{}
+	for _, obj := range objs {
+		items = append(items, obj.Service)
+	}
+	if ok, err := structured(w, o.output, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}); ok {
+		return err
+	}
+	header := []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"}
+	if o.allNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if o.output == "wide" {
+		header = append(header, "SELECTOR")
+	}
+	t := newTable(w, header...)
+	for _, s := range items {
+		ip := s.Spec.ClusterIP
+		if ip == "" {
+			ip = "<pending>"
+		}
+		row := []string{s.Name, string(s.Spec.Type), ip, servicePorts(s), age(s.CreationTimestamp.Time)}
+		if o.allNamespaces {
+			row = append([]string{s.Namespace}, row...)
+		}
+		if o.output == "wide" {
+			var sel []string
+			for k, v := range s.Spec.Selector {
+				sel = append(sel, k+"="+v)
+			}
+			sort.Strings(sel)
+			row = append(row, strings.Join(sel, ","))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}

@@ -1,0 +1,102 @@
+// Package cli is Starling's command line: the agent command that runs a
+// node, and the client commands (apply, get, describe, delete, scale,
+// logs, image import, version) that talk to any agent's API.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/starling-orchestrator/starling/node"
+)
+
+// globals are the flags every client command shares.
+type globals struct {
+	server    string
+	token     string
+	namespace string
+	stdin     io.Reader
+	stdout    io.Writer
+}
+
+func (g *globals) client() (*Client, error) { return NewClient(g.server, g.token) }
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// NewRoot builds the starling command tree. stdin and stdout are where
+// client commands read manifests ("-f -") and print.
+func NewRoot(stdin io.Reader, stdout io.Writer) *cobra.Command {
+	g := &globals{stdin: stdin, stdout: stdout}
+	root := &cobra.Command{
+		Use:   "starling",
+		Short: "Starling: a container orchestrator with no master",
+		Long: `Starling runs Kubernetes-shaped Deployments and Services on small clusters
+where every node runs the same agent and no control plane can be lost.
+
+Run 'starling agent' on each node; every other command talks to an agent.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.server, "server", envOr("STARLING_SERVER", node.SocketPath(node.DefaultConfig().DataDir)),
+		"agent to talk to: a unix socket path or http(s)://host:port (env STARLING_SERVER)")
+	pf.StringVar(&g.token, "token", os.Getenv("STARLING_TOKEN"), "bearer token for a TCP server (env STARLING_TOKEN)")
+	root.AddCommand(
+		newAgentCmd(),
+		newApplyCmd(g),
+		newGetCmd(g),
+		newDescribeCmd(g),
+		newDeleteCmd(g),
+		newScaleCmd(g),
+		newLogsCmd(g),
+		newImageCmd(g),
+		newVersionCmd(g),
+	)
+	return root
+}
+
+// Execute runs the CLI with os.Args and returns the process exit code:
+// 0 on success, 1 with a one-line reason on stderr otherwise.
+func Execute() int {
+	root := NewRoot(os.Stdin, os.Stdout)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 1
+	}
+	return 0
+}
+
+func timeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), defaultTimeout)
+}
+
+// age renders a duration the way kubectl does: 45s, 12m, 3h, 2d.
+func age(since time.Time) string {
+	if since.IsZero() {
+		return "<unknown>"
+	}
+	d := time.Since(since)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}

@@ -1,0 +1,122 @@
+// Package api holds the JSON shapes of the agent's HTTP API, shared by the
+// agent (node) and the CLI (cli). Paths (all under the unix socket
+// <data-dir>/starling.sock, or TCP with a bearer token):
+//
+//	GET    /v1/version                               -> Version
+//	POST   /v1/apply            ApplyRequest         -> ApplyResponse
+//	GET    /v1/objects/{kind}                        -> ObjectList
+//	GET    /v1/objects/{kind}/{namespace}/{name}     -> Object
+//	DELETE /v1/objects/{kind}/{namespace}/{name}     -> ApplyResult
+//	POST   /v1/scale/{namespace}/{name} ScaleRequest -> ApplyResult
+//	GET    /v1/replicas                              -> ReplicaList
+//	GET    /v1/nodes                                 -> NodeList
+//	GET    /v1/logs/{namespace}/{name}?follow=true   -> text/plain stream
+//	POST   /v1/images            (tarball body)      -> ImageList
+//	GET    /v1/images                                -> ImageList
+//	GET    /metrics                                  -> Prometheus text
+//
+// Errors come as Error with a 4xx/5xx status.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error is the body of every failed request.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// Version answers /v1/version.
+type Version struct {
+	Version string `json:"version"`
+	Node    string `json:"node"`
+}
+
+// ApplyRequest carries objects as their canonical JSON (manifest.Encode).
+type ApplyRequest struct {
+	Objects []json.RawMessage `json:"objects"`
+}
+
+// ApplyResult says what happened to one object: "created", "configured",
+// "unchanged", "deleted" or "scaled".
+type ApplyResult struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Result    string `json:"result"`
+}
+
+// ApplyResponse answers an apply, one result per object in order.
+type ApplyResponse struct {
+	Results []ApplyResult `json:"results"`
+}
+
+// Object is one stored object with its store metadata.
+type Object struct {
+	Object json.RawMessage `json:"object"`
+	// Version is the write's hybrid logical clock time, Origin the node that wrote it.
+	Version string `json:"version"`
+	Origin  string `json:"origin"`
+}
+
+// ObjectList answers a list of one kind.
+type ObjectList struct {
+	Items []Object `json:"items"`
+}
+
+// ScaleRequest sets a Deployment's replicas.
+type ScaleRequest struct {
+	Replicas int32 `json:"replicas"`
+}
+
+// Replica is one replica, desired or running, as `get replicas` shows it.
+type Replica struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Workload  string `json:"workload"`
+	Ordinal   int    `json:"ordinal"`
+	Node      string `json:"node"`
+	// Phase: Pending (no container yet), ContainerCreating, Running,
+	// CrashLoopBackOff (exited, waiting to restart), Exited, Terminating
+	// (no longer desired, being stopped), Unknown.
+	Phase    string    `json:"phase"`
+	Ready    bool      `json:"ready"`
+	PodIP    string    `json:"podIP"`
+	SpecHash string    `json:"specHash"`
+	Restarts int       `json:"restarts"`
+	Started  time.Time `json:"started,omitempty"`
+}
+
+// ReplicaList answers /v1/replicas.
+type ReplicaList struct {
+	Items []Replica `json:"items"`
+}
+
+// Node is one cluster member as `get nodes` shows it.
+type Node struct {
+	Name      string    `json:"name"`
+	State     string    `json:"state"` // alive, suspect, dead, left
+	Address   string    `json:"address"`
+	PodSubnet string    `json:"podSubnet"`
+	Replicas  int       `json:"replicas"`
+	Started   time.Time `json:"started"`
+}
+
+// NodeList answers /v1/nodes.
+type NodeList struct {
+	Items []Node `json:"items"`
+}
+
+// Image is one stored image.
+type Image struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// ImageList answers /v1/images.
+type ImageList struct {
+	Items []Image `json:"items"`
+}
