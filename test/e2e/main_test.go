@@ -1,0 +1,145 @@
+// Package e2e runs Starling's end-to-end tests: the real starling binary,
+// real containerd and real containers, each node in a network namespace
+// (see test/harness). They need root, containerd, runc and the CNI
+// plugins; `make test` installs them. Without root they are skipped with
+// a message; with STARLING_E2E_REQUIRED=1 (set by .ci/run) a missing
+// prerequisite fails instead, so CI cannot pass without running them.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+	"github.com/starling-orchestrator/starling/test/imagebuild"
+)
+
+// Built once in TestMain.
+var (
+	binary    string
+	echoV1Tar string
+	echoV2Tar string
+	skipWhy   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if why := missingPrereq(); why != "" {
+		if os.Getenv("STARLING_E2E_REQUIRED") == "1" {
+			fmt.Fprintln(os.Stderr, "e2e prerequisites missing and STARLING_E2E_REQUIRED=1:", why)
+			return 1
+		}
+		skipWhy = why
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "starling-e2e-build-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	mod, err := harness.ModuleDir()
+	if err == nil {
+		binary, err = harness.BuildBinary(ctx, mod, dir)
+	}
+	if err == nil {
+		echoV1Tar = filepath.Join(dir, "echo-v1.tar")
+		err = imagebuild.Echo(ctx, mod, "starling.local/echo:v1", "v1", echoV1Tar)
+	}
+	if err == nil {
+		echoV2Tar = filepath.Join(dir, "echo-v2.tar")
+		err = imagebuild.Echo(ctx, mod, "starling.local/echo:v2", "v2", echoV2Tar)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		return 1
+	}
+	code := m.Run()
+	fmt.Printf("e2e: %d tests ran against real containerd in network namespaces\n", clustersStarted.Load())
+	return code
+}
+
+// clustersStarted counts tests that brought up a cluster.
+var clustersStarted atomic.Int32
+
+func missingPrereq() string {
+	if os.Geteuid() != 0 {
+		return "not root"
+	}
+	for _, bin := range []string{"containerd", "runc", "ip", "nsenter", "iptables"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return bin + " not found (make deps installs it)"
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		if _, err2 := os.Stat("/opt/cni/bin/bridge"); err2 != nil {
+			return "CNI plugins not found (Debian package containernetworking-plugins)"
+		}
+	}
+	return ""
+}
+
+// newCluster creates a cluster of n nodes with running agents, torn down
+// when the test ends (also on failure, after printing diagnostics).
+func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
+	t.Helper()
+	if skipWhy != "" {
+		t.Skip("e2e prerequisites missing: " + skipWhy)
+	}
+	clustersStarted.Add(1)
+	c, err := harness.New(t.TempDir(), binary, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, node := range c.Nodes {
+				t.Log(node.Diagnostics())
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	for i := 1; i <= n; i++ {
+		node, err := c.AddNode(fmt.Sprintf("n%d", i), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.StartAgent(agentArgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// eventually polls f every 100 ms until it returns nil or timeout passes,
+// and returns how long it took or the last error.
+func eventually(timeout time.Duration, f func() error) (time.Duration, error) {
+	start := time.Now()
+	for {
+		err := f()
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("after %v: %w", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+type replica struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Workload  string `json:"workload"`
+	Ordinal   int    `json:"ordinal"`
+	Node      string `json:"node"`
+	Phase     string `json:"phase"`
+	Ready     bool   `json:"ready"`
+	PodIP     string `json:"podIP"`
+	SpecHash  string `json:"specHash"`
+	Restarts  int    `json:"restarts"`
+}
+
+func replicas(n *harness.Node) ([]replica, error) {
+	out, err := n.CLI("get", "replicas", "-A", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var l struct{ Items []replica }
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("decode get replicas: %w: %s", err, out)
+	}
+	return l.Items, nil
+}
+
+// waitRunning waits until exactly want replicas of workload run.
+func waitRunning(t *testing.T, n *harness.Node, workload string, want int, timeout time.Duration) ([]replica, time.Duration) {
+	t.Helper()
+	var got []replica
+	took, err := eventually(timeout, func() error {
+		all, err := replicas(n)
+		if err != nil {
+			return err
+		}
+		got = nil
+		running := 0
+		for _, r := range all {
+			if r.Workload == workload {
+				got = append(got, r)
+				if r.Phase == "Running" {
+					running++
+				}
+			}
+		}
+		if running != want || len(got) != want {
+			return fmt.Errorf("%d of %d replicas running (%d listed): %+v", running, want, len(got), got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, took
+}
+
+// taskPIDs returns the PIDs in each replica container's cgroup, keyed by
+// container ID (cgroup path /starling/<node>/<id>, see node/runtime).
+func taskPIDs(t *testing.T, node string) map[string]string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + node + "/*")
+	if len(dirs) == 0 {
+		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + node + "/*")
+	}
+	out := map[string]string{}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		if pids := strings.Join(strings.Fields(string(b)), ","); pids != "" {
+			out[filepath.Base(d)] = pids
+		}
+	}
+	return out
+}
+
+// TestSingleNodeLifecycle is the one-node scenario of `make demo`: apply,
+// serve, self-heal after a container kill, adopt after an agent kill, and
+// clean deletion.
+func TestSingleNodeLifecycle(t *testing.T) {
+	c := newCluster(t, 1)
+	n := c.Nodes[0]
+	if out, err := n.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "starling.local/echo:v1") {
+		t.Fatalf("image import output: %q", out)
+	}
+	mod, _ := harness.ModuleDir()
+	if out, err := n.CLI("apply", "-f", filepath.Join(mod, "examples", "hello.yaml")); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "deployment.apps/hello created") {
+		t.Fatalf("apply output: %q", out)
+	}
+	reps, took := waitRunning(t, n, "hello", 3, 5*time.Second)
+	t.Logf("3 replicas running %v after apply", took.Round(time.Millisecond))
+	_, subnet, _ := net.ParseCIDR(n.PodSubnet)
+	for _, r := range reps {
+		if ip := net.ParseIP(r.PodIP); ip == nil || !subnet.Contains(ip) {
+			t.Fatalf("replica %s has pod IP %q outside %s", r.Name, r.PodIP, n.PodSubnet)
+		}
+		body, err := harness.HTTPGet(n.NetNS, "http://"+r.PodIP+":8080/", 3*time.Second)
+		if err != nil {
+			t.Fatalf("HTTP to %s (%s): %v", r.Name, r.PodIP, err)
+		}
+		if !strings.Contains(body, "hostname="+r.Name) || !strings.Contains(body, "podIP="+r.PodIP) {
+			t.Fatalf("replica %s answered %q", r.Name, body)
+		}
+	}
+
+	// kill -9 of one container's process: restarted on the next reconcile.
+	before := taskPIDs(t, n.Name)
+	if len(before) != 3 {
+		t.Fatalf("want 3 container cgroups with processes, got %v", before)
+	}
+	victim := "default_" + reps[0].Name
+	for _, p := range strings.Split(before[victim], ",") {
+		var pid int
+		fmt.Sscan(p, &pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	took, err := eventually(10*time.Second, func() error {
+		all, err := replicas(n)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Name == reps[0].Name && (r.Phase != "Running" || r.Restarts != 1) {
+				return fmt.Errorf("%s: phase %s restarts %d", r.Name, r.Phase, r.Restarts)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal("killed container not restarted: ", err)
+	}
+	t.Logf("killed container back after %v", took.Round(time.Millisecond))
+
+	// kill -9 of the agent and restart: nothing duplicated or restarted.
+	before = taskPIDs(t, n.Name)
+	n.KillAgent(syscall.SIGKILL)
+	if err := n.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second) // more than one resync interval
+	after := taskPIDs(t, n.Name)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("agent restart changed containers:\nbefore %v\nafter  %v", before, after)
+	}
+	waitRunning(t, n, "hello", 3, time.Second)
+
+	// delete: no container, namespace, veth or IPAM reservation left.
+	if out, err := n.CLI("delete", "-f", filepath.Join(mod, "examples", "hello.yaml")); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "deployment.apps/hello deleted") {
+		t.Fatalf("delete output: %q", out)
+	}
+	_, err = eventually(20*time.Second, func() error {
+		if all, err := replicas(n); err != nil || len(all) != 0 {
+			return fmt.Errorf("replicas left: %v %v", all, err)
+		}
+		if pids := taskPIDs(t, n.Name); len(pids) != 0 {
+			return fmt.Errorf("container processes left: %v", pids)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(n.DataDir, "netns")); len(ents) != 0 {
+			return fmt.Errorf("%d pinned namespaces left", len(ents))
+		}
+		ents, _ := os.ReadDir(filepath.Join(n.DataDir, "ipam", "starling"))
+		for _, e := range ents {
+			if net.ParseIP(e.Name()) != nil {
+				return fmt.Errorf("IPAM reservation left: %s", e.Name())
+			}
+		}
+		links, err := n.Exec(t.Context(), "ip", "-br", "link")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(links, "veth") {
+			return fmt.Errorf("veth left:\n%s", links)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,71 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DialIn returns a dial function whose sockets are created inside network
+// namespace ns (/run/netns/ns). A socket keeps the namespace it was
+// created in, so only the socket() call needs the thread switched: the
+// goroutine locks its OS thread, enters ns, dials, and switches back.
+func DialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open netns %s: %w", ns, err)
+		}
+		defer unix.Close(target)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			return nil, fmt.Errorf("enter netns %s: %w", ns, err)
+		}
+		var d net.Dialer
+		conn, derr := d.DialContext(ctx, network, addr)
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			// The thread is stuck in the wrong namespace: never unlock it,
+			// so the runtime discards it when this goroutine ends.
+			runtime.LockOSThread()
+			if conn != nil {
+				conn.Close()
+			}
+			return nil, fmt.Errorf("return from netns %s: %w", ns, err)
+		}
+		return conn, derr
+	}
+}
+
+// HTTPGet fetches url from inside network namespace ns with a fresh
+// connection and returns the body. timeout bounds the whole request.
+func HTTPGet(ns, url string, timeout time.Duration) (string, error) {
+	client := &http.Client{
+		Timeout:   timeout,
+		Transport: &http.Transport{DialContext: DialIn(ns), DisableKeepAlives: true},
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}

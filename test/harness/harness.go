@@ -1,0 +1,497 @@
+// Package harness runs Starling nodes on one machine for the end-to-end
+// tests, the demo and the benchmarks. Each node is a network namespace
+// with its own containerd (own root, state and socket under the node's
+// directory) and its own agent, joined by a veth to a LAN bridge that
+// lives in a namespace of its own. Nothing touches the root network
+// namespace's routes, iptables or sysctls.
+//
+// Processes run in their namespaces through nsenter(1) --net only (not
+// `ip netns exec`), so they share the root mount namespace: the pinned
+// pod namespaces the agent creates are visible to containerd and runc.
+//
+// Close removes everything: processes (agents, containerds, shims,
+// containers), mounts, cgroups, namespaces and directories.
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Cluster is a set of node namespaces on one LAN namespace.
+type Cluster struct {
+	// Dir holds every node's data; removed by Close.
+	Dir string
+	// Prefix makes namespace names unique to this cluster ("st<pid>-").
+	Prefix string
+	// Binary is the starling binary the agents and CLI calls run.
+	Binary string
+	// LAN is the name of the LAN namespace (bridge br0, 192.168.222.254/24).
+	LAN   string
+	Nodes []*Node
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// LANPrefix is the LAN subnet; node i (1-based) is LANPrefix+".<10+i>".
+const LANPrefix = "192.168.222"
+
+// Node is one Starling node of a Cluster.
+type Node struct {
+	Name      string
+	NetNS     string // network namespace name (under /run/netns)
+	Dir       string // data dir: containerd/, starling/ ...
+	DataDir   string // the agent's --data-dir
+	IP        string // LAN address
+	PodSubnet string
+	Socket    string // the agent's API socket
+
+	c          *Cluster
+	containerd *exec.Cmd
+	agent      *exec.Cmd
+	agentLog   *os.File
+	agentArgs  []string
+	agentDone  chan struct{}
+}
+
+// New creates the LAN namespace and returns an empty cluster. dir must
+// exist; binary is the starling binary to run.
+func New(dir, binary string, log io.Writer) (*Cluster, error) {
+	return NewNamed(dir, fmt.Sprintf("st%d-", os.Getpid()), binary, log)
+}
+
+// NewNamed is New with a chosen namespace prefix (the demo uses a fixed
+// one so `make demo-down` can find what a previous run left).
+func NewNamed(dir, prefix, binary string, log io.Writer) (*Cluster, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, Binary: binary, Prefix: prefix, Log: log}
+	c.LAN = c.Prefix + "lan"
+	if err := run("ip", "netns", "add", c.LAN); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"link", "add", "br0", "type", "bridge"},
+		{"addr", "add", LANPrefix + ".254/24", "dev", "br0"},
+		{"link", "set", "br0", "up"},
+		{"link", "set", "lo", "up"},
+	} {
+		if err := run("ip", append([]string{"-n", c.LAN}, args...)...); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, format+"\n", args...)
+	}
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// AddNode creates node namespace i (1-based) wired to the LAN and starts
+// its containerd. The agent is started with StartAgent.
+func (c *Cluster) AddNode(name string, i int) (*Node, error) {
+	n := &Node{
+		Name: name, NetNS: c.Prefix + name, Dir: filepath.Join(c.Dir, name),
+		IP: fmt.Sprintf("%s.%d", LANPrefix, 10+i), PodSubnet: fmt.Sprintf("10.22.%d.0/24", i), c: c,
+	}
+	n.DataDir = filepath.Join(n.Dir, "starling")
+	n.Socket = filepath.Join(n.DataDir, "starling.sock")
+	c.Nodes = append(c.Nodes, n)
+	if err := run("ip", "netns", "add", n.NetNS); err != nil {
+		return nil, err
+	}
+	veth := "v" + name
+	for _, cmd := range [][]string{
+		{"ip", "-n", c.LAN, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", n.NetNS},
+		{"ip", "-n", c.LAN, "link", "set", veth, "master", "br0", "up"},
+		{"ip", "-n", n.NetNS, "addr", "add", n.IP + "/24", "dev", "eth0"},
+		{"ip", "-n", n.NetNS, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.NetNS, "link", "set", "lo", "up"},
+	} {
+		if err := run(cmd[0], cmd[1:]...); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	return n, n.startContainerd()
+}
+
+// ContainerdSocket is the node's containerd gRPC socket.
+func (n *Node) ContainerdSocket() string {
+	return filepath.Join(n.Dir, "containerd", "containerd.sock")
+}
+
+func (n *Node) startContainerd() error {
+	cdir := filepath.Join(n.Dir, "containerd")
+	if err := os.MkdirAll(cdir, 0o700); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+`, filepath.Join(cdir, "root"), filepath.Join(cdir, "state"), n.ContainerdSocket(), n.ContainerdSocket()+".ttrpc")
+	confPath := filepath.Join(cdir, "config.toml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(cdir, "containerd.log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.NetNS, "containerd", "--config", confPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start containerd for %s: %w (install the Debian package containerd)", n.Name, err)
+	}
+	go func() { cmd.Wait(); logf.Close() }()
+	n.containerd = cmd
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(n.ContainerdSocket()); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("containerd for %s did not create %s within 20s (see %s)", n.Name, n.ContainerdSocket(), logf.Name())
+}
+
+// AgentLogPath is where the agent's stderr goes (appended across restarts).
+func (n *Node) AgentLogPath() string { return filepath.Join(n.Dir, "agent.log") }
+
+// StartAgent starts the node's agent with the standard flags plus extra,
+// and waits until its API answers.
+func (n *Node) StartAgent(extra ...string) error {
+	args := []string{"agent", "--name", n.Name, "--data-dir", n.DataDir,
+		"--containerd-address", n.ContainerdSocket(), "--pod-subnet", n.PodSubnet}
+	args = append(args, extra...)
+	n.agentArgs = args
+	return n.startAgent()
+}
+
+// RestartAgent starts the agent again with the flags of the last StartAgent.
+func (n *Node) RestartAgent() error { return n.startAgent() }
+
+func (n *Node) startAgent() error {
+	logf, err := os.OpenFile(n.AgentLogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.NetNS, n.c.Binary}, n.agentArgs...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	n.agent, n.agentLog = cmd, logf
+	done := make(chan struct{})
+	n.agentDone = done
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("agent %s exited at start:\n%s", n.Name, n.Tail(20))
+		default:
+		}
+		if _, err := n.CLI("version"); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("agent %s did not answer within 30s:\n%s", n.Name, n.Tail(20))
+}
+
+// AgentPID is the agent's process ID (0 when not running).
+func (n *Node) AgentPID() int {
+	if n.agent == nil || n.agent.Process == nil {
+		return 0
+	}
+	select {
+	case <-n.agentDone:
+		return 0
+	default:
+	}
+	return n.agent.Process.Pid
+}
+
+// KillAgent kills the agent with sig (SIGKILL: as in a crash) and waits.
+func (n *Node) KillAgent(sig syscall.Signal) {
+	if n.agent == nil || n.agent.Process == nil {
+		return
+	}
+	// nsenter execs the agent, so the process is the agent itself.
+	n.agent.Process.Signal(sig)
+	select {
+	case <-n.agentDone:
+	case <-time.After(15 * time.Second):
+		n.agent.Process.Kill()
+		<-n.agentDone
+	}
+}
+
+// Tail returns the last lines of the agent's log.
+func (n *Node) Tail(lines int) string {
+	b, _ := os.ReadFile(n.AgentLogPath())
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// CLI runs `starling --server <node socket> args...` and returns stdout;
+// on failure the error holds stderr.
+func (n *Node) CLI(args ...string) (string, error) {
+	return n.CLIInput(nil, args...)
+}
+
+// CLIInput is CLI with stdin.
+func (n *Node) CLIInput(stdin io.Reader, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.c.Binary, append([]string{"--server", n.Socket}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("starling %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Exec runs a command inside the node's network namespace.
+func (n *Node) Exec(ctx context.Context, name string, args ...string) (string, error) {
+	return NetNSExec(ctx, n.NetNS, name, args...)
+}
+
+// NetNSExec runs a command in network namespace ns and returns its
+// combined output.
+func NetNSExec(ctx context.Context, ns, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("[%s] %s %s: %v: %s", ns, name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// Diagnostics returns the agent log tail, routes, addresses and iptables
+// of the node, for test failure reports.
+func (n *Node) Diagnostics() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	fmt.Fprintf(&b, "==== node %s (netns %s) agent log ====\n%s\n", n.Name, n.NetNS, n.Tail(60))
+	for _, cmd := range [][]string{{"ip", "-br", "addr"}, {"ip", "route"}, {"iptables-save"}} {
+		out, _ := n.Exec(ctx, cmd[0], cmd[1:]...)
+		fmt.Fprintf(&b, "---- %s ----\n%s\n", strings.Join(cmd, " "), out)
+	}
+	return b.String()
+}
+
+// Close stops and removes everything the cluster created. It is safe to
+// call more than once and after partial set-up.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	for _, n := range c.Nodes {
+		n.KillAgent(syscall.SIGKILL)
+		if n.containerd != nil && n.containerd.Process != nil {
+			n.containerd.Process.Kill()
+			n.containerd.Wait()
+		}
+	}
+	return Down(c.Dir, c.Prefix)
+}
+
+// Down removes a cluster from what is on disk and in the kernel alone, so
+// it also cleans up after a crashed test or demo: it kills every process
+// whose command line names dir (agents, containerds, shims), the
+// containers in the cgroups of the nodes found in dir, unmounts
+// everything below dir, deletes network namespaces named prefix*, and
+// removes dir.
+func Down(dir, prefix string) error {
+	var errs []error
+	for _, pid := range pidsMatching(" " + dir + "/") {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	ents, _ := os.ReadDir(dir)
+	var cgroups []string
+	for _, e := range ents {
+		if e.IsDir() {
+			cgroups = append(cgroups, nodeCgroups(e.Name())...)
+		}
+	}
+	for _, cg := range cgroups {
+		killProcs(cg)
+	}
+	time.Sleep(200 * time.Millisecond)
+	errs = append(errs, unmountUnder(dir))
+	for i := len(cgroups) - 1; i >= 0; i-- {
+		os.Remove(cgroups[i])
+	}
+	// The shared parent goes once no node of any cluster uses it.
+	parents, _ := filepath.Glob("/sys/fs/cgroup/*/starling")
+	for _, p := range parents {
+		os.Remove(p)
+	}
+	nss, _ := os.ReadDir("/run/netns")
+	for _, ns := range nss {
+		if prefix != "" && strings.HasPrefix(ns.Name(), prefix) {
+			if err := run("ip", "netns", "del", ns.Name()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// nodeCgroups lists cgroup directories of node name in every hierarchy,
+// parents before children.
+func nodeCgroups(name string) []string {
+	var dirs []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/starling/" + name)
+	if st, err := os.Stat("/sys/fs/cgroup/starling/" + name); err == nil && st.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/starling/"+name)
+	}
+	for _, r := range roots {
+		filepath.WalkDir(r, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+	}
+	return dirs
+}
+
+func killProcs(cgroup string) {
+	b, err := os.ReadFile(filepath.Join(cgroup, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// pidsMatching returns processes whose command line contains s (with
+// arguments joined by spaces and a trailing space).
+func pidsMatching(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// unmountUnder lazily unmounts every mount point below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// BuildBinary builds cmd/starling from moduleDir into dir and returns its path.
+func BuildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
+	out := filepath.Join(dir, "starling")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/starling")
+	cmd.Dir = moduleDir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/starling: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// ModuleDir finds the Starling module root from the working directory.
+func ModuleDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
