@@ -229,7 +229,11 @@ func run(dir string, keep bool) int {
 			if ip := net.ParseIP(r.PodIP); ip == nil || !subnet.Contains(ip) {
 				return "", fmt.Errorf("%s: pod IP %q not in %s", r.Name, r.PodIP, n.PodSubnet)
 			}
-			body, err := harness.HTTPGet(n.NetNS, "http://"+r.PodIP+":8080/", 3*time.Second)
+			var body string
+			err := poll(3*time.Second, func() (err error) {
+				body, err = harness.HTTPGet(n.NetNS, "http://"+r.PodIP+":8080/", time.Second)
+				return err
+			})
 			if err != nil {
 				return "", fmt.Errorf("%s: %w", r.Name, err)
 			}

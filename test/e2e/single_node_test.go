@@ -114,7 +114,11 @@ func TestSingleNodeLifecycle(t *testing.T) {
 		if ip := net.ParseIP(r.PodIP); ip == nil || !subnet.Contains(ip) {
 			t.Fatalf("replica %s has pod IP %q outside %s", r.Name, r.PodIP, n.PodSubnet)
 		}
-		body, err := harness.HTTPGet(n.NetNS, "http://"+r.PodIP+":8080/", 3*time.Second)
+		var body string
+		_, err := eventually(3*time.Second, func() (err error) {
+			body, err = harness.HTTPGet(n.NetNS, "http://"+r.PodIP+":8080/", time.Second)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("HTTP to %s (%s): %v", r.Name, r.PodIP, err)
 		}
