@@ -1,0 +1,654 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+const (
+	// deltaOverhead is what memberlist adds around one of our messages in a
+	// gossip packet at worst: compound header (2) and per-message overhead
+	// (2), user-message type (1), encryption (29 for AES-GCM version 1), CRC
+	// header (5), with room to spare (memberlist net.go, security.go).
+	deltaOverhead = 64
+	// maxQueuedDeltas bounds the delta queue. Under a burst of writes the
+	// oldest (most retransmitted) deltas are dropped first; anti-entropy
+	// delivers whatever they would have.
+	maxQueuedDeltas = 4096
+	// numKeyLocks stripes the per-key apply lock.
+	numKeyLocks = 64
+	// maxConcurrentSyncs bounds the anti-entropy exchanges this node starts
+	// at once; a push/pull that finds no free slot is skipped (the next one
+	// repairs it).
+	maxConcurrentSyncs = 4
+	// directSendParallelism bounds concurrent direct sends of one big record.
+	directSendParallelism = 4
+)
+
+// Cluster is a running member of a gossip cluster. Its methods are safe for
+// concurrent use.
+type Cluster struct {
+	cfg      Config
+	log      *slog.Logger
+	state    State
+	ml       *memberlist.Memberlist
+	queue    *memberlist.TransmitLimitedQueue
+	idx      *index
+	maxDelta int // largest delta message, type byte included, that is gossiped
+	keyLocks [numKeyLocks]sync.Mutex
+
+	membersMu sync.Mutex
+	members   map[string]*Member
+	leaving   map[string]time.Time // leave intents received, by node name
+	live      atomic.Int64 // members not dead or left, self included
+
+	metaMu sync.Mutex
+	meta   []byte
+
+	vivaldi  *coordinate.Client
+	coordDim int
+	coordsMu sync.Mutex
+	coords   map[string]*coordinate.Coordinate
+
+	changed chan struct{}
+
+	ctx      context.Context // cancelled on shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // goroutines this Cluster started
+	gate     gate           // delegate calls in flight
+	syncSem  chan struct{}
+	closed   atomic.Bool
+	shutOnce sync.Once
+	shutErr  error
+
+	dropLog rateLimiter
+}
+
+// New starts memberlist on the configured address with state as the
+// replicated map, and returns once it listens. It does not contact anyone:
+// call Join. It reads state.Snapshot once to build the digest index. Errors
+// wrap ErrConfig for a bad Config, or come from the snapshot or memberlist
+// (for example an address already in use).
+func New(cfg Config, state State) (*Cluster, error) {
+	c, err := newCluster(cfg, state)
+	if err != nil {
+		return nil, err
+	}
+	logw := &logWriter{log: c.log, onSuspect: c.observeSuspect}
+	mc, err := c.cfg.memberlistConfig(&delegate{c}, logw)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
+	}
+	c.ml = ml
+	c.spawn(c.reconnectLoop)
+	c.log.Info("gossip started", "addr", ml.LocalNode().Address(), "encrypted", len(c.cfg.SecretKey) > 0, "records", c.idx.len())
+	return c, nil
+}
+
+// newCluster builds a Cluster without starting memberlist (c.ml is nil):
+// New's first half, and the harness of tests that drive the delegate alone.
+func newCluster(cfg Config, state State) (*Cluster, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if state == nil {
+		return nil, fmt.Errorf("%w: nil State", ErrConfig)
+	}
+	ccfg := coordinate.DefaultConfig()
+	viv, err := coordinate.NewClient(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: vivaldi: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Name),
+		state:    state,
+		idx:      newIndex(),
+		maxDelta: cfg.UDPBufferSize - deltaOverhead,
+		members:  map[string]*Member{},
+		leaving:  map[string]time.Time{},
+		meta:     slices.Clone(cfg.Meta),
+		vivaldi:  viv,
+		coordDim: int(ccfg.Dimensionality),
+		coords:   map[string]*coordinate.Coordinate{},
+		changed:  make(chan struct{}, 1),
+		ctx:      ctx,
+		cancel:   cancel,
+		syncSem:  make(chan struct{}, maxConcurrentSyncs),
+		dropLog:  rateLimiter{interval: time.Second},
+	}
+	c.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(c.live.Load()) },
+		RetransmitMult: cfg.RetransmitMult,
+	}
+	if err := c.Reindex(); err != nil {
+		cancel()
+		return nil, err
+	}
+	return c, nil
+}
+
+// reconnectLoop tries, every ReconnectInterval, to rejoin one random member
+// that died less than ReconnectTimeout ago. A push/pull with it makes both
+// sides refute the other's "dead" verdict, and the next one (or gossip)
+// carries the refutations across; see serf.go handleReconnect.
+func (c *Cluster) reconnectLoop() {
+	t := time.NewTicker(c.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var cands []string
+		c.membersMu.Lock()
+		for _, m := range c.members {
+			if m.State == StateDead && time.Since(m.Since) < c.cfg.ReconnectTimeout {
+				cands = append(cands, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))
+			}
+		}
+		c.membersMu.Unlock()
+		if len(cands) == 0 {
+			continue
+		}
+		addr := cands[rand.IntN(len(cands))]
+		if _, err := c.ml.Join([]string{addr}); err != nil {
+			c.log.Debug("reconnect failed", "addr", addr, "err", err)
+		} else {
+			c.log.Debug("reconnected", "addr", addr)
+		}
+	}
+}
+
+// Reindex rebuilds the digest index from State.Snapshot. Call it after
+// changing the State other than through this Cluster.
+func (c *Cluster) Reindex() error {
+	snap, err := c.state.Snapshot()
+	if err != nil {
+		return fmt.Errorf("gossip: snapshot state: %w", err)
+	}
+	if err := c.idx.reset(snap); err != nil {
+		return fmt.Errorf("gossip: index state: %w", err)
+	}
+	return nil
+}
+
+// LocalName returns this node's name (Config.Name).
+func (c *Cluster) LocalName() string { return c.cfg.Name }
+
+// NumMembers returns the number of members not dead or left (alive or
+// suspect), this node included.
+func (c *Cluster) NumMembers() int { return int(c.live.Load()) }
+
+// Changed returns a channel that receives a value, without blocking the
+// sender and coalesced in a buffer of 1, whenever membership changes or a
+// record received from another node was applied. It is never closed.
+func (c *Cluster) Changed() <-chan struct{} { return c.changed }
+
+func (c *Cluster) notify() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Join contacts the seeds ("host" or "host:port"; the port defaults to
+// BindPort) and merges state with each that answers, then returns how many
+// did. It fails only if none answered; if the seeds answered but nothing
+// could be decrypted either way, the error wraps ErrKeyMismatch.
+func (c *Cluster) Join(seeds []string) (int, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	if len(seeds) == 0 {
+		return 0, errors.New("gossip: join: no seeds")
+	}
+	n, err := c.ml.Join(seeds)
+	if err != nil {
+		if isKeyError(err) {
+			return n, fmt.Errorf("gossip: join %s: %w (%v)", strings.Join(seeds, ","), ErrKeyMismatch, err)
+		}
+		return n, fmt.Errorf("gossip: join %s: %w", strings.Join(seeds, ","), err)
+	}
+	c.log.Info("joined", "seeds", seeds, "answered", n, "members", c.NumMembers())
+	return n, nil
+}
+
+// isKeyError recognises memberlist's errors for undecryptable exchanges
+// (memberlist security.go and net.go readStream). memberlist returns them as
+// plain strings, so there is nothing better to match.
+func isKeyError(err error) bool {
+	s := err.Error()
+	for _, m := range []string{
+		"no installed keys could decrypt the message",
+		"encryption is configured but remote state is not encrypted",
+		"remote state is encrypted and encryption is not configured",
+	} {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// Publish applies r to the local State and, if that changed it, sends it to
+// the cluster: as a gossiped delta when its encoding fits a gossip packet
+// (about UDPBufferSize bytes), otherwise directly over TCP to every live
+// member, in the background. A write that loses to the record already held
+// is not sent. Errors: r fails crdt.Record.Validate (wraps
+// crdt.ErrInvalidRecord), State.Apply failed, or ErrClosed.
+func (c *Cluster) Publish(r crdt.Record) error {
+	enc, err := crdt.EncodeRecord(r)
+	if err != nil {
+		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
+	}
+	if !c.gate.enter() {
+		return ErrClosed
+	}
+	defer c.gate.exit()
+	changed, err := c.apply(r, enc, true)
+	if err != nil {
+		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
+	}
+	if changed && 1+len(enc) > c.maxDelta {
+		c.sendDirect(r.Key, enc)
+	}
+	return nil
+}
+
+// apply merges r (encoded as enc) into the State and the index under the
+// key's lock, and queues it as a delta when it changed the State, requeue is
+// set and it fits a gossip packet. Holding the key lock across Apply and the
+// queueing keeps the index, and the delta queue (which replaces a key's
+// queued delta by name), in the State's order.
+func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
+	l := &c.keyLocks[keyHash(r.Key)%numKeyLocks]
+	l.Lock()
+	defer l.Unlock()
+	changed, err := c.state.Apply(r)
+	if err != nil || !changed {
+		return false, err
+	}
+	c.idx.put(entryOf(r, enc))
+	if requeue && 1+len(enc) <= c.maxDelta {
+		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
+		if c.queue.NumQueued() > maxQueuedDeltas {
+			c.queue.Prune(maxQueuedDeltas)
+		}
+	}
+	return true, nil
+}
+
+// receive applies a record from another node; forward re-queues it as a
+// delta when it changed the State.
+func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
+	if c.cfg.Clock != nil {
+		if _, err := c.cfg.Clock.Update(r.Version); err != nil {
+			c.dropped("record from the future", err, "key", r.Key, "origin", r.Origin)
+			return
+		}
+	}
+	changed, err := c.apply(r, enc, forward)
+	if err != nil {
+		c.log.Error("apply remote record", "key", r.Key, "origin", r.Origin, "err", err)
+		return
+	}
+	if changed {
+		c.notify()
+	}
+}
+
+// idxEntry returns the index entry of key, or the zero entry.
+func (c *Cluster) idxEntry(key string) entry {
+	e, _ := c.idx.get(key)
+	return e
+}
+
+// dropped logs a rejected message, at most once a second.
+func (c *Cluster) dropped(what string, err error, kv ...any) {
+	ok, suppressed := c.dropLog.allow(time.Now())
+	if !ok {
+		return
+	}
+	args := append([]any{"err", err}, kv...)
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	c.log.Warn("gossip: dropped "+what, args...)
+}
+
+// sendDirect sends a record too big for gossip to every live member, in the
+// background.
+func (c *Cluster) sendDirect(key string, enc []byte) {
+	msgs := encodeRecords([][]byte{enc})
+	peers := c.livePeers()
+	c.spawn(func() {
+		sem := make(chan struct{}, directSendParallelism)
+		var wg sync.WaitGroup
+		for _, p := range peers {
+			if c.ctx.Err() != nil {
+				break
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if err := c.ml.SendReliable(p, msgs[0]); err != nil {
+					c.log.Debug("direct send failed; anti-entropy will repair", "key", key, "to", p.Name, "err", err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// spawn runs f in a goroutine owned by c: Shutdown waits for it.
+func (c *Cluster) spawn(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// livePeers returns the members other than this node that are alive or
+// suspect, as memberlist nodes to send to.
+func (c *Cluster) livePeers() []*memberlist.Node {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	var out []*memberlist.Node
+	for _, m := range c.members {
+		if m.Name != c.cfg.Name && (m.State == StateAlive || m.State == StateSuspect) {
+			out = append(out, &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port})
+		}
+	}
+	return out
+}
+
+// peer returns the member name as a memberlist node to send to, if it is
+// known and not dead or left.
+func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	m, ok := c.members[name]
+	if !ok || name == c.cfg.Name || (m.State != StateAlive && m.State != StateSuspect) {
+		return nil, false
+	}
+	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port}, true
+}
+
+// Members returns every member this node has seen, with its state, sorted by
+// name, this node included. Dead and left members stay listed; one that comes
+// back is alive again.
+func (c *Cluster) Members() []Member {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	out := make([]Member, 0, len(c.members))
+	for _, m := range c.members {
+		cp := *m
+		cp.Meta = slices.Clone(m.Meta)
+		out = append(out, cp)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// setMember updates the member's entry (creating it) and the live count, and
+// reports whether anything visible changed. Called with membersMu held.
+func (c *Cluster) setMemberLocked(n *memberlist.Node, state string) bool {
+	m, ok := c.members[n.Name]
+	if !ok {
+		m = &Member{Name: n.Name}
+		c.members[n.Name] = m
+	}
+	changed := !ok
+	if addr := n.Addr.String(); m.Addr != addr || m.Port != n.Port {
+		m.Addr, m.Port, changed = addr, n.Port, true
+	}
+	if !slices.Equal(m.Meta, n.Meta) {
+		m.Meta, changed = slices.Clone(n.Meta), true
+	}
+	if m.State != state {
+		m.State, m.Since, changed = state, time.Now(), true
+	}
+	c.recountLocked()
+	return changed
+}
+
+func (c *Cluster) recountLocked() {
+	n := 0
+	for _, m := range c.members {
+		if m.State == StateAlive || m.State == StateSuspect {
+			n++
+		}
+	}
+	c.live.Store(int64(n))
+}
+
+// setState changes only the state of a known member, if it is in one of
+// from; it reports whether it did.
+func (c *Cluster) setState(name, to string, from ...string) bool {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	m, ok := c.members[name]
+	if !ok || m.State == to || !slices.Contains(from, m.State) {
+		return false
+	}
+	m.State, m.Since = to, time.Now()
+	c.recountLocked()
+	return true
+}
+
+// observeSuspect is called when memberlist reports that this node's probe of
+// name got no ack.
+func (c *Cluster) observeSuspect(name string) {
+	if name != c.cfg.Name && c.setState(name, StateSuspect, StateAlive) {
+		c.log.Info("member suspect", "member", name)
+		c.notify()
+	}
+}
+
+// RTT returns the round-trip time to the named node estimated from Vivaldi
+// network coordinates, and false if this node has not yet received that
+// node's coordinate (it arrives with the acks of this node's probes, so
+// within about N probe intervals). The estimate for this node itself is 0.
+func (c *Cluster) RTT(name string) (time.Duration, bool) {
+	if name == c.cfg.Name {
+		return 0, true
+	}
+	c.coordsMu.Lock()
+	other, ok := c.coords[name]
+	c.coordsMu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	return c.vivaldi.DistanceTo(other), true
+}
+
+// UpdateMeta replaces this node's metadata (at most 512 bytes) and gossips it
+// with an alive message. It waits up to two gossip intervals for the first
+// transmission; after that the message still spreads in the background.
+// Errors wrap ErrConfig for oversized meta, or ErrClosed.
+func (c *Cluster) UpdateMeta(meta []byte) error {
+	if len(meta) > memberlist.MetaMaxSize {
+		return fmt.Errorf("%w: meta is %d bytes, max %d", ErrConfig, len(meta), memberlist.MetaMaxSize)
+	}
+	if !c.gate.enter() {
+		return ErrClosed
+	}
+	defer c.gate.exit()
+	c.metaMu.Lock()
+	c.meta = slices.Clone(meta)
+	c.metaMu.Unlock()
+	if err := c.ml.UpdateNode(2 * c.cfg.GossipInterval); err != nil {
+		// memberlist only fails here on its wait timing out; the alive
+		// message stays queued.
+		c.log.Debug("meta update still spreading", "err", err)
+	}
+	return nil
+}
+
+// Leave announces a graceful leave, so that peers mark this node "left"
+// rather than "dead", then shuts down as Shutdown does. It gossips a leave
+// intent and then memberlist's leave message, waiting up to timeout in all
+// for them to be sent. It returns the error of that wait (the node shuts
+// down anyway), or ErrClosed if already shut down.
+func (c *Cluster) Leave(timeout time.Duration) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.cancel() // stop reconnecting and syncing first
+	deadline := time.Now().Add(timeout)
+	sent := make(chan struct{}, 1)
+	c.queue.QueueBroadcast(&broadcast{key: leaveKey(c.cfg.Name), msg: encodeLeave(c.cfg.Name), sent: sent})
+	var err error
+	if c.live.Load() > 1 {
+		select {
+		case <-sent:
+		case <-time.After(timeout):
+			err = errors.New("timeout waiting for the leave intent to be sent")
+		}
+	}
+	// memberlist.Leave waits forever for a zero timeout: keep a floor.
+	if lerr := c.ml.Leave(max(time.Until(deadline), 100*time.Millisecond)); lerr != nil && err == nil {
+		err = lerr
+	}
+	c.setState(c.cfg.Name, StateLeft, StateAlive, StateSuspect)
+	c.log.Info("left cluster", "err", err)
+	if serr := c.Shutdown(); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("gossip: leave: %w", err)
+	}
+	return nil
+}
+
+// leaveKey names the broadcast of a node's leave intent; it is not a valid
+// record key, so it never replaces a delta.
+func leaveKey(name string) string { return "/leave/" + name }
+
+// observeLeave records another node's intent to leave, marks it left if it
+// was already seen dead, and gossips the intent on the first time it is seen.
+func (c *Cluster) observeLeave(name string, msg []byte) {
+	if name == c.cfg.Name {
+		return
+	}
+	c.membersMu.Lock()
+	if _, seen := c.leaving[name]; seen {
+		c.membersMu.Unlock()
+		return
+	}
+	now := time.Now()
+	c.leaving[name] = now
+	changed := false
+	if m, ok := c.members[name]; ok && m.State == StateDead {
+		m.State, m.Since, changed = StateLeft, now, true
+	}
+	c.membersMu.Unlock()
+	c.queue.QueueBroadcast(&broadcast{key: leaveKey(name), msg: slices.Clone(msg)})
+	if changed {
+		c.log.Info("member left", "member", name)
+		c.notify()
+	}
+}
+
+// Shutdown stops gossiping without announcing it: peers detect a failure, as
+// for a crash. It waits for this package's goroutines and for the delegate
+// calls in progress, so that State is not used after it returns. It is safe
+// to call more than once.
+func (c *Cluster) Shutdown() error {
+	c.shutOnce.Do(func() {
+		c.closed.Store(true)
+		c.cancel()
+		if c.ml != nil {
+			c.shutErr = c.ml.Shutdown()
+		}
+		c.gate.close()
+		c.wg.Wait()
+		c.queue.Reset()
+		c.log.Info("gossip stopped")
+	})
+	return c.shutErr
+}
+
+// gate counts calls in progress and refuses new ones once closed.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *gate) exit() { g.wg.Done() }
+
+// close refuses new calls and waits for those in progress.
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// broadcast is one queued delta or leave intent. It is a
+// memberlist.NamedBroadcast named by its key, so that queueing a newer delta
+// of a key drops the older one.
+type broadcast struct {
+	key  string
+	msg  []byte
+	sent chan struct{} // if not nil, receives when the queue is done with it
+}
+
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Name() string    { return b.key }
+
+// Finished is called by the queue once b was sent its last time, or was
+// dropped.
+func (b *broadcast) Finished() {
+	if b.sent != nil {
+		select {
+		case b.sent <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Invalidates reports whether b replaces other: a delta of the same key.
+// memberlist uses Name for NamedBroadcasts; this is its documented
+// equivalent.
+func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
+	nb, ok := other.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.key
+}

@@ -1,0 +1,235 @@
+package gossip
+
+import (
+	"fmt"
+	"log"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+// Config configures a Cluster. Start from DefaultConfig; for the failure
+// detection and gossip knobs a zero value means "the default".
+type Config struct {
+	// Name identifies the node in the cluster: unique, 1 to 255 bytes of
+	// UTF-8 without control characters (the same rule as crdt.Record.Origin).
+	Name string
+
+	// BindAddr is the IP address memberlist listens on (UDP and TCP).
+	BindAddr string
+	// BindPort is the port memberlist listens on, UDP and TCP; 0 picks a free
+	// port (tests). Ignored when Transport is set.
+	BindPort int
+	// AdvertiseAddr is the address other nodes reach this one at; "" lets
+	// memberlist choose (the bound address, or a private IP when bound to
+	// 0.0.0.0).
+	AdvertiseAddr string
+	// AdvertisePort goes with AdvertiseAddr; 0 means the bound port.
+	AdvertisePort int
+
+	// SecretKey is the AES key (16, 24 or 32 bytes) that encrypts and
+	// authenticates all gossip; nil disables encryption (tests only). Nodes
+	// with different keys cannot join each other.
+	SecretKey []byte
+
+	// Meta is small node metadata (at most 512 bytes, memberlist.MetaMaxSize)
+	// gossiped with membership, e.g. the node's API address.
+	Meta []byte
+
+	// ProbeInterval is the time between failure-detection probes of a random
+	// member.
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long to wait for a probe's ack before asking other
+	// nodes to probe indirectly; about the 99th percentile of RTT.
+	ProbeTimeout time.Duration
+	// SuspicionMult scales how long a suspect node has to refute before it
+	// is declared dead: SuspicionMult * max(1, log10(N)) * ProbeInterval.
+	SuspicionMult int
+	// GossipInterval is the time between gossip rounds, each sending queued
+	// deltas and membership changes to GossipNodes random members.
+	GossipInterval time.Duration
+	// GossipNodes is the number of members each gossip round sends to.
+	GossipNodes int
+	// RetransmitMult: each delta is sent RetransmitMult * ceil(log10(N+1))
+	// times by every node that queues it.
+	RetransmitMult int
+	// PushPullInterval is the time between anti-entropy exchanges with a
+	// random member (memberlist scales it up beyond 32 nodes).
+	PushPullInterval time.Duration
+	// TCPTimeout bounds each reliable (TCP) exchange: push/pull and direct
+	// record sends.
+	TCPTimeout time.Duration
+	// ReconnectInterval is the time between attempts to rejoin a random dead
+	// member. memberlist stops talking to dead members, so without this two
+	// halves of a healed partition would stay apart (serf does the same).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long after its death a member stops being
+	// retried.
+	ReconnectTimeout time.Duration
+	// UDPBufferSize is the largest gossip packet memberlist sends, in bytes;
+	// it must fit the path MTU. Records whose encoding does not fit one
+	// packet (see maxDeltaLen) are sent directly over TCP instead.
+	UDPBufferSize int
+
+	// Transport, when set, replaces memberlist's network transport (tests
+	// use it to count bytes and drop traffic between groups).
+	Transport memberlist.Transport
+
+	// Clock, when set, observes the Version of every record received from
+	// another node (hlc.Clock.Update), so that the node's next write is
+	// ordered after what it has seen. A record more than hlc.MaxOffset ahead
+	// of the local clock is then dropped and logged instead of applied.
+	Clock *hlc.Clock
+
+	// Logger receives the package's logs and memberlist's; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults: memberlist's DefaultLANConfig knobs,
+// bound to 0.0.0.0:7946, no encryption, no name (the caller must set Name).
+func DefaultConfig() Config {
+	lan := memberlist.DefaultLANConfig()
+	return Config{
+		BindAddr:         lan.BindAddr,
+		BindPort:         lan.BindPort,
+		ProbeInterval:    lan.ProbeInterval,
+		ProbeTimeout:     lan.ProbeTimeout,
+		SuspicionMult:    lan.SuspicionMult,
+		GossipInterval:   lan.GossipInterval,
+		GossipNodes:      lan.GossipNodes,
+		RetransmitMult:   lan.RetransmitMult,
+		PushPullInterval: lan.PushPullInterval,
+		TCPTimeout:       lan.TCPTimeout,
+		UDPBufferSize:    lan.UDPBufferSize,
+		// serf's defaults (serf config.go): ReconnectInterval 30 s,
+		// ReconnectTimeout 24 h.
+		ReconnectInterval: 30 * time.Second,
+		ReconnectTimeout:  24 * time.Hour,
+	}
+}
+
+// withDefaults returns c with zero knobs replaced by DefaultConfig's.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.BindAddr == "" {
+		c.BindAddr = d.BindAddr
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setInt := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&c.ProbeInterval, d.ProbeInterval)
+	setDur(&c.ProbeTimeout, d.ProbeTimeout)
+	setInt(&c.SuspicionMult, d.SuspicionMult)
+	setDur(&c.GossipInterval, d.GossipInterval)
+	setInt(&c.GossipNodes, d.GossipNodes)
+	setInt(&c.RetransmitMult, d.RetransmitMult)
+	setDur(&c.PushPullInterval, d.PushPullInterval)
+	setDur(&c.TCPTimeout, d.TCPTimeout)
+	setInt(&c.UDPBufferSize, d.UDPBufferSize)
+	setDur(&c.ReconnectInterval, d.ReconnectInterval)
+	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// minUDPBufferSize leaves room for a useful delta after memberlist's and our
+// own overheads (deltaOverhead).
+const minUDPBufferSize = 576 // the IPv4 minimum datagram size every host must accept (RFC 791)
+
+func (c Config) validate() error {
+	if err := validateName(c.Name); err != nil {
+		return fmt.Errorf("%w: Name: %v", ErrConfig, err)
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return fmt.Errorf("%w: SecretKey is %d bytes, want 16, 24 or 32", ErrConfig, len(c.SecretKey))
+	}
+	if len(c.Meta) > memberlist.MetaMaxSize {
+		return fmt.Errorf("%w: Meta is %d bytes, max %d", ErrConfig, len(c.Meta), memberlist.MetaMaxSize)
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		return fmt.Errorf("%w: port out of range", ErrConfig)
+	}
+	for _, d := range []time.Duration{c.ProbeInterval, c.ProbeTimeout, c.GossipInterval, c.PushPullInterval, c.TCPTimeout, c.ReconnectInterval, c.ReconnectTimeout} {
+		if d < 0 {
+			return fmt.Errorf("%w: negative interval %s", ErrConfig, d)
+		}
+	}
+	if c.SuspicionMult < 0 || c.GossipNodes < 0 || c.RetransmitMult < 0 {
+		return fmt.Errorf("%w: negative multiplier", ErrConfig)
+	}
+	if c.UDPBufferSize != 0 && c.UDPBufferSize < minUDPBufferSize {
+		return fmt.Errorf("%w: UDPBufferSize %d, min %d", ErrConfig, c.UDPBufferSize, minUDPBufferSize)
+	}
+	return nil
+}
+
+// validateName applies crdt's Origin rule to node names, since the node layer
+// uses its name as the Origin of its writes and our messages carry it.
+func validateName(name string) error {
+	if name == "" || len(name) > crdt.MaxOriginLen {
+		return fmt.Errorf("%d bytes, want 1 to %d", len(name), crdt.MaxOriginLen)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%q has control character %U", name, r)
+		}
+	}
+	return nil
+}
+
+// memberlistConfig translates c (with defaults applied) for memberlist.
+func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Config, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = c.Name
+	mc.BindAddr = c.BindAddr
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort
+	}
+	mc.ProbeInterval = c.ProbeInterval
+	mc.ProbeTimeout = c.ProbeTimeout
+	mc.SuspicionMult = c.SuspicionMult
+	mc.GossipInterval = c.GossipInterval
+	mc.GossipNodes = c.GossipNodes
+	mc.RetransmitMult = c.RetransmitMult
+	mc.PushPullInterval = c.PushPullInterval
+	mc.TCPTimeout = c.TCPTimeout
+	mc.UDPBufferSize = c.UDPBufferSize
+	mc.Transport = c.Transport
+	if len(c.SecretKey) > 0 {
+		kr, err := memberlist.NewKeyring(nil, c.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: SecretKey: %v", ErrConfig, err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	mc.Delegate = d
+	mc.Events = d
+	mc.Ping = d
+	mc.Conflict = d
+	mc.Logger = log.New(logw, "", 0)
+	return mc, nil
+}

@@ -1,0 +1,330 @@
+package gossip
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+// delegate is memberlist's view of a Cluster: its Delegate, EventDelegate,
+// PingDelegate and ConflictDelegate. It is a separate type so that these
+// callbacks do not show in Cluster's API.
+type delegate struct{ c *Cluster }
+
+var (
+	_ memberlist.Delegate         = (*delegate)(nil)
+	_ memberlist.EventDelegate    = (*delegate)(nil)
+	_ memberlist.PingDelegate     = (*delegate)(nil)
+	_ memberlist.ConflictDelegate = (*delegate)(nil)
+)
+
+// NodeMeta returns the local metadata, which New and UpdateMeta keep within
+// memberlist.MetaMaxSize (memberlist panics beyond limit).
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.c.metaMu.Lock()
+	defer d.c.metaMu.Unlock()
+	if len(d.c.meta) > limit {
+		return nil
+	}
+	return slices.Clone(d.c.meta)
+}
+
+// NotifyMsg handles one of our messages, from a gossip packet (memberlist's
+// packet handler goroutine) or a reliable stream (one goroutine per
+// connection). b is only valid during the call. A message that does not
+// decode is logged and dropped.
+func (d *delegate) NotifyMsg(b []byte) {
+	c := d.c
+	if !c.gate.enter() {
+		return
+	}
+	defer c.gate.exit()
+	if len(b) == 0 {
+		c.dropped("empty message", errMalformed)
+		return
+	}
+	switch t := msgType(b[0]); t {
+	case msgDelta:
+		r, enc, err := decodeDelta(b)
+		if err != nil {
+			c.dropped("delta", err)
+			return
+		}
+		c.receive(r, slices.Clone(enc), true)
+	case msgRecords:
+		recs, encs, err := decodeRecords(b)
+		if err != nil {
+			c.dropped("records", err)
+			return
+		}
+		for i, r := range recs {
+			c.receive(r, encs[i], false)
+		}
+	case msgRequest:
+		req, err := decodeRequest(b)
+		if err != nil {
+			c.dropped("sync request", err)
+			return
+		}
+		c.answerRequest(req)
+	case msgPull:
+		p, err := decodePull(b)
+		if err != nil {
+			c.dropped("pull", err)
+			return
+		}
+		c.answerPull(p)
+	case msgLeave:
+		name, err := decodeLeave(b)
+		if err != nil {
+			c.dropped("leave", err)
+			return
+		}
+		c.observeLeave(name, b)
+	default:
+		c.dropped("message", errMalformed, "type", t.String(), "len", len(b))
+	}
+}
+
+// GetBroadcasts returns queued deltas that fit limit bytes, counting
+// overhead per message.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.c.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState returns the digest sent in a push/pull (join or periodic).
+func (d *delegate) LocalState(join bool) []byte {
+	return encodeDigest(digest{From: d.c.cfg.Name, Buckets: d.c.idx.sums()})
+}
+
+// MergeRemoteState compares the peer's digest with ours and, if buckets
+// differ and this node's name sorts first, starts a sync with the peer in the
+// background (see digest.go).
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	c := d.c
+	if !c.gate.enter() {
+		return
+	}
+	defer c.gate.exit()
+	remote, err := decodeDigest(buf)
+	if err != nil {
+		c.dropped("digest", err)
+		return
+	}
+	if remote.From == c.cfg.Name || c.cfg.Name > remote.From {
+		return
+	}
+	local := c.idx.sums()
+	diff := diffBuckets(&local, &remote.Buckets)
+	if len(diff) == 0 {
+		return
+	}
+	select {
+	case c.syncSem <- struct{}{}:
+	default:
+		c.log.Debug("sync skipped: too many in progress", "peer", remote.From)
+		return
+	}
+	c.spawn(func() {
+		defer func() { <-c.syncSem }()
+		c.requestSync(remote.From, diff)
+	})
+}
+
+// requestSync sends the peer our entries in the differing buckets, in
+// requests of about maxBatchLen bytes.
+func (c *Cluster) requestSync(peerName string, buckets []uint8) {
+	p, ok := c.peer(peerName)
+	if !ok {
+		return
+	}
+	c.log.Debug("sync", "peer", peerName, "buckets", len(buckets))
+	for len(buckets) > 0 && c.ctx.Err() == nil {
+		// Take whole buckets while the request stays under maxBatchLen
+		// (always at least one).
+		var req request
+		size := 0
+		n := 0
+		for n < len(buckets) {
+			es := c.idx.entries(buckets[n : n+1])
+			s := 0
+			for _, e := range es {
+				s += entryLen(e)
+			}
+			if n > 0 && size+s > maxBatchLen {
+				break
+			}
+			size += s
+			req.Entries = append(req.Entries, es...)
+			n++
+		}
+		req.From = c.cfg.Name
+		req.Buckets = buckets[:n]
+		slices.SortFunc(req.Entries, func(a, b entry) int { return cmp.Compare(a.Key, b.Key) })
+		if err := c.ml.SendReliable(p, encodeRequest(req)); err != nil {
+			c.log.Debug("sync request failed", "peer", peerName, "err", err)
+			return
+		}
+		buckets = buckets[n:]
+	}
+}
+
+// answerRequest sends the requester the records it lacks or holds older, and
+// a pull for those it holds newer.
+func (c *Cluster) answerRequest(req request) {
+	p, ok := c.peer(req.From)
+	if !ok {
+		c.dropped("sync request from a non-member", errMalformed, "from", req.From)
+		return
+	}
+	send, pull := plan(c.idx.entries(req.Buckets), req.Entries)
+	c.sendRecords(p, send)
+	for _, msg := range splitPull(c.cfg.Name, pull) {
+		if err := c.ml.SendReliable(p, msg); err != nil {
+			c.log.Debug("sync pull failed", "peer", p.Name, "err", err)
+			return
+		}
+	}
+}
+
+// answerPull sends the requested records.
+func (c *Cluster) answerPull(p pull) {
+	to, ok := c.peer(p.From)
+	if !ok {
+		c.dropped("pull from a non-member", errMalformed, "from", p.From)
+		return
+	}
+	c.sendRecords(to, p.Keys)
+}
+
+// sendRecords reads keys from the State and sends them to the peer in records
+// messages of about maxBatchLen bytes. Keys no longer held are skipped.
+func (c *Cluster) sendRecords(to *memberlist.Node, keys []string) {
+	var encs [][]byte
+	size := 0
+	flush := func() bool {
+		for _, msg := range encodeRecords(encs) {
+			if err := c.ml.SendReliable(to, msg); err != nil {
+				c.log.Debug("sync send failed", "peer", to.Name, "err", err)
+				return false
+			}
+		}
+		encs, size = nil, 0
+		return true
+	}
+	for _, k := range keys {
+		if c.ctx.Err() != nil {
+			return
+		}
+		r, ok, err := c.state.Get(k)
+		if err != nil {
+			c.log.Error("sync: read record", "key", k, "err", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		enc, err := crdt.EncodeRecord(r)
+		if err != nil {
+			c.log.Error("sync: stored record does not encode", "key", k, "err", err)
+			continue
+		}
+		// Repair the index if the State changed behind its back.
+		if e := entryOf(r, enc); e != c.idxEntry(k) {
+			c.idx.put(e)
+		}
+		encs = append(encs, enc)
+		size += len(enc)
+		if size >= maxBatchLen && !flush() {
+			return
+		}
+	}
+	flush()
+}
+
+// NotifyJoin records a member that joined or came back.
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	c := d.c
+	c.membersMu.Lock()
+	delete(c.leaving, n.Name) // back after leaving
+	changed := c.setMemberLocked(n, StateAlive)
+	c.membersMu.Unlock()
+	if changed {
+		c.log.Info("member alive", "member", n.Name, "addr", n.Address())
+		c.notify()
+	}
+}
+
+// NotifyLeave records a member declared dead, or that left.
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	c := d.c
+	c.membersMu.Lock()
+	// n.State is never set by memberlist (see encodeLeave); the leave
+	// intent, if it came first, tells a leave from a failure.
+	state := StateDead
+	if _, ok := c.leaving[n.Name]; ok {
+		state = StateLeft
+	}
+	changed := c.setMemberLocked(n, state)
+	c.membersMu.Unlock()
+	c.coordsMu.Lock()
+	delete(c.coords, n.Name)
+	c.coordsMu.Unlock()
+	c.vivaldi.ForgetNode(n.Name)
+	if changed {
+		c.log.Info("member "+state, "member", n.Name)
+		c.notify()
+	}
+}
+
+// NotifyUpdate records a member's new metadata or address; an update also
+// means it is alive (it refuted any suspicion).
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	c := d.c
+	c.membersMu.Lock()
+	changed := c.setMemberLocked(n, StateAlive)
+	c.membersMu.Unlock()
+	if changed {
+		c.log.Debug("member updated", "member", n.Name)
+		c.notify()
+	}
+}
+
+// NotifyConflict logs two nodes claiming one name.
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
+	d.c.log.Error("node name conflict: two nodes use one name", "member", existing.Name,
+		"addr", existing.Address(), "other_addr", other.Address())
+}
+
+// AckPayload returns this node's Vivaldi coordinate for a probe ack.
+func (d *delegate) AckPayload() []byte {
+	return encodeCoordinate(d.c.vivaldi.GetCoordinate())
+}
+
+// NotifyPingComplete feeds a direct probe's RTT and the peer's coordinate to
+// the Vivaldi client. The ack also ends this node's suspicion of the peer.
+func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	c := d.c
+	if c.setState(other.Name, StateAlive, StateSuspect) {
+		c.log.Info("member alive", "member", other.Name)
+		c.notify()
+	}
+	if len(payload) == 0 {
+		return
+	}
+	coord, err := decodeCoordinate(payload, c.coordDim)
+	if err != nil {
+		c.dropped("coordinate", err, "from", other.Name)
+		return
+	}
+	if _, err := c.vivaldi.Update(other.Name, coord, rtt); err != nil {
+		c.log.Debug("vivaldi update rejected", "member", other.Name, "rtt", rtt, "err", err)
+		return
+	}
+	c.coordsMu.Lock()
+	c.coords[other.Name] = coord
+	c.coordsMu.Unlock()
+}

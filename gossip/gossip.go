@@ -1,0 +1,144 @@
+// Package gossip spreads cluster membership and a replicated map of
+// crdt.Record between Starling nodes, over hashicorp/memberlist (SWIM: Das,
+// Gupta and Motivala, "SWIM: Scalable Weakly-consistent Infection-style
+// Process Group Membership Protocol", DSN 2002, with Lifeguard's extensions).
+//
+// It knows nothing about containers: records are opaque last-writer-wins
+// registers keyed "kind/namespace/name", and the State that holds them is
+// supplied by the caller (the node's durable store, or MemState in tests).
+//
+// A write travels three ways:
+//
+//   - Deltas. Publish queues a small record on a memberlist
+//     TransmitLimitedQueue; memberlist piggybacks it on its gossip and probe
+//     packets. A node that receives a delta which changes its State queues it
+//     again (memberlist does not re-gossip user messages; serf does the same),
+//     so a write reaches every node epidemically in O(log N) gossip rounds.
+//   - Direct sends. A record too large for one gossip packet is sent by its
+//     originator over memberlist's reliable stream (TCP) to every live member.
+//     Receivers do not forward it: anti-entropy repairs whoever missed it.
+//   - Anti-entropy. On every memberlist push/pull (every PushPullInterval, and
+//     on Join) the two nodes swap a fixed-size digest of their maps (see
+//     digest.go); only when buckets differ do they exchange per-key entries
+//     and then the records one side lacks. Idle cost does not grow with the
+//     number of records.
+//
+// Membership (alive, suspect, dead, left) comes from memberlist's failure
+// detector; round-trip times from Vivaldi network coordinates (Dabek, Cox,
+// Kaashoek and Morris, "Vivaldi: A Decentralized Network Coordinate System",
+// SIGCOMM 2004) computed by serf's coordinate package from memberlist's probes.
+package gossip
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+// State is where replicated records live. The node's durable store implements
+// it; tests use MemState. Its methods are called concurrently, but never
+// concurrently for the same key (Cluster serialises Apply per key), and never
+// after Cluster.Shutdown or Cluster.Leave has returned.
+//
+// While a Cluster runs, records must change only through it (Publish and what
+// it receives): the Cluster keeps a summary of every record (key, version,
+// hash) to answer anti-entropy digests without reading the store. After
+// changing the State behind its back (for example purging expired
+// tombstones), call Cluster.Reindex.
+type State interface {
+	// Apply merges r by crdt.Record.Wins and reports whether it changed
+	// anything (r's key was absent or r won). The change is durable when
+	// Apply returns.
+	Apply(r crdt.Record) (bool, error)
+	// Get returns the record held for key; ok is false if there is none.
+	Get(key string) (r crdt.Record, ok bool, err error)
+	// Snapshot returns every record held. The Cluster reads it once in New
+	// and in Reindex; the map is not modified.
+	Snapshot() (crdt.Map, error)
+}
+
+// Member states, the values of Member.State.
+const (
+	StateAlive   = "alive"   // answering probes
+	StateSuspect = "suspect" // missed a probe, not yet declared dead (see Member)
+	StateDead    = "dead"    // declared failed by the failure detector
+	StateLeft    = "left"    // announced a graceful leave
+)
+
+// Member is one node as seen by the local node.
+type Member struct {
+	Name string
+	Addr string // IP address memberlist reaches it at
+	Port uint16 // memberlist (gossip) port
+	// State is StateAlive, StateSuspect, StateDead or StateLeft.
+	//
+	// StateSuspect is this node's own view: its last probe of the member,
+	// direct and indirect, went unanswered, and the member has not since
+	// answered a probe, sent an update, or been declared dead. memberlist
+	// tells no one about suspicion (no EventDelegate call; the Node.State
+	// that Members returns is never set, an unexported field shadows it), so
+	// a suspicion raised only by other nodes does not show here.
+	//
+	// StateLeft versus StateDead: memberlist reports both through
+	// NotifyLeave alike; a leave intent that Leave gossips first (as serf
+	// does) tells them apart.
+	State string
+	Meta  []byte    // the member's metadata (Config.Meta), at most 512 bytes
+	Since time.Time // when it entered State, by the local clock
+}
+
+// Errors returned (wrapped; match with errors.Is).
+var (
+	// ErrKeyMismatch: Join reached seeds but no exchange could be
+	// decrypted, on one side or the other: the keys differ, or one side has
+	// encryption and the other does not.
+	ErrKeyMismatch = errors.New("no peer could decrypt our messages: is --encrypt-key-file the cluster's key?")
+	// ErrClosed: the Cluster was shut down or left.
+	ErrClosed = errors.New("gossip: cluster is shut down")
+	// ErrConfig: a Config field is out of range.
+	ErrConfig = errors.New("gossip: invalid config")
+)
+
+// MemState is an in-memory State for tests and tools. It is safe for
+// concurrent use. The zero value is not usable: call NewMemState.
+type MemState struct {
+	mu sync.Mutex
+	m  crdt.Map
+}
+
+// NewMemState returns an empty MemState.
+func NewMemState() *MemState { return &MemState{m: crdt.Map{}} }
+
+// NewMemStateFrom returns a MemState holding a copy of m.
+func NewMemStateFrom(m crdt.Map) *MemState { return &MemState{m: m.Clone()} }
+
+// Apply merges r (crdt.Map.Apply). It never fails.
+func (s *MemState) Apply(r crdt.Record) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Apply(r), nil
+}
+
+// Get returns the record held for key.
+func (s *MemState) Get(key string) (crdt.Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[key]
+	return r, ok, nil
+}
+
+// Snapshot returns a copy of the map (Values shared).
+func (s *MemState) Snapshot() (crdt.Map, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Clone(), nil
+}
+
+// Len returns the number of records held.
+func (s *MemState) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}

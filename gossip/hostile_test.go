@@ -1,0 +1,174 @@
+package gossip
+
+import (
+	"bytes"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+// garbage returns malformed messages of every type: empty, truncated,
+// trailing bytes, absurd counts, invalid records, keys and names.
+func garbage() [][]byte {
+	valid := validMessages()
+	out := [][]byte{
+		nil,
+		{},
+		{0},
+		{255},
+		{byte(msgDelta)},
+		{byte(msgRecords), 0xff, 0xff, 0xff, 0xff, 0x0f},                       // 4 billion records
+		{byte(msgRecords), 1, 0xff, 0xff, 0xff, 0xff, 0x0f},                    // one 4 GiB record
+		{byte(msgDigest), 3, 'n', '0', '0', 0x80, 0x02},                        // 256 buckets, no hashes
+		{byte(msgDigest), 3, 'n', '0', '0', 0x81, 0x00},                        // non-canonical varint
+		{byte(msgRequest), 3, 'n', '0', '0', 2, 5, 5, 0},                       // duplicate bucket
+		{byte(msgRequest), 3, 'n', '0', '0', 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, // 4 billion entries
+		{byte(msgPull), 3, 'n', '0', '0', 1, 3, 'a', '/', 'b'},                 // invalid key
+		{byte(msgPull), 0},                                                     // empty name
+		{byte(msgLeave), 2, 'a', '\n'},                                         // control character
+		bytes.Repeat([]byte{0xff}, 2000),
+	}
+	bad, _ := crdt.EncodeRecord(crdt.Record{Key: "a/b/c", Value: []byte(`1`), Version: hlc.Timestamp{Wall: 1}, Origin: "o"})
+	bad[len(bad)-1] = '!' // value no longer valid JSON
+	out = append(out, append([]byte{byte(msgDelta)}, bad...))
+	for _, v := range valid {
+		for _, cut := range []int{1, len(v) / 2, len(v) - 1} {
+			if cut > 0 && cut < len(v) {
+				out = append(out, v[:cut])
+			}
+		}
+		out = append(out, append(bytes.Clone(v), 0))
+	}
+	return out
+}
+
+// validMessages returns one well-formed message of each type.
+func validMessages() [][]byte {
+	r := crdt.Record{Key: "test/ns/a", Value: []byte(`{"x":1}`), Version: hlc.Timestamp{Wall: 5, Logical: 1}, Origin: "n00"}
+	enc, _ := crdt.EncodeRecord(r)
+	e := entryOf(r, enc)
+	var d digest
+	d.From = "n00"
+	d.Buckets[3] = 42
+	return [][]byte{
+		encodeDelta(enc),
+		encodeRecords([][]byte{enc, enc})[0],
+		encodeDigest(d),
+		encodeRequest(request{From: "n00", Buckets: []uint8{bucketOf(r.Key)}, Entries: []entry{e}}),
+		encodePull(pull{From: "n00", Keys: []string{"test/ns/a", "test/ns/b"}}),
+		encodeLeave("n00"),
+	}
+}
+
+// hostileDelegate makes a raw memberlist node send garbage everywhere our
+// delegate listens: gossip broadcasts, push/pull state.
+type hostileDelegate struct {
+	msgs [][]byte
+	next atomic.Int64
+}
+
+func (h *hostileDelegate) pick() []byte {
+	return h.msgs[int(h.next.Add(1))%len(h.msgs)]
+}
+func (h *hostileDelegate) NodeMeta(int) []byte { return nil }
+func (h *hostileDelegate) NotifyMsg([]byte)    {}
+func (h *hostileDelegate) GetBroadcasts(overhead, limit int) [][]byte {
+	if m := h.pick(); len(m) > 0 && len(m)+overhead <= limit {
+		return [][]byte{m}
+	}
+	return nil
+}
+func (h *hostileDelegate) LocalState(bool) []byte {
+	if m := h.pick(); len(m) > 0 {
+		return m
+	}
+	return []byte{byte(msgDigest)}
+}
+func (h *hostileDelegate) MergeRemoteState([]byte, bool) {}
+
+func TestMalformedMessagesAreDroppedAndNodeKeepsWorking(t *testing.T) {
+	tc := newTCluster(t, 2, nil)
+	tc.joinAll()
+	target := tc.nodes[0]
+
+	// Straight into the delegate, as memberlist would hand them over.
+	d := &delegate{target.c}
+	for _, g := range garbage() {
+		d.NotifyMsg(g)
+		d.MergeRemoteState(g, false)
+		d.NotifyPingComplete(&memberlist.Node{Name: "n01"}, time.Millisecond, g)
+	}
+
+	// Over the network, from a member that speaks memberlist correctly and
+	// everything else wrong.
+	hd := &hostileDelegate{msgs: garbage()}
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name = "zz-hostile"
+	mc.BindAddr = "127.0.0.1"
+	mc.BindPort = 0
+	mc.AdvertisePort = 0
+	mc.PushPullInterval = 50 * time.Millisecond
+	mc.GossipInterval = 10 * time.Millisecond
+	mc.Delegate = hd
+	mc.Logger = log.New(io.Discard, "", 0)
+	hostile, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostile.Shutdown()
+	if _, err := hostile.Join([]string{target.tr.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	to := &memberlist.Node{Name: target.name}
+	host, port := splitAddr(t, target.tr.Addr())
+	to.Addr, to.Port = host, port
+	for _, g := range garbage() {
+		if len(g) == 0 {
+			continue
+		}
+		if err := hostile.SendReliable(to, g); err != nil {
+			t.Errorf("SendReliable: %v", err)
+		}
+		if len(g) < 1000 {
+			hostile.SendBestEffort(to, g)
+		}
+	}
+	// Well-formed requests that name a non-member, or ask for keys that do
+	// not exist, are harmless too.
+	hostile.SendReliable(to, encodePull(pull{From: "nobody", Keys: []string{"a/b/c"}}))
+	hostile.SendReliable(to, encodePull(pull{From: "zz-hostile", Keys: []string{"no/such/key"}}))
+	hostile.SendReliable(to, encodeRequest(request{From: "nobody", Buckets: []uint8{1}}))
+	time.Sleep(500 * time.Millisecond) // several push/pulls and gossip rounds of garbage
+
+	// The node still replicates both ways and sees its peer alive.
+	a := tc.nodes[1].publish(t, "test/after/a", "a")
+	b := target.publish(t, "test/after/b", "b")
+	m := tc.waitConverged(5*time.Second, tc.nodes...)
+	if !m[a.Key].Equal(a) || !m[b.Key].Equal(b) || len(m) != 2 {
+		t.Fatalf("after garbage: converged on %v", m.Records())
+	}
+	if got := memberState(target, "n01"); got != StateAlive {
+		t.Errorf("n01 is %q after garbage", got)
+	}
+}
+
+func splitAddr(t *testing.T, addr string) (net.IP, uint16) {
+	t.Helper()
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.ParseIP(host), uint16(port)
+}

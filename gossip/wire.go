@@ -1,0 +1,523 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+// Wire format of the messages this package sends inside memberlist user
+// messages (NotifyMsg) and push/pull user state (LocalState). Every message is
+// one type byte then a payload. Integers are big-endian fixed width or
+// unsigned varints in shortest form; strings and byte slices are a uvarint
+// length then the bytes. Every decoder rejects, with an error wrapping
+// errMalformed or crdt's errors, any input that is not exactly one canonical
+// encoding; none panics, and none allocates more than a small multiple of its
+// input.
+//
+//	delta    1, crdt.EncodeRecord(r)                      gossiped, re-queued by receivers it changes
+//	records  2, uvarint n, n × (uvarint len, EncodeRecord) direct (TCP), never forwarded
+//	digest   3, string from, uvarint buckets (256), 256 × uint64 bucket hash
+//	request  4, string from, uvarint nb, nb × byte bucket (strictly increasing),
+//	            uvarint ne, ne × entry (keys strictly increasing, each in a listed bucket)
+//	pull     5, string from, uvarint nk, nk × string key (strictly increasing)
+//	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
+//
+//	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
+//	         string origin, byte flags (bit 0: deleted), uint64 record hash
+type msgType byte
+
+const (
+	msgDelta   msgType = 1
+	msgRecords msgType = 2
+	msgDigest  msgType = 3
+	msgRequest msgType = 4
+	msgPull    msgType = 5
+	msgLeave   msgType = 6
+)
+
+func (t msgType) String() string {
+	switch t {
+	case msgDelta:
+		return "delta"
+	case msgRecords:
+		return "records"
+	case msgDigest:
+		return "digest"
+	case msgRequest:
+		return "request"
+	case msgPull:
+		return "pull"
+	case msgLeave:
+		return "leave"
+	}
+	return fmt.Sprintf("unknown(%d)", byte(t))
+}
+
+// errMalformed is wrapped by every decoding error of this file.
+var errMalformed = errors.New("gossip: malformed message")
+
+const (
+	// maxMessageLen is memberlist's own limit on a user message read from a
+	// stream (maxUserMsgBytes in memberlist net.go); nothing larger can
+	// arrive, and nothing larger is accepted.
+	maxMessageLen = 20 << 20
+	// maxBatchLen is the size this package aims each records, request and
+	// pull message at, so that one TCP exchange stays well inside
+	// maxMessageLen and TCPTimeout. A single record may exceed it.
+	maxBatchLen = 4 << 20
+	// minEntryLen is the smallest encoded entry: a 5-byte key "a/b/c" and a
+	// 1-byte origin with their length prefixes, 8+1 version, flags, hash.
+	minEntryLen = 1 + 5 + 8 + 1 + 1 + 1 + 1 + 8
+	// minEncodedRecordLen is the smallest crdt.EncodeRecord output (10-byte
+	// header, logical, key "a/b/c", 1-byte origin, empty value).
+	minEncodedRecordLen = 10 + 1 + 6 + 2 + 1
+)
+
+// entry summarises one record for anti-entropy: enough to decide which of two
+// records wins without sending values (see plan).
+type entry struct {
+	Key     string
+	Version hlc.Timestamp
+	Origin  string
+	Deleted bool
+	Hash    uint64 // recordHash of the record's encoding
+}
+
+// digest is the push/pull user state: one hash per key bucket.
+type digest struct {
+	From    string
+	Buckets [numBuckets]uint64
+}
+
+// request asks the receiver to compare its entries in Buckets with Entries
+// (the sender's) and send back what the sender lacks, plus a pull for what it
+// lacks itself.
+type request struct {
+	From    string
+	Buckets []uint8
+	Entries []entry
+}
+
+// pull asks the receiver to send the records of Keys to From.
+type pull struct {
+	From string
+	Keys []string
+}
+
+func encodeDelta(enc []byte) []byte {
+	return append([]byte{byte(msgDelta)}, enc...)
+}
+
+// decodeDelta returns the record of a delta message and its encoding (a
+// sub-slice of b).
+func decodeDelta(b []byte) (crdt.Record, []byte, error) {
+	if err := checkType(b, msgDelta); err != nil {
+		return crdt.Record{}, nil, err
+	}
+	r, err := crdt.DecodeRecord(b[1:])
+	if err != nil {
+		return crdt.Record{}, nil, fmt.Errorf("delta: %w", err)
+	}
+	return r, b[1:], nil
+}
+
+// encodeRecords packs encoded records into records messages of about
+// maxBatchLen bytes each (a record larger than that gets a message alone).
+func encodeRecords(encs [][]byte) [][]byte {
+	var out [][]byte
+	for len(encs) > 0 {
+		n, size := 0, 1+binary.MaxVarintLen64
+		for n < len(encs) && (n == 0 || size+binary.MaxVarintLen64+len(encs[n]) <= maxBatchLen) {
+			size += binary.MaxVarintLen64 + len(encs[n])
+			n++
+		}
+		b := make([]byte, 0, size)
+		b = append(b, byte(msgRecords))
+		b = binary.AppendUvarint(b, uint64(n))
+		for _, e := range encs[:n] {
+			b = appendBytes(b, e)
+		}
+		out = append(out, b)
+		encs = encs[n:]
+	}
+	return out
+}
+
+// decodeRecords returns the records of a records message and their
+// encodings (sub-slices of b).
+func decodeRecords(b []byte) ([]crdt.Record, [][]byte, error) {
+	if err := checkType(b, msgRecords); err != nil {
+		return nil, nil, err
+	}
+	d := reader{b: b[1:]}
+	n := d.uvarint("record count", uint64(len(d.b)/(1+minEncodedRecordLen)))
+	var recs []crdt.Record
+	var encs [][]byte
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		enc := d.bytes("record", crdt.MaxEncodedLen)
+		if d.err != nil {
+			break
+		}
+		r, err := crdt.DecodeRecord(enc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("records: record %d: %w", i, err)
+		}
+		recs = append(recs, r)
+		encs = append(encs, enc)
+	}
+	if err := d.finish(); err != nil {
+		return nil, nil, fmt.Errorf("records: %w", err)
+	}
+	return recs, encs, nil
+}
+
+func encodeDigest(d digest) []byte {
+	b := make([]byte, 0, digestLen(d.From))
+	b = append(b, byte(msgDigest))
+	b = appendBytes(b, []byte(d.From))
+	b = binary.AppendUvarint(b, numBuckets)
+	for _, h := range d.Buckets {
+		b = binary.BigEndian.AppendUint64(b, h)
+	}
+	return b
+}
+
+// digestLen is the size of an encoded digest: it depends only on the sender's
+// name, never on the number of records.
+func digestLen(from string) int {
+	return 1 + uvarintLen(uint64(len(from))) + len(from) + uvarintLen(numBuckets) + 8*numBuckets
+}
+
+func decodeDigest(b []byte) (digest, error) {
+	var out digest
+	if err := checkType(b, msgDigest); err != nil {
+		return out, err
+	}
+	d := reader{b: b[1:]}
+	out.From = d.name("from")
+	if n := d.uvarint("bucket count", math.MaxUint32); d.err == nil && n != numBuckets {
+		// A future version could change the bucket count; digests of
+		// different shapes cannot be compared.
+		return digest{}, fmt.Errorf("%w: digest has %d buckets, want %d", errMalformed, n, numBuckets)
+	}
+	for i := range out.Buckets {
+		out.Buckets[i] = d.uint64("bucket hash")
+	}
+	if err := d.finish(); err != nil {
+		return digest{}, fmt.Errorf("digest: %w", err)
+	}
+	return out, nil
+}
+
+// entryLen is the encoded size of e.
+func entryLen(e entry) int {
+	return uvarintLen(uint64(len(e.Key))) + len(e.Key) + 8 + uvarintLen(uint64(e.Version.Logical)) +
+		uvarintLen(uint64(len(e.Origin))) + len(e.Origin) + 1 + 8
+}
+
+// encodeRequest encodes r; Buckets and Entries must be sorted (as index
+// returns them) and every entry's key in a listed bucket.
+func encodeRequest(r request) []byte {
+	size := 1 + binary.MaxVarintLen64*3 + len(r.From) + len(r.Buckets)
+	for _, e := range r.Entries {
+		size += entryLen(e)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, byte(msgRequest))
+	b = appendBytes(b, []byte(r.From))
+	b = binary.AppendUvarint(b, uint64(len(r.Buckets)))
+	b = append(b, r.Buckets...)
+	b = binary.AppendUvarint(b, uint64(len(r.Entries)))
+	for _, e := range r.Entries {
+		b = appendBytes(b, []byte(e.Key))
+		b = binary.BigEndian.AppendUint64(b, uint64(e.Version.Wall))
+		b = binary.AppendUvarint(b, uint64(e.Version.Logical))
+		b = appendBytes(b, []byte(e.Origin))
+		var flags byte
+		if e.Deleted {
+			flags = flagDeleted
+		}
+		b = append(b, flags)
+		b = binary.BigEndian.AppendUint64(b, e.Hash)
+	}
+	return b
+}
+
+const flagDeleted = 1 << 0
+
+func decodeRequest(b []byte) (request, error) {
+	var out request
+	if err := checkType(b, msgRequest); err != nil {
+		return out, err
+	}
+	d := reader{b: b[1:]}
+	out.From = d.name("from")
+	nb := d.uvarint("bucket count", numBuckets)
+	var listed [numBuckets]bool
+	for i := uint64(0); i < nb && d.err == nil; i++ {
+		bk := d.byte("bucket")
+		if d.err == nil && len(out.Buckets) > 0 && bk <= out.Buckets[len(out.Buckets)-1] {
+			d.fail("buckets not strictly increasing")
+		}
+		out.Buckets = append(out.Buckets, bk)
+		listed[bk] = true
+	}
+	ne := d.uvarint("entry count", uint64(len(d.b)/minEntryLen))
+	if d.err == nil && ne > 0 {
+		out.Entries = make([]entry, 0, ne)
+	}
+	for i := uint64(0); i < ne && d.err == nil; i++ {
+		var e entry
+		e.Key = d.key("key")
+		e.Version.Wall = int64(d.uint64("version wall"))
+		e.Version.Logical = uint32(d.uvarint("version logical", math.MaxUint32))
+		e.Origin = d.name("origin")
+		switch flags := d.byte("flags"); {
+		case d.err != nil:
+		case flags&^flagDeleted != 0:
+			d.fail(fmt.Sprintf("unknown entry flags %#x", flags))
+		default:
+			e.Deleted = flags&flagDeleted != 0
+		}
+		e.Hash = d.uint64("hash")
+		if d.err != nil {
+			break
+		}
+		if n := len(out.Entries); n > 0 && e.Key <= out.Entries[n-1].Key {
+			d.fail("entry keys not strictly increasing")
+			break
+		}
+		if !listed[bucketOf(e.Key)] {
+			d.fail(fmt.Sprintf("entry %q is not in a listed bucket", e.Key))
+			break
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	if err := d.finish(); err != nil {
+		return request{}, fmt.Errorf("request: %w", err)
+	}
+	return out, nil
+}
+
+// encodePull encodes p; Keys must be sorted and unique.
+func encodePull(p pull) []byte {
+	size := 1 + binary.MaxVarintLen64*2 + len(p.From)
+	for _, k := range p.Keys {
+		size += binary.MaxVarintLen64 + len(k)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, byte(msgPull))
+	b = appendBytes(b, []byte(p.From))
+	b = binary.AppendUvarint(b, uint64(len(p.Keys)))
+	for _, k := range p.Keys {
+		b = appendBytes(b, []byte(k))
+	}
+	return b
+}
+
+// splitPull splits keys into pull messages of about maxBatchLen bytes.
+func splitPull(from string, keys []string) [][]byte {
+	var out [][]byte
+	for len(keys) > 0 {
+		n, size := 0, 0
+		for n < len(keys) && (n == 0 || size+len(keys[n]) <= maxBatchLen) {
+			size += binary.MaxVarintLen64 + len(keys[n])
+			n++
+		}
+		out = append(out, encodePull(pull{From: from, Keys: keys[:n]}))
+		keys = keys[n:]
+	}
+	return out
+}
+
+func decodePull(b []byte) (pull, error) {
+	var out pull
+	if err := checkType(b, msgPull); err != nil {
+		return out, err
+	}
+	d := reader{b: b[1:]}
+	out.From = d.name("from")
+	// The smallest key, "a/b/c", takes 6 bytes with its length.
+	n := d.uvarint("key count", uint64(len(d.b)/6))
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := d.key("key")
+		if d.err != nil {
+			break
+		}
+		if len(out.Keys) > 0 && k <= out.Keys[len(out.Keys)-1] {
+			d.fail("keys not strictly increasing")
+			break
+		}
+		out.Keys = append(out.Keys, k)
+	}
+	if err := d.finish(); err != nil {
+		return pull{}, fmt.Errorf("pull: %w", err)
+	}
+	return out, nil
+}
+
+// encodeLeave encodes the intent of node name to leave. memberlist reports a
+// node that left and one that died alike (NotifyLeave; the Node.State it
+// passes is never set, nodeState.State shadows it), so, like serf's leave
+// intent, this message tells them apart.
+func encodeLeave(name string) []byte {
+	return appendBytes([]byte{byte(msgLeave)}, []byte(name))
+}
+
+func decodeLeave(b []byte) (string, error) {
+	if err := checkType(b, msgLeave); err != nil {
+		return "", err
+	}
+	d := reader{b: b[1:]}
+	name := d.name("name")
+	if err := d.finish(); err != nil {
+		return "", fmt.Errorf("leave: %w", err)
+	}
+	return name, nil
+}
+
+func checkType(b []byte, want msgType) error {
+	switch {
+	case len(b) == 0:
+		return fmt.Errorf("%w: empty", errMalformed)
+	case len(b) > maxMessageLen:
+		return fmt.Errorf("%w: %d bytes, max %d", errMalformed, len(b), maxMessageLen)
+	case msgType(b[0]) != want:
+		return fmt.Errorf("%w: type %v, want %v", errMalformed, msgType(b[0]), want)
+	}
+	return nil
+}
+
+// reader decodes fields; after the first error every read returns a zero
+// value and err keeps that first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (d *reader) fail(msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errMalformed, msg)
+	}
+}
+
+func (d *reader) byte(field string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("truncated " + field)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *reader) uint64(field string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.fail("truncated " + field)
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *reader) uvarint(field string, limit uint64) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	switch {
+	case n == 0:
+		d.fail("truncated " + field)
+	case n < 0:
+		d.fail(field + " overflows 64 bits")
+	case n != uvarintLen(v):
+		d.fail(field + " is not in shortest form")
+	case v > limit:
+		d.fail(fmt.Sprintf("%s %d exceeds %d", field, v, limit))
+	default:
+		d.b = d.b[n:]
+		return v
+	}
+	return 0
+}
+
+func (d *reader) bytes(field string, limit int) []byte {
+	n := d.uvarint(field+" length", uint64(limit))
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(fmt.Sprintf("truncated %s: want %d bytes, have %d", field, n, len(d.b)))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// name reads a node name (validateName).
+func (d *reader) name(field string) string {
+	v := d.bytes(field, crdt.MaxOriginLen)
+	if d.err != nil {
+		return ""
+	}
+	if err := validateName(string(v)); err != nil {
+		d.fail(fmt.Sprintf("%s: %v", field, err))
+		return ""
+	}
+	return string(v)
+}
+
+// key reads a record key (crdt.ValidateKey).
+func (d *reader) key(field string) string {
+	v := d.bytes(field, crdt.MaxKeyLen)
+	if d.err != nil {
+		return ""
+	}
+	if err := crdt.ValidateKey(string(v)); err != nil {
+		d.fail(fmt.Sprintf("%s: %v", field, err))
+		return ""
+	}
+	return string(v)
+}
+
+// finish returns the first error, or an error for trailing bytes.
+func (d *reader) finish() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	return d.err
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func uvarintLen(v uint64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(buf[:], v)
+}
+
+// sortedKeys returns the keys of m sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
