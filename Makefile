@@ -50,6 +50,7 @@ test: deps
 	$(GO) test -count=1 -timeout 40m -v ./... 2>&1 | tee $$log | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|(ok|FAIL|PASS)\b|panic:|e2e: |\s+\S+_test\.go:[0-9]+:)' | grep -v '^=== RUN'; \
 	status=$$?; \
 	passed=$$(grep -cE '^\s*--- PASS' $$log); failed=$$(grep -cE '^\s*--- FAIL' $$log); skipped=$$(grep -cE '^\s*--- SKIP' $$log); \
+	if [ $$status != 0 ]; then echo "==== full output of the failed run ===="; grep -v '^=== RUN' $$log; fi; \
 	rm -f $$log; \
 	echo "tests: $$passed passed, $$failed failed, $$skipped skipped"; \
 	exit $$status

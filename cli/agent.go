@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -27,14 +28,14 @@ containers keep running and a restarted agent adopts them.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return err
+				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
 			}
 			opts := &slog.HandlerOptions{Level: level}
 			var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 			if logJSON {
 				h = slog.NewJSONHandler(os.Stderr, opts)
 			}
-			log := slog.New(h).With("node", cfg.Name)
+			log := slog.New(h)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			a, err := node.New(ctx, cfg, log)
@@ -49,12 +50,23 @@ containers keep running and a restarted agent adopts them.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the store, logs, sandboxes and the API socket")
 	f.StringVar(&cfg.ContainerdAddress, "containerd-address", cfg.ContainerdAddress, "containerd's gRPC socket")
 	f.StringVar(&cfg.Snapshotter, "snapshotter", cfg.Snapshotter, "containerd snapshotter for container root filesystems")
+	f.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory for this node's containers (default /run/starling/<name>/runc)")
 	f.StringVar(&cfg.PodSubnet, "pod-subnet", cfg.PodSubnet, "this node's pod address range, a /24 inside --cluster-cidr")
 	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "address range of all pods in the cluster; traffic leaving it is masqueraded")
 	f.StringSliceVar(&cfg.CNIPluginDirs, "cni-bin-dir", cfg.CNIPluginDirs, "directories searched for CNI plugins")
 	f.StringVar(&cfg.APIListen, "api-listen", "", "also serve the API on TCP ADDR:PORT (requires --token-file)")
 	f.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
 	f.DurationVar(&cfg.ResyncInterval, "resync-interval", cfg.ResyncInterval, "reconcile at least this often")
+	f.StringVar(&cfg.BindAddr, "bind", cfg.BindAddr, "gossip listen address IP:PORT (TCP and UDP)")
+	f.StringVar(&cfg.Advertise, "advertise", "", "address peers reach this node at, IP or IP:PORT (default: the bind address or a private one)")
+	f.StringSliceVar(&cfg.Join, "join", nil, "seed nodes to join, HOST[:PORT][,...]; any one is enough")
+	f.StringVar(&cfg.EncryptKeyFile, "encrypt-key-file", "", "32-byte cluster key (raw or base64) that encrypts gossip; all nodes need the same")
+	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
+	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
+	f.StringToStringVar(&cfg.Labels, "node-label", nil, "node labels KEY=VALUE[,...] for nodeSelector")
+	f.DurationVar(&cfg.ProbeInterval, "probe-interval", 0, "failure detection: time between probes (default 1s, memberlist LAN)")
+	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 0, "failure detection: wait for a probe ack before indirect probes (default 500ms)")
+	f.IntVar(&cfg.SuspicionMult, "suspicion-mult", 0, "failure detection: a node is dead after about this many probe intervals, times log10(N) (default 4)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd

@@ -40,6 +40,7 @@ type replicaJSON struct {
 	PodIP     string `json:"podIP"`
 	SpecHash  string `json:"specHash"`
 	Restarts  int    `json:"restarts"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 type getOpts struct {
@@ -150,13 +151,17 @@ func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
 	if ok, err := structured(w, o.output, api.NodeList{Items: nodes}); ok {
 		return err
 	}
-	t := newTable(w, "NAME", "STATE", "ADDRESS", "POD-SUBNET", "REPLICAS", "AGE")
+	header := []string{"NAME", "STATE", "ADDRESS", "POD-SUBNET", "REPLICAS", "AGE"}
+	if o.output == "wide" {
+		header = append(header, "API", "RTT")
+	}
+	t := newTable(w, header...)
 	for _, n := range nodes {
-		addr := n.Address
-		if addr == "" {
-			addr = "<local>"
+		row := []string{n.Name, n.State, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
+		if o.output == "wide" {
+			row = append(row, orNone(n.API), orNone(n.RTT))
 		}
-		t.row(n.Name, n.State, addr, n.PodSubnet, strconv.Itoa(n.Replicas), age(n.Started))
+		t.row(row...)
 	}
 	return t.flush()
 }
@@ -166,7 +171,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		Items []replicaJSON `json:"items"`
 	}{Items: []replicaJSON{}}
 	for _, r := range items {
-		out.Items = append(out.Items, replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts})
+		out.Items = append(out.Items, replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts, r.Reason})
 	}
 	if ok, err := structured(w, o.output, out); ok {
 		return err
@@ -176,7 +181,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if o.output == "wide" {
-		header = append(header, "IP", "NODE", "SPEC-HASH")
+		header = append(header, "IP", "NODE", "SPEC-HASH", "REASON")
 	}
 	t := newTable(w, header...)
 	for _, r := range items {
@@ -193,7 +198,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 			row = append([]string{r.Namespace}, row...)
 		}
 		if o.output == "wide" {
-			row = append(row, ip, r.Node, r.SpecHash)
+			row = append(row, ip, orNone(r.Node), r.SpecHash, shorten(r.Reason, 80))
 		}
 		t.row(row...)
 	}
@@ -308,4 +313,19 @@ func printServices(w io.Writer, o getOpts, objs []manifest.Object) error {
 		t.row(row...)
 	}
 	return t.flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// shorten cuts s to n characters for a table cell.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
 }

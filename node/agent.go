@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,12 +15,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/podnet"
-	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/placement"
 )
 
 // Agent is one Starling node: it stores desired state, reconciles its
@@ -29,29 +32,96 @@ type Agent struct {
 	log     *slog.Logger
 	store   *store.Store
 	clock   *hlc.Clock
-	net     *podnet.Network
-	rt      *runtime.Runtime
+	rt      Runtime
 	metrics *metrics
 	token   string
 	started time.Time
 
 	kick chan struct{} // coalesced request to reconcile now
 
-	mu   sync.Mutex
-	busy map[string]reconcile.ActionType // container IDs an action is working on
-	wg   sync.WaitGroup                  // running actions
+	cluster  *gossip.Cluster
+	capacity placement.Resources
+	synced   chan struct{} // closed once the node holds the cluster's state
+	syncOnce sync.Once
+
+	// Owned by the reconcile loop goroutine.
+	handoffs   map[string]time.Time
+	lastStatus string
+
+	mu       sync.Mutex
+	busy     map[string]reconcile.ActionType // container IDs an action is working on
+	failures map[string]failure              // container IDs whose last action failed
+	wg       sync.WaitGroup                  // running actions
 }
 
-// New opens the store, connects to containerd and prepares the pod network
-// in the agent's network namespace. Errors name the missing prerequisite
-// and how to fix it.
+// Runtime is what the agent needs from the container runtime. node/runtime
+// implements it with containerd; in-process tests use a fake.
+type Runtime interface {
+	// List observes every managed container.
+	List(ctx context.Context) ([]reconcile.Container, error)
+	// Execute carries out one reconcile action.
+	Execute(ctx context.Context, a reconcile.Action) error
+	// CleanupSandboxes removes sandboxes without a container, except busy ones.
+	CleanupSandboxes(ctx context.Context, observed []reconcile.Container, busy func(id string) bool) error
+	// WatchExits calls onExit when a container's task exits, until ctx ends.
+	WatchExits(ctx context.Context, onExit func())
+	// LogPath is the log file of a container.
+	LogPath(id string) string
+	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)
+	Images(ctx context.Context) ([]api.Image, error)
+	ExportImage(ctx context.Context, ref string, w io.Writer) error
+	HasImage(ctx context.Context, ref string) bool
+	Close() error
+}
+
+// New opens the store, connects to containerd, prepares the pod network
+// in the agent's network namespace and starts gossip. Errors name the
+// missing prerequisite and how to fix it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	pod, cluster, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, started: time.Now(), metrics: newMetrics()}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
+	}
+	pn, err := podnet.New(podnet.Config{DataDir: cfg.DataDir, PodSubnet: pod, ClusterCIDR: cluster, PluginDirs: cfg.CNIPluginDirs})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RuncRoot == "" {
+		cfg.RuncRoot = "/run/starling/" + cfg.Name + "/runc"
+	}
+	var a *Agent
+	fetch := func(ctx context.Context, ref string) (io.ReadCloser, error) { return a.fetchImage(ctx, ref) }
+	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot,
+		LogDir: cfg.DataDir + "/logs", Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
+	if err != nil {
+		return nil, err
+	}
+	// Every prerequisite is there: only now touch the network namespace.
+	if err := pn.PrepareHost(); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("prepare pod network: %w", err)
+	}
+	a, err = newAgent(cfg, log, rt)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// newAgent builds an agent on a given runtime: it reads the token, opens
+// the store and starts gossip. On error it closes nothing of rt's.
+func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
+	if _, _, err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log = log.With("node", cfg.Name)
+	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
+		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, started: time.Now(), metrics: newMetrics(),
+		synced: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
 		if err != nil {
@@ -64,24 +134,70 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	a.net, err = podnet.New(podnet.Config{DataDir: cfg.DataDir, PodSubnet: pod, ClusterCIDR: cluster, PluginDirs: cfg.CNIPluginDirs})
-	if err != nil {
-		return nil, err
-	}
-	if err := a.net.PrepareHost(); err != nil {
-		return nil, fmt.Errorf("prepare pod network: %w", err)
-	}
-	a.rt, err = runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name,
-		LogDir: cfg.DataDir + "/logs", Snapshotter: cfg.Snapshotter}, a.net, log)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {
-		a.rt.Close()
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
+	if err := a.startGossip(); err != nil {
+		a.store.Close()
+		return nil, err
+	}
 	return a, nil
+}
+
+// startGossip checks the node's identity and the age of its state, then
+// starts memberlist (without joining; Run does that).
+func (a *Agent) startGossip() error {
+	if err := a.checkIdentity(); err != nil {
+		return err
+	}
+	if a.staleState() {
+		if len(a.joinTargets()) == 0 {
+			a.log.Warn("state is older than --tombstone-ttl but there is no peer to resync from; keeping it")
+		} else {
+			a.log.Warn("this node was away longer than --tombstone-ttl: discarding its desired state and resyncing from peers", "ttl", a.cfg.TombstoneTTL)
+			if err := a.store.DropRecords(); err != nil {
+				return err
+			}
+		}
+	}
+	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
+	if err != nil {
+		return fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
+	}
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
+	if a.cfg.Advertise != "" {
+		ahost, aport, err := splitHostPort(a.cfg.Advertise, port)
+		if err != nil {
+			return fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
+		}
+		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
+	}
+	if a.cfg.EncryptKeyFile != "" {
+		if gc.SecretKey, err = readKey(a.cfg.EncryptKeyFile); err != nil {
+			return err
+		}
+	}
+	gc.Logger = a.log.With("component", "gossip")
+	if a.cfg.ProbeInterval > 0 {
+		gc.ProbeInterval = a.cfg.ProbeInterval
+	}
+	if a.cfg.ProbeTimeout > 0 {
+		gc.ProbeTimeout = a.cfg.ProbeTimeout
+	}
+	if a.cfg.SuspicionMult > 0 {
+		gc.SuspicionMult = a.cfg.SuspicionMult
+	}
+	if a.cfg.tuneGossip != nil {
+		a.cfg.tuneGossip(&gc)
+	}
+	a.cluster, err = gossip.New(gc, a.store)
+	if err != nil {
+		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
+	}
+	return nil
 }
 
 // Run reconciles and serves the API until ctx is cancelled, then waits
@@ -118,13 +234,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}(servers[i], listeners[i])
 	}
-	a.log.Info("agent started", "node", a.cfg.Name, "socket", sock, "api", a.cfg.APIListen,
+	a.log.Info("agent started", "socket", sock, "api", a.cfg.APIListen,
 		"podSubnet", a.cfg.PodSubnet, "containerd", a.cfg.ContainerdAddress)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
+	wg.Add(2)
+	go func() { defer wg.Done(); a.joinLoop(ctx) }()
+	go func() { defer wg.Done(); a.watchMembership(ctx) }()
 	go func() { defer wg.Done(); a.loop(ctx) }()
 	go func() { defer wg.Done(); a.rt.WatchExits(ctx, a.requestReconcile) }()
 	select {
@@ -138,6 +257,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		s.Shutdown(shutdownCtx)
 	}
 	wg.Wait()
+	if a.isSynced() {
+		a.markSeen()
+	}
+	// A clean stop leaves the cluster: peers see "left", not "dead".
+	if lerr := a.cluster.Leave(5 * time.Second); lerr != nil {
+		a.log.Warn("leave cluster", "err", lerr)
+	}
 	return err
 }
 
@@ -158,6 +284,13 @@ func (a *Agent) requestReconcile() {
 // loop runs reconcile on every store change, every kick, when a restart
 // backoff expires, and every ResyncInterval.
 func (a *Agent) loop(ctx context.Context) {
+	// Acting on state that may be stale would resurrect deleted objects:
+	// wait for the first sync with the cluster.
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.synced:
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -183,25 +316,14 @@ func (a *Agent) loop(ctx context.Context) {
 	}
 }
 
-// desired reads the replicas this node should run from the store.
-func (a *Agent) desired() ([]reconcile.Replica, error) {
-	recs, err := a.store.List(kindPrefix(manifest.KindDeployment))
-	if err != nil {
-		return nil, err
-	}
-	objs, bad := liveObjects(recs)
-	for _, k := range bad {
-		a.log.Error("stored object does not decode; skipped", "key", k)
-	}
-	return desiredReplicas(objs), nil
-}
-
-// reconcile runs one pass: observe, Plan, and start the actions whose
-// containers are not already being worked on. It returns Plan's requeue.
+// reconcile runs one pass: read the cluster view, decide what this node
+// owns (placement plus make-before-break handoffs), observe, Plan, and
+// start the actions whose containers are not already being worked on. It
+// publishes this node's status and returns Plan's requeue.
 func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	start := time.Now()
 	defer func() { a.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
-	desired, err := a.desired()
+	v, err := a.readView()
 	if err != nil {
 		a.log.Error("reconcile: read desired state", "err", err)
 		return 0
@@ -212,8 +334,20 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		return 0
 	}
 	a.metrics.observe(observed)
-	res := reconcile.Plan(desired, observed, time.Now())
+	mine, handoffs := reconcile.Owned(reconcile.Ownership{
+		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
+		ReadyElsewhere: readyElsewhere(a.cfg.Name, v.alive, v.statuses),
+		HandoffSince:   a.handoffs, Now: start, Timeout: a.cfg.HandoffTimeout,
+	})
+	a.handoffs = handoffs
+	res := reconcile.Plan(mine, observed, time.Now())
 	for _, act := range res.Actions {
+		if wait := a.failureWait(act, time.Now()); wait > 0 {
+			if res.Requeue == 0 || wait < res.Requeue {
+				res.Requeue = wait
+			}
+			continue
+		}
 		if !a.claim(act) {
 			continue
 		}
@@ -223,7 +357,74 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, a.isBusy); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	return res.Requeue
+	a.publishStatus(a.localReplicas(observed, mine))
+	requeue := res.Requeue
+	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {
+		requeue = time.Second // watch the new owners' readiness closely
+	}
+	return requeue
+}
+
+// failure remembers a failed action so it is retried with backoff instead
+// of in a hot loop, and so users see why a replica does not start. It is
+// the one piece of memory reconcile uses, and only to slow retries down:
+// a restarted agent simply retries at once.
+type failure struct {
+	count int
+	until time.Time // no retry before
+	err   string
+}
+
+// Failed actions are retried after 1 s doubling up to 5 min.
+const (
+	failureBackoffInitial = time.Second
+	failureBackoffMax     = 5 * time.Minute
+)
+
+func (a *Agent) recordFailure(act reconcile.Action, err error, now time.Time) failure {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var f failure
+	for _, id := range act.IDs() {
+		f = a.failures[id]
+		f.count++
+		wait := failureBackoffInitial << min(f.count-1, 20)
+		if wait > failureBackoffMax {
+			wait = failureBackoffMax
+		}
+		f.until, f.err = now.Add(wait), err.Error()
+		a.failures[id] = f
+	}
+	return f
+}
+
+func (a *Agent) clearFailure(act reconcile.Action) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range act.IDs() {
+		delete(a.failures, id)
+	}
+}
+
+// failureWait is how long the action must still wait after a failure.
+func (a *Agent) failureWait(act reconcile.Action, now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var wait time.Duration
+	for _, id := range act.IDs() {
+		if f, ok := a.failures[id]; ok && f.until.After(now) {
+			wait = max(wait, f.until.Sub(now))
+		}
+	}
+	return wait
+}
+
+// lastFailure returns the error of the last failed action on id, if any.
+func (a *Agent) lastFailure(id string) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.failures[id]
+	return f.err, ok
 }
 
 // claim marks the action's containers busy; false if one already is.
@@ -271,10 +472,13 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 		name = act.Old.Name
 	}
 	if err := a.rt.Execute(ctx, act); err != nil {
-		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err)
+		f := a.recordFailure(act, err, time.Now())
+		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,
+			"failures", f.count, "retryIn", time.Until(f.until).Round(time.Millisecond))
 		a.metrics.actionErrors.WithLabelValues(string(act.Type)).Inc()
 		return
 	}
+	a.clearFailure(act)
 	if act.Type == reconcile.Start && act.Old.State == reconcile.StateExited {
 		a.metrics.restarts.Inc()
 	}

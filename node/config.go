@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
 )
 
@@ -23,6 +27,9 @@ type Config struct {
 	ContainerdAddress string
 	// Snapshotter for container root filesystems.
 	Snapshotter string
+	// RuncRoot is runc's state directory for this node's containers (on
+	// tmpfs, so it does not outlive a reboot); default /run/starling/<name>/runc.
+	RuncRoot string
 	// PodSubnet is this node's pod address range (a /24 of ClusterCIDR).
 	PodSubnet string
 	// ClusterCIDR is the address space of all pods in the cluster.
@@ -36,6 +43,38 @@ type Config struct {
 	TokenFile string
 	// ResyncInterval is how often reconcile runs without any change.
 	ResyncInterval time.Duration
+
+	// BindAddr is the gossip listen address, "IP:PORT" (TCP and UDP).
+	BindAddr string
+	// Advertise is the address peers reach this node at ("IP" or
+	// "IP:PORT"); empty lets memberlist pick the bind or a private address.
+	Advertise string
+	// Join are seed addresses ("HOST" or "HOST:PORT"); any one suffices.
+	Join []string
+	// EncryptKeyFile holds the 32-byte cluster key (raw or base64) that
+	// encrypts and authenticates gossip; empty disables encryption.
+	EncryptKeyFile string
+	// TombstoneTTL is how long deletes are remembered; a node away longer
+	// discards its desired state and resyncs.
+	TombstoneTTL time.Duration
+	// HandoffTimeout bounds make-before-break when a replica moves to a
+	// node that joined.
+	HandoffTimeout time.Duration
+	// Labels are this node's labels, matched by nodeSelector.
+	Labels map[string]string
+
+	// ProbeInterval is the time between failure-detection probes (SWIM);
+	// ProbeTimeout the wait for an ack before indirect probes; a node that
+	// stays unreachable is declared dead after about SuspicionMult *
+	// max(1, log10(N)) * ProbeInterval. Zero values mean memberlist's LAN
+	// defaults (1 s, 500 ms, 4).
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	SuspicionMult int
+
+	// tuneGossip, when set, adjusts the gossip configuration (in-process
+	// tests use it for loopback ports and fast timers).
+	tuneGossip func(*gossip.Config)
 }
 
 // DefaultConfig returns the defaults documented in the README.
@@ -50,6 +89,9 @@ func DefaultConfig() Config {
 		ClusterCIDR:       "10.22.0.0/16",
 		CNIPluginDirs:     podnet.DefaultPluginDirs,
 		ResyncInterval:    5 * time.Second,
+		BindAddr:          "0.0.0.0:7946",
+		TombstoneTTL:      72 * time.Hour,
+		HandoffTimeout:    60 * time.Second,
 	}
 }
 
@@ -59,8 +101,8 @@ func SocketPath(dataDir string) string { return dataDir + "/starling.sock" }
 // validate checks the configuration and returns the parsed networks.
 // Errors name the flag to fix.
 func (c Config) validate() (pod, cluster *net.IPNet, err error) {
-	if c.Name == "" {
-		return nil, nil, fmt.Errorf("--name: must not be empty")
+	if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+		return nil, nil, fmt.Errorf("--name %q: %s (a node name is a DNS label such as node-1)", c.Name, strings.Join(errs, "; "))
 	}
 	_, cluster, err = net.ParseCIDR(c.ClusterCIDR)
 	if err != nil || cluster.IP.To4() == nil {
@@ -70,17 +112,22 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 	if err != nil || pod.IP.To4() == nil {
 		return nil, nil, fmt.Errorf("--pod-subnet %q: must be an IPv4 CIDR such as 10.22.1.0/24", c.PodSubnet)
 	}
-	if ones, _ := pod.Mask.Size(); ones > 29 {
+	if pod.String() != c.PodSubnet {
+		return nil, nil, fmt.Errorf("--pod-subnet %q: host bits are set; did you mean %s?", c.PodSubnet, pod)
+	}
+	ones, _ := pod.Mask.Size()
+	cOnes, _ := cluster.Mask.Size()
+	if ones > 28 {
 		return nil, nil, fmt.Errorf("--pod-subnet %q: too small, use a /24", c.PodSubnet)
 	}
-	if cOnes, _ := cluster.Mask.Size(); !cluster.Contains(pod.IP) || func() bool { p, _ := pod.Mask.Size(); return p < cOnes }() {
-		return nil, nil, fmt.Errorf("--pod-subnet %s: must lie inside --cluster-cidr %s", c.PodSubnet, c.ClusterCIDR)
+	if !cluster.Contains(pod.IP) || ones <= cOnes {
+		return nil, nil, fmt.Errorf("--pod-subnet %s: must be a smaller range inside --cluster-cidr %s (e.g. a /24)", c.PodSubnet, c.ClusterCIDR)
 	}
 	if c.APIListen != "" && c.TokenFile == "" {
 		return nil, nil, fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}
 	if c.ResyncInterval <= 0 {
-		return nil, nil, fmt.Errorf("resync interval must be positive")
+		return nil, nil, fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)
 	}
 	return pod, cluster, nil
 }

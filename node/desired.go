@@ -70,6 +70,9 @@ func specOf(d *appsv1.Deployment) reconcile.Spec {
 	if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
 		s.CPURequestMillis = q.MilliValue()
 	}
+	if q, ok := c.Resources.Requests[corev1.ResourceMemory]; ok {
+		s.MemoryRequestBytes = q.Value()
+	}
 	return s
 }
 

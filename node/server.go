@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -45,6 +46,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)
+	mux.HandleFunc("GET /v1/images/export", a.handleImageExport)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -114,7 +116,18 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ApplyResponse{Results: results})
 }
 
-// applyObjects stores objects as new versions, all in one transaction.
+// publish writes records to the local store (durably) and gossips them.
+// The objects were validated before, so an error here is an I/O failure.
+func (a *Agent) publish(recs ...crdt.Record) error {
+	for _, r := range recs {
+		if err := a.cluster.Publish(r); err != nil {
+			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+// applyObjects stores objects as new versions and gossips them.
 // An object identical to the stored one is left alone ("unchanged"); a
 // new object gets a creationTimestamp, an update keeps the stored one.
 func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) {
@@ -126,30 +139,38 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 		if err != nil {
 			return nil, err
 		}
+		// creationTimestamp is kept from the stored object; generation
+		// counts changes of the object, as in Kubernetes.
 		meta := objectMeta(&o)
-		meta.CreationTimestamp = metav1.Time{}
+		meta.CreationTimestamp, meta.Generation = metav1.Time{}, 0
 		if found && !old.Deleted {
-			results[i].Result = "configured"
 			if prev, err := manifest.Decode(old.Value); err == nil {
-				meta.CreationTimestamp = objectMeta(&prev).CreationTimestamp
+				pm := objectMeta(&prev)
+				meta.CreationTimestamp, meta.Generation = pm.CreationTimestamp, pm.Generation
 			}
+			same, err := manifest.Encode(o)
+			if err != nil {
+				return nil, err
+			}
+			if bytes.Equal(old.Value, same) {
+				results[i].Result = "unchanged"
+				continue
+			}
+			results[i].Result = "configured"
 		}
 		if meta.CreationTimestamp.IsZero() {
 			meta.CreationTimestamp = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 		}
+		meta.Generation++
 		value, err := manifest.Encode(o)
 		if err != nil {
 			return nil, err
 		}
-		if found && !old.Deleted && bytes.Equal(old.Value, value) {
-			results[i].Result = "unchanged"
-			continue
-		}
 		recs = append(recs, crdt.Record{Key: o.Key(), Value: value, Version: a.clock.Now(), Origin: a.cfg.Name})
 	}
 	if len(recs) > 0 {
-		if _, err := a.store.ApplyAll(recs); err != nil {
-			return nil, fmt.Errorf("store: %w", err)
+		if err := a.publish(recs...); err != nil {
+			return nil, err
 		}
 	}
 	return results, nil
@@ -216,7 +237,7 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	kind, _ := kindOf(r.PathValue("kind"))
 	tomb := crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true}
-	if _, err := a.store.Apply(tomb); err != nil {
+	if err := a.publish(tomb); err != nil {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("store: %w", err))
 		return
 	}
@@ -252,33 +273,27 @@ func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ApplyResult{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Result: "scaled"})
 }
 
-// replicaView merges desired replicas and observed containers into what
-// users see: every desired replica (Pending until it has a container) and
-// every container still present (Terminating when no longer desired).
-func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
-	desired, err := a.desired()
-	if err != nil {
-		return nil, err
-	}
-	observed, err := a.rt.List(ctx)
-	if err != nil {
-		return nil, err
-	}
+// localReplicas is the status of the replicas on this node: every
+// container (Terminating when this node no longer runs it) and every
+// replica it owns that has no container yet (Pending or ContainerCreating).
+func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.Replica) []api.Replica {
 	now := time.Now()
-	want := map[string]reconcile.Replica{}
-	for _, d := range desired {
-		want[d.ID] = d
+	want := map[string]bool{}
+	for _, d := range mine {
+		want[d.ID] = true
 	}
 	seen := map[string]bool{}
 	items := []api.Replica{}
 	for _, c := range observed {
 		seen[c.ID] = true
 		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
-			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt}
-		_, desiredHere := want[c.ID]
+			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC()}
+		if msg, failed := a.lastFailure(c.ID); failed {
+			item.Reason = msg
+		}
 		busy, isBusy := a.busyAction(c.ID)
 		switch {
-		case !desiredHere || isBusy && busy == reconcile.Remove:
+		case !want[c.ID] || isBusy && busy == reconcile.Remove:
 			item.Phase = "Terminating"
 		case c.State == reconcile.StateRunning:
 			item.Phase, item.Ready = "Running", true
@@ -293,29 +308,87 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 		}
 		items = append(items, item)
 	}
-	for _, d := range desired {
+	for _, d := range mine {
 		if seen[d.ID] {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
 			Node: a.cfg.Name, SpecHash: d.SpecHash, Phase: "Pending"}
+		if msg, failed := a.lastFailure(d.ID); failed {
+			item.Phase, item.Reason = "CreateBackOff", msg
+		}
 		if a.isBusy(d.ID) {
 			item.Phase = "ContainerCreating"
 		}
 		items = append(items, item)
 	}
+	sortReplicas(items)
+	return items
+}
+
+func sortReplicas(items []api.Replica) {
 	sort.Slice(items, func(i, j int) bool {
-		if items[i].Namespace != items[j].Namespace {
-			return items[i].Namespace < items[j].Namespace
+		a, b := items[i], items[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
 		}
-		if items[i].Workload != items[j].Workload {
-			return items[i].Workload < items[j].Workload
+		if a.Workload != b.Workload {
+			return a.Workload < b.Workload
 		}
-		if items[i].Ordinal != items[j].Ordinal {
-			return items[i].Ordinal < items[j].Ordinal
+		if a.Ordinal != b.Ordinal {
+			return a.Ordinal < b.Ordinal
 		}
-		return items[i].Name < items[j].Name
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Node < b.Node
 	})
+}
+
+// replicaView is the whole cluster's replicas as this node sees them: its
+// own, live observation, the others' from their gossiped status records
+// (dead and left nodes do not count), and desired replicas that no node
+// reports yet (Pending, with the node placement gave them).
+func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
+	v, err := a.readView()
+	if err != nil {
+		return nil, err
+	}
+	observed, err := a.rt.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine, _ := reconcile.Owned(reconcile.Ownership{
+		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
+		ReadyElsewhere: readyElsewhere(a.cfg.Name, v.alive, v.statuses),
+		HandoffSince:   nil, Now: time.Now(), Timeout: a.cfg.HandoffTimeout,
+	})
+	items := a.localReplicas(observed, mine)
+	reported := map[string]bool{}
+	for _, r := range items {
+		reported[r.Namespace+"/"+r.Name] = true
+	}
+	for name, s := range v.statuses {
+		if name == a.cfg.Name || !v.alive[name] {
+			continue
+		}
+		for _, r := range s.Replicas {
+			items = append(items, r)
+			reported[r.Namespace+"/"+r.Name] = true
+		}
+	}
+	for _, d := range v.all {
+		if reported[d.Namespace+"/"+d.Name] {
+			continue
+		}
+		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
+			Node: v.owner[d.ID], SpecHash: d.SpecHash, Phase: "Pending"}
+		if item.Node == "" {
+			item.Reason = v.placement.Pending[workloadKey(d.Namespace, d.Workload)][d.Ordinal]
+		}
+		items = append(items, item)
+	}
+	sortReplicas(items)
 	return items, nil
 }
 
@@ -329,15 +402,28 @@ func (a *Agent) handleReplicas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
-	observed, err := a.rt.List(r.Context())
+	v, err := a.readView()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.NodeList{Items: []api.Node{{
-		Name: a.cfg.Name, State: "alive", Address: a.cfg.APIListen, PodSubnet: a.cfg.PodSubnet,
-		Replicas: len(observed), Started: a.started,
-	}}})
+	out := api.NodeList{Items: []api.Node{}}
+	for _, m := range a.cluster.Members() {
+		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr}
+		if s, ok := v.statuses[m.Name]; ok {
+			n.PodSubnet, n.Started, n.API = s.PodSubnet, s.Started, s.API
+			for _, rep := range s.Replicas {
+				if rep.Phase != "Terminating" {
+					n.Replicas++
+				}
+			}
+		}
+		if rtt, ok := a.cluster.RTT(m.Name); ok && m.Name != a.cfg.Name {
+			n.RTT = rtt.Round(10 * time.Microsecond).String()
+		}
+		out.Items = append(out.Items, n)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleLogs streams a replica's log file; with follow=true it keeps
@@ -345,6 +431,11 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	id := reconcile.ContainerID(r.PathValue("namespace"), r.PathValue("name"))
 	f, err := os.Open(a.rt.LogPath(id))
+	if os.IsNotExist(err) && r.Header.Get(proxiedHeader) == "" {
+		if a.proxyLogs(w, r) {
+			return
+		}
+	}
 	if os.IsNotExist(err) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("replica %q in namespace %q has no logs on node %s (see 'starling get replicas')", r.PathValue("name"), r.PathValue("namespace"), a.cfg.Name))
 		return
@@ -397,9 +488,135 @@ func (a *Agent) handleImages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	out := api.ImageList{Items: []api.Image{}}
-	for _, i := range imgs {
-		out.Items = append(out.Items, api.Image{Name: i.Name, Digest: i.Target.Digest.String(), Size: i.Target.Size})
+	writeJSON(w, http.StatusOK, api.ImageList{Items: append([]api.Image{}, imgs...)})
+}
+
+// proxiedHeader marks a request one agent forwards to another, so it is
+// never forwarded twice.
+const proxiedHeader = "X-Starling-Proxied-By"
+
+// proxyLogs forwards a logs request to the live node whose status lists
+// the replica, through that node's TCP API with this node's token. It
+// reports whether it answered the client.
+func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
+	v, err := a.readView()
+	if err != nil {
+		return false
 	}
-	writeJSON(w, http.StatusOK, out)
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	for node, s := range v.statuses {
+		if node == a.cfg.Name || !v.alive[node] {
+			continue
+		}
+		for _, rep := range s.Replicas {
+			if rep.Namespace != ns || rep.Name != name {
+				continue
+			}
+			if s.API == "" || a.token == "" {
+				writeError(w, http.StatusBadGateway, fmt.Errorf("replica %s runs on node %s, which serves no TCP API (start agents with --api-listen and --token-file to proxy logs)", name, node))
+				return true
+			}
+			req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.API+r.URL.RequestURI(), nil)
+			if err != nil {
+				return false
+			}
+			req.Header.Set("Authorization", "Bearer "+a.token)
+			req.Header.Set(proxiedHeader, a.cfg.Name)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				writeError(w, http.StatusBadGateway, fmt.Errorf("logs from node %s: %w", node, err))
+				return true
+			}
+			defer resp.Body.Close()
+			w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+			w.WriteHeader(resp.StatusCode)
+			flusher, _ := w.(http.Flusher)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := resp.Body.Read(buf)
+				if n > 0 {
+					w.Write(buf[:n])
+					if flusher != nil {
+						flusher.Flush()
+					}
+				}
+				if err != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// handleImageExport streams image ?name=REF as an OCI tarball, for peers
+// that need it (content-addressed: the importer verifies every digest).
+func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("name")
+	if ref == "" {
+		writeError(w, http.StatusBadRequest, errors.New("name: required, e.g. ?name=docker.io/library/nginx:1.27"))
+		return
+	}
+	if !a.rt.HasImage(r.Context(), ref) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("image %s is not on node %s", ref, a.cfg.Name))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	if err := a.rt.ExportImage(r.Context(), ref, w); err != nil {
+		a.log.Warn("image export failed", "image", ref, "err", err)
+	}
+}
+
+// fetchImage gets image ref from a live peer, nearest first by Vivaldi
+// RTT estimate, through the peers' TCP API.
+func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, error) {
+	v, err := a.readView()
+	if err != nil {
+		return nil, err
+	}
+	type peer struct {
+		name, api string
+		rtt       time.Duration
+	}
+	var peers []peer
+	for name, s := range v.statuses {
+		if name == a.cfg.Name || !v.alive[name] || s.API == "" {
+			continue
+		}
+		rtt, ok := a.cluster.RTT(name)
+		if !ok {
+			rtt = time.Hour
+		}
+		peers = append(peers, peer{name, s.API, rtt})
+	}
+	sort.Slice(peers, func(i, j int) bool {
+		if peers[i].rtt != peers[j].rtt {
+			return peers[i].rtt < peers[j].rtt
+		}
+		return peers[i].name < peers[j].name
+	})
+	if len(peers) == 0 || a.token == "" {
+		return nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
+	}
+	var errs []error
+	for _, p := range peers {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			errs = append(errs, fmt.Errorf("%s: %s", p.name, resp.Status))
+			continue
+		}
+		a.log.Info("fetching image from peer", "image", ref, "peer", p.name, "rtt", p.rtt)
+		return resp.Body, nil
+	}
+	return nil, errors.Join(errs...)
 }

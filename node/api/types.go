@@ -78,7 +78,8 @@ type Replica struct {
 	Workload  string `json:"workload"`
 	Ordinal   int    `json:"ordinal"`
 	Node      string `json:"node"`
-	// Phase: Pending (no container yet), ContainerCreating, Running,
+	// Phase: Pending (no container yet), ContainerCreating, CreateBackOff
+	// (create failed, waiting to retry; see Reason), Running,
 	// CrashLoopBackOff (exited, waiting to restart), Exited, Terminating
 	// (no longer desired, being stopped), Unknown.
 	Phase    string    `json:"phase"`
@@ -87,6 +88,9 @@ type Replica struct {
 	SpecHash string    `json:"specHash"`
 	Restarts int       `json:"restarts"`
 	Started  time.Time `json:"started,omitempty"`
+	// Reason says why a replica is not running: the last error of its
+	// create or start, or why placement found no node for it.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ReplicaList answers /v1/replicas.
@@ -102,6 +106,10 @@ type Node struct {
 	PodSubnet string    `json:"podSubnet"`
 	Replicas  int       `json:"replicas"`
 	Started   time.Time `json:"started"`
+	// API is the node's TCP API URL ("" when it serves only its socket).
+	API string `json:"api,omitempty"`
+	// RTT is the Vivaldi-estimated round trip time from the answering node.
+	RTT string `json:"rtt,omitempty"`
 }
 
 // NodeList answers /v1/nodes.

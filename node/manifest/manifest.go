@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -214,6 +215,27 @@ func Decode(data []byte) (Object, error) {
 	if len(objs) != 1 {
 		// Unreachable: without Lists a document holds one object.
 		return Object{}, fmt.Errorf("decode: got %d objects, want 1", len(objs))
+	}
+	// Stored objects keep the metadata the agent set (Parse clears it from
+	// user input): when the object was created, and its generation.
+	var stored struct {
+		Metadata struct {
+			CreationTimestamp metav1.Time `json:"creationTimestamp"`
+			Generation        int64       `json:"generation"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(trimmed, &stored) == nil {
+		o := objs[0]
+		var m *metav1.ObjectMeta
+		switch {
+		case o.Deployment != nil:
+			m = &o.Deployment.ObjectMeta
+		case o.Service != nil:
+			m = &o.Service.ObjectMeta
+		default:
+			return o, nil
+		}
+		m.CreationTimestamp, m.Generation = stored.Metadata.CreationTimestamp, stored.Metadata.Generation
 	}
 	return objs[0], nil
 }

@@ -34,6 +34,9 @@ type Spec struct {
 	CPURequestMillis int64 `json:"cpuRequestMillis,omitempty"`
 	// MemoryBytes is the memory limit in bytes (0: none).
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// MemoryRequestBytes is the memory request in bytes, used by
+	// placement (0: none).
+	MemoryRequestBytes int64 `json:"memoryRequestBytes,omitempty"`
 	// GracePeriod is how long a stop waits after SIGTERM before SIGKILL.
 	GracePeriod time.Duration `json:"gracePeriod"`
 }

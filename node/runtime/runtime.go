@@ -21,16 +21,22 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/images/archive"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/containerd/remotes/docker"
+	containerdlog "github.com/containerd/log"
+	"github.com/containerd/platforms"
+	"github.com/sirupsen/logrus"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -74,6 +80,15 @@ type Config struct {
 	LogDir string
 	// Snapshotter for container root filesystems (default "overlayfs").
 	Snapshotter string
+	// RuncRoot is runc's state directory for this node's containers.
+	// containerd's default (/run/containerd/runc/<namespace>) is shared by
+	// every containerd on the machine, so two nodes on one machine would
+	// take over each other's containers; empty keeps the default.
+	RuncRoot string
+	// FetchImage, when set, is asked for an image that is neither stored
+	// locally nor pullable from its registry: it returns an image tarball
+	// (from a peer node). Import verifies every blob's digest.
+	FetchImage func(ctx context.Context, ref string) (io.ReadCloser, error)
 }
 
 // Runtime talks to containerd.
@@ -90,6 +105,9 @@ func New(ctx context.Context, cfg Config, network Network, log *slog.Logger) (*R
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = "overlayfs"
 	}
+	// The containerd client logs through logrus; keep its chatter (e.g.
+	// "trying next host" during pulls) out of the agent's slog output.
+	containerdlog.L.Logger.SetLevel(logrus.WarnLevel)
 	if _, err := os.Stat(cfg.Address); err != nil {
 		return nil, fmt.Errorf("containerd socket %s: %w (install the Debian package containerd and start it, or pass --containerd-address)", cfg.Address, err)
 	}
@@ -209,10 +227,19 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image
 	ctx = r.ctx(ctx)
 	img, err := r.client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
+		// A registry is the first choice; peers are the fallback, so an
+		// edge cluster needs no registry.
 		img, err = r.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
 			containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
+		if err != nil && r.cfg.FetchImage != nil {
+			pullErr := err
+			img, err = r.fetchFromPeers(ctx, ref)
+			if err != nil {
+				err = fmt.Errorf("pull: %v; peers: %w", pullErr, err)
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("image %s is not on this node and pulling it failed (%v): import it with 'starling image import FILE.tar'", ref, err)
+			return nil, fmt.Errorf("image %s is not on this node and could not be fetched (%v): import it with 'starling image import FILE.tar'", ref, err)
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("image %s: %w", ref, err)
@@ -323,7 +350,12 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 			return fmt.Errorf("create replica %s: remove leftover container: %w", rep.Name, derr)
 		}
 	}
+	var runtimeOpts any
+	if r.cfg.RuncRoot != "" {
+		runtimeOpts = &runcoptions.Options{Root: r.cfg.RuncRoot}
+	}
 	c, err := r.client.NewContainer(ctx, rep.ID,
+		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithNewSnapshot(rep.ID, img),
@@ -527,7 +559,46 @@ func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
 	}
 }
 
+// fetchFromPeers imports ref from the tarball FetchImage returns.
+func (r *Runtime) fetchFromPeers(ctx context.Context, ref string) (containerd.Image, error) {
+	rc, err := r.cfg.FetchImage(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if _, err := r.ImportImages(ctx, rc); err != nil {
+		return nil, err
+	}
+	r.log.Info("image fetched from a peer", "image", ref)
+	return r.client.GetImage(ctx, ref)
+}
+
+// ExportImage writes image ref (with its config and layers, for this
+// platform) as an OCI tarball to w. errdefs.IsNotFound(err) when the node
+// does not have it.
+func (r *Runtime) ExportImage(ctx context.Context, ref string, w io.Writer) error {
+	ctx = r.ctx(ctx)
+	if _, err := r.client.ImageService().Get(ctx, ref); err != nil {
+		return err
+	}
+	return r.client.Export(ctx, w, archive.WithImage(r.client.ImageService(), ref), archive.WithPlatform(platforms.Default()))
+}
+
+// HasImage reports whether the node stores image ref.
+func (r *Runtime) HasImage(ctx context.Context, ref string) bool {
+	_, err := r.client.ImageService().Get(r.ctx(ctx), ref)
+	return err == nil
+}
+
 // Images lists the images stored on the node.
-func (r *Runtime) Images(ctx context.Context) ([]images.Image, error) {
-	return r.client.ImageService().List(r.ctx(ctx))
+func (r *Runtime) Images(ctx context.Context) ([]api.Image, error) {
+	imgs, err := r.client.ImageService().List(r.ctx(ctx))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Image, 0, len(imgs))
+	for _, i := range imgs {
+		out = append(out, api.Image{Name: i.Name, Digest: i.Target.Digest.String(), Size: i.Target.Size})
+	}
+	return out, nil
 }

@@ -501,3 +501,19 @@ func (s *Store) PutMeta(key string, value []byte) error {
 	}
 	return nil
 }
+
+// DropRecords deletes every record (meta is kept). A node that was away
+// longer than the tombstone TTL calls it before rejoining, so that objects
+// deleted meanwhile (whose tombstones peers have purged) cannot come back
+// from its stale copy. Errors wrap ErrClosed or a badger I/O error.
+func (s *Store) DropRecords() error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := s.db.DropPrefix([]byte(recordPrefix)); err != nil {
+		return fmt.Errorf("drop records: %w", err)
+	}
+	s.notify()
+	return nil
+}

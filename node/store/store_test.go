@@ -528,3 +528,27 @@ func TestCorruptValueErrorNamesKey(t *testing.T) {
 		t.Errorf("Get(good) = %+v", got)
 	}
 }
+
+func TestDropRecordsKeepsMeta(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := crdt.Record{Key: "deployment/default/a", Value: []byte(`{}`), Version: hlc.Timestamp{Wall: 1}, Origin: "n1"}
+	if _, err := s.Apply(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutMeta("name", []byte("n1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropRecords(); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.List(""); err != nil || len(rs) != 0 {
+		t.Fatalf("records after drop: %v %v", rs, err)
+	}
+	if v, ok, err := s.GetMeta("name"); err != nil || !ok || string(v) != "n1" {
+		t.Fatalf("meta after drop: %q %v %v", v, ok, err)
+	}
+}

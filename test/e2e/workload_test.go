@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,20 +115,16 @@ func TestScaleKeepsOtherReplicasAndSpecChangeReplaces(t *testing.T) {
 // token, no access; with the token the CLI works; logs come from the
 // replica's stdout; /metrics reports reconcile figures.
 func TestTCPAPIRequiresTokenAndServesLogsAndMetrics(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	token := "s3cret-token-for-e2e-tests"
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := newCluster(t, 1, "--api-listen", "0.0.0.0:7443", "--token-file", tokenFile)
+	c := newCluster(t, 1)
 	n := c.Nodes[0]
+	token := c.Token
 	if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, n, deployment("logme", 1, "x"))
 	reps, _ := waitRunning(t, n, "logme", 1, 10*time.Second)
 
-	url := "http://" + n.IP + ":7443"
+	url := n.APIURL()
 	client := &http.Client{Transport: &http.Transport{DialContext: harness.DialIn(c.LAN)}, Timeout: 5 * time.Second}
 	resp, err := client.Get(url + "/v1/replicas")
 	if err != nil {
@@ -138,26 +134,28 @@ func TestTCPAPIRequiresTokenAndServesLogsAndMetrics(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no token: status %d, want 401", resp.StatusCode)
 	}
-	req, _ := http.NewRequest("GET", url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err = client.Do(req)
+	// The gauge is set at each reconcile pass: poll until it shows the replica.
+	_, err = eventually(10*time.Second, func() error {
+		req, _ := http.NewRequest("GET", url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		for _, m := range []string{"starling_reconcile_duration_seconds_count", `starling_replicas{phase="Running"} 1`, "starling_replica_restarts_total"} {
+			if !strings.Contains(string(b), m) {
+				return fmt.Errorf("metrics lack %q", m)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var metrics strings.Builder
-	buf := make([]byte, 1<<16)
-	for {
-		k, err := resp.Body.Read(buf)
-		metrics.Write(buf[:k])
-		if err != nil {
-			break
-		}
-	}
-	resp.Body.Close()
-	for _, m := range []string{"starling_reconcile_duration_seconds_count", `starling_replicas{phase="Running"} 1`, "starling_replica_restarts_total"} {
-		if !strings.Contains(metrics.String(), m) {
-			t.Fatalf("metrics lack %q", m)
-		}
 	}
 	// The CLI from the LAN side with --server http://... and the token.
 	out, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--server", url, "--token", token, "logs", reps[0].Name)

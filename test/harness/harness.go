@@ -17,6 +17,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +45,11 @@ type Cluster struct {
 	// LAN is the name of the LAN namespace (bridge br0, 192.168.222.254/24).
 	LAN   string
 	Nodes []*Node
+	// Token is the API bearer token every agent accepts (TokenFile holds
+	// it); KeyFile holds the gossip encryption key.
+	Token     string
+	TokenFile string
+	KeyFile   string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 
@@ -82,7 +90,18 @@ func NewNamed(dir, prefix, binary string, log io.Writer) (*Cluster, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Binary: binary, Prefix: prefix, Log: log}
+	c := &Cluster{Dir: dir, Binary: binary, Prefix: prefix, Log: log,
+		Token: "starling-test-token-0123456789", TokenFile: filepath.Join(dir, "token"), KeyFile: filepath.Join(dir, "gossip.key")}
+	if err := os.WriteFile(c.TokenFile, []byte(c.Token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(c.KeyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	c.LAN = c.Prefix + "lan"
 	if err := run("ip", "netns", "add", c.LAN); err != nil {
 		return nil, err
@@ -195,11 +214,22 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 // AgentLogPath is where the agent's stderr goes (appended across restarts).
 func (n *Node) AgentLogPath() string { return filepath.Join(n.Dir, "agent.log") }
 
+// APIURL is the node's TCP API, reachable from the LAN namespace.
+func (n *Node) APIURL() string { return "http://" + n.IP + ":7443" }
+
 // StartAgent starts the node's agent with the standard flags plus extra,
-// and waits until its API answers.
+// and waits until its API answers. Standard flags: gossip on the LAN
+// address with the cluster key, joining through the first node; the TCP
+// API on the LAN address with the cluster token.
 func (n *Node) StartAgent(extra ...string) error {
 	args := []string{"agent", "--name", n.Name, "--data-dir", n.DataDir,
-		"--containerd-address", n.ContainerdSocket(), "--pod-subnet", n.PodSubnet}
+		"--containerd-address", n.ContainerdSocket(), "--pod-subnet", n.PodSubnet,
+		"--runc-root", filepath.Join(n.Dir, "runc"),
+		"--bind", n.IP + ":7946", "--advertise", n.IP, "--encrypt-key-file", n.c.KeyFile,
+		"--api-listen", n.IP + ":7443", "--token-file", n.c.TokenFile}
+	if seed := n.c.Nodes[0]; seed != n {
+		args = append(args, "--join", seed.IP)
+	}
 	args = append(args, extra...)
 	n.agentArgs = args
 	return n.startAgent()
@@ -366,6 +396,7 @@ func Down(dir, prefix string) error {
 	for _, cg := range cgroups {
 		killProcs(cg)
 	}
+	removeShimSockets(dir, ents)
 	time.Sleep(200 * time.Millisecond)
 	errs = append(errs, unmountUnder(dir))
 	for i := len(cgroups) - 1; i >= 0; i-- {
@@ -493,5 +524,63 @@ func ModuleDir() (string, error) {
 			return "", errors.New("go.mod not found above the working directory")
 		}
 		dir = parent
+	}
+}
+
+// CutOff isolates the node as a crash or a pulled cable would: its LAN
+// link goes down and its agent and containers are killed (containerd
+// stays, as it would come back with the machine).
+func (n *Node) CutOff() error {
+	if err := run("ip", "-n", n.NetNS, "link", "set", "eth0", "down"); err != nil {
+		return err
+	}
+	n.KillAgent(syscall.SIGKILL)
+	for _, cg := range nodeCgroups(n.Name) {
+		killProcs(cg)
+	}
+	return nil
+}
+
+// Reconnect brings the node's LAN link back and restarts its agent.
+func (n *Node) Reconnect() error {
+	if err := run("ip", "-n", n.NetNS, "link", "set", "eth0", "up"); err != nil {
+		return err
+	}
+	return n.RestartAgent()
+}
+
+// RunningContainers counts processes-holding container cgroups of the node
+// (one per running replica).
+func (n *Node) RunningContainers() int {
+	count := 0
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + n.Name + "/*")
+	if len(dirs) == 0 {
+		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + n.Name + "/*")
+	}
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			count++
+		}
+	}
+	return count
+}
+
+// removeShimSockets deletes the sockets of the killed containerd shims.
+// A shim listens on /run/containerd/s/<sha256(containerd address +
+// "/" + namespace + "/" + container id)> (containerd runtime/v2/shim
+// SocketAddress) and leaves it behind when killed.
+func removeShimSockets(dir string, nodes []os.DirEntry) {
+	for _, e := range nodes {
+		if !e.IsDir() {
+			continue
+		}
+		cdir := filepath.Join(dir, e.Name(), "containerd")
+		address := filepath.Join(cdir, "containerd.sock")
+		tasks, _ := filepath.Glob(filepath.Join(cdir, "state", "io.containerd.runtime.v2.task", "*", "*"))
+		for _, t := range tasks {
+			id, ns := filepath.Base(t), filepath.Base(filepath.Dir(t))
+			sum := sha256.Sum256([]byte(filepath.Join(address, ns, id)))
+			os.Remove(fmt.Sprintf("/run/containerd/s/%x", sum))
+		}
 	}
 }

@@ -1,0 +1,119 @@
+package node
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// statusKind is the store kind of node status records: key
+// "node/cluster/<name>". Each node is the only writer of its own record.
+const statusKind = "node"
+
+func statusKey(name string) string { return statusKind + "/cluster/" + name }
+
+// NodeStatus is a node's own replicated record: where to reach it, what it
+// offers, and the status of every replica it runs.
+type NodeStatus struct {
+	Name string `json:"name"`
+	// Advertise is the node's gossip address ("ip:port").
+	Advertise string `json:"advertise"`
+	// API is the node's TCP API base URL ("http://ip:port"), "" when it
+	// serves only its unix socket.
+	API       string              `json:"api,omitempty"`
+	PodSubnet string              `json:"podSubnet"`
+	Capacity  placement.Resources `json:"capacity"`
+	Labels    map[string]string   `json:"labels,omitempty"`
+	Started   time.Time           `json:"started"`
+	Replicas  []api.Replica       `json:"replicas"`
+}
+
+// decodeStatuses returns the node status records in records, by name.
+// Undecodable ones are skipped.
+func decodeStatuses(records []crdt.Record) map[string]NodeStatus {
+	out := map[string]NodeStatus{}
+	for _, r := range records {
+		if r.Deleted {
+			continue
+		}
+		var s NodeStatus
+		if err := json.Unmarshal(r.Value, &s); err != nil || s.Name == "" || statusKey(s.Name) != r.Key {
+			continue
+		}
+		out[s.Name] = s
+	}
+	return out
+}
+
+// eligibleNodes returns the placement input: live members that have
+// published a status record, sorted by name.
+func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []placement.Node {
+	var nodes []placement.Node
+	for name, s := range statuses {
+		if !alive[name] {
+			continue
+		}
+		nodes = append(nodes, placement.Node{Name: name, Labels: s.Labels, Allocatable: s.Capacity})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes
+}
+
+// workloadKey is the placement key of a Deployment: "namespace/name".
+func workloadKey(namespace, name string) string { return namespace + "/" + name }
+
+// workloadsOf turns Deployments into placement workloads.
+func workloadsOf(deployments []manifest.Object) []placement.Workload {
+	var ws []placement.Workload
+	for _, o := range deployments {
+		d := o.Deployment
+		if d == nil {
+			continue
+		}
+		n := 1
+		if d.Spec.Replicas != nil {
+			n = int(*d.Spec.Replicas)
+		}
+		spec := specOf(d)
+		ws = append(ws, placement.Workload{
+			Key:          workloadKey(o.Namespace, o.Name),
+			Replicas:     n,
+			Requests:     placement.Resources{MilliCPU: spec.CPURequestMillis, MemoryBytes: spec.MemoryRequestBytes},
+			NodeSelector: d.Spec.Template.Spec.NodeSelector,
+		})
+	}
+	return ws
+}
+
+// owners maps every desired replica's ID to its placed node ("" when it
+// fits nowhere).
+func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
+	out := make(map[string]string, len(all))
+	for _, r := range all {
+		out[r.ID] = p.Owner(workloadKey(r.Namespace, r.Workload), r.Ordinal)
+	}
+	return out
+}
+
+// readyElsewhere lists replica IDs that a live node other than self
+// reports Running and ready.
+func readyElsewhere(self string, alive map[string]bool, statuses map[string]NodeStatus) map[string]bool {
+	out := map[string]bool{}
+	for name, s := range statuses {
+		if name == self || !alive[name] {
+			continue
+		}
+		for _, r := range s.Replicas {
+			if r.Ready && r.Phase == "Running" {
+				out[reconcile.ContainerID(r.Namespace, r.Name)] = true
+			}
+		}
+	}
+	return out
+}

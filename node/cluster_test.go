@@ -1,0 +1,364 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// fakeRuntime is an in-memory container runtime: actions take effect at once.
+type fakeRuntime struct {
+	mu         sync.Mutex
+	containers map[string]reconcile.Container
+	created    int
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{containers: map[string]reconcile.Container{}}
+}
+
+func (f *fakeRuntime) List(context.Context) ([]reconcile.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]reconcile.Container, 0, len(f.containers))
+	for _, c := range f.containers {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	run := func(r reconcile.Replica) {
+		f.created++
+		f.containers[r.ID] = reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
+			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: "10.22.9.9", StartedAt: time.Now()}
+	}
+	switch a.Type {
+	case reconcile.Create:
+		run(a.Replica)
+	case reconcile.Start:
+		c := f.containers[a.Old.ID]
+		c.State = reconcile.StateRunning
+		f.containers[a.Old.ID] = c
+	case reconcile.Remove:
+		delete(f.containers, a.Old.ID)
+	case reconcile.Replace:
+		delete(f.containers, a.Old.ID)
+		run(a.Replica)
+	}
+	return nil
+}
+
+func (f *fakeRuntime) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.containers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) bool) error {
+	return nil
+}
+func (f *fakeRuntime) WatchExits(ctx context.Context, _ func())                  { <-ctx.Done() }
+func (f *fakeRuntime) LogPath(id string) string                                  { return os.DevNull }
+func (f *fakeRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { return nil, nil }
+func (f *fakeRuntime) Images(context.Context) ([]api.Image, error)               { return nil, nil }
+func (f *fakeRuntime) ExportImage(context.Context, string, io.Writer) error      { return nil }
+func (f *fakeRuntime) HasImage(context.Context, string) bool                     { return false }
+func (f *fakeRuntime) Close() error                                              { return nil }
+
+// testNode is one in-process agent on loopback with a fake runtime.
+type testNode struct {
+	name   string
+	dir    string
+	rt     *fakeRuntime
+	agent  *Agent
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func fastGossip(g *gossip.Config) {
+	g.BindAddr, g.BindPort = "127.0.0.1", 0
+	g.ProbeInterval = 100 * time.Millisecond
+	g.ProbeTimeout = 50 * time.Millisecond
+	g.SuspicionMult = 3
+	g.GossipInterval = 20 * time.Millisecond
+	g.PushPullInterval = 300 * time.Millisecond
+	g.ReconnectInterval = 200 * time.Millisecond
+}
+
+func testConfig(name, dir string, join []string) Config {
+	cfg := DefaultConfig()
+	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
+	cfg.ResyncInterval = 200 * time.Millisecond
+	cfg.HandoffTimeout = 5 * time.Second
+	cfg.tuneGossip = fastGossip
+	return cfg
+}
+
+// start runs an agent for name in dir; join lists seed addresses.
+func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config)) *testNode {
+	t.Helper()
+	cfg := testConfig(name, dir, join)
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	n := &testNode{name: name, dir: dir, rt: newFakeRuntime(), done: make(chan struct{})}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("STARLING_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
+	}
+	a, err := newAgent(cfg, log, n.rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { defer close(n.done); a.Run(ctx) }()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *testNode) stop() {
+	n.cancel()
+	<-n.done
+}
+
+// addr is the node's gossip address.
+func (n *testNode) addr() string {
+	for _, m := range n.agent.cluster.Members() {
+		if m.Name == n.name {
+			return fmt.Sprintf("%s:%d", m.Addr, m.Port)
+		}
+	}
+	return ""
+}
+
+func startCluster(t *testing.T, size int) []*testNode {
+	t.Helper()
+	nodes := []*testNode{start(t, "a0", t.TempDir(), nil)}
+	for i := 1; i < size; i++ {
+		nodes = append(nodes, start(t, fmt.Sprintf("a%d", i), t.TempDir(), []string{nodes[0].addr()}))
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if got := n.agent.cluster.NumMembers(); got != size {
+				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
+			}
+		}
+		return nil
+	})
+	return nodes
+}
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func deploy(t *testing.T, n *testNode, name string, replicas int, image string) {
+	t.Helper()
+	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      containers: [{name: c, image: %q}]
+`, name, replicas, name, name, image)), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.agent.applyObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runningEverywhere checks that, across nodes, each replica of workload
+// runs exactly once and there are want of them.
+func runningEverywhere(nodes []*testNode, workload string, want int) error {
+	seen := map[string]string{}
+	for _, n := range nodes {
+		for _, id := range n.rt.ids() {
+			if !strings.Contains(id, "_"+workload+"-") {
+				continue
+			}
+			if other, dup := seen[id]; dup {
+				return fmt.Errorf("%s runs on %s and %s", id, other, n.name)
+			}
+			seen[id] = n.name
+		}
+	}
+	if len(seen) != want {
+		return fmt.Errorf("%d replicas of %s running, want %d: %v", len(seen), workload, want, seen)
+	}
+	return nil
+}
+
+func storedValue(n *testNode, key string) string {
+	r, ok, err := n.agent.store.Get(key)
+	if err != nil || !ok || r.Deleted {
+		return ""
+	}
+	return string(r.Value)
+}
+
+func TestInProcessClusterConvergesAndPlacesEachReplicaOnce(t *testing.T) {
+	nodes := startCluster(t, 5)
+	deploy(t, nodes[2], "web", 12, "img:v1")
+	waitFor(t, 15*time.Second, func() error { return runningEverywhere(nodes, "web", 12) })
+	// Spread: 12 replicas on 5 nodes is 2 or 3 per node.
+	for _, n := range nodes {
+		if got := len(n.rt.ids()); got < 2 || got > 3 {
+			t.Fatalf("%s runs %d replicas, want 2 or 3", n.name, got)
+		}
+	}
+	// Every node answers for the whole cluster.
+	for _, n := range nodes {
+		reps, err := n.agent.replicaView(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, r := range reps {
+			if r.Phase == "Running" {
+				running++
+			}
+		}
+		if running != 12 {
+			waitFor(t, 5*time.Second, func() error {
+				reps, _ := n.agent.replicaView(context.Background())
+				running = 0
+				for _, r := range reps {
+					if r.Phase == "Running" {
+						running++
+					}
+				}
+				if running != 12 {
+					return fmt.Errorf("%s reports %d Running", n.name, running)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+func TestConcurrentConflictingWritesEndWithOneWinner(t *testing.T) {
+	nodes := startCluster(t, 5)
+	var wg sync.WaitGroup
+	for i, n := range []*testNode{nodes[1], nodes[3]} {
+		wg.Add(1)
+		go func(i int, n *testNode) {
+			defer wg.Done()
+			deploy(t, n, "race", 1+i, fmt.Sprintf("img:%d", i))
+		}(i, n)
+	}
+	wg.Wait()
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "race")
+	waitFor(t, 15*time.Second, func() error {
+		first := storedValue(nodes[0], key)
+		for _, n := range nodes {
+			if v := storedValue(n, key); v == "" || v != first {
+				return fmt.Errorf("%s holds a different value", n.name)
+			}
+		}
+		return nil
+	})
+}
+
+func TestRestartFromDiskRejoinsWithoutSeed(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[0], "keep", 3, "img:v1")
+	waitFor(t, 15*time.Second, func() error { return runningEverywhere(nodes, "keep", 3) })
+	// Stop the seed and a2; restart a2 with no --join: it rejoins a1
+	// through the peers it stored, and keeps its desired state.
+	nodes[0].stop()
+	nodes[2].stop()
+	a2 := start(t, "a2", nodes[2].dir, nil)
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "keep")
+	if storedValue(a2, key) == "" {
+		t.Fatal("restarted node lost its desired state")
+	}
+	waitFor(t, 15*time.Second, func() error {
+		if got := a2.agent.cluster.NumMembers(); got != 2 {
+			return fmt.Errorf("a2 sees %d live members, want 2 (a1, a2)", got)
+		}
+		return nil
+	})
+	// The seed's replicas move to the two live nodes.
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere([]*testNode{nodes[1], a2}, "keep", 3) })
+}
+
+func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
+	ttl := func(c *Config) { c.TombstoneTTL = 1 * time.Second }
+	a0 := start(t, "a0", t.TempDir(), nil, ttl)
+	a1 := start(t, "a1", t.TempDir(), []string{a0.addr()}, ttl)
+	a2 := start(t, "a2", t.TempDir(), []string{a0.addr()}, ttl)
+	deploy(t, a0, "ghost", 1, "img:v1")
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "ghost")
+	waitFor(t, 10*time.Second, func() error {
+		if storedValue(a2, key) == "" {
+			return fmt.Errorf("a2 has not received the write")
+		}
+		return nil
+	})
+	a2.stop()
+	// Delete while a2 is away, then let the tombstone expire and be purged.
+	rec, _, _ := a0.agent.store.Get(key)
+	rec.Deleted, rec.Value, rec.Version, rec.Origin = true, nil, a0.agent.clock.Now(), "a0"
+	if err := a0.agent.publish(rec); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if r, ok, _ := a1.agent.store.Get(key); !ok || !r.Deleted {
+			return fmt.Errorf("a1 has not seen the delete")
+		}
+		return nil
+	})
+	time.Sleep(1500 * time.Millisecond)
+	a0.agent.purgeTombstones()
+	a1.agent.purgeTombstones()
+	// a2 comes back with its stale copy: it must drop it, not spread it.
+	back := start(t, "a2", a2.dir, []string{a0.addr()}, ttl)
+	time.Sleep(2 * time.Second)
+	for _, n := range []*testNode{a0, a1, back} {
+		if v := storedValue(n, key); v != "" {
+			t.Fatalf("%s: deleted object came back", n.name)
+		}
+	}
+	if ids := back.rt.ids(); len(ids) != 0 {
+		t.Fatalf("a2 runs %v for a deleted object", ids)
+	}
+}

@@ -1,0 +1,259 @@
+package node
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// Store meta keys.
+const (
+	metaName     = "node-name"
+	metaPeers    = "peers"     // JSON list of "ip:port" of members last seen alive
+	metaLastSeen = "last-seen" // RFC 3339 time the node last had the cluster's state
+)
+
+// readKey reads a gossip encryption key file: 32 bytes, raw or base64
+// (as `head -c32 /dev/urandom | base64` makes it).
+func readKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--encrypt-key-file: %w", err)
+	}
+	if len(b) == 32 {
+		return b, nil
+	}
+	s := strings.TrimSpace(string(b))
+	if k, err := base64.StdEncoding.DecodeString(s); err == nil && len(k) == 32 {
+		return k, nil
+	}
+	return nil, fmt.Errorf("--encrypt-key-file %s: want a 32-byte key, raw or base64 (make one with: head -c32 /dev/urandom | base64 > %s)", path, path)
+}
+
+// splitHostPort parses "ip:port" or "ip" with a default port.
+func splitHostPort(s string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return s, defPort, nil
+		}
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", portStr)
+	}
+	return host, port, nil
+}
+
+// checkIdentity binds the data dir to the node name on first start and
+// refuses a different name later: a node's identity is what peers and
+// placement know it by.
+func (a *Agent) checkIdentity() error {
+	name, ok, err := a.store.GetMeta(metaName)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return a.store.PutMeta(metaName, []byte(a.cfg.Name))
+	}
+	if string(name) != a.cfg.Name {
+		return fmt.Errorf("--data-dir %s belongs to node %q: start with --name %s, or use a fresh --data-dir", a.cfg.DataDir, name, name)
+	}
+	return nil
+}
+
+// staleState reports whether this node was away longer than the tombstone
+// TTL: peers may have purged tombstones it never saw.
+func (a *Agent) staleState() bool {
+	v, ok, err := a.store.GetMeta(metaLastSeen)
+	if err != nil || !ok {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339, string(v))
+	return err == nil && time.Since(t) > a.cfg.TombstoneTTL
+}
+
+func (a *Agent) markSeen() {
+	if err := a.store.PutMeta(metaLastSeen, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
+		a.log.Warn("record last-seen time", "err", err)
+	}
+}
+
+// joinTargets are the seeds from --join plus the peers last seen alive.
+func (a *Agent) joinTargets() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	for _, s := range a.cfg.Join {
+		add(s)
+	}
+	if b, ok, err := a.store.GetMeta(metaPeers); err == nil && ok {
+		var peers []string
+		if json.Unmarshal(b, &peers) == nil {
+			for _, p := range peers {
+				add(p)
+			}
+		}
+	}
+	return out
+}
+
+// joinLoop joins the cluster through any target, retrying with backoff
+// (1 s doubling to 30 s) until one answers. With no target the node starts
+// a cluster of its own. It closes a.synced once the node holds the
+// cluster's state (after the first successful join's push/pull, or at
+// once when there is nothing to join).
+func (a *Agent) joinLoop(ctx context.Context) {
+	defer a.markSynced()
+	targets := a.joinTargets()
+	if len(targets) == 0 {
+		a.log.Info("no seeds to join: starting a new cluster")
+		return
+	}
+	backoff := time.Second
+	for {
+		n, err := a.cluster.Join(targets)
+		if n > 0 {
+			a.log.Info("joined cluster", "contacted", n, "members", a.cluster.NumMembers())
+			return
+		}
+		a.log.Warn("join failed; retrying", "seeds", strings.Join(targets, ","), "err", err, "retryIn", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		targets = a.joinTargets()
+	}
+}
+
+func (a *Agent) markSynced() {
+	a.syncOnce.Do(func() { close(a.synced) })
+}
+
+// watchMembership turns membership changes into reconciles and keeps the
+// list of live peers (for rejoining without seeds) and the last-seen time.
+func (a *Agent) watchMembership(ctx context.Context) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	purge := time.NewTicker(time.Hour)
+	defer purge.Stop()
+	var lastPeers string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.cluster.Changed():
+			a.requestReconcile()
+		case <-tick.C:
+			if a.isSynced() {
+				a.markSeen()
+			}
+		case <-purge.C:
+			a.purgeTombstones()
+		}
+		var peers []string
+		for _, m := range a.cluster.Members() {
+			if m.Name != a.cfg.Name && m.State == "alive" {
+				peers = append(peers, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))
+			}
+		}
+		sort.Strings(peers)
+		if b, _ := json.Marshal(peers); len(peers) > 0 && string(b) != lastPeers {
+			if err := a.store.PutMeta(metaPeers, b); err == nil {
+				lastPeers = string(b)
+			}
+		}
+	}
+}
+
+func (a *Agent) isSynced() bool {
+	select {
+	case <-a.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// aliveMembers returns the names of members that count for placement:
+// alive or suspect ("suspect" alone moves nothing), the local node always.
+func (a *Agent) aliveMembers() map[string]bool {
+	alive := map[string]bool{a.cfg.Name: true}
+	for _, m := range a.cluster.Members() {
+		if m.State == "alive" || m.State == "suspect" {
+			alive[m.Name] = true
+		}
+	}
+	return alive
+}
+
+// capacity is what this node offers to replicas: all CPUs and all memory.
+func capacity() placement.Resources {
+	r := placement.Resources{MilliCPU: int64(runtime.NumCPU()) * 1000}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				r.MemoryBytes = kb * 1024
+			}
+		}
+	}
+	return r
+}
+
+// apiURL is the base URL peers use to reach this node's TCP API, or "".
+func (a *Agent) apiURL() string {
+	if a.cfg.APIListen == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(a.cfg.APIListen)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = a.advertiseHost()
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+func (a *Agent) advertiseHost() string {
+	for _, m := range a.cluster.Members() {
+		if m.Name == a.cfg.Name {
+			return m.Addr
+		}
+	}
+	return a.cfg.Advertise
+}
+
+// purgeTombstones forgets deletes older than the tombstone TTL and tells
+// gossip, whose digest index must match the store.
+func (a *Agent) purgeTombstones() {
+	n, err := a.store.Purge(time.Now(), a.cfg.TombstoneTTL)
+	if err != nil {
+		a.log.Warn("purge tombstones", "err", err)
+	}
+	if n > 0 {
+		if err := a.cluster.Reindex(); err != nil {
+			a.log.Warn("reindex gossip state after purge", "err", err)
+		}
+		a.log.Info("purged expired tombstones", "count", n, "ttl", a.cfg.TombstoneTTL)
+	}
+}

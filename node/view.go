@@ -1,0 +1,86 @@
+package node
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// view is one consistent reading of the cluster as this node sees it:
+// live members, node records, Deployments, every desired replica and
+// where placement puts it.
+type view struct {
+	alive       map[string]bool
+	statuses    map[string]NodeStatus
+	deployments []manifest.Object
+	all         []reconcile.Replica
+	placement   placement.Placement
+	owner       map[string]string // replica ID -> node
+}
+
+// readView reads the store and membership and computes placement.
+func (a *Agent) readView() (view, error) {
+	var v view
+	recs, err := a.store.List(kindPrefix(manifest.KindDeployment))
+	if err != nil {
+		return v, err
+	}
+	objs, bad := liveObjects(recs)
+	for _, k := range bad {
+		a.log.Error("stored object does not decode; skipped", "key", k)
+	}
+	nodeRecs, err := a.store.List(statusKind + "/")
+	if err != nil {
+		return v, err
+	}
+	v.statuses = decodeStatuses(nodeRecs)
+	if _, ok := v.statuses[a.cfg.Name]; !ok {
+		v.statuses[a.cfg.Name] = a.selfStatus(nil)
+	}
+	v.alive = a.aliveMembers()
+	v.deployments = objs
+	v.all = desiredReplicas(objs)
+	v.placement = placement.Assign(eligibleNodes(v.alive, v.statuses), workloadsOf(objs), placement.Options{})
+	v.owner = owners(v.all, v.placement)
+	return v, nil
+}
+
+// selfStatus is this node's record with the given replica statuses.
+func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
+	if replicas == nil {
+		replicas = []api.Replica{}
+	}
+	return NodeStatus{
+		Name:      a.cfg.Name,
+		Advertise: a.advertiseHost(),
+		API:       a.apiURL(),
+		PodSubnet: a.cfg.PodSubnet,
+		Capacity:  a.capacity,
+		Labels:    a.cfg.Labels,
+		Started:   a.started.UTC().Truncate(time.Second),
+		Replicas:  replicas,
+	}
+}
+
+// publishStatus gossips this node's record when it changed since the last
+// publication.
+func (a *Agent) publishStatus(local []api.Replica) {
+	b, err := json.Marshal(a.selfStatus(local))
+	if err != nil {
+		return
+	}
+	if string(b) == a.lastStatus {
+		return
+	}
+	rec := crdt.Record{Key: statusKey(a.cfg.Name), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}
+	if err := a.cluster.Publish(rec); err != nil {
+		a.log.Warn("publish node status", "err", err)
+		return
+	}
+	a.lastStatus = string(b)
+}

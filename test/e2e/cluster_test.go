@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+// perNode counts Running replicas of workload by node, as n reports them.
+func perNode(n *harness.Node, workload string) (map[string]int, int, error) {
+	all, err := replicas(n)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string]int{}
+	total := 0
+	for _, r := range all {
+		if r.Workload != workload {
+			continue
+		}
+		total++
+		if r.Phase == "Running" {
+			out[r.Node]++
+		}
+	}
+	return out, total, nil
+}
+
+func fmtCounts(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// TestThreeNodeClusterPlacementFailoverAndRejoin is the masterless
+// cluster scenario: a write on one node runs everywhere, any node answers
+// for the whole cluster, a lost node's replicas move to the others, and a
+// returning node takes its share back make-before-break.
+func TestThreeNodeClusterPlacementFailoverAndRejoin(t *testing.T) {
+	c := newCluster(t, 3)
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	// The image is imported on n1 only: the others fetch it from a peer.
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	_, err := eventually(30*time.Second, func() error {
+		out, err := n3.CLI("get", "nodes")
+		if err != nil {
+			return err
+		}
+		if strings.Count(out, " alive ") != 3 {
+			return fmt.Errorf("want 3 alive nodes:\n%s", out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	apply(t, n1, deployment("spread", 6, "x"))
+	took, err := eventually(30*time.Second, func() error {
+		counts, total, err := perNode(n3, "spread")
+		if err != nil {
+			return err
+		}
+		if total != 6 || counts["n1"] != 2 || counts["n2"] != 2 || counts["n3"] != 2 {
+			return fmt.Errorf("want 2 Running on each node, 6 listed; got %s (%d listed)", fmtCounts(counts), total)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("6 replicas Running, 2 per node, seen through n3, %v after apply on n1", took.Round(time.Millisecond))
+	for _, n := range c.Nodes {
+		if got := n.RunningContainers(); got != 2 {
+			t.Fatalf("%s runs %d containers, want 2", n.Name, got)
+		}
+		if out, err := n.CLI("image", "ls"); err != nil || !strings.Contains(out, "starling.local/echo:v1") {
+			t.Fatalf("%s image ls: %q %v", n.Name, out, err)
+		}
+	}
+
+	// logs of a replica on n3, asked through n1, are proxied to n3.
+	all, err := replicas(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Node == "n3" {
+			out, err := n1.CLI("logs", r.Name)
+			if err != nil || !strings.Contains(out, "echo listening on :8080 as "+r.Name) {
+				t.Fatalf("logs of %s on n3 through n1: %q %v", r.Name, out, err)
+			}
+			break
+		}
+	}
+
+	// Cut n3 off: its replicas move to n1 and n2.
+	cut := time.Now()
+	if err := n3.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	took, err = eventually(90*time.Second, func() error {
+		counts, _, err := perNode(n1, "spread")
+		if err != nil {
+			return err
+		}
+		if counts["n1"]+counts["n2"] != 6 || counts["n3"] != 0 {
+			return fmt.Errorf("want 6 Running on n1+n2; got %s", fmtCounts(counts))
+		}
+		if n1.RunningContainers()+n2.RunningContainers() != 6 {
+			return fmt.Errorf("containers: n1 %d n2 %d", n1.RunningContainers(), n2.RunningContainers())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("n3 cut off: its replicas Running on n1 and n2 %v later", took.Round(time.Millisecond))
+	if time.Since(cut) < 0 {
+		t.Fatal("clock went backwards")
+	}
+
+	// Bring n3 back: it takes its share again, make-before-break, and once
+	// settled exactly 6 containers run.
+	if err := n3.Reconnect(); err != nil {
+		t.Fatal(err)
+	}
+	took, err = eventually(120*time.Second, func() error {
+		counts, _, err := perNode(n2, "spread")
+		if err != nil {
+			return err
+		}
+		if counts["n1"] != 2 || counts["n2"] != 2 || counts["n3"] != 2 {
+			return fmt.Errorf("want 2 per node; got %s", fmtCounts(counts))
+		}
+		total := 0
+		for _, n := range c.Nodes {
+			total += n.RunningContainers()
+		}
+		if total != 6 {
+			return fmt.Errorf("%d containers running across nodes, want 6", total)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("n3 back: rebalanced to 2 per node, 6 containers in all, %v after reconnect", took.Round(time.Millisecond))
+
+	// Delete through n2: gone everywhere.
+	if _, err := n2.CLI("delete", "deployment", "spread"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = eventually(30*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if got := n.RunningContainers(); got != 0 {
+				return fmt.Errorf("%s still runs %d containers", n.Name, got)
+			}
+			if _, total, err := perNode(n, "spread"); err != nil || total != 0 {
+				return fmt.Errorf("%s lists %d replicas (%v)", n.Name, total, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
