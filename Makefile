@@ -66,8 +66,9 @@ bench: deps
 	$(GO) test -run=NONE -bench=. -benchmem ./node/... ./gossip/...
 	$(GO) run ./test/bench
 
-demo: deps
-	$(GO) run ./test/demo --dir $(DEMO_DIR)
+# KEEP=1 leaves the node running for you to try the CLI (bin/starling).
+demo: deps build
+	$(GO) run ./test/demo --dir $(DEMO_DIR) --binary $(BIN) $(if $(KEEP),--keep)
 
 demo-down:
 	$(GO) run ./test/demo --dir $(DEMO_DIR) --down

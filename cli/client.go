@@ -31,6 +31,8 @@ func NewClient(server, token string) (*Client, error) {
 		return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{}}, nil
 	case server == "":
 		return nil, errors.New("--server: empty; give a unix socket path or http://host:port")
+	case !strings.Contains(server, "/") && strings.Contains(server, ":"):
+		return nil, fmt.Errorf("--server %s: for a TCP API write http://%s; a unix socket is a path", server, server)
 	default:
 		path := strings.TrimPrefix(server, "unix://")
 		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -142,7 +142,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 }
 
 func newScaleCmd(g *globals) *cobra.Command {
-	var replicas int32 = -1
+	var replicas int32
 	cmd := &cobra.Command{
 		Use:   "scale deployment/NAME --replicas N",
 		Short: "Set a Deployment's number of replicas",
@@ -171,7 +171,7 @@ func newScaleCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().Int32Var(&replicas, "replicas", -1, "the new number of replicas")
+	cmd.Flags().Int32Var(&replicas, "replicas", 0, "the new number of replicas (required)")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	return cmd
 }

@@ -114,7 +114,14 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 	}
 	p("ClusterIP", ip)
 	for _, port := range s.Spec.Ports {
-		p("Port", fmt.Sprintf("%s %d/%s -> %s nodePort %d", port.Name, port.Port, port.Protocol, port.TargetPort.String(), port.NodePort))
+		desc := fmt.Sprintf("%d/%s -> %s", port.Port, port.Protocol, port.TargetPort.String())
+		if port.Name != "" {
+			desc = port.Name + " " + desc
+		}
+		if port.NodePort != 0 {
+			desc += fmt.Sprintf(", nodePort %d", port.NodePort)
+		}
+		p("Port", desc)
 	}
 	return nil
 }

@@ -55,7 +55,18 @@ func newGetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get (nodes|deployments|services|replicas) [NAME] [-o wide|json|yaml]",
 		Short: "List nodes, Deployments, Services or replicas",
-		Args:  cobra.RangeArgs(1, 2),
+		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
+  nodes         cluster members and their state (alive, suspect, dead, left)
+  deployments   Deployments with ready/up-to-date/available counts
+  services      Services
+  replicas      every replica of every Deployment, on any node
+NAME filters by name (for replicas: a replica or its Deployment's name).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return fmt.Errorf("give a resource type (nodes, deployments, services or replicas) and an optional NAME")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch o.output {
 			case "", "wide", "json", "yaml":
@@ -78,6 +89,18 @@ func newGetCmd(g *globals) *cobra.Command {
 				if err := c.getJSON(ctx, "/v1/nodes", &l); err != nil {
 					return err
 				}
+				if name != "" {
+					var only []api.Node
+					for _, n := range l.Items {
+						if n.Name == name {
+							only = append(only, n)
+						}
+					}
+					if len(only) == 0 {
+						return fmt.Errorf("node %q not found", name)
+					}
+					l.Items = only
+				}
 				return printNodes(g.stdout, o, l.Items)
 			case "replicas", "replica", "pods", "pod", "po":
 				var l api.ReplicaList
@@ -89,6 +112,9 @@ func newGetCmd(g *globals) *cobra.Command {
 					if o.wants(r.Namespace, g.namespace) && (name == "" || r.Name == name || r.Workload == name) {
 						items = append(items, r)
 					}
+				}
+				if name != "" && len(items) == 0 {
+					return fmt.Errorf("no replica or Deployment named %q in namespace %q", name, g.namespace)
 				}
 				return printReplicas(g.stdout, o, items)
 			case "deployments", "deployment", "deploy", "services", "service", "svc":
@@ -112,6 +138,15 @@ func newGetCmd(g *globals) *cobra.Command {
 				}
 				if name != "" && len(objs) == 0 {
 					return fmt.Errorf("%s %q not found in namespace %q", kind, name, g.namespace)
+				}
+				if name != "" && (o.output == "json" || o.output == "yaml") {
+					// One named object prints as itself, not as a List.
+					if kind == "service" {
+						_, err := structured(g.stdout, o.output, objs[0].Service)
+						return err
+					}
+					_, err := structured(g.stdout, o.output, objs[0].Deployment)
+					return err
 				}
 				if kind == "service" {
 					return printServices(g.stdout, o, objs)

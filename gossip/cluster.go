@@ -32,8 +32,8 @@ const (
 	// numKeyLocks stripes the per-key apply lock.
 	numKeyLocks = 64
 	// maxConcurrentSyncs bounds the anti-entropy exchanges this node starts
-	// at once; a push/pull that finds no free slot is skipped (the next one
-	// repairs it).
+	// at once, and those it answers at once; a push/pull or request that
+	// finds no free slot is skipped (the next push/pull repairs it).
 	maxConcurrentSyncs = 4
 	// directSendParallelism bounds concurrent direct sends of one big record.
 	directSendParallelism = 4
@@ -70,7 +70,8 @@ type Cluster struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // goroutines this Cluster started
 	gate     gate           // delegate calls in flight
-	syncSem  chan struct{}
+	syncSem   chan struct{} // syncs this node started
+	answerSem chan struct{} // requests and pulls this node answers
 	closed   atomic.Bool
 	shutOnce sync.Once
 	shutErr  error
@@ -136,7 +137,8 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		changed:  make(chan struct{}, 1),
 		ctx:      ctx,
 		cancel:   cancel,
-		syncSem:  make(chan struct{}, maxConcurrentSyncs),
+		syncSem:   make(chan struct{}, maxConcurrentSyncs),
+		answerSem: make(chan struct{}, maxConcurrentSyncs),
 		dropLog:  rateLimiter{interval: time.Second},
 	}
 	c.queue = &memberlist.TransmitLimitedQueue{
@@ -184,8 +186,17 @@ func (c *Cluster) reconnectLoop() {
 }
 
 // Reindex rebuilds the digest index from State.Snapshot. Call it after
-// changing the State other than through this Cluster.
+// changing the State other than through this Cluster. Writes wait while it
+// runs.
 func (c *Cluster) Reindex() error {
+	for i := range c.keyLocks {
+		c.keyLocks[i].Lock()
+	}
+	defer func() {
+		for i := range c.keyLocks {
+			c.keyLocks[i].Unlock()
+		}
+	}()
 	snap, err := c.state.Snapshot()
 	if err != nil {
 		return fmt.Errorf("gossip: snapshot state: %w", err)
@@ -513,8 +524,8 @@ func (c *Cluster) UpdateMeta(meta []byte) error {
 
 // Leave announces a graceful leave, so that peers mark this node "left"
 // rather than "dead", then shuts down as Shutdown does. It gossips a leave
-// intent and then memberlist's leave message, waiting up to timeout in all
-// for them to be sent. It returns the error of that wait (the node shuts
+// intent, waiting up to timeout/2 for it to be sent, then memberlist's leave
+// message, waiting for the rest of timeout (at least 100 ms). It returns the error of that wait (the node shuts
 // down anyway), or ErrClosed if already shut down.
 func (c *Cluster) Leave(timeout time.Duration) error {
 	if c.closed.Load() {
@@ -528,7 +539,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	if c.live.Load() > 1 {
 		select {
 		case <-sent:
-		case <-time.After(timeout):
+		case <-time.After(timeout / 2):
 			err = errors.New("timeout waiting for the leave intent to be sent")
 		}
 	}
@@ -578,8 +589,9 @@ func (c *Cluster) observeLeave(name string, msg []byte) {
 
 // Shutdown stops gossiping without announcing it: peers detect a failure, as
 // for a crash. It waits for this package's goroutines and for the delegate
-// calls in progress, so that State is not used after it returns. It is safe
-// to call more than once.
+// calls in progress, so that State is not used after it returns; an exchange
+// in progress can make that take up to TCPTimeout. It is safe to call more
+// than once.
 func (c *Cluster) Shutdown() error {
 	c.shutOnce.Do(func() {
 		c.closed.Store(true)

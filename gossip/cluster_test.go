@@ -42,7 +42,14 @@ func TestPublishedWritesConverge(t *testing.T) {
 			if n > 5 && testing.Short() {
 				t.Skip("-short")
 			}
-			tc := newTCluster(t, n, nil)
+			// Twenty nodes share the test machine's CPUs (with -race, slowly):
+			// probe less eagerly so that none is falsely declared dead.
+			slower := func(_ int, cfg *Config) {
+				if n > 5 {
+					cfg.ProbeInterval, cfg.ProbeTimeout = 500*time.Millisecond, 250*time.Millisecond
+				}
+			}
+			tc := newTCluster(t, n, slower)
 			tc.joinAll()
 			rng := rand.New(rand.NewPCG(1, uint64(n)))
 			const writes = 30

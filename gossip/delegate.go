@@ -69,14 +69,14 @@ func (d *delegate) NotifyMsg(b []byte) {
 			c.dropped("sync request", err)
 			return
 		}
-		c.answerRequest(req)
+		c.answer("sync request", func() { c.answerRequest(req) })
 	case msgPull:
 		p, err := decodePull(b)
 		if err != nil {
 			c.dropped("pull", err)
 			return
 		}
-		c.answerPull(p)
+		c.answer("pull", func() { c.answerPull(p) })
 	case msgLeave:
 		name, err := decodeLeave(b)
 		if err != nil {
@@ -170,6 +170,23 @@ func (c *Cluster) requestSync(peerName string, buckets []uint8) {
 		}
 		buckets = buckets[n:]
 	}
+}
+
+// answer runs f, which sends to a peer, in a goroutine of c, if fewer than
+// maxConcurrentSyncs answers are in progress; otherwise it drops the message
+// (the peer retries at its next push/pull). NotifyMsg may run on memberlist's
+// packet handler, which must not wait on TCP sends.
+func (c *Cluster) answer(what string, f func()) {
+	select {
+	case c.answerSem <- struct{}{}:
+	default:
+		c.dropped(what+": too many in progress", errBusy)
+		return
+	}
+	c.spawn(func() {
+		defer func() { <-c.answerSem }()
+		f()
+	})
 }
 
 // answerRequest sends the requester the records it lacks or holds older, and

@@ -99,6 +99,8 @@ var (
 	ErrClosed = errors.New("gossip: cluster is shut down")
 	// ErrConfig: a Config field is out of range.
 	ErrConfig = errors.New("gossip: invalid config")
+
+	errBusy = errors.New("gossip: busy")
 )
 
 // MemState is an in-memory State for tests and tools. It is safe for

@@ -592,13 +592,19 @@ func (r *Runtime) HasImage(ctx context.Context, ref string) bool {
 
 // Images lists the images stored on the node.
 func (r *Runtime) Images(ctx context.Context) ([]api.Image, error) {
-	imgs, err := r.client.ImageService().List(r.ctx(ctx))
+	ctx = r.ctx(ctx)
+	imgs, err := r.client.ImageService().List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Image, 0, len(imgs))
 	for _, i := range imgs {
-		out = append(out, api.Image{Name: i.Name, Digest: i.Target.Digest.String(), Size: i.Target.Size})
+		// The unpacked-independent size: manifest, config and layers.
+		size, err := containerd.NewImage(r.client, i).Size(ctx)
+		if err != nil {
+			size = i.Target.Size
+		}
+		out = append(out, api.Image{Name: i.Name, Digest: i.Target.Digest.String(), Size: size})
 	}
 	return out, nil
 }

@@ -122,7 +122,8 @@ func taskPIDs(node string) map[string][]int {
 func main() {
 	dir := flag.String("dir", "/var/tmp/starling-demo", "where the demo keeps node data (removed at the end)")
 	down := flag.Bool("down", false, "only remove what a previous run left behind")
-	keep := flag.Bool("keep", false, "leave the cluster running at the end (remove it with make demo-down)")
+	keep := flag.Bool("keep", false, "leave the node running with examples/hello.yaml applied (remove it with make demo-down)")
+	binary := flag.String("binary", "", "starling binary to run (default: build one)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "demo: must run as root (it creates network namespaces and runs containerd)")
@@ -135,10 +136,10 @@ func main() {
 		fmt.Println("demo: removed", *dir, "and namespaces", prefix+"*")
 		return
 	}
-	os.Exit(run(*dir, *keep))
+	os.Exit(run(*dir, *binary, *keep))
 }
 
-func run(dir string, keep bool) int {
+func run(dir, binary string, keep bool) int {
 	ctx := context.Background()
 	mod, err := harness.ModuleDir()
 	if err != nil {
@@ -154,10 +155,14 @@ func run(dir string, keep bool) int {
 
 	d := &demo{}
 	fmt.Println("==== Starling demo: one node, real containerd, in network namespaces ====")
-	var binary, echoTar string
+	var echoTar string
 	if !d.step("build starling and the echo image (static Go HTTP server, OCI tarball)", func() (string, error) {
 		var err error
-		if binary, err = harness.BuildBinary(ctx, mod, build); err != nil {
+		if binary == "" {
+			if binary, err = harness.BuildBinary(ctx, mod, build); err != nil {
+				return "", err
+			}
+		} else if binary, err = filepath.Abs(binary); err != nil {
 			return "", err
 		}
 		echoTar = filepath.Join(build, "echo-v1.tar")
@@ -321,7 +326,20 @@ func run(dir string, keep bool) int {
 		return 1
 	}
 	if keep {
-		fmt.Printf("\nThe node is still running. Try:\n  %s --server %s get nodes\nRemove it with: make demo-down\n", binary, n.Socket)
+		if _, err := n.CLI("apply", "-f", hello); err != nil {
+			fmt.Println("re-applying examples/hello.yaml:", err)
+			return 1
+		}
+		fmt.Printf(`
+The node is still running, with examples/hello.yaml applied again. Try:
+  export STARLING_SERVER=%s
+  %s get replicas -o wide
+  %s describe deployment hello
+  %s logs <replica name>
+A pod from the node's network namespace:
+  nsenter --net=/run/netns/%s wget -qO- http://<pod IP>:8080/
+Remove everything with: make demo-down
+`, n.Socket, binary, binary, binary, n.NetNS)
 	}
 	return 0
 }
