@@ -32,9 +32,9 @@ import (
 	"github.com/containerd/containerd/remotes/docker"
 	containerdlog "github.com/containerd/log"
 	"github.com/containerd/platforms"
-	"github.com/sirupsen/logrus"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
