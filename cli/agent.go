@@ -63,6 +63,7 @@ containers keep running and a restarted agent adopts them.`,
 	f.StringVar(&cfg.EncryptKeyFile, "encrypt-key-file", "", "32-byte cluster key (raw or base64) that encrypts gossip; all nodes need the same")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
+	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
 	f.StringToStringVar(&cfg.Labels, "node-label", nil, "node labels KEY=VALUE[,...] for nodeSelector")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", 0, "failure detection: time between probes (default 1s, memberlist LAN)")
 	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 0, "failure detection: wait for a probe ack before indirect probes (default 500ms)")

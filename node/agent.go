@@ -51,7 +51,11 @@ type Agent struct {
 	mu       sync.Mutex
 	busy     map[string]reconcile.ActionType // container IDs an action is working on
 	failures map[string]failure              // container IDs whose last action failed
-	wg       sync.WaitGroup                  // running actions
+	// Flap damping (see aliveMembers): members seen down, and when the
+	// ones that came back did.
+	memberDown map[string]bool
+	memberBack map[string]time.Time
+	wg         sync.WaitGroup // running actions
 }
 
 // Runtime is what the agent needs from the container runtime. node/runtime
@@ -120,7 +124,8 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	}
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, started: time.Now(), metrics: newMetrics(),
+		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{},
+		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)

@@ -87,19 +87,22 @@ func (f *fakeRuntime) Close() error                                             
 
 // testNode is one in-process agent on loopback with a fake runtime.
 type testNode struct {
-	name   string
-	dir    string
-	rt     *fakeRuntime
-	agent  *Agent
-	cancel context.CancelFunc
-	done   chan struct{}
+	name     string
+	dir      string
+	rt       *fakeRuntime
+	agent    *Agent
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 func fastGossip(g *gossip.Config) {
 	g.BindAddr, g.BindPort = "127.0.0.1", 0
-	g.ProbeInterval = 100 * time.Millisecond
-	g.ProbeTimeout = 50 * time.Millisecond
-	g.SuspicionMult = 3
+	// Fast, but not so fast that 20 agents on 2 busy cores suspect each
+	// other falsely (which makes placement, rightly, move replicas).
+	g.ProbeInterval = 250 * time.Millisecond
+	g.ProbeTimeout = 200 * time.Millisecond
+	g.SuspicionMult = 4
 	g.GossipInterval = 20 * time.Millisecond
 	g.PushPullInterval = 300 * time.Millisecond
 	g.ReconnectInterval = 200 * time.Millisecond
@@ -110,6 +113,7 @@ func testConfig(name, dir string, join []string) Config {
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.ResyncInterval = 200 * time.Millisecond
 	cfg.HandoffTimeout = 5 * time.Second
+	cfg.RejoinSettle = 2 * time.Second
 	cfg.tuneGossip = fastGossip
 	return cfg
 }
@@ -139,8 +143,10 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config
 }
 
 func (n *testNode) stop() {
-	n.cancel()
-	<-n.done
+	n.stopOnce.Do(func() {
+		n.cancel()
+		<-n.done
+	})
 }
 
 // addr is the node's gossip address.
@@ -159,10 +165,28 @@ func startCluster(t *testing.T, size int) []*testNode {
 	for i := 1; i < size; i++ {
 		nodes = append(nodes, start(t, fmt.Sprintf("a%d", i), t.TempDir(), []string{nodes[0].addr()}))
 	}
+	// Stop all at once (each leave waits for its broadcast).
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Add(1)
+			go func() { defer wg.Done(); n.stop() }()
+		}
+		wg.Wait()
+	})
+	// Settled: every node knows every member and its status record, so
+	// placement agrees everywhere.
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
 			if got := n.agent.cluster.NumMembers(); got != size {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
+			}
+			v, err := n.agent.readView()
+			if err != nil {
+				return err
+			}
+			if len(v.statuses) != size {
+				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.statuses), size)
 			}
 		}
 		return nil
@@ -236,10 +260,23 @@ func storedValue(n *testNode, key string) string {
 }
 
 func TestInProcessClusterConvergesAndPlacesEachReplicaOnce(t *testing.T) {
-	nodes := startCluster(t, 5)
-	deploy(t, nodes[2], "web", 12, "img:v1")
-	waitFor(t, 15*time.Second, func() error { return runningEverywhere(nodes, "web", 12) })
-	// Spread: 12 replicas on 5 nodes is 2 or 3 per node.
+	for _, size := range []int{5, 20} {
+		t.Run(fmt.Sprintf("%d agents", size), func(t *testing.T) { testConverges(t, size) })
+	}
+}
+
+func testConverges(t *testing.T, size int) {
+	t0 := time.Now()
+	nodes := startCluster(t, size)
+	t.Logf("%d agents joined and settled in %v", size, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	replicas := 12 * size / 5
+	deploy(t, nodes[2], "web", replicas, "img:v1")
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "web", replicas) })
+	t.Logf("%d replicas running, each once, %v after the write", replicas, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	defer func() { t.Logf("every agent reported all replicas Running %v later", time.Since(t0).Round(time.Millisecond)) }()
+	// Spread: 2.4 replicas per node on average is 2 or 3 on each.
 	for _, n := range nodes {
 		if got := len(n.rt.ids()); got < 2 || got > 3 {
 			t.Fatalf("%s runs %d replicas, want 2 or 3", n.name, got)
@@ -257,8 +294,8 @@ func TestInProcessClusterConvergesAndPlacesEachReplicaOnce(t *testing.T) {
 				running++
 			}
 		}
-		if running != 12 {
-			waitFor(t, 5*time.Second, func() error {
+		if running != replicas {
+			waitFor(t, 10*time.Second, func() error {
 				reps, _ := n.agent.replicaView(context.Background())
 				running = 0
 				for _, r := range reps {
@@ -266,7 +303,7 @@ func TestInProcessClusterConvergesAndPlacesEachReplicaOnce(t *testing.T) {
 						running++
 					}
 				}
-				if running != 12 {
+				if running != replicas {
 					return fmt.Errorf("%s reports %d Running", n.name, running)
 				}
 				return nil
@@ -361,4 +398,17 @@ func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
 	if ids := back.rt.ids(); len(ids) != 0 {
 		t.Fatalf("a2 runs %v for a deleted object", ids)
 	}
+}
+
+func TestStoppedAgentLeavesCleanly(t *testing.T) {
+	nodes := startCluster(t, 3)
+	nodes[2].stop() // what SIGTERM does: Run returns after leaving
+	waitFor(t, 10*time.Second, func() error {
+		for _, m := range nodes[0].agent.cluster.Members() {
+			if m.Name == "a2" && m.State != gossip.StateLeft {
+				return fmt.Errorf("a0 sees a2 %s, want left", m.State)
+			}
+		}
+		return nil
+	})
 }

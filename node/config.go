@@ -60,6 +60,9 @@ type Config struct {
 	// HandoffTimeout bounds make-before-break when a replica moves to a
 	// node that joined.
 	HandoffTimeout time.Duration
+	// RejoinSettle is how long a node that was dead or left must be back
+	// before placement gives it replicas again (flap damping).
+	RejoinSettle time.Duration
 	// Labels are this node's labels, matched by nodeSelector.
 	Labels map[string]string
 
@@ -92,6 +95,7 @@ func DefaultConfig() Config {
 		BindAddr:          "0.0.0.0:7946",
 		TombstoneTTL:      72 * time.Hour,
 		HandoffTimeout:    60 * time.Second,
+		RejoinSettle:      10 * time.Second,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -195,12 +196,37 @@ func (a *Agent) isSynced() bool {
 
 // aliveMembers returns the names of members that count for placement:
 // alive or suspect ("suspect" alone moves nothing), the local node always.
+//
+// Flap damping: a member this node saw dead or left, and that is back,
+// counts only once it has stayed back for RejoinSettle. A node that was
+// declared dead falsely (a busy CPU, a flaky link) then does not pull its
+// replicas back and forth; failover itself is never delayed.
 func (a *Agent) aliveMembers() map[string]bool {
+	now := time.Now()
 	alive := map[string]bool{a.cfg.Name: true}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, m := range a.cluster.Members() {
-		if m.State == "alive" || m.State == "suspect" {
-			alive[m.Name] = true
+		up := m.State == gossip.StateAlive || m.State == gossip.StateSuspect
+		wasDown := a.memberDown[m.Name]
+		switch {
+		case !up:
+			a.memberDown[m.Name] = true
+			delete(a.memberBack, m.Name)
+		case wasDown:
+			delete(a.memberDown, m.Name)
+			a.memberBack[m.Name] = now
 		}
+		if !up {
+			continue
+		}
+		if back, ok := a.memberBack[m.Name]; ok {
+			if now.Sub(back) < a.cfg.RejoinSettle {
+				continue
+			}
+			delete(a.memberBack, m.Name)
+		}
+		alive[m.Name] = true
 	}
 	return alive
 }
