@@ -54,7 +54,7 @@ type Cluster struct {
 	membersMu sync.Mutex
 	members   map[string]*Member
 	leaving   map[string]time.Time // leave intents received, by node name
-	live      atomic.Int64 // members not dead or left, self included
+	live      atomic.Int64         // members not dead or left, self included
 
 	metaMu sync.Mutex
 	meta   []byte
@@ -66,15 +66,15 @@ type Cluster struct {
 
 	changed chan struct{}
 
-	ctx      context.Context // cancelled on shutdown
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // goroutines this Cluster started
-	gate     gate           // delegate calls in flight
-	syncSem   chan struct{} // syncs this node started
-	answerSem chan struct{} // requests and pulls this node answers
-	closed   atomic.Bool
-	shutOnce sync.Once
-	shutErr  error
+	ctx       context.Context // cancelled on shutdown
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // goroutines this Cluster started
+	gate      gate           // delegate calls in flight
+	syncSem   chan struct{}  // syncs this node started
+	answerSem chan struct{}  // requests and pulls this node answers
+	closed    atomic.Bool
+	shutOnce  sync.Once
+	shutErr   error
 
 	dropLog rateLimiter
 }
@@ -123,23 +123,23 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.Name),
-		state:    state,
-		idx:      newIndex(),
-		maxDelta: cfg.UDPBufferSize - deltaOverhead,
-		members:  map[string]*Member{},
-		leaving:  map[string]time.Time{},
-		meta:     slices.Clone(cfg.Meta),
-		vivaldi:  viv,
-		coordDim: int(ccfg.Dimensionality),
-		coords:   map[string]*coordinate.Coordinate{},
-		changed:  make(chan struct{}, 1),
-		ctx:      ctx,
-		cancel:   cancel,
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.Name),
+		state:     state,
+		idx:       newIndex(),
+		maxDelta:  cfg.UDPBufferSize - deltaOverhead,
+		members:   map[string]*Member{},
+		leaving:   map[string]time.Time{},
+		meta:      slices.Clone(cfg.Meta),
+		vivaldi:   viv,
+		coordDim:  int(ccfg.Dimensionality),
+		coords:    map[string]*coordinate.Coordinate{},
+		changed:   make(chan struct{}, 1),
+		ctx:       ctx,
+		cancel:    cancel,
 		syncSem:   make(chan struct{}, maxConcurrentSyncs),
 		answerSem: make(chan struct{}, maxConcurrentSyncs),
-		dropLog:  rateLimiter{interval: time.Second},
+		dropLog:   rateLimiter{interval: time.Second},
 	}
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(c.live.Load()) },
@@ -427,7 +427,7 @@ func (c *Cluster) Members() []Member {
 	return out
 }
 
-// setMember updates the member's entry (creating it) and the live count, and
+// setMemberLocked updates the member's entry (creating it) and the live count, and
 // reports whether anything visible changed. Called with membersMu held.
 func (c *Cluster) setMemberLocked(n *memberlist.Node, state string) bool {
 	m, ok := c.members[n.Name]

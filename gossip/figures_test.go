@@ -14,7 +14,7 @@ import (
 // TestFigures measures, with memberlist's LAN defaults (GossipInterval
 // 200 ms, ProbeInterval 1 s, PushPullInterval 30 s) on loopback:
 //
-//   - the time for one write to reach every node, for 5 and 20 nodes
+//   - the time for one write to reach every node, for 5, 20 and 50 nodes
 //     (median and p99 of 20 writes from random nodes);
 //   - the idle gossip traffic per node of a 20-node cluster, over a window of
 //     GOSSIP_FIGURES_WINDOW (default 60s), empty and with 1,000 records.
@@ -35,7 +35,7 @@ func TestFigures(t *testing.T) {
 		cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
 		cfg.GossipInterval, cfg.PushPullInterval, cfg.ReconnectInterval = d.GossipInterval, d.PushPullInterval, d.ReconnectInterval
 	}
-	for _, n := range []int{5, 20} {
+	for _, n := range []int{5, 20, 50} {
 		t.Run(fmt.Sprintf("write latency %d nodes", n), func(t *testing.T) {
 			tc := newTCluster(t, n, lan)
 			tc.joinAll()

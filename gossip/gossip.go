@@ -77,7 +77,7 @@ type Member struct {
 	// StateSuspect is this node's own view: its last probe of the member,
 	// direct and indirect, went unanswered, and the member has not since
 	// answered a probe, sent an update, or been declared dead. memberlist
-	// tells no one about suspicion (no EventDelegate call; the Node.State
+	// does not expose suspicion (no EventDelegate call; the Node.State
 	// that Members returns is never set, an unexported field shadows it), so
 	// a suspicion raised only by other nodes does not show here.
 	//

@@ -15,7 +15,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
-	"github.com/starling-orchestrator/starling/gossip/internal/testnet"
+	"github.com/starling-orchestrator/starling/gossip/testnet"
 )
 
 // testLogger discards logs unless GOSSIP_TEST_LOG is set (to a level:

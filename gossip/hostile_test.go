@@ -25,15 +25,15 @@ func garbage() [][]byte {
 		{0},
 		{255},
 		{byte(msgDelta)},
-		{byte(msgRecords), 0xff, 0xff, 0xff, 0xff, 0x0f},                       // 4 billion records
-		{byte(msgRecords), 1, 0xff, 0xff, 0xff, 0xff, 0x0f},                    // one 4 GiB record
-		{byte(msgDigest), 3, 'n', '0', '0', 0x80, 0x02},                        // 256 buckets, no hashes
-		{byte(msgDigest), 3, 'n', '0', '0', 0x81, 0x00},                        // non-canonical varint
-		{byte(msgRequest), 3, 'n', '0', '0', 2, 5, 5, 0},                       // duplicate bucket
+		{byte(msgRecords), 0xff, 0xff, 0xff, 0xff, 0x0f},                      // 4 billion records
+		{byte(msgRecords), 1, 0xff, 0xff, 0xff, 0xff, 0x0f},                   // one 4 GiB record
+		{byte(msgDigest), 3, 'n', '0', '0', 0x80, 0x02},                       // 256 buckets, no hashes
+		{byte(msgDigest), 3, 'n', '0', '0', 0x81, 0x00},                       // non-canonical varint
+		{byte(msgRequest), 3, 'n', '0', '0', 2, 5, 5, 0},                      // duplicate bucket
 		{byte(msgRequest), 3, 'n', '0', '0', 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, // 4 billion entries
-		{byte(msgPull), 3, 'n', '0', '0', 1, 3, 'a', '/', 'b'},                 // invalid key
-		{byte(msgPull), 0},                                                     // empty name
-		{byte(msgLeave), 2, 'a', '\n'},                                         // control character
+		{byte(msgPull), 3, 'n', '0', '0', 1, 3, 'a', '/', 'b'},                // invalid key
+		{byte(msgPull), 0},             // empty name
+		{byte(msgLeave), 2, 'a', '\n'}, // control character
 		bytes.Repeat([]byte{0xff}, 2000),
 	}
 	bad, _ := crdt.EncodeRecord(crdt.Record{Key: "a/b/c", Value: []byte(`1`), Version: hlc.Timestamp{Wall: 1}, Origin: "o"})

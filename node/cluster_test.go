@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -275,7 +276,9 @@ func testConverges(t *testing.T, size int) {
 	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "web", replicas) })
 	t.Logf("%d replicas running, each once, %v after the write", replicas, time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
-	defer func() { t.Logf("every agent reported all replicas Running %v later", time.Since(t0).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("every agent reported all replicas Running %v later", time.Since(t0).Round(time.Millisecond))
+	}()
 	// Spread: 2.4 replicas per node on average is 2 or 3 on each.
 	for _, n := range nodes {
 		if got := len(n.rt.ids()); got < 2 || got > 3 {
@@ -410,5 +413,54 @@ func TestStoppedAgentLeavesCleanly(t *testing.T) {
 			}
 		}
 		return nil
+	})
+}
+
+func TestPartitionedAgentsConvergeAfterHeal(t *testing.T) {
+	network := testnet.New()
+	var nodes []*testNode
+	for i := 0; i < 5; i++ {
+		name := fmt.Sprintf("p%d", i)
+		tr, err := network.Transport(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var join []string
+		if i > 0 {
+			join = []string{nodes[0].addr()}
+		}
+		nodes = append(nodes, start(t, name, t.TempDir(), join, func(c *Config) {
+			c.tuneGossip = func(g *gossip.Config) { fastGossip(g); g.Transport = tr }
+		}))
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if got := n.agent.cluster.NumMembers(); got != 5 {
+				return fmt.Errorf("%s sees %d members", n.name, got)
+			}
+		}
+		return nil
+	})
+	// Split 2 | 3 and write on both sides; each side runs what it sees.
+	network.Partition([]string{"p0", "p1"}, []string{"p2", "p3", "p4"})
+	deploy(t, nodes[0], "left", 2, "img:v1")
+	deploy(t, nodes[4], "right", 3, "img:v1")
+	waitFor(t, 30*time.Second, func() error { return runningEverywhere(nodes[:2], "left", 2) })
+	waitFor(t, 30*time.Second, func() error { return runningEverywhere(nodes[2:], "right", 3) })
+	// Heal: both writes reach every node and each replica runs exactly once.
+	network.Heal()
+	waitFor(t, 60*time.Second, func() error {
+		for _, key := range []string{"left", "right"} {
+			k := manifest.KeyFor(manifest.KindDeployment, "default", key)
+			for _, n := range nodes {
+				if storedValue(n, k) == "" {
+					return fmt.Errorf("%s lacks %s", n.name, key)
+				}
+			}
+		}
+		if err := runningEverywhere(nodes, "left", 2); err != nil {
+			return err
+		}
+		return runningEverywhere(nodes, "right", 3)
 	})
 }

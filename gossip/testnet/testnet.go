@@ -1,5 +1,5 @@
-// Package testnet provides memberlist transports for tests of package gossip:
-// real UDP and TCP on 127.0.0.1 (memberlist.NetTransport), wrapped so that a
+// Package testnet provides memberlist transports for tests of Starling's
+// gossip and node layers: real UDP and TCP on 127.0.0.1 (memberlist.NetTransport), wrapped so that a
 // test can count the bytes each node sends and cut all traffic between groups
 // of nodes.
 //
