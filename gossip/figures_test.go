@@ -44,7 +44,7 @@ func TestFigures(t *testing.T) {
 			for i := range 20 {
 				t0 := time.Now()
 				r := tc.nodes[rng.IntN(n)].publish(t, fmt.Sprintf("test/latency/k%02d", i), "v")
-				took = append(took, tc.spread(r, t0, 30*time.Second))
+				took = append(took, tc.spread(r, t0, 90*time.Second)) // anti-entropy (30 s) repairs lost deltas
 			}
 			slices.Sort(took)
 			t.Logf("%d nodes, 20 writes: to all nodes median %s, p99 %s (min %s)",
