@@ -44,6 +44,10 @@ type Agent struct {
 	synced   chan struct{} // closed once the node holds the cluster's state
 	syncOnce sync.Once
 
+	// droppedState is set when the node was away longer than the
+	// tombstone TTL and discarded its desired state.
+	droppedState bool
+
 	// Owned by the reconcile loop goroutine.
 	handoffs   map[string]time.Time
 	lastStatus string
@@ -66,7 +70,7 @@ type Runtime interface {
 	// Execute carries out one reconcile action.
 	Execute(ctx context.Context, a reconcile.Action) error
 	// CleanupSandboxes removes sandboxes without a container, except busy ones.
-	CleanupSandboxes(ctx context.Context, observed []reconcile.Container, busy func(id string) bool) error
+	CleanupSandboxes(ctx context.Context, observed []reconcile.Container, claim func(id string) (release func(), ok bool)) error
 	// WatchExits calls onExit when a container's task exits, until ctx ends.
 	WatchExits(ctx context.Context, onExit func())
 	// LogPath is the log file of a container.
@@ -165,6 +169,7 @@ func (a *Agent) startGossip() error {
 			if err := a.store.DropRecords(); err != nil {
 				return err
 			}
+			a.droppedState = true
 		}
 	}
 	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
@@ -186,6 +191,16 @@ func (a *Agent) startGossip() error {
 		}
 	}
 	gc.Logger = a.log.With("component", "gossip")
+	// Hybrid logical clock: every received version advances the clock, and
+	// so does every version already stored (a restarted node, or one whose
+	// wall clock is behind, still writes versions that win over what it has
+	// seen: a delete after an apply is never older than the apply).
+	gc.Clock = a.clock
+	if all, err := a.store.Snapshot(); err == nil {
+		for _, r := range all {
+			a.clock.Update(r.Version)
+		}
+	}
 	if a.cfg.ProbeInterval > 0 {
 		gc.ProbeInterval = a.cfg.ProbeInterval
 	}
@@ -245,8 +260,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	wg.Add(2)
+	wg.Add(4)
 	go func() { defer wg.Done(); a.joinLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchMembership(ctx) }()
 	go func() { defer wg.Done(); a.loop(ctx) }()
@@ -339,12 +353,9 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		return 0
 	}
 	a.metrics.observe(observed)
-	mine, handoffs := reconcile.Owned(reconcile.Ownership{
-		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
-		ReadyElsewhere: readyElsewhere(a.cfg.Name, v.alive, v.statuses),
-		HandoffSince:   a.handoffs, Now: start, Timeout: a.cfg.HandoffTimeout,
-	})
+	mine, handoffs := reconcile.Owned(a.ownership(v, observed, a.handoffs, start))
 	a.handoffs = handoffs
+	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())
 	for _, act := range res.Actions {
 		if wait := a.failureWait(act, time.Now()); wait > 0 {
@@ -359,7 +370,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		a.wg.Add(1)
 		go a.execute(ctx, act)
 	}
-	if err := a.rt.CleanupSandboxes(ctx, observed, a.isBusy); err != nil {
+	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
 	a.publishStatus(a.localReplicas(observed, mine))
@@ -368,6 +379,19 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		requeue = time.Second // watch the new owners' readiness closely
 	}
 	return requeue
+}
+
+// actionTimeout bounds one action: image pulls make creates slow; a stop
+// waits the grace period first.
+func actionTimeout(act reconcile.Action) time.Duration {
+	switch act.Type {
+	case reconcile.Remove:
+		return act.Old.GracePeriod + time.Minute
+	case reconcile.Start:
+		return 2 * time.Minute
+	default:
+		return act.Old.GracePeriod + 10*time.Minute
+	}
 }
 
 // failure remembers a failed action so it is retried with backoff instead
@@ -401,6 +425,35 @@ func (a *Agent) recordFailure(act reconcile.Action, err error, now time.Time) fa
 		a.failures[id] = f
 	}
 	return f
+}
+
+// pruneFailures forgets failures of containers that are neither desired
+// here nor present: a deleted and re-applied Deployment starts afresh.
+func (a *Agent) pruneFailures(mine []reconcile.Replica, observed []reconcile.Container) {
+	keep := map[string]bool{}
+	for _, r := range mine {
+		keep[r.ID] = true
+	}
+	for _, c := range observed {
+		keep[c.ID] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.failures {
+		if !keep[id] {
+			delete(a.failures, id)
+		}
+	}
+}
+
+// resetFailures retries every failed action at once (an image arrived).
+func (a *Agent) resetFailures() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, f := range a.failures {
+		f.until = time.Time{}
+		a.failures[id] = f
+	}
 }
 
 func (a *Agent) clearFailure(act reconcile.Action) {
@@ -447,6 +500,21 @@ func (a *Agent) claim(act reconcile.Action) bool {
 	return true
 }
 
+// claimID marks one container ID busy; release undoes it.
+func (a *Agent) claimID(id string) (release func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, busy := a.busy[id]; busy {
+		return nil, false
+	}
+	a.busy[id] = reconcile.Remove
+	return func() {
+		a.mu.Lock()
+		delete(a.busy, id)
+		a.mu.Unlock()
+	}, true
+}
+
 func (a *Agent) isBusy(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -476,6 +544,10 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 	if name == "" {
 		name = act.Old.Name
 	}
+	// A stuck registry, peer or containerd call must not hold the replica
+	// busy forever: every action has a deadline.
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout(act))
+	defer cancel()
 	if err := a.rt.Execute(ctx, act); err != nil {
 		f := a.recordFailure(act, err, time.Now())
 		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,

@@ -43,7 +43,8 @@ func decodeStatuses(records []crdt.Record) map[string]NodeStatus {
 			continue
 		}
 		var s NodeStatus
-		if err := json.Unmarshal(r.Value, &s); err != nil || s.Name == "" || statusKey(s.Name) != r.Key {
+		// Only a node itself writes its record.
+		if err := json.Unmarshal(r.Value, &s); err != nil || s.Name == "" || statusKey(s.Name) != r.Key || r.Origin != s.Name {
 			continue
 		}
 		out[s.Name] = s
@@ -101,19 +102,31 @@ func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
 	return out
 }
 
-// readyElsewhere lists replica IDs that a live node other than self
-// reports Running and ready.
-func readyElsewhere(self string, alive map[string]bool, statuses map[string]NodeStatus) map[string]bool {
+// readyAtOwner lists the replica IDs whose placed owner, another live
+// node, reports its own copy Running and ready. Another old copy being
+// ready does not count: two old owners must not both let go before the
+// new one is up.
+func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeStatus, owner map[string]string) map[string]bool {
 	out := map[string]bool{}
 	for name, s := range statuses {
 		if name == self || !alive[name] {
 			continue
 		}
 		for _, r := range s.Replicas {
-			if r.Ready && r.Phase == "Running" {
-				out[reconcile.ContainerID(r.Namespace, r.Name)] = true
+			id := reconcile.ContainerID(r.Namespace, r.Name)
+			if r.Ready && r.Phase == "Running" && owner[id] == name {
+				out[id] = true
 			}
 		}
 	}
 	return out
+}
+
+// ownership is the input of reconcile.Owned for this node.
+func (a *Agent) ownership(v view, observed []reconcile.Container, since map[string]time.Time, now time.Time) reconcile.Ownership {
+	return reconcile.Ownership{
+		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
+		ReadyElsewhere: readyAtOwner(a.cfg.Name, v.alive, v.statuses, v.owner),
+		HandoffSince:   since, Now: now, Timeout: a.cfg.HandoffTimeout,
+	}
 }

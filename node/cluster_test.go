@@ -75,7 +75,7 @@ func (f *fakeRuntime) ids() []string {
 	return ids
 }
 
-func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) bool) error {
+func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {
 	return nil
 }
 func (f *fakeRuntime) WatchExits(ctx context.Context, _ func())                  { <-ctx.Done() }

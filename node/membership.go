@@ -132,7 +132,16 @@ func (a *Agent) joinLoop(ctx context.Context) {
 		n, err := a.cluster.Join(targets)
 		if n > 0 {
 			a.log.Info("joined cluster", "contacted", n, "members", a.cluster.NumMembers())
+			if a.droppedState {
+				a.waitForState(ctx)
+			}
 			return
+		}
+		if !a.droppedState {
+			// Local state is recent enough to act on: run with it while
+			// joining goes on (a node must keep its replicas running when
+			// every peer is gone).
+			a.markSynced()
 		}
 		a.log.Warn("join failed; retrying", "seeds", strings.Join(targets, ","), "err", err, "retryIn", backoff)
 		select {
@@ -142,6 +151,24 @@ func (a *Agent) joinLoop(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 		targets = a.joinTargets()
+	}
+}
+
+// waitForState waits, after a join that follows dropping stale state, until
+// the records stop arriving (2 s without a change, at most 30 s): acting
+// on a half-received state would stop replicas that are still desired.
+func (a *Agent) waitForState(ctx context.Context) {
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-a.store.Changed():
+		case <-time.After(2 * time.Second):
+			return
+		}
 	}
 }
 

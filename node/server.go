@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -139,6 +141,9 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 		if err != nil {
 			return nil, err
 		}
+		if found {
+			a.clock.Update(old.Version) // the new version must win over the old
+		}
 		// creationTimestamp is kept from the stored object; generation
 		// counts changes of the object, as in Kubernetes.
 		meta := objectMeta(&o)
@@ -203,10 +208,25 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// checkRef refuses a namespace or name that is not a Kubernetes name: they
+// become file names (logs) and store keys, so "../" must never get through.
+func checkRef(namespace, name string) error {
+	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+		return fmt.Errorf("namespace %q: %s", namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("name %q: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // lookup returns the live record at the request's kind/namespace/name.
 func (a *Agent) lookup(r *http.Request) (crdt.Record, int, error) {
 	kind, err := kindOf(r.PathValue("kind"))
 	if err != nil {
+		return crdt.Record{}, http.StatusBadRequest, err
+	}
+	if err := checkRef(r.PathValue("namespace"), r.PathValue("name")); err != nil {
 		return crdt.Record{}, http.StatusBadRequest, err
 	}
 	key := manifest.KeyFor(kind, r.PathValue("namespace"), r.PathValue("name"))
@@ -236,6 +256,7 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, _ := kindOf(r.PathValue("kind"))
+	a.clock.Update(rec.Version) // the tombstone must win over what it deletes
 	tomb := crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true}
 	if err := a.publish(tomb); err != nil {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("store: %w", err))
@@ -358,11 +379,7 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	mine, _ := reconcile.Owned(reconcile.Ownership{
-		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
-		ReadyElsewhere: readyElsewhere(a.cfg.Name, v.alive, v.statuses),
-		HandoffSince:   nil, Now: time.Now(), Timeout: a.cfg.HandoffTimeout,
-	})
+	mine, _ := reconcile.Owned(a.ownership(v, observed, nil, time.Now()))
 	items := a.localReplicas(observed, mine)
 	reported := map[string]bool{}
 	for _, r := range items {
@@ -429,6 +446,10 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 // handleLogs streams a replica's log file; with follow=true it keeps
 // sending new lines until the client goes away or the replica is removed.
 func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
+	if err := checkRef(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	id := reconcile.ContainerID(r.PathValue("namespace"), r.PathValue("name"))
 	f, err := os.Open(a.rt.LogPath(id))
 	if os.IsNotExist(err) && r.Header.Get(proxiedHeader) == "" {
@@ -474,6 +495,7 @@ func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	a.resetFailures()
 	a.requestReconcile()
 	out := api.ImageList{Items: []api.Image{}}
 	for _, n := range names {
@@ -489,6 +511,35 @@ func (a *Agent) handleImages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, api.ImageList{Items: append([]api.Image{}, imgs...)})
+}
+
+// peerClient calls other agents' APIs. No overall timeout (logs and
+// images stream), but a peer that does not connect or answer in time is
+// given up on.
+var peerClient = &http.Client{Transport: &http.Transport{
+	DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+	ResponseHeaderTimeout: 30 * time.Second,
+	IdleConnTimeout:       90 * time.Second,
+}}
+
+// peerAPI returns the API URL of a live peer, trusting the URL its status
+// record gossips only when its host is the address membership knows the
+// peer by: holding the gossip key must not be enough to make this node
+// send its token, or proxy requests, somewhere else.
+func (a *Agent) peerAPI(name string, s NodeStatus) (string, bool) {
+	if s.API == "" {
+		return "", false
+	}
+	u, err := url.Parse(s.API)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return "", false
+	}
+	for _, m := range a.cluster.Members() {
+		if m.Name == name {
+			return s.API, u.Hostname() == m.Addr
+		}
+	}
+	return "", false
 }
 
 // proxiedHeader marks a request one agent forwards to another, so it is
@@ -512,17 +563,18 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 			if rep.Namespace != ns || rep.Name != name {
 				continue
 			}
-			if s.API == "" || a.token == "" {
-				writeError(w, http.StatusBadGateway, fmt.Errorf("replica %s runs on node %s, which serves no TCP API (start agents with --api-listen and --token-file to proxy logs)", name, node))
+			api, ok := a.peerAPI(node, s)
+			if !ok || a.token == "" {
+				writeError(w, http.StatusBadGateway, fmt.Errorf("replica %s runs on node %s, which serves no TCP API at its gossip address (start agents with --api-listen and --token-file to proxy logs)", name, node))
 				return true
 			}
-			req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.API+r.URL.RequestURI(), nil)
+			req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, api+r.URL.RequestURI(), nil)
 			if err != nil {
 				return false
 			}
 			req.Header.Set("Authorization", "Bearer "+a.token)
 			req.Header.Set(proxiedHeader, a.cfg.Name)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := peerClient.Do(req)
 			if err != nil {
 				writeError(w, http.StatusBadGateway, fmt.Errorf("logs from node %s: %w", node, err))
 				return true
@@ -580,14 +632,18 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 	}
 	var peers []peer
 	for name, s := range v.statuses {
-		if name == a.cfg.Name || !v.alive[name] || s.API == "" {
+		if name == a.cfg.Name || !v.alive[name] {
+			continue
+		}
+		api, ok := a.peerAPI(name, s)
+		if !ok {
 			continue
 		}
 		rtt, ok := a.cluster.RTT(name)
 		if !ok {
 			rtt = time.Hour
 		}
-		peers = append(peers, peer{name, s.API, rtt})
+		peers = append(peers, peer{name, api, rtt})
 	}
 	sort.Slice(peers, func(i, j int) bool {
 		if peers[i].rtt != peers[j].rtt {
@@ -605,7 +661,7 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+a.token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := peerClient.Do(req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
 			continue

@@ -195,6 +195,11 @@ func (n *Network) Detach(ctx context.Context, id string) error {
 	return nil
 }
 
+// Ready reports whether the sandbox of id has its network namespace
+// mounted. After a host reboot the pin files remain but the namespaces
+// are gone: such a sandbox must be rebuilt.
+func (n *Network) Ready(id string) bool { return isNetNS(n.NetNSPath(id)) }
+
 // Sandboxes lists the IDs of pinned sandbox namespaces, sorted. The
 // runtime compares them with its containers to clean up sandboxes whose
 // container was never created (the agent died in between).

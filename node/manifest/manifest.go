@@ -27,6 +27,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// MaxReplicas bounds spec.replicas: every node expands every Deployment
+// into its replicas, so an absurd count must be refused at the door.
+const MaxReplicas = 10000
+
 // Kind names, as in the manifests' `kind` field.
 const (
 	KindDeployment = "Deployment"

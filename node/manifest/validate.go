@@ -146,6 +146,9 @@ func validateDeploymentSpec(s *appsv1.DeploymentSpec, p *field.Path) field.Error
 		errs = append(errs, field.Required(p.Child("replicas"), ""))
 	} else {
 		errs = append(errs, nonNegative(int64(*s.Replicas), p.Child("replicas"))...)
+		if *s.Replicas > MaxReplicas {
+			errs = append(errs, field.Invalid(p.Child("replicas"), *s.Replicas, fmt.Sprintf("must be at most %d", MaxReplicas)))
+		}
 	}
 
 	templateLabels := p.Child("template", "metadata", "labels")

@@ -66,6 +66,7 @@ type Network interface {
 	Attach(ctx context.Context, id string) (net.IP, error)
 	Detach(ctx context.Context, id string) error
 	NetNSPath(id string) string
+	Ready(id string) bool
 	Sandboxes() ([]string, error)
 }
 
@@ -152,7 +153,14 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 			}
 			return nil, fmt.Errorf("container %s: %w", c.ID(), err)
 		}
+		if info.Labels[LabelNode] != "" && info.Labels[LabelNode] != r.cfg.Node {
+			continue // another node's container in a shared containerd
+		}
 		oc := fromLabels(c.ID(), info.Labels)
+		if oc.PodIP != "" && !r.net.Ready(c.ID()) {
+			// The sandbox is gone (host reboot): Plan rebuilds it.
+			oc.PodIP = ""
+		}
 		oc.State = reconcile.StateCreated
 		task, err := c.Task(ctx, nil)
 		switch {
@@ -491,8 +499,11 @@ func stopTask(ctx context.Context, task containerd.Task, grace time.Duration) er
 
 // CleanupSandboxes tears down pinned sandboxes that have no container:
 // left behind when the agent died between network set-up and container
-// creation. busy holds IDs an action is working on right now.
-func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.Container, busy func(id string) bool) error {
+// creation. claim reserves an ID against concurrent actions (false: an
+// action is working on it); with the claim held, the container's absence
+// is checked again before the sandbox goes, so a create that finished
+// after containers was listed keeps its network.
+func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.Container, claim func(id string) (release func(), ok bool)) error {
 	ids, err := r.net.Sandboxes()
 	if err != nil {
 		return err
@@ -503,11 +514,20 @@ func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.C
 	}
 	var errs []error
 	for _, id := range ids {
-		if have[id] || busy(id) {
+		if have[id] {
+			continue
+		}
+		release, ok := claim(id)
+		if !ok {
+			continue
+		}
+		if _, err := r.client.LoadContainer(r.ctx(ctx), id); err == nil || !errdefs.IsNotFound(err) {
+			release()
 			continue
 		}
 		r.log.Info("removing orphaned sandbox", "container", id)
 		errs = append(errs, r.net.Detach(ctx, id))
+		release()
 	}
 	return errors.Join(errs...)
 }

@@ -70,12 +70,13 @@ type Node struct {
 	PodSubnet string
 	Socket    string // the agent's API socket
 
-	c          *Cluster
-	containerd *exec.Cmd
-	agent      *exec.Cmd
-	agentLog   *os.File
-	agentArgs  []string
-	agentDone  chan struct{}
+	c              *Cluster
+	containerd     *exec.Cmd
+	containerdDone chan struct{}
+	agent          *exec.Cmd
+	agentLog       *os.File
+	agentArgs      []string
+	agentDone      chan struct{}
 }
 
 // New creates the LAN namespace and returns an empty cluster. dir must
@@ -199,8 +200,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		logf.Close()
 		return fmt.Errorf("start containerd for %s: %w (install the Debian package containerd)", n.Name, err)
 	}
-	go func() { cmd.Wait(); logf.Close() }()
-	n.containerd = cmd
+	n.containerd, n.containerdDone = cmd, make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(n.containerdDone) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(n.ContainerdSocket()); err == nil {
@@ -369,7 +370,7 @@ func (c *Cluster) Close() error {
 		n.KillAgent(syscall.SIGKILL)
 		if n.containerd != nil && n.containerd.Process != nil {
 			n.containerd.Process.Kill()
-			n.containerd.Wait()
+			<-n.containerdDone
 		}
 	}
 	return Down(c.Dir, c.Prefix)

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+func TestCheckRefRefusesPathsAndBadNames(t *testing.T) {
+	for _, tc := range []struct {
+		ns, name string
+		ok       bool
+	}{
+		{"default", "hello-abc123-0", true},
+		{"default", "x/../../../../var/log/dpkg", false},
+		{"..", "x", false},
+		{"default", "", false},
+		{"Default", "x", false},
+	} {
+		if err := checkRef(tc.ns, tc.name); (err == nil) != tc.ok {
+			t.Errorf("checkRef(%q, %q) = %v, want ok=%v", tc.ns, tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
+	r := reconcile.NewReplica("default", "w", "aaaaaaaa", 0, reconcile.Spec{})
+	running := api.Replica{Name: r.Name, Namespace: "default", Phase: "Running", Ready: true}
+	statuses := map[string]NodeStatus{
+		"a": {Name: "a", Replicas: []api.Replica{running}},
+		"b": {Name: "b", Replicas: []api.Replica{running}},
+		"c": {Name: "c"},
+	}
+	alive := map[string]bool{"a": true, "b": true, "c": true}
+	owner := map[string]string{r.ID: "c"}
+	// a and b both run an old copy: neither may count it as the new one.
+	if got := readyAtOwner("a", alive, statuses, owner); got[r.ID] {
+		t.Fatal("b's old copy counted as the new owner's")
+	}
+	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
+	if got := readyAtOwner("a", alive, statuses, owner); !got[r.ID] {
+		t.Fatal("the new owner's ready copy was not counted")
+	}
+}
