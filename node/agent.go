@@ -243,7 +243,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			ul.Close()
 			return fmt.Errorf("--api-listen %s: %w", a.cfg.APIListen, err)
 		}
-		servers = append(servers, &http.Server{Handler: a.requireToken(handler), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: a.requireToken(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
 	errc := make(chan error, len(servers))
@@ -288,6 +288,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 func (a *Agent) close() {
 	a.wg.Wait()
+	// After Leave this is a no-op; on an early return it stops memberlist
+	// before the store it writes to is closed.
+	a.cluster.Shutdown()
 	a.store.Close()
 	a.rt.Close()
 }

@@ -402,13 +402,15 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 		task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
 		return fmt.Errorf("start task: %w", err)
 	}
+	// The task runs: failing to record the start only skews the restart
+	// count and backoff, so it must not undo the start (and the sandbox).
 	_, err = c.SetLabels(ctx, map[string]string{
 		LabelRestarts:    strconv.Itoa(restarts),
 		LabelBackoffStep: strconv.Itoa(backoffStep),
 		LabelStartedAt:   time.Now().UTC().Format(time.RFC3339Nano),
 	})
 	if err != nil {
-		return fmt.Errorf("record start: %w", err)
+		r.log.Warn("record container start in labels", "container", c.ID(), "err", err)
 	}
 	return nil
 }
