@@ -50,6 +50,7 @@ containers keep running and a restarted agent adopts them.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the store, logs, sandboxes and the API socket")
 	f.StringVar(&cfg.ContainerdAddress, "containerd-address", cfg.ContainerdAddress, "containerd's gRPC socket")
 	f.StringVar(&cfg.Snapshotter, "snapshotter", cfg.Snapshotter, "containerd snapshotter for container root filesystems")
+	f.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup under which each replica gets its own (default /starling/<name>)")
 	f.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory for this node's containers (default /run/starling/<name>/runc)")
 	f.StringVar(&cfg.PodSubnet, "pod-subnet", cfg.PodSubnet, "this node's pod address range, a /24 inside --cluster-cidr")
 	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "address range of all pods in the cluster; traffic leaving it is masqueraded")

@@ -18,6 +18,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/podnet"
+	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -43,6 +44,11 @@ type Agent struct {
 	capacity placement.Resources
 	synced   chan struct{} // closed once the node holds the cluster's state
 	syncOnce sync.Once
+
+	// syncRoutes applies routes to peers' pod subnets (route.Sync); nil in
+	// in-process tests, which must not touch the host's routes.
+	syncRoutes func([]route.Route) (route.Change, error)
+	routeKick  chan struct{}
 
 	// droppedState is set when the node was away longer than the
 	// tombstone TTL and discarded its desired state.
@@ -102,7 +108,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	var a *Agent
 	fetch := func(ctx context.Context, ref string) (io.ReadCloser, error) { return a.fetchImage(ctx, ref) }
-	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot,
+	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
 		LogDir: cfg.DataDir + "/logs", Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {
 		return nil, err
@@ -117,6 +123,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		rt.Close()
 		return nil, err
 	}
+	a.syncRoutes = route.Sync
 	return a, nil
 }
 
@@ -130,7 +137,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{},
 		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
-		synced: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
+		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
 		if err != nil {
@@ -260,7 +267,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); a.routeLoop(ctx) }()
 	go func() { defer wg.Done(); a.joinLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchMembership(ctx) }()
 	go func() { defer wg.Done(); a.loop(ctx) }()

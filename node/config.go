@@ -27,6 +27,9 @@ type Config struct {
 	ContainerdAddress string
 	// Snapshotter for container root filesystems.
 	Snapshotter string
+	// CgroupParent is the cgroup under which each replica's container gets
+	// its own; default /starling/<name>.
+	CgroupParent string
 	// RuncRoot is runc's state directory for this node's containers (on
 	// tmpfs, so it does not outlive a reboot); default /run/starling/<name>/runc.
 	RuncRoot string

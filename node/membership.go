@@ -190,6 +190,10 @@ func (a *Agent) watchMembership(ctx context.Context) {
 			return
 		case <-a.cluster.Changed():
 			a.requestReconcile()
+			select {
+			case a.routeKick <- struct{}{}:
+			default:
+			}
 		case <-tick.C:
 			if a.isSynced() {
 				a.markSeen()

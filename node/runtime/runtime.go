@@ -81,6 +81,9 @@ type Config struct {
 	LogDir string
 	// Snapshotter for container root filesystems (default "overlayfs").
 	Snapshotter string
+	// CgroupParent is the cgroup path under which each container gets
+	// "<parent>/<container id>" (default "/starling/<node>").
+	CgroupParent string
 	// RuncRoot is runc's state directory for this node's containers.
 	// containerd's default (/run/containerd/runc/<namespace>) is shared by
 	// every containerd on the machine, so two nodes on one machine would
@@ -105,6 +108,9 @@ type Runtime struct {
 func New(ctx context.Context, cfg Config, network Network, log *slog.Logger) (*Runtime, error) {
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = "overlayfs"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/starling/" + cfg.Node
 	}
 	// The containerd client logs through logrus; keep its chatter (e.g.
 	// "trying next host" during pulls) out of the agent's slog output.
@@ -332,7 +338,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		oci.WithEnv(append([]string{"POD_IP=" + podIP, "POD_NAME=" + rep.Name, "POD_NAMESPACE=" + rep.Namespace}, rep.Spec.Env...)),
 		oci.WithHostname(rep.Name),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
-		oci.WithCgroup(filepath.Join("/starling", r.cfg.Node, rep.ID)),
+		oci.WithCgroup(filepath.Join(r.cfg.CgroupParent, rep.ID)),
 	}
 	if rep.Spec.WorkingDir != "" {
 		specOpts = append(specOpts, oci.WithProcessCwd(rep.Spec.WorkingDir))

@@ -102,23 +102,6 @@ func poll(timeout time.Duration, f func() error) error {
 	}
 }
 
-func taskPIDs(node string) map[string][]int {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + node + "/*")
-	if len(dirs) == 0 {
-		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + node + "/*")
-	}
-	out := map[string][]int{}
-	for _, d := range dirs {
-		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			var pid int
-			fmt.Sscan(f, &pid)
-			out[filepath.Base(d)] = append(out[filepath.Base(d)], pid)
-		}
-	}
-	return out
-}
-
 func main() {
 	dir := flag.String("dir", "/var/tmp/starling-demo", "where the demo keeps node data (removed at the end)")
 	down := flag.Bool("down", false, "only remove what a previous run left behind")
@@ -254,7 +237,7 @@ func run(dir, binary string, keep bool) int {
 			return "", fmt.Errorf("no replicas")
 		}
 		victim := reps[0]
-		for _, pid := range taskPIDs(n.Name)["default_"+victim.Name] {
+		for _, pid := range n.TaskPIDs()["default_"+victim.Name] {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		start := time.Now()
@@ -273,13 +256,13 @@ func run(dir, binary string, keep bool) int {
 		return fmt.Sprintf("%s Running again with restarts=1 after %s", victim.Name, time.Since(start).Round(time.Millisecond)), err
 	})
 	d.step("kill -9 the agent and restart it -> nothing duplicated or restarted", func() (string, error) {
-		before := fmt.Sprint(taskPIDs(n.Name))
+		before := fmt.Sprint(n.TaskPIDs())
 		n.KillAgent(syscall.SIGKILL)
 		if err := n.RestartAgent(); err != nil {
 			return "", err
 		}
 		time.Sleep(6 * time.Second) // more than one resync
-		after := fmt.Sprint(taskPIDs(n.Name))
+		after := fmt.Sprint(n.TaskPIDs())
 		if before != after {
 			return "", fmt.Errorf("containers changed:\nbefore %s\nafter  %s", before, after)
 		}
@@ -298,7 +281,7 @@ func run(dir, binary string, keep bool) int {
 			if all, err := replicas(n); err != nil || len(all) != 0 {
 				return fmt.Errorf("replicas left: %v %v", all, err)
 			}
-			if p := taskPIDs(n.Name); len(p) != 0 {
+			if p := n.TaskPIDs(); len(p) != 0 {
 				return fmt.Errorf("container processes left: %v", p)
 			}
 			if ents, _ := os.ReadDir(filepath.Join(n.DataDir, "netns")); len(ents) != 0 {

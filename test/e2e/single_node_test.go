@@ -69,23 +69,12 @@ func waitRunning(t *testing.T, n *harness.Node, workload string, want int, timeo
 	return got, took
 }
 
-// taskPIDs returns the PIDs in each replica container's cgroup, keyed by
-// container ID (cgroup path /starling/<node>/<id>, see node/runtime).
-func taskPIDs(t *testing.T, node string) map[string]string {
+// taskPIDs renders each container's PIDs as "pid,pid", keyed by ID.
+func taskPIDs(t *testing.T, n *harness.Node) map[string]string {
 	t.Helper()
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + node + "/*")
-	if len(dirs) == 0 {
-		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + node + "/*")
-	}
 	out := map[string]string{}
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		if pids := strings.Join(strings.Fields(string(b)), ","); pids != "" {
-			out[filepath.Base(d)] = pids
-		}
+	for id, pids := range n.TaskPIDs() {
+		out[id] = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(pids)), ","), "[]")
 	}
 	return out
 }
@@ -128,7 +117,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	// kill -9 of one container's process: restarted on the next reconcile.
-	before := taskPIDs(t, n.Name)
+	before := taskPIDs(t, n)
 	if len(before) != 3 {
 		t.Fatalf("want 3 container cgroups with processes, got %v", before)
 	}
@@ -156,13 +145,13 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	t.Logf("killed container back after %v", took.Round(time.Millisecond))
 
 	// kill -9 of the agent and restart: nothing duplicated or restarted.
-	before = taskPIDs(t, n.Name)
+	before = taskPIDs(t, n)
 	n.KillAgent(syscall.SIGKILL)
 	if err := n.RestartAgent(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second) // more than one resync interval
-	after := taskPIDs(t, n.Name)
+	after := taskPIDs(t, n)
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("agent restart changed containers:\nbefore %v\nafter  %v", before, after)
 	}
@@ -178,7 +167,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 		if all, err := replicas(n); err != nil || len(all) != 0 {
 			return fmt.Errorf("replicas left: %v %v", all, err)
 		}
-		if pids := taskPIDs(t, n.Name); len(pids) != 0 {
+		if pids := taskPIDs(t, n); len(pids) != 0 {
 			return fmt.Errorf("container processes left: %v", pids)
 		}
 		if ents, _ := os.ReadDir(filepath.Join(n.DataDir, "netns")); len(ents) != 0 {

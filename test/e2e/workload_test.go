@@ -51,13 +51,13 @@ func TestScaleKeepsOtherReplicasAndSpecChangeReplaces(t *testing.T) {
 	apply(t, n, deployment("web", 2, "one"))
 	reps, _ := waitRunning(t, n, "web", 2, 10*time.Second)
 	hash := reps[0].SpecHash
-	before := taskPIDs(t, n.Name)
+	before := taskPIDs(t, n)
 
 	// Limits reached the cgroup (cgroup v1 memory controller, or v2).
 	id := "default_" + reps[0].Name
-	limit, err := os.ReadFile("/sys/fs/cgroup/memory/starling/" + n.Name + "/" + id + "/memory.limit_in_bytes")
+	limit, err := os.ReadFile("/sys/fs/cgroup/memory/starling/" + n.CgroupName() + "/" + id + "/memory.limit_in_bytes")
 	if err != nil {
-		limit, err = os.ReadFile("/sys/fs/cgroup/starling/" + n.Name + "/" + id + "/memory.max")
+		limit, err = os.ReadFile("/sys/fs/cgroup/starling/" + n.CgroupName() + "/" + id + "/memory.max")
 	}
 	if err != nil || strings.TrimSpace(string(limit)) != fmt.Sprint(48<<20) {
 		t.Fatalf("memory limit of %s: %q %v, want %d", id, limit, err, 48<<20)
@@ -67,7 +67,7 @@ func TestScaleKeepsOtherReplicasAndSpecChangeReplaces(t *testing.T) {
 		t.Fatalf("scale: %q %v", out, err)
 	}
 	waitRunning(t, n, "web", 4, 10*time.Second)
-	after := taskPIDs(t, n.Name)
+	after := taskPIDs(t, n)
 	for id, pids := range before {
 		if after[id] != pids {
 			t.Fatalf("scale up touched %s: %s -> %s", id, pids, after[id])
@@ -75,7 +75,7 @@ func TestScaleKeepsOtherReplicasAndSpecChangeReplaces(t *testing.T) {
 	}
 	apply(t, n, deployment("web", 1, "one")) // scale down by apply
 	waitRunning(t, n, "web", 1, 15*time.Second)
-	if got := taskPIDs(t, n.Name)["default_web-"+hash+"-0"]; got != before["default_web-"+hash+"-0"] {
+	if got := taskPIDs(t, n)["default_web-"+hash+"-0"]; got != before["default_web-"+hash+"-0"] {
 		t.Fatalf("scale down touched ordinal 0: %s -> %s", before["default_web-"+hash+"-0"], got)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -17,8 +18,15 @@ import (
 // created in, so only the socket() call needs the thread switched: the
 // goroutine locks its OS thread, enters ns, dials, and switches back.
 func DialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return DialInPath("/run/netns/" + ns)
+}
+
+// DialInPath is DialIn for a namespace pinned at path (a pod's sandbox,
+// <data-dir>/netns/<container id>).
+func DialInPath(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	ns := path
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open netns %s: %w", ns, err)
 		}
@@ -51,9 +59,18 @@ func DialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn
 // HTTPGet fetches url from inside network namespace ns with a fresh
 // connection and returns the body. timeout bounds the whole request.
 func HTTPGet(ns, url string, timeout time.Duration) (string, error) {
+	return httpGet(DialIn(ns), url, timeout)
+}
+
+// PodHTTPGet fetches url from inside the sandbox of a replica on node n.
+func (n *Node) PodHTTPGet(namespace, replica, url string, timeout time.Duration) (string, error) {
+	return httpGet(DialInPath(filepath.Join(n.DataDir, "netns", namespace+"_"+replica)), url, timeout)
+}
+
+func httpGet(dial func(ctx context.Context, network, addr string) (net.Conn, error), url string, timeout time.Duration) (string, error) {
 	client := &http.Client{
 		Timeout:   timeout,
-		Transport: &http.Transport{DialContext: DialIn(ns), DisableKeepAlives: true},
+		Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true},
 	}
 	resp, err := client.Get(url)
 	if err != nil {

@@ -225,7 +225,7 @@ func (n *Node) APIURL() string { return "http://" + n.IP + ":7443" }
 func (n *Node) StartAgent(extra ...string) error {
 	args := []string{"agent", "--name", n.Name, "--data-dir", n.DataDir,
 		"--containerd-address", n.ContainerdSocket(), "--pod-subnet", n.PodSubnet,
-		"--runc-root", filepath.Join(n.Dir, "runc"),
+		"--runc-root", filepath.Join(n.Dir, "runc"), "--cgroup-parent", "/starling/" + n.CgroupName(),
 		"--bind", n.IP + ":7946", "--advertise", n.IP, "--encrypt-key-file", n.c.KeyFile,
 		"--api-listen", n.IP + ":7443", "--token-file", n.c.TokenFile}
 	if seed := n.c.Nodes[0]; seed != n {
@@ -391,7 +391,7 @@ func Down(dir, prefix string) error {
 	var cgroups []string
 	for _, e := range ents {
 		if e.IsDir() {
-			cgroups = append(cgroups, nodeCgroups(e.Name())...)
+			cgroups = append(cgroups, nodeCgroups(prefix+e.Name())...)
 		}
 	}
 	for _, cg := range cgroups {
@@ -536,7 +536,7 @@ func (n *Node) CutOff() error {
 		return err
 	}
 	n.KillAgent(syscall.SIGKILL)
-	for _, cg := range nodeCgroups(n.Name) {
+	for _, cg := range nodeCgroups(n.CgroupName()) {
 		killProcs(cg)
 	}
 	return nil
@@ -550,21 +550,34 @@ func (n *Node) Reconnect() error {
 	return n.RestartAgent()
 }
 
-// RunningContainers counts processes-holding container cgroups of the node
-// (one per running replica).
-func (n *Node) RunningContainers() int {
-	count := 0
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + n.Name + "/*")
+// CgroupName is the node's cgroup under /starling (unique to the cluster,
+// so clusters on one machine never see each other's containers).
+func (n *Node) CgroupName() string { return n.c.Prefix + n.Name }
+
+// TaskPIDs returns the process IDs in each replica container's cgroup,
+// keyed by container ID; containers without a process are left out.
+func (n *Node) TaskPIDs() map[string][]int {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/starling/" + n.CgroupName() + "/*")
 	if len(dirs) == 0 {
-		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + n.Name + "/*")
+		dirs, _ = filepath.Glob("/sys/fs/cgroup/starling/" + n.CgroupName() + "/*")
 	}
+	out := map[string][]int{}
 	for _, d := range dirs {
-		if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			count++
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out[filepath.Base(d)] = append(out[filepath.Base(d)], pid)
+			}
 		}
 	}
-	return count
+	return out
 }
+
+// RunningContainers counts the node's containers that have a process.
+func (n *Node) RunningContainers() int { return len(n.TaskPIDs()) }
 
 // removeShimSockets deletes the sockets of the killed containerd shims.
 // A shim listens on /run/containerd/s/<sha256(containerd address +

@@ -1,0 +1,67 @@
+package node
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/net/route"
+)
+
+// routeResync is how often routes are checked against the kernel, so a
+// route deleted by hand is back within about a second.
+const routeResync = time.Second
+
+// desiredRoutes is a route to the pod subnet of every peer that is alive
+// or suspect by membership (no flap damping: traffic follows liveness),
+// via the address membership reaches it at.
+func (a *Agent) desiredRoutes() []route.Route {
+	nodeRecs, err := a.store.List(statusKind + "/")
+	if err != nil {
+		return nil
+	}
+	statuses := decodeStatuses(nodeRecs)
+	var peers []route.Peer
+	for _, m := range a.cluster.Members() {
+		if m.Name == a.cfg.Name || m.State != gossip.StateAlive && m.State != gossip.StateSuspect {
+			continue
+		}
+		s, ok := statuses[m.Name]
+		if !ok {
+			continue
+		}
+		_, subnet, err := net.ParseCIDR(s.PodSubnet)
+		if err != nil {
+			continue
+		}
+		peers = append(peers, route.Peer{Name: m.Name, Addr: net.ParseIP(m.Addr), PodSubnet: subnet})
+	}
+	_, own, _ := net.ParseCIDR(a.cfg.PodSubnet)
+	return route.Desired(own, peers)
+}
+
+// routeLoop keeps the routes to peers' pod subnets: on every membership
+// or state change and every routeResync.
+func (a *Agent) routeLoop(ctx context.Context) {
+	if a.syncRoutes == nil {
+		return
+	}
+	tick := time.NewTicker(routeResync)
+	defer tick.Stop()
+	for {
+		ch, err := a.syncRoutes(a.desiredRoutes())
+		if err != nil {
+			a.log.Warn("sync routes", "err", err)
+		}
+		if len(ch.Added) > 0 || len(ch.Removed) > 0 {
+			a.log.Info("routes synced", "added", ch.Added, "removed", ch.Removed)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-a.routeKick:
+		}
+	}
+}
