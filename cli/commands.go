@@ -261,6 +261,31 @@ func newImageCmd(g *globals) *cobra.Command {
 	return img
 }
 
+func newNodeCmd(g *globals) *cobra.Command {
+	node := &cobra.Command{Use: "node", Short: "Manage cluster members"}
+	forget := &cobra.Command{
+		Use:   "forget NAME",
+		Short: "Forget a dead or departed node, freeing its pod subnet at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var res api.ApplyResult
+			if err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(args[0]), nil, "", &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "node/%s forgotten\n", res.Name)
+			return nil
+		},
+	}
+	node.AddCommand(forget)
+	return node
+}
+
 func newVersionCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",

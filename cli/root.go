@@ -61,6 +61,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newScaleCmd(g),
 		newLogsCmd(g),
 		newImageCmd(g),
+		newNodeCmd(g),
 		newVersionCmd(g),
 	)
 	return root

@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -49,6 +50,15 @@ type Agent struct {
 	// in-process tests, which must not touch the host's routes.
 	syncRoutes func([]route.Route) (route.Change, error)
 	routeKick  chan struct{}
+
+	// useSubnet configures the pod network for the claimed subnet; nil in
+	// in-process tests.
+	useSubnet func(*net.IPNet) error
+	// subnet is the claimed pod subnet; subnetReady is closed once the
+	// claim has settled and the pod network uses it.
+	subnet      ipam.Claim
+	subnetMu    sync.Mutex
+	subnetReady chan struct{}
 
 	// droppedState is set when the node was away longer than the
 	// tombstone TTL and discarded its desired state.
@@ -113,10 +123,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every prerequisite is there: only now touch the network namespace.
-	if err := pn.PrepareHost(); err != nil {
+	if err := podnet.CheckHost(); err != nil {
 		rt.Close()
-		return nil, fmt.Errorf("prepare pod network: %w", err)
+		return nil, err
 	}
 	a, err = newAgent(cfg, log, rt)
 	if err != nil {
@@ -124,6 +133,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.syncRoutes = route.Sync
+	// The network namespace is touched only once the subnet is claimed
+	// (every prerequisite was checked above).
+	a.useSubnet = func(subnet *net.IPNet) error {
+		if err := pn.SetSubnet(subnet); err != nil {
+			return err
+		}
+		if err := pn.PrepareHost(); err != nil {
+			return fmt.Errorf("prepare pod network: %w", err)
+		}
+		return nil
+	}
 	return a, nil
 }
 
@@ -137,7 +157,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{},
 		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
-		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), handoffs: map[string]time.Time{}, capacity: capacity()}
+		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
 		if err != nil {
@@ -262,7 +282,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}(servers[i], listeners[i])
 	}
 	a.log.Info("agent started", "socket", sock, "api", a.cfg.APIListen,
-		"podSubnet", a.cfg.PodSubnet, "containerd", a.cfg.ContainerdAddress)
+		"containerd", a.cfg.ContainerdAddress)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -315,11 +335,14 @@ func (a *Agent) requestReconcile() {
 // backoff expires, and every ResyncInterval.
 func (a *Agent) loop(ctx context.Context) {
 	// Acting on state that may be stale would resurrect deleted objects:
-	// wait for the first sync with the cluster.
+	// wait for the first sync with the cluster; and pods need the subnet.
 	select {
 	case <-ctx.Done():
 		return
 	case <-a.synced:
+	}
+	if !a.claimSubnet(ctx) {
+		return
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()

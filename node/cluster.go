@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -26,12 +28,17 @@ type NodeStatus struct {
 	Advertise string `json:"advertise"`
 	// API is the node's TCP API base URL ("http://ip:port"), "" when it
 	// serves only its unix socket.
-	API       string              `json:"api,omitempty"`
-	PodSubnet string              `json:"podSubnet"`
-	Capacity  placement.Resources `json:"capacity"`
-	Labels    map[string]string   `json:"labels,omitempty"`
-	Started   time.Time           `json:"started"`
-	Replicas  []api.Replica       `json:"replicas"`
+	API       string `json:"api,omitempty"`
+	PodSubnet string `json:"podSubnet"`
+	// SubnetSince is when the node claimed PodSubnet (conflicts: the
+	// earlier claim wins); SubnetReady says the claim has settled and the
+	// node runs pods on it.
+	SubnetSince hlc.Timestamp       `json:"subnetSince"`
+	SubnetReady bool                `json:"subnetReady"`
+	Capacity    placement.Resources `json:"capacity"`
+	Labels      map[string]string   `json:"labels,omitempty"`
+	Started     time.Time           `json:"started"`
+	Replicas    []api.Replica       `json:"replicas"`
 }
 
 // decodeStatuses returns the node status records in records, by name.
@@ -52,12 +59,22 @@ func decodeStatuses(records []crdt.Record) map[string]NodeStatus {
 	return out
 }
 
-// eligibleNodes returns the placement input: live members that have
-// published a status record, sorted by name.
+// eligibleNodes returns the placement input: live members whose record
+// says their subnet claim has settled, sorted by name. Of two nodes
+// claiming one subnet only the winner is eligible.
 func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []placement.Node {
+	var claims []ipam.Claim
+	for _, s := range statuses {
+		if s.PodSubnet != "" {
+			claims = append(claims, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
+		}
+	}
 	var nodes []placement.Node
 	for name, s := range statuses {
-		if !alive[name] {
+		if !alive[name] || !s.SubnetReady {
+			continue
+		}
+		if _, lost := ipam.Lost(ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}, claims); lost {
 			continue
 		}
 		nodes = append(nodes, placement.Node{Name: name, Labels: s.Labels, Allocatable: s.Capacity})

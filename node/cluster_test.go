@@ -115,6 +115,7 @@ func testConfig(name, dir string, join []string) Config {
 	cfg.ResyncInterval = 200 * time.Millisecond
 	cfg.HandoffTimeout = 5 * time.Second
 	cfg.RejoinSettle = 2 * time.Second
+	cfg.SubnetSettle = 200 * time.Millisecond
 	cfg.tuneGossip = fastGossip
 	return cfg
 }
@@ -188,6 +189,11 @@ func startCluster(t *testing.T, size int) []*testNode {
 			}
 			if len(v.statuses) != size {
 				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.statuses), size)
+			}
+			for _, s := range v.statuses {
+				if !s.SubnetReady {
+					return fmt.Errorf("%s: %s's subnet has not settled", n.name, s.Name)
+				}
 			}
 		}
 		return nil
@@ -463,4 +469,31 @@ func TestPartitionedAgentsConvergeAfterHeal(t *testing.T) {
 		}
 		return runningEverywhere(nodes, "right", 3)
 	})
+}
+
+func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
+	nodes := startCluster(t, 5)
+	seen := map[string]string{}
+	for _, n := range nodes {
+		c := n.agent.currentClaim()
+		if c.Subnet == "" || !n.agent.subnetIsReady() {
+			t.Fatalf("%s has no settled subnet: %+v", n.name, c)
+		}
+		if other, dup := seen[c.Subnet]; dup {
+			t.Fatalf("%s and %s both hold %s", n.name, other, c.Subnet)
+		}
+		seen[c.Subnet] = n.name
+	}
+	before := nodes[3].agent.currentClaim()
+	nodes[3].stop()
+	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *Config) { c.SubnetSettle = 200 * time.Millisecond })
+	waitFor(t, 10*time.Second, func() error {
+		if !again.agent.subnetIsReady() {
+			return fmt.Errorf("restarted node has not settled its subnet")
+		}
+		return nil
+	})
+	if got := again.agent.currentClaim(); got.Subnet != before.Subnet {
+		t.Fatalf("restart changed the subnet: %s -> %s", before.Subnet, got.Subnet)
+	}
 }

@@ -33,8 +33,16 @@ type Config struct {
 	// RuncRoot is runc's state directory for this node's containers (on
 	// tmpfs, so it does not outlive a reboot); default /run/starling/<name>/runc.
 	RuncRoot string
-	// PodSubnet is this node's pod address range (a /24 of ClusterCIDR).
+	// PodSubnet, when set, is this node's pod address range (a /24 of
+	// ClusterCIDR) chosen by hand; empty (the default) lets the node claim
+	// a free /24 by itself (net/ipam) and keep it across restarts.
 	PodSubnet string
+	// SubnetSettle is how long a new subnet claim must stand without a
+	// conflict before the node runs pods on it.
+	SubnetSettle time.Duration
+	// SubnetReclaimAfter is how long the subnet of a dead node stays
+	// reserved ("starling node forget" frees it at once).
+	SubnetReclaimAfter time.Duration
 	// ClusterCIDR is the address space of all pods in the cluster.
 	ClusterCIDR string
 	// CNIPluginDirs are searched for the CNI plugin binaries.
@@ -87,18 +95,19 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Name:              host,
-		DataDir:           "/var/lib/starling",
-		ContainerdAddress: "/run/containerd/containerd.sock",
-		Snapshotter:       "overlayfs",
-		PodSubnet:         "10.22.1.0/24",
-		ClusterCIDR:       "10.22.0.0/16",
-		CNIPluginDirs:     podnet.DefaultPluginDirs,
-		ResyncInterval:    5 * time.Second,
-		BindAddr:          "0.0.0.0:7946",
-		TombstoneTTL:      72 * time.Hour,
-		HandoffTimeout:    60 * time.Second,
-		RejoinSettle:      10 * time.Second,
+		Name:               host,
+		DataDir:            "/var/lib/starling",
+		ContainerdAddress:  "/run/containerd/containerd.sock",
+		Snapshotter:        "overlayfs",
+		SubnetSettle:       3 * time.Second,
+		SubnetReclaimAfter: 24 * time.Hour,
+		ClusterCIDR:        "10.22.0.0/16",
+		CNIPluginDirs:      podnet.DefaultPluginDirs,
+		ResyncInterval:     5 * time.Second,
+		BindAddr:           "0.0.0.0:7946",
+		TombstoneTTL:       72 * time.Hour,
+		HandoffTimeout:     60 * time.Second,
+		RejoinSettle:       10 * time.Second,
 	}
 }
 
@@ -115,6 +124,12 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 	if err != nil || cluster.IP.To4() == nil {
 		return nil, nil, fmt.Errorf("--cluster-cidr %q: must be an IPv4 CIDR such as 10.22.0.0/16", c.ClusterCIDR)
 	}
+	if c.PodSubnet == "" {
+		if ones, _ := cluster.Mask.Size(); ones >= 24 {
+			return nil, nil, fmt.Errorf("--cluster-cidr %s: must be larger than a /24 so nodes can claim /24s", c.ClusterCIDR)
+		}
+		return nil, cluster, c.validateRest()
+	}
 	_, pod, err = net.ParseCIDR(c.PodSubnet)
 	if err != nil || pod.IP.To4() == nil {
 		return nil, nil, fmt.Errorf("--pod-subnet %q: must be an IPv4 CIDR such as 10.22.1.0/24", c.PodSubnet)
@@ -130,11 +145,15 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 	if !cluster.Contains(pod.IP) || ones <= cOnes {
 		return nil, nil, fmt.Errorf("--pod-subnet %s: must be a smaller range inside --cluster-cidr %s (e.g. a /24)", c.PodSubnet, c.ClusterCIDR)
 	}
+	return pod, cluster, c.validateRest()
+}
+
+func (c Config) validateRest() error {
 	if c.APIListen != "" && c.TokenFile == "" {
-		return nil, nil, fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
+		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}
 	if c.ResyncInterval <= 0 {
-		return nil, nil, fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)
+		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)
 	}
-	return pod, cluster, nil
+	return nil
 }

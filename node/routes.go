@@ -28,7 +28,7 @@ func (a *Agent) desiredRoutes() []route.Route {
 			continue
 		}
 		s, ok := statuses[m.Name]
-		if !ok {
+		if !ok || !s.SubnetReady {
 			continue
 		}
 		_, subnet, err := net.ParseCIDR(s.PodSubnet)
@@ -37,7 +37,7 @@ func (a *Agent) desiredRoutes() []route.Route {
 		}
 		peers = append(peers, route.Peer{Name: m.Name, Addr: net.ParseIP(m.Addr), PodSubnet: subnet})
 	}
-	_, own, _ := net.ParseCIDR(a.cfg.PodSubnet)
+	_, own, _ := net.ParseCIDR(a.currentClaim().Subnet)
 	return route.Desired(own, peers)
 }
 

@@ -45,6 +45,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("POST /v1/scale/{namespace}/{name}", a.handleScale)
 	mux.HandleFunc("GET /v1/replicas", a.handleReplicas)
 	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
+	mux.HandleFunc("DELETE /v1/nodes/{name}", a.handleForgetNode)
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)
@@ -428,7 +429,7 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	for _, m := range a.cluster.Members() {
 		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr}
 		if s, ok := v.statuses[m.Name]; ok {
-			n.PodSubnet, n.Started, n.API = s.PodSubnet, s.Started, s.API
+			n.PodSubnet, n.Started, n.API, n.Ready = s.PodSubnet, s.Started, s.API, s.SubnetReady
 			for _, rep := range s.Replicas {
 				if rep.Phase != "Terminating" {
 					n.Replicas++
@@ -675,4 +676,29 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 		return resp.Body, nil
 	}
 	return nil, errors.Join(errs...)
+}
+
+// handleForgetNode deletes the record of a node that is dead or left, so
+// its subnet is free at once instead of after --subnet-reclaim-after.
+func (a *Agent) handleForgetNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	for _, m := range a.cluster.Members() {
+		if m.Name == name && (m.State == "alive" || m.State == "suspect") {
+			writeError(w, http.StatusConflict, fmt.Errorf("node %s is %s: only a dead or departed node can be forgotten", name, m.State))
+			return
+		}
+	}
+	if name == a.cfg.Name {
+		writeError(w, http.StatusConflict, fmt.Errorf("node %s is this node", name))
+		return
+	}
+	if _, ok, err := a.store.Get(statusKey(name)); err != nil || !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("node %q is not known", name))
+		return
+	}
+	if err := a.forgetNode(name); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ApplyResult{Kind: "Node", Name: name, Result: "forgotten"})
 }

@@ -55,15 +55,18 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 	if replicas == nil {
 		replicas = []api.Replica{}
 	}
+	claim := a.currentClaim()
 	return NodeStatus{
-		Name:      a.cfg.Name,
-		Advertise: a.advertiseHost(),
-		API:       a.apiURL(),
-		PodSubnet: a.cfg.PodSubnet,
-		Capacity:  a.capacity,
-		Labels:    a.cfg.Labels,
-		Started:   a.started.UTC().Truncate(time.Second),
-		Replicas:  replicas,
+		Name:        a.cfg.Name,
+		Advertise:   a.advertiseHost(),
+		API:         a.apiURL(),
+		PodSubnet:   claim.Subnet,
+		SubnetSince: claim.Since,
+		SubnetReady: a.subnetIsReady(),
+		Capacity:    a.capacity,
+		Labels:      a.cfg.Labels,
+		Started:     a.started.UTC().Truncate(time.Second),
+		Replicas:    replicas,
 	}
 }
 

@@ -1,6 +1,7 @@
 package podnet
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -46,7 +47,13 @@ func (n *Network) PrepareHost() error {
 			return fmt.Errorf("iptables create nat %s: %w", MasqueradeChain, err)
 		}
 	}
-	rule := []string{"-s", n.cfg.PodSubnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
+	n.mu.Lock()
+	subnet := n.cfg.PodSubnet
+	n.mu.Unlock()
+	if subnet == nil {
+		return errors.New("podnet: the node has no pod subnet yet")
+	}
+	rule := []string{"-s", subnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
 		"-m", "comment", "--comment", "starling: pod traffic leaving the cluster CIDR", "-j", "MASQUERADE"}
 	if err := ipt.ClearChain("nat", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables flush nat %s: %w", MasqueradeChain, err)
@@ -56,6 +63,19 @@ func (n *Network) PrepareHost() error {
 	}
 	if err := ipt.AppendUnique("nat", "POSTROUTING", "-m", "comment", "--comment", "starling: pod masquerade", "-j", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables nat POSTROUTING jump: %w", err)
+	}
+	return nil
+}
+
+// CheckHost reports whether the node's network namespace has what
+// PrepareHost needs (iptables and br_netfilter), without changing
+// anything. Errors name the package or module to install.
+func CheckHost() error {
+	if _, err := iptables.New(iptables.Timeout(5)); err != nil {
+		return fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
+	}
+	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
+		return fmt.Errorf("bridge netfilter is not available: load the br_netfilter kernel module (modprobe br_netfilter)")
 	}
 	return nil
 }

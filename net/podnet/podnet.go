@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -49,14 +50,18 @@ var DefaultPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 type Network struct {
 	cfg      Config
 	cni      *libcni.CNIConfig
-	bridge   *libcni.NetworkConfigList
 	loopback *libcni.NetworkConfigList
+
+	mu     sync.Mutex
+	bridge *libcni.NetworkConfigList // nil until the pod subnet is known
 }
 
 const networkName = "starling"
 
 // New checks that the CNI plugins exist and builds the network
-// configuration. Errors name the missing plugin and the package to install.
+// configuration. cfg.PodSubnet may be nil when the node has yet to claim
+// one: call SetSubnet before Attach. Errors name the missing plugin and
+// the package to install.
 func New(cfg Config) (*Network, error) {
 	if cfg.Bridge == "" {
 		cfg.Bridge = "starling0"
@@ -64,48 +69,71 @@ func New(cfg Config) (*Network, error) {
 	if len(cfg.PluginDirs) == 0 {
 		cfg.PluginDirs = DefaultPluginDirs
 	}
-	if cfg.PodSubnet == nil || cfg.ClusterCIDR == nil {
-		return nil, errors.New("podnet: pod subnet and cluster CIDR are required")
+	if cfg.ClusterCIDR == nil {
+		return nil, errors.New("podnet: cluster CIDR is required")
 	}
 	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
 		if _, err := findPlugin(cfg.PluginDirs, plugin); err != nil {
 			return nil, err
 		}
 	}
-	gw := nextIP(cfg.PodSubnet.IP.Mask(cfg.PodSubnet.Mask))
+	loopback, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"starling-lo","plugins":[{"type":"loopback"}]}`))
+	if err != nil {
+		return nil, fmt.Errorf("podnet: loopback network config: %w", err)
+	}
+	n := &Network{
+		cfg:      cfg,
+		cni:      libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(cfg.DataDir, "cni-cache"), nil),
+		loopback: loopback,
+	}
+	if cfg.PodSubnet != nil {
+		if err := n.SetSubnet(cfg.PodSubnet); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// SetSubnet sets the node's pod subnet (its /24) and builds the bridge
+// network configuration for it.
+func (n *Network) SetSubnet(subnet *net.IPNet) error {
+	gw := nextIP(subnet.IP.Mask(subnet.Mask))
 	bridgeConf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       networkName,
 		"plugins": []any{map[string]any{
 			"type":        "bridge",
-			"bridge":      cfg.Bridge,
+			"bridge":      n.cfg.Bridge,
 			"isGateway":   true,
 			"hairpinMode": true,
 			"ipMasq":      false,
-			"mtu":         cfg.MTU,
+			"mtu":         n.cfg.MTU,
 			"ipam": map[string]any{
 				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": cfg.PodSubnet.String(), "gateway": gw.String()}}},
+				"ranges":  [][]map[string]string{{{"subnet": subnet.String(), "gateway": gw.String()}}},
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-				"dataDir": filepath.Join(cfg.DataDir, "ipam"),
+				"dataDir": filepath.Join(n.cfg.DataDir, "ipam"),
 			},
 		}},
 	}
 	raw, _ := json.Marshal(bridgeConf)
 	bridge, err := libcni.ConfListFromBytes(raw)
 	if err != nil {
-		return nil, fmt.Errorf("podnet: bridge network config: %w", err)
+		return fmt.Errorf("podnet: bridge network config: %w", err)
 	}
-	loopback, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"starling-lo","plugins":[{"type":"loopback"}]}`))
-	if err != nil {
-		return nil, fmt.Errorf("podnet: loopback network config: %w", err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cfg.PodSubnet, n.bridge = subnet, bridge
+	return nil
+}
+
+func (n *Network) bridgeConf() (*libcni.NetworkConfigList, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.bridge == nil {
+		return nil, errors.New("podnet: the node has no pod subnet yet")
 	}
-	return &Network{
-		cfg:      cfg,
-		cni:      libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(cfg.DataDir, "cni-cache"), nil),
-		bridge:   bridge,
-		loopback: loopback,
-	}, nil
+	return n.bridge, nil
 }
 
 func findPlugin(dirs []string, name string) (string, error) {
@@ -130,9 +158,6 @@ func nextIP(ip net.IP) net.IP {
 	return out
 }
 
-// Gateway returns the bridge address (first address of the pod subnet).
-func (n *Network) Gateway() net.IP { return nextIP(n.cfg.PodSubnet.IP.Mask(n.cfg.PodSubnet.Mask)) }
-
 // NetNSPath returns where the namespace of sandbox id is pinned.
 func (n *Network) NetNSPath(id string) string { return filepath.Join(n.cfg.DataDir, "netns", id) }
 
@@ -145,6 +170,10 @@ func (n *Network) runtimeConf(id string) *libcni.RuntimeConf {
 // the pod IP. On error nothing is left behind (no namespace, veth or
 // address reservation).
 func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
+	bridge, err := n.bridgeConf()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	path := n.NetNSPath(id)
 	if err := newNetNS(path); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -154,7 +183,7 @@ func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
 		n.Detach(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("sandbox %s: CNI loopback: %w", id, err)
 	}
-	res, err := n.cni.AddNetworkList(ctx, n.bridge, rt)
+	res, err := n.cni.AddNetworkList(ctx, bridge, rt)
 	if err != nil {
 		n.Detach(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("sandbox %s: CNI bridge: %w", id, err)
@@ -178,8 +207,10 @@ func (n *Network) Detach(ctx context.Context, id string) error {
 		rt.NetNS = ""
 	}
 	var errs []error
-	if err := n.cni.DelNetworkList(ctx, n.bridge, rt); err != nil {
-		errs = append(errs, fmt.Errorf("CNI bridge DEL: %w", err))
+	if bridge, err := n.bridgeConf(); err == nil {
+		if err := n.cni.DelNetworkList(ctx, bridge, rt); err != nil {
+			errs = append(errs, fmt.Errorf("CNI bridge DEL: %w", err))
+		}
 	}
 	if rt.NetNS != "" {
 		if err := n.cni.DelNetworkList(ctx, n.loopback, rt); err != nil {

@@ -106,6 +106,8 @@ type Node struct {
 	PodSubnet string    `json:"podSubnet"`
 	Replicas  int       `json:"replicas"`
 	Started   time.Time `json:"started"`
+	// Ready: the node's subnet claim has settled and it takes replicas.
+	Ready bool `json:"ready"`
 	// API is the node's TCP API URL ("" when it serves only its socket).
 	API string `json:"api,omitempty"`
 	// RTT is the Vivaldi-estimated round trip time from the answering node.

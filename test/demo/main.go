@@ -170,10 +170,11 @@ func run(dir, binary string, keep bool) int {
 		if n, err = c.AddNode("node1", 1); err != nil {
 			return "", err
 		}
+		n.PodSubnet = "" // the node claims a /24 of 10.22.0.0/16 by itself
 		if err := n.StartAgent(); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("netns %s, LAN address %s, pod subnet %s\nAPI socket %s", n.NetNS, n.IP, n.PodSubnet, n.Socket), nil
+		return fmt.Sprintf("netns %s, LAN address %s, claimed pod subnet %s\nAPI socket %s", n.NetNS, n.IP, n.PodSubnet, n.Socket), nil
 	}) {
 		return fail(d, c)
 	}

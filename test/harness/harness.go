@@ -20,6 +20,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -136,7 +137,9 @@ func run(name string, args ...string) error {
 }
 
 // AddNode creates node namespace i (1-based) wired to the LAN and starts
-// its containerd. The agent is started with StartAgent.
+// its containerd. The agent is started with StartAgent, with --pod-subnet
+// PodSubnet (10.22.<i>.0/24); set PodSubnet to "" first to let the node
+// claim one itself.
 func (c *Cluster) AddNode(name string, i int) (*Node, error) {
 	n := &Node{
 		Name: name, NetNS: c.Prefix + name, Dir: filepath.Join(c.Dir, name),
@@ -224,12 +227,15 @@ func (n *Node) APIURL() string { return "http://" + n.IP + ":7443" }
 // API on the LAN address with the cluster token.
 func (n *Node) StartAgent(extra ...string) error {
 	args := []string{"agent", "--name", n.Name, "--data-dir", n.DataDir,
-		"--containerd-address", n.ContainerdSocket(), "--pod-subnet", n.PodSubnet,
+		"--containerd-address", n.ContainerdSocket(),
 		"--runc-root", filepath.Join(n.Dir, "runc"), "--cgroup-parent", "/starling/" + n.CgroupName(),
 		"--bind", n.IP + ":7946", "--advertise", n.IP, "--encrypt-key-file", n.c.KeyFile,
 		"--api-listen", n.IP + ":7443", "--token-file", n.c.TokenFile}
 	if seed := n.c.Nodes[0]; seed != n {
 		args = append(args, "--join", seed.IP)
+	}
+	if n.PodSubnet != "" {
+		args = append(args, "--pod-subnet", n.PodSubnet)
 	}
 	args = append(args, extra...)
 	n.agentArgs = args
@@ -263,11 +269,37 @@ func (n *Node) startAgent() error {
 		default:
 		}
 		if _, err := n.CLI("version"); err == nil {
-			return nil
+			return n.learnSubnet()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("agent %s did not answer within 30s:\n%s", n.Name, n.Tail(20))
+}
+
+// learnSubnet waits, for a node started without --pod-subnet, until its
+// record shows the subnet it claimed, and sets PodSubnet.
+func (n *Node) learnSubnet() error {
+	if n.PodSubnet != "" {
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := n.CLI("get", "nodes", n.Name, "-o", "json")
+		if err == nil {
+			var l struct {
+				Items []struct {
+					Name, PodSubnet string
+					Ready           bool
+				}
+			}
+			if json.Unmarshal([]byte(out), &l) == nil && len(l.Items) == 1 && l.Items[0].Ready {
+				n.PodSubnet = l.Items[0].PodSubnet
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s claimed no pod subnet within 30s:\n%s", n.Name, n.Tail(20))
 }
 
 // AgentPID is the agent's process ID (0 when not running).

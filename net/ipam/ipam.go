@@ -1,0 +1,104 @@
+// Package ipam decides, with no master, which /24 of the cluster CIDR each
+// node owns. A node claims a subnet by publishing it, with the hybrid
+// logical clock time of the claim, in its gossiped node record. Every node
+// resolves a conflict the same way: the earlier claim wins, then the lower
+// node name; the loser claims another subnet before it runs any pod.
+//
+// Everything here is pure: the agent feeds it the records it holds.
+package ipam
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"sort"
+
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+// SubnetBits is the size of a node's subnet: a /24.
+const SubnetBits = 24
+
+// Claim is one node's claim on a subnet.
+type Claim struct {
+	Node   string
+	Subnet string        // CIDR, e.g. "10.22.7.0/24"
+	Since  hlc.Timestamp // when the claim was made
+}
+
+// Beats reports whether c wins over d for the same subnet: the earlier
+// claim, then the lower node name.
+func (c Claim) Beats(d Claim) bool {
+	if cmp := c.Since.Compare(d.Since); cmp != 0 {
+		return cmp < 0
+	}
+	return c.Node < d.Node
+}
+
+// Lost reports whether mine loses its subnet to one of others, and to whom.
+func Lost(mine Claim, others []Claim) (string, bool) {
+	for _, o := range others {
+		if o.Node != mine.Node && o.Subnet == mine.Subnet && o.Beats(mine) {
+			return o.Node, true
+		}
+	}
+	return "", false
+}
+
+// ErrFull means every /24 of the cluster CIDR is taken.
+var ErrFull = errors.New("every /24 of the cluster CIDR is claimed")
+
+// Pick returns a free /24 of cidr for node: the first one not in taken,
+// starting from a position derived from the node name (so nodes joining
+// at once rarely pick the same one) and wrapping around. The first /24
+// (the network's own) is skipped. Errors: ErrFull (wrapped, naming the
+// CIDR and what to do), or a cidr that is not an IPv4 range larger than
+// a /24.
+func Pick(cidr *net.IPNet, node string, taken map[string]bool) (*net.IPNet, error) {
+	ones, bits := cidr.Mask.Size()
+	if bits != 32 || ones >= SubnetBits {
+		return nil, fmt.Errorf("cluster CIDR %s: must be an IPv4 range larger than a /24", cidr)
+	}
+	count := uint32(1) << (SubnetBits - ones)
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	start := h.Sum32() % count
+	base := binary.BigEndian.Uint32(cidr.IP.To4())
+	for i := uint32(0); i < count; i++ {
+		idx := (start + i) % count
+		if idx == 0 {
+			continue
+		}
+		ip := make(net.IP, 4)
+		binary.BigEndian.PutUint32(ip, base+idx<<8)
+		sub := &net.IPNet{IP: ip, Mask: net.CIDRMask(SubnetBits, 32)}
+		if !taken[sub.String()] {
+			return sub, nil
+		}
+	}
+	return nil, fmt.Errorf("%w (%s, %d subnets): widen --cluster-cidr, or free the subnets of dead nodes with 'starling node forget NAME'", ErrFull, cidr, count-1)
+}
+
+// Taken returns the subnets of claims, sorted set form, for Pick.
+func Taken(claims []Claim) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range claims {
+		out[c.Subnet] = true
+	}
+	return out
+}
+
+// Sorted returns claims sorted by subnet then winner first (for logs and
+// tests).
+func Sorted(claims []Claim) []Claim {
+	out := append([]Claim(nil), claims...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Subnet != out[j].Subnet {
+			return out[i].Subnet < out[j].Subnet
+		}
+		return out[i].Beats(out[j])
+	})
+	return out
+}

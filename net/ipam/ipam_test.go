@@ -1,0 +1,67 @@
+package ipam
+
+import (
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+func cidr(s string) *net.IPNet { _, n, _ := net.ParseCIDR(s); return n }
+
+func TestEarlierClaimWinsThenLowerName(t *testing.T) {
+	a := Claim{Node: "b", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 1}}
+	b := Claim{Node: "a", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 2}}
+	if !a.Beats(b) || b.Beats(a) {
+		t.Fatal("the earlier claim must win")
+	}
+	c := Claim{Node: "a", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 1}}
+	if !c.Beats(a) || a.Beats(c) {
+		t.Fatal("on equal time the lower name must win")
+	}
+	if who, lost := Lost(a, []Claim{b, c}); !lost || who != "a" {
+		t.Fatalf("Lost = %q %v, want a true", who, lost)
+	}
+	if _, lost := Lost(c, []Claim{a, b}); lost {
+		t.Fatal("the winner lost")
+	}
+	other := Claim{Node: "z", Subnet: "10.22.6.0/24"}
+	if _, lost := Lost(other, []Claim{a, b, c}); lost {
+		t.Fatal("a claim on another subnet lost")
+	}
+}
+
+func TestPickSkipsTakenAndReportsFull(t *testing.T) {
+	c := cidr("10.22.0.0/22") // 4 subnets, .0 skipped: 3 usable
+	taken := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		sub, err := Pick(c, "node", taken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.String() == "10.22.0.0/24" || taken[sub.String()] || !c.Contains(sub.IP) {
+			t.Fatalf("picked %s (taken %v)", sub, taken)
+		}
+		taken[sub.String()] = true
+	}
+	if _, err := Pick(c, "node", taken); !errors.Is(err, ErrFull) {
+		t.Fatalf("full CIDR: err %v", err)
+	}
+	if _, err := Pick(cidr("10.22.1.0/24"), "n", nil); err == nil {
+		t.Fatal("a /24 cluster CIDR must be refused")
+	}
+}
+
+func TestPickIsDeterministicAndSpreads(t *testing.T) {
+	c := cidr("10.22.0.0/16")
+	a1, _ := Pick(c, "node-a", nil)
+	a2, _ := Pick(c, "node-a", nil)
+	b, _ := Pick(c, "node-b", nil)
+	if a1.String() != a2.String() {
+		t.Fatal("Pick is not deterministic")
+	}
+	if a1.String() == b.String() {
+		t.Fatalf("two names picked the same first subnet %s", a1)
+	}
+}
