@@ -56,6 +56,7 @@ containers keep running and a restarted agent adopts them.`,
 	f.DurationVar(&cfg.SubnetSettle, "subnet-settle", cfg.SubnetSettle, "a new subnet claim must stand this long without conflict before pods run on it")
 	f.DurationVar(&cfg.SubnetReclaimAfter, "subnet-reclaim-after", cfg.SubnetReclaimAfter, "the subnet of a dead node is reused only after this long (or 'starling node forget')")
 	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "address range of all pods in the cluster; traffic leaving it is masqueraded")
+	f.StringVar(&cfg.ServiceCIDR, "service-cidr", cfg.ServiceCIDR, "range ClusterIPs are allocated from")
 	f.StringSliceVar(&cfg.CNIPluginDirs, "cni-bin-dir", cfg.CNIPluginDirs, "directories searched for CNI plugins")
 	f.StringVar(&cfg.APIListen, "api-listen", "", "also serve the API on TCP ADDR:PORT (requires --token-file)")
 	f.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")

@@ -20,6 +20,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
+	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -59,6 +60,11 @@ type Agent struct {
 	subnet      ipam.Claim
 	subnetMu    sync.Mutex
 	subnetReady chan struct{}
+
+	// services syncs Service rules (net/service); nil in in-process tests.
+	services      *service.Syncer
+	serviceKick   chan struct{}
+	masqueradeAll bool
 
 	// droppedState is set when the node was away longer than the
 	// tombstone TTL and discarded its desired state.
@@ -133,6 +139,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.syncRoutes = route.Sync
+	if a.services, err = service.NewSyncer(); err != nil {
+		rt.Close()
+		return nil, err
+	}
 	// The network namespace is touched only once the subnet is claimed
 	// (every prerequisite was checked above).
 	a.useSubnet = func(subnet *net.IPNet) error {
@@ -157,7 +167,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{},
 		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
-		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
+		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
 		if err != nil {
@@ -287,7 +297,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
 	go func() { defer wg.Done(); a.routeLoop(ctx) }()
 	go func() { defer wg.Done(); a.joinLoop(ctx) }()
 	go func() { defer wg.Done(); a.watchMembership(ctx) }()
@@ -408,6 +419,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
 	a.publishStatus(a.localReplicas(observed, mine))
+	a.kickServices()
 	requeue := res.Requeue
 	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {
 		requeue = time.Second // watch the new owners' readiness closely

@@ -45,6 +45,8 @@ type Config struct {
 	SubnetReclaimAfter time.Duration
 	// ClusterCIDR is the address space of all pods in the cluster.
 	ClusterCIDR string
+	// ServiceCIDR is where ClusterIPs come from.
+	ServiceCIDR string
 	// CNIPluginDirs are searched for the CNI plugin binaries.
 	CNIPluginDirs []string
 	// APIListen, when set ("ADDR:PORT"), serves the API on TCP too; it then
@@ -102,6 +104,7 @@ func DefaultConfig() Config {
 		SubnetSettle:       3 * time.Second,
 		SubnetReclaimAfter: 24 * time.Hour,
 		ClusterCIDR:        "10.22.0.0/16",
+		ServiceCIDR:        "10.23.0.0/16",
 		CNIPluginDirs:      podnet.DefaultPluginDirs,
 		ResyncInterval:     5 * time.Second,
 		BindAddr:           "0.0.0.0:7946",
@@ -149,6 +152,9 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 }
 
 func (c Config) validateRest() error {
+	if _, n, err := net.ParseCIDR(c.ServiceCIDR); err != nil || n.IP.To4() == nil {
+		return fmt.Errorf("--service-cidr %q: must be an IPv4 CIDR such as 10.23.0.0/16", c.ServiceCIDR)
+	}
 	if c.APIListen != "" && c.TokenFile == "" {
 		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}

@@ -194,6 +194,7 @@ func (a *Agent) watchMembership(ctx context.Context) {
 			case a.routeKick <- struct{}{}:
 			default:
 			}
+			a.kickServices()
 		case <-tick.C:
 			if a.isSynced() {
 				a.markSeen()

@@ -206,6 +206,9 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 			out.Items = append(out.Items, api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin})
 		}
 	}
+	if kind == manifest.KindService {
+		a.decorateServices(out.Items)
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -247,7 +250,11 @@ func (a *Agent) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin})
+	items := []api.Object{{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin}}
+	if strings.HasPrefix(rec.Key, kindPrefix(manifest.KindService)) {
+		a.decorateServices(items)
+	}
+	writeJSON(w, http.StatusOK, items[0])
 }
 
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {

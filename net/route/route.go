@@ -27,13 +27,19 @@ type Peer struct {
 	PodSubnet *net.IPNet // the peer's /24
 }
 
-// Route is one desired route.
+// Route is one desired route: via a gateway, or straight to a device.
 type Route struct {
 	Dst *net.IPNet
 	Via net.IP
+	Dev string // when set (and Via nil): "Dst dev Dev scope link"
 }
 
-func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+func (r Route) String() string {
+	if r.Dev != "" {
+		return r.Dst.String() + " dev " + r.Dev
+	}
+	return r.Dst.String() + " via " + r.Via.String()
+}
 
 // Desired returns the routes to every peer's subnet except self's own
 // (own is this node's subnet, served by its bridge), sorted by
@@ -83,11 +89,18 @@ func Sync(want []Route) (Change, error) {
 	wanted := map[string]bool{}
 	for _, w := range want {
 		key := w.Dst.String()
+		nr := &netlink.Route{Dst: w.Dst, Gw: w.Via, Protocol: Protocol}
+		if w.Dev != "" {
+			link, err := netlink.LinkByName(w.Dev)
+			if err != nil {
+				continue // the device comes later (the bridge, with the first pod)
+			}
+			nr = &netlink.Route{Dst: w.Dst, LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: Protocol}
+		}
 		wanted[key] = true
-		if r, ok := current[key]; ok && r.Gw.Equal(w.Via) {
+		if r, ok := current[key]; ok && r.Gw.Equal(nr.Gw) && (w.Dev == "" || r.LinkIndex == nr.LinkIndex) {
 			continue
 		}
-		nr := &netlink.Route{Dst: w.Dst, Gw: w.Via, Protocol: Protocol}
 		if err := netlink.RouteReplace(nr); err != nil {
 			return ch, fmt.Errorf("route %s: %w", w, err)
 		}

@@ -158,6 +158,9 @@ func (c *Cluster) AddNode(name string, i int) (*Node, error) {
 		{"ip", "-n", n.NetNS, "addr", "add", n.IP + "/24", "dev", "eth0"},
 		{"ip", "-n", n.NetNS, "link", "set", "eth0", "up"},
 		{"ip", "-n", n.NetNS, "link", "set", "lo", "up"},
+		// Like a real host, a default route (to the LAN namespace, which
+		// routes nowhere further).
+		{"ip", "-n", n.NetNS, "route", "add", "default", "via", LANPrefix + ".254"},
 	} {
 		if err := run(cmd[0], cmd[1:]...); err != nil {
 			return nil, err

@@ -1,0 +1,125 @@
+package service
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"net"
+	"sort"
+	"time"
+)
+
+// NodePortMin and NodePortMax bound NodePorts, as in Kubernetes.
+const (
+	NodePortMin = 30000
+	NodePortMax = 32767
+)
+
+// Spec is what allocation needs of a Service.
+type Spec struct {
+	Key       string // "namespace/name"
+	Created   time.Time
+	ClusterIP string // requested in the manifest, or ""
+	NodePort  bool   // type NodePort
+	// Ports: name -> requested nodePort (0: allocate).
+	Ports []SpecPort
+}
+
+// SpecPort is one port of a Spec.
+type SpecPort struct {
+	Name     string
+	NodePort int32
+}
+
+// Allocation is the result: a ClusterIP per Service and a NodePort per
+// "key/portName" of NodePort Services.
+type Allocation struct {
+	ClusterIPs map[string]string
+	NodePorts  map[string]int32
+}
+
+// Allocate gives every Service a ClusterIP in serviceCIDR and every
+// NodePort Service port a NodePort, the same on every node: requested
+// values first, in creation order (then key) so an older Service keeps
+// what it has when a newer one asks for the same; the others get an
+// address or port derived from a hash of their key, probing upwards past
+// taken ones. The first and last addresses of the range are never used.
+// A Service for which nothing is free gets none (absent from the maps).
+func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
+	ss := append([]Spec(nil), specs...)
+	sort.Slice(ss, func(i, j int) bool {
+		if !ss[i].Created.Equal(ss[j].Created) {
+			return ss[i].Created.Before(ss[j].Created)
+		}
+		return ss[i].Key < ss[j].Key
+	})
+	out := Allocation{ClusterIPs: map[string]string{}, NodePorts: map[string]int32{}}
+	ones, bits := serviceCIDR.Mask.Size()
+	size := uint32(1) << (bits - ones)
+	base := binary.BigEndian.Uint32(serviceCIDR.IP.To4())
+	usedIP := map[uint32]bool{0: true, size - 1: true}
+	usedPort := map[int32]bool{}
+	offsetOf := func(s string) (uint32, bool) {
+		ip := net.ParseIP(s).To4()
+		if ip == nil || !serviceCIDR.Contains(ip) {
+			return 0, false
+		}
+		return binary.BigEndian.Uint32(ip) - base, true
+	}
+	// Requested first.
+	for _, s := range ss {
+		if off, ok := offsetOf(s.ClusterIP); ok && !usedIP[off] {
+			usedIP[off] = true
+			out.ClusterIPs[s.Key] = s.ClusterIP
+		}
+		if !s.NodePort {
+			continue
+		}
+		for _, p := range s.Ports {
+			if p.NodePort >= NodePortMin && p.NodePort <= NodePortMax && !usedPort[p.NodePort] {
+				usedPort[p.NodePort] = true
+				out.NodePorts[s.Key+"/"+p.Name] = p.NodePort
+			}
+		}
+	}
+	for _, s := range ss {
+		if _, ok := out.ClusterIPs[s.Key]; !ok {
+			start := hash32(s.Key) % size
+			for i := uint32(0); i < size; i++ {
+				off := (start + i) % size
+				if !usedIP[off] {
+					usedIP[off] = true
+					ip := make(net.IP, 4)
+					binary.BigEndian.PutUint32(ip, base+off)
+					out.ClusterIPs[s.Key] = ip.String()
+					break
+				}
+			}
+		}
+		if !s.NodePort {
+			continue
+		}
+		for _, p := range s.Ports {
+			k := s.Key + "/" + p.Name
+			if _, ok := out.NodePorts[k]; ok {
+				continue
+			}
+			span := uint32(NodePortMax - NodePortMin + 1)
+			start := hash32(k) % span
+			for i := uint32(0); i < span; i++ {
+				port := int32(NodePortMin + (start+i)%span)
+				if !usedPort[port] {
+					usedPort[port] = true
+					out.NodePorts[k] = port
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+func hash32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}

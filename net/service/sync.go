@@ -1,0 +1,110 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// jumps are the rules from the built-in chains into Starling's, the only
+// rules Starling keeps outside its own chains.
+var jumps = []struct {
+	table, chain, target, comment string
+}{
+	{"nat", "PREROUTING", ChainServices, "starling: service portals"},
+	{"nat", "OUTPUT", ChainServices, "starling: service portals"},
+	{"nat", "POSTROUTING", ChainPostrouting, "starling: service masquerade"},
+	{"filter", "INPUT", ChainFilter, "starling: services without endpoints"},
+	{"filter", "FORWARD", ChainFilter, "starling: services without endpoints"},
+	{"filter", "OUTPUT", ChainFilter, "starling: services without endpoints"},
+	{"filter", "FORWARD", ChainForward, "starling: forward service traffic"},
+}
+
+// Syncer applies Rules to the kernel of the current network namespace.
+// It is not safe for concurrent use.
+type Syncer struct {
+	ipt    *iptables.IPTables
+	last   []byte
+	chains []string // per-service chains of the last applied rules
+	jumped bool     // jump rules known to be in place
+}
+
+// NewSyncer finds iptables (the nft or legacy backend the host uses: the
+// iptables command's own choice). Errors name the package to install.
+func NewSyncer() (*Syncer, error) {
+	ipt, err := iptables.New(iptables.Timeout(5))
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		return nil, fmt.Errorf("iptables-restore: %w (install the Debian package iptables)", err)
+	}
+	return &Syncer{ipt: ipt}, nil
+}
+
+// Sync writes the rules for ports in one atomic iptables-restore
+// --noflush call (after making sure the jump rules exist), unless they
+// equal what was applied last and the canary says nobody flushed them.
+// It reports whether it wrote anything.
+func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, error) {
+	text := Rules(ports, cfg, s.chains)
+	healthy := s.last != nil && s.Healthy()
+	if bytes.Equal(text, s.last) && healthy {
+		return false, nil
+	}
+	if !healthy || !s.jumped {
+		if err := s.ensureJumps(); err != nil {
+			return false, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
+	cmd.Stdin = bytes.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	s.last, s.chains = text, Chains(text)
+	return true, nil
+}
+
+// ensureJumps creates Starling's entry chains and the jump rules into
+// them. Chains must exist before jumps can point at them; restore then
+// fills them atomically, so working rules are never flushed first.
+func (s *Syncer) ensureJumps() error {
+	s.jumped = false
+	for _, j := range jumps {
+		if ok, err := s.ipt.ChainExists(j.table, j.target); err != nil {
+			return err
+		} else if !ok {
+			if err := s.ipt.NewChain(j.table, j.target); err != nil {
+				return fmt.Errorf("create %s %s: %w", j.table, j.target, err)
+			}
+		}
+	}
+	for _, j := range jumps {
+		if err := s.ipt.AppendUnique(j.table, j.chain, "-m", "comment", "--comment", j.comment, "-j", j.target); err != nil {
+			return fmt.Errorf("jump %s %s -> %s: %w", j.table, j.chain, j.target, err)
+		}
+	}
+	s.jumped = true
+	return nil
+}
+
+// Healthy is the cheap check run every second (two iptables calls): the
+// canary rule is still in its chain in the nat and filter tables. Flushing
+// a table (iptables -F, -t nat -F) or deleting the chain removes it;
+// kube-proxy's canary only notices deleted chains.
+func (s *Syncer) Healthy() bool {
+	for _, table := range []string{"nat", "filter"} {
+		if ok, err := s.ipt.Exists(table, ChainCanary, "-j", "RETURN"); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}

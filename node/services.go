@@ -1,0 +1,204 @@
+package node
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// serviceView computes the allocation of ClusterIPs and NodePorts and the
+// endpoints of every Service port: the ready replicas, on live nodes, of
+// Deployments whose pod template labels match the Service's selector.
+func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []service.Port, error) {
+	recs, err := a.store.List(kindPrefix(manifest.KindService))
+	if err != nil {
+		return nil, service.Allocation{}, nil, err
+	}
+	svcs, _ := liveObjects(recs)
+	_, cidr, err := net.ParseCIDR(a.cfg.ServiceCIDR)
+	if err != nil {
+		return nil, service.Allocation{}, nil, err
+	}
+	var specs []service.Spec
+	for _, o := range svcs {
+		s := o.Service
+		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: s.Spec.ClusterIP,
+			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort}
+		for _, p := range s.Spec.Ports {
+			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
+		}
+		specs = append(specs, spec)
+	}
+	alloc := service.Allocate(specs, cidr)
+
+	// Ready replicas by workload, from live nodes' records.
+	byWorkload := map[string][]string{}
+	for name, s := range v.statuses {
+		if !v.alive[name] {
+			continue
+		}
+		for _, r := range s.Replicas {
+			if r.Ready && r.Phase == "Running" && r.PodIP != "" {
+				k := r.Namespace + "/" + r.Workload
+				byWorkload[k] = append(byWorkload[k], r.PodIP)
+			}
+		}
+	}
+	var ports []service.Port
+	for _, o := range svcs {
+		s := o.Service
+		key := o.Namespace + "/" + o.Name
+		ip, ok := alloc.ClusterIPs[key]
+		if !ok {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			p := service.Port{Service: key, Name: sp.Name, Protocol: string(sp.Protocol), ClusterIP: ip, Port: sp.Port,
+				NodePort: alloc.NodePorts[key+"/"+sp.Name]}
+			if len(s.Spec.Selector) > 0 {
+				sel := labels.SelectorFromSet(s.Spec.Selector)
+				for _, d := range v.deployments {
+					if d.Namespace != o.Namespace || !sel.Matches(labels.Set(d.Deployment.Spec.Template.Labels)) {
+						continue
+					}
+					target, ok := targetPort(sp, d)
+					if !ok {
+						continue
+					}
+					for _, podIP := range byWorkload[d.Namespace+"/"+d.Name] {
+						p.Endpoints = append(p.Endpoints, net.JoinHostPort(podIP, strconv.Itoa(int(target))))
+					}
+				}
+			}
+			ports = append(ports, p)
+		}
+	}
+	return svcs, alloc, ports, nil
+}
+
+// targetPort resolves a Service port's targetPort against a Deployment's
+// container: a number is used as is, a name must be a container port name.
+func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
+	if sp.TargetPort.Type == 0 { // intstr.Int
+		if sp.TargetPort.IntVal == 0 {
+			return sp.Port, true
+		}
+		return sp.TargetPort.IntVal, true
+	}
+	for _, c := range d.Deployment.Spec.Template.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// serviceLoop keeps the Service rules: after a change (debounced 100 ms)
+// and every second, when the canary shows the rules were flushed.
+func (a *Agent) serviceLoop(ctx context.Context) {
+	if a.services == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.subnetReady:
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		v, err := a.readView()
+		if err == nil {
+			var ports []service.Port
+			if _, _, ports, err = a.serviceView(v); err == nil {
+				var wrote bool
+				start := time.Now()
+				wrote, err = a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.cfg.ClusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
+				if wrote {
+					a.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
+				}
+			}
+		}
+		if err != nil {
+			a.log.Warn("sync service rules", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-a.serviceKick:
+			select { // debounce: at most one sync per 100 ms
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (a *Agent) kickServices() {
+	select {
+	case a.serviceKick <- struct{}{}:
+	default:
+	}
+}
+
+// needMasqueradeAll reports whether bridged traffic bypasses netfilter in
+// this namespace (bridge-nf-call-iptables is off and could not be turned
+// on): then a same-node backend's reply would skip conntrack's reverse
+// NAT, so all Service traffic is masqueraded, as kube-proxy's
+// --masquerade-all does. It logs the switch both ways.
+func (a *Agent) needMasqueradeAll() bool {
+	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
+	all := err != nil || strings.TrimSpace(string(b)) != "1"
+	if all != a.masqueradeAll {
+		if all {
+			a.log.Warn("bridged traffic does not pass netfilter (net.bridge.bridge-nf-call-iptables is off): masquerading all Service traffic; backends see a node address")
+		} else {
+			a.log.Info("bridge netfilter is on: Service traffic keeps the client's pod address")
+		}
+		a.masqueradeAll = all
+	}
+	return all
+}
+
+// decorateServices fills in the allocated ClusterIP and NodePorts of the
+// Services in items (JSON objects), as a Kubernetes API server shows them.
+func (a *Agent) decorateServices(items []api.Object) {
+	v, err := a.readView()
+	if err != nil {
+		return
+	}
+	_, alloc, _, err := a.serviceView(v)
+	if err != nil {
+		return
+	}
+	for i, it := range items {
+		o, err := manifest.Decode(it.Object)
+		if err != nil || o.Service == nil {
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		o.Service.Spec.ClusterIP = alloc.ClusterIPs[key]
+		for j, p := range o.Service.Spec.Ports {
+			if np, ok := alloc.NodePorts[key+"/"+p.Name]; ok {
+				o.Service.Spec.Ports[j].NodePort = np
+			}
+		}
+		if b, err := manifest.Encode(o); err == nil {
+			items[i].Object = b
+		}
+	}
+}
