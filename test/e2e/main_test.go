@@ -98,7 +98,13 @@ func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
 		t.Skip("e2e prerequisites missing: " + skipWhy)
 	}
 	clustersStarted.Add(1)
-	c, err := harness.New(t.TempDir(), binary, testWriter{t})
+	// A short directory: unix socket paths (containerd's) must fit 108 bytes,
+	// and t.TempDir embeds the test name.
+	dir, err := os.MkdirTemp("", "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := harness.New(dir, binary, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}

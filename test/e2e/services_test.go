@@ -186,3 +186,148 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 func errorIs(err error, target syscall.Errno) bool {
 	return err != nil && strings.Contains(err.Error(), target.Error())
 }
+
+// TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff: an agent
+// restart during a request loop fails no request; with
+// bridge-nf-call-iptables forced off Services still work (backends then
+// see a node address); pod traffic to an address outside the cluster CIDR
+// is masqueraded to the node address; a node cut off leaves every other
+// node's rules.
+func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
+	c := newCluster(t, 3)
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.CLIInput(strings.NewReader(servicesManifest), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	var mine replica
+	_, err := eventually(60*time.Second, func() error {
+		counts, _, err := perNode(n1, "web")
+		if err != nil {
+			return err
+		}
+		if counts["n1"] != 1 || counts["n2"] != 1 || counts["n3"] != 1 {
+			return fmt.Errorf("want one web replica per node: %s", fmtCounts(counts))
+		}
+		all, _ := replicas(n1)
+		for _, r := range all {
+			if r.Workload == "web" && r.Node == "n1" {
+				mine = r
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := clusterIP(t, n1, "web")
+	get := func() (string, error) {
+		return n1.PodHTTPGet("default", mine.Name, "http://"+vip+"/", 2*time.Second)
+	}
+	if _, err := eventually(20*time.Second, func() error { _, err := get(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Agent restart during a request loop: no request fails.
+	stop := make(chan struct{})
+	failures := make(chan error, 1000)
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			if _, err := get(); err != nil {
+				failures <- err
+			}
+			n++
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	n1.KillAgent(syscall.SIGTERM)
+	if err := n1.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	requests := <-done
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed across the agent restart, first: %v", len(failures), requests, <-failures)
+	}
+	t.Logf("agent restart: %d requests, none failed", requests)
+
+	// Pod to an address outside the cluster CIDR (the LAN namespace):
+	// masqueraded to the node's address.
+	srv, err := harness.ServeIn(c.LAN, harness.LANPrefix+".254:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	body, err := n1.PodHTTPGet("default", mine.Name, "http://"+harness.LANPrefix+".254:9000/", 2*time.Second)
+	if err != nil || !strings.Contains(body, "remote="+n1.IP+":") {
+		t.Fatalf("pod -> outside: %q %v, want the node address %s as source", body, err, n1.IP)
+	}
+
+	// bridge-nf-call-iptables off: Services still work, from the pod to
+	// every backend; backends see a node address instead of the pod's.
+	for _, n := range c.Nodes {
+		if _, err := n.Exec(t.Context(), "sh", "-c", "echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	_, err = eventually(20*time.Second, func() error {
+		body, err := get()
+		if err != nil {
+			return err
+		}
+		remote, _, _ := net.SplitHostPort(field(body, "remote"))
+		if remote == mine.PodIP {
+			return fmt.Errorf("backend %s still sees the client pod address", field(body, "podIP"))
+		}
+		seen[field(body, "podIP")] = true
+		if len(seen) < 3 {
+			return fmt.Errorf("reached %d of 3 backends", len(seen))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal("with bridge-nf-call-iptables off: ", err)
+	}
+
+	// Cut n3 off: its endpoint leaves n1's and n2's rules.
+	all, _ := replicas(n1)
+	var n3IP string
+	for _, r := range all {
+		if r.Workload == "web" && r.Node == "n3" {
+			n3IP = r.PodIP
+		}
+	}
+	cut := time.Now()
+	if err := n3.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	took, err := eventually(60*time.Second, func() error {
+		for _, n := range []*harness.Node{n1, n2} {
+			out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
+			if err != nil {
+				return err
+			}
+			if strings.Contains(out, "--to-destination "+n3IP+":") {
+				return fmt.Errorf("%s still has n3's endpoint %s", n.Name, n3IP)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("n3's endpoint gone from n1 and n2 rules %v after the cut (took %v to observe)", time.Since(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}

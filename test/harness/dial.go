@@ -86,3 +86,37 @@ func httpGet(dial func(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	return string(b), nil
 }
+
+// ServeIn starts an echo HTTP server listening on addr inside network
+// namespace ns (answering "remote=<client address>"); Close stops it.
+func ServeIn(ns, addr string) (*http.Server, error) {
+	target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(target)
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread enters ns and is never returned to the pool.
+		runtime.LockOSThread()
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		l, err := net.Listen("tcp", addr)
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, fmt.Errorf("listen %s in %s: %w", addr, ns, r.err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "remote=%s\n", req.RemoteAddr)
+	})}
+	go srv.Serve(r.l)
+	return srv, nil
+}
