@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // jumps are the rules from the built-in chains into Starling's, the only
@@ -30,8 +33,9 @@ var jumps = []struct {
 type Syncer struct {
 	ipt    *iptables.IPTables
 	last   []byte
-	chains []string // per-service chains of the last applied rules
-	jumped bool     // jump rules known to be in place
+	chains []string        // per-service chains of the last applied rules
+	jumped bool            // jump rules known to be in place
+	udp    map[string]bool // UDP endpoint IPs of the last applied rules
 }
 
 // NewSyncer finds iptables (the nft or legacy backend the host uses: the
@@ -70,7 +74,40 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 		return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	s.last, s.chains = text, Chains(text)
+	s.forgetUDP(ports)
 	return true, nil
+}
+
+// forgetUDP deletes the conntrack entries of UDP flows to endpoints that
+// are gone. UDP has no connection end: without this, a client that keeps
+// its socket keeps being NATed to the old endpoint's address (kube-proxy
+// does the same clean-up, kubernetes#59368).
+func (s *Syncer) forgetUDP(ports []Port) {
+	now := map[string]bool{}
+	for _, p := range ports {
+		if p.Protocol != "UDP" {
+			continue
+		}
+		for _, ep := range p.Endpoints {
+			if host, _, err := net.SplitHostPort(ep); err == nil {
+				now[host] = true
+			}
+		}
+	}
+	for ip := range s.udp {
+		if now[ip] {
+			continue
+		}
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddIP(netlink.ConntrackReplySrcIP, net.ParseIP(ip)); err != nil {
+			continue
+		}
+		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+			continue
+		}
+		netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+	}
+	s.udp = now
 }
 
 // ensureJumps creates Starling's entry chains and the jump rules into

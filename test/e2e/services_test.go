@@ -331,3 +331,99 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 	}
 	t.Logf("n3's endpoint gone from n1 and n2 rules %v after the cut (took %v to observe)", time.Since(cut).Round(time.Millisecond), took.Round(time.Millisecond))
 }
+
+func udpManifest(message string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: udp}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: udp}}
+  template:
+    metadata: {labels: {app: udp}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        env: [{name: MESSAGE, value: %q}]
+        ports: [{containerPort: 8080, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: udp}
+spec:
+  selector: {app: udp}
+  ports: [{port: 53, protocol: UDP, targetPort: 8080}]
+`, message)
+}
+
+// TestUDPServiceFollowsReplacedEndpoint: a client that keeps its UDP
+// socket reaches the new endpoint after the old one is replaced (stale
+// conntrack entries are deleted).
+func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
+	c := newCluster(t, 1)
+	n := c.Nodes[0]
+	if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n, udpManifest("one"))
+	first, _ := waitRunning(t, n, "udp", 1, 20*time.Second)
+	vip := clusterIP(t, n, "udp")
+	conn, err := harness.DialIn(n.NetNS)(t.Context(), "udp", vip+":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ask := func() string {
+		conn.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := conn.Write([]byte("?")); err != nil {
+			return ""
+		}
+		buf := make([]byte, 512)
+		k, err := conn.Read(buf)
+		if err != nil {
+			return ""
+		}
+		return field(string(buf[:k]), "hostname")
+	}
+	if _, err := eventually(10*time.Second, func() error {
+		if got := ask(); got != first[0].Name {
+			return fmt.Errorf("UDP answer from %q, want %s", got, first[0].Name)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n, udpManifest("two")) // a new spec: the replica is replaced
+	var second []replica
+	_, err = eventually(20*time.Second, func() error {
+		all, err := replicas(n)
+		if err != nil {
+			return err
+		}
+		second = nil
+		for _, r := range all {
+			if r.Workload == "udp" {
+				second = append(second, r)
+			}
+		}
+		if len(second) != 1 || second[0].Name == first[0].Name || second[0].Phase != "Running" {
+			return fmt.Errorf("replicas: %+v", second)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took, err := eventually(10*time.Second, func() error {
+		if got := ask(); got != second[0].Name {
+			return fmt.Errorf("same socket answered by %q, want the new endpoint %s", got, second[0].Name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("UDP client on the same socket reached the new endpoint %v after it ran", took.Round(time.Millisecond))
+}

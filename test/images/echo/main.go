@@ -48,6 +48,20 @@ func main() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hostname=%s\npodIP=%s\nremote=%s\nmessage=%s\n", host, podIP(), r.RemoteAddr, os.Getenv("MESSAGE"))
 	})
+	// UDP on the same port: every datagram is answered with the same
+	// fields, so Service tests can follow UDP flows too.
+	if pc, err := net.ListenPacket("udp", ":"+port); err == nil {
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				_, addr, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(writerTo{pc, addr}, "hostname=%s\npodIP=%s\nremote=%s\n", host, podIP(), addr)
+			}
+		}()
+	}
 	srv := &http.Server{Addr: ":" + port, Handler: mux}
 	go func() {
 		sig := make(chan os.Signal, 1)
@@ -60,3 +74,10 @@ func main() {
 		log.Fatal(err)
 	}
 }
+
+type writerTo struct {
+	pc   net.PacketConn
+	addr net.Addr
+}
+
+func (w writerTo) Write(b []byte) (int, error) { return w.pc.WriteTo(b, w.addr) }
