@@ -42,6 +42,18 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
 ---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: client}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: client}}
+  template:
+    metadata: {labels: {app: client}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: echo, image: starling.local/echo:v1}]
+---
 apiVersion: v1
 kind: Service
 metadata: {name: nobody}
@@ -101,45 +113,71 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, _ := replicas(n1)
-	podOf := map[string]replica{}
-	var mine replica
-	for _, r := range all {
-		if r.Workload == "web" {
-			podOf[r.PodIP] = r
-			if r.Node == "n1" {
-				mine = r
-			}
-		}
-	}
-	vip := clusterIP(t, n1, "web")
-
-	// From the pod on n1, 30 requests to the ClusterIP reach all three
-	// backends; other pods see the client's pod address, the pod itself
-	// (hairpin) sees a node address.
-	seen := map[string]bool{}
-	_, err = eventually(20*time.Second, func() error {
-		body, err := n1.PodHTTPGet("default", mine.Name, "http://"+vip+"/", time.Second)
+	var mine, client replica // web and client replicas on n1
+	_, err = eventually(30*time.Second, func() error {
+		all, err := replicas(n1)
 		if err != nil {
 			return err
 		}
-		backend, remote := field(body, "podIP"), field(body, "remote")
-		remoteIP, _, _ := net.SplitHostPort(remote)
-		if backend == mine.PodIP {
-			if remoteIP == mine.PodIP {
-				return fmt.Errorf("hairpin reply came from the pod's own address, not masqueraded")
+		for _, r := range all {
+			if r.Node == "n1" && r.Phase == "Running" && r.Workload == "web" {
+				mine = r
 			}
-		} else if remoteIP != mine.PodIP {
-			return fmt.Errorf("backend %s saw %s, want the client pod address %s", backend, remoteIP, mine.PodIP)
+			if r.Node == "n1" && r.Phase == "Running" && r.Workload == "client" {
+				client = r
+			}
 		}
-		seen[backend] = true
-		if len(seen) < 3 {
-			return fmt.Errorf("reached %d of 3 backends", len(seen))
+		if mine.Name == "" || client.Name == "" {
+			return fmt.Errorf("no web and client replica Running on n1 yet")
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	vip := clusterIP(t, n1, "web")
+
+	// From the client pod on n1, requests to the ClusterIP reach all three
+	// backends, the one on the same node and the two on other nodes, and
+	// every backend sees the client's pod address.
+	seen := map[string]bool{}
+	_, err = eventually(20*time.Second, func() error {
+		body, err := n1.PodHTTPGet("default", client.Name, "http://"+vip+"/", time.Second)
+		if err != nil {
+			return err
+		}
+		backend, remote := field(body, "podIP"), field(body, "remote")
+		if remoteIP, _, _ := net.SplitHostPort(remote); remoteIP != client.PodIP {
+			return fmt.Errorf("backend %s saw %s, want the client pod address %s", backend, remoteIP, client.PodIP)
+		}
+		seen[backend] = true
+		if !seen[mine.PodIP] || len(seen) < 3 {
+			return fmt.Errorf("reached %d of 3 backends (same-node %v)", len(seen), seen[mine.PodIP])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Hairpin: the web pod on n1 reaches itself through its Service; its
+	// own reply comes back masqueraded (else it would answer itself
+	// directly and drop the reply).
+	_, err = eventually(20*time.Second, func() error {
+		body, err := n1.PodHTTPGet("default", mine.Name, "http://"+vip+"/", time.Second)
+		if err != nil {
+			return err
+		}
+		if field(body, "podIP") != mine.PodIP {
+			return fmt.Errorf("not served by itself yet")
+		}
+		if remoteIP, _, _ := net.SplitHostPort(field(body, "remote")); remoteIP == mine.PodIP {
+			return fmt.Errorf("hairpin request arrived from the pod's own address: not masqueraded")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal("hairpin: ", err)
 	}
 
 	// NodePort on every node, from the LAN namespace.
