@@ -94,14 +94,10 @@ func workloadsOf(deployments []manifest.Object) []placement.Workload {
 		if d == nil {
 			continue
 		}
-		n := 1
-		if d.Spec.Replicas != nil {
-			n = int(*d.Spec.Replicas)
-		}
 		spec := specOf(d)
 		ws = append(ws, placement.Workload{
 			Key:          workloadKey(o.Namespace, o.Name),
-			Replicas:     n,
+			Replicas:     replicasOf(d),
 			Requests:     placement.Resources{MilliCPU: spec.CPURequestMillis, MemoryBytes: spec.MemoryRequestBytes},
 			NodeSelector: d.Spec.Template.Spec.NodeSelector,
 		})

@@ -76,9 +76,18 @@ func specOf(d *appsv1.Deployment) reconcile.Spec {
 	return s
 }
 
-// desiredReplicas expands Deployments into their replicas, ordinals
-// 0..replicas-1, sorted by container ID. Every replica is owned by this
-// node for now (placement across nodes comes with the cluster layer).
+// replicasOf is a Deployment's spec.replicas (defaulted to 1 by manifest
+// decoding, so the nil case only guards hand-built objects).
+func replicasOf(d *appsv1.Deployment) int {
+	if d.Spec.Replicas == nil {
+		return 1
+	}
+	return int(*d.Spec.Replicas)
+}
+
+// desiredReplicas expands Deployments into all their replicas, cluster
+// wide, ordinals 0..replicas-1, sorted by container ID; placement decides
+// which of them this node runs.
 func desiredReplicas(deployments []manifest.Object) []reconcile.Replica {
 	var out []reconcile.Replica
 	for _, o := range deployments {
@@ -86,10 +95,7 @@ func desiredReplicas(deployments []manifest.Object) []reconcile.Replica {
 		if d == nil {
 			continue
 		}
-		n := 1
-		if d.Spec.Replicas != nil {
-			n = int(*d.Spec.Replicas)
-		}
+		n := replicasOf(d)
 		hash, spec := manifest.SpecHash(d), specOf(d)
 		for i := 0; i < n; i++ {
 			out = append(out, reconcile.NewReplica(o.Namespace, o.Name, hash, i, spec))
