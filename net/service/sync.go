@@ -36,6 +36,9 @@ type Syncer struct {
 	chains []string        // per-service chains of the last applied rules
 	jumped bool            // jump rules known to be in place
 	udp    map[string]bool // UDP endpoint IPs of the last applied rules
+	// applied holds, per nat chain, the rules last written to it, so a
+	// sync rewrites only chains that changed (kube-proxy's partial sync).
+	applied map[string]string
 }
 
 // NewSyncer finds iptables (the nft or legacy backend the host uses: the
@@ -66,16 +69,86 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 			return false, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if !healthy {
+		s.applied = nil // someone flushed: write everything
+	}
+	delta, chains := partial(text, s.applied)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
-	cmd.Stdin = bytes.NewReader(text)
+	cmd.Stdin = bytes.NewReader(delta)
 	if out, err := cmd.CombinedOutput(); err != nil {
+		s.applied = nil
 		return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	s.last, s.chains = text, Chains(text)
+	s.last, s.chains, s.applied = text, Chains(text), chains
 	s.forgetUDP(ports)
 	return true, nil
+}
+
+// partial reduces a full Rules text to what changed since applied (the
+// nat chains' rules last written): the nat chains whose rules differ, or
+// are new, are declared (flushed) and rewritten; unchanged ones are left
+// out, so iptables-restore --noflush keeps them as they are; deletions
+// and the (small) filter table are always written. It returns the text to
+// restore and the rules per nat chain after it. With applied nil the full
+// text is returned.
+func partial(full []byte, applied map[string]string) ([]byte, map[string]string) {
+	var order []string
+	rules := map[string]*strings.Builder{}
+	var deletes, filter []string
+	section := ""
+	for _, line := range strings.Split(string(full), "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			section = line
+			if section == "*filter" {
+				filter = append(filter, line)
+			}
+		case section == "*filter":
+			filter = append(filter, line)
+		case strings.HasPrefix(line, ":"):
+			c := strings.Fields(line[1:])[0]
+			if rules[c] == nil {
+				rules[c] = &strings.Builder{}
+				order = append(order, c)
+			}
+		case strings.HasPrefix(line, "-A "):
+			c := strings.Fields(line)[1]
+			if rules[c] == nil {
+				rules[c] = &strings.Builder{}
+				order = append(order, c)
+			}
+			rules[c].WriteString(line + "\n")
+		case strings.HasPrefix(line, "-X "):
+			deletes = append(deletes, line)
+		}
+	}
+	now := map[string]string{}
+	var out strings.Builder
+	out.WriteString("*nat\n")
+	var body strings.Builder
+	for _, c := range order {
+		r := rules[c].String()
+		now[c] = r
+		if prev, ok := applied[c]; ok && applied != nil && prev == r {
+			continue
+		}
+		fmt.Fprintf(&out, ":%s - [0:0]\n", c)
+		body.WriteString(r)
+	}
+	out.WriteString(body.String())
+	for _, d := range deletes {
+		out.WriteString(d + "\n")
+		delete(now, strings.TrimPrefix(d, "-X "))
+	}
+	out.WriteString("COMMIT\n")
+	for _, line := range filter {
+		if line != "" {
+			out.WriteString(line + "\n")
+		}
+	}
+	return []byte(out.String()), now
 }
 
 // forgetUDP deletes the conntrack entries of UDP flows to endpoints that
