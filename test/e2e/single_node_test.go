@@ -117,9 +117,14 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	// kill -9 of one container's process: restarted on the next reconcile.
-	before := taskPIDs(t, n)
-	if len(before) != 3 {
-		t.Fatalf("want 3 container cgroups with processes, got %v", before)
+	var before map[string]string
+	if _, err := eventually(5*time.Second, func() error {
+		if before = taskPIDs(t, n); len(before) != 3 {
+			return fmt.Errorf("want 3 container cgroups with processes, got %v", before)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	victim := "default_" + reps[0].Name
 	for _, p := range strings.Split(before[victim], ",") {
