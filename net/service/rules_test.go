@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"net"
@@ -168,18 +169,16 @@ func TestPartialRewritesOnlyChangedChains(t *testing.T) {
 	cfg := Config{ClusterCIDR: "10.22.0.0/16"}
 	other := Port{Service: "default/other", Name: "x", Protocol: "TCP", ClusterIP: "10.23.0.20", Port: 80, Endpoints: []string{"10.22.3.3:80"}}
 	first := Rules([]Port{webPort("10.22.1.2:8080"), other}, cfg, nil)
-	full, applied := partial(first, nil)
-	if string(full) != string(first) {
-		// Same content, maybe ordered differently: every chain is declared.
-		for _, c := range Chains(first) {
-			if !strings.Contains(string(full), ":"+c+" ") {
-				t.Fatalf("full partial lacks %s", c)
-			}
+	fullBatches, applied := partial(first, nil, batchLines)
+	full := string(bytes.Join(fullBatches, nil))
+	for _, c := range Chains(first) {
+		if !strings.Contains(full, ":"+c+" ") {
+			t.Fatalf("full partial lacks %s", c)
 		}
 	}
 	second := Rules([]Port{webPort("10.22.1.9:8080"), other}, cfg, Chains(first))
-	delta, _ := partial(second, applied)
-	d := string(delta)
+	delta, _ := partial(second, applied, batchLines)
+	d := string(bytes.Join(delta, nil))
 	otherSVC := chainName(svcPrefix, other.id())
 	if strings.Contains(d, otherSVC) {
 		t.Errorf("the unchanged Service's chain was rewritten:\n%s", d)
@@ -191,5 +190,41 @@ func TestPartialRewritesOnlyChangedChains(t *testing.T) {
 		if !strings.Contains(d, want) {
 			t.Errorf("delta lacks %q:\n%s", want, d)
 		}
+	}
+}
+
+func TestPartialBatchesKeepServiceChainsWithTheirEndpointsAndSwitchLast(t *testing.T) {
+	var ports []Port
+	for i := 0; i < 50; i++ {
+		ports = append(ports, Port{Service: fmt.Sprintf("default/s%d", i), Name: "p", Protocol: "TCP",
+			ClusterIP: fmt.Sprintf("10.23.0.%d", i+1), Port: 80, Endpoints: []string{fmt.Sprintf("10.22.1.%d:80", i+2), fmt.Sprintf("10.22.2.%d:80", i+2)}})
+	}
+	batches, _ := partial(Rules(ports, Config{}, nil), nil, 30)
+	if len(batches) < 3 {
+		t.Fatalf("want several batches, got %d", len(batches))
+	}
+	declared := map[string]bool{}
+	for i, b := range batches {
+		text := string(b)
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, ":") {
+				declared[strings.Fields(line[1:])[0]] = true
+			}
+		}
+		// Every jump target is declared in this batch or an earlier one.
+		for _, line := range strings.Split(text, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "-A" {
+				target := f[len(f)-1]
+				if strings.HasPrefix(target, "STARLING-S") && !declared[target] {
+					t.Fatalf("batch %d jumps to %s before it exists", i, target)
+				}
+			}
+		}
+		if i < len(batches)-1 && strings.Contains(text, ":STARLING-SERVICES ") {
+			t.Fatalf("the dispatch chain is written before the last batch")
+		}
+	}
+	if !strings.Contains(string(batches[len(batches)-1]), ":STARLING-SERVICES ") {
+		t.Fatal("the last batch does not switch the dispatch chain")
 	}
 }

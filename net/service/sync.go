@@ -72,28 +72,41 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 	if !healthy {
 		s.applied = nil // someone flushed: write everything
 	}
-	delta, chains := partial(text, s.applied)
+	batches, chains := partial(text, s.applied, batchLines)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
-	cmd.Stdin = bytes.NewReader(delta)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		s.applied = nil
-		return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+	for _, b := range batches {
+		cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
+		cmd.Stdin = bytes.NewReader(b)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			s.applied = nil
+			return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+		}
 	}
 	s.last, s.chains, s.applied = text, Chains(text), chains
 	s.forgetUDP(ports)
 	return true, nil
 }
 
+// batchLines bounds the rule lines of one iptables-restore call: the nft
+// backend's time grows faster than linearly with the size of one
+// transaction (a single 170,000-line restore took over 5 min here).
+const batchLines = 20000
+
 // partial reduces a full Rules text to what changed since applied (the
 // nat chains' rules last written): the nat chains whose rules differ, or
 // are new, are declared (flushed) and rewritten; unchanged ones are left
 // out, so iptables-restore --noflush keeps them as they are; deletions
-// and the (small) filter table are always written. It returns the text to
-// restore and the rules per nat chain after it. With applied nil the full
-// text is returned.
-func partial(full []byte, applied map[string]string) ([]byte, map[string]string) {
+// and the (small) filter table are always written. With applied nil
+// everything is written.
+//
+// The result is split into iptables-restore texts of about maxLines rule
+// lines, cut only before a service chain (so a service chain and its
+// endpoint chains travel together); the entry chains (services dispatch
+// and nodeports), the deletions and the filter table come in the last
+// one, so traffic switches to the new chains in one step. It also returns
+// the rules per nat chain after all texts are applied.
+func partial(full []byte, applied map[string]string, maxLines int) ([][]byte, map[string]string) {
 	var order []string
 	rules := map[string]*strings.Builder{}
 	var deletes, filter []string
@@ -125,30 +138,58 @@ func partial(full []byte, applied map[string]string) ([]byte, map[string]string)
 		}
 	}
 	now := map[string]string{}
-	var out strings.Builder
-	out.WriteString("*nat\n")
-	var body strings.Builder
+	var batches [][]byte
+	var decls, body strings.Builder
+	lines := 0
+	flush := func() {
+		if decls.Len() > 0 {
+			batches = append(batches, []byte("*nat\n"+decls.String()+body.String()+"COMMIT\n"))
+		}
+		decls.Reset()
+		body.Reset()
+		lines = 0
+	}
+	entry := map[string]bool{ChainServices: true, ChainNodePorts: true}
 	for _, c := range order {
 		r := rules[c].String()
 		now[c] = r
+		if prev, ok := applied[c]; ok && applied != nil && prev == r || entry[c] {
+			continue
+		}
+		if lines >= maxLines && strings.HasPrefix(c, svcPrefix) {
+			flush()
+		}
+		fmt.Fprintf(&decls, ":%s - [0:0]\n", c)
+		body.WriteString(r)
+		lines += strings.Count(r, "\n")
+	}
+	var last strings.Builder
+	last.WriteString("*nat\n")
+	var lastBody strings.Builder
+	// What is left goes with the switch: a small change is one call (each
+	// call costs the nft backend a read of the whole table).
+	last.WriteString(decls.String())
+	lastBody.WriteString(body.String())
+	for _, c := range []string{ChainServices, ChainNodePorts} {
+		r := rules[c].String()
 		if prev, ok := applied[c]; ok && applied != nil && prev == r {
 			continue
 		}
-		fmt.Fprintf(&out, ":%s - [0:0]\n", c)
-		body.WriteString(r)
+		fmt.Fprintf(&last, ":%s - [0:0]\n", c)
+		lastBody.WriteString(r)
 	}
-	out.WriteString(body.String())
+	last.WriteString(lastBody.String())
 	for _, d := range deletes {
-		out.WriteString(d + "\n")
+		last.WriteString(d + "\n")
 		delete(now, strings.TrimPrefix(d, "-X "))
 	}
-	out.WriteString("COMMIT\n")
+	last.WriteString("COMMIT\n")
 	for _, line := range filter {
 		if line != "" {
-			out.WriteString(line + "\n")
+			last.WriteString(line + "\n")
 		}
 	}
-	return []byte(out.String()), now
+	return append(batches, []byte(last.String())), now
 }
 
 // forgetUDP deletes the conntrack entries of UDP flows to endpoints that

@@ -320,15 +320,28 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var client replica
+	all0, _ := replicas(n1)
+	for _, r := range all0 {
+		if r.Workload == "client" && r.Node == "n1" && r.Phase == "Running" {
+			client = r
+		}
+	}
+	if client.Name == "" {
+		t.Fatal("no client replica on n1")
+	}
+	_, sub, _ := net.ParseCIDR(n1.PodSubnet)
+	gateway := sub.IP.To4()
+	gateway[3]++ // the bridge address: n1's own address on the pod network
 	seen := map[string]bool{}
 	_, err = eventually(20*time.Second, func() error {
-		body, err := get()
+		body, err := n1.PodHTTPGet("default", client.Name, "http://"+vip+"/", 2*time.Second)
 		if err != nil {
 			return err
 		}
 		remote, _, _ := net.SplitHostPort(field(body, "remote"))
-		if remote == mine.PodIP {
-			return fmt.Errorf("backend %s still sees the client pod address", field(body, "podIP"))
+		if remote != n1.IP && remote != gateway.String() {
+			return fmt.Errorf("backend %s saw %s, want a node address (%s or %s)", field(body, "podIP"), remote, n1.IP, gateway)
 		}
 		seen[field(body, "podIP")] = true
 		if len(seen) < 3 {
@@ -352,22 +365,41 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 	if err := n3.CutOff(); err != nil {
 		t.Fatal(err)
 	}
-	took, err := eventually(60*time.Second, func() error {
-		for _, n := range []*harness.Node{n1, n2} {
-			out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
-			if err != nil {
-				return err
+	// Poll, every 100 ms, when n1 declares n3 dead and when n3's endpoint
+	// has left the rules of n1 and n2: the rules must follow failure
+	// detection within a second.
+	var dead, gone time.Time
+	_, err = eventually(60*time.Second, func() error {
+		if dead.IsZero() {
+			if out, err := n1.CLI("get", "nodes", "n3"); err == nil && strings.Contains(out, " dead ") {
+				dead = time.Now()
 			}
-			if strings.Contains(out, "--to-destination "+n3IP+":") {
-				return fmt.Errorf("%s still has n3's endpoint %s", n.Name, n3IP)
+		}
+		if gone.IsZero() {
+			still := false
+			for _, n := range []*harness.Node{n1, n2} {
+				out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
+				if err != nil || strings.Contains(out, "--to-destination "+n3IP+":") {
+					still = true
+				}
 			}
+			if !still {
+				gone = time.Now()
+			}
+		}
+		if dead.IsZero() || gone.IsZero() {
+			return fmt.Errorf("n3 dead on n1: %v, endpoint gone from n1 and n2: %v", !dead.IsZero(), !gone.IsZero())
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("n3's endpoint gone from n1 and n2 rules %v after the cut (took %v to observe)", time.Since(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+	if lag := gone.Sub(dead); lag > 1500*time.Millisecond { // 1 s, plus the 100 ms polling and CLI time
+		t.Fatalf("endpoint left the rules %v after n3 was declared dead, want within 1 s", lag)
+	}
+	t.Logf("n3 declared dead %v after the cut; its endpoint gone from n1 and n2 rules %v after that",
+		dead.Sub(cut).Round(time.Millisecond), gone.Sub(dead).Round(time.Millisecond))
 }
 
 func udpManifest(message string) string {
