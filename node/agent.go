@@ -22,6 +22,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
 	"github.com/starling-orchestrator/starling/node/store"
@@ -77,6 +78,10 @@ type Agent struct {
 	mu       sync.Mutex
 	busy     map[string]reconcile.ActionType // container IDs an action is working on
 	failures map[string]failure              // container IDs whose last action failed
+	// Readiness probe states by probeKey, and the containers the last
+	// reconcile observed (the prober's input).
+	probes       map[string]probe.State
+	lastObserved []reconcile.Container
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
 	memberDown map[string]bool
@@ -165,7 +170,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	}
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{},
+		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.State{},
 		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
@@ -297,7 +302,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(6)
+	wg.Add(7)
+	go func() { defer wg.Done(); a.proberLoop(ctx) }()
 	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
 	go func() { defer wg.Done(); a.routeLoop(ctx) }()
 	go func() { defer wg.Done(); a.joinLoop(ctx) }()
@@ -398,6 +404,9 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		return 0
 	}
 	a.metrics.observe(observed)
+	a.mu.Lock()
+	a.lastObserved = observed
+	a.mu.Unlock()
 	mine, handoffs := reconcile.Owned(a.ownership(v, observed, a.handoffs, start))
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
@@ -418,7 +427,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	a.publishStatus(a.localReplicas(observed, mine))
+	a.publishStatus(a.localReplicas(observed, mine, readinessSpecs(v.deployments)))
 	a.kickServices()
 	requeue := res.Requeue
 	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {

@@ -23,6 +23,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -305,7 +306,7 @@ func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 // localReplicas is the status of the replicas on this node: every
 // container (Terminating when this node no longer runs it) and every
 // replica it owns that has no container yet (Pending or ContainerCreating).
-func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.Replica) []api.Replica {
+func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, readiness map[string]probe.Spec) []api.Replica {
 	now := time.Now()
 	want := map[string]bool{}
 	for _, d := range mine {
@@ -325,7 +326,7 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		case !want[c.ID] || isBusy && busy == reconcile.Remove:
 			item.Phase = "Terminating"
 		case c.State == reconcile.StateRunning:
-			item.Phase, item.Ready = "Running", true
+			item.Phase, item.Ready = "Running", a.ready(c, readiness)
 		case c.State == reconcile.StateExited && now.Sub(c.ExitedAt) < reconcile.Backoff(c.BackoffStep):
 			item.Phase = "CrashLoopBackOff"
 		case c.State == reconcile.StateExited:
@@ -388,7 +389,7 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 		return nil, err
 	}
 	mine, _ := reconcile.Owned(a.ownership(v, observed, nil, time.Now()))
-	items := a.localReplicas(observed, mine)
+	items := a.localReplicas(observed, mine, readinessSpecs(v.deployments))
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true

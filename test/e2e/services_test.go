@@ -497,3 +497,92 @@ func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
 	}
 	t.Logf("UDP client on the same socket reached the new endpoint %v after it ran", took.Round(time.Millisecond))
 }
+
+// TestReadinessDrivesEndpointsOnEveryNode: a replica whose readiness probe
+// fails leaves every node's Service rules, and comes back when it passes.
+func TestReadinessDrivesEndpointsOnEveryNode(t *testing.T) {
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: probed}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: probed}}
+  template:
+    metadata: {labels: {app: probed}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe:
+          httpGet: {path: /healthz, port: http}
+          periodSeconds: 1
+          failureThreshold: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {name: probed}
+spec:
+  selector: {app: probed}
+  ports: [{port: 80, targetPort: http}]
+`)
+	var target replica
+	inRules := func(want bool) error {
+		for _, n := range []*harness.Node{n1, n2} {
+			out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
+			if err != nil {
+				return err
+			}
+			if has := strings.Contains(out, "--to-destination "+target.PodIP+":8080"); has != want {
+				return fmt.Errorf("%s: endpoint %s in rules = %v, want %v", n.Name, target.PodIP, has, want)
+			}
+		}
+		return nil
+	}
+	_, err := eventually(60*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, r := range all {
+			if r.Workload == "probed" && r.Ready {
+				ready++
+				target = r
+			}
+		}
+		if ready != 2 {
+			return fmt.Errorf("%d of 2 replicas ready", ready)
+		}
+		return inRules(true)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := n1
+	if target.Node == n2.Name {
+		owner = n2
+	}
+	if _, err := harness.HTTPGet(owner.NetNS, "http://"+target.PodIP+":8080/unready", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	took, err := eventually(15*time.Second, func() error { return inRules(false) })
+	if err != nil {
+		t.Fatal("failing readiness: ", err)
+	}
+	t.Logf("unready replica left both nodes' rules in %v", took.Round(time.Millisecond))
+	if _, err := harness.HTTPGet(owner.NetNS, "http://"+target.PodIP+":8080/ready", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	took, err = eventually(15*time.Second, func() error { return inRules(true) })
+	if err != nil {
+		t.Fatal("passing readiness again: ", err)
+	}
+	t.Logf("ready again: back in both nodes' rules in %v", took.Round(time.Millisecond))
+}

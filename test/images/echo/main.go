@@ -4,7 +4,8 @@
 // served a request and whether the client's source address was kept.
 //
 // Paths: "/" echoes; "/healthz" answers 200 unless the file /tmp/unready
-// exists (then 503), so readiness can be flipped from inside the pod.
+// exists (then 503); "/unready" and "/ready" create and remove that file,
+// so tests can flip readiness.
 // Environment: PORT (default 8080), MESSAGE (printed as "message=").
 package main
 
@@ -44,6 +45,15 @@ func main() {
 			return
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	// Tests flip readiness from outside: /unready makes /healthz fail.
+	mux.HandleFunc("/unready", func(w http.ResponseWriter, r *http.Request) {
+		os.WriteFile("/tmp/unready", nil, 0o644)
+		fmt.Fprintln(w, "unready")
+	})
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		os.Remove("/tmp/unready")
+		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hostname=%s\npodIP=%s\nremote=%s\nmessage=%s\n", host, podIP(), r.RemoteAddr, os.Getenv("MESSAGE"))
