@@ -151,7 +151,7 @@ func newScaleCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if k := strings.ToLower(kind); k != "deployment" && k != "deployments" && k != "deploy" {
+			if k, _ := manifest.KindOf(kind); k != manifest.KindDeployment {
 				return fmt.Errorf("scale: only deployments can be scaled, not %q", kind)
 			}
 			if !cmd.Flags().Changed("replicas") {

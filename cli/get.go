@@ -83,7 +83,11 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			if len(args) == 2 {
 				name = args[1]
 			}
-			switch strings.ToLower(args[0]) {
+			resource := strings.ToLower(args[0])
+			if k, err := manifest.KindOf(resource); err == nil {
+				resource = strings.ToLower(k)
+			}
+			switch resource {
 			case "nodes", "node", "no":
 				var l api.NodeList
 				if err := c.getJSON(ctx, "/v1/nodes", &l); err != nil {
@@ -117,11 +121,8 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 					return fmt.Errorf("no replica or Deployment named %q in namespace %q", name, g.namespace)
 				}
 				return printReplicas(g.stdout, o, items)
-			case "deployments", "deployment", "deploy", "services", "service", "svc":
-				kind := "deployment"
-				if strings.HasPrefix(strings.ToLower(args[0]), "s") {
-					kind = "service"
-				}
+			case "deployment", "service":
+				kind := resource
 				var l api.ObjectList
 				if err := c.getJSON(ctx, "/v1/objects/"+kind, &l); err != nil {
 					return err

@@ -78,17 +78,8 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	writeJSON(w, status, api.Error{Error: err.Error()})
 }
 
-// kindOf maps a path segment ("deployment", "deployments", "deploy",
-// "service", "svc", ...) to a manifest kind.
-func kindOf(s string) (string, error) {
-	switch strings.ToLower(s) {
-	case "deployment", "deployments", "deploy":
-		return manifest.KindDeployment, nil
-	case "service", "services", "svc":
-		return manifest.KindService, nil
-	}
-	return "", fmt.Errorf("unknown kind %q: use deployment or service", s)
-}
+// kindOf maps a path segment to a manifest kind (manifest.KindOf).
+var kindOf = manifest.KindOf
 
 func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest

@@ -27,6 +27,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// KindOf maps a kind as users type it ("deployment", "deployments",
+// "deploy", "service", "services", "svc", any case) to KindDeployment or
+// KindService. Errors name the kinds there are.
+func KindOf(s string) (string, error) {
+	switch strings.ToLower(s) {
+	case "deployment", "deployments", "deploy":
+		return KindDeployment, nil
+	case "service", "services", "svc":
+		return KindService, nil
+	}
+	return "", fmt.Errorf("unknown kind %q: use deployment or service", s)
+}
+
 // MaxReplicas bounds spec.replicas: every node expands every Deployment
 // into its replicas, so an absurd count must be refused at the door.
 const MaxReplicas = 10000
