@@ -407,7 +407,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.mu.Lock()
 	a.lastObserved = observed
 	a.mu.Unlock()
-	mine, handoffs := reconcile.Owned(a.ownership(v, observed, a.handoffs, start))
+	mine, handoffs := a.mine(v, observed, a.handoffs, start)
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())

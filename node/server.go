@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -304,9 +305,11 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		want[d.ID] = true
 	}
 	seen := map[string]bool{}
+	slots := map[string]bool{}
 	items := []api.Replica{}
 	for _, c := range observed {
 		seen[c.ID] = true
+		slots[slotOf(c.Namespace, c.Workload, c.Ordinal)] = true
 		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
 			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC()}
 		if msg, failed := a.lastFailure(c.ID); failed {
@@ -314,7 +317,7 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		}
 		busy, isBusy := a.busyAction(c.ID)
 		switch {
-		case !want[c.ID] || isBusy && busy == reconcile.Remove:
+		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
 			item.Phase = "Terminating"
 		case c.State == reconcile.StateRunning:
 			item.Phase, item.Ready = "Running", a.ready(c, readiness)
@@ -338,13 +341,22 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		if msg, failed := a.lastFailure(d.ID); failed {
 			item.Phase, item.Reason = "CreateBackOff", msg
 		}
-		if a.isBusy(d.ID) {
-			item.Phase = "ContainerCreating"
+		if t, busy := a.busyAction(d.ID); busy {
+			item.Phase, item.Reason = "ContainerCreating", ""
+			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
+				// A Replace stops the old copy first.
+				item.Phase, item.Reason = "Pending", "waiting for the old copy to stop"
+			}
 		}
 		items = append(items, item)
 	}
 	sortReplicas(items)
 	return items
+}
+
+// slotOf names a workload's ordinal: "namespace/workload/ordinal".
+func slotOf(namespace, workload string, ordinal int) string {
+	return namespace + "/" + workload + "/" + strconv.Itoa(ordinal)
 }
 
 func sortReplicas(items []api.Replica) {
@@ -379,7 +391,7 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	mine, _ := reconcile.Owned(a.ownership(v, observed, nil, time.Now()))
+	mine, _ := a.mine(v, observed, nil, time.Now())
 	items := a.localReplicas(observed, mine, readinessSpecs(v.deployments))
 	reported := map[string]bool{}
 	for _, r := range items {

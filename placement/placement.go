@@ -237,8 +237,7 @@ func Assign(nodes []Node, workloads []Workload, opts Options) Placement {
 			reps = append(reps, r)
 		}
 	}
-	slices.SortFunc(reps, claimOrder)
-	for _, r := range reps {
+	for _, r := range placementOrder(reps) {
 		w, st := &ws[r.workload], &states[r.workload]
 		i := -1
 		if r.shortlen > 0 {
@@ -281,6 +280,88 @@ type replica struct {
 	shortlen  int    // entries used in the shortlist
 	// constrained is true when the workload has a nodeSelector.
 	constrained bool
+}
+
+// placementOrder returns reps (grouped by workload, each group in ordinal
+// order) in the order Assign places them: a merge of the workloads'
+// ordinal sequences that always takes, among the next ordinal of every
+// workload, the first by claimOrder. Within a workload ordinals go in
+// ascending order, so the placement of ordinals 0..k-1 never depends on
+// how many more the workload has: changing only a workload's replicas
+// moves none of its other replicas (unless a node's load bound, which
+// counts all replicas, is what kept one away).
+func placementOrder(reps []replica) []replica {
+	if len(reps) == 0 {
+		return nil
+	}
+	// heads holds the index in reps of each workload's next ordinal.
+	var heads []int
+	for i := range reps {
+		if i == 0 || reps[i].workload != reps[i-1].workload {
+			heads = append(heads, i)
+		}
+	}
+	less := func(a, b int) bool { return claimOrder(reps[heads[a]], reps[heads[b]]) < 0 }
+	h := &indexHeap{less: less}
+	for i := range heads {
+		h.items = append(h.items, i)
+	}
+	h.init()
+	out := make([]replica, 0, len(reps))
+	for len(h.items) > 0 {
+		w := h.items[0]
+		out = append(out, reps[heads[w]])
+		heads[w]++
+		if heads[w] < len(reps) && reps[heads[w]].workload == reps[heads[w]-1].workload {
+			h.fix0()
+		} else {
+			h.pop0()
+		}
+	}
+	return out
+}
+
+// indexHeap is a binary min-heap of ints under less (container/heap
+// without the interface boxing, on the placement hot path).
+type indexHeap struct {
+	items []int
+	less  func(a, b int) bool
+}
+
+func (h *indexHeap) init() {
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *indexHeap) fix0() { h.down(0) }
+
+func (h *indexHeap) pop0() {
+	last := len(h.items) - 1
+	h.items[0] = h.items[last]
+	h.items = h.items[:last]
+	if last > 0 {
+		h.down(0)
+	}
+}
+
+func (h *indexHeap) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h.less(h.items[r], h.items[l]) {
+			j = r
+		}
+		if !h.less(h.items[j], h.items[i]) {
+			return
+		}
+		h.items[i], h.items[j] = h.items[j], h.items[i]
+		i = j
+	}
 }
 
 // claimOrder is the order Assign places replicas in: replicas with a

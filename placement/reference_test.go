@@ -2,7 +2,6 @@ package placement
 
 import (
 	"cmp"
-	"slices"
 )
 
 // assignReference is the obvious implementation of Assign's rules, kept
@@ -49,8 +48,10 @@ func assignReference(nodes []Node, workloads []Workload, opts Options) Placement
 			reps = append(reps, r)
 		}
 	}
-	// The same claim order as Assign, spelled out.
-	slices.SortStableFunc(reps, func(a, b rep) int {
+	// The same order as Assign, spelled out: among the next ordinal of
+	// every workload, the first by claim; ordinals of one workload in
+	// ascending order.
+	claim := func(a, b rep) int {
 		if (a.top < 0) != (b.top < 0) {
 			if a.top < 0 {
 				return 1
@@ -64,7 +65,23 @@ func assignReference(nodes []Node, workloads []Workload, opts Options) Placement
 			return 1
 		}
 		return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(b.h, a.h), cmp.Compare(a.w, b.w), cmp.Compare(a.ord, b.ord))
-	})
+	}
+	var ordered []rep
+	next := map[int]int{} // workload -> next ordinal
+	for len(ordered) < len(reps) {
+		best := -1
+		for i, r := range reps {
+			if r.ord != next[r.w] {
+				continue
+			}
+			if best < 0 || claim(r, reps[best]) < 0 {
+				best = i
+			}
+		}
+		ordered = append(ordered, reps[best])
+		next[reps[best].w]++
+	}
+	reps = ordered
 
 	held := make(map[[2]int]int) // (workload, node) -> replicas
 	for _, r := range reps {

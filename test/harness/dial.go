@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -119,4 +120,25 @@ func ServeIn(ns, addr string) (*http.Server, error) {
 	})}
 	go srv.Serve(r.l)
 	return srv, nil
+}
+
+// APIGet does GET path on the node's API over its unix socket (no CLI
+// process, so it can sample every 100 ms) and decodes the JSON answer
+// into v.
+func (n *Node) APIGet(path string, v any) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", n.Socket)
+		}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://starling" + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("GET %s on %s: %s: %s", path, n.Name, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }

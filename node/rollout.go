@@ -1,0 +1,102 @@
+package node
+
+import (
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/starling-orchestrator/starling/node/probe"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// strategyOf resolves a Deployment's update strategy to replica counts the
+// way Kubernetes does (deploymentutil.ResolveFenceposts): maxSurge rounds
+// up, maxUnavailable rounds down, and if both come out 0 maxUnavailable is
+// 1 so an update can always proceed.
+func strategyOf(d *appsv1.Deployment) reconcile.Strategy {
+	n := replicasOf(d)
+	s := reconcile.Strategy{Replicas: n, Paused: d.Spec.Paused}
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		s.Recreate = true
+		return s
+	}
+	quarter := intstr.FromString("25%")
+	surge, unavailable := &quarter, &quarter
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
+		if ru.MaxSurge != nil {
+			surge = ru.MaxSurge
+		}
+		if ru.MaxUnavailable != nil {
+			unavailable = ru.MaxUnavailable
+		}
+	}
+	// Validation rejects malformed values; an error here leaves 0.
+	s.MaxSurge, _ = intstr.GetScaledValueFromIntOrPercent(surge, n, true)
+	s.MaxUnavailable, _ = intstr.GetScaledValueFromIntOrPercent(unavailable, n, false)
+	if s.MaxSurge == 0 && s.MaxUnavailable == 0 {
+		s.MaxUnavailable = 1
+	}
+	return s
+}
+
+// rolloutInput builds reconcile.Gate's input: this node's owned replicas
+// and containers, the strategies of all Deployments, and every copy the
+// cluster view knows (this node's from its own observation, live peers'
+// from their status records).
+func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
+	specs := readinessSpecs(v.deployments)
+	ready := map[string]bool{}
+	for _, c := range observed {
+		ready[c.ID] = a.localReady(c, specs)
+	}
+	in := reconcile.Rollout{
+		Mine: mine, Observed: observed,
+		Ready:      func(id string) bool { return ready[id] },
+		Strategies: map[string]reconcile.Strategy{},
+		Copies:     map[string][]reconcile.Copy{},
+	}
+	for _, o := range v.deployments {
+		if o.Deployment != nil {
+			in.Strategies[reconcile.WorkloadKey(o.Namespace, o.Name)] = strategyOf(o.Deployment)
+		}
+	}
+	for _, c := range observed {
+		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
+		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: a.cfg.Name, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
+	}
+	for name, s := range v.statuses {
+		if name == a.cfg.Name || !v.alive[name] {
+			continue
+		}
+		for _, r := range s.Replicas {
+			if r.Phase == "Pending" || r.Phase == "CreateBackOff" {
+				continue // no container: not a copy
+			}
+			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
+			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: r.Ordinal, SpecHash: r.SpecHash,
+				Ready: r.Ready && r.Phase == "Running"})
+		}
+	}
+	return in
+}
+
+// localReady says whether one of this node's containers is running, ready
+// and not being stopped.
+func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Spec) bool {
+	if c.State != reconcile.StateRunning {
+		return false
+	}
+	if t, busy := a.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace) {
+		return false
+	}
+	return a.ready(c, specs)
+}
+
+// mine is what this node must run now: what placement and handoffs give
+// it (reconcile.Owned), with rolling updates held to their budget
+// (reconcile.Gate). It returns the handoffs to remember.
+func (a *Agent) mine(v view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time) ([]reconcile.Replica, map[string]time.Time) {
+	owned, next := reconcile.Owned(a.ownership(v, observed, handoffs, now))
+	return reconcile.Gate(a.rolloutInput(v, observed, owned)), next
+}
