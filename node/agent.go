@@ -427,7 +427,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	a.publishStatus(a.localReplicas(observed, mine, readinessSpecs(v.deployments)))
+	a.publishStatus(a.localReplicas(observed, mine, readinessSpecs(v.workloads)))
 	a.kickServices()
 	requeue := res.Requeue
 	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {

@@ -86,20 +86,19 @@ func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []plac
 // workloadKey is the placement key of a Deployment: "namespace/name".
 func workloadKey(namespace, name string) string { return namespace + "/" + name }
 
-// workloadsOf turns Deployments into placement workloads.
-func workloadsOf(deployments []manifest.Object) []placement.Workload {
+// workloadsOf turns Deployments and StatefulSets into placement workloads.
+func workloadsOf(objs []manifest.Object) []placement.Workload {
 	var ws []placement.Workload
-	for _, o := range deployments {
-		d := o.Deployment
-		if d == nil {
+	for _, o := range objs {
+		if !o.IsWorkload() {
 			continue
 		}
-		spec := specOf(d)
+		spec := specOf(o)
 		ws = append(ws, placement.Workload{
 			Key:          workloadKey(o.Namespace, o.Name),
-			Replicas:     replicasOf(d),
+			Replicas:     o.Replicas(),
 			Requests:     placement.Resources{MilliCPU: spec.CPURequestMillis, MemoryBytes: spec.MemoryRequestBytes},
-			NodeSelector: d.Spec.Template.Spec.NodeSelector,
+			NodeSelector: o.PodTemplate().Spec.NodeSelector,
 		})
 	}
 	return ws

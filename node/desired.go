@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -35,17 +34,18 @@ func liveObjects(records []crdt.Record) (objs []manifest.Object, bad []string) {
 	return objs, bad
 }
 
-// specOf derives the replica Spec from a Deployment's pod template (one
+// specOf derives the replica Spec from a workload's pod template (one
 // container; manifest validation guarantees it).
-func specOf(d *appsv1.Deployment) reconcile.Spec {
-	c := d.Spec.Template.Spec.Containers[0]
+func specOf(o manifest.Object) reconcile.Spec {
+	t := o.PodTemplate()
+	c := t.Spec.Containers[0]
 	s := reconcile.Spec{
 		Image:      c.Image,
 		Command:    c.Command,
 		Args:       c.Args,
 		WorkingDir: c.WorkingDir,
 		GracePeriod: func() time.Duration {
-			if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+			if g := t.Spec.TerminationGracePeriodSeconds; g != nil {
 				return time.Duration(*g) * time.Second
 			}
 			return defaultGracePeriod
@@ -76,29 +76,31 @@ func specOf(d *appsv1.Deployment) reconcile.Spec {
 	return s
 }
 
-// replicasOf is a Deployment's spec.replicas (defaulted to 1 by manifest
-// decoding, so the nil case only guards hand-built objects).
-func replicasOf(d *appsv1.Deployment) int {
-	if d.Spec.Replicas == nil {
-		return 1
+// specHashOf is the pod-template hash of a workload (manifest.SpecHash).
+func specHashOf(o manifest.Object) string {
+	if o.Deployment != nil {
+		return manifest.SpecHash(o.Deployment)
 	}
-	return int(*d.Spec.Replicas)
+	return manifest.TemplateHash(o.PodTemplate())
 }
 
-// desiredReplicas expands Deployments into all their replicas, cluster
-// wide, ordinals 0..replicas-1, sorted by container ID; placement decides
-// which of them this node runs.
-func desiredReplicas(deployments []manifest.Object) []reconcile.Replica {
+// desiredReplicas expands Deployments and StatefulSets into all their
+// replicas, cluster wide, ordinals 0..replicas-1, sorted by container ID;
+// placement decides which of them this node runs.
+func desiredReplicas(workloads []manifest.Object) []reconcile.Replica {
 	var out []reconcile.Replica
-	for _, o := range deployments {
-		d := o.Deployment
-		if d == nil {
+	for _, o := range workloads {
+		if !o.IsWorkload() {
 			continue
 		}
-		n := replicasOf(d)
-		hash, spec := manifest.SpecHash(d), specOf(d)
+		n := o.Replicas()
+		hash, spec := specHashOf(o), specOf(o)
 		for i := 0; i < n; i++ {
-			out = append(out, reconcile.NewReplica(o.Namespace, o.Name, hash, i, spec))
+			if o.StatefulSet != nil {
+				out = append(out, reconcile.NewStatefulReplica(o.Namespace, o.Name, hash, i, spec))
+			} else {
+				out = append(out, reconcile.NewReplica(o.Namespace, o.Name, hash, i, spec))
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -14,10 +14,10 @@ import (
 // readinessSpecs maps "namespace/workload" to the resolved readiness probe
 // of Deployments that have an httpGet or tcpSocket one. (exec probes are
 // not run yet: such replicas are ready when running.)
-func readinessSpecs(deployments []manifest.Object) map[string]probe.Spec {
+func readinessSpecs(workloads []manifest.Object) map[string]probe.Spec {
 	out := map[string]probe.Spec{}
-	for _, o := range deployments {
-		c := o.Deployment.Spec.Template.Spec.Containers[0]
+	for _, o := range workloads {
+		c := o.PodTemplate().Spec.Containers[0]
 		rp := c.ReadinessProbe
 		if rp == nil {
 			continue
@@ -92,7 +92,7 @@ func (a *Agent) proberLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		specs := readinessSpecs(v.deployments)
+		specs := readinessSpecs(v.workloads)
 		a.mu.Lock()
 		observed := a.lastObserved
 		a.mu.Unlock()

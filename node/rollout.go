@@ -6,16 +6,24 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
-// strategyOf resolves a Deployment's update strategy to replica counts the
-// way Kubernetes does (deploymentutil.ResolveFenceposts): maxSurge rounds
-// up, maxUnavailable rounds down, and if both come out 0 maxUnavailable is
-// 1 so an update can always proceed.
-func strategyOf(d *appsv1.Deployment) reconcile.Strategy {
-	n := replicasOf(d)
+// strategyOf resolves a workload's update strategy to replica counts.
+// For Deployments it is Kubernetes' deploymentutil.ResolveFenceposts:
+// maxSurge rounds up, maxUnavailable rounds down, and if both come out 0
+// maxUnavailable is 1 so an update can always proceed. A StatefulSet
+// updates one replica at a time from the highest ordinal, never surges
+// (one name, one copy), and with OrderedReady starts ordinals in order.
+func strategyOf(o manifest.Object) reconcile.Strategy {
+	n := o.Replicas()
+	if st := o.StatefulSet; st != nil {
+		return reconcile.Strategy{Replicas: n, MaxUnavailable: 1, Reverse: true,
+			Ordered: st.Spec.PodManagementPolicy != appsv1.ParallelPodManagement}
+	}
+	d := o.Deployment
 	s := reconcile.Strategy{Replicas: n, Paused: d.Spec.Paused}
 	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
 		s.Recreate = true
@@ -45,7 +53,7 @@ func strategyOf(d *appsv1.Deployment) reconcile.Strategy {
 // cluster view knows (this node's from its own observation, live peers'
 // from their status records).
 func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
-	specs := readinessSpecs(v.deployments)
+	specs := readinessSpecs(v.workloads)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = a.localReady(c, specs)
@@ -56,9 +64,9 @@ func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reco
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
 	}
-	for _, o := range v.deployments {
-		if o.Deployment != nil {
-			in.Strategies[reconcile.WorkloadKey(o.Namespace, o.Name)] = strategyOf(o.Deployment)
+	for _, o := range v.workloads {
+		if o.IsWorkload() {
+			in.Strategies[reconcile.WorkloadKey(o.Namespace, o.Name)] = strategyOf(o)
 		}
 	}
 	for _, c := range observed {

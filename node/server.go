@@ -104,6 +104,10 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, errors.Join(errs...))
 		return
 	}
+	if err := a.workloadClash(objs); err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
 	results, err := a.applyObjects(objs)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
@@ -176,10 +180,39 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 }
 
 func objectMeta(o *manifest.Object) *metav1.ObjectMeta {
-	if o.Deployment != nil {
+	switch {
+	case o.Deployment != nil:
 		return &o.Deployment.ObjectMeta
+	case o.StatefulSet != nil:
+		return &o.StatefulSet.ObjectMeta
 	}
 	return &o.Service.ObjectMeta
+}
+
+// workloadClash refuses a Deployment and a StatefulSet of one name in one
+// namespace: their replicas would share the workload's ordinals.
+func (a *Agent) workloadClash(objs []manifest.Object) error {
+	var errs []error
+	for _, o := range objs {
+		other := ""
+		switch o.Kind {
+		case manifest.KindDeployment:
+			other = manifest.KindStatefulSet
+		case manifest.KindStatefulSet:
+			other = manifest.KindDeployment
+		default:
+			continue
+		}
+		rec, found, err := a.store.Get(manifest.KeyFor(other, o.Namespace, o.Name))
+		if err != nil {
+			return err
+		}
+		if found && !rec.Deleted {
+			errs = append(errs, fmt.Errorf("%s %s/%s: metadata.name: a %s of that name exists in the namespace; delete it first or choose another name",
+				o.Kind, o.Namespace, o.Name, other))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
@@ -392,7 +425,7 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 		return nil, err
 	}
 	mine, _ := a.mine(v, observed, nil, time.Now())
-	items := a.localReplicas(observed, mine, readinessSpecs(v.deployments))
+	items := a.localReplicas(observed, mine, readinessSpecs(v.workloads))
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true

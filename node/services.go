@@ -67,8 +67,8 @@ func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []se
 				NodePort: alloc.NodePorts[key+"/"+sp.Name]}
 			if len(s.Spec.Selector) > 0 {
 				sel := labels.SelectorFromSet(s.Spec.Selector)
-				for _, d := range v.deployments {
-					if d.Namespace != o.Namespace || !sel.Matches(labels.Set(d.Deployment.Spec.Template.Labels)) {
+				for _, d := range v.workloads {
+					if d.Namespace != o.Namespace || !sel.Matches(labels.Set(d.PodTemplate().Labels)) {
 						continue
 					}
 					target, ok := targetPort(sp, d)
@@ -86,7 +86,7 @@ func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []se
 	return svcs, alloc, ports, nil
 }
 
-// targetPort resolves a Service port's targetPort against a Deployment's
+// targetPort resolves a Service port's targetPort against a workload's
 // container: a number is used as is, a name must be a container port name.
 func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 	if sp.TargetPort.Type == 0 { // intstr.Int
@@ -95,7 +95,7 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 		}
 		return sp.TargetPort.IntVal, true
 	}
-	for _, c := range d.Deployment.Spec.Template.Spec.Containers {
+	for _, c := range d.PodTemplate().Spec.Containers {
 		for _, cp := range c.Ports {
 			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
 				return cp.ContainerPort, true

@@ -17,7 +17,7 @@ import (
 type view struct {
 	alive       map[string]bool
 	statuses    map[string]NodeStatus
-	deployments []manifest.Object
+	workloads   []manifest.Object // Deployments and StatefulSets
 	all         []reconcile.Replica
 	placement   placement.Placement
 	owner       map[string]string // replica ID -> node
@@ -26,9 +26,13 @@ type view struct {
 // readView reads the store and membership and computes placement.
 func (a *Agent) readView() (view, error) {
 	var v view
-	recs, err := a.store.List(kindPrefix(manifest.KindDeployment))
-	if err != nil {
-		return v, err
+	var recs []crdt.Record
+	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
+		rs, err := a.store.List(kindPrefix(kind))
+		if err != nil {
+			return v, err
+		}
+		recs = append(recs, rs...)
 	}
 	objs, bad := liveObjects(recs)
 	for _, k := range bad {
@@ -43,7 +47,7 @@ func (a *Agent) readView() (view, error) {
 		v.statuses[a.cfg.Name] = a.selfStatus(nil)
 	}
 	v.alive = a.aliveMembers()
-	v.deployments = objs
+	v.workloads = objs
 	v.all = desiredReplicas(objs)
 	v.placement = placement.Assign(eligibleNodes(v.alive, v.statuses), workloadsOf(objs), placement.Options{})
 	v.owner = owners(v.all, v.placement)

@@ -18,7 +18,7 @@ import (
 )
 
 // supportedKinds is quoted in errors about unknown apiVersion/kind pairs.
-const supportedKinds = "apps/v1 Deployment, v1 Service"
+const supportedKinds = "apps/v1 Deployment, apps/v1 StatefulSet, v1 Service"
 
 // item is one decoded document (or List item) and what was wrong with it.
 type item struct {
@@ -215,6 +215,9 @@ func decodeDocument(js []byte, report ObjectError, allowList bool) []item {
 	case hdr.APIVersion == "apps/v1" && hdr.Kind == KindDeployment:
 		var d appsv1.Deployment
 		return decodeTyped(js, &d, report, func() Object { return fromDeployment(&d) })
+	case hdr.APIVersion == "apps/v1" && hdr.Kind == KindStatefulSet:
+		var st appsv1.StatefulSet
+		return decodeTyped(js, &st, report, func() Object { return fromStatefulSet(&st) })
 	case hdr.APIVersion == "v1" && hdr.Kind == KindService:
 		var s corev1.Service
 		return decodeTyped(js, &s, report, func() Object { return fromService(&s) })

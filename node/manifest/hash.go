@@ -30,9 +30,18 @@ type replicaSpec struct {
 // undefaulted Deployment hash alike, as do equal quantities written
 // differently ("0.5" and "500m" CPU).
 func SpecHash(d *appsv1.Deployment) string {
+	if d == nil {
+		return TemplateHash(nil)
+	}
+	return TemplateHash(&d.Spec.Template)
+}
+
+// TemplateHash is SpecHash of a pod template (a StatefulSet's, or a
+// Deployment's); nil hashes like an empty template.
+func TemplateHash(t *corev1.PodTemplateSpec) string {
 	var specs []replicaSpec
-	if d != nil {
-		for _, c := range d.Spec.Template.Spec.Containers {
+	if t != nil {
+		for _, c := range t.Spec.Containers {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
 			specs = append(specs, replicaSpec{

@@ -36,8 +36,10 @@ func KindOf(s string) (string, error) {
 		return KindDeployment, nil
 	case "service", "services", "svc":
 		return KindService, nil
+	case "statefulset", "statefulsets", "sts":
+		return KindStatefulSet, nil
 	}
-	return "", fmt.Errorf("unknown kind %q: use deployment or service", s)
+	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset or service", s)
 }
 
 // MaxReplicas bounds spec.replicas: every node expands every Deployment
@@ -55,11 +57,13 @@ const DefaultNamespace = "default"
 
 // Object is one decoded, defaulted manifest object.
 type Object struct {
-	Kind       string             // KindDeployment or KindService
+	Kind       string             // KindDeployment, KindStatefulSet or KindService
 	Namespace  string             // defaulted to "default"
 	Name       string             // metadata.name
 	Deployment *appsv1.Deployment // set when Kind == KindDeployment (defaults applied)
 	Service    *corev1.Service    // set when Kind == KindService (defaults applied)
+	// StatefulSet is set when Kind == KindStatefulSet (defaults applied).
+	StatefulSet *appsv1.StatefulSet
 }
 
 // Key returns the store key "kind/namespace/name" with the kind lower-cased,
@@ -201,6 +205,13 @@ func Encode(o Object) ([]byte, error) {
 		d := *o.Deployment
 		d.TypeMeta.APIVersion, d.TypeMeta.Kind = "apps/v1", KindDeployment
 		return json.Marshal(&d)
+	case KindStatefulSet:
+		if o.StatefulSet == nil {
+			return nil, fmt.Errorf("encode %s: StatefulSet is nil", o.Key())
+		}
+		st := *o.StatefulSet
+		st.TypeMeta.APIVersion, st.TypeMeta.Kind = "apps/v1", KindStatefulSet
+		return json.Marshal(&st)
 	case KindService:
 		if o.Service == nil {
 			return nil, fmt.Errorf("encode %s: Service is nil", o.Key())

@@ -360,18 +360,37 @@ func TestParseReportsEveryProblem(t *testing.T) {
 		},
 		{
 			name:  "unknown kind",
-			input: "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n",
-			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "apps/v1 StatefulSet": supported: apps/v1 Deployment, v1 Service`},
+			input: "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: db\n",
+			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "apps/v1 DaemonSet": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service`},
+		},
+		{
+			name: "StatefulSet with volumeClaimTemplates",
+			input: `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  selector: {matchLabels: {app: db}}
+  podManagementPolicy: Sometimes
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: busybox}]
+  volumeClaimTemplates: [{metadata: {name: data}}]
+`,
+			want: []string{
+				`x.yaml: StatefulSet "db": spec.podManagementPolicy: Unsupported value: "Sometimes": supported values: "OrderedReady", "Parallel"`,
+				`x.yaml: StatefulSet "db": spec.volumeClaimTemplates: Forbidden: not supported by Starling yet`,
+			},
 		},
 		{
 			name:  "old apiVersion of a known kind",
 			input: edit(t, d, "apps/v1", "extensions/v1beta1"),
-			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "extensions/v1beta1 Deployment": supported: apps/v1 Deployment, v1 Service`},
+			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "extensions/v1beta1 Deployment": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service`},
 		},
 		{
 			name:  "missing kind",
 			input: "apiVersion: v1\nmetadata:\n  name: x\n",
-			want:  []string{`x.yaml: document 1 (line 1): missing kind: supported apiVersion/kind: apps/v1 Deployment, v1 Service`},
+			want:  []string{`x.yaml: document 1 (line 1): missing kind: supported apiVersion/kind: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service`},
 		},
 		{
 			name:  "volumes",
@@ -574,7 +593,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 		{
 			name:  "bad item in a List",
 			input: "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod}\n",
-			want:  []string{`x.yaml: document 1 (line 1): items[0]: unsupported apiVersion/kind "v1 Pod": supported: apps/v1 Deployment, v1 Service`},
+			want:  []string{`x.yaml: document 1 (line 1): items[0]: unsupported apiVersion/kind "v1 Pod": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service`},
 		},
 	}
 	for _, tt := range tests {

@@ -46,6 +46,15 @@ func Validate(o Object) field.ErrorList {
 		errs = append(errs, validateIdentity(o, &d.ObjectMeta)...)
 		errs = append(errs, validateDeploymentSpec(&d.Spec, field.NewPath("spec"))...)
 		return append(errs, unsupportedFields(deploymentFields, d)...)
+	case KindStatefulSet:
+		if o.StatefulSet == nil {
+			return field.ErrorList{field.Required(field.NewPath("spec"), "Object.StatefulSet is nil")}
+		}
+		st := o.StatefulSet
+		errs := validateMeta(&st.ObjectMeta, deploymentName, field.NewPath("metadata"))
+		errs = append(errs, validateIdentity(o, &st.ObjectMeta)...)
+		errs = append(errs, validateStatefulSetSpec(&st.Spec, field.NewPath("spec"))...)
+		return append(errs, unsupportedFields(statefulSetFields, st)...)
 	case KindService:
 		if o.Service == nil {
 			return field.ErrorList{field.Required(field.NewPath("spec"), "Object.Service is nil")}
@@ -56,7 +65,7 @@ func Validate(o Object) field.ErrorList {
 		errs = append(errs, validateServiceSpec(&s.Spec, field.NewPath("spec"))...)
 		return append(errs, unsupportedFields(serviceFields, s)...)
 	default:
-		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindService})}
+		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService})}
 	}
 }
 
@@ -140,8 +149,16 @@ func nonNegative(v int64, p *field.Path) field.ErrorList {
 
 // validateDeploymentSpec follows Kubernetes' ValidateDeploymentSpec
 // (k8s.io/kubernetes/pkg/apis/apps/validation) for the supported subset.
-func validateDeploymentSpec(s *appsv1.DeploymentSpec, p *field.Path) field.ErrorList {
+// validateWorkloadSpec checks what Deployments and StatefulSets share:
+// replicas, a selector matching the template labels, template metadata.
+// The pod spec is checked by the caller.
+func validateWorkloadSpec(replicas *int32, selector *metav1.LabelSelector, template *corev1.PodTemplateSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	s := struct {
+		Replicas *int32
+		Selector *metav1.LabelSelector
+		Template *corev1.PodTemplateSpec
+	}{replicas, selector, template}
 	if s.Replicas == nil {
 		errs = append(errs, field.Required(p.Child("replicas"), ""))
 	} else {
@@ -169,6 +186,11 @@ func validateDeploymentSpec(s *appsv1.DeploymentSpec, p *field.Path) field.Error
 	errs = append(errs, validateLabels(s.Template.Labels, templateLabels)...)
 	errs = append(errs, validateAnnotations(s.Template.Annotations, p.Child("template", "metadata", "annotations"))...)
 
+	return errs
+}
+
+func validateDeploymentSpec(s *appsv1.DeploymentSpec, p *field.Path) field.ErrorList {
+	errs := validateWorkloadSpec(s.Replicas, s.Selector, &s.Template, p)
 	errs = append(errs, validateStrategy(&s.Strategy, p.Child("strategy"))...)
 	errs = append(errs, nonNegative(int64(s.MinReadySeconds), p.Child("minReadySeconds"))...)
 	if s.RevisionHistoryLimit != nil {

@@ -53,7 +53,9 @@ func Owned(in Ownership) (mine []Replica, handoffs map[string]time.Time) {
 			mine = append(mine, r)
 			continue
 		}
-		if owner == "" || !running[r.ID] || in.ReadyElsewhere[r.ID] {
+		// At-most-one replicas are never handed off make-before-break: the
+		// old owner lets go at once and the new one waits for that.
+		if owner == "" || r.AtMostOne || !running[r.ID] || in.ReadyElsewhere[r.ID] {
 			continue
 		}
 		since, ok := in.HandoffSince[r.ID]

@@ -40,3 +40,25 @@ func NewReplica(namespace, workload, specHash string, ordinal int, spec Spec) Re
 		Spec:      spec,
 	}
 }
+
+// StatefulReplicaName returns the name of a StatefulSet replica:
+// "<workload>-<ordinal>", stable across spec changes.
+func StatefulReplicaName(workload string, ordinal int) string {
+	return workload + "-" + strconv.Itoa(ordinal)
+}
+
+// NewStatefulReplica fills in a StatefulSet replica: stable name and ID,
+// AtMostOne set.
+func NewStatefulReplica(namespace, workload, specHash string, ordinal int, spec Spec) Replica {
+	name := StatefulReplicaName(workload, ordinal)
+	return Replica{
+		ID:        ContainerID(namespace, name),
+		Name:      name,
+		Namespace: namespace,
+		Workload:  workload,
+		Ordinal:   ordinal,
+		SpecHash:  specHash,
+		Spec:      spec,
+		AtMostOne: true,
+	}
+}

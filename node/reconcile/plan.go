@@ -96,8 +96,9 @@ type Result struct {
 //   - a container whose ID is not desired is removed, except that when a
 //     desired replica of the same workload and ordinal has no container
 //     yet, the two are paired into one Replace (stop old, then start new);
-//   - a container whose sandbox setup never finished (no PodIP) is replaced
-//     by a fresh one with the same ID;
+//   - a container whose sandbox setup never finished (no PodIP), or whose
+//     spec hash differs from its desired replica's (stable StatefulSet
+//     names), is replaced by a fresh one with the same ID;
 //   - a container that never started is started;
 //   - an exited container is restarted once Backoff(BackoffStep) has
 //     passed since it exited (the step resets after BackoffReset of
@@ -146,6 +147,11 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 		}
 		if c.PodIP == "" {
 			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "sandbox setup did not finish"})
+			continue
+		}
+		if c.SpecHash != r.SpecHash {
+			// A stable name (StatefulSet): the new spec takes the same ID.
+			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "spec changed from " + c.SpecHash + " to " + r.SpecHash})
 			continue
 		}
 		switch c.State {

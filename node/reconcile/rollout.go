@@ -19,6 +19,11 @@ type Strategy struct {
 	// Paused stops the update where it is: no old copy is replaced, and
 	// ordinals without any copy are created with the current spec.
 	Paused bool
+	// Reverse updates the highest ordinal first (StatefulSets).
+	Reverse bool
+	// Ordered starts ordinal i only once ordinals 0..i-1 all have a ready
+	// copy (StatefulSet podManagementPolicy OrderedReady).
+	Ordered bool
 }
 
 // Copy is one existing copy of a replica, as the cluster view reports it:
@@ -64,7 +69,8 @@ const (
 	StepReplace Step = "replace"
 )
 
-// Gate applies the rolling-update budget to the replicas this node owns.
+// Gate applies the rolling-update budget (and, for Ordered workloads, the
+// ordered start) to the replicas this node owns.
 // It returns the replicas the node must run now: the current-spec ones it
 // may start, plus the old-spec containers it must keep for now (Plan then
 // removes the rest, pairing a removal with the start of the same ordinal
@@ -73,11 +79,14 @@ const (
 // There is no coordinator, lease or lock. Every node decides only for its
 // own ordinals, in ordinal order, from its local view of the cluster:
 //
+//   - A replica with no copy at all starts at once, except that an Ordered
+//     workload's ordinal waits until every lower ordinal has a ready copy.
 //   - An ordinal is done when a ready copy of the current spec exists and
 //     no copy of another spec does.
 //   - An old copy that is not ready is replaced at once (it costs no
 //     availability).
-//   - Otherwise, with L the number of lower ordinals not done: if L <
+//   - Otherwise, with L the number of lower ordinals (higher when
+//     Reverse) not done: if L <
 //     MaxSurge the new copy starts beside the old one (surge); else if
 //     L < MaxUnavailable and fewer than MaxUnavailable ordinals have no
 //     ready copy (any cause: crash, image pull, probe, dead node), the
@@ -111,6 +120,7 @@ func Gate(in Rollout) []Replica {
 	}
 	var out []Replica
 	for _, r := range in.Mine {
+		key := WorkloadKey(r.Namespace, r.Workload)
 		var olds []Container
 		for _, c := range old[slotKey{r.Namespace, r.Workload, r.Ordinal}] {
 			// An old copy whose sandbox never finished cannot be kept
@@ -119,11 +129,16 @@ func Gate(in Rollout) []Replica {
 				olds = append(olds, c)
 			}
 		}
+		c, exists := local[r.ID]
+		exists = exists && c.SpecHash == r.SpecHash
 		if len(olds) == 0 {
+			if !exists && in.Strategies[key].Ordered && !predecessorsReady(r.Ordinal, in.Copies[key]) {
+				continue // OrderedReady: wait for the lower ordinals
+			}
 			out = append(out, r)
 			continue
 		}
-		if _, exists := local[r.ID]; exists {
+		if exists {
 			// Surge in progress: keep the old copies until the new one is
 			// ready.
 			out = append(out, r)
@@ -132,7 +147,6 @@ func Gate(in Rollout) []Replica {
 			}
 			continue
 		}
-		key := WorkloadKey(r.Namespace, r.Workload)
 		oldReady := false
 		for _, c := range olds {
 			oldReady = oldReady || in.Ready(c.ID)
@@ -193,7 +207,11 @@ func Decide(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) 
 	}
 	lower, unavailable := 0, 0
 	for j, st := range ords {
-		if j < ordinal && !(st.currentReady && !st.other) {
+		before := j < ordinal
+		if s.Reverse {
+			before = j > ordinal
+		}
+		if before && !(st.currentReady && !st.other) {
 			lower++
 		}
 		if !st.anyReady {
@@ -208,4 +226,21 @@ func Decide(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) 
 	default:
 		return StepWait
 	}
+}
+
+// predecessorsReady reports whether every ordinal below ordinal has a
+// ready copy.
+func predecessorsReady(ordinal int, copies []Copy) bool {
+	ready := make([]bool, ordinal)
+	for _, c := range copies {
+		if c.Ordinal >= 0 && c.Ordinal < ordinal && c.Ready {
+			ready[c.Ordinal] = true
+		}
+	}
+	for _, r := range ready {
+		if !r {
+			return false
+		}
+	}
+	return true
 }

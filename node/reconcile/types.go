@@ -53,6 +53,11 @@ type Replica struct {
 	Ordinal   int
 	SpecHash  string // 8 hex chars, see manifest.SpecHash
 	Spec      Spec
+	// AtMostOne marks a StatefulSet replica: its name has no spec hash
+	// (a new spec replaces the container under the same ID), there is no
+	// make-before-break handoff, and the node runs it only while fenced
+	// in (see node's quorum rule).
+	AtMostOne bool
 }
 
 // State is the lifecycle state of an observed container's task.
