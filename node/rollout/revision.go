@@ -33,11 +33,34 @@ const ChangeCauseAnnotation = "kubernetes.io/change-cause"
 // DefaultHistoryLimit is spec.revisionHistoryLimit's default (apps/v1).
 const DefaultHistoryLimit = 10
 
-// Errors of Target (match with errors.Is).
-var (
-	// ErrNoRevision: the requested revision is not recorded.
-	ErrNoRevision = errors.New("no such revision")
-)
+// ErrNoRevision is matched (errors.Is) by Target's *NoRevisionError.
+var ErrNoRevision = errors.New("no such revision")
+
+// NoRevisionError says an undo has no revision to go back to.
+type NoRevisionError struct {
+	// To is the revision asked for, 0 for "the previous one".
+	To int64
+	// Recorded are the revision numbers there are, ascending.
+	Recorded []int64
+}
+
+func (e *NoRevisionError) Error() string {
+	have := "none recorded"
+	if len(e.Recorded) > 0 {
+		nums := make([]string, len(e.Recorded))
+		for i, n := range e.Recorded {
+			nums[i] = strconv.FormatInt(n, 10)
+		}
+		have = "recorded: " + strings.Join(nums, ", ")
+	}
+	if e.To == 0 {
+		return "no previous revision to roll back to (" + have + ")"
+	}
+	return fmt.Sprintf("unable to find revision %d in history (%s)", e.To, have)
+}
+
+// Is makes errors.Is(err, ErrNoRevision) true.
+func (e *NoRevisionError) Is(target error) bool { return target == ErrNoRevision }
 
 // Key is the store key of a Deployment's revision with hash specHash.
 func Key(namespace, deployment, specHash string) string {
@@ -169,7 +192,7 @@ func SortNewestFirst(rs []api.Revision) {
 // Target picks the revision an undo of a Deployment whose template hash
 // is currentHash goes back to: revision to, or with to == 0 the newest
 // revision with another hash (Kubernetes' "previous revision"). The error
-// wraps ErrNoRevision and lists the revisions there are.
+// is a *NoRevisionError (errors.Is ErrNoRevision).
 func Target(revisions []api.Revision, currentHash string, to int64) (api.Revision, error) {
 	rs := append([]api.Revision(nil), revisions...)
 	SortNewestFirst(rs)
@@ -178,16 +201,9 @@ func Target(revisions []api.Revision, currentHash string, to int64) (api.Revisio
 			return r, nil
 		}
 	}
-	known := make([]string, len(rs))
-	for i := range rs {
-		known[len(rs)-1-i] = strconv.FormatInt(rs[i].Revision, 10)
+	e := &NoRevisionError{To: to}
+	for i := len(rs) - 1; i >= 0; i-- {
+		e.Recorded = append(e.Recorded, rs[i].Revision)
 	}
-	have := "none recorded"
-	if len(known) > 0 {
-		have = "recorded: " + strings.Join(known, ", ")
-	}
-	if to == 0 {
-		return api.Revision{}, fmt.Errorf("%w: no previous revision to roll back to (%s)", ErrNoRevision, have)
-	}
-	return api.Revision{}, fmt.Errorf("%w: unable to find revision %d in history (%s)", ErrNoRevision, to, have)
+	return api.Revision{}, e
 }
