@@ -215,6 +215,19 @@ func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
 	if got := history(t, n, "lim"); got != "3:c 4:d" {
 		t.Fatalf("history = %q, want the current revision and one old one", got)
 	}
+	// Re-applying the same Deployment rewrites no revision record (their
+	// values went through JSON and must still compare equal).
+	before, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
+	deployWith(t, n, "lim", 1, "img:v1", "d", "  revisionHistoryLimit: 1\n")
+	after, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
+	if len(before) != len(after) {
+		t.Fatalf("re-apply changed the records: %d -> %d", len(before), len(after))
+	}
+	for i := range before {
+		if !before[i].Equal(after[i]) {
+			t.Fatalf("re-apply rewrote %s", after[i].Key)
+		}
+	}
 	// Another Deployment whose name extends this one's keeps its own history.
 	deployWith(t, n, "lim-2", 1, "img:v1", "x", "")
 	if got := history(t, n, "lim"); got != "3:c 4:d" {
