@@ -1,6 +1,6 @@
 // Package cli is Starling's command line: the agent command that runs a
 // node, and the client commands (apply, get, describe, delete, scale,
-// logs, image import, version) that talk to any agent's API.
+// rollout, logs, image import, version) that talk to any agent's API.
 package cli
 
 import (
@@ -59,6 +59,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newDescribeCmd(g),
 		newDeleteCmd(g),
 		newScaleCmd(g),
+		newRolloutCmd(g),
 		newLogsCmd(g),
 		newImageCmd(g),
 		newNodeCmd(g),

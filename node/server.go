@@ -52,6 +52,12 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)
 	mux.HandleFunc("GET /v1/images/export", a.handleImageExport)
+	mux.HandleFunc("GET /v1/rollout/{namespace}/{name}/status", a.handleRolloutStatus)
+	mux.HandleFunc("GET /v1/rollout/{namespace}/{name}/history", a.handleRolloutHistory)
+	mux.HandleFunc("POST /v1/rollout/{namespace}/{name}/undo", a.handleRolloutUndo)
+	mux.HandleFunc("POST /v1/rollout/{namespace}/{name}/restart", a.handleRolloutRestart)
+	mux.HandleFunc("POST /v1/rollout/{namespace}/{name}/pause", a.handleRolloutPause)
+	mux.HandleFunc("POST /v1/rollout/{namespace}/{name}/resume", a.handleRolloutResume)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -130,8 +136,12 @@ func (a *Agent) publish(recs ...crdt.Record) error {
 // applyObjects stores objects as new versions and gossips them.
 // An object identical to the stored one is left alone ("unchanged"); a
 // new object gets a creationTimestamp, an update keeps the stored one.
+// A Deployment's revision records follow its template (rollout.Record),
+// unchanged ones too (which records a Deployment stored before revisions
+// existed); they are written before the objects, so a node that sees a
+// new template has mostly seen its revision already.
 func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) {
-	var recs []crdt.Record
+	var recs, revRecs []crdt.Record
 	results := make([]api.ApplyResult, len(objs))
 	for i, o := range objs {
 		results[i] = api.ApplyResult{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Result: "created"}
@@ -141,6 +151,13 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 		}
 		if found {
 			a.clock.Update(old.Version) // the new version must win over the old
+		}
+		if o.Deployment != nil {
+			rs, err := a.revisionChanges(o.Deployment)
+			if err != nil {
+				return nil, fmt.Errorf("revisions of %s: %w", o.Key(), err)
+			}
+			revRecs = append(revRecs, rs...)
 		}
 		// creationTimestamp is kept from the stored object; generation
 		// counts changes of the object, as in Kubernetes.
@@ -171,10 +188,8 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 		}
 		recs = append(recs, crdt.Record{Key: o.Key(), Value: value, Version: a.clock.Now(), Origin: a.cfg.Name})
 	}
-	if len(recs) > 0 {
-		if err := a.publish(recs...); err != nil {
-			return nil, err
-		}
+	if err := a.publish(append(revRecs, recs...)...); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
@@ -295,6 +310,12 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 	if err := a.publish(tomb); err != nil {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("store: %w", err))
 		return
+	}
+	if kind == manifest.KindDeployment {
+		if err := a.deleteRevisions(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+			writeError(w, http.StatusInternalServerError, fmt.Errorf("delete revisions: %w", err))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, api.ApplyResult{Kind: kind, Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Result: "deleted"})
 }

@@ -15,12 +15,12 @@ import (
 // live members, node records, Deployments, every desired replica and
 // where placement puts it.
 type view struct {
-	alive       map[string]bool
-	statuses    map[string]NodeStatus
-	workloads   []manifest.Object // Deployments and StatefulSets
-	all         []reconcile.Replica
-	placement   placement.Placement
-	owner       map[string]string // replica ID -> node
+	alive     map[string]bool
+	statuses  map[string]NodeStatus
+	workloads []manifest.Object // Deployments and StatefulSets
+	all       []reconcile.Replica
+	placement placement.Placement
+	owner     map[string]string // replica ID -> node
 }
 
 // readView reads the store and membership and computes placement.

@@ -13,6 +13,12 @@
 //	GET    /v1/logs/{namespace}/{name}?follow=true   -> text/plain stream
 //	POST   /v1/images            (tarball body)      -> ImageList
 //	GET    /v1/images                                -> ImageList
+//	GET    /v1/rollout/{namespace}/{name}/status     -> RolloutStatus
+//	GET    /v1/rollout/{namespace}/{name}/history    -> RevisionList
+//	POST   /v1/rollout/{namespace}/{name}/undo  UndoRequest -> ApplyResult
+//	POST   /v1/rollout/{namespace}/{name}/restart    -> ApplyResult
+//	POST   /v1/rollout/{namespace}/{name}/pause      -> ApplyResult
+//	POST   /v1/rollout/{namespace}/{name}/resume     -> ApplyResult
 //	GET    /metrics                                  -> Prometheus text
 //
 // Errors come as Error with a 4xx/5xx status.
@@ -21,6 +27,8 @@ package api
 import (
 	"encoding/json"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Error is the body of every failed request.
@@ -40,7 +48,9 @@ type ApplyRequest struct {
 }
 
 // ApplyResult says what happened to one object: "created", "configured",
-// "unchanged", "deleted" or "scaled".
+// "unchanged", "deleted" or "scaled"; for rollout commands "rolled back",
+// "skipped rollback (current template already matches revision N)",
+// "restarted", "paused" or "resumed".
 type ApplyResult struct {
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
@@ -129,4 +139,71 @@ type Image struct {
 // ImageList answers /v1/images.
 type ImageList struct {
 	Items []Image `json:"items"`
+}
+
+// Revision is one pod template a Deployment has run, as stored in the
+// record "revision/<namespace>/<deployment>-<specHash>" (gossiped like
+// every record) and listed by the history endpoint.
+type Revision struct {
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	// Revision numbers a Deployment's templates 1, 2, ...: a template new
+	// to the Deployment, or one it had before, gets the highest number
+	// plus one (Kubernetes' deployment.kubernetes.io/revision).
+	Revision int64  `json:"revision"`
+	SpecHash string `json:"specHash"`
+	// ChangeCause is the Deployment's kubernetes.io/change-cause annotation
+	// when this template was applied.
+	ChangeCause string `json:"changeCause,omitempty"`
+	// Created is when the template was first recorded (UTC, seconds).
+	Created  time.Time              `json:"created"`
+	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// RevisionList answers the history endpoint, oldest revision first.
+type RevisionList struct {
+	Items []Revision `json:"items"`
+}
+
+// UndoRequest picks the revision to roll back to; 0 means the newest one
+// whose template differs from the current one.
+type UndoRequest struct {
+	ToRevision int64 `json:"toRevision,omitempty"`
+}
+
+// RolloutCounts is the progress of a Deployment towards its current spec
+// hash with Replicas replicas, counted over the replica copies that live
+// nodes report in their status records (rollout.Count):
+//   - Updated: ordinals 0..Replicas-1 with a copy of the current hash
+//     that is not Terminating;
+//   - Ready: those ordinals whose current-hash copy is Running and ready;
+//   - Available: ordinals 0..Replicas-1 with a Running, ready copy of any
+//     hash (each ordinal counted once);
+//   - Old: copies that are not part of the target: another hash, or an
+//     ordinal >= Replicas, in any phase (Terminating included).
+//
+// A rollout is complete when Updated == Ready == Replicas and Old == 0.
+type RolloutCounts struct {
+	Replicas  int `json:"replicas"`
+	Updated   int `json:"updated"`
+	Ready     int `json:"ready"`
+	Available int `json:"available"`
+	Old       int `json:"old"`
+}
+
+// RolloutStatus answers the status endpoint: the Deployment's current
+// template and its progress, as the answering node sees the cluster.
+type RolloutStatus struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
+	SpecHash   string `json:"specHash"`
+	// Revision is the current template's revision number, 0 when none is
+	// recorded (a Deployment stored before revisions existed).
+	Revision int64 `json:"revision"`
+	Paused   bool  `json:"paused"`
+	// ProgressDeadlineSeconds is spec.progressDeadlineSeconds (default 600).
+	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds"`
+	RolloutCounts
+	Done bool `json:"done"`
 }

@@ -19,12 +19,25 @@ type replicaSpec struct {
 	Env       []corev1.EnvVar             `json:"env,omitempty"`
 	Ports     []corev1.ContainerPort      `json:"ports,omitempty"`
 	Resources corev1.ResourceRequirements `json:"resources"`
+	// WorkingDir came after the first release: omitempty keeps the hashes
+	// of templates without one.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// RestartedAt is the pod template annotation RestartedAtAnnotation,
+	// which `rollout restart` sets to make the hash, and so every replica,
+	// new (as the annotation's pod-template-hash change does in Kubernetes).
+	RestartedAt string `json:"restartedAt,omitempty"`
 }
+
+// RestartedAtAnnotation is the pod template annotation `kubectl rollout
+// restart` sets to the time of the restart (RFC 3339); Starling's
+// `rollout restart` sets the same one.
+const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 
 // SpecHash returns 8 lowercase hex characters identifying the replica
 // template of d: the first 4 bytes of the SHA-256 of the canonical JSON of
-// image, command, args, env, ports and resources of every container, in
-// order. Replicas, labels, annotations, strategy and other Deployment
+// image, command, args, env, ports, resources and workingDir of every
+// container, in order, each with the template's RestartedAtAnnotation.
+// Replicas, labels, other annotations, strategy and other Deployment
 // settings do not change it, so it changes exactly when replicas must be
 // replaced. Defaults are applied to a copy first, so a defaulted and an
 // undefaulted Deployment hash alike, as do equal quantities written
@@ -41,16 +54,19 @@ func SpecHash(d *appsv1.Deployment) string {
 func TemplateHash(t *corev1.PodTemplateSpec) string {
 	var specs []replicaSpec
 	if t != nil {
+		restartedAt := t.Annotations[RestartedAtAnnotation]
 		for _, c := range t.Spec.Containers {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
 			specs = append(specs, replicaSpec{
-				Image:     c.Image,
-				Command:   c.Command,
-				Args:      c.Args,
-				Env:       c.Env,
-				Ports:     c.Ports,
-				Resources: c.Resources,
+				Image:       c.Image,
+				Command:     c.Command,
+				Args:        c.Args,
+				Env:         c.Env,
+				Ports:       c.Ports,
+				Resources:   c.Resources,
+				WorkingDir:  c.WorkingDir,
+				RestartedAt: restartedAt,
 			})
 		}
 	}

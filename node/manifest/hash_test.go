@@ -1,10 +1,14 @@
 package manifest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"regexp"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -65,6 +69,10 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"command", "        args:", "        command: [nginx]\n        args:", true},
 		{"ports", "containerPort: 80", "containerPort: 8080", true},
 		{"resources", "memory: 128Mi", "memory: 256Mi", true},
+		{"workingDir", "        args:", "        workingDir: /srv\n        args:", true},
+		{"restartedAt annotation", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n      annotations:\n        kubectl.kubernetes.io/restartedAt: \"2026-01-02T03:04:05Z\"\n    spec:", true},
+		{"other template annotation", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n      annotations:\n        note: x\n    spec:", false},
+		{"template labels", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n        tier: web\n    spec:", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,5 +81,49 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 				t.Errorf("hash %s -> %s: changed = %v, want %v", base, got, changed, tt.changes)
 			}
 		})
+	}
+}
+
+// legacySpecHash is SpecHash as first released (before workingDir and the
+// restartedAt annotation were covered), kept to prove that appending
+// omitempty fields left every existing hash, and so every running
+// replica's name, unchanged.
+func legacySpecHash(d *appsv1.Deployment) string {
+	type legacySpec struct {
+		Image     string                      `json:"image"`
+		Command   []string                    `json:"command,omitempty"`
+		Args      []string                    `json:"args,omitempty"`
+		Env       []corev1.EnvVar             `json:"env,omitempty"`
+		Ports     []corev1.ContainerPort      `json:"ports,omitempty"`
+		Resources corev1.ResourceRequirements `json:"resources"`
+	}
+	var specs []legacySpec
+	for _, c := range d.Spec.Template.Spec.Containers {
+		c = *c.DeepCopy()
+		defaultContainer(&c)
+		specs = append(specs, legacySpec{c.Image, c.Command, c.Args, c.Env, c.Ports, c.Resources})
+	}
+	js, _ := json.Marshal(specs)
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:4])
+}
+
+func TestSpecHashUnchangedForTemplatesWithoutWorkingDirOrRestart(t *testing.T) {
+	manifests := map[string]string{
+		"good":             goodDeployment,
+		"no resources":     edit(t, goodDeployment, "        resources:\n          limits:\n            cpu: 500m\n            memory: 128Mi\n", ""),
+		"command":          edit(t, goodDeployment, "        args:", "        command: [nginx]\n        args:"),
+		"other annotation": edit(t, goodDeployment, "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n      annotations: {note: x}\n    spec:"),
+	}
+	for name, m := range manifests {
+		d := parseDeployment(t, m)
+		if got, want := SpecHash(d), legacySpecHash(d); got != want {
+			t.Errorf("%s: SpecHash = %s, the released hash was %s", name, got, want)
+		}
+	}
+	// And a template that uses the new fields hashes differently.
+	d := parseDeployment(t, edit(t, goodDeployment, "        args:", "        workingDir: /srv\n        args:"))
+	if SpecHash(d) == legacySpecHash(d) {
+		t.Error("workingDir does not change the hash")
 	}
 }

@@ -2,265 +2,127 @@ package e2e
 
 import (
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
-// rolling is a Deployment of the echo image with a 1 s readiness period
-// and the given rolling-update budget; message changes the spec hash.
-func rolling(name string, replicas int, maxUnavailable, maxSurge int, message string) string {
+// rolloutManifest is Deployment web running the echo image tag with
+// MESSAGE=message, ready when /healthz answers.
+func rolloutManifest(tag, message string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
-metadata: {name: %s}
+metadata: {name: web}
 spec:
-  replicas: %d
-  strategy:
-    type: RollingUpdate
-    rollingUpdate: {maxUnavailable: %d, maxSurge: %d}
-  selector: {matchLabels: {app: %s}}
+  replicas: 2
+  selector: {matchLabels: {app: web}}
   template:
-    metadata: {labels: {app: %s}}
+    metadata: {labels: {app: web}}
     spec:
-      terminationGracePeriodSeconds: 2
+      terminationGracePeriodSeconds: 3
       containers:
       - name: echo
-        image: starling.local/echo:v1
+        image: starling.local/echo:%s
         env: [{name: MESSAGE, value: %q}]
-        ports: [{name: http, containerPort: 8080}]
+        ports: [{containerPort: 8080}]
         readinessProbe:
-          httpGet: {path: /healthz, port: http}
+          httpGet: {path: /healthz, port: 8080}
           periodSeconds: 1
-`, name, replicas, maxUnavailable, maxSurge, name, name, message)
+`, tag, message)
 }
 
-// census is one sample of a workload's copies, each node reporting only
-// the containers it runs itself (its live observation, not gossip).
-type census struct {
-	available int // Running and ready copies
-	existing  int // copies with a container (Terminating included)
-	byHash    map[string]int
-	ready     map[string]int // ready copies by hash
-	names     map[string]bool
-	complete  bool // every node answered
-}
-
-func takeCensus(nodes []*harness.Node, workload string) census {
-	cs := census{byHash: map[string]int{}, ready: map[string]int{}, names: map[string]bool{}, complete: true}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func(n *harness.Node) {
-			defer wg.Done()
-			var l struct{ Items []replica }
-			err := n.APIGet("/v1/replicas", &l)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				cs.complete = false
-				return
-			}
-			for _, r := range l.Items {
-				if r.Node != n.Name || r.Workload != workload || r.Phase == "Pending" || r.Phase == "CreateBackOff" {
-					continue
-				}
-				cs.existing++
-				cs.byHash[r.SpecHash]++
-				cs.names[r.Name] = true
-				if r.Phase == "Running" && r.Ready {
-					cs.available++
-					cs.ready[r.SpecHash]++
-				}
-			}
-		}(n)
-	}
-	wg.Wait()
-	return cs
-}
-
-// sampler takes a census every 100 ms until stopped and keeps the
-// extremes.
-type sampler struct {
-	stop                   chan struct{}
-	done                   chan struct{}
-	minAvailable, maxExist int
-	samples                int
-}
-
-func sample(nodes []*harness.Node, workload string) *sampler {
-	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), minAvailable: 1 << 30}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-			}
-			cs := takeCensus(nodes, workload)
-			if !cs.complete {
-				continue // a node restarting: its containers are not observed
-			}
-			s.samples++
-			s.minAvailable = min(s.minAvailable, cs.available)
-			s.maxExist = max(s.maxExist, cs.existing)
-		}
-	}()
-	return s
-}
-
-func (s *sampler) finish() { close(s.stop); <-s.done }
-
-// rolledOut waits until the workload has exactly replicas copies, all of
-// one hash other than old, all ready, and returns that hash.
-func rolledOut(t *testing.T, nodes []*harness.Node, workload string, replicas int, old string, timeout time.Duration) (string, time.Duration) {
+// rolledOut runs `rollout status` to completion and returns the one spec
+// hash web's replicas then run.
+func rolledOut(t *testing.T, n *harness.Node, args ...string) string {
 	t.Helper()
-	var hash string
-	took, err := eventually(timeout, func() error {
-		cs := takeCensus(nodes, workload)
-		if !cs.complete {
-			return fmt.Errorf("a node did not answer")
-		}
-		if len(cs.byHash) != 1 || cs.existing != replicas {
-			return fmt.Errorf("copies by hash %v, want %d of one new hash", cs.byHash, replicas)
-		}
-		for h := range cs.byHash {
-			hash = h
-		}
-		if hash == old || cs.ready[hash] != replicas {
-			return fmt.Errorf("hash %s (old %s): %d of %d ready", hash, old, cs.ready[hash], replicas)
-		}
-		return nil
-	})
+	out, err := n.CLI(append([]string{"rollout", "status"}, append(args, "--timeout", "90s")...)...)
+	if err != nil || !strings.HasSuffix(out, "deployment \"web\" successfully rolled out\n") {
+		t.Fatalf("rollout status: %v\n%s", err, out)
+	}
+	all, err := replicas(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hash, took
+	hashes := map[string]bool{}
+	for _, r := range all {
+		if r.Workload != "web" {
+			continue
+		}
+		if r.Phase != "Running" || !r.Ready {
+			t.Fatalf("rolled out, but %s is %s (ready %v)", r.Name, r.Phase, r.Ready)
+		}
+		hashes[r.SpecHash] = true
+	}
+	if len(hashes) != 1 {
+		t.Fatalf("rolled out, but web runs hashes %v", hashes)
+	}
+	for h := range hashes {
+		return h
+	}
+	return ""
 }
 
-// TestRollingUpdateKeepsBudgetAcrossNodes rolls a 6-replica Deployment
-// over 3 nodes while sampling every node every 100 ms: with
-// maxUnavailable=1, maxSurge=0 never fewer than 5 available; with
-// maxUnavailable=0, maxSurge=1 never fewer than 6 available nor more than
-// 7 copies; an agent killed mid-rollout lets the rollout finish after it
-// restarts; a change of replicas alone restarts nothing.
-func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
-	c := newCluster(t, 3)
-	nodes := c.Nodes
-	n1 := nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, rolling("roll", 6, 1, 0, "v1"))
-	h1, took := rolledOut(t, nodes, "roll", 6, "", 90*time.Second)
-	t.Logf("v1: 6 replicas ready in %v", took.Round(time.Millisecond))
-
-	// maxUnavailable=1, maxSurge=0.
-	s := sample(nodes, "roll")
-	apply(t, n1, rolling("roll", 6, 1, 0, "v2"))
-	h2, took := rolledOut(t, nodes, "roll", 6, h1, 120*time.Second)
-	s.finish()
-	t.Logf("maxUnavailable=1 maxSurge=0: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.samples, s.minAvailable, s.maxExist)
-	if s.minAvailable < 5 || s.maxExist > 6 {
-		t.Fatalf("budget broken: min available %d (want >= 5), max copies %d (want <= 6)", s.minAvailable, s.maxExist)
-	}
-
-	// maxUnavailable=0, maxSurge=1.
-	s = sample(nodes, "roll")
-	apply(t, n1, rolling("roll", 6, 0, 1, "v3"))
-	h3, took := rolledOut(t, nodes, "roll", 6, h2, 120*time.Second)
-	s.finish()
-	t.Logf("maxUnavailable=0 maxSurge=1: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.samples, s.minAvailable, s.maxExist)
-	if s.minAvailable < 6 || s.maxExist > 7 {
-		t.Fatalf("budget broken: min available %d (want >= 6), max copies %d (want <= 7)", s.minAvailable, s.maxExist)
-	}
-
-	// Replicas alone: the 6 keep their containers and processes.
-	before := map[string][]int{}
-	for _, n := range nodes {
-		for id, pids := range n.TaskPIDs() {
-			before[id] = pids
+// TestRolloutHistoryUndoRestartAndStatus walks the rollout commands on one
+// node with real containers: two revisions, undo to the first, restart.
+func TestRolloutHistoryUndoRestartAndStatus(t *testing.T) {
+	c := newCluster(t, 1)
+	n := c.Nodes[0]
+	for _, tar := range []string{echoV1Tar, echoV2Tar} {
+		if _, err := n.CLI("image", "import", tar); err != nil {
+			t.Fatal(err)
 		}
 	}
-	apply(t, n1, rolling("roll", 8, 0, 1, "v3"))
-	_, err := eventually(60*time.Second, func() error {
-		cs := takeCensus(nodes, "roll")
-		if cs.ready[h3] != 8 || cs.existing != 8 {
-			return fmt.Errorf("after scale to 8: %d ready of hash %s, %d copies", cs.ready[h3], h3, cs.existing)
-		}
-		return nil
-	})
+	apply(t, n, rolloutManifest("v1", "one"))
+	h1 := rolledOut(t, n, "deployment/web")
+	apply(t, n, rolloutManifest("v2", "two"))
+	h2 := rolledOut(t, n, "deployment", "web")
+	if h2 == h1 {
+		t.Fatalf("new image and env kept hash %s", h1)
+	}
+
+	out, err := n.CLI("rollout", "history", "deployment/web")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range nodes {
-		after := n.TaskPIDs()
-		for id, pids := range before {
-			if got, ok := after[id]; ok && fmt.Sprint(got) != fmt.Sprint(pids) {
-				t.Fatalf("scale restarted %s: pids %v -> %v", id, pids, got)
-			}
-		}
-	}
-	kept := 0
-	for _, n := range nodes {
-		after := n.TaskPIDs()
-		for id := range before {
-			if _, ok := after[id]; ok {
-				kept++
-			}
-		}
-	}
-	if kept != 6 {
-		t.Fatalf("scale to 8: %d of the 6 containers kept, want 6", kept)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || lines[0] != "deployment.apps/web" ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "1 "+h1+" starling.local/echo:v1 <none>") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[3]), " "), "2 "+h2+" starling.local/echo:v2 <none>") {
+		t.Fatalf("history, want revisions 1 (%s) and 2 (%s):\n%s", h1, h2, out)
 	}
 
-	// kill -9 an agent mid-rollout; it restarts and the rollout finishes.
-	apply(t, n1, rolling("roll", 8, 1, 0, "v4"))
-	var victim *harness.Node
-	_, err = eventually(60*time.Second, func() error {
-		cs := takeCensus(nodes, "roll")
-		if cs.byHash[h3] == 8 || cs.byHash[h3] == 0 {
-			return fmt.Errorf("not mid-rollout: %v", cs.byHash)
-		}
-		// A node that still has old copies to replace.
-		var l struct{ Items []replica }
-		for _, n := range nodes {
-			if err := n.APIGet("/v1/replicas", &l); err != nil {
-				return err
-			}
-			for _, r := range l.Items {
-				if r.Node == n.Name && r.Workload == "roll" && r.SpecHash == h3 && r.Phase == "Running" {
-					victim = n
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no node with old copies left")
-	})
-	if err != nil {
-		t.Fatal(err)
+	// Undo: revision 1's template, hash and message come back.
+	if out, err := n.CLI("rollout", "undo", "deployment/web"); err != nil || out != "deployment.apps/web rolled back\n" {
+		t.Fatalf("undo: %q %v", out, err)
 	}
-	victim.KillAgent(9)
-	if err := victim.RestartAgent(); err != nil {
-		t.Fatal(err)
+	if got := rolledOut(t, n, "deployment/web"); got != h1 {
+		t.Fatalf("after undo web runs %s, want revision 1's %s", got, h1)
 	}
-	_, took = rolledOut(t, nodes, "roll", 8, h3, 180*time.Second)
-	t.Logf("agent on %s killed -9 mid-rollout and restarted: rollout finished %v later", victim.Name, took.Round(time.Millisecond))
-	names := []string{}
-	for name := range takeCensus(nodes, "roll").names {
-		names = append(names, name)
+	reps, _ := waitRunning(t, n, "web", 2, 10*time.Second)
+	body, err := harness.HTTPGet(n.NetNS, "http://"+reps[0].PodIP+":8080/", 2*time.Second)
+	if err != nil || !strings.Contains(body, "message=one") {
+		t.Fatalf("after undo a replica answered %q, %v", body, err)
 	}
-	sort.Strings(names)
-	if len(names) != 8 || strings.Contains(strings.Join(names, " "), h3) {
-		t.Fatalf("after the rollout: %v", names)
+	out, err = n.CLI("rollout", "history", "deployment/web", "--revision", "3")
+	if err != nil || !strings.Contains(out, "revision 3, spec hash "+h1) || !strings.Contains(out, "image: starling.local/echo:v1") {
+		t.Fatalf("history --revision 3 (revision 1 renumbered): %v\n%s", err, out)
+	}
+	if _, err := n.CLI("rollout", "undo", "deployment/web", "--to-revision", "1"); err == nil ||
+		!strings.Contains(err.Error(), "unable to find revision 1 in history (recorded: 2, 3)") {
+		t.Fatalf("undo to a renumbered revision: %v", err)
+	}
+
+	// Restart: same template, a new hash, fresh replicas.
+	if out, err := n.CLI("rollout", "restart", "deployment", "web"); err != nil || out != "deployment.apps/web restarted\n" {
+		t.Fatalf("restart: %q %v", out, err)
+	}
+	h4 := rolledOut(t, n, "deployment/web")
+	if h4 == h1 || h4 == h2 {
+		t.Fatalf("restart kept an old hash: %s", h4)
+	}
+	if _, err := n.CLI("rollout", "status", "web"); err == nil || !strings.Contains(err.Error(), "deployment/web or deployment web") {
+		t.Fatalf("status without a kind: %v", err)
 	}
 }

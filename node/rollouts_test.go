@@ -1,0 +1,273 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/rollout"
+)
+
+// call sends one API request to n's handler and decodes a 2xx answer
+// into out; it returns the status and, for errors, the message.
+func call(t *testing.T, n *testNode, method, path string, body any, out any) (int, string) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	rec := httptest.NewRecorder()
+	n.agent.handler().ServeHTTP(rec, httptest.NewRequest(method, path, rd))
+	if rec.Code/100 != 2 {
+		var e api.Error
+		json.Unmarshal(rec.Body.Bytes(), &e)
+		return rec.Code, e.Error
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, rec.Body.String(), err)
+		}
+	}
+	return rec.Code, ""
+}
+
+// deployWith applies Deployment name with image, env MESSAGE=message and
+// extra spec lines (indented two spaces) on n.
+func deployWith(t *testing.T, n *testNode, name string, replicas int, image, message, extra string) {
+	t.Helper()
+	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  replicas: %d
+%s  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      containers: [{name: c, image: %q, env: [{name: MESSAGE, value: %q}]}]
+`, name, replicas, extra, name, name, image, message)), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.agent.applyObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func storedHash(t *testing.T, n *testNode, name string) string {
+	t.Helper()
+	o, err := manifest.Decode([]byte(storedValue(n, manifest.KeyFor(manifest.KindDeployment, "default", name))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifest.SpecHash(o.Deployment)
+}
+
+// waitRolledOut waits until n's status endpoint says web's rollout is
+// done with hash and revision.
+func waitRolledOut(t *testing.T, n *testNode, name, hash string, revision int64) api.RolloutStatus {
+	t.Helper()
+	var st api.RolloutStatus
+	waitFor(t, 15*time.Second, func() error {
+		if code, msg := call(t, n, "GET", "/v1/rollout/default/"+name+"/status", nil, &st); code != 200 {
+			return fmt.Errorf("status: %d %s", code, msg)
+		}
+		if !st.Done || st.SpecHash != hash || st.Revision != revision {
+			return fmt.Errorf("%s: status %+v, want done with hash %s, revision %d", n.name, st, hash, revision)
+		}
+		return nil
+	})
+	return st
+}
+
+func history(t *testing.T, n *testNode, name string) string {
+	t.Helper()
+	var l api.RevisionList
+	if code, msg := call(t, n, "GET", "/v1/rollout/default/"+name+"/history", nil, &l); code != 200 {
+		t.Fatalf("history: %d %s", code, msg)
+	}
+	var out []string
+	for _, r := range l.Items {
+		out = append(out, fmt.Sprintf("%d:%s", r.Revision, r.Template.Spec.Containers[0].Env[0].Value))
+	}
+	return strings.Join(out, " ")
+}
+
+// TestRolloutAPIRecordsRevisionsUndoesRestartsAndPauses drives the rollout
+// endpoints of one agent of two, checking the other sees the same
+// (revision records gossip like any record).
+func TestRolloutAPIRecordsRevisionsUndoesRestartsAndPauses(t *testing.T) {
+	nodes := startCluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	deployWith(t, a, "web", 3, "img:v1", "one", "")
+	h1 := storedHash(t, a, "web")
+	st := waitRolledOut(t, a, "web", h1, 1)
+	if st.RolloutCounts != (api.RolloutCounts{Replicas: 3, Updated: 3, Ready: 3, Available: 3}) || st.ProgressDeadlineSeconds != 600 || st.Generation != 1 {
+		t.Fatalf("status after first rollout: %+v", st)
+	}
+	deployWith(t, a, "web", 3, "img:v1", "two", "")
+	h2 := storedHash(t, a, "web")
+	waitRolledOut(t, b, "web", h2, 2)
+	if got := history(t, b, "web"); got != "1:one 2:two" {
+		t.Fatalf("history on the other node = %q", got)
+	}
+
+	// Undo goes back to revision 1's template, renumbered 3.
+	var res api.ApplyResult
+	if code, msg := call(t, b, "POST", "/v1/rollout/default/web/undo", api.UndoRequest{}, &res); code != 200 || res.Result != "rolled back" {
+		t.Fatalf("undo: %d %s %+v", code, msg, res)
+	}
+	if got := storedHash(t, b, "web"); got != h1 {
+		t.Fatalf("after undo the hash is %s, want revision 1's %s", got, h1)
+	}
+	waitRolledOut(t, a, "web", h1, 3)
+	if got := history(t, a, "web"); got != "2:two 3:one" {
+		t.Fatalf("history after undo = %q", got)
+	}
+	for _, id := range append(a.rt.ids(), b.rt.ids()...) {
+		if !strings.Contains(id, h1) {
+			t.Fatalf("after undo %s still runs", id)
+		}
+	}
+	code, msg := call(t, a, "POST", "/v1/rollout/default/web/undo", api.UndoRequest{ToRevision: 9}, nil)
+	if code != http.StatusNotFound || !strings.Contains(msg, "unable to find revision 9 in history (recorded: 2, 3)") || !strings.Contains(msg, "rollout history") {
+		t.Fatalf("undo to a missing revision: %d %q", code, msg)
+	}
+	if code, _ := call(t, a, "POST", "/v1/rollout/default/web/undo", api.UndoRequest{ToRevision: 3}, &res); code != 200 || !strings.HasPrefix(res.Result, "skipped rollback") {
+		t.Fatalf("undo to the current revision: %d %+v", code, res)
+	}
+
+	// Restart: a new hash with the same image and env.
+	if code, msg := call(t, a, "POST", "/v1/rollout/default/web/restart", nil, &res); code != 200 || res.Result != "restarted" {
+		t.Fatalf("restart: %d %s", code, msg)
+	}
+	h4 := storedHash(t, a, "web")
+	if h4 == h1 {
+		t.Fatal("restart kept the hash")
+	}
+	waitRolledOut(t, b, "web", h4, 4)
+
+	// Pause and resume, with the refusals kubectl makes.
+	for _, step := range []struct {
+		action string
+		code   int
+		msg    string
+	}{
+		{"pause", 200, ""},
+		{"pause", http.StatusConflict, `deployment "web" is already paused`},
+		{"restart", http.StatusConflict, "resume it first with 'starling rollout resume deployment/web'"},
+		{"undo", http.StatusConflict, "cannot be rolled back"},
+		{"resume", 200, ""},
+		{"resume", http.StatusConflict, `deployment "web" is not paused`},
+	} {
+		code, msg := call(t, a, "POST", "/v1/rollout/default/web/"+step.action, api.UndoRequest{}, nil)
+		if code != step.code || !strings.Contains(msg, step.msg) {
+			t.Fatalf("%s: %d %q, want %d %q", step.action, code, msg, step.code, step.msg)
+		}
+	}
+	var after api.RolloutStatus
+	call(t, a, "GET", "/v1/rollout/default/web/status", nil, &after)
+	if after.Paused || after.Generation != 6 || after.SpecHash != h4 {
+		t.Fatalf("status after pause and resume: %+v (want generation 6: 2 applies, undo, restart, pause, resume)", after)
+	}
+
+	// Deleting the Deployment deletes its revisions, on every node.
+	if code, msg := call(t, a, "DELETE", "/v1/objects/deployment/default/web", nil, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, msg)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		for _, n := range nodes {
+			recs, err := n.agent.store.List(rollout.Prefix("default", "web"))
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if !r.Deleted {
+					return fmt.Errorf("%s still holds %s", n.name, r.Key)
+				}
+			}
+		}
+		return nil
+	})
+	if code, msg := call(t, a, "GET", "/v1/rollout/default/web/history", nil, nil); code != http.StatusNotFound || !strings.Contains(msg, `deployment "web" not found`) {
+		t.Fatalf("history of a deleted deployment: %d %q", code, msg)
+	}
+}
+
+func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
+	n := startCluster(t, 1)[0]
+	for _, msg := range []string{"a", "b", "c", "d"} {
+		deployWith(t, n, "lim", 1, "img:v1", msg, "  revisionHistoryLimit: 1\n")
+	}
+	if got := history(t, n, "lim"); got != "3:c 4:d" {
+		t.Fatalf("history = %q, want the current revision and one old one", got)
+	}
+	// Re-applying the same Deployment rewrites no revision record (their
+	// values went through JSON and must still compare equal).
+	before, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
+	deployWith(t, n, "lim", 1, "img:v1", "d", "  revisionHistoryLimit: 1\n")
+	after, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
+	if len(before) != len(after) {
+		t.Fatalf("re-apply changed the records: %d -> %d", len(before), len(after))
+	}
+	for i := range before {
+		if !before[i].Equal(after[i]) {
+			t.Fatalf("re-apply rewrote %s", after[i].Key)
+		}
+	}
+	// Another Deployment whose name extends this one's keeps its own history.
+	deployWith(t, n, "lim-2", 1, "img:v1", "x", "")
+	if got := history(t, n, "lim"); got != "3:c 4:d" {
+		t.Fatalf("history after lim-2 = %q", got)
+	}
+	if got := history(t, n, "lim-2"); got != "1:x" {
+		t.Fatalf("lim-2 history = %q", got)
+	}
+}
+
+func TestRolloutStatusCountsOnlyLiveNodesCopies(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 30
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: img}]
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := objs[0].Deployment
+	hash := manifest.SpecHash(d)
+	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: "Running", Ready: true}
+	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: "Running", Ready: true}
+	v := view{
+		alive:    map[string]bool{"a": true},
+		statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
+	}
+	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, liveReplicas(v))
+	if !st.Done || st.Old != 0 || st.Revision != 5 || st.ProgressDeadlineSeconds != 30 {
+		t.Fatalf("status = %+v: a dead node's old copy must not hold the rollout back", st)
+	}
+	v.alive["dead"] = true
+	if st := rolloutStatus(d, nil, liveReplicas(v)); st.Done || st.Old != 1 || st.Revision != 0 {
+		t.Fatalf("status with the node alive = %+v", st)
+	}
+}
