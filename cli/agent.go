@@ -68,6 +68,7 @@ containers keep running and a restarted agent adopts them.`,
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
+	f.DurationVar(&cfg.FailoverTimeout, "failover-timeout", cfg.FailoverTimeout, "how long a StatefulSet replica of a dead node stays reserved before another node starts it (at least 5s)")
 	f.StringToStringVar(&cfg.Labels, "node-label", nil, "node labels KEY=VALUE[,...] for nodeSelector")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", 0, "failure detection: time between probes (default 1s, memberlist LAN)")
 	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 0, "failure detection: wait for a probe ack before indirect probes (default 500ms)")

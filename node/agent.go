@@ -84,7 +84,9 @@ type Agent struct {
 	lastObserved []reconcile.Container
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
-	memberDown map[string]bool
+	memberDown map[string]time.Time // since when
+	// quorum is the last quorum state logged.
+	quorum bool
 	memberBack map[string]time.Time
 	wg         sync.WaitGroup // running actions
 }
@@ -171,7 +173,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.State{},
-		memberDown: map[string]bool{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
+		memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
@@ -411,6 +413,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())
+	a.fenceKills(v, res.Actions)
 	for _, act := range res.Actions {
 		if wait := a.failureWait(act, time.Now()); wait > 0 {
 			if res.Requeue == 0 || wait < res.Requeue {

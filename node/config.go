@@ -76,6 +76,12 @@ type Config struct {
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
 	RejoinSettle time.Duration
+	// FailoverTimeout is how long a StatefulSet replica stays reserved for
+	// a node that went down (dead or left) before another node may start
+	// it. It must stay well above the time a cut-off node takes to fence
+	// itself (see node/fence.go: failure detection plus a SIGKILL, ~5 s
+	// with the LAN defaults).
+	FailoverTimeout time.Duration
 	// Labels are this node's labels, matched by nodeSelector.
 	Labels map[string]string
 
@@ -111,6 +117,7 @@ func DefaultConfig() Config {
 		TombstoneTTL:       72 * time.Hour,
 		HandoffTimeout:     60 * time.Second,
 		RejoinSettle:       10 * time.Second,
+		FailoverTimeout:    15 * time.Second,
 	}
 }
 
@@ -157,6 +164,9 @@ func (c Config) validateRest() error {
 	}
 	if c.APIListen != "" && c.TokenFile == "" {
 		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
+	}
+	if c.FailoverTimeout < 5*time.Second {
+		return fmt.Errorf("--failover-timeout %v: must be at least 5s, well above the time a cut-off node needs to fence itself", c.FailoverTimeout)
 	}
 	if c.ResyncInterval <= 0 {
 		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)

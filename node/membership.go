@@ -240,11 +240,12 @@ func (a *Agent) aliveMembers() map[string]bool {
 	defer a.mu.Unlock()
 	for _, m := range a.cluster.Members() {
 		up := m.State == gossip.StateAlive || m.State == gossip.StateSuspect
-		wasDown := a.memberDown[m.Name]
+		_, wasDown := a.memberDown[m.Name]
 		switch {
-		case !up:
-			a.memberDown[m.Name] = true
+		case !up && !wasDown:
+			a.memberDown[m.Name] = now
 			delete(a.memberBack, m.Name)
+		case !up:
 		case wasDown:
 			delete(a.memberDown, m.Name)
 			a.memberBack[m.Name] = now

@@ -103,8 +103,10 @@ func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Spec) b
 
 // mine is what this node must run now: what placement and handoffs give
 // it (reconcile.Owned), with rolling updates held to their budget
-// (reconcile.Gate). It returns the handoffs to remember.
+// (reconcile.Gate) and StatefulSet replicas to at most one copy
+// (reconcile.Fence). It returns the handoffs to remember.
 func (a *Agent) mine(v view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time) ([]reconcile.Replica, map[string]time.Time) {
 	owned, next := reconcile.Owned(a.ownership(v, observed, handoffs, now))
-	return reconcile.Gate(a.rolloutInput(v, observed, owned)), next
+	gated := reconcile.Gate(a.rolloutInput(v, observed, owned))
+	return a.fence(v, observed, gated, now), next
 }

@@ -633,3 +633,33 @@ func removeShimSockets(dir string, nodes []os.DirEntry) {
 		}
 	}
 }
+
+// Partition splits the LAN in two: the given nodes move to a second bridge
+// in the LAN namespace and reach only each other (the others keep br0 and
+// its .254 address). Heal undoes it.
+func (c *Cluster) Partition(side []*Node) error {
+	if err := run("ip", "-n", c.LAN, "link", "show", "br1"); err != nil {
+		if err := run("ip", "-n", c.LAN, "link", "add", "br1", "type", "bridge"); err != nil {
+			return err
+		}
+		if err := run("ip", "-n", c.LAN, "link", "set", "br1", "up"); err != nil {
+			return err
+		}
+	}
+	for _, n := range side {
+		if err := run("ip", "-n", c.LAN, "link", "set", "v"+n.Name, "master", "br1"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal puts every node back on one LAN bridge.
+func (c *Cluster) Heal() error {
+	for _, n := range c.Nodes {
+		if err := run("ip", "-n", c.LAN, "link", "set", "v"+n.Name, "master", "br0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}

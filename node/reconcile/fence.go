@@ -1,0 +1,56 @@
+package reconcile
+
+import "sort"
+
+// Fencing is the input of Fence.
+type Fencing struct {
+	// Quorum says this node sees a strict majority of the cluster's known
+	// nodes alive (itself included).
+	Quorum bool
+	// Held lists, by WorkloadKey, the ordinals a copy on another node may
+	// still occupy: a live node reports one, or a node that is down
+	// reported one and went down less than the failover timeout ago.
+	Held map[string]map[int]bool
+	// Observed are the containers on this node.
+	Observed []Container
+}
+
+// Fence applies the at-most-one rule to this node's replicas (Owned and
+// Gate's result) and returns what it may run. Other replicas pass
+// unchanged. An AtMostOne replica
+//   - is dropped when the node has no quorum (Plan then removes its
+//     container: the minority side of a partition runs none);
+//   - stays if its ordinal already runs here;
+//   - otherwise starts only if no other node may still hold its ordinal.
+//
+// Why at most one: a replica starts only on a node with a majority, and
+// only once every other copy is gone from the status of live nodes or
+// its node has been down for the failover timeout. A node cut off loses
+// its majority and kills its copies; the failover timeout is chosen well
+// above the time that takes, so by the time the majority side starts a
+// replacement, the old copy is dead. Two majorities cannot exist at once.
+func Fence(mine []Replica, in Fencing) []Replica {
+	here := map[slotKey]bool{}
+	for _, c := range in.Observed {
+		here[slotKey{c.Namespace, c.Workload, c.Ordinal}] = true
+	}
+	var out []Replica
+	for _, r := range mine {
+		if !r.AtMostOne {
+			out = append(out, r)
+			continue
+		}
+		if !in.Quorum {
+			continue
+		}
+		if !here[slotKey{r.Namespace, r.Workload, r.Ordinal}] && in.Held[WorkloadKey(r.Namespace, r.Workload)][r.Ordinal] {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Majority reports whether seen of known nodes is a strict majority.
+func Majority(seen, known int) bool { return 2*seen > known }

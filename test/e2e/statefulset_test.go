@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+const statefulSet = `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 3
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe:
+          httpGet: {path: /healthz, port: http}
+          periodSeconds: 1
+`
+
+// runningCopies returns, for each StatefulSet replica ID, the nodes whose
+// cgroups hold a process of it: the truth, read from the kernel, not from
+// any agent.
+func runningCopies(nodes []*harness.Node, prefix string) map[string][]string {
+	out := map[string][]string{}
+	for _, n := range nodes {
+		for id := range n.TaskPIDs() {
+			if strings.HasPrefix(id, prefix) {
+				out[id] = append(out[id], n.Name)
+			}
+		}
+	}
+	return out
+}
+
+// duplicateWatch samples every node's cgroups every 100 ms and records
+// any StatefulSet replica running on two nodes at once.
+type duplicateWatch struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	dups       []string
+	samples    int
+}
+
+func watchDuplicates(nodes []*harness.Node, prefix string) *duplicateWatch {
+	w := &duplicateWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			copies := runningCopies(nodes, prefix)
+			w.mu.Lock()
+			w.samples++
+			for id, on := range copies {
+				if len(on) > 1 {
+					w.dups = append(w.dups, fmt.Sprintf("%s on %v at %s", id, on, time.Now().Format("15:04:05.000")))
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *duplicateWatch) finish() ([]string, int) {
+	close(w.stop)
+	<-w.done
+	return w.dups, w.samples
+}
+
+// TestStatefulSetAtMostOneUnderPartition partitions 5 nodes 2 | 3 with a
+// 3-replica StatefulSet running, sampling every node's cgroups every
+// 100 ms: no ordinal ever runs twice; the minority kills its copies; the
+// majority runs all 3 within the failover timeout after failure detection;
+// after the heal the cluster converges with no duplicate.
+func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
+	c := newCluster(t, 5)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, statefulSet)
+	const prefix = "default_db-"
+	placed := func() (map[string]string, error) {
+		copies := runningCopies(c.Nodes, prefix)
+		where := map[string]string{}
+		for i := 0; i < 3; i++ {
+			id := fmt.Sprintf("%s%d", prefix, i)
+			if len(copies[id]) != 1 {
+				return nil, fmt.Errorf("%s runs on %v", id, copies[id])
+			}
+			where[id] = copies[id][0]
+		}
+		if len(copies) != 3 {
+			return nil, fmt.Errorf("copies: %v", copies)
+		}
+		return where, nil
+	}
+	var where map[string]string
+	took, err := eventually(120*time.Second, func() (err error) { where, err = placed(); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("StatefulSet db: 3 replicas running once each in %v: %v", took.Round(time.Millisecond), where)
+	names := []string{}
+	all, err := replicas(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Workload == "db" {
+			names = append(names, r.Name)
+		}
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != "db-0 db-1 db-2" {
+		t.Fatalf("StatefulSet replica names %v, want db-0 db-1 db-2", names)
+	}
+
+	// The minority: the two nodes running the most db replicas.
+	count := map[string]int{}
+	for _, n := range where {
+		count[n]++
+	}
+	nodes := append([]*harness.Node(nil), c.Nodes...)
+	sort.SliceStable(nodes, func(i, j int) bool { return count[nodes[i].Name] > count[nodes[j].Name] })
+	minority, majority := nodes[:2], nodes[2:]
+	moved := count[minority[0].Name] + count[minority[1].Name]
+	t.Logf("partition: minority %s+%s (running %d db replicas) | majority %s %s %s",
+		minority[0].Name, minority[1].Name, moved, majority[0].Name, majority[1].Name, majority[2].Name)
+
+	w := watchDuplicates(c.Nodes, prefix)
+	cut := time.Now()
+	if err := c.Partition(minority); err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := eventually(60*time.Second, func() error {
+		if got := runningCopies(minority, prefix); len(got) != 0 {
+			return fmt.Errorf("minority still runs %v", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = eventually(90*time.Second, func() error {
+		got := runningCopies(majority, prefix)
+		if len(got) != 3 {
+			return fmt.Errorf("majority runs %v", got)
+		}
+		return nil
+	})
+	failover := time.Since(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("minority fenced (no db process left) %v after the cut; majority runs all 3 %v after the cut",
+		fenced.Round(time.Millisecond), failover.Round(time.Millisecond))
+	// Failure detection (~5-8 s) plus the 15 s failover timeout.
+	if failover > 40*time.Second {
+		t.Fatalf("majority took %v to run all 3, want under 40s (detection + --failover-timeout 15s)", failover)
+	}
+	if fenced >= 15*time.Second {
+		t.Fatalf("minority took %v to fence, not below the failover timeout", fenced)
+	}
+
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	took, err = eventually(120*time.Second, func() error {
+		if _, err := placed(); err != nil {
+			return err
+		}
+		out, err := n1.CLI("get", "nodes")
+		if err != nil {
+			return err
+		}
+		if strings.Count(out, " alive ") != 5 {
+			return fmt.Errorf("want 5 alive:\n%s", out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let rebalancing after the rejoin settle run too.
+	time.Sleep(20 * time.Second)
+	if _, err := placed(); err != nil {
+		t.Fatal("after heal and settle: ", err)
+	}
+	dups, samples := w.finish()
+	t.Logf("healed: converged %v after heal; %d samples of all nodes' cgroups every 100 ms, %d duplicates", took.Round(time.Millisecond), samples, len(dups))
+	if len(dups) > 0 {
+		t.Fatalf("an ordinal ran twice: %v", dups)
+	}
+}
