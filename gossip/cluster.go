@@ -411,6 +411,20 @@ func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
 	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port}, true
 }
 
+// Ping sends one direct UDP ping (memberlist's probe message) to the named
+// member and waits up to the probe timeout for the ack. It returns the
+// round trip, or an error when the member is unknown, dead or left, or did
+// not answer. Unlike the failure detector's probes (one member per probe
+// interval, slowed down by Lifeguard when this node is unhealthy), the
+// caller decides how often each member is asked.
+func (c *Cluster) Ping(name string) (time.Duration, error) {
+	n, ok := c.peer(name)
+	if !ok {
+		return 0, fmt.Errorf("ping %s: not a live member", name)
+	}
+	return c.ml.Ping(name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)})
+}
+
 // Members returns every member this node has seen, with its state, sorted by
 // name, this node included. Dead and left members stay listed; one that comes
 // back is alive again.

@@ -85,8 +85,12 @@ type Agent struct {
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time // since when
-	// quorum is the last quorum state logged.
-	quorum bool
+	// quorum is the last quorum state logged; lastAck is when each peer
+	// last answered a quorum ping (quorumLoop); pinged is closed after
+	// the first round of pings.
+	quorum     bool
+	lastAck    map[string]time.Time
+	pinged     chan struct{}
 	memberBack map[string]time.Time
 	wg         sync.WaitGroup // running actions
 }
@@ -173,7 +177,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.State{},
-		memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
+		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
@@ -304,7 +308,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(7)
+	wg.Add(8)
+	go func() { defer wg.Done(); a.quorumLoop(ctx) }()
 	go func() { defer wg.Done(); a.proberLoop(ctx) }()
 	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
 	go func() { defer wg.Done(); a.routeLoop(ctx) }()

@@ -82,6 +82,11 @@ type Config struct {
 	// itself (see node/fence.go: failure detection plus a SIGKILL, ~5 s
 	// with the LAN defaults).
 	FailoverTimeout time.Duration
+	// FenceTimeout is how long a node may go without hearing from a
+	// majority of the cluster's known nodes (direct pings, once a second)
+	// before it kills its StatefulSet replicas. FailoverTimeout must
+	// exceed it by at least 5 s.
+	FenceTimeout time.Duration
 	// Labels are this node's labels, matched by nodeSelector.
 	Labels map[string]string
 
@@ -118,6 +123,7 @@ func DefaultConfig() Config {
 		HandoffTimeout:     60 * time.Second,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
+		FenceTimeout:       3 * time.Second,
 	}
 }
 
@@ -165,8 +171,11 @@ func (c Config) validateRest() error {
 	if c.APIListen != "" && c.TokenFile == "" {
 		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}
-	if c.FailoverTimeout < 5*time.Second {
-		return fmt.Errorf("--failover-timeout %v: must be at least 5s, well above the time a cut-off node needs to fence itself", c.FailoverTimeout)
+	if c.FenceTimeout < time.Second {
+		return fmt.Errorf("--fence-timeout %v: must be at least 1s (peers are pinged once a second)", c.FenceTimeout)
+	}
+	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
+		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)
 	}
 	if c.ResyncInterval <= 0 {
 		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -43,11 +45,17 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 		// A member back from dead counts only after --rejoin-settle: a
 		// healed minority must not regain its majority before it has
 		// the majority's state (which replicas now run where).
-		if _, settling := a.memberBack[m.Name]; m.State == gossip.StateAlive && !settling {
+		_, settling := a.memberBack[m.Name]
+		if m.State == gossip.StateAlive && !settling && now.Sub(a.lastAck[m.Name]) < a.cfg.FenceTimeout {
 			seen++
 		}
 	}
 	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, len(known)), Held: map[string]map[int]bool{}, Observed: observed}
+	select {
+	case <-a.pinged:
+	default:
+		f.Unknown = true // first pings not answered yet (agent just started)
+	}
 	for name, s := range v.statuses {
 		if name == a.cfg.Name {
 			continue
@@ -82,12 +90,62 @@ func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.R
 	changed := f.Quorum != a.quorum
 	a.quorum = f.Quorum
 	a.mu.Unlock()
+	if f.Unknown {
+		return reconcile.Fence(mine, f)
+	}
 	if changed && f.Quorum {
 		a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
 	} else if changed {
 		a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
 	}
 	return reconcile.Fence(mine, f)
+}
+
+// quorumLoop pings every live member once a second and records the acks
+// (see fencing); it asks for a reconcile when a member's answers start or
+// stop counting.
+func (a *Agent) quorumLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	fresh := map[string]bool{}
+	for first := true; ; first = false {
+		var wg sync.WaitGroup
+		for _, m := range a.cluster.Members() {
+			if m.Name == a.cfg.Name || (m.State != gossip.StateAlive && m.State != gossip.StateSuspect) {
+				continue
+			}
+			wg.Add(1)
+			go func(name string) {
+				defer wg.Done()
+				if _, err := a.cluster.Ping(name); err == nil {
+					a.mu.Lock()
+					a.lastAck[name] = time.Now()
+					a.mu.Unlock()
+				}
+			}(m.Name)
+		}
+		wg.Wait()
+		if first {
+			close(a.pinged)
+		}
+		now := time.Now()
+		changed := false
+		a.mu.Lock()
+		for name, at := range a.lastAck {
+			if f := now.Sub(at) < a.cfg.FenceTimeout; f != fresh[name] {
+				fresh[name], changed = f, true
+			}
+		}
+		a.mu.Unlock()
+		if changed || first {
+			a.requestReconcile()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // hasQuorum is the quorum state of the last reconcile.
@@ -102,6 +160,11 @@ func (a *Agent) hasQuorum() bool {
 // start replacements after --failover-timeout, and the old copy must be
 // dead well before that.
 func (a *Agent) fenceKills(v view, acts []reconcile.Action) {
+	select {
+	case <-a.pinged:
+	default:
+		return
+	}
 	if a.hasQuorum() {
 		return
 	}

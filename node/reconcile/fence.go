@@ -7,6 +7,9 @@ type Fencing struct {
 	// Quorum says this node sees a strict majority of the cluster's known
 	// nodes alive (itself included).
 	Quorum bool
+	// Unknown says the quorum is not known yet (the node just started):
+	// replicas already running here stay, none starts.
+	Unknown bool
 	// Held lists, by WorkloadKey, the ordinals a copy on another node may
 	// still occupy: a live node reports one, or a node that is down
 	// reported one and went down less than the failover timeout ago.
@@ -19,7 +22,8 @@ type Fencing struct {
 // Gate's result) and returns what it may run. Other replicas pass
 // unchanged. An AtMostOne replica
 //   - is dropped when the node has no quorum (Plan then removes its
-//     container: the minority side of a partition runs none);
+//     container: the minority side of a partition runs none), and while
+//     the quorum is Unknown only kept if it already runs here;
 //   - stays if its ordinal already runs here;
 //   - otherwise starts only if no other node may still hold its ordinal.
 //
@@ -40,10 +44,11 @@ func Fence(mine []Replica, in Fencing) []Replica {
 			out = append(out, r)
 			continue
 		}
-		if !in.Quorum {
+		running := here[slotKey{r.Namespace, r.Workload, r.Ordinal}]
+		if in.Unknown && !running || !in.Unknown && !in.Quorum {
 			continue
 		}
-		if !here[slotKey{r.Namespace, r.Workload, r.Ordinal}] && in.Held[WorkloadKey(r.Namespace, r.Workload)][r.Ordinal] {
+		if !running && in.Held[WorkloadKey(r.Namespace, r.Workload)][r.Ordinal] {
 			continue
 		}
 		out = append(out, r)
