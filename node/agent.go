@@ -101,10 +101,11 @@ type Runtime interface {
 	// WatchExits calls onExit when a container's task exits, until ctx ends.
 	WatchExits(ctx context.Context, onExit func())
 	// Exec runs argv inside container id's running task and returns its
-	// exit status and the start of its output; it kills the command when
-	// ctx ends. runtime.ErrNotRunning (wrapped) when there is no running
-	// task.
-	Exec(ctx context.Context, id string, argv []string) (exitCode int, output string, err error)
+	// exit status and the start of its output; it kills the command after
+	// timeout (counted from its start; the error wraps
+	// context.DeadlineExceeded). runtime.ErrNotRunning (wrapped) when
+	// there is no running task.
+	Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error)
 	// LogPath is the log file of a container.
 	LogPath(id string) string
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)

@@ -90,7 +90,7 @@ func (f *fakeRuntime) ids() []string {
 func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {
 	return nil
 }
-func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string) (int, string, error) {
+func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.Duration) (int, string, error) {
 	f.mu.Lock()
 	c, ok := f.containers[id]
 	exec := f.exec

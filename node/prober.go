@@ -127,8 +127,8 @@ func (a *Agent) markUnhealthy(observed []reconcile.Container) {
 // execIn runs exec probes in container id through the runtime; a
 // container that is no longer running says nothing about its health.
 func (a *Agent) execIn(id string) probe.ExecFunc {
-	return func(ctx context.Context, argv []string) (int, string, error) {
-		code, out, err := a.rt.Exec(ctx, id, argv)
+	return func(ctx context.Context, argv []string, timeout time.Duration) (int, string, error) {
+		code, out, err := a.rt.Exec(ctx, id, argv, timeout)
 		if errors.Is(err, runtime.ErrNotRunning) {
 			err = fmt.Errorf("%w: %v", probe.ErrUnknown, err)
 		}

@@ -285,19 +285,30 @@ func shorten(s string) string {
 }
 
 // ExecFunc runs argv inside the probed container and returns its exit
-// status and (the start of) its output. It must stop the command when ctx
-// ends. An error wrapping ErrUnknown means the command could not say
-// anything about the container.
-type ExecFunc func(ctx context.Context, argv []string) (exitCode int, output string, err error)
+// status and (the start of) its output. timeout bounds the command from
+// its start (CRI's ExecSync semantics: the runtime's own calls are not
+// counted); when it passes the command is killed and the error wraps
+// context.DeadlineExceeded. An error wrapping ErrUnknown means the
+// command could not say anything about the container.
+type ExecFunc func(ctx context.Context, argv []string, timeout time.Duration) (exitCode int, output string, err error)
 
-// Check runs probe p once against the container at ip, bounded by the
-// probe's timeout, and returns nil on success. exec runs exec probes
-// (nil: exec probes fail). An HTTP GET must answer 200-399, a TCP connect
-// must succeed, a command must exit 0. When ctx itself ends the result
-// wraps ErrUnknown.
+// execOverhead bounds the runtime's calls around an exec probe's command
+// (kubelet gives CRI ExecSync the probe's timeout plus its runtime
+// request timeout).
+const execOverhead = 30 * time.Second
+
+// Check runs probe p once against the container at ip and returns nil on
+// success. exec runs exec probes (nil: exec probes fail). An HTTP GET
+// must answer 200-399 and a TCP connect must succeed within the probe's
+// timeout; a command must exit 0 within it. When ctx itself ends the
+// result wraps ErrUnknown.
 func Check(ctx context.Context, p Spec, ip string, exec ExecFunc) error {
 	timeout := p.timeout()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	bound := timeout
+	if len(p.Exec) > 0 {
+		bound += execOverhead
+	}
+	cctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := check(cctx, p, ip, exec)
 	switch {
@@ -305,7 +316,9 @@ func Check(ctx context.Context, p Spec, ip string, exec ExecFunc) error {
 		return nil
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %v", ErrUnknown, ctx.Err())
-	case cctx.Err() != nil && !errors.Is(err, ErrUnknown):
+	case errors.Is(err, ErrUnknown):
+		return err
+	case cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s timed out after %v", p.Handler(), timeout)
 	}
 	return err
@@ -316,7 +329,7 @@ func check(ctx context.Context, p Spec, ip string, exec ExecFunc) error {
 		if exec == nil {
 			return errors.New("exec probes are not supported here")
 		}
-		code, out, err := exec(ctx, p.Exec)
+		code, out, err := exec(ctx, p.Exec, p.timeout())
 		if err != nil {
 			return err
 		}

@@ -215,10 +215,12 @@ func TestCheckHandlers(t *testing.T) {
 	closed.Close()
 
 	exec := func(code int, out string, delay time.Duration, err error) ExecFunc {
-		return func(ctx context.Context, argv []string) (int, string, error) {
+		return func(ctx context.Context, argv []string, timeout time.Duration) (int, string, error) {
 			select {
 			case <-time.After(delay):
 				return code, out, err
+			case <-time.After(timeout):
+				return -1, "", fmt.Errorf("killed: %w", context.DeadlineExceeded)
 			case <-ctx.Done():
 				return -1, "", ctx.Err()
 			}

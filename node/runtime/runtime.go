@@ -511,49 +511,51 @@ const execOutputMax = 1024
 // Exec runs argv in container id's running task, as runc exec with the
 // container's own process settings (user, environment, working
 // directory, capabilities), the way CRI execs probes, and returns its exit
-// status and the first 1 KiB of its stdout and stderr. When ctx ends first
-// the process is killed (SIGKILL) and ctx's error is returned. The exec
-// process is deleted in every case. ErrNotRunning (wrapped) when the
-// container or its task is gone or not running; any other error means
-// the command could not be started (e.g. executable not found).
-func (r *Runtime) Exec(ctx context.Context, id string, argv []string) (exitCode int, output string, err error) {
-	cctx := r.ctx(ctx)
-	c, err := r.client.LoadContainer(cctx, id)
+// status and the first 1 KiB of its stdout and stderr. timeout bounds the
+// command from its start, as CRI's ExecSync does: past it the process is
+// killed (SIGKILL) and the error wraps context.DeadlineExceeded. ctx
+// bounds the containerd calls. The exec process is deleted in every case.
+// ErrNotRunning (wrapped) when the container or its task is gone or not
+// running; any other error means the command could not be started (e.g.
+// executable not found).
+func (r *Runtime) Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
 	} else if err != nil {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 	}
-	spec, err := c.Spec(cctx)
+	spec, err := c.Spec(ctx)
 	if err != nil {
 		return -1, "", fmt.Errorf("exec in %s: read spec: %w", id, err)
 	}
-	task, err := c.Task(cctx, nil)
+	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
 	} else if err != nil {
 		return -1, "", fmt.Errorf("exec in %s: load task: %w", id, err)
 	}
-	if st, err := task.Status(cctx); err != nil || st.Status != containerd.Running {
+	if st, err := task.Status(ctx); err != nil || st.Status != containerd.Running {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
 	}
 	pspec := *spec.Process
 	pspec.Args = argv
 	pspec.Terminal = false
-	// The shim writes the output straight to a file (no FIFOs for the
+	// The shim writes the output straight to a file: no FIFOs for the
 	// client to drain, so a command whose children keep its output open
-	// cannot hang the prober).
+	// cannot hang the prober.
 	execID := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), r.execSeq.Add(1))
 	outPath := filepath.Join(r.cfg.LogDir, "exec", id+"-"+execID+".out")
 	if err := os.MkdirAll(filepath.Dir(outPath), 0o700); err != nil {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 	}
 	defer os.Remove(outPath)
-	// Cleanup must happen even when ctx has ended (timeout).
+	// Clean-up must happen even when ctx has ended.
 	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(cctx), 10*time.Second)
+		return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	}
-	proc, err := task.Exec(cctx, execID, &pspec, cio.LogFile(outPath))
+	proc, err := task.Exec(ctx, execID, &pspec, cio.LogFile(outPath))
 	if err != nil {
 		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 	}
@@ -564,20 +566,23 @@ func (r *Runtime) Exec(ctx context.Context, id string, argv []string) (exitCode 
 			r.log.Warn("delete exec process", "container", id, "exec", execID, "err", derr)
 		}
 	}()
-	// Wait before Start so the exit cannot be missed; on its own context so
-	// a timeout does not lose the exit status of the killed process.
-	wctx, wcancel := cleanupCtx()
+	// Wait before Start so the exit cannot be missed; on a context of its
+	// own so that ctx ending does not lose the killed process's exit.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()
 	exited, err := proc.Wait(wctx)
 	if err != nil {
 		return -1, "", fmt.Errorf("exec in %s: wait: %w", id, err)
 	}
-	if err := proc.Start(cctx); err != nil {
+	if err := proc.Start(ctx); err != nil {
 		if errdefs.IsNotFound(err) {
 			return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
 		}
 		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var cause error
 	select {
 	case st := <-exited:
 		code, _, err := st.Result()
@@ -585,18 +590,21 @@ func (r *Runtime) Exec(ctx context.Context, id string, argv []string) (exitCode 
 			return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 		}
 		return int(code), readHead(outPath, execOutputMax), nil
+	case <-timer.C:
+		cause = fmt.Errorf("exec in %s: command ran longer than %v: %w", id, timeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		kctx, cancel := cleanupCtx()
-		defer cancel()
-		if err := proc.Kill(kctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("kill timed-out exec process", "container", id, "exec", execID, "err", err)
-		}
-		select {
-		case <-exited:
-		case <-kctx.Done():
-		}
-		return -1, readHead(outPath, execOutputMax), ctx.Err()
+		cause = fmt.Errorf("exec in %s: %w", id, ctx.Err())
 	}
+	kctx, cancel := cleanupCtx()
+	defer cancel()
+	if err := proc.Kill(kctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("kill timed-out exec process", "container", id, "exec", execID, "err", err)
+	}
+	select {
+	case <-exited:
+	case <-kctx.Done():
+	}
+	return -1, readHead(outPath, execOutputMax), cause
 }
 
 // readHead returns up to n bytes from the start of file path.
