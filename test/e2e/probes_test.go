@@ -475,7 +475,10 @@ spec:
 	slow := r[0]
 	// The readiness endpoint passes from the start: only the startup
 	// probe holds the replica back.
-	if _, err := harness.HTTPGet(n.NetNS, "http://"+slow.PodIP+":8080/healthz", time.Second); err != nil {
+	if _, err := eventually(5*time.Second, func() error {
+		_, err := harness.HTTPGet(n.NetNS, "http://"+slow.PodIP+":8080/healthz", time.Second)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
