@@ -78,9 +78,9 @@ type Agent struct {
 	mu       sync.Mutex
 	busy     map[string]reconcile.ActionType // container IDs an action is working on
 	failures map[string]failure              // container IDs whose last action failed
-	// Readiness probe states by probeKey, and the containers the last
-	// reconcile observed (the prober's input).
-	probes       map[string]probe.State
+	// Probe statuses of container runs by probeKey, and the containers
+	// the last reconcile observed (the prober's input).
+	probes       map[string]probe.Status
 	lastObserved []reconcile.Container
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
@@ -106,6 +106,12 @@ type Runtime interface {
 	CleanupSandboxes(ctx context.Context, observed []reconcile.Container, claim func(id string) (release func(), ok bool)) error
 	// WatchExits calls onExit when a container's task exits, until ctx ends.
 	WatchExits(ctx context.Context, onExit func())
+	// Exec runs argv inside container id's running task and returns its
+	// exit status and the start of its output; it kills the command after
+	// timeout (counted from its start; the error wraps
+	// context.DeadlineExceeded). runtime.ErrNotRunning (wrapped) when
+	// there is no running task.
+	Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error)
 	// LogPath is the log file of a container.
 	LogPath(id string) string
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)
@@ -176,7 +182,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	}
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.State{},
+		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	if cfg.TokenFile != "" {
@@ -411,6 +417,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		return 0
 	}
 	a.metrics.observe(observed)
+	a.markUnhealthy(observed)
 	a.mu.Lock()
 	a.lastObserved = observed
 	a.mu.Unlock()
@@ -435,7 +442,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	a.publishStatus(a.localReplicas(observed, mine, readinessSpecs(v.workloads)))
+	a.publishStatus(a.localReplicas(observed, mine, probeSpecs(v.workloads)))
 	a.kickServices()
 	requeue := res.Requeue
 	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {
@@ -448,7 +455,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 // waits the grace period first.
 func actionTimeout(act reconcile.Action) time.Duration {
 	switch act.Type {
-	case reconcile.Remove:
+	case reconcile.Remove, reconcile.Stop:
 		return act.Old.GracePeriod + time.Minute
 	case reconcile.Start:
 		return 2 * time.Minute
@@ -632,6 +639,8 @@ type metrics struct {
 	replicas         *prometheus.GaugeVec
 	restarts         prometheus.Counter
 	actionErrors     *prometheus.CounterVec
+	probeSeconds     *prometheus.HistogramVec
+	probeFailures    *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -646,8 +655,13 @@ func newMetrics() *metrics {
 			Name: "starling_replica_restarts_total", Help: "Containers restarted after they exited."}),
 		actionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_reconcile_action_errors_total", Help: "Reconcile actions that failed, by action."}, []string{"action"}),
+		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "starling_probe_duration_seconds", Help: "Time of one container probe, by probe kind and handler.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"probe", "handler"}),
+		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "starling_probe_failures_total", Help: "Container probes that failed, by probe kind and handler."}, []string{"probe", "handler"}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
 // fakeRuntime is an in-memory container runtime: actions take effect at once.
@@ -24,6 +25,8 @@ type fakeRuntime struct {
 	mu         sync.Mutex
 	containers map[string]reconcile.Container
 	created    int
+	// exec answers Exec (nil: every command exits 0).
+	exec func(id string, argv []string) (int, string, error)
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -53,8 +56,17 @@ func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
 		run(a.Replica)
 	case reconcile.Start:
 		c := f.containers[a.Old.ID]
-		c.State = reconcile.StateRunning
+		if c.State == reconcile.StateExited {
+			c.Restarts++
+		}
+		c.State, c.StartedAt, c.BackoffStep, c.StopReason = reconcile.StateRunning, time.Now(), a.BackoffStep, ""
 		f.containers[a.Old.ID] = c
+	case reconcile.Stop:
+		c, ok := f.containers[a.Old.ID]
+		if ok && c.State == reconcile.StateRunning && c.StartedAt.Equal(a.Old.StartedAt) {
+			c.State, c.ExitedAt, c.ExitCode, c.StopReason = reconcile.StateExited, time.Now(), 137, a.Reason
+			f.containers[a.Old.ID] = c
+		}
 	case reconcile.Remove:
 		delete(f.containers, a.Old.ID)
 	case reconcile.Replace:
@@ -78,6 +90,20 @@ func (f *fakeRuntime) ids() []string {
 func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {
 	return nil
 }
+func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.Duration) (int, string, error) {
+	f.mu.Lock()
+	c, ok := f.containers[id]
+	exec := f.exec
+	f.mu.Unlock()
+	if !ok || c.State != reconcile.StateRunning {
+		return -1, "", runtime.ErrNotRunning
+	}
+	if exec == nil {
+		return 0, "", nil
+	}
+	return exec(id, argv)
+}
+
 func (f *fakeRuntime) WatchExits(ctx context.Context, _ func())                  { <-ctx.Done() }
 func (f *fakeRuntime) LogPath(id string) string                                  { return os.DevNull }
 func (f *fakeRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { return nil, nil }

@@ -2,89 +2,163 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
-// readinessSpecs maps "namespace/workload" to the resolved readiness probe
-// of Deployments that have an httpGet or tcpSocket one. (exec probes are
-// not run yet: such replicas are ready when running.)
-func readinessSpecs(workloads []manifest.Object) map[string]probe.Spec {
-	out := map[string]probe.Spec{}
+// probeSpecs maps "namespace/workload" to the resolved probes of the
+// workloads (Deployments, StatefulSets) that have any.
+func probeSpecs(workloads []manifest.Object) map[string]probe.Probes {
+	out := map[string]probe.Probes{}
 	for _, o := range workloads {
+		if !o.IsWorkload() {
+			continue
+		}
 		c := o.PodTemplate().Spec.Containers[0]
-		rp := c.ReadinessProbe
-		if rp == nil {
-			continue
+		ps := probe.Probes{
+			Startup:   probeSpec(c, c.StartupProbe),
+			Liveness:  probeSpec(c, c.LivenessProbe),
+			Readiness: probeSpec(c, c.ReadinessProbe),
 		}
-		port := func(p corev1.Container, v int32, name string) int32 {
-			if name == "" {
-				return v
-			}
-			for _, cp := range p.Ports {
-				if cp.Name == name {
-					return cp.ContainerPort
-				}
-			}
-			return 0
-		}
-		s := probe.Spec{
-			InitialDelay:     time.Duration(rp.InitialDelaySeconds) * time.Second,
-			Period:           time.Duration(max(rp.PeriodSeconds, 1)) * time.Second,
-			Timeout:          time.Duration(max(rp.TimeoutSeconds, 1)) * time.Second,
-			SuccessThreshold: int(rp.SuccessThreshold),
-			FailureThreshold: int(rp.FailureThreshold),
-		}
-		switch {
-		case rp.HTTPGet != nil:
-			s.HTTP, s.HTTPPath = true, rp.HTTPGet.Path
-			s.Port = port(c, rp.HTTPGet.Port.IntVal, rp.HTTPGet.Port.StrVal)
-		case rp.TCPSocket != nil:
-			s.Port = port(c, rp.TCPSocket.Port.IntVal, rp.TCPSocket.Port.StrVal)
-		default:
-			continue
-		}
-		if s.Port > 0 {
-			out[o.Namespace+"/"+o.Name] = s
+		if ps != (probe.Probes{}) {
+			out[o.Namespace+"/"+o.Name] = ps
 		}
 	}
 	return out
 }
 
+// probeSpec resolves one probe of container c (nil when not set, or when
+// its handler cannot run: manifest validation rejects those).
+func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
+	if pr == nil {
+		return nil
+	}
+	port := func(p intstr.IntOrString) int32 {
+		if p.Type != intstr.String {
+			return p.IntVal
+		}
+		for _, cp := range c.Ports {
+			if cp.Name == p.StrVal {
+				return cp.ContainerPort
+			}
+		}
+		return 0
+	}
+	s := probe.Spec{
+		InitialDelay:     time.Duration(pr.InitialDelaySeconds) * time.Second,
+		Period:           time.Duration(max(pr.PeriodSeconds, 1)) * time.Second,
+		Timeout:          time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second,
+		SuccessThreshold: int(pr.SuccessThreshold),
+		FailureThreshold: int(pr.FailureThreshold),
+	}
+	switch {
+	case pr.Exec != nil:
+		if len(pr.Exec.Command) == 0 {
+			return nil
+		}
+		s.Exec = pr.Exec.Command
+		return &s
+	case pr.HTTPGet != nil:
+		h := pr.HTTPGet
+		s.HTTP, s.HTTPS, s.HTTPPath = true, h.Scheme == corev1.URISchemeHTTPS, h.Path
+		for _, hdr := range h.HTTPHeaders {
+			s.HTTPHeaders = append(s.HTTPHeaders, probe.Header{Name: hdr.Name, Value: hdr.Value})
+		}
+		s.Port = port(h.Port)
+	case pr.TCPSocket != nil:
+		s.Port = port(pr.TCPSocket.Port)
+	}
+	if s.Port <= 0 {
+		return nil
+	}
+	return &s
+}
+
 // probeKey identifies one run of a container: a restart starts afresh.
 func probeKey(c reconcile.Container) string { return c.ID + "@" + c.StartedAt.String() }
 
-// ready reports whether a running container counts as ready: without a
-// readiness probe, yes; with one, once the probe passed.
-func (a *Agent) ready(c reconcile.Container, specs map[string]probe.Spec) bool {
-	if _, ok := specs[c.Namespace+"/"+c.Workload]; !ok {
-		return true
-	}
+// probeStatus is the prober's status of container run key (the initial
+// status when it was never probed).
+func (a *Agent) probeStatus(key string, ps probe.Probes) probe.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.probes[probeKey(c)].Ready
+	if st, ok := a.probes[key]; ok {
+		return st
+	}
+	return ps.Initial()
 }
 
-// proberLoop runs the readiness probes of this node's running replicas
-// (from the node's namespace, to the pod IP) and asks for a reconcile,
-// which republishes the node's status, whenever a replica's readiness
-// changes; Services follow on every node.
+// ready reports whether a running container counts as ready, and if not
+// why: without probes, yes; otherwise once its startup probe (if any)
+// and its readiness probe (if any) passed, and while no probe failed it.
+func (a *Agent) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
+	ps, ok := specs[c.Namespace+"/"+c.Workload]
+	if !ok {
+		return true, ""
+	}
+	st := a.probeStatus(probeKey(c), ps)
+	return ps.Ready(st), ps.NotReadyReason(st)
+}
+
+// markUnhealthy sets Unhealthy on the running containers whose liveness
+// or startup probe failed this run, so Plan stops (and so restarts) them.
+func (a *Agent) markUnhealthy(observed []reconcile.Container) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, c := range observed {
+		if c.State != reconcile.StateRunning {
+			continue
+		}
+		if st, ok := a.probes[probeKey(c)]; ok && st.Failed != "" {
+			observed[i].Unhealthy = st.Failed
+		}
+	}
+}
+
+// execIn runs exec probes in container id through the runtime; a
+// container that is no longer running says nothing about its health.
+func (a *Agent) execIn(id string) probe.ExecFunc {
+	return func(ctx context.Context, argv []string, timeout time.Duration) (int, string, error) {
+		code, out, err := a.rt.Exec(ctx, id, argv, timeout)
+		if errors.Is(err, runtime.ErrNotRunning) {
+			err = fmt.Errorf("%w: %v", probe.ErrUnknown, err)
+		}
+		return code, out, err
+	}
+}
+
+// probeRun is one probe of one container run.
+type probeRun struct {
+	key  string
+	kind probe.Kind
+}
+
+// proberLoop runs the startup, liveness and readiness probes of this
+// node's running replicas: exec probes in the container through the
+// runtime, httpGet and tcpSocket ones from the node's namespace to the pod
+// IP. It asks for a reconcile, which republishes the node's status and
+// plans restarts, whenever a replica's readiness changes or a liveness or
+// startup probe failed it; Services follow on every node.
 func (a *Agent) proberLoop(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	inflight := map[string]bool{}
-	done := make(chan string, 64)
+	inflight := map[probeRun]bool{}
+	done := make(chan probeRun, 64)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case key := <-done:
-			delete(inflight, key)
+		case run := <-done:
+			delete(inflight, run)
 			continue
 		case <-tick.C:
 		}
@@ -92,49 +166,81 @@ func (a *Agent) proberLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		specs := readinessSpecs(v.workloads)
+		specs := probeSpecs(v.workloads)
 		a.mu.Lock()
 		observed := a.lastObserved
 		a.mu.Unlock()
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {
-			spec, ok := specs[c.Namespace+"/"+c.Workload]
+			ps, ok := specs[c.Namespace+"/"+c.Workload]
 			if !ok || c.State != reconcile.StateRunning || c.PodIP == "" {
 				continue
 			}
 			key := probeKey(c)
 			live[key] = true
-			a.mu.Lock()
-			st := a.probes[key]
-			a.mu.Unlock()
-			if inflight[key] || !probe.Due(st, spec, c.StartedAt, now) {
-				continue
+			for _, kind := range ps.Due(a.probeStatus(key, ps), c.StartedAt, now) {
+				run := probeRun{key, kind}
+				if inflight[run] {
+					continue
+				}
+				inflight[run] = true
+				go func() {
+					a.runProbe(ctx, c, ps, kind)
+					select {
+					case done <- run:
+					case <-ctx.Done():
+					}
+				}()
 			}
-			inflight[key] = true
-			go func(key, ip string, spec probe.Spec) {
-				err := probe.Check(ctx, spec, ip)
-				a.mu.Lock()
-				before := a.probes[key]
-				after := before.Observe(err == nil, spec, time.Now())
-				a.probes[key] = after
-				a.mu.Unlock()
-				if before.Ready != after.Ready {
-					a.log.Info("readiness changed", "container", key, "ready", after.Ready, "err", err)
-					a.requestReconcile()
-				}
-				select {
-				case done <- key:
-				case <-ctx.Done():
-				}
-			}(key, c.PodIP, spec)
+		}
+		busy := map[string]bool{}
+		for run := range inflight {
+			busy[run.key] = true
 		}
 		a.mu.Lock()
 		for key := range a.probes {
-			if !live[key] && !inflight[key] {
+			if !live[key] && !busy[key] {
 				delete(a.probes, key)
 			}
 		}
 		a.mu.Unlock()
+	}
+}
+
+// runProbe runs probe kind of container run c once and records the result.
+func (a *Agent) runProbe(ctx context.Context, c reconcile.Container, ps probe.Probes, kind probe.Kind) {
+	spec := ps.Spec(kind)
+	start := time.Now()
+	err := probe.Check(ctx, *spec, c.PodIP, a.execIn(c.ID))
+	took := time.Since(start)
+	unknown := errors.Is(err, probe.ErrUnknown)
+	if !unknown {
+		a.metrics.probeSeconds.WithLabelValues(string(kind), spec.Handler()).Observe(took.Seconds())
+		if err != nil {
+			a.metrics.probeFailures.WithLabelValues(string(kind), spec.Handler()).Inc()
+		}
+	}
+	key := probeKey(c)
+	a.mu.Lock()
+	before, ok := a.probes[key]
+	if !ok {
+		before = ps.Initial()
+	}
+	after := ps.Observe(before, kind, err, time.Now())
+	a.probes[key] = after
+	a.mu.Unlock()
+	switch {
+	case after.Failed != "" && before.Failed == "":
+		a.log.Warn("probe failed; restarting container", "replica", c.Name, "probe", kind, "reason", after.Failed, "failures", ps.Spec(kind).FailureThreshold)
+		a.requestReconcile()
+	case ps.Ready(before) != ps.Ready(after):
+		a.log.Info("readiness changed", "replica", c.Name, "ready", ps.Ready(after), "probe", kind, "err", err)
+		a.requestReconcile()
+	case before.Started != after.Started:
+		a.log.Info("startup probe succeeded", "replica", c.Name, "after", time.Since(c.StartedAt).Round(time.Millisecond))
+		a.requestReconcile()
+	case err != nil && !unknown:
+		a.log.Debug("probe failed", "replica", c.Name, "probe", kind, "err", err, "took", took)
 	}
 }

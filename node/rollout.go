@@ -53,7 +53,7 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // cluster view knows (this node's from its own observation, live peers'
 // from their status records).
 func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
-	specs := readinessSpecs(v.workloads)
+	specs := probeSpecs(v.workloads)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = a.localReady(c, specs)
@@ -91,14 +91,15 @@ func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reco
 
 // localReady says whether one of this node's containers is running, ready
 // and not being stopped.
-func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Spec) bool {
+func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes) bool {
 	if c.State != reconcile.StateRunning {
 		return false
 	}
-	if t, busy := a.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace) {
+	if t, busy := a.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace || t == reconcile.Stop) {
 		return false
 	}
-	return a.ready(c, specs)
+	ready, _ := a.ready(c, specs)
+	return ready
 }
 
 // mine is what this node must run now: what placement and handoffs give

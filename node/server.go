@@ -352,7 +352,7 @@ func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 // localReplicas is the status of the replicas on this node: every
 // container (Terminating when this node no longer runs it) and every
 // replica it owns that has no container yet (Pending or ContainerCreating).
-func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, readiness map[string]probe.Spec) []api.Replica {
+func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, probes map[string]probe.Probes) []api.Replica {
 	now := time.Now()
 	want := map[string]bool{}
 	for _, d := range mine {
@@ -374,11 +374,22 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
 			item.Phase = "Terminating"
 		case c.State == reconcile.StateRunning:
-			item.Phase, item.Ready = "Running", a.ready(c, readiness)
+			var why string
+			item.Phase = "Running"
+			item.Ready, why = a.ready(c, probes)
+			if item.Reason == "" {
+				item.Reason = why
+			}
 		case c.State == reconcile.StateExited && now.Sub(c.ExitedAt) < reconcile.Backoff(c.BackoffStep):
 			item.Phase = "CrashLoopBackOff"
+			if item.Reason == "" {
+				item.Reason = c.StopReason
+			}
 		case c.State == reconcile.StateExited:
 			item.Phase = "Exited"
+			if item.Reason == "" {
+				item.Reason = c.StopReason
+			}
 		case c.State == reconcile.StateCreated:
 			item.Phase = "ContainerCreating"
 		default:
@@ -446,7 +457,7 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 		return nil, err
 	}
 	mine, _ := a.mine(v, observed, nil, time.Now())
-	items := a.localReplicas(observed, mine, readinessSpecs(v.workloads))
+	items := a.localReplicas(observed, mine, probeSpecs(v.workloads))
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -251,6 +253,9 @@ func decodeDocument(js []byte, report ObjectError, allowList bool) []item {
 func decodeTyped(js []byte, v any, report ObjectError, build func() Object) []item {
 	strictErrs, err := sigsjson.UnmarshalStrict(js, v)
 	if err != nil {
+		if fe := typeMismatch(js, v); fe != nil {
+			err = fe
+		}
 		report.Decoding = append(report.Decoding, err)
 		return []item{{report: report}}
 	}
@@ -259,6 +264,115 @@ func decodeTyped(js []byte, v any, report ObjectError, build func() Object) []it
 	report.Kind, report.Name = obj.Kind, obj.Name
 	report.Errs = Validate(obj)
 	return []item{{obj: obj, ok: true, report: report}}
+}
+
+// typeMismatch explains a value of the wrong JSON type as a field error
+// with its full path, as Kubernetes' schema validation does
+// ("spec.template.spec.containers[0].readinessProbe.exec.command: Invalid
+// value: "cat /tmp/ready": must be a list"), instead of the decoder's
+// Go-typed message. It returns nil when js has no such mismatch or the
+// value cannot be located.
+func typeMismatch(js []byte, v any) *field.Error {
+	// sigs.k8s.io/json keeps its error type internal: decode again with
+	// encoding/json (only on this error path) for a typed error.
+	var ute *json.UnmarshalTypeError
+	fresh := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+	if err := json.Unmarshal(js, fresh); !errors.As(err, &ute) || ute.Field == "" {
+		return nil
+	}
+	// Field is a dotted path of JSON names with the Go names of embedded
+	// structs (ProbeHandler) in between; JSON names start in lower case.
+	var names []string
+	for _, n := range strings.Split(ute.Field, ".") {
+		if n != "" && !unicode.IsUpper(rune(n[0])) {
+			names = append(names, n)
+		}
+	}
+	var doc any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil
+	}
+	kind, _, _ := strings.Cut(ute.Value, " ") // "number -5"
+	path, value, ok := findMismatch(doc, names, nil, kind)
+	if !ok {
+		return nil
+	}
+	switch value.(type) {
+	case map[string]any:
+		value = "an object"
+	case []any:
+		value = "a list"
+	}
+	return field.Invalid(path, value, "must be "+describeType(ute.Type))
+}
+
+// findMismatch finds, under v at path, the first value at the dotted
+// names (through any list) whose JSON kind is kind.
+func findMismatch(v any, names []string, path *field.Path, kind string) (*field.Path, any, bool) {
+	if len(names) == 0 && valueKind(v) == kind {
+		return path, v, true
+	}
+	switch x := v.(type) {
+	case []any:
+		for i, e := range x {
+			if p, found, ok := findMismatch(e, names, path.Index(i), kind); ok {
+				return p, found, true
+			}
+		}
+	case map[string]any:
+		if len(names) == 0 {
+			return nil, nil, false
+		}
+		child, ok := x[names[0]]
+		if !ok {
+			return nil, nil, false
+		}
+		p := field.NewPath(names[0])
+		if path != nil {
+			p = path.Child(names[0])
+		}
+		return findMismatch(child, names[1:], p, kind)
+	}
+	return nil, nil, false
+}
+
+// valueKind names a decoded JSON value as encoding/json's type errors do.
+func valueKind(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "bool"
+	}
+	return "null"
+}
+
+// describeType says what a Go type accepts, in manifest words.
+func describeType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return describeType(t.Elem())
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	}
+	return "of type " + t.String()
 }
 
 // jsonKind names the type of a JSON value for error messages.

@@ -35,6 +35,8 @@ func fuzzSeeds() []string {
 		r(d, "            memory: 128Mi", "            memory: 1e3000\n            nvidia.com/gpu: 1"),
 		r(goodService, "spec:", "spec:\n  type: NodePort\n  clusterIP: None\n  externalTrafficPolicy: Local"),
 		r(goodService, "  - port: 80", "  - port: 80\n    nodePort: 8080\n    targetPort: http-alt"),
+		r(d, "          httpGet:\n            port: http\n", "          exec: {command: cat /tmp/ready}\n"),
+		r(d, "          httpGet:\n            port: http\n", "          exec: {command: [sleep, 5, {a: 1}]}\n"),
 		"a: &a [*a, *a]\n",
 		"- - - - - -\n",
 	}

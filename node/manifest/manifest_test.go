@@ -454,7 +454,7 @@ spec:
 		{
 			name:  "wrong type",
 			input: edit(t, d, "spec:\n  selector", "spec:\n  replicas: three\n  selector"),
-			want:  []string{`x.yaml: document 1 (line 1): json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32`},
+			want:  []string{`x.yaml: document 1 (line 1): spec.replicas: Invalid value: "three": must be an integer`},
 		},
 		{
 			name:  "selector does not match template labels",
@@ -528,6 +528,30 @@ spec:
 			name:  "probe without handler",
 			input: edit(t, d, "          httpGet:\n            port: http\n", "          periodSeconds: 5\n"),
 			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.readinessProbe: Required value: must specify a handler type`},
+		},
+		{
+			name:  "exec probe without a command",
+			input: edit(t, d, "          httpGet:\n            port: http\n", "          exec: {command: []}\n"),
+			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.readinessProbe.exec.command: Required value`},
+		},
+		{
+			name:  "exec probe with a shell string instead of a list",
+			input: edit(t, d, "          httpGet:\n            port: http\n", "          exec: {command: cat /tmp/ready}\n"),
+			want:  []string{`x.yaml: document 1 (line 1): ` + ctr + `.readinessProbe.exec.command: Invalid value: "cat /tmp/ready": must be a list`},
+		},
+		{
+			name:  "exec probe command with a number in it",
+			input: edit(t, d, "          httpGet:\n            port: http\n", "          exec: {command: [sleep, 5]}\n"),
+			want:  []string{`x.yaml: document 1 (line 1): ` + ctr + `.readinessProbe.exec.command[1]: Invalid value: 5: must be a string`},
+		},
+		{
+			name: "exec and httpGet in one probe, liveness needing two successes",
+			input: edit(t, d, "          httpGet:\n            port: http\n",
+				"          httpGet:\n            port: http\n          exec: {command: [check]}\n        livenessProbe:\n          exec: {command: [check]}\n          successThreshold: 2\n"),
+			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.readinessProbe.httpGet: Forbidden: may not specify more than 1 handler type`,
+				`x.yaml: Deployment "hello": ` + ctr + `.livenessProbe.successThreshold: Invalid value: 2: must be 1`,
+			},
 		},
 		{
 			name:  "restartPolicy other than Always",

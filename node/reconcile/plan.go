@@ -47,6 +47,13 @@ const (
 	// Replace removes Old and then creates Replica: the spec changed, or
 	// the old container's sandbox was never finished.
 	Replace ActionType = "replace"
+	// Stop ends Old's running task (SIGTERM, SIGKILL after the grace
+	// period) and keeps the container and its sandbox, so Plan restarts it
+	// like a crashed one, through the crash backoff (kubelet's restart of
+	// a container that failed its liveness or startup probe). Reason is
+	// recorded with the container. The runtime does nothing when Old has
+	// restarted since it was observed (another StartedAt).
+	Stop ActionType = "stop"
 )
 
 // Action is one step for the runtime.
@@ -68,7 +75,7 @@ func (a Action) IDs() []string {
 	switch a.Type {
 	case Create:
 		return []string{a.Replica.ID}
-	case Remove, Start:
+	case Remove, Start, Stop:
 		return []string{a.Old.ID}
 	default:
 		if a.Old.ID == a.Replica.ID {
@@ -103,7 +110,10 @@ type Result struct {
 //   - an exited container is restarted once Backoff(BackoffStep) has
 //     passed since it exited (the step resets after BackoffReset of
 //     running); Requeue tells when the next restart is due;
-//   - a running container, or one in an unknown state, is left alone.
+//   - a running container marked Unhealthy (its liveness or startup probe
+//     failed) is stopped, and so restarted by the rule above;
+//   - any other running container, or one in an unknown state, is left
+//     alone.
 //
 // Actions come sorted by container ID so callers and tests see a stable
 // order.
@@ -170,6 +180,10 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 				continue
 			}
 			res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, BackoffStep: step + 1, Reason: "container exited"})
+		case StateRunning:
+			if c.Unhealthy != "" {
+				res.Actions = append(res.Actions, Action{Type: Stop, Replica: r, Old: c, Reason: c.Unhealthy})
+			}
 		}
 	}
 	for _, olds := range unwanted {

@@ -81,6 +81,18 @@ func TestPlan(t *testing.T) {
 		{name: "scale down removes only surplus ordinals", desired: []Replica{a0},
 			observed: []Container{running(a0), running(a1), running(a2)},
 			want:     "remove:default_hello-aaaaaaaa-1 remove:default_hello-aaaaaaaa-2"},
+		{name: "failed liveness or startup probe stops the container", desired: []Replica{a0, a1},
+			observed: []Container{with(running(a0), func(c *Container) { c.Unhealthy = "liveness probe failed: HTTP 500" }), running(a1)},
+			want:     "stop:default_hello-aaaaaaaa-0"},
+		{name: "probe-stopped container restarts through the crash backoff", desired: []Replica{a0},
+			observed: []Container{with(running(a0), func(c *Container) {
+				c.State, c.ExitedAt, c.StartedAt, c.BackoffStep = StateExited, t0.Add(-4*time.Second), t0.Add(-30*time.Second), 1
+				c.StopReason = "liveness probe failed: HTTP 500"
+			})},
+			requeue: 6 * time.Second},
+		{name: "unhealthy container that is not desired is removed, not stopped", desired: []Replica{a0},
+			observed: []Container{running(a0), with(running(a1), func(c *Container) { c.Unhealthy = "startup probe failed" })},
+			want:     "remove:default_hello-aaaaaaaa-1"},
 		{name: "unknown state is left alone", desired: []Replica{a0},
 			observed: []Container{with(running(a0), func(c *Container) { c.State = StateUnknown })}},
 		{name: "delete everything", observed: []Container{running(a0), running(a1)},
@@ -96,6 +108,15 @@ func TestPlan(t *testing.T) {
 				t.Errorf("requeue = %v, want %v", res.Requeue, tc.requeue)
 			}
 		})
+	}
+}
+
+func TestPlanStopCarriesTheProbeReason(t *testing.T) {
+	r := rep("hello", "aaaaaaaa", 0)
+	c := with(running(r), func(c *Container) { c.Unhealthy = "startup probe failed: command exited with code 1" })
+	res := Plan([]Replica{r}, []Container{c}, t0)
+	if len(res.Actions) != 1 || res.Actions[0].Reason != c.Unhealthy || res.Actions[0].Old.StartedAt != c.StartedAt {
+		t.Fatalf("actions %+v", res.Actions)
 	}
 }
 
@@ -122,7 +143,9 @@ func TestPlanConverges(t *testing.T) {
 		var observed []Container
 		for i := 0; i < rng.Intn(6); i++ {
 			c := running(rep("w", fmt.Sprintf("%08x", rng.Intn(3)), i))
-			switch rng.Intn(4) {
+			switch rng.Intn(5) {
+			case 3:
+				c.Unhealthy = "liveness probe failed"
 			case 0:
 				c.State, c.ExitedAt = StateExited, t0.Add(-time.Hour)
 			case 1:
@@ -153,6 +176,10 @@ func TestPlanConverges(t *testing.T) {
 				world[a.Replica.ID] = running(a.Replica)
 			case Create, Start:
 				world[a.Replica.ID] = running(a.Replica)
+			case Stop:
+				// Stopped, then restarted at once (first restart): a
+				// fresh run that no probe has failed yet.
+				world[a.Old.ID] = running(a.Replica)
 			}
 		}
 		var after []Container

@@ -76,8 +76,9 @@ const (
 )
 
 // Container is one managed container as observed in the runtime. Every
-// field is rebuilt from containerd (labels and task status), never from the
-// agent's memory, so a restarted agent sees exactly what is there.
+// field but Unhealthy is rebuilt from containerd (labels and task status),
+// never from the agent's memory, so a restarted agent sees exactly what is
+// there.
 type Container struct {
 	ID        string
 	Name      string
@@ -98,4 +99,13 @@ type Container struct {
 	ExitedAt    time.Time // last task exit (StateExited only)
 	ExitCode    uint32
 	GracePeriod time.Duration
+	// StopReason says why the agent stopped the last run ("liveness probe
+	// failed: HTTP 500"); empty when it ended by itself or still runs.
+	StopReason string
+
+	// Unhealthy is the one field not read from containerd: the agent's
+	// prober sets it on a running container whose liveness or startup
+	// probe failed, to the reason. Plan stops such a container, which is
+	// then restarted like a crashed one.
+	Unhealthy string
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,11 @@ const (
 	LabelStartedAt   = "starling.io/started-at"
 	LabelGrace       = "starling.io/grace-seconds"
 	LabelNode        = "starling.io/node"
+	// LabelStopReason says why the agent stopped the run that started at
+	// LabelStoppedRun (a LabelStartedAt value): a failed liveness or
+	// startup probe.
+	LabelStopReason = "starling.io/stop-reason"
+	LabelStoppedRun = "starling.io/stopped-run"
 )
 
 // Network is the pod network as the runtime needs it (net/podnet).
@@ -101,6 +107,8 @@ type Runtime struct {
 	client *containerd.Client
 	net    Network
 	log    *slog.Logger
+	// execSeq makes exec process IDs unique.
+	execSeq atomic.Uint64
 }
 
 // New connects to containerd at cfg.Address and checks that it answers.
@@ -207,6 +215,9 @@ func fromLabels(id string, l map[string]string) reconcile.Container {
 	if g, err := strconv.Atoi(l[LabelGrace]); err == nil {
 		c.GracePeriod = time.Duration(g) * time.Second
 	}
+	if run := l[LabelStoppedRun]; run != "" && run == l[LabelStartedAt] {
+		c.StopReason = l[LabelStopReason]
+	}
 	return c
 }
 
@@ -219,6 +230,8 @@ func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
 		return r.start(ctx, a.Old.ID, a.Old.Restarts+boolInt(a.Old.State == reconcile.StateExited), a.BackoffStep)
 	case reconcile.Remove:
 		return r.remove(ctx, a.Old.ID, a.Old.GracePeriod)
+	case reconcile.Stop:
+		return r.stop(ctx, a.Old, a.Reason)
 	case reconcile.Replace:
 		if err := r.remove(ctx, a.Old.ID, a.Old.GracePeriod); err != nil {
 			return err
@@ -450,6 +463,159 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		r.log.Warn("remove log file", "container", id, "err", err)
 	}
 	return nil
+}
+
+// stop ends the run of old that was observed (same start time): it
+// records reason in the container's labels, then stops the task (SIGTERM,
+// SIGKILL after the grace period) and leaves the container, its stopped
+// task and its sandbox for a restart. A container that restarted since
+// (or has no task) is left alone.
+func (r *Runtime) stop(ctx context.Context, old reconcile.Container, reason string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, old.ID)
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", old.ID, err)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", old.ID, err)
+	}
+	run := labels[LabelStartedAt]
+	if started, _ := time.Parse(time.RFC3339Nano, run); !started.Equal(old.StartedAt) {
+		r.log.Info("not stopping a container that restarted since it was observed", "container", old.ID, "reason", reason)
+		return nil
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("stop %s: load task: %w", old.ID, err)
+	}
+	if _, err := c.SetLabels(ctx, map[string]string{LabelStopReason: reason, LabelStoppedRun: run}); err != nil {
+		// Only the reason shown to users is lost.
+		r.log.Warn("record stop reason in labels", "container", old.ID, "err", err)
+	}
+	if err := stopTask(ctx, task, old.GracePeriod); err != nil {
+		return fmt.Errorf("stop %s: %w", old.ID, err)
+	}
+	return nil
+}
+
+// ErrNotRunning: the container has no running task to exec in.
+var ErrNotRunning = errors.New("container is not running")
+
+// execOutputMax bounds the output Exec returns (kubelet keeps 10 KiB;
+// ours goes into a one-line reason).
+const execOutputMax = 1024
+
+// Exec runs argv in container id's running task, as runc exec with the
+// container's own process settings (user, environment, working
+// directory, capabilities), the way CRI execs probes, and returns its exit
+// status and the first 1 KiB of its stdout and stderr. timeout bounds the
+// command from its start, as CRI's ExecSync does: past it the process is
+// killed (SIGKILL) and the error wraps context.DeadlineExceeded. ctx
+// bounds the containerd calls. The exec process is deleted in every case.
+// ErrNotRunning (wrapped) when the container or its task is gone or not
+// running; any other error means the command could not be started (e.g.
+// executable not found).
+func (r *Runtime) Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
+	} else if err != nil {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return -1, "", fmt.Errorf("exec in %s: read spec: %w", id, err)
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
+	} else if err != nil {
+		return -1, "", fmt.Errorf("exec in %s: load task: %w", id, err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != containerd.Running {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
+	}
+	pspec := *spec.Process
+	pspec.Args = argv
+	pspec.Terminal = false
+	// The shim writes the output straight to a file: no FIFOs for the
+	// client to drain, so a command whose children keep its output open
+	// cannot hang the prober.
+	execID := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), r.execSeq.Add(1))
+	outPath := filepath.Join(r.cfg.LogDir, "exec", id+"-"+execID+".out")
+	if err := os.MkdirAll(filepath.Dir(outPath), 0o700); err != nil {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
+	}
+	defer os.Remove(outPath)
+	// Clean-up must happen even when ctx has ended.
+	cleanupCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	}
+	proc, err := task.Exec(ctx, execID, &pspec, cio.LogFile(outPath))
+	if err != nil {
+		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
+	}
+	defer func() {
+		dctx, cancel := cleanupCtx()
+		defer cancel()
+		if _, derr := proc.Delete(dctx, containerd.WithProcessKill); derr != nil && !errdefs.IsNotFound(derr) {
+			r.log.Warn("delete exec process", "container", id, "exec", execID, "err", derr)
+		}
+	}()
+	// Wait before Start so the exit cannot be missed; on a context of its
+	// own so that ctx ending does not lose the killed process's exit.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	exited, err := proc.Wait(wctx)
+	if err != nil {
+		return -1, "", fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	if err := proc.Start(ctx); err != nil {
+		if errdefs.IsNotFound(err) {
+			return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
+		}
+		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var cause error
+	select {
+	case st := <-exited:
+		code, _, err := st.Result()
+		if err != nil {
+			return -1, "", fmt.Errorf("exec in %s: %w", id, err)
+		}
+		return int(code), readHead(outPath, execOutputMax), nil
+	case <-timer.C:
+		cause = fmt.Errorf("exec in %s: command ran longer than %v: %w", id, timeout, context.DeadlineExceeded)
+	case <-ctx.Done():
+		cause = fmt.Errorf("exec in %s: %w", id, ctx.Err())
+	}
+	kctx, cancel := cleanupCtx()
+	defer cancel()
+	if err := proc.Kill(kctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("kill timed-out exec process", "container", id, "exec", execID, "err", err)
+	}
+	select {
+	case <-exited:
+	case <-kctx.Done():
+	}
+	return -1, readHead(outPath, execOutputMax), cause
+}
+
+// readHead returns up to n bytes from the start of file path.
+func readHead(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return string(b)
 }
 
 // deleteContainer stops c's task (SIGTERM, then SIGKILL after grace) and

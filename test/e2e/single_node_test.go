@@ -25,6 +25,7 @@ type replica struct {
 	PodIP     string `json:"podIP"`
 	SpecHash  string `json:"specHash"`
 	Restarts  int    `json:"restarts"`
+	Reason    string `json:"reason"`
 }
 
 func replicas(n *harness.Node) ([]replica, error) {

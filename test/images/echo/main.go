@@ -5,19 +5,67 @@
 //
 // Paths: "/" echoes; "/healthz" answers 200 unless the file /tmp/unready
 // exists (then 503); "/unready" and "/ready" create and remove that file,
-// so tests can flip readiness.
+// so tests can flip readiness. "/livez" answers 200 until "/sick" (then
+// 503 until "/well"); that state is in memory, so a restarted container
+// is healthy again. "/set?file=NAME" and "/clear?file=NAME" create and
+// remove /tmp/NAME, for exec probes to look at.
 // Environment: PORT (default 8080), MESSAGE (printed as "message=").
+//
+// The image has no shell, so exec probes run this binary:
+//
+//	/echo check [-exists FILE] [-absent FILE] [-sleep DURATION]
+//
+// exits 0 when FILE exists (-exists) and FILE2 does not (-absent), after
+// sleeping DURATION; otherwise it says why and exits 1.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
+
+// check is the exec-probe mode: see the package comment.
+func check(args []string) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	exists := fs.String("exists", "", "fail unless this file exists")
+	absent := fs.String("absent", "", "fail if this file exists")
+	sleep := fs.Duration("sleep", 0, "sleep this long first")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	time.Sleep(*sleep)
+	if *exists != "" {
+		if _, err := os.Stat(*exists); err != nil {
+			fmt.Printf("%s does not exist\n", *exists)
+			return 1
+		}
+	}
+	if *absent != "" {
+		if _, err := os.Stat(*absent); err == nil {
+			fmt.Printf("%s exists\n", *absent)
+			return 1
+		}
+	}
+	return 0
+}
+
+// tmpFile maps a "file" query parameter to a file under /tmp.
+func tmpFile(r *http.Request) (string, bool) {
+	name := r.URL.Query().Get("file")
+	if name == "" || name != filepath.Base(name) || name == ".." {
+		return "", false
+	}
+	return filepath.Join("/tmp", name), true
+}
 
 func podIP() string {
 	addrs, err := net.InterfaceAddrs()
@@ -33,6 +81,9 @@ func podIP() string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(check(os.Args[2:]))
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
@@ -54,6 +105,40 @@ func main() {
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
 		os.Remove("/tmp/unready")
 		fmt.Fprintln(w, "ready")
+	})
+	var sick atomic.Bool
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
+		if sick.Load() {
+			http.Error(w, "sick", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/sick", func(w http.ResponseWriter, r *http.Request) {
+		sick.Store(true)
+		fmt.Fprintln(w, "sick")
+	})
+	mux.HandleFunc("/well", func(w http.ResponseWriter, r *http.Request) {
+		sick.Store(false)
+		fmt.Fprintln(w, "well")
+	})
+	mux.HandleFunc("/set", func(w http.ResponseWriter, r *http.Request) {
+		f, ok := tmpFile(r)
+		if !ok {
+			http.Error(w, "want ?file=NAME", http.StatusBadRequest)
+			return
+		}
+		os.WriteFile(f, nil, 0o644)
+		fmt.Fprintln(w, "set", f)
+	})
+	mux.HandleFunc("/clear", func(w http.ResponseWriter, r *http.Request) {
+		f, ok := tmpFile(r)
+		if !ok {
+			http.Error(w, "want ?file=NAME", http.StatusBadRequest)
+			return
+		}
+		os.Remove(f)
+		fmt.Fprintln(w, "cleared", f)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hostname=%s\npodIP=%s\nremote=%s\nmessage=%s\n", host, podIP(), r.RemoteAddr, os.Getenv("MESSAGE"))
