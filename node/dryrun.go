@@ -71,8 +71,10 @@ func (a *Agent) dryRunLoop(ctx context.Context) {
 	}
 	a.withdrawOwnRecord()
 	// Let the records the join brought arrive, so the first print is not
-	// of a half-known cluster.
+	// of a half-known cluster (and a record of this name that came with
+	// them is withdrawn too).
 	a.waitForState(ctx)
+	a.withdrawOwnRecord()
 	var claim ipam.Claim
 	var last [3]string
 	tick := time.NewTicker(time.Second)
