@@ -23,7 +23,23 @@ func newAgentCmd() *cobra.Command {
 		Long: `Run the node agent: it stores desired state, runs this node's replicas in
 containerd and serves the API on <data-dir>/starling.sock (and on TCP with
 --api-listen and --token-file). SIGTERM or SIGINT stops the agent; the
-containers keep running and a restarted agent adopts them.`,
+containers keep running and a restarted agent adopts them.
+
+Before it changes anything the agent checks the host (root, containerd,
+runc, the CNI plugins, iptables, kernel modules bridge, veth,
+br_netfilter, nf_conntrack, nf_nat, writable sysctls) and, if anything is
+missing, refuses to start with one line per problem naming the Debian
+package to install, the module to load or the flag to change.
+
+With --dry-run the agent joins the cluster (gossip, desired state, the API
+socket) but claims no pod subnet, starts no container and touches no
+bridge, route, iptables rule or sysctl; peers place no replicas on it. It
+prints to stdout, each time one of them changes: the pod subnet it would
+claim, the routes to peers' pod subnets it would install ("ip route
+replace ... proto 87" lines) and the iptables-restore text of the Service
+rules it would apply, from its live view of the cluster; and what a real
+start would find missing on this host. Use it to check a new host before
+its first real start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -74,6 +90,7 @@ containers keep running and a restarted agent adopts them.`,
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", 0, "failure detection: time between probes (default 1s, memberlist LAN)")
 	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 0, "failure detection: wait for a probe ack before indirect probes (default 500ms)")
 	f.IntVar(&cfg.SuspicionMult, "suspicion-mult", 0, "failure detection: a node is dead after about this many probe intervals, times log10(N) (default 4)")
+	f.BoolVar(&cfg.DryRun, "dry-run", false, "join the cluster but change nothing on this host: print the pod subnet, routes and Service rules it would install, whenever they change")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd

@@ -22,6 +22,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -121,13 +122,32 @@ type Runtime interface {
 	Close() error
 }
 
-// New opens the store, connects to containerd, prepares the pod network
-// in the agent's network namespace and starts gossip. Errors name the
-// missing prerequisite and how to fix it.
+// New checks the host's prerequisites (a *preflight.Error lists every
+// missing one with its fix), opens the store, connects to containerd,
+// prepares the pod network in the agent's network namespace and starts
+// gossip. With cfg.DryRun it needs no prerequisite (missing ones are
+// printed) and never connects to containerd (see dryrun.go).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	pod, cluster, err := cfg.validate()
 	if err != nil {
 		return nil, err
+	}
+	// Every prerequisite is checked, and all missing ones reported
+	// together, before anything on the host changes.
+	checkErr := preflight.Run(&preflight.System{}, preflight.Config{ContainerdAddress: cfg.ContainerdAddress, CNIPluginDirs: cfg.CNIPluginDirs})
+	if cfg.DryRun {
+		a, err := newAgent(cfg, log, dryRuntime{})
+		if err != nil {
+			return nil, err
+		}
+		if checkErr != nil {
+			fmt.Fprint(a.dryRunOut(), comment(time.Now(), "a real start would refuse: "+checkErr.Error()))
+			log.Warn("dry run: host prerequisites missing (listed on stdout); a real start would refuse")
+		}
+		return a, nil
+	}
+	if checkErr != nil {
+		return nil, checkErr
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
@@ -146,10 +166,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := podnet.CheckHost(); err != nil {
-		rt.Close()
-		return nil, err
-	}
 	a, err = newAgent(cfg, log, rt)
 	if err != nil {
 		rt.Close()
@@ -160,8 +176,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		rt.Close()
 		return nil, err
 	}
-	// The network namespace is touched only once the subnet is claimed
-	// (every prerequisite was checked above).
+	// The network namespace is touched only once the subnet is claimed.
 	a.useSubnet = func(subnet *net.IPNet) error {
 		if err := pn.SetSubnet(subnet); err != nil {
 			return err
@@ -309,20 +324,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		}(servers[i], listeners[i])
 	}
 	a.log.Info("agent started", "socket", sock, "api", a.cfg.APIListen,
-		"containerd", a.cfg.ContainerdAddress)
+		"containerd", a.cfg.ContainerdAddress, "dryRun", a.cfg.DryRun)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	loops := []func(context.Context){a.joinLoop, a.watchMembership}
+	if a.cfg.DryRun {
+		// No reconcile, probes, routes or Service rules: only printing.
+		loops = append(loops, a.dryRunLoop)
+	} else {
+		loops = append(loops, a.quorumLoop, a.proberLoop, a.serviceLoop, a.routeLoop, a.loop,
+			func(ctx context.Context) { a.rt.WatchExits(ctx, a.requestReconcile) })
+	}
 	var wg sync.WaitGroup
-	wg.Add(8)
-	go func() { defer wg.Done(); a.quorumLoop(ctx) }()
-	go func() { defer wg.Done(); a.proberLoop(ctx) }()
-	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
-	go func() { defer wg.Done(); a.routeLoop(ctx) }()
-	go func() { defer wg.Done(); a.joinLoop(ctx) }()
-	go func() { defer wg.Done(); a.watchMembership(ctx) }()
-	go func() { defer wg.Done(); a.loop(ctx) }()
-	go func() { defer wg.Done(); a.rt.WatchExits(ctx, a.requestReconcile) }()
+	for _, f := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

@@ -5,6 +5,7 @@ package node
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -99,6 +100,13 @@ type Config struct {
 	ProbeTimeout  time.Duration
 	SuspicionMult int
 
+	// DryRun joins the cluster but claims no subnet, runs no container
+	// and changes nothing in the network namespace; it prints, when they
+	// change, the subnet, routes and Service rules it would install.
+	DryRun bool
+
+	// dryRunOut receives the dry-run output (nil: stdout); for tests.
+	dryRunOut io.Writer
 	// tuneGossip, when set, adjusts the gossip configuration (in-process
 	// tests use it for loopback ports and fast timers).
 	tuneGossip func(*gossip.Config)

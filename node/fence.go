@@ -13,9 +13,10 @@ import (
 // fencing builds reconcile.Fence's input from this node's view.
 //
 // Quorum: the known nodes are every node with a status record (a node is
-// known until `starling node forget`) and every memberlist member, in any
-// state; a node that left cleanly still counts, because its containers
-// keep running. Seen are this node and the members memberlist reports
+// known until `starling node forget`; one that left cleanly still counts,
+// because its containers keep running) and every live member (a node
+// still joining; a --dry-run agent, which publishes no record, counts only
+// while it is up). Seen are this node and the members memberlist reports
 // alive (a member back from dead only after --rejoin-settle); a member this node suspects (its own probe failed) is not seen,
 // so the minority side of a partition loses its majority on the first
 // failed probes, seconds before the majority declares it dead.
@@ -35,12 +36,12 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range members {
-		known[m.Name] = true
 		if m.Name == a.cfg.Name {
 			continue
 		}
 		if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
 			up[m.Name] = true
+			known[m.Name] = true
 		}
 		// A member back from dead counts only after --rejoin-settle: a
 		// healed minority must not regain its majority before it has

@@ -21,6 +21,9 @@ var hostSysctls = map[string]string{
 // the agent masquerades pod traffic that leaves the cluster CIDR.
 const MasqueradeChain = "STARLING-POD-MASQ"
 
+// MasqueradeComment marks the masquerade rule in MasqueradeChain.
+const MasqueradeComment = "starling: pod traffic leaving the cluster CIDR"
+
 // PrepareHost sets the sysctls above in the agent's network namespace and
 // installs the masquerade rule: "-s <pod subnet> ! -d <cluster CIDR> -j
 // MASQUERADE". Traffic between pod subnets keeps its source address. It is
@@ -54,7 +57,7 @@ func (n *Network) PrepareHost() error {
 		return errors.New("podnet: the node has no pod subnet yet")
 	}
 	rule := []string{"-s", subnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
-		"-m", "comment", "--comment", "starling: pod traffic leaving the cluster CIDR", "-j", "MASQUERADE"}
+		"-m", "comment", "--comment", MasqueradeComment, "-j", "MASQUERADE"}
 	if err := ipt.ClearChain("nat", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables flush nat %s: %w", MasqueradeChain, err)
 	}
@@ -63,19 +66,6 @@ func (n *Network) PrepareHost() error {
 	}
 	if err := ipt.AppendUnique("nat", "POSTROUTING", "-m", "comment", "--comment", "starling: pod masquerade", "-j", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables nat POSTROUTING jump: %w", err)
-	}
-	return nil
-}
-
-// CheckHost reports whether the node's network namespace has what
-// PrepareHost needs (iptables and br_netfilter), without changing
-// anything. Errors name the package or module to install.
-func CheckHost() error {
-	if _, err := iptables.New(iptables.Timeout(5)); err != nil {
-		return fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
-	}
-	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
-		return fmt.Errorf("bridge netfilter is not available: load the br_netfilter kernel module (modprobe br_netfilter)")
 	}
 	return nil
 }

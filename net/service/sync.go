@@ -227,6 +227,16 @@ func (s *Syncer) forgetUDP(ports []Port) {
 // ensureJumps creates Starling's entry chains and the jump rules into
 // them. Chains must exist before jumps can point at them; restore then
 // fills them atomically, so working rules are never flushed first.
+// JumpCommands are the jump rules Sync keeps in the built-in chains, as
+// the iptables commands that would add them (agent --dry-run prints them).
+func JumpCommands() []string {
+	out := make([]string, 0, len(jumps))
+	for _, j := range jumps {
+		out = append(out, fmt.Sprintf("iptables -t %s -A %s -m comment --comment %q -j %s", j.table, j.chain, j.comment, j.target))
+	}
+	return out
+}
+
 func (s *Syncer) ensureJumps() error {
 	s.jumped = false
 	for _, j := range jumps {

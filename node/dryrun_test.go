@@ -1,0 +1,147 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the dry-run loop and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestDryRunPrintsSubnetRoutesAndServiceRulesAndTakesNothing(t *testing.T) {
+	a0 := start(t, "a0", t.TempDir(), nil)
+	waitFor(t, 10*time.Second, func() error {
+		if !a0.agent.subnetIsReady() {
+			return fmt.Errorf("a0 has not settled its subnet")
+		}
+		return nil
+	})
+	deploy(t, a0, "web", 1, "img:v1")
+	svc, err := manifest.Parse([]byte(`apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a0.agent.applyObjects(svc); err != nil {
+		t.Fatal(err)
+	}
+
+	out := &syncBuffer{}
+	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
+	a0Subnet := a0.agent.currentClaim().Subnet
+	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
+	waitFor(t, 20*time.Second, func() error {
+		s := out.String()
+		for _, want := range []string{"pod subnet this node would claim", wantRoute, "Service rules this node would apply (1 service ports)",
+			"-j DNAT --to-destination 10.22.9.9:8080", "iptables -t nat -A PREROUTING", "COMMIT\n"} {
+			if !strings.Contains(s, want) {
+				return fmt.Errorf("dry-run output lacks %q:\n%s", want, s)
+			}
+		}
+		return nil
+	})
+	claim := dry.agent.currentClaim().Subnet
+	if claim == "" || claim == a0Subnet || !strings.Contains(out.String(), "\n"+claim+"\n") {
+		t.Fatalf("dry run would claim %q (a0 holds %s):\n%s", claim, a0Subnet, out)
+	}
+
+	// Peers see no record of it, so no claim, no route and no replica: all
+	// three replicas stay on a0, though placement spreads them while there
+	// are nodes enough.
+	deploy(t, a0, "web", 3, "img:v1")
+	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{a0, dry}, "web", 3) })
+	if got := len(a0.rt.ids()); got != 3 {
+		t.Fatalf("a0 runs %d replicas, want all 3", got)
+	}
+	if storedValue(a0, statusKey("dry")) != "" {
+		t.Fatal("a0 holds a node record of the dry-run node")
+	}
+	for _, c := range a0.agent.otherClaims() {
+		t.Fatalf("a0 sees a subnet claim: %+v", c)
+	}
+	if dry.rt.created != 0 || dry.agent.subnetIsReady() {
+		t.Fatalf("dry-run node created %d containers, subnet ready %v", dry.rt.created, dry.agent.subnetIsReady())
+	}
+
+	// A change is printed again: the Service deleted, its rules go; the
+	// unchanged sections are not repeated.
+	routesPrinted := strings.Count(out.String(), "routes this node would install")
+	recs, err := a0.agent.store.List(kindPrefix(manifest.KindService))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("service records: %v %v", recs, err)
+	}
+	a0.agent.clock.Update(recs[0].Version)
+	if err := a0.agent.publish(crdt.Record{Key: recs[0].Key, Version: a0.agent.clock.Now(), Origin: "a0", Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), "Service rules this node would apply (0 service ports)") {
+			return fmt.Errorf("no new rules section after the delete:\n%s", out)
+		}
+		return nil
+	})
+	if n := strings.Count(out.String(), "routes this node would install"); n != routesPrinted {
+		t.Fatalf("unchanged routes printed again (%d times, was %d):\n%s", n, routesPrinted, out)
+	}
+}
+
+func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
+	a0 := start(t, "a0", t.TempDir(), nil)
+	dir := t.TempDir()
+	a1 := start(t, "a1", dir, []string{a0.addr()})
+	waitFor(t, 10*time.Second, func() error {
+		v, err := a0.agent.readView()
+		if err != nil || !v.statuses["a1"].SubnetReady {
+			return fmt.Errorf("a0 does not see a1 ready yet")
+		}
+		return nil
+	})
+	subnet := a1.agent.currentClaim().Subnet
+	a1.stop()
+	out := &syncBuffer{}
+	start(t, "a1", dir, []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
+	waitFor(t, 10*time.Second, func() error {
+		v, err := a0.agent.readView()
+		if err != nil {
+			return err
+		}
+		if s := v.statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
+			return fmt.Errorf("a0 sees a1 as %+v, want not ready, subnet %s", s, subnet)
+		}
+		return nil
+	})
+	// The subnet kept from the real run is what it would claim.
+	waitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), "\n"+subnet+"\n") {
+			return fmt.Errorf("dry run does not show the kept subnet %s:\n%s", subnet, out)
+		}
+		return nil
+	})
+}
