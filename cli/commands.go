@@ -28,8 +28,8 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
-		Short: "Create or update Deployments and Services from manifests",
-		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment, v1 Service): YAML or
+		Short: "Create or update Deployments, StatefulSets and Services from manifests",
+		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service): YAML or
 JSON files, multi-document files, directories of *.yaml/*.yml/*.json, or - for
 standard input. Every object is validated first; if any is invalid nothing is
 stored and every problem is listed.`,
@@ -144,15 +144,16 @@ func newDeleteCmd(g *globals) *cobra.Command {
 func newScaleCmd(g *globals) *cobra.Command {
 	var replicas int32
 	cmd := &cobra.Command{
-		Use:   "scale deployment/NAME --replicas N",
-		Short: "Set a Deployment's number of replicas",
+		Use:   "scale (deployment|statefulset)/NAME --replicas N",
+		Short: "Set a Deployment's or StatefulSet's number of replicas",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := splitRef(args)
 			if err != nil {
 				return err
 			}
-			if k, _ := manifest.KindOf(kind); k != manifest.KindDeployment {
-				return fmt.Errorf("scale: only deployments can be scaled, not %q", kind)
+			k, _ := manifest.KindOf(kind)
+			if k != manifest.KindDeployment && k != manifest.KindStatefulSet {
+				return fmt.Errorf("scale: only deployments and statefulsets can be scaled, not %q", kind)
 			}
 			if !cmd.Flags().Changed("replicas") {
 				return fmt.Errorf("--replicas: required")
@@ -164,7 +165,7 @@ func newScaleCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
-			if err := c.postJSON(ctx, "/v1/scale/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name), api.ScaleRequest{Replicas: replicas}, &res); err != nil {
+			if err := c.postJSON(ctx, "/v1/scale/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name)+"?kind="+strings.ToLower(k), api.ScaleRequest{Replicas: replicas}, &res); err != nil {
 				return err
 			}
 			fmt.Fprintln(g.stdout, resultLine(res))

@@ -53,17 +53,18 @@ func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns ==
 func newGetCmd(g *globals) *cobra.Command {
 	var o getOpts
 	cmd := &cobra.Command{
-		Use:   "get (nodes|deployments|services|replicas) [NAME] [-o wide|json|yaml]",
+		Use:   "get (nodes|deployments|statefulsets|services|replicas) [NAME] [-o wide|json|yaml]",
 		Short: "List nodes, Deployments, Services or replicas",
 		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
   nodes         cluster members and their state (alive, suspect, dead, left)
   deployments   Deployments with ready/up-to-date/available counts
+  statefulsets  StatefulSets with ready counts
   services      Services
-  replicas      every replica of every Deployment, on any node
+  replicas      every replica of every Deployment and StatefulSet, on any node
 NAME filters by name (for replicas: a replica or its Deployment's name).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
-				return fmt.Errorf("give a resource type (nodes, deployments, services or replicas) and an optional NAME")
+				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services or replicas) and an optional NAME")
 			}
 			return nil
 		},
@@ -121,7 +122,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 					return fmt.Errorf("no replica or Deployment named %q in namespace %q", name, g.namespace)
 				}
 				return printReplicas(g.stdout, o, items)
-			case "deployment", "service":
+			case "deployment", "service", "statefulset":
 				kind := resource
 				var l api.ObjectList
 				if err := c.getJSON(ctx, "/v1/objects/"+kind, &l); err != nil {
@@ -142,11 +143,14 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				}
 				if name != "" && (o.output == "json" || o.output == "yaml") {
 					// One named object prints as itself, not as a List.
-					if kind == "service" {
-						_, err := structured(g.stdout, o.output, objs[0].Service)
-						return err
+					var v any = objs[0].Deployment
+					switch kind {
+					case "service":
+						v = objs[0].Service
+					case "statefulset":
+						v = objs[0].StatefulSet
 					}
-					_, err := structured(g.stdout, o.output, objs[0].Deployment)
+					_, err := structured(g.stdout, o.output, v)
 					return err
 				}
 				if kind == "service" {
@@ -156,9 +160,12 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				if err := c.getJSON(ctx, "/v1/replicas", &reps); err != nil {
 					return err
 				}
+				if kind == "statefulset" {
+					return printStatefulSets(g.stdout, o, objs, reps.Items)
+				}
 				return printDeployments(g.stdout, o, objs, reps.Items)
 			}
-			return fmt.Errorf("unknown resource %q: use nodes, deployments, services or replicas", args[0])
+			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services or replicas", args[0])
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")
@@ -287,6 +294,45 @@ func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api
 		}
 		if o.output == "wide" {
 			row = append(row, d.Spec.Template.Spec.Containers[0].Image, manifest.SpecHash(d))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+// printStatefulSets lists StatefulSets as kubectl does: NAME, READY
+// (ready replicas of the current spec / desired), AGE.
+func printStatefulSets(w io.Writer, o getOpts, objs []manifest.Object, reps []api.Replica) error {
+	items := []*appsv1.StatefulSet{}
+	for _, obj := range objs {
+		items = append(items, obj.StatefulSet)
+	}
+	if ok, err := structured(w, o.output, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}); ok {
+		return err
+	}
+	header := []string{"NAME", "READY", "AGE"}
+	if o.allNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if o.output == "wide" {
+		header = append(header, "IMAGE", "SPEC-HASH")
+	}
+	t := newTable(w, header...)
+	for _, obj := range objs {
+		st := obj.StatefulSet
+		hash := manifest.TemplateHash(&st.Spec.Template)
+		desired, ready := obj.Replicas(), 0
+		for _, r := range reps {
+			if r.Namespace == st.Namespace && r.Workload == st.Name && r.Ordinal < desired && r.SpecHash == hash && r.Phase == "Running" && r.Ready {
+				ready++
+			}
+		}
+		row := []string{st.Name, fmt.Sprintf("%d/%d", ready, desired), age(st.CreationTimestamp.Time)}
+		if o.allNamespaces {
+			row = append([]string{st.Namespace}, row...)
+		}
+		if o.output == "wide" {
+			row = append(row, st.Spec.Template.Spec.Containers[0].Image, hash)
 		}
 		t.row(row...)
 	}

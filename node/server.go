@@ -326,7 +326,12 @@ func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("scale: request body: %w", err))
 		return
 	}
-	r.SetPathValue("kind", "deployment")
+	// ?kind=statefulset scales a StatefulSet; the default is a Deployment.
+	kind := "deployment"
+	if k := r.URL.Query().Get("kind"); k != "" {
+		kind = k
+	}
+	r.SetPathValue("kind", kind)
 	rec, status, err := a.lookup(r)
 	if err != nil {
 		writeError(w, status, err)
@@ -337,7 +342,15 @@ func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	o.Deployment.Spec.Replicas = &req.Replicas
+	switch {
+	case o.Deployment != nil:
+		o.Deployment.Spec.Replicas = &req.Replicas
+	case o.StatefulSet != nil:
+		o.StatefulSet.Spec.Replicas = &req.Replicas
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("scale: %s is not a Deployment or StatefulSet", o.Key()))
+		return
+	}
 	if errs := manifest.Validate(o); len(errs) > 0 {
 		writeError(w, http.StatusUnprocessableEntity, errs.ToAggregate())
 		return
