@@ -355,6 +355,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.isSynced() {
 		a.markSeen()
 	}
+	if !a.cfg.DryRun {
+		// Up to the default grace period (30 s) and some.
+		stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 40*time.Second)
+		a.stopStatefulReplicas(stopCtx)
+		cancelStop()
+	}
 	// A clean stop leaves the cluster: peers see "left", not "dead".
 	if lerr := a.cluster.Leave(5 * time.Second); lerr != nil {
 		a.log.Warn("leave cluster", "err", lerr)

@@ -183,3 +183,37 @@ func (a *Agent) fenceKills(v view, acts []reconcile.Action) {
 		}
 	}
 }
+
+// stopStatefulReplicas stops this node's StatefulSet replicas on a clean
+// shutdown. Other containers keep running for the restarted agent to
+// adopt, but a StatefulSet replica of a node that left starts elsewhere
+// after --failover-timeout, and a stopped agent cannot fence: stopping it
+// now keeps "at most one" through upgrades and restarts that take longer.
+func (a *Agent) stopStatefulReplicas(ctx context.Context) {
+	v, err := a.readView()
+	if err != nil {
+		return
+	}
+	observed, err := a.rt.List(ctx)
+	if err != nil {
+		a.log.Warn("stop StatefulSet replicas: list containers", "err", err)
+		return
+	}
+	stateful := map[string]bool{}
+	for _, o := range v.workloads {
+		if o.Kind == manifest.KindStatefulSet {
+			stateful[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
+		}
+	}
+	for _, c := range observed {
+		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
+			continue
+		}
+		act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
+		if err := a.rt.Execute(ctx, act); err != nil {
+			a.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
+			continue
+		}
+		a.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
+	}
+}
