@@ -191,6 +191,8 @@ func failover(ctx context.Context, c *harness.Cluster, runs int) (rulesGone, rep
 			return nil, nil, fmt.Errorf("failover run %d (cut %s): %w", i+1, cut.Name, err)
 		}
 		rulesGone, replaced = append(rulesGone, gone), append(replaced, ready)
+		progress("failover run %d/%d (cut %s): endpoints gone from the rules %v, replicas ready %v",
+			i+1, runs, cut.Name, gone.Round(time.Millisecond), ready.Round(time.Millisecond))
 		if err := cut.Reconnect(); err != nil {
 			return nil, nil, fmt.Errorf("failover run %d: reconnect %s: %w", i+1, cut.Name, err)
 		}
@@ -340,6 +342,7 @@ func rollouts(ctx context.Context, nodes []*harness.Node, name, strategy string,
 			return nil, fmt.Errorf("rollout %s, run %d: %w", name, i, err)
 		}
 		ds = append(ds, took)
+		progress("rolling update %s %d/%d: %v", name, i, runs, took.Round(time.Millisecond))
 	}
 	if _, err := n1.CLI("delete", "deployment", name); err != nil {
 		return nil, err
@@ -371,6 +374,12 @@ func rolledOut(ctx context.Context, nodes []*harness.Node, workload, old string,
 	return hash, took, err
 }
 
+// progress reports one measurement on stderr while the group runs (the
+// table comes at the end, after about 10 minutes).
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
 // loadAverage is the 1-minute load average (/proc/loadavg), to print
 // with the figures: the cluster shares the machine's cores.
 func loadAverage() string {
@@ -390,18 +399,28 @@ func stats(ds []time.Duration) (med, lo, hi time.Duration) {
 }
 
 func printCluster(f clusterFigures, detection []string, loadBefore, loadAfter string, failoverRuns, rolloutRuns int) {
-	fmt.Printf("Starling cluster benchmark (%d nodes, real containerd, echo image, readiness probe every 1s)\n", clusterNodes)
-	fmt.Printf("%-58s %-10s %-10s %s\n", "figure", "median", "min", "max")
-	row := func(label string, ds []time.Duration) {
-		med, lo, hi := stats(ds)
-		fmt.Printf("%-58s %-10s %-10s %s\n", label, med, lo, hi)
+	type row struct {
+		label string
+		ds    []time.Duration
 	}
-	row(fmt.Sprintf("failover: cut -> endpoints gone from all rules (%d runs)", failoverRuns), f.rulesGone)
-	row(fmt.Sprintf("failover: cut -> %d replicas ready again (%d runs)", failoverReplicas, failoverRuns), f.replaced)
+	rows := []row{
+		{fmt.Sprintf("failover: cut -> endpoints gone from all rules (%d runs)", failoverRuns), f.rulesGone},
+		{fmt.Sprintf("failover: cut -> %d replicas ready again (%d runs)", failoverReplicas, failoverRuns), f.replaced},
+	}
 	for _, s := range rolloutStrategies {
-		row(fmt.Sprintf("rolling update %d replicas, %s (%d runs)", rolloutReplicas, s.label, rolloutRuns), f.rollout[s.label])
+		rows = append(rows, row{fmt.Sprintf("rolling update, %d replicas, %s (%d runs)", rolloutReplicas, s.label, rolloutRuns), f.rollout[s.label]})
+	}
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r.label))
+	}
+	fmt.Printf("Starling cluster benchmark (%d nodes, real containerd, echo image, readiness probe every 1s)\n", clusterNodes)
+	fmt.Printf("%-*s  %-9s %-9s %s\n", width, "figure", "median", "min", "max")
+	for _, r := range rows {
+		med, lo, hi := stats(r.ds)
+		fmt.Printf("%-*s  %-9s %-9s %s\n", width, r.label, med, lo, hi)
 	}
 	fmt.Printf("failure detection: %s (memberlist LAN defaults)\n", strings.Join(detection, " "))
-	fmt.Printf("polled every %v; load average %s before, %s after (%d cores)\n", pollInterval, loadBefore, loadAfter, runtime.NumCPU())
+	fmt.Printf("polled every %v; load average (1 min) %s before, %s after, %d cores\n", pollInterval, loadBefore, loadAfter, runtime.NumCPU())
 	fmt.Printf("command: go run ./test/bench -only cluster -failover-runs %d -rollout-runs %d\n", failoverRuns, rolloutRuns)
 }
