@@ -2,7 +2,7 @@
 #
 #   make demo    bring up a local cluster in network namespaces and run the main job
 #   make test    unit, fuzz-seed and end-to-end tests (e2e needs root)
-#   make bench   benchmarks: pure-core go benchmarks and the node figures (root)
+#   make bench   benchmarks: pure-core go benchmarks, node, rules and cluster figures (root)
 #
 # `test`, `demo` and `bench` run `deps` first, so each works alone on a fresh
 # Debian machine.
@@ -68,7 +68,9 @@ fuzz:
 
 # Figures: placement time (10,000 replicas on 1,000 nodes), gossip write
 # latency to all of 5/20/50 nodes and idle traffic per node at 20 (memberlist
-# LAN defaults on loopback), and the node figures of test/bench (root).
+# LAN defaults on loopback), and the figures of test/bench (root): node
+# (apply -> Running, agent RSS), Service rules, and cluster (3 nodes:
+# failover and rolling-update durations; about 10 minutes).
 bench: deps
 	$(GO) test -run=NONE -bench=. -benchmem ./placement/ ./node/...
 	@set -o pipefail; GOSSIP_FIGURES=1 GOSSIP_FIGURES_WINDOW=20s $(GO) test ./gossip/ -run '^TestFigures$$' -v -count=1 -timeout 30m | grep -E 'figures_test|^(ok|FAIL|---)'

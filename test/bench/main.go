@@ -2,9 +2,12 @@
 // `starling apply` to all replicas Running (median of 5 runs), and the
 // agent's idle resident memory with no workload and with 20 replicas; then
 // Service rules: lines, full sync and one-Service-changed sync for 100,
-// 1,000 and 10,000 Services x 5 endpoints, in a namespace of its own.
-// It runs one node in a network namespace (test/harness) with its own
-// containerd, needs root, and prints a table. `make bench` runs it.
+// 1,000 and 10,000 Services x 5 endpoints, in a namespace of its own; then,
+// on 3 nodes, failover (a cut-off node's endpoints gone from the others'
+// rules, its replicas ready elsewhere) and rolling-update durations (see
+// cluster.go). Nodes run in network namespaces (test/harness), each with
+// its own containerd; it needs root and prints a table per group
+// (-only node|rules|cluster runs one). `make bench` runs it.
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -95,10 +99,15 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
+// groups are the figure groups, in the order a run without -only runs them.
+var groups = []string{"node", "rules", "cluster"}
+
 func main() {
-	runs := flag.Int("runs", 5, "runs per replica count")
+	runs := flag.Int("runs", 5, "node group: runs per replica count")
+	failoverRuns := flag.Int("failover-runs", 5, "cluster group: failover runs")
+	rolloutRuns := flag.Int("rollout-runs", 3, "cluster group: rolling updates per strategy")
 	child := flag.String("rules-child", "", "internal: measure Service rules inside this test network namespace")
-	only := flag.String("only", "", "run one part: node or rules")
+	only := flag.String("only", "", "run one group: "+strings.Join(groups, ", "))
 	flag.Parse()
 	if *child != "" {
 		if err := rulesChild(*child); err != nil {
@@ -107,22 +116,43 @@ func main() {
 		}
 		return
 	}
-	if *only != "rules" {
-		if err := run(*runs); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
+	if *only != "" && !slices.Contains(groups, *only) {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: want one of %s\n", *only, strings.Join(groups, ", "))
+		os.Exit(2)
+	}
+	if *failoverRuns < 1 || *rolloutRuns < 1 || *runs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs, -failover-runs and -rollout-runs must be at least 1")
+		os.Exit(2)
+	}
+	for _, g := range groups {
+		if *only != "" && *only != g {
+			continue
+		}
+		var err error
+		switch g {
+		case "node":
+			err = withArtifacts(func(a artifacts) error { return run(a, *runs) })
+		case "rules":
+			err = rulesBench()
+		case "cluster":
+			err = withArtifacts(func(a artifacts) error { return clusterBench(a, *failoverRuns, *rolloutRuns) })
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s group: %v\n", g, err)
 			os.Exit(1)
 		}
 	}
-	if *only == "node" {
-		return
-	}
-	if err := rulesBench(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
 }
 
-func run(runs int) error {
+// artifacts are what a group with real nodes needs: a scratch directory,
+// the starling binary and the echo image tarball.
+type artifacts struct {
+	dir, binary, echoTar string
+}
+
+// withArtifacts builds the artifacts in a fresh directory, runs f, and
+// removes the directory.
+func withArtifacts(f func(artifacts) error) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("must run as root (network namespaces, containerd)")
 	}
@@ -131,20 +161,24 @@ func run(runs int) error {
 	if err != nil {
 		return err
 	}
-	build, err := os.MkdirTemp("", "starling-bench-")
+	// A short directory: containerd's unix socket paths must fit 108 bytes.
+	dir, err := os.MkdirTemp("", "starling-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(build)
-	binary, err := harness.BuildBinary(ctx, mod, build)
-	if err != nil {
+	defer os.RemoveAll(dir)
+	a := artifacts{dir: dir, echoTar: filepath.Join(dir, "echo.tar")}
+	if a.binary, err = harness.BuildBinary(ctx, mod, dir); err != nil {
 		return err
 	}
-	tar := filepath.Join(build, "echo.tar")
-	if err := imagebuild.Echo(ctx, mod, "starling.local/echo:v1", "bench", tar); err != nil {
-		return err
+	if err := imagebuild.Echo(ctx, mod, "starling.local/echo:v1", "bench", a.echoTar); err != nil {
+		return fmt.Errorf("build echo image: %w", err)
 	}
-	c, err := harness.NewNamed(filepath.Join(build, "cluster"), fmt.Sprintf("stbench%d-", os.Getpid()), binary, nil)
+	return f(a)
+}
+
+func run(a artifacts, runs int) error {
+	c, err := harness.NewNamed(filepath.Join(a.dir, "cluster"), fmt.Sprintf("stbench%d-", os.Getpid()), a.binary, nil)
 	if err != nil {
 		return err
 	}
@@ -156,7 +190,7 @@ func run(runs int) error {
 	if err := n.StartAgent(); err != nil {
 		return err
 	}
-	if _, err := n.CLI("image", "import", tar); err != nil {
+	if _, err := n.CLI("image", "import", a.echoTar); err != nil {
 		return err
 	}
 	time.Sleep(3 * time.Second)
