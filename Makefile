@@ -76,7 +76,9 @@ bench: deps
 	@set -o pipefail; GOSSIP_FIGURES=1 GOSSIP_FIGURES_WINDOW=20s $(GO) test ./gossip/ -run '^TestFigures$$' -v -count=1 -timeout 30m | grep -E 'figures_test|^(ok|FAIL|---)'
 	$(GO) run ./test/bench
 
-# KEEP=1 leaves the node running for you to try the CLI (bin/starling).
+# A three-node cluster in network namespaces, the main scenario and a summary
+# of checks. KEEP=1 leaves the cluster running for you to try the CLI
+# (bin/starling); demo-down removes it (a new `make demo` does too, first).
 demo: deps build
 	$(GO) run ./test/demo --dir $(DEMO_DIR) --binary $(BIN) $(if $(KEEP),--keep)
 

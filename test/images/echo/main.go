@@ -9,7 +9,8 @@
 // 503 until "/well"); that state is in memory, so a restarted container
 // is healthy again. "/set?file=NAME" and "/clear?file=NAME" create and
 // remove /tmp/NAME, for exec probes to look at.
-// Environment: PORT (default 8080), MESSAGE (printed as "message=").
+// Environment: PORT (default 8080), MESSAGE (printed as "message="),
+// SHUTDOWN_DELAY (a duration: keep serving that long after SIGTERM).
 //
 // The image has no shell, so exec probes run this binary:
 //
@@ -158,10 +159,22 @@ func main() {
 		}()
 	}
 	srv := &http.Server{Addr: ":" + port, Handler: mux}
+	// SHUTDOWN_DELAY keeps serving that long after SIGTERM: the nodes
+	// drop a stopping replica from their Service rules while it is being
+	// stopped (as Kubernetes does), so a server that closes at once
+	// refuses the few requests still sent to it.
+	delay, err := time.ParseDuration(os.Getenv("SHUTDOWN_DELAY"))
+	if err != nil {
+		delay = 0
+	}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 		<-sig
+		if delay > 0 {
+			log.Printf("stopping: serving %s more while the Service rules drop this replica", delay)
+			time.Sleep(delay)
+		}
 		srv.Close()
 	}()
 	log.Printf("echo listening on :%s as %s (%s)", port, host, podIP())

@@ -1,0 +1,145 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+)
+
+// Replicas returns every replica the node knows of, in every namespace,
+// from its API (no CLI process, so it is cheap enough to poll).
+func (n *Node) Replicas() ([]api.Replica, error) {
+	var l api.ReplicaList
+	if err := n.APIGet("/v1/replicas", &l); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// Census is one sample of a workload's copies across nodes, each node
+// counting only the containers it runs itself (its live observation, not
+// what gossip says about its peers).
+type Census struct {
+	// Available counts Running and ready copies.
+	Available int
+	// Existing counts copies that have a container (Terminating included).
+	Existing int
+	// ByHash and ReadyByHash count copies, and ready copies, by spec hash.
+	ByHash, ReadyByHash map[string]int
+	// Copies lists the copies counted, as "name node phase" ("+ready"
+	// when ready), for reports.
+	Copies []string
+	// Complete is false when a node did not answer.
+	Complete bool
+}
+
+// TakeCensus asks every node, in parallel, for the copies of
+// namespace/workload it runs.
+func TakeCensus(nodes []*Node, namespace, workload string) Census {
+	cs := Census{ByHash: map[string]int{}, ReadyByHash: map[string]int{}, Complete: true}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items, err := n.Replicas()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				cs.Complete = false
+				return
+			}
+			for _, r := range items {
+				// Pending and CreateBackOff copies have no container.
+				if r.Node != n.Name || r.Namespace != namespace || r.Workload != workload || r.Phase == "Pending" || r.Phase == "CreateBackOff" {
+					continue
+				}
+				cs.Existing++
+				cs.ByHash[r.SpecHash]++
+				copy := r.Name + " " + r.Node + " " + r.Phase
+				if r.Ready {
+					copy += "+ready"
+				}
+				cs.Copies = append(cs.Copies, copy)
+				if r.Phase == "Running" && r.Ready {
+					cs.Available++
+					cs.ReadyByHash[r.SpecHash]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Strings(cs.Copies)
+	return cs
+}
+
+// Sampler takes a Census at a fixed interval until Stop and keeps the
+// extremes. Samples in which a node did not answer are not counted.
+type Sampler struct {
+	stop, done chan struct{}
+	// Read these after Stop.
+	Samples, MinAvailable, MaxExisting int
+	// AvailableSeen counts samples by their Available figure.
+	AvailableSeen map[int]int
+	// Fewest and Most are the first samples with the fewest available
+	// and the most existing copies.
+	Fewest, Most Census
+}
+
+// Sample starts sampling namespace/workload on nodes every interval.
+func Sample(nodes []*Node, namespace, workload string, interval time.Duration) *Sampler {
+	s := &Sampler{stop: make(chan struct{}), done: make(chan struct{}), MinAvailable: 1 << 30, AvailableSeen: map[int]int{}}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+			cs := TakeCensus(nodes, namespace, workload)
+			if !cs.Complete {
+				continue
+			}
+			s.Samples++
+			if cs.Available < s.MinAvailable {
+				s.MinAvailable, s.Fewest = cs.Available, cs
+			}
+			if cs.Existing > s.MaxExisting {
+				s.MaxExisting, s.Most = cs.Existing, cs
+			}
+			s.AvailableSeen[cs.Available]++
+		}
+	}()
+	return s
+}
+
+// Stop ends sampling and waits for the sampling goroutine.
+func (s *Sampler) Stop() { close(s.stop); <-s.done }
+
+// ServiceDestinations returns the set of DNAT destinations ("IP:port")
+// in the node's nat table: the Service endpoints its rules send to.
+func (n *Node) ServiceDestinations(ctx context.Context) (map[string]bool, error) {
+	out, err := n.Exec(ctx, "iptables-save", "-t", "nat")
+	if err != nil {
+		return nil, fmt.Errorf("iptables-save on %s: %w", n.Name, err)
+	}
+	dest := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "--to-destination" {
+				dest[f[i+1]] = true
+			}
+		}
+	}
+	return dest, nil
+}
