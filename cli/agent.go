@@ -85,6 +85,7 @@ its first real start.`,
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
 	f.DurationVar(&cfg.FailoverTimeout, "failover-timeout", cfg.FailoverTimeout, "how long a StatefulSet replica of a dead node stays reserved before another node starts it (at least --fence-timeout + 5s)")
+	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "a running replica being stopped is first taken out of every node's Service endpoints and stopped only this much later (0: at once)")
 	f.DurationVar(&cfg.FenceTimeout, "fence-timeout", cfg.FenceTimeout, "a node that has not heard from a majority of the cluster for this long kills its StatefulSet replicas")
 	f.StringToStringVar(&cfg.Labels, "node-label", nil, "node labels KEY=VALUE[,...] for nodeSelector")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", 0, "failure detection: time between probes (default 1s, memberlist LAN)")

@@ -642,6 +642,15 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 	// busy forever: every action has a deadline.
 	ctx, cancel := context.WithTimeout(ctx, actionTimeout(act))
 	defer cancel()
+	if d := a.drainDelay(act); d > 0 {
+		// The replica is already published as Terminating (not ready):
+		// give every node time to take it out of its Service rules
+		// before SIGTERM, so no new connection meets a closed port.
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
 	if err := a.rt.Execute(ctx, act); err != nil {
 		f := a.recordFailure(act, err, time.Now())
 		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,
@@ -654,6 +663,17 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 		a.metrics.restarts.Inc()
 	}
 	a.log.Info("action done", "action", act.Type, "replica", name, "reason", act.Reason, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// drainDelay is how long act waits before stopping a running container:
+// --drain-delay for a remove or replace of a running container with a
+// grace period; none for a fenced StatefulSet replica (killed at once), a
+// liveness stop, or a container that is not running.
+func (a *Agent) drainDelay(act reconcile.Action) time.Duration {
+	if (act.Type != reconcile.Remove && act.Type != reconcile.Replace) || act.Old.State != reconcile.StateRunning || act.Old.GracePeriod == 0 {
+		return 0
+	}
+	return a.cfg.DrainDelay
 }
 
 // metrics are the agent's Prometheus metrics, in their own registry.

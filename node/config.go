@@ -88,6 +88,11 @@ type Config struct {
 	// before it kills its StatefulSet replicas. FailoverTimeout must
 	// exceed it by at least 5 s.
 	FenceTimeout time.Duration
+	// DrainDelay is how long a running replica stays up, already out of
+	// every node's Service endpoints, before it gets SIGTERM on a remove
+	// or replace (gossip reaches all nodes in well under a second on a
+	// LAN); 0 stops at once.
+	DrainDelay time.Duration
 	// Labels are this node's labels, matched by nodeSelector.
 	Labels map[string]string
 
@@ -132,6 +137,7 @@ func DefaultConfig() Config {
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,
+		DrainDelay:         time.Second,
 	}
 }
 

@@ -720,8 +720,9 @@ and node3 fetch it from node1 now). The rolling update replaces one replica at a
 time, waiting for each new one to be ready, with at most %d unavailable and %d
 extra. Meanwhile the demo asks every node, every 100 ms, which hello copies it
 runs and which are ready, and the client on node1 keeps requesting the ClusterIP
-(a replica being replaced keeps serving 2 s after SIGTERM, its SHUTDOWN_DELAY,
-while every node drops it from its rules).`, maxUnavail, maxSurge)
+(a replica being replaced first leaves every node's Service rules and gets
+SIGTERM only a second later, the agent's --drain-delay, so no request should
+fail).`, maxUnavail, maxSurge)
 	sampler := harness.Sample(s.c.Nodes, namespace, "hello", 100*time.Millisecond)
 	cl := s.clientReps[0]
 	stop := make(chan struct{})
@@ -792,6 +793,9 @@ Fewest available: %d (budget: at least %d). Most copies at once: %d (budget: at 
 	}
 	if sampler.Samples < 10 {
 		return fmt.Errorf("only %d complete samples", sampler.Samples)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d requests to the ClusterIP failed during the rollout, first: %v", failed, firstErr)
 	}
 	if sampler.MinAvailable < replicas-maxUnavail || sampler.MaxExisting > replicas+maxSurge {
 		s.r.say("the sample with the fewest available:\n  %s", strings.Join(sampler.Fewest.Copies, "\n  "))
