@@ -356,10 +356,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.markSeen()
 	}
 	if !a.cfg.DryRun {
-		// Up to the default grace period (30 s) and some.
-		stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 40*time.Second)
-		a.stopStatefulReplicas(stopCtx)
-		cancelStop()
+		a.stopStatefulReplicas()
 	}
 	// A clean stop leaves the cluster: peers see "left", not "dead".
 	if lerr := a.cluster.Leave(5 * time.Second); lerr != nil {
@@ -445,11 +442,11 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.mu.Lock()
 	a.lastObserved = observed
 	a.mu.Unlock()
-	mine, handoffs := a.mine(v, observed, a.handoffs, start)
+	mine, handoffs, fenced := a.mine(v, observed, a.handoffs, start, true)
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())
-	a.fenceKills(v, res.Actions)
+	a.fenceActions(v, res.Actions, fenced)
 	for _, act := range res.Actions {
 		if wait := a.failureWait(act, time.Now()); wait > 0 {
 			if res.Requeue == 0 || wait < res.Requeue {
@@ -466,7 +463,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	a.publishStatus(a.localReplicas(observed, mine, probeSpecs(v.workloads)))
+	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v.workloads, observed)))
 	a.kickServices()
 	requeue := res.Requeue
 	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {

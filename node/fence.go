@@ -13,24 +13,30 @@ import (
 // fencing builds reconcile.Fence's input from this node's view.
 //
 // Quorum: the known nodes are every node with a status record (a node is
-// known until `starling node forget`; one that left cleanly still counts,
-// because its containers keep running) and every live member (a node
-// still joining; a --dry-run agent, which publishes no record, counts only
-// while it is up). Seen are this node and the members memberlist reports
-// alive (a member back from dead only after --rejoin-settle); a member this node suspects (its own probe failed) is not seen,
-// so the minority side of a partition loses its majority on the first
-// failed probes, seconds before the majority declares it dead.
+// known until `starling node forget`; one that left cleanly still counts)
+// and every live member (a node still joining; a --dry-run agent, which
+// publishes no record, counts only while it is up). Seen are this node
+// and the members memberlist reports alive that answered one of this
+// node's direct pings (quorumLoop, once a second) within --fence-timeout;
+// a member back from dead counts only after --rejoin-settle, once it has
+// the majority's state. So the minority side of a partition loses its
+// majority --fence-timeout after the cut, whatever memberlist's failure
+// detector (one probe per interval, slowed down by Lifeguard on an
+// unhealthy node) makes of it, and well before the majority side has
+// declared it dead and waited --failover-timeout.
 //
 // Held ordinals: copies reported by a node memberlist calls alive or
 // suspect, and those of a node down (dead or left) for less than
-// --failover-timeout, counted from when this agent saw it go down (from
-// this agent's start when it never saw it up).
+// --failover-timeout, counted from when this agent first saw it down (a
+// member whose going down this agent has not recorded yet counts as down
+// since now; a node memberlist does not know at all, since this agent
+// started).
 func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
 	known := map[string]bool{a.cfg.Name: true}
 	for name := range v.statuses {
 		known[name] = true
 	}
-	up := map[string]bool{}
+	up, member := map[string]bool{}, map[string]bool{}
 	seen := 1
 	members := a.cluster.Members()
 	a.mu.Lock()
@@ -39,13 +45,11 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 		if m.Name == a.cfg.Name {
 			continue
 		}
+		member[m.Name] = true
 		if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
 			up[m.Name] = true
 			known[m.Name] = true
 		}
-		// A member back from dead counts only after --rejoin-settle: a
-		// healed minority must not regain its majority before it has
-		// the majority's state (which replicas now run where).
 		_, settling := a.memberBack[m.Name]
 		if m.State == gossip.StateAlive && !settling && now.Sub(a.lastAck[m.Name]) < a.cfg.FenceTimeout {
 			seen++
@@ -55,7 +59,7 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 	select {
 	case <-a.pinged:
 	default:
-		f.Unknown = true // first pings not answered yet (agent just started)
+		f.Unknown = true // the first round of pings after joining has not run yet
 	}
 	for name, s := range v.statuses {
 		if name == a.cfg.Name {
@@ -63,7 +67,11 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 		}
 		if !up[name] {
 			since, ok := a.memberDown[name]
-			if !ok {
+			switch {
+			case ok:
+			case member[name]:
+				since = now // went down after this view was read
+			default:
 				since = a.started
 			}
 			if now.Sub(since) >= a.cfg.FailoverTimeout {
@@ -84,28 +92,37 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 	return f, seen, len(known)
 }
 
-// fence applies the at-most-one rule to mine and logs quorum changes.
-func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.Replica, now time.Time) []reconcile.Replica {
+// fence applies the at-most-one rule to mine and reports whether this
+// node is fenced (knows it has no quorum). commit is set by the reconcile
+// loop only: it records the quorum state and logs its changes; API reads
+// have no side effect.
+func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.Replica, now time.Time, commit bool) ([]reconcile.Replica, bool) {
 	f, seen, known := a.fencing(v, observed, now)
-	a.mu.Lock()
-	changed := f.Quorum != a.quorum
-	a.quorum = f.Quorum
-	a.mu.Unlock()
-	if f.Unknown {
-		return reconcile.Fence(mine, f)
+	fenced := !f.Unknown && !f.Quorum
+	if commit && !f.Unknown {
+		a.mu.Lock()
+		changed := f.Quorum != a.quorum
+		a.quorum = f.Quorum
+		a.mu.Unlock()
+		if changed && f.Quorum {
+			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
+		} else if changed {
+			a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
+		}
 	}
-	if changed && f.Quorum {
-		a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
-	} else if changed {
-		a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
-	}
-	return reconcile.Fence(mine, f)
+	return reconcile.Fence(mine, f), fenced
 }
 
 // quorumLoop pings every live member once a second and records the acks
 // (see fencing); it asks for a reconcile when a member's answers start or
-// stop counting.
+// stop counting. It starts once the node has joined and synced, and its
+// first round decides whether the quorum is known.
 func (a *Agent) quorumLoop(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.synced:
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	fresh := map[string]bool{}
@@ -149,35 +166,42 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 	}
 }
 
-// hasQuorum is the quorum state of the last reconcile.
-func (a *Agent) hasQuorum() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.quorum
-}
-
-// fenceKills makes the removal of StatefulSet replicas immediate (SIGKILL,
-// no grace period) while the node has no quorum: the majority side will
-// start replacements after --failover-timeout, and the old copy must be
-// dead well before that.
-func (a *Agent) fenceKills(v view, acts []reconcile.Action) {
-	select {
-	case <-a.pinged:
-	default:
-		return
-	}
-	if a.hasQuorum() {
-		return
-	}
-	stateful := map[string]bool{}
+// statefulWorkloads is the set of StatefulSet workload keys in v.
+func statefulWorkloads(v view) map[string]bool {
+	out := map[string]bool{}
 	for _, o := range v.workloads {
 		if o.Kind == manifest.KindStatefulSet {
-			stateful[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
+			out[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
 		}
 	}
+	return out
+}
+
+// statefulGrace bounds the grace period of a StatefulSet replica's stop:
+// a stop that began before a partition must still end before the majority
+// side starts a replacement, which is at least --failover-timeout after
+// failure detection. It leaves --fence-timeout, --drain-delay and 2 s of
+// margin out of --failover-timeout.
+func (a *Agent) statefulGrace() time.Duration {
+	return max(0, a.cfg.FailoverTimeout-a.cfg.FenceTimeout-a.cfg.DrainDelay-2*time.Second)
+}
+
+// fenceActions bounds the stops of StatefulSet replicas (statefulGrace),
+// and makes them immediate (SIGKILL, no grace, no drain) when the node is
+// fenced: the majority side will start replacements after
+// --failover-timeout, and the old copy must be dead well before that.
+func (a *Agent) fenceActions(v view, acts []reconcile.Action, fenced bool) {
+	stateful := statefulWorkloads(v)
 	for i := range acts {
 		act := &acts[i]
-		if (act.Type == reconcile.Remove || act.Type == reconcile.Replace) && stateful[reconcile.WorkloadKey(act.Old.Namespace, act.Old.Workload)] {
+		if act.Type != reconcile.Remove && act.Type != reconcile.Replace && act.Type != reconcile.Stop {
+			continue
+		}
+		if !stateful[reconcile.WorkloadKey(act.Old.Namespace, act.Old.Workload)] {
+			continue
+		}
+		act.Old.GracePeriod = min(act.Old.GracePeriod, a.statefulGrace())
+		if fenced {
 			act.Old.GracePeriod = 0
 			act.Reason = "fenced: no quorum"
 		}
@@ -185,35 +209,48 @@ func (a *Agent) fenceKills(v view, acts []reconcile.Action) {
 }
 
 // stopStatefulReplicas stops this node's StatefulSet replicas on a clean
-// shutdown. Other containers keep running for the restarted agent to
-// adopt, but a StatefulSet replica of a node that left starts elsewhere
-// after --failover-timeout, and a stopped agent cannot fence: stopping it
-// now keeps "at most one" through upgrades and restarts that take longer.
-func (a *Agent) stopStatefulReplicas(ctx context.Context) {
+// shutdown, all at once, and publishes the node's status without them.
+// Other containers keep running for the restarted agent to adopt, but a
+// StatefulSet replica of a node that left starts elsewhere after
+// --failover-timeout, and a stopped agent cannot fence: stopping it now
+// keeps "at most one" through upgrades and restarts that take longer.
+func (a *Agent) stopStatefulReplicas() {
+	a.wg.Wait() // actions in flight end first
 	v, err := a.readView()
 	if err != nil {
 		return
 	}
-	observed, err := a.rt.List(ctx)
+	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	observed, err := a.rt.List(listCtx)
+	cancel()
 	if err != nil {
 		a.log.Warn("stop StatefulSet replicas: list containers", "err", err)
 		return
 	}
-	stateful := map[string]bool{}
-	for _, o := range v.workloads {
-		if o.Kind == manifest.KindStatefulSet {
-			stateful[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
-		}
-	}
+	stateful := statefulWorkloads(v)
+	var wg sync.WaitGroup
 	for _, c := range observed {
 		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
 			continue
 		}
-		act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
-		if err := a.rt.Execute(ctx, act); err != nil {
-			a.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
-			continue
-		}
-		a.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
+		c.GracePeriod = min(c.GracePeriod, a.statefulGrace())
+		wg.Add(1)
+		go func(c reconcile.Container) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.GracePeriod+10*time.Second)
+			defer cancel()
+			act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
+			if err := a.rt.Execute(ctx, act); err != nil {
+				a.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
+				return
+			}
+			a.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
+		}(c)
+	}
+	wg.Wait()
+	listCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if left, err := a.rt.List(listCtx); err == nil {
+		a.publishStatus(a.localReplicas(left, nil, a.probeSpecs(v.workloads, left)))
 	}
 }

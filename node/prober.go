@@ -15,25 +15,59 @@ import (
 	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
-// probeSpecs maps "namespace/workload" to the resolved probes of the
-// workloads (Deployments, StatefulSets) that have any.
-func probeSpecs(workloads []manifest.Object) map[string]probe.Probes {
+// probeSpecs maps probesKey(namespace, workload, spec hash) to the
+// resolved probes of every workload's current template, and of the
+// templates of older revisions that observed containers still run (a
+// rollout in progress): probes belong to the spec a container was made
+// from, so a new template's probes never judge (or restart) old copies.
+// An old copy whose revision is not stored has no probes: ready when
+// running.
+func (a *Agent) probeSpecs(workloads []manifest.Object, observed []reconcile.Container) map[string]probe.Probes {
 	out := map[string]probe.Probes{}
-	for _, o := range workloads {
-		if !o.IsWorkload() {
-			continue
-		}
-		c := o.PodTemplate().Spec.Containers[0]
+	add := func(namespace, name, hash string, t *corev1.PodTemplateSpec) {
+		c := t.Spec.Containers[0]
 		ps := probe.Probes{
 			Startup:   probeSpec(c, c.StartupProbe),
 			Liveness:  probeSpec(c, c.LivenessProbe),
 			Readiness: probeSpec(c, c.ReadinessProbe),
 		}
 		if ps != (probe.Probes{}) {
-			out[o.Namespace+"/"+o.Name] = ps
+			out[probesKey(namespace, name, hash)] = ps
+		}
+	}
+	current := map[string]string{}
+	for _, o := range workloads {
+		if !o.IsWorkload() {
+			continue
+		}
+		hash := specHashOf(o)
+		current[reconcile.WorkloadKey(o.Namespace, o.Name)] = hash
+		add(o.Namespace, o.Name, hash, o.PodTemplate())
+	}
+	looked := map[string]bool{}
+	for _, c := range observed {
+		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
+		cur, ok := current[key]
+		if !ok || cur == c.SpecHash || looked[key] {
+			continue
+		}
+		looked[key] = true
+		revs, _, err := a.revisionRecords(c.Namespace, c.Workload)
+		if err != nil {
+			continue
+		}
+		for _, r := range revs {
+			if r.SpecHash != cur && len(r.Template.Spec.Containers) > 0 {
+				add(c.Namespace, c.Workload, r.SpecHash, &r.Template)
+			}
 		}
 	}
 	return out
+}
+
+// probesKey keys probeSpecs: "namespace/workload/spec hash".
+func probesKey(namespace, workload, hash string) string {
+	return namespace + "/" + workload + "/" + hash
 }
 
 // probeSpec resolves one probe of container c (nil when not set, or when
@@ -101,7 +135,7 @@ func (a *Agent) probeStatus(key string, ps probe.Probes) probe.Status {
 // why: without probes, yes; otherwise once its startup probe (if any)
 // and its readiness probe (if any) passed, and while no probe failed it.
 func (a *Agent) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
-	ps, ok := specs[c.Namespace+"/"+c.Workload]
+	ps, ok := specs[probesKey(c.Namespace, c.Workload, c.SpecHash)]
 	if !ok {
 		return true, ""
 	}
@@ -166,14 +200,14 @@ func (a *Agent) proberLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		specs := probeSpecs(v.workloads)
 		a.mu.Lock()
 		observed := a.lastObserved
 		a.mu.Unlock()
+		specs := a.probeSpecs(v.workloads, observed)
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {
-			ps, ok := specs[c.Namespace+"/"+c.Workload]
+			ps, ok := specs[probesKey(c.Namespace, c.Workload, c.SpecHash)]
 			if !ok || c.State != reconcile.StateRunning || c.PodIP == "" {
 				continue
 			}

@@ -53,7 +53,7 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // cluster view knows (this node's from its own observation, live peers'
 // from their status records).
 func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
-	specs := probeSpecs(v.workloads)
+	specs := a.probeSpecs(v.workloads, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = a.localReady(c, specs)
@@ -106,8 +106,12 @@ func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes)
 // it (reconcile.Owned), with rolling updates held to their budget
 // (reconcile.Gate) and StatefulSet replicas to at most one copy
 // (reconcile.Fence). It returns the handoffs to remember.
-func (a *Agent) mine(v view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time) ([]reconcile.Replica, map[string]time.Time) {
+//
+// commit is set by the reconcile loop (see fence); fenced reports that
+// this node knows it has no quorum.
+func (a *Agent) mine(v view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time, commit bool) (mine []reconcile.Replica, next map[string]time.Time, fenced bool) {
 	owned, next := reconcile.Owned(a.ownership(v, observed, handoffs, now))
 	gated := reconcile.Gate(a.rolloutInput(v, observed, owned))
-	return a.fence(v, observed, gated, now), next
+	mine, fenced = a.fence(v, observed, gated, now, commit)
+	return mine, next, fenced
 }

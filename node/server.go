@@ -469,8 +469,8 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	mine, _ := a.mine(v, observed, nil, time.Now())
-	items := a.localReplicas(observed, mine, probeSpecs(v.workloads))
+	mine, _, _ := a.mine(v, observed, nil, time.Now(), false)
+	items := a.localReplicas(observed, mine, a.probeSpecs(v.workloads, observed))
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true

@@ -26,6 +26,12 @@ type replicaSpec struct {
 	// which `rollout restart` sets to make the hash, and so every replica,
 	// new (as the annotation's pod-template-hash change does in Kubernetes).
 	RestartedAt string `json:"restartedAt,omitempty"`
+	// The probes are part of the spec, as in Kubernetes' pod-template
+	// hash: changing one rolls the replicas under the update budget
+	// instead of judging (and restarting) every running copy at once.
+	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`
+	LivenessProbe  *corev1.Probe `json:"livenessProbe,omitempty"`
+	StartupProbe   *corev1.Probe `json:"startupProbe,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -35,8 +41,8 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 
 // SpecHash returns 8 lowercase hex characters identifying the replica
 // template of d: the first 4 bytes of the SHA-256 of the canonical JSON of
-// image, command, args, env, ports, resources and workingDir of every
-// container, in order, each with the template's RestartedAtAnnotation.
+// image, command, args, env, ports, resources, workingDir and probes of
+// every container, in order, each with the template's RestartedAtAnnotation.
 // Replicas, labels, other annotations, strategy and other Deployment
 // settings do not change it, so it changes exactly when replicas must be
 // replaced. Defaults are applied to a copy first, so a defaulted and an
@@ -59,14 +65,17 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
 			specs = append(specs, replicaSpec{
-				Image:       c.Image,
-				Command:     c.Command,
-				Args:        c.Args,
-				Env:         c.Env,
-				Ports:       c.Ports,
-				Resources:   c.Resources,
-				WorkingDir:  c.WorkingDir,
-				RestartedAt: restartedAt,
+				Image:          c.Image,
+				Command:        c.Command,
+				Args:           c.Args,
+				Env:            c.Env,
+				Ports:          c.Ports,
+				Resources:      c.Resources,
+				WorkingDir:     c.WorkingDir,
+				RestartedAt:    restartedAt,
+				ReadinessProbe: c.ReadinessProbe,
+				LivenessProbe:  c.LivenessProbe,
+				StartupProbe:   c.StartupProbe,
 			})
 		}
 	}

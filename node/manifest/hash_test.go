@@ -32,11 +32,19 @@ func TestSpecHashFormatAndStability(t *testing.T) {
 	// Pinned: replica names embed this hash, so changing what it covers
 	// restarts every replica in every cluster on upgrade. Change it only on
 	// purpose.
-	if want := "fc57c477"; h != want {
+	// (fc57c477 until probes were covered: changing a probe must roll the
+	// replicas, as in Kubernetes.)
+	if want := "9b020f85"; h != want {
 		t.Errorf("SpecHash(goodDeployment) = %q, want %q", h, want)
 	}
 	if again := SpecHash(parseDeployment(t, goodDeployment)); again != h {
 		t.Errorf("SpecHash not deterministic: %q then %q", h, again)
+	}
+	// A probe is part of the spec: changing it rolls the replicas.
+	probed := parseDeployment(t, goodDeployment)
+	probed.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds = 3
+	if SpecHash(probed) == h {
+		t.Error("changing readinessProbe.periodSeconds left SpecHash unchanged")
 	}
 	objs, err := Parse([]byte(goodDeployment), "x.yaml")
 	if err != nil {
@@ -117,6 +125,12 @@ func TestSpecHashUnchangedForTemplatesWithoutWorkingDirOrRestart(t *testing.T) {
 	}
 	for name, m := range manifests {
 		d := parseDeployment(t, m)
+		// Probes are covered on purpose since; without them the hash is
+		// the released one.
+		for i := range d.Spec.Template.Spec.Containers {
+			c := &d.Spec.Template.Spec.Containers[i]
+			c.ReadinessProbe, c.LivenessProbe, c.StartupProbe = nil, nil, nil
+		}
 		if got, want := SpecHash(d), legacySpecHash(d); got != want {
 			t.Errorf("%s: SpecHash = %s, the released hash was %s", name, got, want)
 		}

@@ -40,6 +40,17 @@ func TestFenceAtMostOne(t *testing.T) {
 			}
 		})
 	}
+	// A StatefulSet replica that Gate keeps at its old spec (the update
+	// waits) is still fenced.
+	oldDb0 := stateful("00000000", 0)
+	kept := Gate(Rollout{Mine: []Replica{db0}, Observed: []Container{running(oldDb0)}, Ready: func(string) bool { return true },
+		Strategies: map[string]Strategy{"default/db": {Replicas: 2, MaxUnavailable: 1, Reverse: true, Paused: true}}})
+	if len(kept) != 1 || kept[0].SpecHash != "00000000" || !kept[0].AtMostOne {
+		t.Fatalf("Gate kept %+v, want the old db-0 marked AtMostOne", kept)
+	}
+	if got := Fence(kept, Fencing{Observed: []Container{running(oldDb0)}}); len(got) != 0 {
+		t.Fatalf("a kept old StatefulSet replica escaped fencing: %+v", got)
+	}
 	if !Majority(3, 5) || Majority(2, 4) || !Majority(1, 1) || Majority(2, 5) {
 		t.Fatal("Majority must be strict")
 	}

@@ -67,6 +67,8 @@ const (
 	StepSurge Step = "surge"
 	// StepReplace stops the old copy, then starts the new one.
 	StepReplace Step = "replace"
+	// StepStop stops the old copy and starts nothing yet (Recreate).
+	StepStop Step = "stop"
 )
 
 // Gate applies the rolling-update budget (and, for Ordered workloads, the
@@ -83,8 +85,13 @@ const (
 //     workload's ordinal waits until every lower ordinal has a ready copy.
 //   - An ordinal is done when a ready copy of the current spec exists and
 //     no copy of another spec does.
-//   - An old copy that is not ready is replaced at once (it costs no
-//     availability).
+//   - An old copy that is not ready is replaced without spending the
+//     unavailability budget (it costs no availability), still in ordinal
+//     order: only when L < max(MaxSurge, MaxUnavailable). After an agent
+//     restart no copy is ready until probed again, so this bound is what
+//     keeps a restart from replacing everything.
+//   - Recreate stops every old copy and starts new ones only once no old
+//     copy is left anywhere in the view.
 //   - Otherwise, with L the number of lower ordinals (higher when
 //     Reverse) not done: if L <
 //     MaxSurge the new copy starts beside the old one (surge); else if
@@ -135,6 +142,9 @@ func Gate(in Rollout) []Replica {
 			if !exists && in.Strategies[key].Ordered && !predecessorsReady(r.Ordinal, in.Copies[key]) {
 				continue // OrderedReady: wait for the lower ordinals
 			}
+			if !exists && in.Strategies[key].Recreate && anyOther(r.SpecHash, in.Copies[key]) {
+				continue // Recreate: no new copy while an old one runs anywhere
+			}
 			out = append(out, r)
 			continue
 		}
@@ -143,7 +153,7 @@ func Gate(in Rollout) []Replica {
 			// ready.
 			out = append(out, r)
 			if !in.Ready(r.ID) {
-				out = append(out, keep(olds)...)
+				out = append(out, keep(olds, r.AtMostOne)...)
 			}
 			continue
 		}
@@ -154,11 +164,13 @@ func Gate(in Rollout) []Replica {
 		switch Decide(in.Strategies[key], r.SpecHash, r.Ordinal, oldReady, in.Copies[key]) {
 		case StepSurge:
 			out = append(out, r)
-			out = append(out, keep(olds)...)
+			out = append(out, keep(olds, r.AtMostOne)...)
 		case StepReplace:
 			out = append(out, r)
+		case StepStop:
+			// Neither: Plan stops the old copy and starts nothing.
 		default:
-			out = append(out, keep(olds)...)
+			out = append(out, keep(olds, r.AtMostOne)...)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -170,22 +182,33 @@ type slotKey struct {
 	ordinal      int
 }
 
-// keep turns observed containers into replicas Plan leaves running.
-func keep(cs []Container) []Replica {
+// keep turns observed containers into replicas Plan leaves running;
+// atMostOne carries the workload's kind, so Fence still applies to them.
+func keep(cs []Container, atMostOne bool) []Replica {
 	out := make([]Replica, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, Replica{ID: c.ID, Name: c.Name, Namespace: c.Namespace, Workload: c.Workload,
-			Ordinal: c.Ordinal, SpecHash: c.SpecHash, Spec: Spec{GracePeriod: c.GracePeriod}})
+			Ordinal: c.Ordinal, SpecHash: c.SpecHash, Spec: Spec{GracePeriod: c.GracePeriod}, AtMostOne: atMostOne})
 	}
 	return out
+}
+
+// anyOther reports whether copies hold a copy of another spec than hash.
+func anyOther(hash string, copies []Copy) bool {
+	for _, c := range copies {
+		if c.SpecHash != hash {
+			return true
+		}
+	}
+	return false
 }
 
 // Decide is the rolling-update rule for one ordinal that runs a copy of
 // an old spec (see Gate): hash is the current spec, oldReady says whether
 // the old copy is ready, copies are every known copy of the workload.
 func Decide(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) Step {
-	if s.Recreate || !oldReady {
-		return StepReplace
+	if s.Recreate {
+		return StepStop // the new copy starts once no old one is left
 	}
 	if s.Paused {
 		return StepWait
@@ -214,9 +237,17 @@ func Decide(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) 
 		if before && !(st.currentReady && !st.other) {
 			lower++
 		}
-		if !st.anyReady {
+		if !st.anyReady && (j != ordinal || oldReady) {
+			// This ordinal's own unready old copy costs nothing to replace.
 			unavailable++
 		}
+	}
+	if !oldReady {
+		// No availability to lose: only the ordinal order limits it.
+		if lower < max(s.MaxSurge, s.MaxUnavailable) {
+			return StepReplace
+		}
+		return StepWait
 	}
 	switch {
 	case lower < s.MaxSurge:

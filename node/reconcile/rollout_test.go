@@ -59,9 +59,12 @@ func TestDecideFollowsOrdinalOrderAndBudget(t *testing.T) {
 		{"surge and unavailable 2: replace beside a surge", rolling(6, 2, 1), 1, true, "sooooo", StepReplace},
 		{"one at a time with surge 1 and unavailable 1", rolling(6, 1, 1), 1, true, "sooooo", StepWait},
 		{"surge 2 surges two", rolling(6, 0, 2), 1, true, "sooooo", StepSurge},
-		{"a not-ready old copy is replaced at once", rolling(6, 1, 0), 5, false, "pooooo", StepReplace},
+		{"a not-ready old copy is replaced without spending the budget", rolling(6, 1, 0), 1, false, "nxoxoo", StepReplace},
+		{"a not-ready old copy still waits for its turn", rolling(6, 1, 0), 5, false, "pooooo", StepWait},
+		{"after an agent restart (nothing ready yet) only the first goes", rolling(6, 1, 0), 2, false, "oxxxxx", StepWait},
+		{"paused holds even a not-ready old copy", Strategy{Replicas: 6, MaxUnavailable: 1, Paused: true}, 0, false, "xooooo", StepWait},
 		{"paused waits", Strategy{Replicas: 6, MaxUnavailable: 1, Paused: true}, 0, true, "oooooo", StepWait},
-		{"recreate replaces", Strategy{Replicas: 6, Recreate: true}, 3, true, "oooooo", StepReplace},
+		{"recreate stops first", Strategy{Replicas: 6, Recreate: true}, 3, true, "oooooo", StepStop},
 		{"copies beyond replicas are ignored", rolling(2, 1, 0), 1, true, "nooo", StepReplace},
 	}
 	for _, c := range cases {
@@ -86,13 +89,6 @@ func TestGateKeepsOldCopiesAsDecided(t *testing.T) {
 			{Ordinal: 0, SpecHash: "aaaaaaaa", Ready: true}, {Ordinal: 1, SpecHash: "aaaaaaaa", Ready: true}}},
 	}
 	ready[oldA.ID], ready[oldB.ID] = true, true
-	names := func(rs []Replica) string {
-		var s []string
-		for _, r := range rs {
-			s = append(s, r.Name)
-		}
-		return strings.Join(s, " ")
-	}
 	// Ordinal 0 is replaced (Plan pairs the removal of oldA with newA),
 	// ordinal 1 waits.
 	if got := names(Gate(in)); got != "w-aaaaaaaa-1 w-bbbbbbbb-0" {
@@ -116,6 +112,20 @@ func TestGateKeepsOldCopiesAsDecided(t *testing.T) {
 	ready[newA.ID] = true
 	if got := names(Gate(in)); got != "w-aaaaaaaa-1 w-bbbbbbbb-0" {
 		t.Fatalf("surge, new ready: Gate = %q", got)
+	}
+
+	// Recreate: every old copy stops, and no new one starts while an old
+	// one runs anywhere.
+	in = Rollout{Mine: []Replica{newA, newB}, Observed: []Container{running(oldA)}, Ready: func(string) bool { return true },
+		Strategies: map[string]Strategy{"default/w": {Replicas: 2, Recreate: true}},
+		Copies: map[string][]Copy{"default/w": {
+			{Ordinal: 0, SpecHash: "aaaaaaaa", Ready: true}, {Ordinal: 1, SpecHash: "aaaaaaaa", Ready: true, Node: "n2"}}}}
+	if got := names(Gate(in)); got != "" {
+		t.Fatalf("Recreate with old copies left: Gate = %q, want nothing", got)
+	}
+	in.Observed, in.Copies["default/w"] = nil, nil
+	if got := names(Gate(in)); got != "w-bbbbbbbb-0 w-bbbbbbbb-1" {
+		t.Fatalf("Recreate once the old copies are gone: Gate = %q", got)
 	}
 
 	// A change of replicas alone: the spec is the same, nothing to gate.
