@@ -136,6 +136,35 @@ func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
 		t.Fatalf("StatefulSet replica names %v, want db-0 db-1 db-2", names)
 	}
 
+	// An agent killed with -9 and restarted adopts its StatefulSet replica
+	// untouched: right after a restart the quorum is unknown, and an
+	// unknown quorum keeps what runs.
+	var host *harness.Node
+	for _, n := range c.Nodes {
+		if n.Name == where[prefix+"0"] {
+			host = n
+		}
+	}
+	before := fmt.Sprint(host.TaskPIDs()[prefix+"0"])
+	host.KillAgent(9)
+	if err := host.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventually(30*time.Second, func() error {
+		var l struct{ Items []replica }
+		return host.APIGet("/v1/replicas", &l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // several reconciles and ping rounds
+	if after := fmt.Sprint(host.TaskPIDs()[prefix+"0"]); after != before {
+		t.Fatalf("agent restart on %s touched db-0: pids %s -> %s", host.Name, before, after)
+	}
+	if where, err = placed(); err != nil {
+		t.Fatal("after the agent restart: ", err)
+	}
+	t.Logf("agent on %s killed -9 and restarted: db-0 kept its process (%s)", host.Name, before)
+
 	// The minority: the two nodes running the most db replicas.
 	count := map[string]int{}
 	for _, n := range where {
