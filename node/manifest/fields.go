@@ -105,6 +105,14 @@ var deploymentFields = newFieldTree(
 		"spec.minReadySeconds", "spec.paused",
 		"spec.strategy.type",
 		"spec.strategy.rollingUpdate.maxUnavailable", "spec.strategy.rollingUpdate.maxSurge",
+	},
+	podTemplateFields,
+)
+
+// podTemplateFields are the pod template fields Starling implements, for
+// Deployments and StatefulSets alike.
+var podTemplateFields = concat(
+	[]string{
 		"spec.template.metadata.labels", "spec.template.metadata.annotations",
 		"spec.template.metadata.creationTimestamp",
 		"spec.template.spec.terminationGracePeriodSeconds",

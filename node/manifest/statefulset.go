@@ -25,16 +25,8 @@ var statefulSetFields = newFieldTree(
 		"spec.replicas", "spec.selector.matchLabels", "spec.serviceName",
 		"spec.podManagementPolicy", "spec.updateStrategy.type",
 		"spec.revisionHistoryLimit", "spec.minReadySeconds",
-		"spec.template.metadata.labels", "spec.template.metadata.annotations",
-		"spec.template.metadata.creationTimestamp",
-		"spec.template.spec.terminationGracePeriodSeconds",
-		"spec.template.spec.nodeSelector",
-		"spec.template.spec.restartPolicy",
-		"spec.template.spec.dnsPolicy", "spec.template.spec.schedulerName",
-		"spec.template.spec.serviceAccountName", "spec.template.spec.serviceAccount",
-		"spec.template.spec.securityContext{}",
 	},
-	prefixed("spec.template.spec.containers[].", containerFields...),
+	podTemplateFields,
 )
 
 // fromStatefulSet defaults s in place, clears server-owned fields and wraps it.

@@ -2,76 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
-// census is one sample of a Deployment's copies, each node counting only
-// the containers it runs itself (its own observation, not what gossip told
-// it about the others).
-type census struct {
-	ready       int                 // copies Running and ready
-	existing    int                 // copies with a container or being created (Terminating included)
-	readyByNode map[string]int      // ready copies by node
-	byNode      map[string]int      // existing copies by node
-	byHash      map[string]int      // existing copies by spec hash
-	readyByHash map[string]int      // ready copies by spec hash
-	readyIPs    map[string][]string // pod IPs of ready copies by node
-}
-
-// takeCensus asks every node in nodes, over its API socket and in
-// parallel, for the copies of workload (namespace default) it runs. It
-// fails when a node does not answer: its copies would go uncounted.
-func takeCensus(nodes []*harness.Node, workload string) (census, error) {
-	cs := census{readyByNode: map[string]int{}, byNode: map[string]int{}, byHash: map[string]int{},
-		readyByHash: map[string]int{}, readyIPs: map[string][]string{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var errs []error
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var l api.ReplicaList
-			err := n.APIGet("/v1/replicas", &l)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("census of %s on %s: %w", workload, n.Name, err))
-				return
-			}
-			for _, r := range l.Items {
-				if r.Node == n.Name && r.Namespace == "default" && r.Workload == workload {
-					cs.add(r)
-				}
-			}
-		}()
+// takeCensus is harness.TakeCensus of a workload in namespace default,
+// failing when a node did not answer (its copies would go uncounted).
+func takeCensus(nodes []*harness.Node, workload string) (harness.Census, error) {
+	cs := harness.TakeCensus(nodes, "default", workload)
+	if !cs.Complete {
+		return cs, fmt.Errorf("census of %s: a node did not answer", workload)
 	}
-	wg.Wait()
-	return cs, errors.Join(errs...)
-}
-
-// add counts one copy a node reported about itself. Pending and
-// CreateBackOff copies have no container and are not counted.
-func (cs *census) add(r api.Replica) {
-	if r.Phase == "Pending" || r.Phase == "CreateBackOff" {
-		return
-	}
-	cs.existing++
-	cs.byNode[r.Node]++
-	cs.byHash[r.SpecHash]++
-	if r.Phase == "Running" && r.Ready {
-		cs.ready++
-		cs.readyByNode[r.Node]++
-		cs.readyByHash[r.SpecHash]++
-		cs.readyIPs[r.Node] = append(cs.readyIPs[r.Node], r.PodIP)
-	}
+	return cs, nil
 }
 
 // natRules returns `iptables-save -t nat` of node n, run in its network

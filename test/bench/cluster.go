@@ -221,12 +221,12 @@ func waitBalanced(ctx context.Context, nodes []*harness.Node, workload string) e
 			return false, err
 		}
 		for _, n := range nodes {
-			if cs.readyByNode[n.Name] != per || cs.byNode[n.Name] != per {
-				return false, fmt.Errorf("want %d ready copies on each node and no other; ready %v, copies %v", per, cs.readyByNode, cs.byNode)
+			if cs.ReadyByNode[n.Name] != per || cs.ByNode[n.Name] != per {
+				return false, fmt.Errorf("want %d ready copies on each node and no other; ready %v, copies %v", per, cs.ReadyByNode, cs.ByNode)
 			}
 		}
 		var all []string
-		for _, ips := range cs.readyIPs {
+		for _, ips := range cs.ReadyIPs {
 			all = append(all, endpoints(ips)...)
 		}
 		found, err := endpointsInRules(ctx, nodes, all)
@@ -260,7 +260,7 @@ func failoverOnce(ctx context.Context, nodes []*harness.Node, cut *harness.Node,
 	if err != nil {
 		return 0, 0, err
 	}
-	cutEndpoints := endpoints(before.readyIPs[cut.Name])
+	cutEndpoints := endpoints(before.ReadyIPs[cut.Name])
 	var rest []*harness.Node
 	for _, n := range nodes {
 		if n != cut {
@@ -294,8 +294,8 @@ func failoverOnce(ctx context.Context, nodes []*harness.Node, cut *harness.Node,
 		if err != nil {
 			return false, err
 		}
-		if cs.ready != failoverReplicas {
-			return false, fmt.Errorf("%d of %d ready (%v)", cs.ready, failoverReplicas, cs.readyByNode)
+		if cs.Available != failoverReplicas {
+			return false, fmt.Errorf("%d of %d ready (%v)", cs.Available, failoverReplicas, cs.ReadyByNode)
 		}
 		return true, nil
 	})
@@ -310,8 +310,8 @@ func waitGone(ctx context.Context, nodes []*harness.Node, workload string) error
 		if err != nil {
 			return false, err
 		}
-		if cs.existing > 0 {
-			return false, fmt.Errorf("%d copies left", cs.existing)
+		if cs.Existing > 0 {
+			return false, fmt.Errorf("%d copies left", cs.Existing)
 		}
 		return true, nil
 	})
@@ -360,14 +360,14 @@ func rolledOut(ctx context.Context, nodes []*harness.Node, workload, old string,
 		if err != nil {
 			return false, err
 		}
-		if len(cs.byHash) != 1 || cs.existing != rolloutReplicas {
-			return false, fmt.Errorf("copies by hash %v, want %d of one new hash", cs.byHash, rolloutReplicas)
+		if len(cs.ByHash) != 1 || cs.Existing != rolloutReplicas {
+			return false, fmt.Errorf("copies by hash %v, want %d of one new hash", cs.ByHash, rolloutReplicas)
 		}
-		for h := range cs.byHash {
+		for h := range cs.ByHash {
 			hash = h
 		}
-		if hash == old || cs.readyByHash[hash] != rolloutReplicas {
-			return false, fmt.Errorf("hash %s (old %s): %d of %d ready", hash, old, cs.readyByHash[hash], rolloutReplicas)
+		if hash == old || cs.ReadyByHash[hash] != rolloutReplicas {
+			return false, fmt.Errorf("hash %s (old %s): %d of %d ready", hash, old, cs.ReadyByHash[hash], rolloutReplicas)
 		}
 		return true, nil
 	})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,85 +37,11 @@ spec:
 `, name, replicas, maxUnavailable, maxSurge, name, name, message)
 }
 
-// census is one sample of a workload's copies, each node reporting only
-// the containers it runs itself (its live observation, not gossip).
-type census struct {
-	available int // Running and ready copies
-	existing  int // copies with a container (Terminating included)
-	byHash    map[string]int
-	ready     map[string]int // ready copies by hash
-	names     map[string]bool
-	complete  bool // every node answered
+// takeCensus counts the copies of workload (namespace default), each node
+// reporting only the containers it runs itself.
+func takeCensus(nodes []*harness.Node, workload string) harness.Census {
+	return harness.TakeCensus(nodes, "default", workload)
 }
-
-func takeCensus(nodes []*harness.Node, workload string) census {
-	cs := census{byHash: map[string]int{}, ready: map[string]int{}, names: map[string]bool{}, complete: true}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func(n *harness.Node) {
-			defer wg.Done()
-			var l struct{ Items []replica }
-			err := n.APIGet("/v1/replicas", &l)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				cs.complete = false
-				return
-			}
-			for _, r := range l.Items {
-				if r.Node != n.Name || r.Workload != workload || r.Phase == "Pending" || r.Phase == "CreateBackOff" {
-					continue
-				}
-				cs.existing++
-				cs.byHash[r.SpecHash]++
-				cs.names[r.Name] = true
-				if r.Phase == "Running" && r.Ready {
-					cs.available++
-					cs.ready[r.SpecHash]++
-				}
-			}
-		}(n)
-	}
-	wg.Wait()
-	return cs
-}
-
-// sampler takes a census every 100 ms until stopped and keeps the
-// extremes.
-type sampler struct {
-	stop                   chan struct{}
-	done                   chan struct{}
-	minAvailable, maxExist int
-	samples                int
-}
-
-func sample(nodes []*harness.Node, workload string) *sampler {
-	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), minAvailable: 1 << 30}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-			}
-			cs := takeCensus(nodes, workload)
-			if !cs.complete {
-				continue // a node restarting: its containers are not observed
-			}
-			s.samples++
-			s.minAvailable = min(s.minAvailable, cs.available)
-			s.maxExist = max(s.maxExist, cs.existing)
-		}
-	}()
-	return s
-}
-
-func (s *sampler) finish() { close(s.stop); <-s.done }
 
 // rolledOutTo waits until the workload has exactly replicas copies, all of
 // one hash other than old, all ready, and returns that hash.
@@ -125,17 +50,17 @@ func rolledOutTo(t *testing.T, nodes []*harness.Node, workload string, replicas 
 	var hash string
 	took, err := eventually(timeout, func() error {
 		cs := takeCensus(nodes, workload)
-		if !cs.complete {
+		if !cs.Complete {
 			return fmt.Errorf("a node did not answer")
 		}
-		if len(cs.byHash) != 1 || cs.existing != replicas {
-			return fmt.Errorf("copies by hash %v, want %d of one new hash", cs.byHash, replicas)
+		if len(cs.ByHash) != 1 || cs.Existing != replicas {
+			return fmt.Errorf("copies by hash %v, want %d of one new hash", cs.ByHash, replicas)
 		}
-		for h := range cs.byHash {
+		for h := range cs.ByHash {
 			hash = h
 		}
-		if hash == old || cs.ready[hash] != replicas {
-			return fmt.Errorf("hash %s (old %s): %d of %d ready", hash, old, cs.ready[hash], replicas)
+		if hash == old || cs.ReadyByHash[hash] != replicas {
+			return fmt.Errorf("hash %s (old %s): %d of %d ready", hash, old, cs.ReadyByHash[hash], replicas)
 		}
 		return nil
 	})
@@ -163,25 +88,25 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 	t.Logf("v1: 6 replicas ready in %v", took.Round(time.Millisecond))
 
 	// maxUnavailable=1, maxSurge=0.
-	s := sample(nodes, "roll")
+	s := harness.Sample(nodes, "default", "roll", 100*time.Millisecond)
 	apply(t, n1, rolling("roll", 6, 1, 0, "v2"))
 	h2, took := rolledOutTo(t, nodes, "roll", 6, h1, 120*time.Second)
-	s.finish()
+	s.Stop()
 	t.Logf("maxUnavailable=1 maxSurge=0: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.samples, s.minAvailable, s.maxExist)
-	if s.minAvailable < 5 || s.maxExist > 6 {
-		t.Fatalf("budget broken: min available %d (want >= 5), max copies %d (want <= 6)", s.minAvailable, s.maxExist)
+		took.Round(time.Millisecond), s.Samples, s.MinAvailable, s.MaxExisting)
+	if s.MinAvailable < 5 || s.MaxExisting > 6 {
+		t.Fatalf("budget broken: min available %d (want >= 5), max copies %d (want <= 6)", s.MinAvailable, s.MaxExisting)
 	}
 
 	// maxUnavailable=0, maxSurge=1.
-	s = sample(nodes, "roll")
+	s = harness.Sample(nodes, "default", "roll", 100*time.Millisecond)
 	apply(t, n1, rolling("roll", 6, 0, 1, "v3"))
 	h3, took := rolledOutTo(t, nodes, "roll", 6, h2, 120*time.Second)
-	s.finish()
+	s.Stop()
 	t.Logf("maxUnavailable=0 maxSurge=1: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.samples, s.minAvailable, s.maxExist)
-	if s.minAvailable < 6 || s.maxExist > 7 {
-		t.Fatalf("budget broken: min available %d (want >= 6), max copies %d (want <= 7)", s.minAvailable, s.maxExist)
+		took.Round(time.Millisecond), s.Samples, s.MinAvailable, s.MaxExisting)
+	if s.MinAvailable < 6 || s.MaxExisting > 7 {
+		t.Fatalf("budget broken: min available %d (want >= 6), max copies %d (want <= 7)", s.MinAvailable, s.MaxExisting)
 	}
 
 	// Replicas alone: the 6 keep their containers and processes.
@@ -194,8 +119,8 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 	apply(t, n1, rolling("roll", 8, 0, 1, "v3"))
 	_, err := eventually(60*time.Second, func() error {
 		cs := takeCensus(nodes, "roll")
-		if cs.ready[h3] != 8 || cs.existing != 8 {
-			return fmt.Errorf("after scale to 8: %d ready of hash %s, %d copies", cs.ready[h3], h3, cs.existing)
+		if cs.ReadyByHash[h3] != 8 || cs.Existing != 8 {
+			return fmt.Errorf("after scale to 8: %d ready of hash %s, %d copies", cs.ReadyByHash[h3], h3, cs.Existing)
 		}
 		return nil
 	})
@@ -228,8 +153,8 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 	var victim *harness.Node
 	_, err = eventually(60*time.Second, func() error {
 		cs := takeCensus(nodes, "roll")
-		if cs.byHash[h3] == 8 || cs.byHash[h3] == 0 {
-			return fmt.Errorf("not mid-rollout: %v", cs.byHash)
+		if cs.ByHash[h3] == 8 || cs.ByHash[h3] == 0 {
+			return fmt.Errorf("not mid-rollout: %v", cs.ByHash)
 		}
 		// A node that still has old copies to replace.
 		var l struct{ Items []replica }
@@ -256,7 +181,7 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 	_, took = rolledOutTo(t, nodes, "roll", 8, h3, 180*time.Second)
 	t.Logf("agent on %s killed -9 mid-rollout and restarted: rollout finished %v later", victim.Name, took.Round(time.Millisecond))
 	names := []string{}
-	for name := range takeCensus(nodes, "roll").names {
+	for name := range takeCensus(nodes, "roll").Names {
 		names = append(names, name)
 	}
 	sort.Strings(names)

@@ -29,8 +29,13 @@ type Census struct {
 	Available int
 	// Existing counts copies that have a container (Terminating included).
 	Existing int
-	// ByHash and ReadyByHash count copies, and ready copies, by spec hash.
-	ByHash, ReadyByHash map[string]int
+	// ByHash and ReadyByHash count copies, and ready copies, by spec hash;
+	// ByNode and ReadyByNode by node.
+	ByHash, ReadyByHash, ByNode, ReadyByNode map[string]int
+	// ReadyIPs are the pod IPs of the ready copies, by node.
+	ReadyIPs map[string][]string
+	// Names are the replica names counted.
+	Names map[string]bool
 	// Copies lists the copies counted, as "name node phase" ("+ready"
 	// when ready), for reports.
 	Copies []string
@@ -41,7 +46,8 @@ type Census struct {
 // TakeCensus asks every node, in parallel, for the copies of
 // namespace/workload it runs.
 func TakeCensus(nodes []*Node, namespace, workload string) Census {
-	cs := Census{ByHash: map[string]int{}, ReadyByHash: map[string]int{}, Complete: true}
+	cs := Census{ByHash: map[string]int{}, ReadyByHash: map[string]int{}, ByNode: map[string]int{}, ReadyByNode: map[string]int{},
+		ReadyIPs: map[string][]string{}, Names: map[string]bool{}, Complete: true}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -62,6 +68,8 @@ func TakeCensus(nodes []*Node, namespace, workload string) Census {
 				}
 				cs.Existing++
 				cs.ByHash[r.SpecHash]++
+				cs.ByNode[r.Node]++
+				cs.Names[r.Name] = true
 				copy := r.Name + " " + r.Node + " " + r.Phase
 				if r.Ready {
 					copy += "+ready"
@@ -70,6 +78,8 @@ func TakeCensus(nodes []*Node, namespace, workload string) Census {
 				if r.Phase == "Running" && r.Ready {
 					cs.Available++
 					cs.ReadyByHash[r.SpecHash]++
+					cs.ReadyByNode[r.Node]++
+					cs.ReadyIPs[r.Node] = append(cs.ReadyIPs[r.Node], r.PodIP)
 				}
 			}
 		}()
