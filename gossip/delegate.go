@@ -263,15 +263,47 @@ func (c *Cluster) sendRecords(to *memberlist.Node, keys []string) {
 }
 
 // NotifyJoin records a member that joined or came back.
+//
+// A member that comes back from dead or left (a healed partition, a
+// restart) missed the deltas sent meanwhile, and so did this node; the
+// push/pull that memberlist did when they met may have raced the other
+// side's own view of the membership (a sync request from a node it does
+// not yet count as a member is dropped). So this node runs push/pull
+// exchanges with it 1 s and 3 s later: both sides have the other's state
+// within seconds, not at the next periodic push/pull (30 s on a LAN).
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	c := d.c
 	c.membersMu.Lock()
 	delete(c.leaving, n.Name) // back after leaving
+	prev, known := c.members[n.Name]
+	back := known && prev.State != StateAlive && prev.State != StateSuspect
 	changed := c.setMemberLocked(n, StateAlive)
 	c.membersMu.Unlock()
 	if changed {
 		c.log.Info("member alive", "member", n.Name, "addr", n.Address())
 		c.notify()
+	}
+	if back && n.Name != c.cfg.Name {
+		addr := n.Address()
+		c.spawn(func() { c.resyncWith(n.Name, addr) })
+	}
+}
+
+// resyncWith runs a push/pull (memberlist Join) with a member that came
+// back, 1 s and 3 s after it did, while it stays alive.
+func (c *Cluster) resyncWith(name, addr string) {
+	for _, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if _, ok := c.peer(name); !ok {
+			return
+		}
+		if _, err := c.ml.Join([]string{addr}); err != nil {
+			c.log.Debug("resync after rejoin failed", "member", name, "err", err)
+		}
 	}
 }
 
