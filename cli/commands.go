@@ -92,7 +92,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "delete (-f FILE | KIND NAME | KIND/NAME)",
-		Short: "Delete Deployments and Services",
+		Short: "Delete Deployments, StatefulSets and Services",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			type ref struct{ kind, ns, name string }
 			var refs []ref

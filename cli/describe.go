@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -15,8 +16,8 @@ import (
 
 func newDescribeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|service) NAME",
-		Short: "Show a Deployment or Service in detail, with its replicas",
+		Use:   "describe (deployment|statefulset|service) NAME",
+		Short: "Show a Deployment, StatefulSet or Service in detail, with its replicas",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := splitRef(args)
 			if err != nil {
@@ -76,33 +77,16 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 			p("RollingUpdate", fmt.Sprintf("maxUnavailable %s, maxSurge %s", ru.MaxUnavailable.String(), ru.MaxSurge.String()))
 		}
 		p("Spec hash", manifest.SpecHash(d))
-		c := d.Spec.Template.Spec.Containers[0]
-		fmt.Fprintf(w, "Container %s:\n", c.Name)
-		p("  Image", c.Image)
-		if len(c.Command) > 0 {
-			p("  Command", strings.Join(c.Command, " "))
-		}
-		if len(c.Args) > 0 {
-			p("  Args", strings.Join(c.Args, " "))
-		}
-		for _, port := range c.Ports {
-			p("  Port", fmt.Sprintf("%d/%s %s", port.ContainerPort, port.Protocol, port.Name))
-		}
-		for _, e := range c.Env {
-			p("  Env", e.Name+"="+e.Value)
-		}
-		if len(c.Resources.Limits) > 0 || len(c.Resources.Requests) > 0 {
-			p("  Limits", fmt.Sprintf("cpu %s, memory %s", c.Resources.Limits.Cpu(), c.Resources.Limits.Memory()))
-			p("  Requests", fmt.Sprintf("cpu %s, memory %s", c.Resources.Requests.Cpu(), c.Resources.Requests.Memory()))
-		}
-		fmt.Fprintln(w, "Replicas:")
-		var mine []api.Replica
-		for _, r := range reps {
-			if r.Namespace == d.Namespace && r.Workload == d.Name {
-				mine = append(mine, r)
-			}
-		}
-		return printReplicas(w, getOpts{output: "wide"}, mine)
+		return describeReplicas(w, p, o, reps)
+	}
+	if st := o.StatefulSet; st != nil {
+		p("Created", st.CreationTimestamp.String())
+		p("Labels", labelString(st.Labels))
+		p("Selector", labelString(st.Spec.Selector.MatchLabels))
+		p("Replicas", fmt.Sprintf("%d desired", o.Replicas()))
+		p("Pod management", string(st.Spec.PodManagementPolicy))
+		p("Spec hash", manifest.TemplateHash(&st.Spec.Template))
+		return describeReplicas(w, p, o, reps)
 	}
 	s := o.Service
 	p("Created", s.CreationTimestamp.String())
@@ -124,4 +108,58 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 		p("Port", desc)
 	}
 	return nil
+}
+
+// describeReplicas prints a workload's container and its replicas.
+func describeReplicas(w io.Writer, p func(k, v string), o manifest.Object, reps []api.Replica) error {
+	c := o.PodTemplate().Spec.Containers[0]
+	fmt.Fprintf(w, "Container %s:\n", c.Name)
+	p("  Image", c.Image)
+	if len(c.Command) > 0 {
+		p("  Command", strings.Join(c.Command, " "))
+	}
+	if len(c.Args) > 0 {
+		p("  Args", strings.Join(c.Args, " "))
+	}
+	for _, port := range c.Ports {
+		p("  Port", fmt.Sprintf("%d/%s %s", port.ContainerPort, port.Protocol, port.Name))
+	}
+	for _, e := range c.Env {
+		p("  Env", e.Name+"="+e.Value)
+	}
+	if len(c.Resources.Limits) > 0 || len(c.Resources.Requests) > 0 {
+		p("  Limits", fmt.Sprintf("cpu %s, memory %s", c.Resources.Limits.Cpu(), c.Resources.Limits.Memory()))
+		p("  Requests", fmt.Sprintf("cpu %s, memory %s", c.Resources.Requests.Cpu(), c.Resources.Requests.Memory()))
+	}
+	for _, pr := range []struct {
+		name  string
+		probe *corev1.Probe
+	}{{"  Startup", c.StartupProbe}, {"  Liveness", c.LivenessProbe}, {"  Readiness", c.ReadinessProbe}} {
+		if pr.probe != nil {
+			p(pr.name, probeString(pr.probe))
+		}
+	}
+	fmt.Fprintln(w, "Replicas:")
+	var mine []api.Replica
+	for _, r := range reps {
+		if r.Namespace == o.Namespace && r.Workload == o.Name {
+			mine = append(mine, r)
+		}
+	}
+	return printReplicas(w, getOpts{output: "wide"}, mine)
+}
+
+// probeString is a probe as kubectl describe prints it.
+func probeString(pr *corev1.Probe) string {
+	var h string
+	switch {
+	case pr.HTTPGet != nil:
+		h = fmt.Sprintf("http-get %s:%s%s", strings.ToLower(string(pr.HTTPGet.Scheme)), pr.HTTPGet.Port.String(), pr.HTTPGet.Path)
+	case pr.TCPSocket != nil:
+		h = "tcp-socket :" + pr.TCPSocket.Port.String()
+	case pr.Exec != nil:
+		h = "exec " + strings.Join(pr.Exec.Command, " ")
+	}
+	return fmt.Sprintf("%s delay=%ds timeout=%ds period=%ds #success=%d #failure=%d", h,
+		pr.InitialDelaySeconds, pr.TimeoutSeconds, pr.PeriodSeconds, pr.SuccessThreshold, pr.FailureThreshold)
 }

@@ -54,7 +54,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	var o getOpts
 	cmd := &cobra.Command{
 		Use:   "get (nodes|deployments|statefulsets|services|replicas) [NAME] [-o wide|json|yaml]",
-		Short: "List nodes, Deployments, Services or replicas",
+		Short: "List nodes, Deployments, StatefulSets, Services or replicas",
 		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
   nodes         cluster members and their state (alive, suspect, dead, left)
   deployments   Deployments with ready/up-to-date/available counts
@@ -119,7 +119,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 					}
 				}
 				if name != "" && len(items) == 0 {
-					return fmt.Errorf("no replica or Deployment named %q in namespace %q", name, g.namespace)
+					return fmt.Errorf("no replica, Deployment or StatefulSet named %q in namespace %q", name, g.namespace)
 				}
 				return printReplicas(g.stdout, o, items)
 			case "deployment", "service", "statefulset":

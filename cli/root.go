@@ -40,7 +40,7 @@ func NewRoot(stdin io.Reader, stdout io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "starling",
 		Short: "Starling: a container orchestrator with no master",
-		Long: `Starling runs Kubernetes-shaped Deployments and Services on small clusters
+		Long: `Starling runs Kubernetes-shaped Deployments, StatefulSets and Services on small clusters
 where every node runs the same agent and no control plane can be lost.
 
 Run 'starling agent' on each node; every other command talks to an agent.`,

@@ -260,6 +260,8 @@ func Decode(data []byte) (Object, error) {
 			m = &o.Deployment.ObjectMeta
 		case o.Service != nil:
 			m = &o.Service.ObjectMeta
+		case o.StatefulSet != nil:
+			m = &o.StatefulSet.ObjectMeta
 		default:
 			return o, nil
 		}

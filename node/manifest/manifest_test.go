@@ -2,12 +2,14 @@ package manifest
 
 import (
 	"errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -852,5 +854,35 @@ func TestValidateHandBuiltObjects(t *testing.T) {
 	}
 	if errs := Validate(Object{Kind: KindService}); len(errs) != 1 {
 		t.Errorf("Validate(Service without object) = %v, want one error", errs)
+	}
+}
+
+func TestDecodeKeepsStoredStatefulSetMetadata(t *testing.T) {
+	objs, err := Parse([]byte(`apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: busybox}]
+`), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := objs[0].StatefulSet
+	st.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st.Generation = 3
+	b, err := Encode(objs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.StatefulSet; got.Generation != 3 || !got.CreationTimestamp.Equal(&st.CreationTimestamp) {
+		t.Fatalf("stored metadata lost: generation %d, created %v", got.Generation, got.CreationTimestamp)
 	}
 }

@@ -95,9 +95,9 @@ type Config struct {
 	// every containerd on the machine, so two nodes on one machine would
 	// take over each other's containers; empty keeps the default.
 	RuncRoot string
-	// FetchImage, when set, is asked for an image that is neither stored
-	// locally nor pullable from its registry: it returns an image tarball
-	// (from a peer node). Import verifies every blob's digest.
+	// FetchImage, when set, is asked first for an image that is not
+	// stored locally (before its registry): it returns an image tarball
+	// from a peer node. Import verifies every blob's digest.
 	FetchImage func(ctx context.Context, ref string) (io.ReadCloser, error)
 }
 
@@ -248,21 +248,26 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// EnsureImage returns the image ref, unpacked, pulling it from its
-// registry when it is not stored locally.
+// EnsureImage returns the image ref, unpacked. When it is not stored
+// locally it comes from the nearest peer that has it (over the LAN, the
+// copy the rest of the cluster runs), else from its registry.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image, error) {
 	ctx = r.ctx(ctx)
 	img, err := r.client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
-		// A registry is the first choice; peers are the fallback, so an
-		// edge cluster needs no registry.
-		img, err = r.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
-			containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
-		if err != nil && r.cfg.FetchImage != nil {
-			pullErr := err
-			img, err = r.fetchFromPeers(ctx, ref)
+		// Peers first: an edge cluster often has no registry, or a slow
+		// or unreachable one (a failing DNS lookup alone costs ~10 s per
+		// create), and a peer's copy is what the other nodes run.
+		var peerErr error = errors.New("no peer image source")
+		if r.cfg.FetchImage != nil {
+			img, peerErr = r.fetchFromPeers(ctx, ref)
+			err = peerErr
+		}
+		if peerErr != nil {
+			img, err = r.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
+				containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
 			if err != nil {
-				err = fmt.Errorf("pull: %v; peers: %w", pullErr, err)
+				err = fmt.Errorf("peers: %v; pull: %w", peerErr, err)
 			}
 		}
 		if err != nil {
