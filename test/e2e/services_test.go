@@ -550,15 +550,22 @@ spec:
 		if err != nil {
 			return err
 		}
-		ready := 0
+		// Settled: one ready replica on each node and no other copy (a
+		// replica handed off from the first node to join is not a target).
+		ready, listed, nodes := 0, 0, map[string]bool{}
 		for _, r := range all {
-			if r.Workload == "probed" && r.Ready {
+			if r.Workload != "probed" {
+				continue
+			}
+			listed++
+			if r.Ready && r.Phase == "Running" {
 				ready++
+				nodes[r.Node] = true
 				target = r
 			}
 		}
-		if ready != 2 {
-			return fmt.Errorf("%d of 2 replicas ready", ready)
+		if ready != 2 || listed != 2 || len(nodes) != 2 {
+			return fmt.Errorf("%d of 2 replicas ready on %d nodes, %d listed", ready, len(nodes), listed)
 		}
 		return inRules(true)
 	})
