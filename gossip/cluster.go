@@ -316,6 +316,12 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 // receive applies a record from another node; forward re-queues it as a
 // delta when it changed the State.
 func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
+	if c.cfg.Accept != nil {
+		if err := c.cfg.Accept(r); err != nil {
+			c.log.Debug("record refused", "key", r.Key, "origin", r.Origin, "err", err)
+			return
+		}
+	}
 	if c.cfg.Clock != nil {
 		if _, err := c.cfg.Clock.Update(r.Version); err != nil {
 			c.dropped("record from the future", err, "key", r.Key, "origin", r.Origin)

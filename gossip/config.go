@@ -85,6 +85,15 @@ type Config struct {
 	// of the local clock is then dropped and logged instead of applied.
 	Clock *hlc.Clock
 
+	// Accept, when set, is asked about every record received from another
+	// node before it is applied: a record it returns an error for is
+	// neither stored nor forwarded (the caller logs and counts the
+	// refusal; the error is logged here only at debug level). It runs on
+	// memberlist's goroutines and must be quick and safe for concurrent
+	// use. Every byte from a peer is untrusted: this is where the layer
+	// above checks a record against what its writer may say.
+	Accept func(crdt.Record) error
+
 	// Logger receives the package's logs and memberlist's; nil means
 	// slog.Default().
 	Logger *slog.Logger

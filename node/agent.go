@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ type Agent struct {
 
 	cluster  *gossip.Cluster
 	capacity placement.Resources
+	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
+	clusterCIDR netip.Prefix
+	rejects     *rejects
 	synced   chan struct{} // closed once the node holds the cluster's state
 	syncOnce sync.Once
 
@@ -192,7 +196,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // newAgent builds an agent on a given runtime: it reads the token, opens
 // the store and starts gossip. On error it closes nothing of rt's.
 func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
-	if _, _, err := cfg.validate(); err != nil {
+	_, cluster, err := cfg.validate()
+	if err != nil {
 		return nil, err
 	}
 	log = log.With("node", cfg.Name)
@@ -200,6 +205,8 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
+	a.clusterCIDR = prefixOf(cluster)
+	a.rejects = newRejects(a.clusterCIDR, log, a.metrics.rejectedRecords)
 	if cfg.TokenFile != "" {
 		b, err := os.ReadFile(cfg.TokenFile)
 		if err != nil {
@@ -212,7 +219,6 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	var err error
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
@@ -265,6 +271,7 @@ func (a *Agent) startGossip() error {
 	// wall clock is behind, still writes versions that win over what it has
 	// seen: a delete after an apply is never older than the apply).
 	gc.Clock = a.clock
+	gc.Accept = a.rejects.check
 	if all, err := a.store.Snapshot(); err == nil {
 		for _, r := range all {
 			a.clock.Update(r.Version)
@@ -682,6 +689,7 @@ type metrics struct {
 	actionErrors     *prometheus.CounterVec
 	probeSeconds     *prometheus.HistogramVec
 	probeFailures    *prometheus.CounterVec
+	rejectedRecords  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -701,8 +709,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"probe", "handler"}),
 		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_probe_failures_total", Help: "Container probes that failed, by probe kind and handler."}, []string{"probe", "handler"}),
+		rejectedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -715,4 +725,18 @@ func (m *metrics) observe(cs []reconcile.Container) {
 	for s, n := range counts {
 		m.replicas.WithLabelValues(string(s)).Set(float64(n))
 	}
+}
+
+// prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
+// Prefix for nil).
+func prefixOf(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	addr, ok := netip.AddrFromSlice(n.IP.To4())
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(addr, ones).Masked()
 }

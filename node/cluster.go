@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -42,19 +43,43 @@ type NodeStatus struct {
 }
 
 // decodeStatuses returns the node status records in records, by name.
-// Undecodable ones are skipped.
-func decodeStatuses(records []crdt.Record) map[string]NodeStatus {
+// Records that fail checkRecord (undecodable, written by another node,
+// saying what a node may not say of itself, such as a pod subnet outside
+// cluster) are skipped: gossip refuses them on arrival, and this keeps
+// out any stored before.
+func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	for _, r := range records {
-		if r.Deleted {
+		if r.Deleted || checkRecord(r, cluster) != nil {
 			continue
 		}
 		var s NodeStatus
-		// Only a node itself writes its record.
-		if err := json.Unmarshal(r.Value, &s); err != nil || s.Name == "" || statusKey(s.Name) != r.Key || r.Origin != s.Name {
+		if json.Unmarshal(r.Value, &s) != nil {
 			continue
 		}
 		out[s.Name] = s
+	}
+	return out
+}
+
+// winningClaims returns the names of the nodes in statuses whose subnet
+// claim is the winning one for its subnet (ipam.Lost), the only nodes
+// whose subnet is routed and whose pod addresses become endpoints.
+func winningClaims(statuses map[string]NodeStatus) map[string]bool {
+	var claims []ipam.Claim
+	for _, s := range statuses {
+		if s.PodSubnet != "" {
+			claims = append(claims, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
+		}
+	}
+	out := map[string]bool{}
+	for name, s := range statuses {
+		if s.PodSubnet == "" {
+			continue
+		}
+		if _, lost := ipam.Lost(ipam.Claim{Node: name, Subnet: s.PodSubnet, Since: s.SubnetSince}, claims); !lost {
+			out[name] = true
+		}
 	}
 	return out
 }
@@ -63,18 +88,10 @@ func decodeStatuses(records []crdt.Record) map[string]NodeStatus {
 // says their subnet claim has settled, sorted by name. Of two nodes
 // claiming one subnet only the winner is eligible.
 func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []placement.Node {
-	var claims []ipam.Claim
-	for _, s := range statuses {
-		if s.PodSubnet != "" {
-			claims = append(claims, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
-		}
-	}
+	winners := winningClaims(statuses)
 	var nodes []placement.Node
 	for name, s := range statuses {
-		if !alive[name] || !s.SubnetReady {
-			continue
-		}
-		if _, lost := ipam.Lost(ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}, claims); lost {
+		if !alive[name] || !s.SubnetReady || !winners[name] {
 			continue
 		}
 		nodes = append(nodes, placement.Node{Name: name, Labels: s.Labels, Allocatable: s.Capacity})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -27,6 +28,22 @@ type fakeRuntime struct {
 	created    int
 	// exec answers Exec (nil: every command exits 0).
 	exec func(id string, argv []string) (int, string, error)
+	// subnet returns the node's pod subnet; containers get addresses in
+	// it, as the real pod network gives them (peers accept no other).
+	subnet func() string
+}
+
+// podIP returns the address of the n-th container created: inside the
+// node's subnet, or 10.22.9.9 without one.
+func (f *fakeRuntime) podIP(n int) string {
+	if f.subnet != nil {
+		if p, err := netip.ParsePrefix(f.subnet()); err == nil {
+			a := p.Addr().As4()
+			a[3] = byte(2 + n%250)
+			return netip.AddrFrom4(a).String()
+		}
+	}
+	return "10.22.9.9"
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -49,7 +66,7 @@ func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
 	run := func(r reconcile.Replica) {
 		f.created++
 		f.containers[r.ID] = reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
-			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: "10.22.9.9", StartedAt: time.Now()}
+			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: f.podIP(f.created), StartedAt: time.Now()}
 	}
 	switch a.Type {
 	case reconcile.Create:
@@ -163,6 +180,7 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config
 		t.Fatal(err)
 	}
 	n.agent = a
+	n.rt.subnet = func() string { return a.currentClaim().Subnet }
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { defer close(n.done); a.Run(ctx) }()

@@ -214,7 +214,7 @@ func (a *Agent) dryRunRules() string {
 		return "Service rules: " + err.Error() + "\n"
 	}
 	_, statErr := os.Stat(preflight.BridgeNFCallIPTables)
-	text := service.Rules(ports, service.Config{ClusterCIDR: a.cfg.ClusterCIDR, MasqueradeAll: statErr != nil}, nil)
+	text := service.Rules(ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: statErr != nil}, nil)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Service rules this node would apply (%d service ports), with iptables-restore --noflush, after:\n", len(ports))
 	for _, j := range service.JumpCommands() {

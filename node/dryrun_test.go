@@ -56,11 +56,12 @@ spec:
 	out := &syncBuffer{}
 	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
 	a0Subnet := a0.agent.currentClaim().Subnet
+	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
 	waitFor(t, 20*time.Second, func() error {
 		s := out.String()
 		for _, want := range []string{"pod subnet this node would claim", wantRoute, "Service rules this node would apply (1 service ports)",
-			"-j DNAT --to-destination 10.22.9.9:8080", "iptables -t nat -A PREROUTING", "COMMIT\n"} {
+			wantDNAT, "iptables -t nat -A PREROUTING", "COMMIT\n"} {
 			if !strings.Contains(s, want) {
 				return fmt.Errorf("dry-run output lacks %q:\n%s", want, s)
 			}

@@ -287,8 +287,13 @@ func (a *Agent) apiURL() string {
 	if err != nil {
 		return ""
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+	// Peers accept only an address (checkStatus): a host name or an
+	// unspecified address is replaced by the address peers know us by.
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = a.advertiseHost()
+	}
+	if net.ParseIP(host) == nil {
+		return ""
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }

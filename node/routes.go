@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"net"
+	"net/netip"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -21,24 +21,29 @@ func (a *Agent) desiredRoutes() []route.Route {
 	if err != nil {
 		return nil
 	}
-	statuses := decodeStatuses(nodeRecs)
+	statuses := decodeStatuses(nodeRecs, a.clusterCIDR)
+	winners := winningClaims(statuses)
 	var peers []route.Peer
 	for _, m := range a.cluster.Members() {
 		if m.Name == a.cfg.Name || m.State != gossip.StateAlive && m.State != gossip.StateSuspect {
 			continue
 		}
 		s, ok := statuses[m.Name]
-		if !ok || !s.SubnetReady {
+		if !ok || !s.SubnetReady || !winners[m.Name] {
 			continue
 		}
-		_, subnet, err := net.ParseCIDR(s.PodSubnet)
+		subnet, err := netip.ParsePrefix(s.PodSubnet)
 		if err != nil {
 			continue
 		}
-		peers = append(peers, route.Peer{Name: m.Name, Addr: net.ParseIP(m.Addr), PodSubnet: subnet})
+		addr, err := netip.ParseAddr(m.Addr)
+		if err != nil {
+			continue
+		}
+		peers = append(peers, route.Peer{Name: m.Name, Addr: addr.Unmap(), PodSubnet: subnet})
 	}
-	_, own, _ := net.ParseCIDR(a.currentClaim().Subnet)
-	return route.Desired(own, peers)
+	own, _ := netip.ParsePrefix(a.currentClaim().Subnet)
+	return route.Desired(own, a.clusterCIDR, peers)
 }
 
 // routeLoop keeps the routes to peers' pod subnets: on every membership

@@ -3,8 +3,8 @@ package node
 import (
 	"context"
 	"net"
+	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,31 +29,63 @@ func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []se
 	if err != nil {
 		return nil, service.Allocation{}, nil, err
 	}
+	alloc := service.Allocate(serviceSpecs(svcs), cidr)
+	ports := servicePorts(svcs, alloc, v.workloads, readyEndpoints(v.alive, v.statuses))
+	return svcs, alloc, ports, nil
+}
+
+// serviceSpecs is the allocation input of Services: requested ClusterIPs
+// (parsed; an unparsable one counts as none) and NodePorts.
+func serviceSpecs(svcs []manifest.Object) []service.Spec {
 	var specs []service.Spec
 	for _, o := range svcs {
 		s := o.Service
-		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: s.Spec.ClusterIP,
+		ip, _ := netip.ParseAddr(s.Spec.ClusterIP)
+		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: ip,
 			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort}
 		for _, p := range s.Spec.Ports {
 			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
 		}
 		specs = append(specs, spec)
 	}
-	alloc := service.Allocate(specs, cidr)
+	return specs
+}
 
-	// Ready replicas by workload, from live nodes' records.
-	byWorkload := map[string][]string{}
-	for name, s := range v.statuses {
-		if !v.alive[name] {
+// readyEndpoints returns the addresses of the ready, running replicas of
+// live nodes, by workload ("namespace/name"). A node's replicas count only
+// when its subnet claim is the winning one for its subnet and has settled,
+// and only addresses inside that subnet are taken: a node cannot make
+// another node's pods, or any other address, endpoints of a Service.
+func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus) map[string][]netip.Addr {
+	winners := winningClaims(statuses)
+	out := map[string][]netip.Addr{}
+	for name, s := range statuses {
+		if !alive[name] || !winners[name] || !s.SubnetReady {
+			continue
+		}
+		subnet, err := netip.ParsePrefix(s.PodSubnet)
+		if err != nil {
 			continue
 		}
 		for _, r := range s.Replicas {
-			if r.Ready && r.Phase == "Running" && r.PodIP != "" {
-				k := r.Namespace + "/" + r.Workload
-				byWorkload[k] = append(byWorkload[k], r.PodIP)
+			if !r.Ready || r.Phase != "Running" {
+				continue
 			}
+			ip, err := netip.ParseAddr(r.PodIP)
+			if err != nil || !subnet.Contains(ip) {
+				continue
+			}
+			k := r.Namespace + "/" + r.Workload
+			out[k] = append(out[k], ip)
 		}
 	}
+	return out
+}
+
+// servicePorts builds the dataplane input: every port of every Service
+// with an allocated ClusterIP, and as endpoints the ready addresses of the
+// workloads its selector matches, at the resolved target port.
+func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []manifest.Object, ready map[string][]netip.Addr) []service.Port {
 	var ports []service.Port
 	for _, o := range svcs {
 		s := o.Service
@@ -63,27 +95,27 @@ func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []se
 			continue
 		}
 		for _, sp := range s.Spec.Ports {
-			p := service.Port{Service: key, Name: sp.Name, Protocol: string(sp.Protocol), ClusterIP: ip, Port: sp.Port,
-				NodePort: alloc.NodePorts[key+"/"+sp.Name]}
+			p := service.Port{Service: key, Name: sp.Name, Protocol: service.Protocol(sp.Protocol), ClusterIP: ip, Port: uint16(sp.Port),
+				NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name])}
 			if len(s.Spec.Selector) > 0 {
 				sel := labels.SelectorFromSet(s.Spec.Selector)
-				for _, d := range v.workloads {
+				for _, d := range workloads {
 					if d.Namespace != o.Namespace || !sel.Matches(labels.Set(d.PodTemplate().Labels)) {
 						continue
 					}
 					target, ok := targetPort(sp, d)
-					if !ok {
+					if !ok || target <= 0 || target > 65535 {
 						continue
 					}
-					for _, podIP := range byWorkload[d.Namespace+"/"+d.Name] {
-						p.Endpoints = append(p.Endpoints, net.JoinHostPort(podIP, strconv.Itoa(int(target))))
+					for _, podIP := range ready[d.Namespace+"/"+d.Name] {
+						p.Endpoints = append(p.Endpoints, netip.AddrPortFrom(podIP, uint16(target)))
 					}
 				}
 			}
 			ports = append(ports, p)
 		}
 	}
-	return svcs, alloc, ports, nil
+	return ports
 }
 
 // targetPort resolves a Service port's targetPort against a workload's
@@ -125,7 +157,7 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 			if _, _, ports, err = a.serviceView(v); err == nil {
 				var wrote bool
 				start := time.Now()
-				wrote, err = a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.cfg.ClusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
+				wrote, err = a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
 				if wrote {
 					a.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
 				}
@@ -191,7 +223,10 @@ func (a *Agent) decorateServices(items []api.Object) {
 			continue
 		}
 		key := o.Namespace + "/" + o.Name
-		o.Service.Spec.ClusterIP = alloc.ClusterIPs[key]
+		if ip, ok := alloc.ClusterIPs[key]; ok {
+			o.Service.Spec.ClusterIP = ip.String()
+			o.Service.Spec.ClusterIPs = []string{ip.String()}
+		}
 		for j, p := range o.Service.Spec.Ports {
 			if np, ok := alloc.NodePorts[key+"/"+p.Name]; ok {
 				o.Service.Spec.Ports[j].NodePort = np

@@ -27,7 +27,7 @@ func (a *Agent) otherClaims() []ipam.Claim {
 	for _, m := range a.cluster.Members() {
 		members[m.Name] = m.State
 	}
-	statuses := decodeStatuses(recs)
+	statuses := decodeStatuses(recs, a.clusterCIDR)
 	var out []ipam.Claim
 	for _, r := range recs {
 		s, ok := statuses[r.Origin]

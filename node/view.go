@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"net/netip"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -42,7 +43,7 @@ func (a *Agent) readView() (view, error) {
 	if err != nil {
 		return v, err
 	}
-	v.statuses = decodeStatuses(nodeRecs)
+	v.statuses = decodeStatuses(nodeRecs, a.clusterCIDR)
 	if _, ok := v.statuses[a.cfg.Name]; !ok {
 		v.statuses[a.cfg.Name] = a.selfStatus(nil)
 	}
@@ -54,12 +55,21 @@ func (a *Agent) readView() (view, error) {
 	return v, nil
 }
 
-// selfStatus is this node's record with the given replica statuses.
+// selfStatus is this node's record with the given replica statuses. It
+// says only what peers accept (checkStatus): reasons are one line of
+// bounded text, and a replica address outside the node's current subnet
+// (left from an earlier claim) is not published.
 func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
-	if replicas == nil {
-		replicas = []api.Replica{}
-	}
 	claim := a.currentClaim()
+	subnet, _ := netip.ParsePrefix(claim.Subnet)
+	out := make([]api.Replica, 0, len(replicas))
+	for _, r := range replicas {
+		r.Reason = oneLine(r.Reason)
+		if ip, err := netip.ParseAddr(r.PodIP); r.PodIP != "" && (err != nil || !subnet.Contains(ip)) {
+			r.PodIP, r.Ready = "", false
+		}
+		out = append(out, r)
+	}
 	return NodeStatus{
 		Name:        a.cfg.Name,
 		Advertise:   a.advertiseHost(),
@@ -70,7 +80,7 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 		Capacity:    a.capacity,
 		Labels:      a.cfg.Labels,
 		Started:     a.started.UTC().Truncate(time.Second),
-		Replicas:    replicas,
+		Replicas:    out,
 	}
 }
 

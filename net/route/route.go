@@ -12,6 +12,7 @@ package route
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 
 	"github.com/vishvananda/netlink"
@@ -20,11 +21,11 @@ import (
 // Protocol marks Starling's routes ("proto 87" in `ip route`).
 const Protocol netlink.RouteProtocol = 87
 
-// Peer is a live member with a pod subnet.
+// Peer is a live member with a pod subnet, as parsed values.
 type Peer struct {
 	Name      string
-	Addr      net.IP     // the peer's node address, on-link
-	PodSubnet *net.IPNet // the peer's /24
+	Addr      netip.Addr   // the peer's node address, on-link
+	PodSubnet netip.Prefix // the peer's pod subnet (a /24)
 }
 
 // Route is one desired route: via a gateway, or straight to a device.
@@ -43,27 +44,41 @@ func (r Route) String() string {
 
 // Desired returns the routes to every peer's subnet except self's own
 // (own is this node's subnet, served by its bridge), sorted by
-// destination. Peers without an address or subnet, or whose subnet
-// overlaps own, are skipped: routing them would hijack local traffic.
-func Desired(own *net.IPNet, peers []Peer) []Route {
+// destination. Only IPv4 subnets that are networks (no host bits) inside
+// cluster (--cluster-cidr) and smaller than it are routed: a peer's
+// claim of any other range (8.8.8.0/24, the LAN, the whole cluster) would
+// hijack traffic that is not pod traffic. Peers without a valid address
+// or subnet, whose subnet overlaps own, or whose address lies inside
+// cluster (a gateway must be a node address) are skipped too; of two
+// peers with one subnet the first keeps it (the claim layer resolves
+// conflicts before this).
+func Desired(own netip.Prefix, cluster netip.Prefix, peers []Peer) []Route {
 	var out []Route
-	seen := map[string]bool{}
+	seen := map[netip.Prefix]bool{}
 	for _, p := range peers {
-		if p.Addr == nil || p.PodSubnet == nil {
+		sub := p.PodSubnet
+		if !p.Addr.Is4() || !sub.IsValid() || !sub.Addr().Is4() || sub != sub.Masked() {
 			continue
 		}
-		if own != nil && (own.Contains(p.PodSubnet.IP) || p.PodSubnet.Contains(own.IP)) {
+		if !cluster.IsValid() || sub.Bits() <= cluster.Bits() || !cluster.Contains(sub.Addr()) || cluster.Contains(p.Addr) {
 			continue
 		}
-		key := p.PodSubnet.String()
-		if seen[key] {
-			continue // two peers claim one subnet: the claim layer resolves it
+		if own.IsValid() && own.Overlaps(sub) {
+			continue
 		}
-		seen[key] = true
-		out = append(out, Route{Dst: p.PodSubnet, Via: p.Addr})
+		if seen[sub] {
+			continue
+		}
+		seen[sub] = true
+		out = append(out, Route{Dst: ipNet(sub), Via: net.IP(p.Addr.AsSlice())})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Dst.String() < out[j].Dst.String() })
 	return out
+}
+
+// ipNet converts a parsed prefix for netlink.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // Change is what Sync did.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"net"
+	"net/netip"
 	"sort"
 	"time"
 )
@@ -18,7 +19,7 @@ const (
 type Spec struct {
 	Key       string // "namespace/name"
 	Created   time.Time
-	ClusterIP string // requested in the manifest, or ""
+	ClusterIP netip.Addr // requested in the manifest, or the zero Addr
 	NodePort  bool   // type NodePort
 	// Ports: name -> requested nodePort (0: allocate).
 	Ports []SpecPort
@@ -33,7 +34,7 @@ type SpecPort struct {
 // Allocation is the result: a ClusterIP per Service and a NodePort per
 // "key/portName" of NodePort Services.
 type Allocation struct {
-	ClusterIPs map[string]string
+	ClusterIPs map[string]netip.Addr
 	NodePorts  map[string]int32
 }
 
@@ -52,18 +53,21 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 		}
 		return ss[i].Key < ss[j].Key
 	})
-	out := Allocation{ClusterIPs: map[string]string{}, NodePorts: map[string]int32{}}
+	out := Allocation{ClusterIPs: map[string]netip.Addr{}, NodePorts: map[string]int32{}}
 	ones, bits := serviceCIDR.Mask.Size()
 	size := uint32(1) << (bits - ones)
 	base := binary.BigEndian.Uint32(serviceCIDR.IP.To4())
 	usedIP := map[uint32]bool{0: true, size - 1: true}
 	usedPort := map[int32]bool{}
-	offsetOf := func(s string) (uint32, bool) {
-		ip := net.ParseIP(s).To4()
-		if ip == nil || !serviceCIDR.Contains(ip) {
+	offsetOf := func(a netip.Addr) (uint32, bool) {
+		if !a.Is4() {
 			return 0, false
 		}
-		return binary.BigEndian.Uint32(ip) - base, true
+		ip := a.As4()
+		if !serviceCIDR.Contains(ip[:]) {
+			return 0, false
+		}
+		return binary.BigEndian.Uint32(ip[:]) - base, true
 	}
 	// Requested first.
 	for _, s := range ss {
@@ -88,9 +92,9 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 				off := (start + i) % size
 				if !usedIP[off] {
 					usedIP[off] = true
-					ip := make(net.IP, 4)
-					binary.BigEndian.PutUint32(ip, base+off)
-					out.ClusterIPs[s.Key] = ip.String()
+					var ip [4]byte
+					binary.BigEndian.PutUint32(ip[:], base+off)
+					out.ClusterIPs[s.Key] = netip.AddrFrom4(ip)
 					break
 				}
 			}

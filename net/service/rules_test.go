@@ -5,17 +5,28 @@ import (
 	"fmt"
 	"math/rand"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 )
 
 func webPort(eps ...string) Port {
-	return Port{Service: "default/web", Name: "http", Protocol: "TCP", ClusterIP: "10.23.0.10", Port: 80, Endpoints: eps}
+	return Port{Service: "default/web", Name: "http", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.10"), Port: 80, Endpoints: addrPorts(eps...)}
 }
 
+func addrPorts(eps ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, e := range eps {
+		out = append(out, netip.MustParseAddrPort(e))
+	}
+	return out
+}
+
+var clusterCIDR = netip.MustParsePrefix("10.22.0.0/16")
+
 func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
-	text := string(Rules([]Port{webPort("10.22.1.2:8080", "10.22.2.2:8080", "10.22.3.2:8080")}, Config{ClusterCIDR: "10.22.0.0/16"}, nil))
+	text := string(Rules([]Port{webPort("10.22.1.2:8080", "10.22.2.2:8080", "10.22.3.2:8080")}, Config{ClusterCIDR: clusterCIDR}, nil))
 	for _, want := range []string{
 		"--probability 0.3333333333 -j STARLING-SEP-",
 		"--probability 0.5000000000 -j STARLING-SEP-",
@@ -39,7 +50,7 @@ func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 func TestRulesRejectServicesWithoutEndpoints(t *testing.T) {
 	p := webPort()
 	p.NodePort = 30080
-	text := string(Rules([]Port{p}, Config{ClusterCIDR: "10.22.0.0/16"}, nil))
+	text := string(Rules([]Port{p}, Config{ClusterCIDR: clusterCIDR}, nil))
 	if strings.Contains(text, ":STARLING-SVC-") {
 		t.Errorf("a port without endpoints got a service chain:\n%s", text)
 	}
@@ -55,7 +66,7 @@ func TestRulesRejectServicesWithoutEndpoints(t *testing.T) {
 }
 
 func TestRulesMasqueradeAllMarksEveryServicePacket(t *testing.T) {
-	text := string(Rules([]Port{webPort("10.22.1.2:8080")}, Config{ClusterCIDR: "10.22.0.0/16", MasqueradeAll: true}, nil))
+	text := string(Rules([]Port{webPort("10.22.1.2:8080")}, Config{ClusterCIDR: clusterCIDR, MasqueradeAll: true}, nil))
 	if strings.Contains(text, "! -s 10.22.0.0/16") {
 		t.Error("masquerade-all must not exempt the cluster CIDR")
 	}
@@ -70,12 +81,12 @@ func TestRulesMasqueradeAllMarksEveryServicePacket(t *testing.T) {
 func TestRulesAreDeterministicAndChainNamesFit(t *testing.T) {
 	ports := []Port{
 		webPort("10.22.1.2:8080", "10.22.2.2:8080"),
-		{Service: "default/dns", Name: "dns", Protocol: "UDP", ClusterIP: "10.23.0.53", Port: 53, Endpoints: []string{"10.22.1.9:53"}},
+		{Service: "default/dns", Name: "dns", Protocol: UDP, ClusterIP: netip.MustParseAddr("10.23.0.53"), Port: 53, Endpoints: addrPorts("10.22.1.9:53")},
 	}
-	a := Rules(ports, Config{ClusterCIDR: "10.22.0.0/16"}, nil)
+	a := Rules(ports, Config{ClusterCIDR: clusterCIDR}, nil)
 	rev := []Port{ports[1], ports[0]}
-	rev[1].Endpoints = []string{"10.22.2.2:8080", "10.22.1.2:8080"}
-	if b := Rules(rev, Config{ClusterCIDR: "10.22.0.0/16"}, nil); string(a) != string(b) {
+	rev[1].Endpoints = addrPorts("10.22.2.2:8080", "10.22.1.2:8080")
+	if b := Rules(rev, Config{ClusterCIDR: clusterCIDR}, nil); string(a) != string(b) {
 		t.Fatalf("input order changed the rules:\n%s\n---\n%s", a, b)
 	}
 	for _, c := range Chains(a) {
@@ -109,22 +120,22 @@ func TestAllocateIsDeterministicHonoursRequestsAndKeepsOlderOnConflict(t *testin
 	_, cidr, _ := net.ParseCIDR("10.23.0.0/16")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	specs := []Spec{
-		{Key: "default/old", Created: t0, ClusterIP: "10.23.0.10", NodePort: true, Ports: []SpecPort{{Name: "a", NodePort: 30080}}},
-		{Key: "default/new", Created: t0.Add(time.Hour), ClusterIP: "10.23.0.10", NodePort: true, Ports: []SpecPort{{Name: "a", NodePort: 30080}}},
+		{Key: "default/old", Created: t0, ClusterIP: netip.MustParseAddr("10.23.0.10"), NodePort: true, Ports: []SpecPort{{Name: "a", NodePort: 30080}}},
+		{Key: "default/new", Created: t0.Add(time.Hour), ClusterIP: netip.MustParseAddr("10.23.0.10"), NodePort: true, Ports: []SpecPort{{Name: "a", NodePort: 30080}}},
 	}
 	for i := 0; i < 200; i++ {
 		specs = append(specs, Spec{Key: fmt.Sprintf("ns/s%03d", i), Created: t0, NodePort: i%2 == 0, Ports: []SpecPort{{Name: "p"}}})
 	}
 	a := Allocate(specs, cidr)
-	if a.ClusterIPs["default/old"] != "10.23.0.10" || a.ClusterIPs["default/new"] == "10.23.0.10" {
+	if a.ClusterIPs["default/old"] != netip.MustParseAddr("10.23.0.10") || a.ClusterIPs["default/new"] == netip.MustParseAddr("10.23.0.10") {
 		t.Fatalf("conflict: old %s new %s", a.ClusterIPs["default/old"], a.ClusterIPs["default/new"])
 	}
 	if a.NodePorts["default/old/a"] != 30080 || a.NodePorts["default/new/a"] == 30080 {
 		t.Fatalf("nodePort conflict: old %d new %d", a.NodePorts["default/old/a"], a.NodePorts["default/new/a"])
 	}
-	ips, ports := map[string]bool{}, map[int32]bool{}
+	ips, ports := map[netip.Addr]bool{}, map[int32]bool{}
 	for k, ip := range a.ClusterIPs {
-		if ips[ip] || !cidr.Contains(net.ParseIP(ip)) || ip == "10.23.0.0" || ip == "10.23.255.255" {
+		if ips[ip] || !cidr.Contains(ip.AsSlice()) || ip.String() == "10.23.0.0" || ip.String() == "10.23.255.255" {
 			t.Fatalf("%s got %s (duplicate or outside)", k, ip)
 		}
 		ips[ip] = true
@@ -149,16 +160,16 @@ func BenchmarkRules(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		ports := make([]Port, n)
 		for i := range ports {
-			ports[i] = Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: "TCP",
-				ClusterIP: fmt.Sprintf("10.23.%d.%d", i/250, i%250+1), Port: 80}
+			ports[i] = Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: TCP,
+				ClusterIP: netip.AddrFrom4([4]byte{10, 23, byte(i / 250), byte(i%250 + 1)}), Port: 80}
 			for e := 0; e < 5; e++ {
-				ports[i].Endpoints = append(ports[i].Endpoints, fmt.Sprintf("10.22.%d.%d:8080", e, i%250+2))
+				ports[i].Endpoints = append(ports[i].Endpoints, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, byte(e), byte(i%250 + 2)}), 8080))
 			}
 		}
 		b.Run(fmt.Sprintf("%dx5", n), func(b *testing.B) {
 			var text []byte
 			for i := 0; i < b.N; i++ {
-				text = Rules(ports, Config{ClusterCIDR: "10.22.0.0/16"}, nil)
+				text = Rules(ports, Config{ClusterCIDR: clusterCIDR}, nil)
 			}
 			b.ReportMetric(float64(strings.Count(string(text), "\n-A ")), "rule-lines")
 		})
@@ -166,8 +177,8 @@ func BenchmarkRules(b *testing.B) {
 }
 
 func TestPartialRewritesOnlyChangedChains(t *testing.T) {
-	cfg := Config{ClusterCIDR: "10.22.0.0/16"}
-	other := Port{Service: "default/other", Name: "x", Protocol: "TCP", ClusterIP: "10.23.0.20", Port: 80, Endpoints: []string{"10.22.3.3:80"}}
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	other := Port{Service: "default/other", Name: "x", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.20"), Port: 80, Endpoints: addrPorts("10.22.3.3:80")}
 	first := Rules([]Port{webPort("10.22.1.2:8080"), other}, cfg, nil)
 	fullBatches, applied := partial(first, nil, batchLines)
 	full := string(bytes.Join(fullBatches, nil))
@@ -196,8 +207,8 @@ func TestPartialRewritesOnlyChangedChains(t *testing.T) {
 func TestPartialBatchesKeepServiceChainsWithTheirEndpointsAndSwitchLast(t *testing.T) {
 	var ports []Port
 	for i := 0; i < 50; i++ {
-		ports = append(ports, Port{Service: fmt.Sprintf("default/s%d", i), Name: "p", Protocol: "TCP",
-			ClusterIP: fmt.Sprintf("10.23.0.%d", i+1), Port: 80, Endpoints: []string{fmt.Sprintf("10.22.1.%d:80", i+2), fmt.Sprintf("10.22.2.%d:80", i+2)}})
+		ports = append(ports, Port{Service: fmt.Sprintf("default/s%d", i), Name: "p", Protocol: TCP,
+			ClusterIP: netip.MustParseAddr(fmt.Sprintf("10.23.0.%d", i+1)), Port: 80, Endpoints: addrPorts(fmt.Sprintf("10.22.1.%d:80", i+2), fmt.Sprintf("10.22.2.%d:80", i+2))})
 	}
 	batches, _ := partial(Rules(ports, Config{}, nil), nil, 30)
 	if len(batches) < 3 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ type Syncer struct {
 	last   []byte
 	chains []string        // per-service chains of the last applied rules
 	jumped bool            // jump rules known to be in place
-	udp    map[string]bool // UDP endpoint IPs of the last applied rules
+	udp    map[netip.Addr]bool // UDP endpoint IPs of the last applied rules
 	// applied holds, per nat chain, the rules last written to it, so a
 	// sync rewrites only chains that changed (kube-proxy's partial sync).
 	applied map[string]string
@@ -197,15 +198,13 @@ func partial(full []byte, applied map[string]string, maxLines int) ([][]byte, ma
 // its socket keeps being NATed to the old endpoint's address (kube-proxy
 // does the same clean-up, kubernetes#59368).
 func (s *Syncer) forgetUDP(ports []Port) {
-	now := map[string]bool{}
+	now := map[netip.Addr]bool{}
 	for _, p := range ports {
-		if p.Protocol != "UDP" {
+		if p.Protocol != UDP {
 			continue
 		}
 		for _, ep := range p.Endpoints {
-			if host, _, err := net.SplitHostPort(ep); err == nil {
-				now[host] = true
-			}
+			now[ep.Addr()] = true
 		}
 	}
 	for ip := range s.udp {
@@ -213,7 +212,7 @@ func (s *Syncer) forgetUDP(ports []Port) {
 			continue
 		}
 		f := &netlink.ConntrackFilter{}
-		if err := f.AddIP(netlink.ConntrackReplySrcIP, net.ParseIP(ip)); err != nil {
+		if err := f.AddIP(netlink.ConntrackReplySrcIP, net.IP(ip.AsSlice())); err != nil {
 			continue
 		}
 		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"sort"
@@ -33,14 +34,14 @@ func rulesBench() error {
 func servicePorts(n int, gen int) []service.Port {
 	ports := make([]service.Port, n)
 	for i := range ports {
-		ports[i] = service.Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: "TCP",
-			ClusterIP: fmt.Sprintf("10.23.%d.%d", i/250, i%250+1), Port: 80}
+		ports[i] = service.Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: service.TCP,
+			ClusterIP: netip.AddrFrom4([4]byte{10, 23, byte(i / 250), byte(i%250 + 1)}), Port: 80}
 		for e := 0; e < 5; e++ {
-			ports[i].Endpoints = append(ports[i].Endpoints, fmt.Sprintf("10.22.%d.%d:8080", e, i%250+2))
+			ports[i].Endpoints = append(ports[i].Endpoints, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, byte(e), byte(i%250 + 2)}), 8080))
 		}
 	}
 	// gen changes one endpoint of one Service.
-	ports[0].Endpoints[0] = fmt.Sprintf("10.22.9.%d:8080", gen%250+2)
+	ports[0].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(gen%250 + 2)}), 8080)
 	return ports
 }
 
@@ -54,7 +55,7 @@ func rulesChild(ns string) error {
 	if ns == "" || syscall.Stat("/proc/self/ns/net", &self) != nil || syscall.Stat("/run/netns/"+ns, &want) != nil || self.Ino != want.Ino {
 		return fmt.Errorf("-rules-child must run inside the test network namespace it names (make bench does that)")
 	}
-	cfg := service.Config{ClusterCIDR: "10.22.0.0/16"}
+	cfg := service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}
 	fmt.Println("Service rules (iptables-restore in a test namespace; medians of 3)")
 	fmt.Printf("%-14s %-12s %-16s %s\n", "services x eps", "rule lines", "full sync", "one Service changed")
 	for _, n := range []int{100, 1000, 10000} {

@@ -1,0 +1,361 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/rollout"
+)
+
+// Every record a peer sends is untrusted input, like an API body: it is
+// parsed into typed values and checked against what its writer may say
+// before it is stored, forwarded or acted on (checkRecord, the gossip
+// layer's Accept hook). The same check runs again where stored records
+// are read (decodeStatuses), so records stored before it existed, or by a
+// node with another --cluster-cidr, never reach rules or routes.
+
+// Reasons a record is refused: the values of the label "reason" of
+// starling_rejected_records_total.
+const (
+	rejectMalformed = "malformed"    // the value does not decode as its kind
+	rejectKey       = "key"          // unknown kind, or the key does not match the object
+	rejectOrigin    = "origin"       // a node's own record written by another node
+	rejectName      = "name"         // a name that is not a Kubernetes name
+	rejectText      = "text"         // control characters, invalid UTF-8 or an oversized string
+	rejectSubnet    = "subnet"       // a pod subnet outside --cluster-cidr, or not a network
+	rejectPodIP     = "pod-ip"       // a replica address outside its node's pod subnet
+	rejectAddress   = "address"      // an advertise or API address that does not parse
+	rejectRange     = "range"        // a number out of its range (capacity, ordinal, restarts)
+	rejectObject    = "object"       // a desired-state object that fails validation
+	rejectTombstone = "tombstone"    // a delete that carries a value
+	rejectTooMany   = "too-many"     // more replicas than one node may report
+	rejectPhase     = "phase"        // an unknown replica phase
+	rejectSpecHash  = "spec-hash"    // a spec hash that is not 8 to 64 hex digits
+	rejectLabels    = "labels"       // node labels that are not Kubernetes labels
+	maxReasonLen    = 4096           // bytes of a replica's Reason
+	maxNodeReplicas = 4096           // replicas one node record may list
+	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
+	maxMemoryBytes  = 1 << 50        // 1 PiB
+)
+
+// rejection is why a record was refused: a reason (a metric label) and a
+// message for the log.
+type rejection struct {
+	reason string
+	err    error
+}
+
+func (r *rejection) Error() string { return r.reason + ": " + r.err.Error() }
+
+func reject(reason, format string, args ...any) *rejection {
+	return &rejection{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// replicaPhases are the phases a node may report (api.Replica.Phase).
+var replicaPhases = map[string]bool{
+	"Pending": true, "ContainerCreating": true, "CreateBackOff": true, "Running": true,
+	"CrashLoopBackOff": true, "Exited": true, "Terminating": true, "Unknown": true,
+}
+
+// checkRecord decides whether a record received from a peer may be stored:
+// it must be a kind this node knows, its value must decode as that kind
+// and pass the kind's validation, its key must name what its value holds,
+// and a node's own record must be written by that node and say only what
+// a node may say of itself (checkStatus). cluster is --cluster-cidr.
+//
+// Records are checked one by one, with no other state: a check that
+// needs the rest of the cluster (is this subnet another node's?) is made
+// where the records are used.
+func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
+	kind, _, _ := strings.Cut(r.Key, "/")
+	if r.Deleted {
+		if len(r.Value) > 0 {
+			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
+		}
+		switch kind {
+		case statusKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+			return nil
+		}
+		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
+	}
+	switch kind {
+	case statusKind:
+		var s NodeStatus
+		// Unknown fields are ignored (a newer node may add some); what
+		// this node reads is checked.
+		if err := json.Unmarshal(r.Value, &s); err != nil {
+			return reject(rejectMalformed, "%s: %v", r.Key, err)
+		}
+		if statusKey(s.Name) != r.Key {
+			return reject(rejectKey, "record %q holds the status of node %q", r.Key, s.Name)
+		}
+		if r.Origin != s.Name {
+			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
+		}
+		return checkStatus(s, cluster)
+	case rollout.Kind:
+		rev, err := rollout.Decode(r.Value)
+		if err != nil {
+			return reject(rejectMalformed, "%s: %v", r.Key, err)
+		}
+		if err := checkRef(rev.Namespace, rev.Deployment); err != nil {
+			return reject(rejectName, "%s: %v", r.Key, err)
+		}
+		if !isHex(rev.SpecHash) {
+			return reject(rejectSpecHash, "%s: spec hash %q", r.Key, rev.SpecHash)
+		}
+		if rollout.Key(rev.Namespace, rev.Deployment, rev.SpecHash) != r.Key {
+			return reject(rejectKey, "record %q holds revision %s of %s/%s", r.Key, rev.SpecHash, rev.Namespace, rev.Deployment)
+		}
+		if err := checkText(rev.ChangeCause, 64<<10); err != nil {
+			return reject(rejectText, "%s: changeCause: %v", r.Key, err)
+		}
+		// The template is what an undo brings back: it must be one a
+		// Deployment may hold.
+		d := appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: manifest.KindDeployment},
+			ObjectMeta: metav1.ObjectMeta{Name: rev.Deployment, Namespace: rev.Namespace},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: rev.Template.Labels},
+				Template: rev.Template},
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			return reject(rejectMalformed, "%s: %v", r.Key, err)
+		}
+		if _, err := manifest.Decode(b); err != nil {
+			return reject(rejectObject, "%s: template: %v", r.Key, oneLine(err.Error()))
+		}
+		return nil
+	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		o, err := manifest.Decode(r.Value)
+		if err != nil {
+			return reject(rejectObject, "%s: %v", r.Key, oneLine(err.Error()))
+		}
+		if o.Key() != r.Key {
+			return reject(rejectKey, "record %q holds %s", r.Key, o.Key())
+		}
+		return nil
+	}
+	return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
+}
+
+// checkStatus checks what a node says of itself: its name and labels are
+// Kubernetes names, its addresses parse, its pod subnet is a network
+// inside --cluster-cidr (between the cluster's size and a /28, as
+// --pod-subnet allows), capacity is within what a machine can have, and
+// every replica it lists has Kubernetes names, a known phase, and an
+// address inside the node's own pod subnet.
+func checkStatus(s NodeStatus, cluster netip.Prefix) *rejection {
+	if errs := validation.IsDNS1123Label(s.Name); len(errs) > 0 {
+		return reject(rejectName, "node name %q: %s", s.Name, strings.Join(errs, "; "))
+	}
+	if s.Advertise != "" {
+		if _, err := netip.ParseAddr(s.Advertise); err != nil {
+			if _, err := netip.ParseAddrPort(s.Advertise); err != nil {
+				return reject(rejectAddress, "node %s: advertise %q: want IP or IP:PORT", s.Name, s.Advertise)
+			}
+		}
+	}
+	if s.API != "" {
+		u, err := url.Parse(s.API)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+			return reject(rejectAddress, "node %s: api %q: want http(s)://IP:PORT", s.Name, s.API)
+		}
+		if _, err := netip.ParseAddrPort(u.Host); err != nil {
+			return reject(rejectAddress, "node %s: api %q: %v", s.Name, s.API, err)
+		}
+	}
+	var subnet netip.Prefix
+	if s.PodSubnet != "" {
+		p, err := netip.ParsePrefix(s.PodSubnet)
+		if err != nil {
+			return reject(rejectSubnet, "node %s: pod subnet %q: %v", s.Name, s.PodSubnet, err)
+		}
+		if !insideCluster(p, cluster) {
+			return reject(rejectSubnet, "node %s: pod subnet %s is not a network of /%d to /28 inside --cluster-cidr %s", s.Name, p, cluster.Bits()+1, cluster)
+		}
+		subnet = p
+	} else if s.SubnetReady {
+		return reject(rejectSubnet, "node %s: ready with no pod subnet", s.Name)
+	}
+	if s.Capacity.MilliCPU < 0 || s.Capacity.MilliCPU > maxMilliCPU || s.Capacity.MemoryBytes < 0 || s.Capacity.MemoryBytes > maxMemoryBytes {
+		return reject(rejectRange, "node %s: capacity %d millicores, %d bytes: out of range", s.Name, s.Capacity.MilliCPU, s.Capacity.MemoryBytes)
+	}
+	if errs := metavalidation.ValidateLabels(s.Labels, field.NewPath("labels")); len(errs) > 0 {
+		return reject(rejectLabels, "node %s: %s", s.Name, oneLine(errs.ToAggregate().Error()))
+	}
+	if len(s.Replicas) > maxNodeReplicas {
+		return reject(rejectTooMany, "node %s: %d replicas, at most %d", s.Name, len(s.Replicas), maxNodeReplicas)
+	}
+	for i := range s.Replicas {
+		if rj := checkReplica(s.Replicas[i], s.Name, subnet); rj != nil {
+			rj.err = fmt.Errorf("node %s: replicas[%d]: %w", s.Name, i, rj.err)
+			return rj
+		}
+	}
+	return nil
+}
+
+func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
+	if err := checkRef(r.Namespace, r.Name); err != nil {
+		return reject(rejectName, "%v", err)
+	}
+	if errs := validation.IsDNS1123Subdomain(r.Workload); len(errs) > 0 {
+		return reject(rejectName, "workload %q: %s", r.Workload, strings.Join(errs, "; "))
+	}
+	if r.Node != node {
+		return reject(rejectOrigin, "replica %s says it runs on node %q", r.Name, r.Node)
+	}
+	if r.Ordinal < 0 || r.Ordinal >= manifest.MaxReplicas || r.Restarts < 0 {
+		return reject(rejectRange, "replica %s: ordinal %d, restarts %d", r.Name, r.Ordinal, r.Restarts)
+	}
+	if !replicaPhases[r.Phase] {
+		return reject(rejectPhase, "replica %s: phase %q", r.Name, r.Phase)
+	}
+	if r.SpecHash != "" && !isHex(r.SpecHash) {
+		return reject(rejectSpecHash, "replica %s: spec hash %q", r.Name, r.SpecHash)
+	}
+	if err := checkText(r.Reason, maxReasonLen); err != nil {
+		return reject(rejectText, "replica %s: reason: %v", r.Name, err)
+	}
+	if r.PodIP != "" {
+		ip, err := netip.ParseAddr(r.PodIP)
+		if err != nil {
+			return reject(rejectPodIP, "replica %s: pod IP %q: %v", r.Name, r.PodIP, err)
+		}
+		if !subnet.IsValid() || !subnet.Contains(ip) || ip == subnet.Addr() {
+			return reject(rejectPodIP, "replica %s: pod IP %s is not inside the node's pod subnet %s", r.Name, ip, subnet)
+		}
+	}
+	return nil
+}
+
+// insideCluster reports whether p is a network (no host bits) of prefix
+// length cluster.Bits()+1 to 28 inside cluster.
+func insideCluster(p, cluster netip.Prefix) bool {
+	return p.IsValid() && p == p.Masked() && p.Addr().Is4() && cluster.IsValid() &&
+		p.Bits() > cluster.Bits() && p.Bits() <= 28 && cluster.Contains(p.Addr())
+}
+
+// checkText refuses invalid UTF-8, control characters and strings longer
+// than max bytes.
+func checkText(s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%d bytes, at most %d", len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || c >= 0x80 && c < 0xa0 {
+			return fmt.Errorf("control character %U", c)
+		}
+	}
+	return nil
+}
+
+// oneLine replaces control characters (line breaks among them) with
+// spaces and bounds s to maxReasonLen bytes, for text this node publishes
+// (a replica's Reason) or logs from a peer.
+func oneLine(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f || c >= 0x80 && c < 0xa0 {
+			return ' '
+		}
+		return c
+	}, s)
+	if len(s) > maxReasonLen {
+		s = s[:maxReasonLen]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// isHex reports whether s is 8 to 64 lowercase hex digits (a spec hash).
+func isHex(s string) bool {
+	if len(s) < 8 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxRejectLogKeys bounds the (writer, reason) pairs remembered for
+// logging: writers' names come from peers, so the set must not grow
+// without bound.
+const maxRejectLogKeys = 1024
+
+// rejects checks records received from peers (checkRecord), counts the
+// refused ones by reason in starling_rejected_records_total and logs a
+// WARN once per writer and reason. It is safe for concurrent use.
+type rejects struct {
+	cluster netip.Prefix
+	log     *slog.Logger
+	count   *prometheus.CounterVec
+	mu      sync.Mutex
+	seen    map[[2]string]bool
+	full    bool
+}
+
+func newRejects(cluster netip.Prefix, log *slog.Logger, count *prometheus.CounterVec) *rejects {
+	return &rejects{cluster: cluster, log: log, count: count, seen: map[[2]string]bool{}}
+}
+
+// check is the gossip layer's Accept hook.
+func (x *rejects) check(r crdt.Record) error {
+	rj := checkRecord(r, x.cluster)
+	if rj == nil {
+		return nil
+	}
+	x.note(r.Origin, rj)
+	return rj
+}
+
+// note counts a refusal and logs it if this writer has not been logged
+// for this reason before.
+func (x *rejects) note(writer string, rj *rejection) {
+	x.count.WithLabelValues(rj.reason).Inc()
+	k := [2]string{writer, rj.reason}
+	x.mu.Lock()
+	first := !x.seen[k] && len(x.seen) < maxRejectLogKeys
+	if first {
+		x.seen[k] = true
+	}
+	overflow := !first && !x.full && len(x.seen) >= maxRejectLogKeys
+	if overflow {
+		x.full = true
+	}
+	x.mu.Unlock()
+	switch {
+	case first:
+		x.log.Warn("refused a record from a peer (logged once per writer and reason; see starling_rejected_records_total)",
+			"writer", oneLine(writer), "reason", rj.reason, "err", oneLine(rj.err.Error()))
+	case overflow:
+		x.log.Warn("refused records from too many writers to log each; counting only (starling_rejected_records_total)")
+	}
+}
