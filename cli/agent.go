@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"math"
+
 	"context"
 	"fmt"
+	"github.com/dustin/go-humanize"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -80,7 +83,9 @@ its first real start.`,
 	f.StringVar(&cfg.BindAddr, "bind", cfg.BindAddr, "gossip listen address IP:PORT (TCP and UDP)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address peers reach this node at, IP or IP:PORT (default: the bind address or a private one)")
 	f.StringSliceVar(&cfg.Join, "join", nil, "seed nodes to join, HOST[:PORT][,...]; any one is enough")
-	f.StringVar(&cfg.EncryptKeyFile, "encrypt-key-file", "", "32-byte cluster key (raw or base64) that encrypts gossip; all nodes need the same")
+	f.StringVar(&cfg.EncryptKeyFile, "encrypt-key-file", "", "32-byte cluster key (raw or base64) that encrypts and authenticates gossip; all nodes need the same (required unless --insecure)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run without --encrypt-key-file: gossip in the clear, open to anyone on the LAN (test clusters only; warned about and shown in 'get nodes')")
+	f.Var(byteSize{&cfg.MaxImageBytes}, "max-image-size", "largest image tarball accepted by 'image import' or from a peer, e.g. 512MiB, 4GiB")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
@@ -96,3 +101,25 @@ its first real start.`,
 	f.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd
 }
+
+// byteSize is a flag holding a size in bytes, written as 4GiB, 512MiB,
+// 100MB or a plain number of bytes (go-humanize's ParseBytes).
+type byteSize struct{ v *int64 }
+
+func (b byteSize) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return humanize.IBytes(uint64(*b.v))
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n == 0 || n > math.MaxInt64 {
+		return fmt.Errorf("want a size such as 512MiB or 4GiB")
+	}
+	*b.v = int64(n)
+	return nil
+}
+
+func (b byteSize) Type() string { return "size" }

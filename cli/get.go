@@ -132,7 +132,10 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				for _, it := range l.Items {
 					obj, err := manifest.Decode(it.Object)
 					if err != nil {
-						return fmt.Errorf("agent sent an object that does not decode: %w", err)
+						// One bad object never hides the others.
+						fmt.Fprintf(cmd.ErrOrStderr(), "warning: skipped a stored %s that does not decode (written by node %s, version %s): %s\n",
+							kind, it.Origin, it.Version, strings.Join(strings.Fields(err.Error()), " "))
+						continue
 					}
 					if o.wants(obj.Namespace, g.namespace) && (name == "" || obj.Name == name) {
 						objs = append(objs, obj)
@@ -200,7 +203,13 @@ func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
 	}
 	t := newTable(w, header...)
 	for _, n := range nodes {
-		row := []string{n.Name, n.State, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
+		state := n.State
+		if n.Insecure {
+			// Gossip in the clear (agent --insecure): say so wherever
+			// nodes are listed.
+			state += ",insecure"
+		}
+		row := []string{n.Name, state, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
 		if o.output == "wide" {
 			row = append(row, orNone(n.API), orNone(n.RTT))
 		}

@@ -77,6 +77,9 @@ type Cluster struct {
 	shutErr   error
 
 	dropLog rateLimiter
+	// nameTakenBy is the address ("ip:port") of another node seen alive
+	// under this node's name; nil if none.
+	nameTakenBy atomic.Pointer[string]
 }
 
 // New starts memberlist on the configured address with state as the
@@ -237,7 +240,14 @@ func (c *Cluster) Join(seeds []string) (int, error) {
 	if len(seeds) == 0 {
 		return 0, errors.New("gossip: join: no seeds")
 	}
+	c.nameTakenBy.Store(nil)
 	n, err := c.ml.Join(seeds)
+	if other := c.nameTakenBy.Load(); other != nil {
+		// The cluster already has a live member of this name: a node
+		// that joins must not displace it (the push/pull of the join
+		// showed it; memberlist kept the existing member).
+		return n, fmt.Errorf("gossip: join %s: %w: %q is alive at %s", strings.Join(seeds, ","), ErrNameTaken, c.cfg.Name, *other)
+	}
 	if err != nil {
 		if isKeyError(err) {
 			return n, fmt.Errorf("gossip: join %s: %w (%v)", strings.Join(seeds, ","), ErrKeyMismatch, err)

@@ -342,9 +342,17 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	}
 }
 
-// NotifyConflict logs two nodes claiming one name.
+// NotifyConflict logs two nodes claiming one name, and remembers another
+// node claiming this node's own name (Join refuses to go on then).
+// memberlist keeps the member it knew first, so nothing is displaced.
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
-	d.c.log.Error("node name conflict: two nodes use one name", "member", existing.Name,
+	if existing.Name == d.c.cfg.Name {
+		addr := other.Address()
+		d.c.nameTakenBy.Store(&addr)
+		d.c.log.Warn("another node uses this node's name: it was not admitted", "name", existing.Name, "other_addr", other.Address())
+		return
+	}
+	d.c.log.Warn("node name conflict: a second node asks for a name in use; keeping the first", "member", existing.Name,
 		"addr", existing.Address(), "other_addr", other.Address())
 }
 

@@ -95,6 +95,9 @@ var (
 	// decrypted, on one side or the other: the keys differ, or one side has
 	// encryption and the other does not.
 	ErrKeyMismatch = errors.New("no peer could decrypt our messages: is --encrypt-key-file the cluster's key?")
+	// ErrNameTaken: Join found a live member with this node's name at
+	// another address. Nothing was displaced; the node should not run.
+	ErrNameTaken = errors.New("another node already uses this name")
 	// ErrClosed: the Cluster was shut down or left.
 	ErrClosed = errors.New("gossip: cluster is shut down")
 	// ErrConfig: a Config field is out of range.

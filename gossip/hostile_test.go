@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log"
 	"net"
@@ -171,4 +172,36 @@ func splitAddr(t *testing.T, addr string) (net.IP, uint16) {
 		t.Fatal(err)
 	}
 	return net.ParseIP(host), uint16(port)
+}
+
+// TestSecondNodeWithANameInUseIsRefusedAndDisplacesNothing: a node that
+// joins under the name of a live member gets ErrNameTaken from Join, and
+// every member keeps the first node's address for the name.
+func TestSecondNodeWithANameInUseIsRefusedAndDisplacesNothing(t *testing.T) {
+	tc := newTCluster(t, 2, nil)
+	tc.joinAll()
+	orig := tc.nodes[1].tr.Addr()
+	tr, err := tc.net.Transport("impostor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(tc.nodes[1].name)
+	cfg.Transport = tr
+	imp, err := New(cfg, NewMemState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Shutdown()
+	_, err = imp.Join([]string{tc.nodes[0].tr.Addr()})
+	if !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("Join under a name in use: %v, want ErrNameTaken", err)
+	}
+	time.Sleep(500 * time.Millisecond) // let the impostor's alive messages spread
+	for _, nd := range tc.nodes {
+		for _, m := range nd.c.Members() {
+			if m.Name == tc.nodes[1].name && (m.State != StateAlive || net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))) != orig) {
+				t.Fatalf("%s sees %s as %s at %s:%d, want alive at %s", nd.name, m.Name, m.State, m.Addr, m.Port, orig)
+			}
+		}
+	}
 }

@@ -50,8 +50,8 @@ type Agent struct {
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
 	clusterCIDR netip.Prefix
 	rejects     *rejects
-	synced   chan struct{} // closed once the node holds the cluster's state
-	syncOnce sync.Once
+	synced      chan struct{} // closed once the node holds the cluster's state
+	syncOnce    sync.Once
 
 	// syncRoutes applies routes to peers' pod subnets (route.Sync); nil in
 	// in-process tests, which must not touch the host's routes.
@@ -208,9 +208,9 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	a.clusterCIDR = prefixOf(cluster)
 	a.rejects = newRejects(a.clusterCIDR, log, a.metrics.rejectedRecords)
 	if cfg.TokenFile != "" {
-		b, err := os.ReadFile(cfg.TokenFile)
+		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return nil, err
 		}
 		if a.token = strings.TrimSpace(string(b)); len(a.token) < 16 {
 			return nil, fmt.Errorf("--token-file %s: token must be at least 16 characters", cfg.TokenFile)
@@ -335,7 +335,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	loops := []func(context.Context){a.joinLoop, a.watchMembership}
+	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop}
 	if a.cfg.DryRun {
 		// No reconcile, probes, routes or Service rules: only printing.
 		loops = append(loops, a.dryRunLoop)
@@ -379,6 +379,30 @@ func (a *Agent) close() {
 	a.cluster.Shutdown()
 	a.store.Close()
 	a.rt.Close()
+}
+
+// insecureWarnInterval is how often an agent without a gossip key says so.
+const insecureWarnInterval = 10 * time.Minute
+
+// insecure reports whether gossip runs in the clear (--insecure, no key).
+func (a *Agent) insecure() bool { return a.cfg.EncryptKeyFile == "" }
+
+// insecureWarnLoop logs, at start and every insecureWarnInterval, that
+// this node runs with --insecure.
+func (a *Agent) insecureWarnLoop(ctx context.Context) {
+	if !a.insecure() {
+		return
+	}
+	t := time.NewTicker(insecureWarnInterval)
+	defer t.Stop()
+	for {
+		a.log.Warn("running with --insecure: gossip is not encrypted or authenticated; anyone on the LAN can read this cluster's state and write to it. Give every node --encrypt-key-file")
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // requestReconcile asks the loop to run now (coalesced).

@@ -40,6 +40,8 @@ type NodeStatus struct {
 	Labels      map[string]string   `json:"labels,omitempty"`
 	Started     time.Time           `json:"started"`
 	Replicas    []api.Replica       `json:"replicas"`
+	// Insecure: the node runs with --insecure and no gossip key.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // decodeStatuses returns the node status records in records, by name.

@@ -121,13 +121,18 @@ func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.D
 	return exec(id, argv)
 }
 
-func (f *fakeRuntime) WatchExits(ctx context.Context, _ func())                  { <-ctx.Done() }
-func (f *fakeRuntime) LogPath(id string) string                                  { return os.DevNull }
-func (f *fakeRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { return nil, nil }
-func (f *fakeRuntime) Images(context.Context) ([]api.Image, error)               { return nil, nil }
-func (f *fakeRuntime) ExportImage(context.Context, string, io.Writer) error      { return nil }
-func (f *fakeRuntime) HasImage(context.Context, string) bool                     { return false }
-func (f *fakeRuntime) Close() error                                              { return nil }
+func (f *fakeRuntime) WatchExits(ctx context.Context, _ func()) { <-ctx.Done() }
+func (f *fakeRuntime) LogPath(id string) string                 { return os.DevNull }
+func (f *fakeRuntime) ImportImages(_ context.Context, r io.Reader) ([]string, error) {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return nil, err
+	}
+	return []string{"docker.io/library/fake:latest"}, nil
+}
+func (f *fakeRuntime) Images(context.Context) ([]api.Image, error)          { return nil, nil }
+func (f *fakeRuntime) ExportImage(context.Context, string, io.Writer) error { return nil }
+func (f *fakeRuntime) HasImage(context.Context, string) bool                { return false }
+func (f *fakeRuntime) Close() error                                         { return nil }
 
 // testNode is one in-process agent on loopback with a fake runtime.
 type testNode struct {
@@ -155,6 +160,7 @@ func fastGossip(g *gossip.Config) {
 func testConfig(name, dir string, join []string) Config {
 	cfg := DefaultConfig()
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
+	cfg.Insecure = true // loopback only
 	cfg.ResyncInterval = 200 * time.Millisecond
 	cfg.HandoffTimeout = 5 * time.Second
 	cfg.RejoinSettle = 2 * time.Second

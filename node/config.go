@@ -66,8 +66,16 @@ type Config struct {
 	// Join are seed addresses ("HOST" or "HOST:PORT"); any one suffices.
 	Join []string
 	// EncryptKeyFile holds the 32-byte cluster key (raw or base64) that
-	// encrypts and authenticates gossip; empty disables encryption.
+	// encrypts and authenticates gossip. It is required unless Insecure is
+	// set. The file must not be readable by group or others.
 	EncryptKeyFile string
+	// Insecure allows running with no EncryptKeyFile: gossip in the clear,
+	// readable and writable by anyone on the LAN. The agent logs a WARN at
+	// start and every InsecureWarnInterval, and `get nodes` shows it.
+	Insecure bool
+	// MaxImageBytes bounds one image import (the tarball's bytes, through
+	// the API or from a peer); a larger one is refused with 413.
+	MaxImageBytes int64
 	// TombstoneTTL is how long deletes are remembered; a node away longer
 	// discards its desired state and resyncs.
 	TombstoneTTL time.Duration
@@ -138,6 +146,7 @@ func DefaultConfig() Config {
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,
 		DrainDelay:         time.Second,
+		MaxImageBytes:      4 << 30,
 	}
 }
 
@@ -182,6 +191,14 @@ func (c Config) validateRest() error {
 	if _, n, err := net.ParseCIDR(c.ServiceCIDR); err != nil || n.IP.To4() == nil {
 		return fmt.Errorf("--service-cidr %q: must be an IPv4 CIDR such as 10.23.0.0/16", c.ServiceCIDR)
 	}
+	if c.EncryptKeyFile == "" && !c.Insecure {
+		return fmt.Errorf("--encrypt-key-file is required: without it anyone on the LAN can read and write this cluster's state. " +
+			"Make a key once and give every node the same file: (umask 077; head -c32 /dev/urandom | base64 > /etc/starling/gossip.key); " +
+			"or pass --insecure for a throwaway test cluster")
+	}
+	if c.MaxImageBytes <= 0 {
+		return fmt.Errorf("--max-image-size %d: must be positive, e.g. 4GiB", c.MaxImageBytes)
+	}
 	if c.APIListen != "" && c.TokenFile == "" {
 		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}
@@ -195,4 +212,22 @@ func (c Config) validateRest() error {
 		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)
 	}
 	return nil
+}
+
+// readSecretFile reads a key or token file named by flag, refusing one that
+// group or others may read or write: a secret that other local users can
+// read is not a secret. The error gives the chmod that fixes it.
+func readSecretFile(flag, path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s %s: the file is accessible to group or others (mode %04o); make it private: chmod 600 %s", flag, path, perm, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return b, nil
 }

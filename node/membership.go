@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,9 +28,9 @@ const (
 // readKey reads a gossip encryption key file: 32 bytes, raw or base64
 // (as `head -c32 /dev/urandom | base64` makes it).
 func readKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSecretFile("--encrypt-key-file", path)
 	if err != nil {
-		return nil, fmt.Errorf("--encrypt-key-file: %w", err)
+		return nil, err
 	}
 	if len(b) == 32 {
 		return b, nil
@@ -121,20 +122,36 @@ func (a *Agent) joinTargets() []string {
 // cluster's state (after the first successful join's push/pull, or at
 // once when there is nothing to join).
 func (a *Agent) joinLoop(ctx context.Context) {
-	defer a.markSynced()
 	targets := a.joinTargets()
 	if len(targets) == 0 {
 		a.log.Info("no seeds to join: starting a new cluster")
+		a.markSynced()
 		return
 	}
 	backoff := time.Second
 	for {
 		n, err := a.cluster.Join(targets)
+		if errors.Is(err, gossip.ErrNameTaken) {
+			// Another node runs under this name: this one must not
+			// claim a subnet, publish a status or run replicas, so it
+			// never counts as synced. It retries in case the other was
+			// this node's own earlier run at another address, which
+			// the cluster declares dead within seconds.
+			a.log.Error("a live node already uses this name; not joining (start this agent with another --name, or stop the other node)", "err", err, "retryIn", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
 		if n > 0 {
 			a.log.Info("joined cluster", "contacted", n, "members", a.cluster.NumMembers())
 			if a.droppedState {
 				a.waitForState(ctx)
 			}
+			a.markSynced()
 			return
 		}
 		if !a.droppedState {

@@ -213,7 +213,11 @@ func (a *Agent) changeDeployment(w http.ResponseWriter, r *http.Request, change 
 
 func (a *Agent) handleRolloutUndo(w http.ResponseWriter, r *http.Request) {
 	var req api.UndoRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+	b, err := readBody(w, r, 4096)
+	if err == nil {
+		err = json.Unmarshal(b, &req)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("undo: request body: %w", err))
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -90,8 +91,16 @@ var kindOf = manifest.KindOf
 
 func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest
-	body := http.MaxBytesReader(w, r.Body, maxApplyBytes)
-	if err := json.NewDecoder(body).Decode(&req); err != nil {
+	b, err := readBody(w, r, maxApplyBytes)
+	if err != nil {
+		status, err := bodyStatus("apply", err)
+		if status == http.StatusRequestEntityTooLarge {
+			err = fmt.Errorf("%w; an object may be at most %s: apply fewer objects at a time", err, humanize.IBytes(MaxObjectBytes))
+		}
+		writeError(w, status, err)
+		return
+	}
+	if err := json.Unmarshal(b, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("apply: request body: %w", err))
 		return
 	}
@@ -112,6 +121,10 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := a.workloadClash(objs); err != nil {
 		writeError(w, http.StatusConflict, err)
+		return
+	}
+	if err := a.admit(objs); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, err)
 		return
 	}
 	results, err := a.applyObjects(objs)
@@ -322,7 +335,12 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleScale(w http.ResponseWriter, r *http.Request) {
 	var req api.ScaleRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+	b, err := readBody(w, r, 4096)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("scale: request body: %w", err))
+		return
+	}
+	if err := json.Unmarshal(b, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("scale: request body: %w", err))
 		return
 	}
@@ -518,7 +536,7 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	for _, m := range a.cluster.Members() {
 		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr}
 		if s, ok := v.statuses[m.Name]; ok {
-			n.PodSubnet, n.Started, n.API, n.Ready = s.PodSubnet, s.Started, s.API, s.SubnetReady
+			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure
 			for _, rep := range s.Replicas {
 				if rep.Phase != "Terminating" {
 					n.Replicas++
@@ -580,8 +598,25 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
-	names, err := a.rt.ImportImages(r.Context(), r.Body)
-	if err != nil {
+	rc := http.NewResponseController(w)
+	body := &limitedImage{r: r.Body, limit: a.cfg.MaxImageBytes, rc: rc}
+	names, err := a.rt.ImportImages(r.Context(), body)
+	if err != nil || body.over {
+		// The connection closes after the answer, with the idle
+		// deadline left in place: nothing waits on the rest.
+		w.Header().Set("Connection", "close")
+	} else {
+		rc.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case body.over:
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("image import: the tarball is over %s, the limit of node %s (agent --max-image-size)",
+			humanize.IBytes(uint64(a.cfg.MaxImageBytes)), a.cfg.Name))
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, fmt.Errorf("image import: no data for %s; the upload was cut", bodyIdleTimeout))
+		return
+	case err != nil:
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
@@ -762,7 +797,10 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 			continue
 		}
 		a.log.Info("fetching image from peer", "image", ref, "peer", p.name, "rtt", p.rtt)
-		return resp.Body, nil
+		return struct {
+			io.Reader
+			io.Closer
+		}{&limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, resp.Body}, nil
 	}
 	return nil, errors.Join(errs...)
 }

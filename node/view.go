@@ -81,18 +81,30 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 		Labels:      a.cfg.Labels,
 		Started:     a.started.UTC().Truncate(time.Second),
 		Replicas:    out,
+		Insecure:    a.insecure(),
 	}
 }
 
 // publishStatus gossips this node's record when it changed since the last
-// publication.
+// publication, or when the stored record is not the one this node wrote
+// last: a delete or a write under this node's name by another node (which
+// checkRecord refuses on arrival, but which could predate the check, or
+// come from "starling node forget" run against a live node) is overwritten
+// at once, not at the next change.
 func (a *Agent) publishStatus(local []api.Replica) {
 	b, err := json.Marshal(a.selfStatus(local))
 	if err != nil {
 		return
 	}
 	if string(b) == a.lastStatus {
-		return
+		rec, ok, err := a.store.Get(statusKey(a.cfg.Name))
+		if err != nil || ok && !rec.Deleted && rec.Origin == a.cfg.Name && string(rec.Value) == a.lastStatus {
+			return
+		}
+		if ok {
+			a.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin), "deleted", rec.Deleted)
+			a.clock.Update(rec.Version)
+		}
 	}
 	rec := crdt.Record{Key: statusKey(a.cfg.Name), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}
 	if err := a.cluster.Publish(rec); err != nil {

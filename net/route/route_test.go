@@ -6,7 +6,7 @@ import (
 )
 
 func cidr(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func addr(s string) netip.Addr   { return netip.MustParseAddr(s) }
 
 func TestDesiredRoutesToEveryPeerSubnetButOwn(t *testing.T) {
 	own := cidr("10.22.1.0/24")

@@ -20,7 +20,7 @@ type Spec struct {
 	Key       string // "namespace/name"
 	Created   time.Time
 	ClusterIP netip.Addr // requested in the manifest, or the zero Addr
-	NodePort  bool   // type NodePort
+	NodePort  bool       // type NodePort
 	// Ports: name -> requested nodePort (0: allocate).
 	Ports []SpecPort
 }

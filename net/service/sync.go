@@ -34,8 +34,8 @@ var jumps = []struct {
 type Syncer struct {
 	ipt    *iptables.IPTables
 	last   []byte
-	chains []string        // per-service chains of the last applied rules
-	jumped bool            // jump rules known to be in place
+	chains []string            // per-service chains of the last applied rules
+	jumped bool                // jump rules known to be in place
 	udp    map[netip.Addr]bool // UDP endpoint IPs of the last applied rules
 	// applied holds, per nat chain, the rules last written to it, so a
 	// sync rewrites only chains that changed (kube-proxy's partial sync).

@@ -122,6 +122,8 @@ type Node struct {
 	API string `json:"api,omitempty"`
 	// RTT is the Vivaldi-estimated round trip time from the answering node.
 	RTT string `json:"rtt,omitempty"`
+	// Insecure: the node runs with --insecure (gossip in the clear).
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // NodeList answers /v1/nodes.

@@ -330,6 +330,19 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 		for _, msg := range validation.IsRelaxedEnvVarName(e.Name) {
 			errs = append(errs, field.Invalid(np, e.Name, msg))
 		}
+		if n := len(e.Name) + 1 + len(e.Value) + 1; n > MaxArgBytes {
+			errs = append(errs, tooLong(p.Child("env").Index(i).Child("value"), n, "the kernel refuses to start a process with one environment variable (NAME=value) over"))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		args []string
+	}{{"command", c.Command}, {"args", c.Args}} {
+		for i, arg := range f.args {
+			if len(arg)+1 > MaxArgBytes {
+				errs = append(errs, tooLong(p.Child(f.name).Index(i), len(arg)+1, "the kernel refuses to start a process with one argument over"))
+			}
+		}
 	}
 	portNames := make(map[string]bool)
 	for i, port := range c.Ports {
@@ -367,6 +380,17 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 		}))
 	}
 	return errs
+}
+
+// MaxArgBytes is the kernel's limit on one argument or environment string
+// of execve(2), its terminating NUL included: MAX_ARG_STRLEN, 32 pages of
+// 4 KiB (include/uapi/linux/binfmts.h). A longer one makes the container's
+// start fail with E2BIG.
+const MaxArgBytes = 32 * 4096
+
+// tooLong reports a string over MaxArgBytes without echoing it.
+func tooLong(p *field.Path, n int, why string) *field.Error {
+	return field.Invalid(p, fmt.Sprintf("<%d bytes>", n), fmt.Sprintf("%s %d bytes (MAX_ARG_STRLEN); pass large data as a file instead", why, MaxArgBytes))
 }
 
 // validateImage checks that image is a reference containerd can pull; the

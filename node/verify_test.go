@@ -1,0 +1,277 @@
+package node
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/route"
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+var (
+	testClusterCIDR = netip.MustParsePrefix("10.22.0.0/16")
+	testServiceCIDR = netip.MustParsePrefix("10.23.0.0/16")
+)
+
+// goodStatus is what an honest node "b" with subnet 10.22.2.0/24 says.
+func goodStatus() NodeStatus {
+	return NodeStatus{Name: "b", Advertise: "192.168.222.12", API: "http://192.168.222.12:7443", PodSubnet: "10.22.2.0/24",
+		SubnetSince: hlc.Timestamp{Wall: 1}, SubnetReady: true, Capacity: placement.Resources{MilliCPU: 2000, MemoryBytes: 8 << 30},
+		Labels: map[string]string{"zone": "a"},
+		Replicas: []api.Replica{{Name: "web-0", Namespace: "default", Workload: "web", Node: "b", Phase: "Running", Ready: true,
+			PodIP: "10.22.2.5", SpecHash: "0123abcd"}}}
+}
+
+func statusRecord(t testing.TB, s NodeStatus, origin string) crdt.Record {
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crdt.Record{Key: statusKey(s.Name), Value: b, Version: hlc.Timestamp{Wall: 2}, Origin: origin}
+}
+
+// TestCheckRecordRefusesWhatAPeerMayNotSay covers the attacks found with a
+// program holding the gossip key (issue 10): each record is refused with
+// its reason, and an honest node's record is accepted.
+func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
+	if rj := checkRecord(statusRecord(t, goodStatus(), "b"), testClusterCIDR); rj != nil {
+		t.Fatalf("an honest status was refused: %v", rj)
+	}
+	with := func(f func(*NodeStatus)) NodeStatus { s := goodStatus(); f(&s); return s }
+	cases := []struct {
+		name   string
+		rec    crdt.Record
+		reason string
+	}{
+		{"rule injection in podIP", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "10.22.2.9\n-A POSTROUTING -j ACCEPT" }), "b"), rejectPodIP},
+		{"foreign podIP (the writer's LAN address)", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "192.168.222.12" }), "b"), rejectPodIP},
+		{"podIP of another node's subnet", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "10.22.3.5" }), "b"), rejectPodIP},
+		{"subnet outside the cluster CIDR", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil }), "b"), rejectSubnet},
+		{"the whole cluster CIDR", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.0.0/16"; s.Replicas = nil }), "b"), rejectSubnet},
+		{"subnet with host bits", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.2.7/24" }), "b"), rejectSubnet},
+		{"another node's status", statusRecord(t, goodStatus(), "evil"), rejectOrigin},
+		{"status under another key", func() crdt.Record { r := statusRecord(t, goodStatus(), "b"); r.Key = statusKey("c"); return r }(), rejectKey},
+		{"replica claiming another node", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Node = "c" }), "b"), rejectOrigin},
+		{"control character in a reason", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Reason = "ok\n-A INPUT -j ACCEPT" }), "b"), rejectText},
+		{"bad replica name", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Name = "../../etc" }), "b"), rejectName},
+		{"bad namespace", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Namespace = "a b" }), "b"), rejectName},
+		{"unknown phase", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Phase = "Running\r" }), "b"), rejectPhase},
+		{"negative capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MilliCPU = -1 }), "b"), rejectRange},
+		{"absurd capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MemoryBytes = 1 << 62 }), "b"), rejectRange},
+		{"bad label", statusRecord(t, with(func(s *NodeStatus) { s.Labels = map[string]string{"a b": "c"} }), "b"), rejectLabels},
+		{"API URL with a path", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://192.168.222.12:7443/x" }), "b"), rejectAddress},
+		{"API URL by host name", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://evil.example:7443" }), "b"), rejectAddress},
+		{"spec hash injection", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].SpecHash = "abc;rm" }), "b"), rejectSpecHash},
+		{"ready without a subnet", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = ""; s.Replicas = nil }), "b"), rejectSubnet},
+		{"not JSON of a status", crdt.Record{Key: statusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
+		{"unknown kind", crdt.Record{Key: "secret/default/x", Value: []byte(`{}`), Origin: "b"}, rejectKey},
+		{"delete with a value", crdt.Record{Key: statusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
+		{"invalid Deployment", crdt.Record{Key: "deployment/default/web", Origin: "b",
+			Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"replicas":-1}}`)}, rejectObject},
+		{"Deployment under another key", crdt.Record{Key: "deployment/default/other", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, rejectKey},
+		{"revision under another key", crdt.Record{Key: "revision/default/web-00000000", Origin: "b",
+			Value: []byte(`{"namespace":"default","deployment":"web","revision":1,"specHash":"11111111","created":"2026-01-01T00:00:00Z","template":{}}`)}, rejectKey},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rj := checkRecord(tc.rec, testClusterCIDR)
+			if rj == nil {
+				t.Fatalf("accepted")
+			}
+			if rj.reason != tc.reason {
+				t.Fatalf("reason %q (%v), want %q", rj.reason, rj.err, tc.reason)
+			}
+			if strings.ContainsAny(rj.Error(), "\n\r") && !strings.Contains(tc.name, "injection") && !strings.Contains(tc.name, "control") {
+				t.Errorf("error spans lines: %q", rj.Error())
+			}
+		})
+	}
+	// Deletes of known kinds are accepted (node forget, kubectl delete).
+	if rj := checkRecord(crdt.Record{Key: statusKey("b"), Origin: "a", Deleted: true}, testClusterCIDR); rj != nil {
+		t.Errorf("a node forget was refused: %v", rj)
+	}
+	if rj := checkRecord(crdt.Record{Key: "deployment/default/web", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, testClusterCIDR); rj != nil {
+		t.Errorf("a valid Deployment was refused: %v", rj)
+	}
+}
+
+const goodDeploymentYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: "img:v1", ports: [{containerPort: 8080}]}]
+`
+
+const goodServiceYAML = `apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`
+
+func mustParse(t testing.TB, y string) manifest.Object {
+	objs, err := manifest.Parse([]byte(y), "test")
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("parse: %v", err)
+	}
+	return objs[0]
+}
+
+func mustEncode(t testing.TB, y string) []byte {
+	b, err := manifest.Encode(mustParse(t, y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRejectsCountAndLogOncePerWriterAndReason: every refusal is counted,
+// the log gets one line per writer and reason.
+func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
+	m := newMetrics()
+	var logged strings.Builder
+	x := newRejects(testClusterCIDR, newTextLogger(&logged), m.rejectedRecords)
+	bad := statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b")
+	for i := 0; i < 5; i++ {
+		if x.check(bad) == nil {
+			t.Fatal("accepted")
+		}
+	}
+	if x.check(statusRecord(t, goodStatus(), "b")) != nil {
+		t.Fatal("good record refused")
+	}
+	if n := strings.Count(logged.String(), "refused a record"); n != 1 {
+		t.Fatalf("logged %d times, want 1:\n%s", n, logged.String())
+	}
+	if !strings.Contains(logged.String(), "writer=b") || !strings.Contains(logged.String(), "reason=subnet") {
+		t.Fatalf("log does not name the writer and reason:\n%s", logged.String())
+	}
+	if got := counterValue(t, m, "starling_rejected_records_total", "subnet"); got != 5 {
+		t.Fatalf("counted %v, want 5", got)
+	}
+}
+
+// ruleLine is the grammar of every line Rules may emit: Starling's own
+// chains, and arguments made of numbers, addresses, flags and safe names.
+var ruleLine = regexp.MustCompile(`^(\*nat|\*filter|COMMIT|:STARLING-[A-Z0-9-]+ - \[0:0\]|-X STARLING-(SVC|SEP)-[A-Z2-7]{12}|-A STARLING-[A-Z0-9-]+( [!A-Za-z0-9./:_,-]+| "[A-Za-z0-9./:_ -]*")*)$`)
+
+var ipv4 = regexp.MustCompile(`\b\d+\.\d+\.\d+\.\d+\b`)
+
+// FuzzStatusToDataplane feeds arbitrary status records of a node "b" to the
+// whole path from a peer's record to rules and routes: the record check,
+// endpoint selection, rule generation and route computation. Whatever b
+// says, the rules hold only Starling's chains and lines of the expected
+// grammar, every address in them is a ClusterIP in the service range or an
+// endpoint inside the cluster CIDR, and every route goes to a subnet
+// inside the cluster CIDR.
+func FuzzStatusToDataplane(f *testing.F) {
+	good, _ := json.Marshal(goodStatus())
+	f.Add(good)
+	f.Add([]byte(strings.Replace(string(good), `"10.22.2.5"`, `"10.22.2.9\n-A POSTROUTING -j ACCEPT"`, 1)))
+	f.Add([]byte(strings.Replace(string(good), `"10.22.2.0/24"`, `"8.8.8.0/24"`, 1)))
+	f.Add([]byte(strings.Replace(string(good), `"10.22.2.5"`, `"192.168.222.12"`, 1)))
+	f.Add([]byte(strings.Replace(string(good), `"web"`, `"web\" -j ACCEPT"`, 1)))
+	f.Add([]byte(`{"name":"b","podSubnet":"10.22.0.0/16","subnetReady":true}`))
+	svc := mustParse(f, goodServiceYAML)
+	dep := mustParse(f, goodDeploymentYAML)
+	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		rec := crdt.Record{Key: statusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
+		statuses := decodeStatuses([]crdt.Record{rec}, testClusterCIDR)
+		if _, ok := statuses["b"]; ok != (checkRecord(rec, testClusterCIDR) == nil && json.Valid(value)) {
+			t.Fatalf("decodeStatuses and checkRecord disagree")
+		}
+		alive := map[string]bool{"a": true, "b": true}
+		alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
+		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(alive, statuses))
+		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}, nil))
+		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			if !ruleLine.MatchString(line) {
+				t.Fatalf("rule line outside the grammar: %q", line)
+			}
+			for _, s := range ipv4.FindAllString(line, -1) {
+				ip, err := netip.ParseAddr(s)
+				if err != nil || !testClusterCIDR.Contains(ip) && !testServiceCIDR.Contains(ip) {
+					t.Fatalf("address %s outside the configured ranges in %q", s, line)
+				}
+			}
+		}
+		var peers []route.Peer
+		for name, s := range statuses {
+			if p, err := netip.ParsePrefix(s.PodSubnet); err == nil {
+				peers = append(peers, route.Peer{Name: name, Addr: netip.MustParseAddr("192.168.222.12"), PodSubnet: p})
+			}
+		}
+		for _, r := range route.Desired(netip.MustParsePrefix("10.22.1.0/24"), testClusterCIDR, peers) {
+			dst, ok := netip.AddrFromSlice(r.Dst.IP)
+			ones, _ := r.Dst.Mask.Size()
+			if !ok || !testClusterCIDR.Contains(dst.Unmap()) || ones <= testClusterCIDR.Bits() {
+				t.Fatalf("route %s outside the cluster CIDR", r)
+			}
+		}
+	})
+}
+
+func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// counterValue reads one labelled counter from the agent's registry.
+func counterValue(t *testing.T, m *metrics, name, reason string) float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, c := range mf.GetMetric() {
+			for _, l := range c.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return c.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestHonestStatusBecomesEndpointAndRoute: the checked path still carries
+// what an honest node says (the fuzz target's good seed reaches rules).
+func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
+	statuses := decodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b")}, testClusterCIDR)
+	svc, dep := mustParse(t, goodServiceYAML), mustParse(t, goodDeploymentYAML)
+	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
+	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses))
+	if len(ports) != 1 || len(ports[0].Endpoints) != 1 || ports[0].Endpoints[0].String() != "10.22.2.5:8080" {
+		t.Fatalf("ports = %+v, want one endpoint 10.22.2.5:8080", ports)
+	}
+	// A node that lost its subnet claim contributes no endpoint.
+	loser := goodStatus()
+	loser.Name, loser.SubnetSince = "c", hlc.Timestamp{Wall: 5}
+	loser.Replicas[0].Node, loser.Replicas[0].PodIP = "c", "10.22.2.6"
+	statuses = decodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
+	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses)
+	if got := ready["default/web"]; len(got) != 1 || got[0].String() != "10.22.2.5" {
+		t.Fatalf("ready = %v, want only the winning claim's 10.22.2.5", got)
+	}
+}
