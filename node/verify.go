@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
@@ -50,6 +52,7 @@ const (
 	rejectPhase     = "phase"        // an unknown replica phase
 	rejectSpecHash  = "spec-hash"    // a spec hash that is not 8 to 64 hex digits
 	rejectLabels    = "labels"       // node labels that are not Kubernetes labels
+	rejectClock     = "clock"        // a version more than hlc.MaxOffset ahead of this node\'s clock
 	maxReasonLen    = 4096           // bytes of a replica's Reason
 	maxNodeReplicas = 4096           // replicas one node record may list
 	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
@@ -329,6 +332,11 @@ func newRejects(cluster netip.Prefix, log *slog.Logger, count *prometheus.Counte
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
 	rj := checkRecord(r, x.cluster)
+	if limit := time.Now().Add(hlc.MaxOffset).UnixNano(); rj == nil && r.Version.Wall > limit {
+		// The gossip layer's clock would drop it too; refusing it here
+		// counts and names it like every other refusal.
+		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
+	}
 	if rj == nil {
 		return nil
 	}

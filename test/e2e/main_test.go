@@ -23,6 +23,7 @@ import (
 // Built once in TestMain.
 var (
 	binary    string
+	hostile   string // test/hostile, the hostile peer
 	echoV1Tar string
 	echoV2Tar string
 	skipWhy   string
@@ -52,6 +53,14 @@ func testMain(m *testing.M) int {
 	mod, err := harness.ModuleDir()
 	if err == nil {
 		binary, err = harness.BuildBinary(ctx, mod, dir)
+	}
+	if err == nil {
+		hostile = filepath.Join(dir, "hostile")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", hostile, "./test/hostile")
+		cmd.Dir = mod
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build ./test/hostile: %v\n%s", berr, out)
+		}
 	}
 	if err == nil {
 		echoV1Tar = filepath.Join(dir, "echo-v1.tar")

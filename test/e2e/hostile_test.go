@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+// TestHostilePeerChangesNothing: a program that holds the gossip key joins
+// from its own namespace and writes what the attacks of issue 10 wrote
+// (test/hostile): a podIP carrying iptables-restore lines, a foreign
+// podIP, a subnet claim of 8.8.8.0/24, another node's status, an invalid
+// Service, a Deployment stamped two hours ahead. The honest nodes' nat
+// and filter rules and routes stay as they were, nothing of it is stored,
+// a WARN names the writer and the reason, and
+// starling_rejected_records_total counts each reason.
+func TestHostilePeerChangesNothing(t *testing.T) {
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	honest := []*harness.Node{n1, n2}
+	// Settled: each node routes to the other's subnet and has its
+	// Service chains in place.
+	before := map[string]string{}
+	waitFor(t, 30*time.Second, func() error {
+		for i, n := range honest {
+			dp := dataplane(t, n)
+			other := honest[1-i]
+			if !strings.Contains(dp, other.PodSubnet+" via "+other.IP) || !strings.Contains(dp, "STARLING-CANARY -j RETURN") {
+				return fmt.Errorf("%s has not settled:\n%s", n.Name, dp)
+			}
+			before[n.Name] = dp
+		}
+		return nil
+	})
+	evil, err := c.AddNode("evil", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+evil.NetNS, hostile,
+		"--name", "evil", "--bind", evil.IP, "--key-file", c.KeyFile, "--join", n1.IP, "--victim", n2.Name)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+
+	want := []string{"subnet", "pod-ip", "origin", "object", "clock"}
+	waitFor(t, 30*time.Second, func() error {
+		for _, n := range honest {
+			m, err := metrics(n)
+			if err != nil {
+				return err
+			}
+			for _, reason := range want {
+				if m[`starling_rejected_records_total{reason="`+reason+`"}`] < 1 {
+					return fmt.Errorf("%s has not counted a %s refusal yet (hostile: %s)", n.Name, reason, out)
+				}
+			}
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second) // the hostile peer rewrites every 3 s; honest nodes sync every second
+	for _, n := range honest {
+		if got := dataplane(t, n); got != before[n.Name] {
+			t.Errorf("%s's rules or routes changed:\nbefore:\n%s\nafter:\n%s", n.Name, before[n.Name], got)
+		}
+		log, err := os.ReadFile(n.AgentLogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, reason := range []string{"subnet", "pod-ip", "origin", "object", "clock"} {
+			if !strings.Contains(string(log), "refused a record from a peer") || !strings.Contains(string(log), "reason="+reason) {
+				t.Errorf("%s logged no WARN for reason %s", n.Name, reason)
+			}
+		}
+		if strings.Count(string(log), "reason=subnet") != 1 {
+			t.Errorf("%s logged the subnet refusal %d times, want once", n.Name, strings.Count(string(log), "reason=subnet"))
+		}
+	}
+	// Nothing hostile was stored: no Service x, no Deployment future, and
+	// n2's own status is n2's.
+	if s, err := n1.CLI("get", "deployments"); err != nil || strings.Contains(s, "future") {
+		t.Errorf("get deployments: %q %v", s, err)
+	}
+	if s, err := n1.CLI("get", "services"); err != nil || strings.Contains(s, "x") && strings.Contains(s, "INPUT") {
+		t.Errorf("get services: %q %v", s, err)
+	}
+	nodes, err := n1.CLI("get", "nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(nodes, "\n") {
+		if strings.HasPrefix(line, "n2 ") && !strings.Contains(line, n2.PodSubnet) {
+			t.Errorf("n2's status was overwritten: %q", line)
+		}
+		if strings.Contains(line, "8.8.8.0") || strings.Contains(line, "10.22.99.") {
+			t.Errorf("a hostile claim is listed: %q", line)
+		}
+	}
+}
+
+// dataplane returns what a node programmed: its nat and filter rules
+// (counters stripped) and its routes.
+func dataplane(t *testing.T, n *harness.Node) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		s, err := n.Exec(ctx, "iptables-save", "-t", table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if strings.HasPrefix(line, "#") || strings.HasPrefix(line, ":") {
+				continue
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	routes, err := n.Exec(ctx, "ip", "route")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.WriteString(routes)
+	return b.String()
+}
+
+// metrics reads a node's /metrics over its unix socket: sample name with
+// labels -> value.
+func metrics(n *harness.Node) (map[string]float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", n.Socket)
+		}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://starling/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	if _, err := eventually(timeout, f); err != nil {
+		t.Fatalf("after %s: %v", timeout, err)
+	}
+}

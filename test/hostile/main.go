@@ -1,0 +1,107 @@
+// Command hostile is the hostile peer of the e2e suite (test/e2e,
+// TestHostilePeerChangesNothing): a program that holds the cluster's
+// gossip key, joins through a seed, and writes records no honest node
+// would, each aimed at one attack of issue 10: rule injection through a
+// replica's podIP, a foreign podIP, a route hijack through a subnet claim
+// outside --cluster-cidr, another node's status record, a Service that
+// does not validate, and a Deployment stamped two hours in the future.
+// It stays a live member (so its claims would count) until killed.
+//
+// It is a test tool: it never runs outside a test's network namespace.
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+)
+
+func main() {
+	name := flag.String("name", "evil", "member name")
+	bind := flag.String("bind", "", "gossip address IP (port 7946)")
+	keyFile := flag.String("key-file", "", "the cluster's gossip key (base64)")
+	join := flag.String("join", "", "seed address")
+	victim := flag.String("victim", "", "a running node whose status record to forge")
+	flag.Parse()
+	if err := run(*name, *bind, *keyFile, *join, *victim); err != nil {
+		fmt.Fprintln(os.Stderr, "hostile:", err)
+		os.Exit(1)
+	}
+}
+
+func run(name, bind, keyFile, join, victim string) error {
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return err
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		return err
+	}
+	cfg := gossip.DefaultConfig()
+	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey = name, bind, 7946, key
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := gossip.New(cfg, gossip.NewMemState())
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	if _, err := c.Join([]string{join}); err != nil {
+		return err
+	}
+	clock := hlc.New(nil)
+	status := func(node, subnet string, replicas ...map[string]any) []byte {
+		v, _ := json.Marshal(map[string]any{"name": node, "advertise": bind, "podSubnet": subnet,
+			"subnetSince": map[string]any{"wall": 1}, "subnetReady": true,
+			"capacity": map[string]any{"milliCPU": 64000, "memoryBytes": 1 << 40}, "started": time.Now().UTC(), "replicas": replicas})
+		return v
+	}
+	replica := func(node, ip string) map[string]any {
+		return map[string]any{"name": "hello-0", "namespace": "default", "workload": "hello", "ordinal": 0, "node": node,
+			"phase": "Running", "ready": true, "podIP": ip, "specHash": "0123abcd"}
+	}
+	recs := []crdt.Record{
+		// Route hijack: a subnet outside --cluster-cidr.
+		{Key: "node/cluster/" + name, Value: status(name, "8.8.8.0/24"), Origin: name},
+		// Rule injection through a podIP, under a second name.
+		{Key: "node/cluster/" + name + "-b", Value: status(name+"-b", "10.22.99.0/24",
+			replica(name+"-b", "10.22.99.9\n-A POSTROUTING -j ACCEPT")), Origin: name + "-b"},
+		// A foreign address as podIP (the writer's own LAN address).
+		{Key: "node/cluster/" + name + "-c", Value: status(name+"-c", "10.22.98.0/24", replica(name+"-c", bind)), Origin: name + "-c"},
+		// Another node's status record.
+		{Key: "node/cluster/" + victim, Value: status(victim, "10.22.97.0/24"), Origin: name},
+		// A Service that does not validate (injection in its name).
+		{Key: "service/default/x", Value: []byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"x\n-A INPUT -j ACCEPT"},"spec":{"ports":[{"port":80}]}}`), Origin: name},
+	}
+	for i := range recs {
+		recs[i].Version = clock.Now()
+	}
+	// A Deployment from two hours in the future.
+	future := crdt.Record{Key: "deployment/default/future", Origin: name,
+		Value:   []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"future"},"spec":{"replicas":1,"selector":{"matchLabels":{"app":"f"}},"template":{"metadata":{"labels":{"app":"f"}},"spec":{"containers":[{"name":"c","image":"starling.local/echo:v1"}]}}}}`),
+		Version: hlc.Timestamp{Wall: time.Now().Add(2 * time.Hour).UnixNano()}}
+	recs = append(recs, future)
+	for _, r := range recs {
+		if err := c.Publish(r); err != nil {
+			return fmt.Errorf("publish %s: %w", r.Key, err)
+		}
+	}
+	fmt.Println("published", len(recs), "hostile records")
+	for {
+		// Rewrite every few seconds, as the attacker did, until killed.
+		time.Sleep(3 * time.Second)
+		for _, r := range recs[:len(recs)-1] {
+			r.Version = clock.Now()
+			c.Publish(r)
+		}
+	}
+}
