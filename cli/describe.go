@@ -65,7 +65,12 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 	p("Name", o.Name)
 	p("Namespace", o.Namespace)
 	p("Kind", o.Kind)
-	p("Version", meta.Version+" (written by "+meta.Origin+")")
+	p("Version", meta.Version)
+	written := meta.Origin
+	if meta.Signer != "" {
+		written += " (signed, key " + meta.Signer + ")"
+	}
+	p("Written by", written)
 	if d := o.Deployment; d != nil {
 		p("Created", d.CreationTimestamp.String())
 		p("Labels", labelString(d.Labels))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,9 @@ type Agent struct {
 
 	cluster  *gossip.Cluster
 	capacity placement.Resources
+	// key is this node's identity (identity.go): it signs every record
+	// the node writes.
+	key ed25519.PrivateKey
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
 	clusterCIDR netip.Prefix
 	rejects     *rejects
@@ -206,7 +210,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
-	a.rejects = newRejects(a.clusterCIDR, log, a.metrics.rejectedRecords)
+	a.rejects = newRejects(a.clusterCIDR, a.boundKey, log, a.metrics.rejectedRecords)
 	if cfg.TokenFile != "" {
 		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
@@ -218,6 +222,9 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
+	}
+	if a.key, err = loadOrCreateNodeKey(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {

@@ -135,10 +135,15 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ApplyResponse{Results: results})
 }
 
-// publish writes records to the local store (durably) and gossips them.
-// The objects were validated before, so an error here is an I/O failure.
+// publish signs records with this node's key, writes them to the local
+// store (durably) and gossips them. The objects were validated before, so
+// an error here is an I/O failure.
 func (a *Agent) publish(recs ...crdt.Record) error {
 	for _, r := range recs {
+		r, err := a.sign(r)
+		if err != nil {
+			return fmt.Errorf("sign %s: %w", r.Key, err)
+		}
 		if err := a.cluster.Publish(r); err != nil {
 			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
 		}
@@ -257,13 +262,20 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 	out := api.ObjectList{Items: []api.Object{}}
 	for _, rec := range recs {
 		if !rec.Deleted {
-			out.Items = append(out.Items, api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin})
+			out.Items = append(out.Items, apiObject(rec))
 		}
 	}
 	if kind == manifest.KindService {
 		a.decorateServices(out.Items)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// apiObject is a stored object as the API shows it, with who wrote it:
+// the node that accepted the write, and the key its signature verified
+// with (checked on arrival; this node's own key for its own writes).
+func apiObject(rec crdt.Record) api.Object {
+	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: keyID(rec.Signer)}
 }
 
 // checkRef refuses a namespace or name that is not a Kubernetes name: they
@@ -304,7 +316,7 @@ func (a *Agent) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	items := []api.Object{{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin}}
+	items := []api.Object{apiObject(rec)}
 	if strings.HasPrefix(rec.Key, kindPrefix(manifest.KindService)) {
 		a.decorateServices(items)
 	}

@@ -53,6 +53,9 @@ const (
 	rejectSpecHash  = "spec-hash"    // a spec hash that is not 8 to 64 hex digits
 	rejectLabels    = "labels"       // node labels that are not Kubernetes labels
 	rejectClock     = "clock"        // a version more than hlc.MaxOffset ahead of this node\'s clock
+	rejectUnsigned  = "unsigned"     // a record without a signature
+	rejectSignature = "signature"    // a signature that does not verify
+	rejectIdentity  = "identity"     // signed by a key other than the one the writer's name is bound to
 	maxReasonLen    = 4096           // bytes of a replica's Reason
 	maxNodeReplicas = 4096           // replicas one node record may list
 	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
@@ -313,11 +316,13 @@ func isHex(s string) bool {
 // without bound.
 const maxRejectLogKeys = 1024
 
-// rejects checks records received from peers (checkRecord), counts the
+// rejects checks records received from peers (checkRecord, then the
+// version against the clock, then checkSignature), counts the
 // refused ones by reason in starling_rejected_records_total and logs a
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
+	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
 	log     *slog.Logger
 	count   *prometheus.CounterVec
 	mu      sync.Mutex
@@ -325,8 +330,8 @@ type rejects struct {
 	full    bool
 }
 
-func newRejects(cluster netip.Prefix, log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	return &rejects{cluster: cluster, log: log, count: count, seen: map[[2]string]bool{}}
+func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), log *slog.Logger, count *prometheus.CounterVec) *rejects {
+	return &rejects{cluster: cluster, bound: bound, log: log, count: count, seen: map[[2]string]bool{}}
 }
 
 // check is the gossip layer's Accept hook.
@@ -336,6 +341,9 @@ func (x *rejects) check(r crdt.Record) error {
 		// The gossip layer's clock would drop it too; refusing it here
 		// counts and names it like every other refusal.
 		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
+	}
+	if rj == nil {
+		rj = checkSignature(r, x.bound)
 	}
 	if rj == nil {
 		return nil

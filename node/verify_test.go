@@ -1,6 +1,8 @@
 package node
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -148,15 +150,15 @@ func mustEncode(t testing.TB, y string) []byte {
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, newTextLogger(&logged), m.rejectedRecords)
-	bad := statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b")
+	x := newRejects(testClusterCIDR, noBindings, newTextLogger(&logged), m.rejectedRecords)
+	bad := signAs(t, "b", statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
 			t.Fatal("accepted")
 		}
 	}
-	if x.check(statusRecord(t, goodStatus(), "b")) != nil {
-		t.Fatal("good record refused")
+	if err := x.check(signAs(t, "b", statusRecord(t, goodStatus(), "b"))); err != nil {
+		t.Fatalf("good record refused: %v", err)
 	}
 	if n := strings.Count(logged.String(), "refused a record"); n != 1 {
 		t.Fatalf("logged %d times, want 1:\n%s", n, logged.String())
@@ -273,5 +275,77 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses)
 	if got := ready["default/web"]; len(got) != 1 || got[0].String() != "10.22.2.5" {
 		t.Fatalf("ready = %v, want only the winning claim's 10.22.2.5", got)
+	}
+}
+
+func noBindings(string) ([]byte, bool) { return nil, false }
+
+// testKeys are fixed node keys for tests, by name.
+var testKeys = map[string]ed25519.PrivateKey{}
+
+func keyOf(name string) ed25519.PrivateKey {
+	if k, ok := testKeys[name]; ok {
+		return k
+	}
+	seed := sha256.Sum256([]byte("test key " + name))
+	k := ed25519.NewKeyFromSeed(seed[:])
+	testKeys[name] = k
+	return k
+}
+
+func signAs(t testing.TB, name string, r crdt.Record) crdt.Record {
+	t.Helper()
+	s, err := crdt.Sign(r, keyOf(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSignaturesBindANameToOneKey: unsigned records and bad signatures are
+// refused; once a name is bound to a key (its status record is held),
+// records under that name signed by another key are refused, whatever
+// they say, and the bound key is still accepted.
+func TestSignaturesBindANameToOneKey(t *testing.T) {
+	held := map[string][]byte{}
+	bound := func(name string) ([]byte, bool) { k, ok := held[name]; return k, ok }
+	m := newMetrics()
+	x := newRejects(testClusterCIDR, bound, newTextLogger(io.Discard), m.rejectedRecords)
+	good := statusRecord(t, goodStatus(), "b")
+	reason := func(r crdt.Record) string {
+		err := x.check(r)
+		if err == nil {
+			return ""
+		}
+		return err.(*rejection).reason
+	}
+	if got := reason(good); got != rejectUnsigned {
+		t.Fatalf("unsigned: %q", got)
+	}
+	first := signAs(t, "b", good)
+	if got := reason(first); got != "" {
+		t.Fatalf("first status of b: %q", got)
+	}
+	held["b"] = first.Signer
+	tampered := first
+	tampered.Value = []byte(strings.Replace(string(first.Value), "10.22.2.5", "10.22.2.6", 1))
+	if got := reason(tampered); got != rejectSignature {
+		t.Fatalf("tampered: %q", got)
+	}
+	forged := signAs(t, "evil", good) // claims to be b, signed by evil's key
+	if got := reason(forged); got != rejectIdentity {
+		t.Fatalf("status of b signed by another key: %q", got)
+	}
+	svc := signAs(t, "evil", crdt.Record{Key: "deployment/default/web", Origin: "b", Value: mustEncode(t, goodDeploymentYAML), Version: hlc.Timestamp{Wall: 3}})
+	if got := reason(svc); got != rejectIdentity {
+		t.Fatalf("desired state under b's name signed by another key: %q", got)
+	}
+	later := good
+	later.Version.Wall = 9
+	if got := reason(signAs(t, "b", later)); got != "" {
+		t.Fatalf("b's own next status: %q", got)
+	}
+	if got := counterValue(t, m, "starling_rejected_records_total", rejectIdentity); got != 2 {
+		t.Fatalf("identity refusals counted %v, want 2", got)
 	}
 }

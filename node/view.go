@@ -1,6 +1,8 @@
 package node
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"net/netip"
 	"time"
@@ -98,16 +100,18 @@ func (a *Agent) publishStatus(local []api.Replica) {
 	}
 	if string(b) == a.lastStatus {
 		rec, ok, err := a.store.Get(statusKey(a.cfg.Name))
-		if err != nil || ok && !rec.Deleted && rec.Origin == a.cfg.Name && string(rec.Value) == a.lastStatus {
+		own := ok && !rec.Deleted && rec.Origin == a.cfg.Name && bytes.Equal(rec.Signer, a.key.Public().(ed25519.PublicKey))
+		if err != nil || own && string(rec.Value) == a.lastStatus {
 			return
 		}
 		if ok {
-			a.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin), "deleted", rec.Deleted)
+			a.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
+				"key", keyID(rec.Signer), "deleted", rec.Deleted)
 			a.clock.Update(rec.Version)
 		}
 	}
 	rec := crdt.Record{Key: statusKey(a.cfg.Name), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}
-	if err := a.cluster.Publish(rec); err != nil {
+	if err := a.publish(rec); err != nil {
 		a.log.Warn("publish node status", "err", err)
 		return
 	}

@@ -1,11 +1,13 @@
 package crdt
 
 import (
+	"crypto/ed25519"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -21,7 +23,7 @@ const (
 	// MaxEncodedLen bounds the output of EncodeRecord: fixed header, three
 	// length prefixes of at most binary.MaxVarintLen32 bytes each, and the
 	// Logical varint.
-	MaxEncodedLen = headerLen + 4*binary.MaxVarintLen32 + MaxKeyLen + MaxOriginLen + MaxValueLen
+	MaxEncodedLen = headerLen + 4*binary.MaxVarintLen32 + MaxKeyLen + MaxOriginLen + MaxValueLen + ed25519.PublicKeySize + ed25519.SignatureSize
 )
 
 // Errors returned (wrapped, match with errors.Is) by Validate, EncodeRecord and
@@ -75,7 +77,59 @@ func (r Record) Validate() error {
 	if len(r.Value) > 0 && !json.Valid(r.Value) {
 		return fmt.Errorf("%w: %s: value is not valid JSON", ErrInvalidRecord, r.Key)
 	}
+	if (len(r.Signer) == 0) != (len(r.Sig) == 0) || len(r.Signer) != 0 && (len(r.Signer) != ed25519.PublicKeySize || len(r.Sig) != ed25519.SignatureSize) {
+		return fmt.Errorf("%w: %s: signer of %d bytes and signature of %d bytes, want none or %d and %d", ErrInvalidRecord, r.Key,
+			len(r.Signer), len(r.Sig), ed25519.PublicKeySize, ed25519.SignatureSize)
+	}
 	return nil
+}
+
+// signingContext separates record signatures from any other use of a
+// node's key.
+const signingContext = "starling record signature v1\x00"
+
+// SigningBytes returns what a record's Sig signs: a context string, the
+// format-1 encoding of the record without its signature (key, value,
+// version, origin, tombstone flag) and the Signer key, so that a signature
+// binds every field that decides what the record says and who says it.
+// It fails like EncodeRecord.
+func SigningBytes(r Record) ([]byte, error) {
+	r.Sig = nil
+	signer := r.Signer
+	r.Signer = nil
+	enc, err := EncodeRecord(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(signingContext)+len(enc)+len(signer))
+	out = append(out, signingContext...)
+	out = append(out, enc...)
+	return append(out, signer...), nil
+}
+
+// Sign returns r signed with key: Signer set to key's public key and Sig
+// to the signature over SigningBytes (Ed25519, RFC 8032).
+func Sign(r Record, key ed25519.PrivateKey) (Record, error) {
+	r.Signer = slices.Clone([]byte(key.Public().(ed25519.PublicKey)))
+	msg, err := SigningBytes(r)
+	if err != nil {
+		return Record{}, err
+	}
+	r.Sig = ed25519.Sign(key, msg)
+	return r, nil
+}
+
+// VerifySignature reports whether r carries a valid signature by its
+// Signer. An unsigned record does not verify.
+func VerifySignature(r Record) bool {
+	if len(r.Signer) != ed25519.PublicKeySize || len(r.Sig) != ed25519.SignatureSize {
+		return false
+	}
+	msg, err := SigningBytes(r)
+	if err != nil {
+		return false
+	}
+	return ed25519.Verify(ed25519.PublicKey(r.Signer), msg, r.Sig)
 }
 
 func checkText(s string) error {
@@ -90,7 +144,7 @@ func checkText(s string) error {
 	return nil
 }
 
-// Binary encoding, format 1. All integers big-endian or unsigned varints
+// Binary encoding, formats 1 and 2. All integers big-endian or unsigned varints
 // (encoding/binary), varints in their shortest form so that every record has
 // exactly one encoding and equal records encode to equal bytes:
 //
@@ -101,8 +155,17 @@ func checkText(s string) error {
 //	uvarint  len(Key), then Key
 //	uvarint  len(Origin), then Origin
 //	uvarint  len(Value), then Value
+//
+// Format 2 is format 1 followed by the signature, for a signed record:
+//
+//	32 bytes Signer (Ed25519 public key)
+//	64 bytes Sig
+//
+// An unsigned record is always written as format 1, so each record still
+// has exactly one encoding.
 const (
 	formatV1    = 1
+	formatV2    = 2
 	flagDeleted = 1 << 0
 	headerLen   = 1 + 1 + 8
 )
@@ -115,9 +178,12 @@ func EncodeRecord(r Record) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	n := headerLen + 4*binary.MaxVarintLen32 + len(r.Key) + len(r.Origin) + len(r.Value)
+	n := headerLen + 4*binary.MaxVarintLen32 + len(r.Key) + len(r.Origin) + len(r.Value) + len(r.Signer) + len(r.Sig)
 	b := make([]byte, headerLen, n)
 	b[0] = formatV1
+	if len(r.Sig) > 0 {
+		b[0] = formatV2
+	}
 	if r.Deleted {
 		b[1] = flagDeleted
 	}
@@ -126,6 +192,10 @@ func EncodeRecord(r Record) ([]byte, error) {
 	b = appendBytes(b, r.Key)
 	b = appendBytes(b, r.Origin)
 	b = appendBytes(b, string(r.Value))
+	if len(r.Sig) > 0 {
+		b = append(b, r.Signer...)
+		b = append(b, r.Sig...)
+	}
 	return b, nil
 }
 
@@ -145,7 +215,7 @@ func DecodeRecord(b []byte) (Record, error) {
 	if len(b) < headerLen {
 		return Record{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrMalformed, len(b), headerLen)
 	}
-	if b[0] != formatV1 {
+	if b[0] != formatV1 && b[0] != formatV2 {
 		return Record{}, fmt.Errorf("%w: unknown format %d", ErrMalformed, b[0])
 	}
 	if b[1]&^flagDeleted != 0 {
@@ -162,6 +232,15 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Origin = string(d.bytes("origin", MaxOriginLen))
 	if v := d.bytes("value", MaxValueLen); len(v) > 0 {
 		r.Value = json.RawMessage(append([]byte(nil), v...))
+	}
+	if b[0] == formatV2 && d.err == nil {
+		if len(d.b) < ed25519.PublicKeySize+ed25519.SignatureSize {
+			d.err = fmt.Errorf("%w: truncated signature", ErrMalformed)
+		} else {
+			r.Signer = append([]byte(nil), d.b[:ed25519.PublicKeySize]...)
+			r.Sig = append([]byte(nil), d.b[ed25519.PublicKeySize:ed25519.PublicKeySize+ed25519.SignatureSize]...)
+			d.b = d.b[ed25519.PublicKeySize+ed25519.SignatureSize:]
+		}
 	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(d.b))

@@ -31,6 +31,13 @@ type Record struct {
 	Version hlc.Timestamp   `json:"version"`           // orders writes
 	Origin  string          `json:"origin"`            // node ID that wrote it; tie-break
 	Deleted bool            `json:"deleted,omitempty"` // tombstone
+	// Signer and Sig attribute the write: Signer is the writer's Ed25519
+	// public key (32 bytes) and Sig its signature (64 bytes) over
+	// SigningBytes. Both are empty for an unsigned record. They are not
+	// part of the order (Wins): the layer above decides which signers it
+	// trusts (crdt only checks their sizes).
+	Signer []byte `json:"signer,omitempty"`
+	Sig    []byte `json:"sig,omitempty"`
 }
 
 // Wins reports whether r beats other: higher Version; on equal Version the

@@ -66,9 +66,15 @@ type ApplyResponse struct {
 // Object is one stored object with its store metadata.
 type Object struct {
 	Object json.RawMessage `json:"object"`
-	// Version is the write's hybrid logical clock time, Origin the node that wrote it.
+	// Version is the write's hybrid logical clock time, Origin the node that
+	// accepted the write, and Signer the ID of the key that signed it
+	// (16 hex digits of the key's SHA-256; "unsigned" for a record written
+	// before records were signed). Every node checks the signature, and
+	// that the key is the one Origin's name is bound to, before it stores
+	// a record.
 	Version string `json:"version"`
 	Origin  string `json:"origin"`
+	Signer  string `json:"signer,omitempty"`
 }
 
 // ObjectList answers a list of one kind.

@@ -20,8 +20,10 @@ import (
 // TestHostilePeerChangesNothing: a program that holds the gossip key joins
 // from its own namespace and writes what the attacks of issue 10 wrote
 // (test/hostile): a podIP carrying iptables-restore lines, a foreign
-// podIP, a subnet claim of 8.8.8.0/24, another node's status, an invalid
-// Service, a Deployment stamped two hours ahead. The honest nodes' nat
+// podIP, a subnet claim of 8.8.8.0/24, another node's status (as itself,
+// and forged under that node's name with its own key), an invalid
+// Service, a Deployment stamped two hours ahead and an unsigned one. The
+// honest nodes' nat
 // and filter rules and routes stay as they were, nothing of it is stored,
 // a WARN names the writer and the reason, and
 // starling_rejected_records_total counts each reason.
@@ -57,7 +59,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); cmd.Wait() })
 
-	want := []string{"subnet", "pod-ip", "origin", "object", "clock"}
+	want := []string{"subnet", "pod-ip", "origin", "object", "clock", "identity", "unsigned"}
 	waitFor(t, 30*time.Second, func() error {
 		for _, n := range honest {
 			m, err := metrics(n)
@@ -81,7 +83,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, reason := range []string{"subnet", "pod-ip", "origin", "object", "clock"} {
+		for _, reason := range want {
 			if !strings.Contains(string(log), "refused a record from a peer") || !strings.Contains(string(log), "reason="+reason) {
 				t.Errorf("%s logged no WARN for reason %s", n.Name, reason)
 			}
@@ -92,7 +94,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	}
 	// Nothing hostile was stored: no Service x, no Deployment future, and
 	// n2's own status is n2's.
-	if s, err := n1.CLI("get", "deployments"); err != nil || strings.Contains(s, "future") {
+	if s, err := n1.CLI("get", "deployments"); err != nil || strings.Contains(s, "future") || strings.Contains(s, "unsigned") {
 		t.Errorf("get deployments: %q %v", s, err)
 	}
 	if s, err := n1.CLI("get", "services"); err != nil || strings.Contains(s, "x") && strings.Contains(s, "INPUT") {

@@ -3,14 +3,18 @@
 // gossip key, joins through a seed, and writes records no honest node
 // would, each aimed at one attack of issue 10: rule injection through a
 // replica's podIP, a foreign podIP, a route hijack through a subnet claim
-// outside --cluster-cidr, another node's status record, a Service that
-// does not validate, and a Deployment stamped two hours in the future.
+// outside --cluster-cidr, another node's status record (under its own
+// name, and forged under the victim's name with its own key), a Service
+// that does not validate, a Deployment stamped two hours in the future
+// and an unsigned Deployment. Records are signed with a key of its own,
+// as a real attacker's would be.
 // It stays a live member (so its claims would count) until killed.
 //
 // It is a test tool: it never runs outside a test's network namespace.
 package main
 
 import (
+	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -43,12 +47,12 @@ func run(name, bind, keyFile, join, victim string) error {
 	if err != nil {
 		return err
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	gossipKey, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
 	if err != nil {
 		return err
 	}
 	cfg := gossip.DefaultConfig()
-	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey = name, bind, 7946, key
+	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey = name, bind, 7946, gossipKey
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := gossip.New(cfg, gossip.NewMemState())
 	if err != nil {
@@ -69,6 +73,10 @@ func run(name, bind, keyFile, join, victim string) error {
 		return map[string]any{"name": "hello-0", "namespace": "default", "workload": "hello", "ordinal": 0, "node": node,
 			"phase": "Running", "ready": true, "podIP": ip, "specHash": "0123abcd"}
 	}
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
 	recs := []crdt.Record{
 		// Route hijack: a subnet outside --cluster-cidr.
 		{Key: "node/cluster/" + name, Value: status(name, "8.8.8.0/24"), Origin: name},
@@ -77,31 +85,50 @@ func run(name, bind, keyFile, join, victim string) error {
 			replica(name+"-b", "10.22.99.9\n-A POSTROUTING -j ACCEPT")), Origin: name + "-b"},
 		// A foreign address as podIP (the writer's own LAN address).
 		{Key: "node/cluster/" + name + "-c", Value: status(name+"-c", "10.22.98.0/24", replica(name+"-c", bind)), Origin: name + "-c"},
-		// Another node's status record.
+		// Another node's status record, as written by this one.
 		{Key: "node/cluster/" + victim, Value: status(victim, "10.22.97.0/24"), Origin: name},
+
 		// A Service that does not validate (injection in its name).
 		{Key: "service/default/x", Value: []byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"x\n-A INPUT -j ACCEPT"},"spec":{"ports":[{"port":80}]}}`), Origin: name},
 	}
-	for i := range recs {
-		recs[i].Version = clock.Now()
+	unsigned := crdt.Record{Key: "deployment/default/unsigned", Origin: name,
+		Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"unsigned"},"spec":{"replicas":1,"selector":{"matchLabels":{"app":"u"}},"template":{"metadata":{"labels":{"app":"u"}},"spec":{"containers":[{"name":"c","image":"starling.local/echo:v1"}]}}}}`)}
+	sign := func(r crdt.Record) crdt.Record {
+		s, err := crdt.Sign(r, key)
+		if err != nil {
+			panic(err)
+		}
+		return s
 	}
 	// A Deployment from two hours in the future.
 	future := crdt.Record{Key: "deployment/default/future", Origin: name,
 		Value:   []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"future"},"spec":{"replicas":1,"selector":{"matchLabels":{"app":"f"}},"template":{"metadata":{"labels":{"app":"f"}},"spec":{"containers":[{"name":"c","image":"starling.local/echo:v1"}]}}}}`),
 		Version: hlc.Timestamp{Wall: time.Now().Add(2 * time.Hour).UnixNano()}}
-	recs = append(recs, future)
-	for _, r := range recs {
-		if err := c.Publish(r); err != nil {
-			return fmt.Errorf("publish %s: %w", r.Key, err)
-		}
-	}
-	fmt.Println("published", len(recs), "hostile records")
-	for {
-		// Rewrite every few seconds, as the attacker did, until killed.
-		time.Sleep(3 * time.Second)
-		for _, r := range recs[:len(recs)-1] {
+	// Another node's status record, forged under its name. It shares its
+	// key with the one written as itself, so the two take turns (a key
+	// has one value at a time).
+	forged := crdt.Record{Key: "node/cluster/" + victim, Value: status(victim, "10.22.96.0/24"), Origin: victim}
+	round := 0
+	publish := func() {
+		for _, r := range recs {
+			if round%2 == 1 && r.Key == forged.Key {
+				r = forged
+			}
 			r.Version = clock.Now()
-			c.Publish(r)
+			c.Publish(sign(r))
 		}
+		unsigned.Version = clock.Now()
+		c.Publish(unsigned)
+		round++
+	}
+	if err := c.Publish(sign(future)); err != nil {
+		return fmt.Errorf("publish %s: %w", future.Key, err)
+	}
+	publish()
+	fmt.Println("published", len(recs)+2, "hostile records")
+	for {
+		// Rewrite every 2 s, as the attacker did (every 3 s), until killed.
+		time.Sleep(2 * time.Second)
+		publish()
 	}
 }

@@ -1,0 +1,100 @@
+package node
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+// Node identity. Every node has its own Ed25519 key pair (RFC 8032), made
+// on first start and kept in <data-dir>/node.key. It signs every record
+// the node writes (crdt.Sign); peers verify the signature and accept a
+// record of a node's own kind (its status record) only from that node's
+// key. The first key a cluster sees for a node name is the name's
+// identity: a record under the name signed by another key is refused
+// (reason "identity") until the name is freed with `starling node forget`.
+
+// nodeKeyFile holds the node's private key: its 32-byte seed, base64.
+const nodeKeyFile = "node.key"
+
+// loadOrCreateNodeKey reads the node key from dataDir, making one (mode
+// 0600) on first start. A key file open to group or others is refused,
+// like every secret file.
+func loadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dataDir, nodeKeyFile)
+	b, err := readSecretFile("node key", path)
+	if errors.Is(err, os.ErrNotExist) {
+		seed := make([]byte, ed25519.SeedSize)
+		if _, err := rand.Read(seed); err != nil {
+			return nil, fmt.Errorf("make node key: %w", err)
+		}
+		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(seed)+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("write node key %s: %w", path, err)
+		}
+		return ed25519.NewKeyFromSeed(seed), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("node key %s: want a %d-byte seed in base64; remove the file to make a new identity (the cluster then needs 'starling node forget' for this node's name)", path, ed25519.SeedSize)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// keyID is a short, printable identifier of a public key: the first 16
+// hex digits of its SHA-256.
+func keyID(pub []byte) string {
+	if len(pub) == 0 {
+		return "unsigned"
+	}
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// sign signs a record this node writes.
+func (a *Agent) sign(r crdt.Record) (crdt.Record, error) {
+	return crdt.Sign(r, a.key)
+}
+
+// boundKey returns the key a node name is bound to on this node: the
+// signer of the live status record held for it. ok is false when none is
+// held (a new name, or one freed by 'starling node forget').
+func (a *Agent) boundKey(name string) ([]byte, bool) {
+	rec, ok, err := a.store.Get(statusKey(name))
+	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
+		return nil, false
+	}
+	return rec.Signer, true
+}
+
+// checkSignature decides whether a record's signature is acceptable: it
+// must be signed, the signature must verify, and its signer must be the
+// key its writer's name is bound to (bound), if the name is bound. A
+// record that binds a name (a node's first status record) is accepted
+// from any key, so a new node can join; from then on only that key
+// speaks for the name.
+func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool)) *rejection {
+	if len(r.Sig) == 0 {
+		return reject(rejectUnsigned, "%s: unsigned record from %q", r.Key, r.Origin)
+	}
+	if !crdt.VerifySignature(r) {
+		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, keyID(r.Signer))
+	}
+	if want, ok := bound(r.Origin); ok && !bytes.Equal(want, r.Signer) {
+		return reject(rejectIdentity, "%s: signed by key %s, but node %q is key %s (free the name with 'starling node forget %s' if the node was replaced)",
+			r.Key, keyID(r.Signer), r.Origin, keyID(want), r.Origin)
+	}
+	return nil
+}
