@@ -326,7 +326,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			ul.Close()
 			return fmt.Errorf("--api-listen %s: %w", a.cfg.APIListen, err)
 		}
-		servers = append(servers, &http.Server{Handler: a.requireToken(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
+		servers = append(servers, &http.Server{Handler: a.requireAuth(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
 	errc := make(chan error, len(servers))

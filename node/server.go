@@ -63,18 +63,8 @@ func (a *Agent) handler() http.Handler {
 	return mux
 }
 
-// requireToken guards the TCP API with the bearer token from --token-file.
-func (a *Agent) requireToken(next http.Handler) http.Handler {
-	want := []byte("Bearer " + a.token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (pass --token or set STARLING_TOKEN)"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+// constantTimeEqual compares secrets without leaking where they differ.
+func constantTimeEqual(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -701,7 +691,7 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 				continue
 			}
 			api, ok := a.peerAPI(node, s)
-			if !ok || a.token == "" {
+			if !ok {
 				writeError(w, http.StatusBadGateway, fmt.Errorf("replica %s runs on node %s, which serves no TCP API at its gossip address (start agents with --api-listen and --token-file to proxy logs)", name, node))
 				return true
 			}
@@ -709,7 +699,8 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 			if err != nil {
 				return false
 			}
-			req.Header.Set("Authorization", "Bearer "+a.token)
+			// Authenticated as this node, not with the operator's token.
+			a.signPeerRequest(req, node, time.Now())
 			req.Header.Set(proxiedHeader, a.cfg.Name)
 			resp, err := peerClient.Do(req)
 			if err != nil {
@@ -788,7 +779,7 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 		}
 		return peers[i].name < peers[j].name
 	})
-	if len(peers) == 0 || a.token == "" {
+	if len(peers) == 0 {
 		return nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
 	}
 	var errs []error
@@ -797,7 +788,7 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer "+a.token)
+		a.signPeerRequest(req, p.name, time.Now())
 		resp, err := peerClient.Do(req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))

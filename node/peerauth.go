@@ -1,0 +1,113 @@
+package node
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Node-to-node requests (log proxying, image fetches) are authenticated
+// with the calling node's own key, not with the operator's API token: the
+// token never leaves the node it was presented to. The caller signs the
+// method, the request URI, the node it is meant for and the time; the
+// callee accepts the request when the signature verifies with the key
+// the caller's name is bound to (its status record's signer), the time is
+// within peerAuthSkew of its own, and the request was meant for it. Such
+// a request reaches only the peer routes (peerRoutes), never the rest of
+// the API.
+
+const (
+	headerPeerNode = "X-Starling-Node"
+	headerPeerDate = "X-Starling-Date"
+	peerAuthScheme = "Starling-Node "
+	peerAuthSkew   = time.Minute
+	peerAuthCtx    = "starling peer request v1\x00"
+)
+
+// peerSigningBytes is what a peer request's signature covers.
+func peerSigningBytes(method, requestURI, from, to string, unix int64) []byte {
+	return []byte(peerAuthCtx + method + "\n" + requestURI + "\n" + from + "\n" + to + "\n" + strconv.FormatInt(unix, 10))
+}
+
+// signPeerRequest authenticates req, meant for node to, as this node.
+func (a *Agent) signPeerRequest(req *http.Request, to string, now time.Time) {
+	unix := now.Unix()
+	sig := ed25519.Sign(a.key, peerSigningBytes(req.Method, req.URL.RequestURI(), a.cfg.Name, to, unix))
+	req.Header.Set(headerPeerNode, a.cfg.Name)
+	req.Header.Set(headerPeerDate, strconv.FormatInt(unix, 10))
+	req.Header.Set("Authorization", peerAuthScheme+base64.StdEncoding.EncodeToString(sig))
+}
+
+// errPeerAuth is wrapped by every verifyPeerRequest error.
+var errPeerAuth = errors.New("node authentication failed")
+
+// verifyPeerRequest checks a request signed by signPeerRequest for node
+// self, with bound giving each node name's key, and returns the caller.
+func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte, bool), now time.Time) (string, error) {
+	auth := r.Header.Get("Authorization")
+	if !strings.HasPrefix(auth, peerAuthScheme) {
+		return "", fmt.Errorf("%w: no node signature", errPeerAuth)
+	}
+	sig, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, peerAuthScheme))
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return "", fmt.Errorf("%w: malformed signature", errPeerAuth)
+	}
+	from := r.Header.Get(headerPeerNode)
+	key, ok := bound(from)
+	if !ok || len(key) != ed25519.PublicKeySize {
+		return "", fmt.Errorf("%w: unknown node %q", errPeerAuth, oneLine(from))
+	}
+	unix, err := strconv.ParseInt(r.Header.Get(headerPeerDate), 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("%w: malformed date", errPeerAuth)
+	}
+	if d := now.Sub(time.Unix(unix, 0)); d > peerAuthSkew || d < -peerAuthSkew {
+		return "", fmt.Errorf("%w: request time is %s off (at most %s; check the clocks)", errPeerAuth, d.Round(time.Second), peerAuthSkew)
+	}
+	if !ed25519.Verify(key, peerSigningBytes(r.Method, r.URL.RequestURI(), from, self, unix), sig) {
+		return "", fmt.Errorf("%w: bad signature from %q (or the request was meant for another node)", errPeerAuth, from)
+	}
+	return from, nil
+}
+
+// peerRoutes are the requests one node makes of another.
+func peerRoute(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/v1/images/export" || strings.HasPrefix(r.URL.Path, "/v1/logs/"))
+}
+
+// requireAuth guards the TCP API: the operator's bearer token for every
+// route, or a node's signature (verifyPeerRequest) for the peer routes.
+func (a *Agent) requireAuth(next http.Handler) http.Handler {
+	return a.requireAuthWith(next, a.boundKey)
+}
+
+// requireAuthWith is requireAuth with bound giving each node name's key.
+func (a *Agent) requireAuthWith(next http.Handler, bound func(string) ([]byte, bool)) http.Handler {
+	want := []byte("Bearer " + a.token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if constantTimeEqual(got, want) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if bytes.HasPrefix(got, []byte(peerAuthScheme)) {
+			if !peerRoute(r) {
+				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image export)"))
+				return
+			}
+			if _, err := verifyPeerRequest(r, a.cfg.Name, bound, time.Now()); err != nil {
+				writeError(w, http.StatusUnauthorized, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (pass --token or set STARLING_TOKEN)"))
+	})
+}
