@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+evil.NetNS, hostile,
 		"--name", "evil", "--bind", evil.IP, "--key-file", c.KeyFile, "--join", n1.IP, "--victim", n2.Name)
-	out := &strings.Builder{}
+	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -184,4 +185,83 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 	if _, err := eventually(timeout, f); err != nil {
 		t.Fatalf("after %s: %v", timeout, err)
 	}
+}
+
+// TestPeersNeverReceiveTheAPIToken: a node that holds the gossip key joins
+// with a well-formed status that advertises an API and a replica
+// (test/hostile --fake-api). Honest nodes then ask it for images and
+// proxy logs to it, as to any node, but authenticated with their own node
+// key: the operator's API token never reaches it.
+func TestPeersNeverReceiveTheAPIToken(t *testing.T) {
+	c := newCluster(t, 2)
+	n1 := c.Nodes[0]
+	spy, err := c.AddNode("spy", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+spy.NetNS, hostile,
+		"--fake-api", "--name", "spy", "--bind", spy.IP, "--key-file", c.KeyFile, "--join", n1.IP)
+	out := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	waitFor(t, 30*time.Second, func() error {
+		s, err := n1.CLI("get", "nodes")
+		if err != nil || !strings.Contains(s, "spy ") || !strings.Contains(s, "10.22.50.0/24") {
+			return fmt.Errorf("spy not listed with its subnet: %q %v (spy: %s)", s, err, out)
+		}
+		return nil
+	})
+	// An image no node has: every node asks its peers, spy among them.
+	if _, err := n1.CLIInput(strings.NewReader(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: needs-image}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: ni}}
+  template:
+    metadata: {labels: {app: ni}}
+    spec:
+      containers: [{name: c, image: "starling.local/missing:v1"}]
+`), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	// Logs of the replica spy says it runs are proxied to spy.
+	n1.CLI("logs", "ghost-0")
+	waitFor(t, 60*time.Second, func() error {
+		s := out.String()
+		if !strings.Contains(s, "request GET /v1/images/export?name=starling.local") || !strings.Contains(s, "request GET /v1/logs/default/ghost-0") {
+			return fmt.Errorf("spy has not been asked for an image and for logs yet:\n%s", s)
+		}
+		return nil
+	})
+	s := out.String()
+	if strings.Contains(s, c.Token) || strings.Contains(s, "Bearer") {
+		t.Fatalf("a peer request carried the operator's token:\n%s", s)
+	}
+	if !strings.Contains(s, `auth="Starling-Node `) {
+		t.Fatalf("peer requests are not signed by the calling node:\n%s", s)
+	}
+}
+
+// syncWriter is a strings.Builder safe for a process's stdout and stderr
+// and the test reading it.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

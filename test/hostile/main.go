@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -35,14 +36,15 @@ func main() {
 	keyFile := flag.String("key-file", "", "the cluster's gossip key (base64)")
 	join := flag.String("join", "", "seed address")
 	victim := flag.String("victim", "", "a running node whose status record to forge")
+	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
 	flag.Parse()
-	if err := run(*name, *bind, *keyFile, *join, *victim); err != nil {
+	if err := run(*name, *bind, *keyFile, *join, *victim, *fakeAPI); err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, bind, keyFile, join, victim string) error {
+func run(name, bind, keyFile, join, victim string, fakeAPI bool) error {
 	b, err := os.ReadFile(keyFile)
 	if err != nil {
 		return err
@@ -76,6 +78,9 @@ func run(name, bind, keyFile, join, victim string) error {
 	_, key, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		return err
+	}
+	if fakeAPI {
+		return serveFakeAPI(c, clock, key, name, bind, status, replica)
 	}
 	recs := []crdt.Record{
 		// Route hijack: a subnet outside --cluster-cidr.
@@ -131,4 +136,30 @@ func run(name, bind, keyFile, join, victim string) error {
 		time.Sleep(2 * time.Second)
 		publish()
 	}
+}
+
+// serveFakeAPI joins as a well-formed node that advertises an API and a
+// replica, so honest nodes send it log and image requests; it prints each
+// request's method, URI and Authorization header (the operator's token
+// must never be among them) and answers 404.
+func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, name, bind string,
+	status func(string, string, ...map[string]any) []byte, replica func(string, string) map[string]any) error {
+	var st map[string]any
+	json.Unmarshal(status(name, "10.22.50.0/24", replica(name, "10.22.50.7")), &st)
+	st["api"] = "http://" + bind + ":7443"
+	st["replicas"].([]any)[0].(map[string]any)["name"] = "ghost-0"
+	st["replicas"].([]any)[0].(map[string]any)["workload"] = "ghost"
+	value, _ := json.Marshal(st)
+	r, err := crdt.Sign(crdt.Record{Key: "node/cluster/" + name, Value: value, Version: clock.Now(), Origin: name}, key)
+	if err != nil {
+		return err
+	}
+	if err := c.Publish(r); err != nil {
+		return err
+	}
+	fmt.Println("published a valid status with an API at", st["api"])
+	return http.ListenAndServe(bind+":7443", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Printf("request %s %s auth=%q\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"))
+		http.NotFound(w, r)
+	}))
 }
