@@ -127,6 +127,8 @@ type Runtime interface {
 	Images(ctx context.Context) ([]api.Image, error)
 	ExportImage(ctx context.Context, ref string, w io.Writer) error
 	HasImage(ctx context.Context, ref string) bool
+	// ImageDigest is the digest of image ref's manifest or index.
+	ImageDigest(ctx context.Context, ref string) (string, error)
 	Close() error
 }
 
@@ -168,7 +170,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.RuncRoot = "/run/starling/" + cfg.Name + "/runc"
 	}
 	var a *Agent
-	fetch := func(ctx context.Context, ref string) (io.ReadCloser, error) { return a.fetchImage(ctx, ref) }
+	fetch := func(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
+		return a.imageSources(ctx, ref)
+	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
 		LogDir: cfg.DataDir + "/logs", Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {

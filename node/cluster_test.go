@@ -123,6 +123,10 @@ func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.D
 
 func (f *fakeRuntime) WatchExits(ctx context.Context, _ func()) { <-ctx.Done() }
 func (f *fakeRuntime) LogPath(id string) string                 { return os.DevNull }
+func (f *fakeRuntime) ImageDigest(context.Context, string) (string, error) {
+	return "sha256:" + strings.Repeat("ab", 32), nil
+}
+
 func (f *fakeRuntime) ImportImages(_ context.Context, r io.Reader) ([]string, error) {
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
 // Version is the agent's version, set at build time with
@@ -622,6 +623,10 @@ func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	if err := a.publishImages(r.Context(), names); err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("image import: imported %s but could not record their digests for the cluster: %w", strings.Join(names, ", "), err))
+		return
+	}
 	a.resetFailures()
 	a.requestReconcile()
 	out := api.ImageList{Items: []api.Image{}}
@@ -737,8 +742,13 @@ func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errors.New("name: required, e.g. ?name=docker.io/library/nginx:1.27"))
 		return
 	}
-	if !a.rt.HasImage(r.Context(), ref) {
+	have, err := a.rt.ImageDigest(r.Context(), ref)
+	if err != nil {
 		writeError(w, http.StatusNotFound, fmt.Errorf("image %s is not on node %s", ref, a.cfg.Name))
+		return
+	}
+	if want := r.URL.Query().Get("digest"); want != "" && want != have {
+		writeError(w, http.StatusNotFound, fmt.Errorf("node %s has image %s at digest %s, not %s", a.cfg.Name, ref, have, want))
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
@@ -747,12 +757,18 @@ func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fetchImage gets image ref from a live peer, nearest first by Vivaldi
-// RTT estimate, through the peers' TCP API.
-func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, error) {
+// imageSources returns the digest the cluster recorded for image ref
+// (images.go) and the live peers to fetch it from, nearest first by
+// Vivaldi RTT estimate, through their TCP API. An image the cluster has
+// no record of is not taken from peers.
+func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
+	want, ok := a.recordedDigest(ref)
+	if !ok {
+		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
+	}
 	v, err := a.readView()
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	type peer struct {
 		name, api string
@@ -780,32 +796,32 @@ func (a *Agent) fetchImage(ctx context.Context, ref string) (io.ReadCloser, erro
 		return peers[i].name < peers[j].name
 	})
 	if len(peers) == 0 {
-		return nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
+		return "", nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
 	}
-	var errs []error
+	var out []runtime.ImageSource
 	for _, p := range peers {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref), nil)
-		if err != nil {
-			return nil, err
-		}
-		a.signPeerRequest(req, p.name, time.Now())
-		resp, err := peerClient.Do(req)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
-			continue
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			errs = append(errs, fmt.Errorf("%s: %s", p.name, resp.Status))
-			continue
-		}
-		a.log.Info("fetching image from peer", "image", ref, "peer", p.name, "rtt", p.rtt)
-		return struct {
-			io.Reader
-			io.Closer
-		}{&limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, resp.Body}, nil
+		out = append(out, runtime.ImageSource{Peer: p.name, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want), nil)
+			if err != nil {
+				return nil, err
+			}
+			a.signPeerRequest(req, p.name, time.Now())
+			resp, err := peerClient.Do(req)
+			if err != nil {
+				return nil, err
+			}
+			if resp.StatusCode != http.StatusOK {
+				resp.Body.Close()
+				return nil, errors.New(resp.Status)
+			}
+			a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
+			return struct {
+				io.Reader
+				io.Closer
+			}{&limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, resp.Body}, nil
+		}})
 	}
-	return nil, errors.Join(errs...)
+	return want, out, nil
 }
 
 // handleForgetNode deletes the record of a node that is dead or left, so

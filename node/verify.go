@@ -97,7 +97,7 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case statusKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case statusKind, imageKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -117,6 +117,8 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
 		return checkStatus(s, cluster)
+	case imageKind:
+		return checkImage(r.Key, r.Value)
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/containerd/containerd/images"
+	"github.com/opencontainers/go-digest"
 	"io"
 	"log/slog"
 	"net"
@@ -96,9 +98,20 @@ type Config struct {
 	// take over each other's containers; empty keeps the default.
 	RuncRoot string
 	// FetchImage, when set, is asked first for an image that is not
-	// stored locally (before its registry): it returns an image tarball
-	// from a peer node. Import verifies every blob's digest.
-	FetchImage func(ctx context.Context, ref string) (io.ReadCloser, error)
+	// stored locally (before its registry): it returns the digest the
+	// cluster recorded for ref when it was imported ("sha256:...") and the
+	// peers that may have it, best first. Each source opens an image
+	// tarball from one peer; only the manifest of that digest is taken
+	// from it, under the name ref alone (see fetchFromPeers), and the next
+	// source is tried when it does not hold it.
+	FetchImage func(ctx context.Context, ref string) (digest string, sources []ImageSource, err error)
+}
+
+// ImageSource is one peer that may serve an image: Open returns its
+// tarball.
+type ImageSource struct {
+	Peer string
+	Open func(ctx context.Context) (io.ReadCloser, error)
 }
 
 // Runtime talks to containerd.
@@ -758,18 +771,99 @@ func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
 	}
 }
 
-// fetchFromPeers imports ref from the tarball FetchImage returns.
+// fetchFromPeers imports ref from the tarball FetchImage returns, taking
+// exactly one image from it: the manifest (or index) whose digest is the
+// one the cluster recorded for ref, named ref. The tarball's own names are
+// ignored, so a peer can neither add nor retag images; content is
+// addressed by digest (containerd verifies every blob it stores against
+// its digest), so content other than what was recorded cannot pass.
 func (r *Runtime) fetchFromPeers(ctx context.Context, ref string) (containerd.Image, error) {
-	rc, err := r.cfg.FetchImage(ctx, ref)
+	want, sources, err := r.cfg.FetchImage(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
-	if _, err := r.ImportImages(ctx, rc); err != nil {
-		return nil, err
+	wantDigest, err := digest.Parse(want)
+	if err != nil {
+		return nil, fmt.Errorf("recorded digest of %s: %w", ref, err)
 	}
-	r.log.Info("image fetched from a peer", "image", ref)
-	return r.client.GetImage(ctx, ref)
+	var errs []error
+	for _, src := range sources {
+		if err := r.importOne(ctx, src, ref, wantDigest); err != nil {
+			r.log.Warn("image from peer refused", "image", ref, "digest", wantDigest, "peer", src.Peer, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", src.Peer, err))
+			continue
+		}
+		r.log.Info("image fetched from a peer", "image", ref, "digest", wantDigest, "peer", src.Peer)
+		return r.client.GetImage(r.ctx(ctx), ref)
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no peer to fetch from")
+	}
+	return nil, errors.Join(errs...)
+}
+
+// importOne imports from one source only the manifest (or index) of
+// digest want, named ref. It stores the tarball's blobs in the content
+// store (archive.ImportIndex, which checks every blob against its digest)
+// under a lease, and creates no image from the tarball's own names
+// (containerd's Import would, for every name in it, untranslated for
+// docker-archive tags); then it points ref at the descriptor of digest
+// want, if the tarball has one, and labels what it references so the
+// garbage collector keeps it, as Import does.
+func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, want digest.Digest) error {
+	rc, err := src.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	ctx = r.ctx(ctx)
+	ctx, done, err := r.client.WithLease(ctx)
+	if err != nil {
+		return err
+	}
+	defer done(ctx)
+	cs := r.client.ContentStore()
+	index, err := archive.ImportIndex(ctx, cs, rc)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	b, err := content.ReadBlob(ctx, cs, index)
+	if err != nil {
+		return fmt.Errorf("import: read index: %w", err)
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return fmt.Errorf("import: index: %w", err)
+	}
+	var target *ocispec.Descriptor
+	for i := range idx.Manifests {
+		if idx.Manifests[i].Digest == want {
+			target = &idx.Manifests[i]
+		}
+	}
+	if target == nil {
+		return fmt.Errorf("its tarball does not hold %s at the digest recorded for it, %s", ref, want)
+	}
+	handler := images.SetChildrenLabels(cs, images.FilterPlatforms(images.ChildrenHandler(cs), platforms.Default()))
+	if err := images.WalkNotEmpty(ctx, handler, *target); err != nil {
+		return fmt.Errorf("import %s: %w", want, err)
+	}
+	img := images.Image{Name: ref, Target: *target}
+	is := r.client.ImageService()
+	_, err = is.Update(ctx, img, "target")
+	if errdefs.IsNotFound(err) {
+		_, err = is.Create(ctx, img)
+	}
+	return err
+}
+
+// ImageDigest returns the digest of image ref's target ("sha256:...").
+func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
+	img, err := r.client.ImageService().Get(r.ctx(ctx), ref)
+	if err != nil {
+		return "", err
+	}
+	return img.Target.Digest.String(), nil
 }
 
 // ExportImage writes image ref (with its config and layers, for this

@@ -9,11 +9,16 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -187,21 +192,29 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 	}
 }
 
-// TestPeersNeverReceiveTheAPIToken: a node that holds the gossip key joins
-// with a well-formed status that advertises an API and a replica
-// (test/hostile --fake-api). Honest nodes then ask it for images and
-// proxy logs to it, as to any node, but authenticated with their own node
-// key: the operator's API token never reaches it.
-func TestPeersNeverReceiveTheAPIToken(t *testing.T) {
+// TestSharedImagesAreVerifiedAndPeersNeverGetTheToken: a node that holds
+// the gossip key joins with a well-formed status that advertises an API
+// and a replica (test/hostile --fake-api) and answers every image export
+// with other content under the name asked for plus an extra tag. Honest
+// nodes ask it for images and proxy logs to it, as to any node, but
+// authenticated with their own node key (the operator's API token never
+// reaches it), and they take from a peer only the digest recorded when the
+// image was imported: the poisoned tarball is refused, no extra tag
+// appears, and once an honest copy is available the replicas run it.
+func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	c := newCluster(t, 2)
-	n1 := c.Nodes[0]
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	poisoned := filepath.Join(t.TempDir(), "poisoned.tar")
+	if err := retag(echoV2Tar, poisoned, "starling.local/echo:v1", "starling.local/extra:latest"); err != nil {
+		t.Fatal(err)
+	}
 	spy, err := c.AddNode("spy", 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+spy.NetNS, hostile,
-		"--fake-api", "--name", "spy", "--bind", spy.IP, "--key-file", c.KeyFile, "--join", n1.IP)
+		"--fake-api", "--name", "spy", "--bind", spy.IP, "--key-file", c.KeyFile, "--join", n1.IP, "--serve-image", poisoned)
 	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -215,7 +228,17 @@ func TestPeersNeverReceiveTheAPIToken(t *testing.T) {
 		}
 		return nil
 	})
-	// An image no node has: every node asks its peers, spy among them.
+	// echo:v1 is recorded (imported on n1), but no honest node has it:
+	// n1's copy is removed behind the agent's back.
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	recorded := imageDigest(t, n1, "starling.local/echo:v1")
+	ctrCtx, ctrCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ctrCancel()
+	if o, err := n1.Exec(ctrCtx, "ctr", "--address", n1.ContainerdSocket(), "-n", "starling", "images", "rm", "starling.local/echo:v1"); err != nil {
+		t.Fatalf("ctr images rm: %v %s", err, o)
+	}
 	if _, err := n1.CLIInput(strings.NewReader(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: needs-image}
@@ -225,16 +248,21 @@ spec:
   template:
     metadata: {labels: {app: ni}}
     spec:
-      containers: [{name: c, image: "starling.local/missing:v1"}]
+      containers: [{name: c, image: "starling.local/echo:v1", ports: [{containerPort: 8080}]}]
 `), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	// Logs of the replica spy says it runs are proxied to spy.
-	n1.CLI("logs", "ghost-0")
+	n1.CLI("logs", "ghost-0") // proxied to spy, which says it runs ghost-0
 	waitFor(t, 60*time.Second, func() error {
 		s := out.String()
 		if !strings.Contains(s, "request GET /v1/images/export?name=starling.local") || !strings.Contains(s, "request GET /v1/logs/default/ghost-0") {
 			return fmt.Errorf("spy has not been asked for an image and for logs yet:\n%s", s)
+		}
+		for _, n := range []*harness.Node{n1, n2} {
+			log, _ := os.ReadFile(n.AgentLogPath())
+			if !strings.Contains(string(log), "image from peer refused") {
+				return fmt.Errorf("%s has not refused spy's tarball yet", n.Name)
+			}
 		}
 		return nil
 	})
@@ -242,9 +270,70 @@ spec:
 	if strings.Contains(s, c.Token) || strings.Contains(s, "Bearer") {
 		t.Fatalf("a peer request carried the operator's token:\n%s", s)
 	}
-	if !strings.Contains(s, `auth="Starling-Node `) {
-		t.Fatalf("peer requests are not signed by the calling node:\n%s", s)
+	if !strings.Contains(s, `auth="Starling-Node `) || !strings.Contains(s, "&digest=sha256") {
+		t.Fatalf("peer requests are not signed by the calling node, or do not name the digest:\n%s", s)
 	}
+	for _, n := range []*harness.Node{n1, n2} {
+		images, err := n.CLI("image", "ls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(images, "extra") || strings.Contains(images, "echo:v1") {
+			t.Fatalf("%s took images from the poisoned tarball:\n%s", n.Name, images)
+		}
+	}
+	// An honest copy again: the replicas on n2 get the recorded content.
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, func() error {
+		if d := imageDigestOrEmpty(n2, "starling.local/echo:v1"); d != recorded {
+			return fmt.Errorf("n2 holds echo:v1 at %q, want %s", d, recorded)
+		}
+		return nil
+	})
+}
+
+// retag writes the image of docker-archive src to dst under the given
+// tags (go-containerregistry).
+func retag(src, dst string, tags ...string) error {
+	img, err := tarball.ImageFromPath(src, nil)
+	if err != nil {
+		return err
+	}
+	refs := map[name.Reference]v1.Image{}
+	for _, t := range tags {
+		r, err := name.ParseReference(t)
+		if err != nil {
+			return err
+		}
+		refs[r] = img
+	}
+	return tarball.MultiRefWriteToFile(dst, refs)
+}
+
+func imageDigest(t *testing.T, n *harness.Node, ref string) string {
+	t.Helper()
+	d := imageDigestOrEmpty(n, ref)
+	if d == "" {
+		t.Fatalf("%s has no image %s", n.Name, ref)
+	}
+	return d
+}
+
+func imageDigestOrEmpty(n *harness.Node, ref string) string {
+	var l struct {
+		Items []struct{ Name, Digest string }
+	}
+	if err := n.APIGet("/v1/images", &l); err != nil {
+		return ""
+	}
+	for _, i := range l.Items {
+		if i.Name == ref {
+			return i.Digest
+		}
+	}
+	return ""
 }
 
 // syncWriter is a strings.Builder safe for a process's stdout and stderr

@@ -37,14 +37,15 @@ func main() {
 	join := flag.String("join", "", "seed address")
 	victim := flag.String("victim", "", "a running node whose status record to forge")
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
+	serve := flag.String("serve-image", "", "with --fake-api: answer every image export with this tarball")
 	flag.Parse()
-	if err := run(*name, *bind, *keyFile, *join, *victim, *fakeAPI); err != nil {
+	if err := run(*name, *bind, *keyFile, *join, *victim, *fakeAPI, *serve); err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, bind, keyFile, join, victim string, fakeAPI bool) error {
+func run(name, bind, keyFile, join, victim string, fakeAPI bool, serveImage string) error {
 	b, err := os.ReadFile(keyFile)
 	if err != nil {
 		return err
@@ -80,7 +81,7 @@ func run(name, bind, keyFile, join, victim string, fakeAPI bool) error {
 		return err
 	}
 	if fakeAPI {
-		return serveFakeAPI(c, clock, key, name, bind, status, replica)
+		return serveFakeAPI(c, clock, key, name, bind, serveImage, status, replica)
 	}
 	recs := []crdt.Record{
 		// Route hijack: a subnet outside --cluster-cidr.
@@ -141,8 +142,10 @@ func run(name, bind, keyFile, join, victim string, fakeAPI bool) error {
 // serveFakeAPI joins as a well-formed node that advertises an API and a
 // replica, so honest nodes send it log and image requests; it prints each
 // request's method, URI and Authorization header (the operator's token
-// must never be among them) and answers 404.
-func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, name, bind string,
+// must never be among them), answers image exports with the tarball
+// serveImage (poisoned content under the name asked for, plus extra
+// tags), and everything else with 404.
+func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, name, bind, serveImage string,
 	status func(string, string, ...map[string]any) []byte, replica func(string, string) map[string]any) error {
 	var st map[string]any
 	json.Unmarshal(status(name, "10.22.50.0/24", replica(name, "10.22.50.7")), &st)
@@ -160,6 +163,10 @@ func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, n
 	fmt.Println("published a valid status with an API at", st["api"])
 	return http.ListenAndServe(bind+":7443", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Printf("request %s %s auth=%q\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"))
+		if serveImage != "" && r.URL.Path == "/v1/images/export" {
+			http.ServeFile(w, r, serveImage)
+			return
+		}
 		http.NotFound(w, r)
 	}))
 }
