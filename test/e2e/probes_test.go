@@ -104,33 +104,7 @@ func TestExecReadinessProbeOnEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Placement spreads over the nodes n1 knows to be alive and ready.
-	if _, err := eventually(30*time.Second, func() error {
-		out, err := n1.CLI("get", "nodes", "-o", "json")
-		if err != nil {
-			return err
-		}
-		var l struct {
-			Items []struct {
-				State string
-				Ready bool
-			}
-		}
-		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			return err
-		}
-		ready := 0
-		for _, nd := range l.Items {
-			if nd.State == "alive" && nd.Ready {
-				ready++
-			}
-		}
-		if ready != 3 {
-			return fmt.Errorf("n1 sees %d ready nodes: %s", ready, out)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitReadyNodes(t, n1, 3)
 	apply(t, n1, `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: execready}
@@ -528,5 +502,40 @@ spec:
 	}
 	if mean, count := probeMean(t, c, n, "startup", "exec"); count > 0 {
 		t.Logf("exec startup probe mean %v over %d probes", mean.Round(time.Millisecond), count)
+	}
+}
+
+// waitReadyNodes waits until n sees want nodes alive with a settled subnet
+// (eligible for placement): applying before that places everything on the
+// nodes that settled first, and placement then moves replicas as the
+// others become ready.
+func waitReadyNodes(t *testing.T, n *harness.Node, want int) {
+	t.Helper()
+	if _, err := eventually(30*time.Second, func() error {
+		out, err := n.CLI("get", "nodes", "-o", "json")
+		if err != nil {
+			return err
+		}
+		var l struct {
+			Items []struct {
+				State string
+				Ready bool
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			return err
+		}
+		ready := 0
+		for _, nd := range l.Items {
+			if nd.State == "alive" && nd.Ready {
+				ready++
+			}
+		}
+		if ready != want {
+			return fmt.Errorf("%s sees %d ready nodes, want %d: %s", n.Name, ready, want, out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

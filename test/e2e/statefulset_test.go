@@ -98,6 +98,7 @@ func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
 	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
 		t.Fatal(err)
 	}
+	waitReadyNodes(t, n1, 5)
 	apply(t, n1, statefulSet)
 	const prefix = "default_db-"
 	placed := func() (map[string]string, error) {
