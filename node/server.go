@@ -762,7 +762,17 @@ func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
 // Vivaldi RTT estimate, through their TCP API. An image the cluster has
 // no record of is not taken from peers.
 func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
+	// The record is gossiped at import, like the workload that names
+	// the image; if the workload came first, give the record a moment.
 	want, ok := a.recordedDigest(ref)
+	for wait := 0; !ok && wait < 30; wait++ {
+		select {
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		want, ok = a.recordedDigest(ref)
+	}
 	if !ok {
 		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
 	}

@@ -850,9 +850,15 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 	}
 	img := images.Image{Name: ref, Target: *target}
 	is := r.client.ImageService()
-	_, err = is.Update(ctx, img, "target")
-	if errdefs.IsNotFound(err) {
-		_, err = is.Create(ctx, img)
+	// Two creates of one image's replicas may fetch it at once: whoever
+	// comes second updates what the first created.
+	for range 2 {
+		if _, err = is.Update(ctx, img, "target"); !errdefs.IsNotFound(err) {
+			return err
+		}
+		if _, err = is.Create(ctx, img); !errdefs.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	return err
 }
