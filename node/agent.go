@@ -214,7 +214,8 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
-	a.rejects = newRejects(a.clusterCIDR, a.boundKey, log, a.metrics.rejectedRecords)
+	a.rejects = newRejects(a.clusterCIDR, a.boundKey, a.isRevoked, log, a.metrics.rejectedRecords)
+	a.rejects.live = a.isLive
 	if cfg.TokenFile != "" {
 		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
@@ -390,6 +391,16 @@ func (a *Agent) close() {
 	a.cluster.Shutdown()
 	a.store.Close()
 	a.rt.Close()
+}
+
+// isLive reports whether a member is alive or suspect in this node's view.
+func (a *Agent) isLive(name string) bool {
+	for _, m := range a.cluster.Members() {
+		if m.Name == name {
+			return m.State == gossip.StateAlive || m.State == gossip.StateSuspect
+		}
+	}
+	return false
 }
 
 // insecureWarnInterval is how often an agent without a gossip key says so.

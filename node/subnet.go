@@ -136,12 +136,24 @@ func (a *Agent) claimSubnet(ctx context.Context) bool {
 	return true
 }
 
-// forgetNode deletes a dead node's record, freeing its subnet at once.
+// forgetNode deletes a dead node's record, freeing its subnet and its
+// name at once, and revokes the key the name was bound to (identity.go):
+// the revocation is written first, so no node frees the name without
+// also refusing the old key.
 func (a *Agent) forgetNode(name string) error {
 	rec, ok, err := a.store.Get(statusKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return err
 	}
+	var recs []crdt.Record
+	if len(rec.Signer) > 0 && !a.isRevoked(rec.Signer) {
+		b, err := json.Marshal(revocation{Name: name, Key: rec.Signer})
+		if err != nil {
+			return err
+		}
+		recs = append(recs, crdt.Record{Key: revokedKey(rec.Signer), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
+	}
 	a.clock.Update(rec.Version)
-	return a.publish(crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+	recs = append(recs, crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+	return a.publish(recs...)
 }

@@ -56,6 +56,7 @@ const (
 	rejectUnsigned  = "unsigned"     // a record without a signature
 	rejectSignature = "signature"    // a signature that does not verify
 	rejectIdentity  = "identity"     // signed by a key other than the one the writer's name is bound to
+	rejectRevoked   = "revoked"      // signed by a key that \'starling node forget\' revoked
 	maxReasonLen    = 4096           // bytes of a replica's Reason
 	maxNodeReplicas = 4096           // replicas one node record may list
 	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
@@ -97,7 +98,7 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case statusKind, imageKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case statusKind, imageKind, revokedKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -119,6 +120,8 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 		return checkStatus(s, cluster)
 	case imageKind:
 		return checkImage(r.Key, r.Value)
+	case revokedKind:
+		return checkRevocation(r.Key, r.Value)
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)
 		if err != nil {
@@ -325,15 +328,19 @@ const maxRejectLogKeys = 1024
 type rejects struct {
 	cluster netip.Prefix
 	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
-	log     *slog.Logger
-	count   *prometheus.CounterVec
-	mu      sync.Mutex
-	seen    map[[2]string]bool
-	full    bool
+	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
+	// live reports whether a node is alive or suspect in this node's
+	// membership view: a revocation of a live node's key is refused.
+	live  func(name string) bool
+	log   *slog.Logger
+	count *prometheus.CounterVec
+	mu    sync.Mutex
+	seen  map[[2]string]bool
+	full  bool
 }
 
-func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	return &rejects{cluster: cluster, bound: bound, log: log, count: count, seen: map[[2]string]bool{}}
+func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), revoked func([]byte) bool, log *slog.Logger, count *prometheus.CounterVec) *rejects {
+	return &rejects{cluster: cluster, bound: bound, revoked: revoked, log: log, count: count, seen: map[[2]string]bool{}}
 }
 
 // check is the gossip layer's Accept hook.
@@ -345,7 +352,15 @@ func (x *rejects) check(r crdt.Record) error {
 		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
 	}
 	if rj == nil {
-		rj = checkSignature(r, x.bound)
+		rj = checkSignature(r, x.bound, x.revoked)
+	}
+	if rj == nil && !r.Deleted && strings.HasPrefix(r.Key, revokedKind+"/") && x.live != nil {
+		var rv revocation
+		if json.Unmarshal(r.Value, &rv) == nil && x.live(rv.Name) {
+			// 'node forget' refuses a live node; a revocation of one is
+			// not an operator's.
+			rj = reject(rejectRevoked, "%s: revocation of the key of node %q, which is alive", r.Key, rv.Name)
+		}
 	}
 	if rj == nil {
 		return nil

@@ -151,7 +151,7 @@ func mustEncode(t testing.TB, y string) []byte {
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, noBindings, newTextLogger(&logged), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, noBindings, noRevocations, newTextLogger(&logged), m.rejectedRecords)
 	bad := signAs(t, "b", statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
@@ -280,6 +280,7 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 }
 
 func noBindings(string) ([]byte, bool) { return nil, false }
+func noRevocations([]byte) bool        { return false }
 
 // testKeys are fixed node keys for tests, by name.
 var testKeys = map[string]ed25519.PrivateKey{}
@@ -311,7 +312,8 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	held := map[string][]byte{}
 	bound := func(name string) ([]byte, bool) { k, ok := held[name]; return k, ok }
 	m := newMetrics()
-	x := newRejects(testClusterCIDR, bound, newTextLogger(io.Discard), m.rejectedRecords)
+	revokedKeys := map[string]bool{}
+	x := newRejects(testClusterCIDR, bound, func(k []byte) bool { return revokedKeys[string(k)] }, newTextLogger(io.Discard), m.rejectedRecords)
 	good := statusRecord(t, goodStatus(), "b")
 	reason := func(r crdt.Record) string {
 		err := x.check(r)
@@ -349,6 +351,18 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	if got := counterValue(t, m, "starling_rejected_records_total", rejectIdentity); got != 2 {
 		t.Fatalf("identity refusals counted %v, want 2", got)
 	}
+	// Forgotten: the name is free and b's key revoked. b's old key cannot
+	// bind it again; a new key can.
+	delete(held, "b")
+	revokedKeys[string(first.Signer)] = true
+	again := good
+	again.Version.Wall = 11
+	if got := reason(signAs(t, "b", again)); got != rejectRevoked {
+		t.Fatalf("the forgotten key again: %q", got)
+	}
+	if got := reason(signAs(t, "b-new-key", again)); got != "" {
+		t.Fatalf("a new identity for the freed name: %q", got)
+	}
 }
 
 // BenchmarkAcceptStatusRecord measures the node's check of one received
@@ -362,7 +376,7 @@ func BenchmarkAcceptStatusRecord(b *testing.B) {
 		s.Replicas = append(s.Replicas, r)
 	}
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, func(string) ([]byte, bool) { return rec.Signer, true }, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,4 +354,49 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestForgottenNodeCannotComeBackWithItsOldKey: 'starling node forget'
+// frees a stopped node's name and revokes its key. The node restarted
+// with its old data dir (its old key) is refused by the others (reason
+// "revoked") and never becomes ready there; with a new identity (its
+// node.key removed) it joins again under the same name.
+func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	waitReadyNodes(t, n1, 2)
+	n2.KillAgent(syscall.SIGTERM) // a clean stop: it leaves
+	waitFor(t, 30*time.Second, func() error {
+		out, err := n1.CLI("node", "forget", "n2")
+		if err != nil {
+			return fmt.Errorf("node forget n2: %v %s", err, out)
+		}
+		return nil
+	})
+	if err := n2.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() error {
+		m, err := metrics(n1)
+		if err != nil {
+			return err
+		}
+		if m[`starling_rejected_records_total{reason="revoked"}`] < 1 {
+			return fmt.Errorf("n1 has not refused a record of the revoked key yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if out, _ := n1.CLI("get", "nodes", "-o", "json"); strings.Contains(out, n2.PodSubnet) {
+		t.Fatalf("n1 took the forgotten node's record back:\n%s", out)
+	}
+	// A new identity under the same name is admitted.
+	n2.KillAgent(syscall.SIGTERM)
+	if err := os.Remove(filepath.Join(n2.DataDir, "node.key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyNodes(t, n1, 2)
 }
