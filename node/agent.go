@@ -214,8 +214,7 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
-	a.rejects = newRejects(a.clusterCIDR, a.boundKey, a.isRevoked, log, a.metrics.rejectedRecords)
-	a.rejects.live = a.isLive
+	a.rejects = newRejects(a.clusterCIDR, a.boundKey, a.isRevoked, a.keyOwner, log, a.metrics.rejectedRecords)
 	if cfg.TokenFile != "" {
 		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
@@ -305,6 +304,7 @@ func (a *Agent) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
 	}
+	a.rejects.setLive(a.isLive)
 	return nil
 }
 

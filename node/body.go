@@ -95,3 +95,24 @@ func (l *limitedImage) Read(p []byte) (int, error) {
 	}
 	return k, err
 }
+
+// peerImage is an image tarball streamed from a peer: bounded like an
+// upload, and abandoned when no data comes for bodyIdleTimeout (idle
+// cancels the request; every read re-arms it).
+type peerImage struct {
+	limitedImage
+	body   io.Closer
+	idle   *time.Timer
+	cancel func()
+}
+
+func (p *peerImage) Read(b []byte) (int, error) {
+	p.idle.Reset(bodyIdleTimeout)
+	return p.limitedImage.Read(b)
+}
+
+func (p *peerImage) Close() error {
+	p.idle.Stop()
+	p.cancel()
+	return p.body.Close()
+}

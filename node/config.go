@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
@@ -195,6 +197,9 @@ func (c Config) validateRest() error {
 		return fmt.Errorf("--encrypt-key-file is required: without it anyone on the LAN can read and write this cluster's state. " +
 			"Make a key once and give every node the same file: (umask 077; head -c32 /dev/urandom | base64 > /etc/starling/gossip.key); " +
 			"or pass --insecure for a throwaway test cluster")
+	}
+	if errs := metavalidation.ValidateLabels(c.Labels, field.NewPath("--node-label")); len(errs) > 0 {
+		return fmt.Errorf("%v (peers refuse a node record with such labels)", errs.ToAggregate())
 	}
 	if c.MaxImageBytes <= 0 {
 		return fmt.Errorf("--max-image-size %d: must be positive, e.g. 4GiB", c.MaxImageBytes)

@@ -126,6 +126,21 @@ func revokedKey(pub []byte) string {
 	return revokedKind + "/cluster/" + hex.EncodeToString(sum[:20])
 }
 
+// keyOwner returns the node whose held, live status record is signed by
+// pub.
+func (a *Agent) keyOwner(pub []byte) (string, bool) {
+	recs, err := a.store.List(statusKind + "/")
+	if err != nil {
+		return "", false
+	}
+	for _, r := range recs {
+		if !r.Deleted && bytes.Equal(r.Signer, pub) {
+			return strings.TrimPrefix(r.Key, statusKind+"/cluster/"), true
+		}
+	}
+	return "", false
+}
+
 // isRevoked reports whether this node holds a revocation of key pub.
 func (a *Agent) isRevoked(pub []byte) bool {
 	rec, ok, err := a.store.Get(revokedKey(pub))

@@ -765,7 +765,7 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 	// The record is gossiped at import, like the workload that names
 	// the image; if the workload came first, give the record a moment.
 	want, ok := a.recordedDigest(ref)
-	for wait := 0; !ok && wait < 30; wait++ {
+	for wait := 0; !ok && wait < 15; wait++ {
 		select {
 		case <-ctx.Done():
 			return "", nil, ctx.Err()
@@ -811,24 +811,28 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 	var out []runtime.ImageSource
 	for _, p := range peers {
 		out = append(out, runtime.ImageSource{Peer: p.name, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			// A peer that stalls is given up on after bodyIdleTimeout
+			// without data, so the next one gets its turn.
+			ctx, cancel := context.WithCancel(ctx)
+			idle := time.AfterFunc(bodyIdleTimeout, cancel)
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want), nil)
 			if err != nil {
+				cancel()
 				return nil, err
 			}
 			a.signPeerRequest(req, p.name, time.Now())
 			resp, err := peerClient.Do(req)
 			if err != nil {
+				cancel()
 				return nil, err
 			}
 			if resp.StatusCode != http.StatusOK {
 				resp.Body.Close()
+				cancel()
 				return nil, errors.New(resp.Status)
 			}
 			a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
-			return struct {
-				io.Reader
-				io.Closer
-			}{&limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, resp.Body}, nil
+			return &peerImage{limitedImage: limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, body: resp.Body, idle: idle, cancel: cancel}, nil
 		}})
 	}
 	return want, out, nil

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -329,9 +331,13 @@ type rejects struct {
 	cluster netip.Prefix
 	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
 	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
+	// keyOwner returns the node whose held, live status record is signed
+	// by key, if any (Agent.keyOwner).
+	keyOwner func(key []byte) (string, bool)
 	// live reports whether a node is alive or suspect in this node's
-	// membership view: a revocation of a live node's key is refused.
-	live  func(name string) bool
+	// membership view; it is set once gossip runs (setLive) and, until
+	// then, every node counts as live.
+	live  atomic.Pointer[func(name string) bool]
 	log   *slog.Logger
 	count *prometheus.CounterVec
 	mu    sync.Mutex
@@ -339,8 +345,17 @@ type rejects struct {
 	full  bool
 }
 
-func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), revoked func([]byte) bool, log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	return &rejects{cluster: cluster, bound: bound, revoked: revoked, log: log, count: count, seen: map[[2]string]bool{}}
+func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
+	log *slog.Logger, count *prometheus.CounterVec) *rejects {
+	return &rejects{cluster: cluster, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
+}
+
+// setLive sets the membership lookup (once gossip runs).
+func (x *rejects) setLive(f func(string) bool) { x.live.Store(&f) }
+
+func (x *rejects) isLive(name string) bool {
+	f := x.live.Load()
+	return f == nil || (*f)(name)
 }
 
 // check is the gossip layer's Accept hook.
@@ -354,19 +369,45 @@ func (x *rejects) check(r crdt.Record) error {
 	if rj == nil {
 		rj = checkSignature(r, x.bound, x.revoked)
 	}
-	if rj == nil && !r.Deleted && strings.HasPrefix(r.Key, revokedKind+"/") && x.live != nil {
-		var rv revocation
-		if json.Unmarshal(r.Value, &rv) == nil && x.live(rv.Name) {
-			// 'node forget' refuses a live node; a revocation of one is
-			// not an operator's.
-			rj = reject(rejectRevoked, "%s: revocation of the key of node %q, which is alive", r.Key, rv.Name)
-		}
+	if rj == nil {
+		rj = x.checkIdentityChange(r)
 	}
 	if rj == nil {
 		return nil
 	}
 	x.note(r.Origin, rj)
 	return rj
+}
+
+// checkIdentityChange guards the records that unbind a name: a node's
+// status record may be deleted (which frees the name) only by the node
+// itself or once the key it is bound to is revoked, which 'starling node
+// forget' writes first; a revocation is accepted only for a key that is
+// not a live node's, and never deleted.
+func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
+	kind, rest, _ := strings.Cut(r.Key, "/")
+	switch {
+	case kind == statusKind && r.Deleted:
+		name := strings.TrimPrefix(rest, "cluster/")
+		key, ok := x.bound(name)
+		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {
+			return reject(rejectIdentity, "%s: delete of node %q's record by %q without a revocation of its key (use 'starling node forget', which revokes it first)", r.Key, name, r.Origin)
+		}
+	case kind == revokedKind && r.Deleted:
+		return reject(rejectRevoked, "%s: revocations are never deleted", r.Key)
+	case kind == revokedKind:
+		var rv revocation
+		if json.Unmarshal(r.Value, &rv) != nil {
+			return reject(rejectMalformed, "%s: not a revocation", r.Key)
+		}
+		owner, bound := x.keyOwner(rv.Key)
+		if bound && x.isLive(owner) || x.isLive(rv.Name) {
+			// 'node forget' refuses a live node; a revocation of a
+			// live node's key is not an operator's.
+			return reject(rejectRevoked, "%s: revocation of the key of node %q, which is alive", r.Key, rv.Name)
+		}
+	}
+	return nil
 }
 
 // note counts a refusal and logs it if this writer has not been logged

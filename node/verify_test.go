@@ -151,7 +151,7 @@ func mustEncode(t testing.TB, y string) []byte {
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, noBindings, noRevocations, newTextLogger(&logged), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, noBindings, noRevocations, noOwner, newTextLogger(&logged), m.rejectedRecords)
 	bad := signAs(t, "b", statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
@@ -196,15 +196,31 @@ func FuzzStatusToDataplane(f *testing.F) {
 	svc := mustParse(f, goodServiceYAML)
 	dep := mustParse(f, goodDeploymentYAML)
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	// An honest node "a" holds 10.22.7.0/24 since the beginning; the
+	// fuzzed node "b" must never take any of it.
+	aStatus := goodStatus()
+	aStatus.Name, aStatus.PodSubnet, aStatus.SubnetSince = "a", "10.22.7.0/24", hlc.Timestamp{Wall: 0}
+	aStatus.Replicas[0].Node, aStatus.Replicas[0].PodIP = "a", "10.22.7.5"
+	aRec := statusRecord(f, aStatus, "a")
+	aNet := netip.MustParsePrefix("10.22.7.0/24")
+	f.Add([]byte(strings.Replace(string(good), `"10.22.2.0/24"`, `"10.22.7.0/28"`, 1)))
 	f.Fuzz(func(t *testing.T, value []byte) {
 		rec := crdt.Record{Key: statusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
-		statuses := decodeStatuses([]crdt.Record{rec}, testClusterCIDR)
+		statuses := decodeStatuses([]crdt.Record{rec, aRec}, testClusterCIDR)
 		if _, ok := statuses["b"]; ok != (checkRecord(rec, testClusterCIDR) == nil && json.Valid(value)) {
 			t.Fatalf("decodeStatuses and checkRecord disagree")
 		}
+		// Known open hole (issue 10, next slice): a claim's SubnetSince is
+		// what its writer says, so a node that backdates its claim before
+		// a's wins a's subnet. Bounding it needs admission (a claim no
+		// older than the node's certificate). Until then the checks of a's
+		// subnet hold only for claims not older than a's.
+		b, ok := statuses["b"]
+		backdated := ok && b.SubnetSince.Compare(aStatus.SubnetSince) <= 0
 		alive := map[string]bool{"a": true, "b": true}
 		alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
-		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(alive, statuses))
+		ready := readyEndpoints(alive, statuses)
+		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, ready)
 		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}, nil))
 		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
 			if !ruleLine.MatchString(line) {
@@ -215,12 +231,21 @@ func FuzzStatusToDataplane(f *testing.F) {
 				if err != nil || !testClusterCIDR.Contains(ip) && !testServiceCIDR.Contains(ip) {
 					t.Fatalf("address %s outside the configured ranges in %q", s, line)
 				}
+				if !backdated && aNet.Contains(ip) && ip.String() != "10.22.7.5" {
+					t.Fatalf("an address of a's subnet that a did not publish: %q", line)
+				}
 			}
 		}
+		winners := winningClaims(statuses)
 		var peers []route.Peer
-		for name, s := range statuses {
+		for _, name := range []string{"a", "b"} {
+			s, ok := statuses[name]
+			if !ok || !winners[name] {
+				continue
+			}
 			if p, err := netip.ParsePrefix(s.PodSubnet); err == nil {
-				peers = append(peers, route.Peer{Name: name, Addr: netip.MustParseAddr("192.168.222.12"), PodSubnet: p})
+				gw := map[string]string{"a": "192.168.222.11", "b": "192.168.222.12"}[name]
+				peers = append(peers, route.Peer{Name: name, Addr: netip.MustParseAddr(gw), PodSubnet: p})
 			}
 		}
 		for _, r := range route.Desired(netip.MustParsePrefix("10.22.1.0/24"), testClusterCIDR, peers) {
@@ -228,6 +253,9 @@ func FuzzStatusToDataplane(f *testing.F) {
 			ones, _ := r.Dst.Mask.Size()
 			if !ok || !testClusterCIDR.Contains(dst.Unmap()) || ones <= testClusterCIDR.Bits() {
 				t.Fatalf("route %s outside the cluster CIDR", r)
+			}
+			if !backdated && netip.PrefixFrom(dst.Unmap(), ones).Overlaps(aNet) && r.String() != "10.22.7.0/24 via 192.168.222.11" {
+				t.Fatalf("route %s takes part of a's subnet", r)
 			}
 		}
 	})
@@ -281,6 +309,7 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 
 func noBindings(string) ([]byte, bool) { return nil, false }
 func noRevocations([]byte) bool        { return false }
+func noOwner([]byte) (string, bool)    { return "", false }
 
 // testKeys are fixed node keys for tests, by name.
 var testKeys = map[string]ed25519.PrivateKey{}
@@ -313,7 +342,17 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	bound := func(name string) ([]byte, bool) { k, ok := held[name]; return k, ok }
 	m := newMetrics()
 	revokedKeys := map[string]bool{}
-	x := newRejects(testClusterCIDR, bound, func(k []byte) bool { return revokedKeys[string(k)] }, newTextLogger(io.Discard), m.rejectedRecords)
+	owner := func(k []byte) (string, bool) {
+		for name, key := range held {
+			if string(key) == string(k) {
+				return name, true
+			}
+		}
+		return "", false
+	}
+	alive := map[string]bool{}
+	x := newRejects(testClusterCIDR, bound, func(k []byte) bool { return revokedKeys[string(k)] }, owner, newTextLogger(io.Discard), m.rejectedRecords)
+	x.setLive(func(name string) bool { return alive[name] })
 	good := statusRecord(t, goodStatus(), "b")
 	reason := func(r crdt.Record) string {
 		err := x.check(r)
@@ -351,10 +390,39 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	if got := counterValue(t, m, "starling_rejected_records_total", rejectIdentity); got != 2 {
 		t.Fatalf("identity refusals counted %v, want 2", got)
 	}
+	// Unbinding b: a delete of its record by another node is refused
+	// while b's key is not revoked; a revocation of a live node's key is
+	// refused, under its own name or another; revocations are never
+	// deleted. Once b is down, a revocation is accepted, then the delete.
+	tomb := signAs(t, "a", crdt.Record{Key: statusKey("b"), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})
+	if got := reason(tomb); got != rejectIdentity {
+		t.Fatalf("delete of b's record without a revocation: %q", got)
+	}
+	revoke := func(name string, key []byte) crdt.Record {
+		v, _ := json.Marshal(revocation{Name: name, Key: key})
+		return signAs(t, "a", crdt.Record{Key: revokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
+	}
+	alive["b"] = true
+	if got := reason(revoke("b", first.Signer)); got != rejectRevoked {
+		t.Fatalf("revocation of live b: %q", got)
+	}
+	if got := reason(revoke("nobody", first.Signer)); got != rejectRevoked {
+		t.Fatalf("revocation of live b's key under another name: %q", got)
+	}
+	if got := reason(signAs(t, "a", crdt.Record{Key: revokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
+		t.Fatalf("delete of a revocation: %q", got)
+	}
+	alive["b"] = false
+	if got := reason(revoke("b", first.Signer)); got != "" {
+		t.Fatalf("revocation of b, down: %q", got)
+	}
+	revokedKeys[string(first.Signer)] = true
+	if got := reason(tomb); got != "" {
+		t.Fatalf("delete of b's record once its key is revoked: %q", got)
+	}
 	// Forgotten: the name is free and b's key revoked. b's old key cannot
 	// bind it again; a new key can.
 	delete(held, "b")
-	revokedKeys[string(first.Signer)] = true
 	again := good
 	again.Version.Wall = 11
 	if got := reason(signAs(t, "b", again)); got != rejectRevoked {
@@ -376,7 +444,7 @@ func BenchmarkAcceptStatusRecord(b *testing.B) {
 		s.Replicas = append(s.Replicas, r)
 	}
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {

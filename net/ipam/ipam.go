@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"net/netip"
 	"sort"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -37,14 +38,27 @@ func (c Claim) Beats(d Claim) bool {
 	return c.Node < d.Node
 }
 
-// Lost reports whether mine loses its subnet to one of others, and to whom.
+// Lost reports whether mine loses its subnet to one of others, and to
+// whom: another node's claim of the same subnet, or of one that overlaps
+// it (a /28 inside a /24 conflicts with the /24), that Beats it.
 func Lost(mine Claim, others []Claim) (string, bool) {
 	for _, o := range others {
-		if o.Node != mine.Node && o.Subnet == mine.Subnet && o.Beats(mine) {
+		if o.Node != mine.Node && overlap(o.Subnet, mine.Subnet) && o.Beats(mine) {
 			return o.Node, true
 		}
 	}
 	return "", false
+}
+
+// overlap reports whether two subnets share an address (equal strings
+// when either does not parse).
+func overlap(a, b string) bool {
+	pa, errA := netip.ParsePrefix(a)
+	pb, errB := netip.ParsePrefix(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return pa.Overlaps(pb)
 }
 
 // ErrFull means every /24 of the cluster CIDR is taken.

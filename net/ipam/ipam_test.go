@@ -65,3 +65,20 @@ func TestPickIsDeterministicAndSpreads(t *testing.T) {
 		t.Fatalf("two names picked the same first subnet %s", a1)
 	}
 }
+
+// A claim of a smaller subnet inside another node's conflicts with it: the
+// earlier claim wins either way round (a /28 inside a /24 once made every
+// node route part of the /24 to the /28's claimant).
+func TestOverlappingClaimsConflict(t *testing.T) {
+	big := Claim{Node: "a", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 1}}
+	small := Claim{Node: "evil", Subnet: "10.22.5.0/28", Since: hlc.Timestamp{Wall: 2}}
+	if who, lost := Lost(small, []Claim{big}); !lost || who != "a" {
+		t.Fatalf("the later /28 inside a's /24: lost=%v to %q", lost, who)
+	}
+	if _, lost := Lost(big, []Claim{small}); lost {
+		t.Fatal("the earlier /24 lost to a later /28 inside it")
+	}
+	if _, lost := Lost(Claim{Node: "b", Subnet: "10.22.6.0/24", Since: hlc.Timestamp{Wall: 3}}, []Claim{big, small}); lost {
+		t.Fatal("a disjoint claim lost")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/vishvananda/netlink"
@@ -50,11 +51,12 @@ func (r Route) String() string {
 // hijack traffic that is not pod traffic. Peers without a valid address
 // or subnet, whose subnet overlaps own, or whose address lies inside
 // cluster (a gateway must be a node address) are skipped too; of two
-// peers with one subnet the first keeps it (the claim layer resolves
-// conflicts before this).
+// peers with one subnet, or overlapping ones, the first keeps it (the
+// claim layer resolves conflicts before this: a more specific route must
+// never take part of another node's subnet).
 func Desired(own netip.Prefix, cluster netip.Prefix, peers []Peer) []Route {
 	var out []Route
-	seen := map[netip.Prefix]bool{}
+	var seen []netip.Prefix
 	for _, p := range peers {
 		sub := p.PodSubnet
 		if !p.Addr.Is4() || !sub.IsValid() || !sub.Addr().Is4() || sub != sub.Masked() {
@@ -66,10 +68,10 @@ func Desired(own netip.Prefix, cluster netip.Prefix, peers []Peer) []Route {
 		if own.IsValid() && own.Overlaps(sub) {
 			continue
 		}
-		if seen[sub] {
+		if slices.ContainsFunc(seen, sub.Overlaps) {
 			continue
 		}
-		seen[sub] = true
+		seen = append(seen, sub)
 		out = append(out, Route{Dst: ipNet(sub), Via: net.IP(p.Addr.AsSlice())})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Dst.String() < out[j].Dst.String() })

@@ -45,6 +45,7 @@ func TestDesiredRoutesOnlyInsideClusterCIDR(t *testing.T) {
 		{Name: "v6", Addr: addr("fe80::1"), PodSubnet: cidr("10.22.8.0/24")},
 		{Name: "zero"},
 		{Name: "good", Addr: addr("192.168.1.25"), PodSubnet: cidr("10.22.7.0/24")},
+		{Name: "inside-good", Addr: addr("192.168.1.26"), PodSubnet: cidr("10.22.7.16/28")},
 	}
 	got := Desired(cidr("10.22.1.0/24"), cluster, peers)
 	if len(got) != 1 || got[0].String() != "10.22.7.0/24 via 192.168.1.25" {

@@ -107,6 +107,10 @@ type Config struct {
 	FetchImage func(ctx context.Context, ref string) (digest string, sources []ImageSource, err error)
 }
 
+// maxIndexBytes bounds the index of an image tarball from a peer (it is
+// read whole): real ones are a few hundred bytes.
+const maxIndexBytes = 4 << 20
+
 // ImageSource is one peer that may serve an image: Open returns its
 // tarball.
 type ImageSource struct {
@@ -827,6 +831,9 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 	if err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
+	if index.Size > maxIndexBytes {
+		return fmt.Errorf("import: the tarball's index is %d bytes, more than %d", index.Size, maxIndexBytes)
+	}
 	b, err := content.ReadBlob(ctx, cs, index)
 	if err != nil {
 		return fmt.Errorf("import: read index: %w", err)
@@ -847,6 +854,16 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 	handler := images.SetChildrenLabels(cs, images.FilterPlatforms(images.ChildrenHandler(cs), platforms.Default()))
 	if err := images.WalkNotEmpty(ctx, handler, *target); err != nil {
 		return fmt.Errorf("import %s: %w", want, err)
+	}
+	// Everything the manifest names must be there: a tarball of the
+	// right manifest without its layers would leave an image that never
+	// unpacks (and, being present, is never fetched again).
+	available, _, _, missing, err := images.Check(ctx, cs, *target, platforms.Default())
+	if err != nil {
+		return fmt.Errorf("import %s: %w", want, err)
+	}
+	if !available || len(missing) > 0 {
+		return fmt.Errorf("its tarball of %s lacks %d of the image's blobs", want, len(missing))
 	}
 	img := images.Image{Name: ref, Target: *target}
 	is := r.client.ImageService()
