@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -48,9 +45,9 @@ type Agent struct {
 
 	cluster  *gossip.Cluster
 	capacity placement.Resources
-	// key is this node's identity (identity.go): it signs every record
-	// the node writes.
-	key ed25519.PrivateKey
+	// id is this node's identity (identity.go): it signs every record
+	// the node writes and knows which key each node name is bound to.
+	id *identity
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
 	clusterCIDR netip.Prefix
 	rejects     *rejects
@@ -214,7 +211,6 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
-	a.rejects = newRejects(a.clusterCIDR, a.boundKey, a.isRevoked, a.keyOwner, log, a.metrics.rejectedRecords)
 	if cfg.TokenFile != "" {
 		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
@@ -227,13 +223,16 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	if a.key, err = loadOrCreateNodeKey(cfg.DataDir); err != nil {
+	key, err := loadOrCreateNodeKey(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
+	a.id = &identity{name: cfg.Name, key: key, store: a.store}
+	a.rejects = newRejects(a.clusterCIDR, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err
@@ -724,53 +723,6 @@ func (a *Agent) drainDelay(act reconcile.Action) time.Duration {
 		return 0
 	}
 	return a.cfg.DrainDelay
-}
-
-// metrics are the agent's Prometheus metrics, in their own registry.
-type metrics struct {
-	reg              *prometheus.Registry
-	reconcileSeconds prometheus.Histogram
-	replicas         *prometheus.GaugeVec
-	restarts         prometheus.Counter
-	actionErrors     *prometheus.CounterVec
-	probeSeconds     *prometheus.HistogramVec
-	probeFailures    *prometheus.CounterVec
-	rejectedRecords  *prometheus.CounterVec
-}
-
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "starling_reconcile_duration_seconds", Help: "Time of one reconcile pass (observe, plan, dispatch).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
-		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "starling_replicas", Help: "Replicas on this node by phase."}, []string{"phase"}),
-		restarts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "starling_replica_restarts_total", Help: "Containers restarted after they exited."}),
-		actionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "starling_reconcile_action_errors_total", Help: "Reconcile actions that failed, by action."}, []string{"action"}),
-		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "starling_probe_duration_seconds", Help: "Time of one container probe, by probe kind and handler.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"probe", "handler"}),
-		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "starling_probe_failures_total", Help: "Container probes that failed, by probe kind and handler."}, []string{"probe", "handler"}),
-		rejectedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
-	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	return m
-}
-
-func (m *metrics) observe(cs []reconcile.Container) {
-	counts := map[reconcile.State]int{reconcile.StateRunning: 0, reconcile.StateExited: 0, reconcile.StateCreated: 0, reconcile.StateUnknown: 0}
-	for _, c := range cs {
-		counts[c.State]++
-	}
-	for s, n := range counts {
-		m.replicas.WithLabelValues(string(s)).Set(float64(n))
-	}
 }
 
 // prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero

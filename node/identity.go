@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // Node identity. Every node has its own Ed25519 key pair (RFC 8032), made
@@ -66,16 +67,28 @@ func keyID(pub []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// identity is this node's key, and what the node holds of other nodes'
+// keys: which key each name is bound to, and which keys are revoked (both
+// read from the store, the records being the cluster's shared view).
+type identity struct {
+	name  string
+	key   ed25519.PrivateKey
+	store *store.Store
+}
+
+// public is this node's public key.
+func (id *identity) public() ed25519.PublicKey { return id.key.Public().(ed25519.PublicKey) }
+
 // sign signs a record this node writes.
-func (a *Agent) sign(r crdt.Record) (crdt.Record, error) {
-	return crdt.Sign(r, a.key)
+func (id *identity) sign(r crdt.Record) (crdt.Record, error) {
+	return crdt.Sign(r, id.key)
 }
 
 // boundKey returns the key a node name is bound to on this node: the
 // signer of the live status record held for it. ok is false when none is
 // held (a new name, or one freed by 'starling node forget').
-func (a *Agent) boundKey(name string) ([]byte, bool) {
-	rec, ok, err := a.store.Get(statusKey(name))
+func (id *identity) boundKey(name string) ([]byte, bool) {
+	rec, ok, err := id.store.Get(statusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return nil, false
 	}
@@ -128,8 +141,8 @@ func revokedKey(pub []byte) string {
 
 // keyOwner returns the node whose held, live status record is signed by
 // pub.
-func (a *Agent) keyOwner(pub []byte) (string, bool) {
-	recs, err := a.store.List(statusKind + "/")
+func (id *identity) keyOwner(pub []byte) (string, bool) {
+	recs, err := id.store.List(statusKind + "/")
 	if err != nil {
 		return "", false
 	}
@@ -142,8 +155,8 @@ func (a *Agent) keyOwner(pub []byte) (string, bool) {
 }
 
 // isRevoked reports whether this node holds a revocation of key pub.
-func (a *Agent) isRevoked(pub []byte) bool {
-	rec, ok, err := a.store.Get(revokedKey(pub))
+func (id *identity) isRevoked(pub []byte) bool {
+	rec, ok, err := id.store.Get(revokedKey(pub))
 	return err == nil && ok && !rec.Deleted
 }
 

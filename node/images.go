@@ -5,12 +5,23 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/distribution/reference"
+	"github.com/dustin/go-humanize"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
 // Image records say which content an image name stands for in the
@@ -96,4 +107,144 @@ func (a *Agent) recordedDigest(name string) (string, bool) {
 		return "", false
 	}
 	return ir.Digest, true
+}
+
+func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	body := &limitedImage{r: r.Body, limit: a.cfg.MaxImageBytes, rc: rc}
+	names, err := a.rt.ImportImages(r.Context(), body)
+	if err != nil || body.over {
+		// The connection closes after the answer, with the idle
+		// deadline left in place: nothing waits on the rest.
+		w.Header().Set("Connection", "close")
+	} else {
+		rc.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case body.over:
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("image import: the tarball is over %s, the limit of node %s (agent --max-image-size)",
+			humanize.IBytes(uint64(a.cfg.MaxImageBytes)), a.cfg.Name))
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, fmt.Errorf("image import: no data for %s; the upload was cut", bodyIdleTimeout))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := a.publishImages(r.Context(), names); err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("image import: imported %s but could not record their digests for the cluster: %w", strings.Join(names, ", "), err))
+		return
+	}
+	a.resetFailures()
+	a.requestReconcile()
+	out := api.ImageList{Items: []api.Image{}}
+	for _, n := range names {
+		out.Items = append(out.Items, api.Image{Name: n})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleImageExport streams image ?name=REF as an OCI tarball, for peers
+// that need it (content-addressed: the importer verifies every digest).
+func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("name")
+	if ref == "" {
+		writeError(w, http.StatusBadRequest, errors.New("name: required, e.g. ?name=docker.io/library/nginx:1.27"))
+		return
+	}
+	have, err := a.rt.ImageDigest(r.Context(), ref)
+	if err != nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("image %s is not on node %s", ref, a.cfg.Name))
+		return
+	}
+	if want := r.URL.Query().Get("digest"); want != "" && want != have {
+		writeError(w, http.StatusNotFound, fmt.Errorf("node %s has image %s at digest %s, not %s", a.cfg.Name, ref, have, want))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	if err := a.rt.ExportImage(r.Context(), ref, w); err != nil {
+		a.log.Warn("image export failed", "image", ref, "err", err)
+	}
+}
+
+// imageSources returns the digest the cluster recorded for image ref
+// (images.go) and the live peers to fetch it from, nearest first by
+// Vivaldi RTT estimate, through their TCP API. An image the cluster has
+// no record of is not taken from peers.
+func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
+	// The record is gossiped at import, like the workload that names
+	// the image; if the workload came first, give the record a moment.
+	want, ok := a.recordedDigest(ref)
+	for wait := 0; !ok && wait < 15; wait++ {
+		select {
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		want, ok = a.recordedDigest(ref)
+	}
+	if !ok {
+		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
+	}
+	v, err := a.readView()
+	if err != nil {
+		return "", nil, err
+	}
+	type peer struct {
+		name, api string
+		rtt       time.Duration
+	}
+	var peers []peer
+	for name, s := range v.statuses {
+		if name == a.cfg.Name || !v.alive[name] {
+			continue
+		}
+		api, ok := a.peerAPI(name, s)
+		if !ok {
+			continue
+		}
+		rtt, ok := a.cluster.RTT(name)
+		if !ok {
+			rtt = time.Hour
+		}
+		peers = append(peers, peer{name, api, rtt})
+	}
+	sort.Slice(peers, func(i, j int) bool {
+		if peers[i].rtt != peers[j].rtt {
+			return peers[i].rtt < peers[j].rtt
+		}
+		return peers[i].name < peers[j].name
+	})
+	if len(peers) == 0 {
+		return "", nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
+	}
+	var out []runtime.ImageSource
+	for _, p := range peers {
+		out = append(out, runtime.ImageSource{Peer: p.name, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			// A peer that stalls is given up on after bodyIdleTimeout
+			// without data, so the next one gets its turn.
+			ctx, cancel := context.WithCancel(ctx)
+			idle := time.AfterFunc(bodyIdleTimeout, cancel)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want), nil)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			a.id.signPeerRequest(req, p.name, time.Now())
+			resp, err := peerClient.Do(req)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			if resp.StatusCode != http.StatusOK {
+				resp.Body.Close()
+				cancel()
+				return nil, errors.New(resp.Status)
+			}
+			a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
+			return &peerImage{limitedImage: limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, body: resp.Body, idle: idle, cancel: cancel}, nil
+		}})
+	}
+	return want, out, nil
 }

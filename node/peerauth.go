@@ -36,10 +36,10 @@ func peerSigningBytes(method, requestURI, from, to string, unix int64) []byte {
 }
 
 // signPeerRequest authenticates req, meant for node to, as this node.
-func (a *Agent) signPeerRequest(req *http.Request, to string, now time.Time) {
+func (id *identity) signPeerRequest(req *http.Request, to string, now time.Time) {
 	unix := now.Unix()
-	sig := ed25519.Sign(a.key, peerSigningBytes(req.Method, req.URL.RequestURI(), a.cfg.Name, to, unix))
-	req.Header.Set(headerPeerNode, a.cfg.Name)
+	sig := ed25519.Sign(id.key, peerSigningBytes(req.Method, req.URL.RequestURI(), id.name, to, unix))
+	req.Header.Set(headerPeerNode, id.name)
 	req.Header.Set(headerPeerDate, strconv.FormatInt(unix, 10))
 	req.Header.Set("Authorization", peerAuthScheme+base64.StdEncoding.EncodeToString(sig))
 }
@@ -84,7 +84,7 @@ func peerRoute(r *http.Request) bool {
 // requireAuth guards the TCP API: the operator's bearer token for every
 // route, or a node's signature (verifyPeerRequest) for the peer routes.
 func (a *Agent) requireAuth(next http.Handler) http.Handler {
-	return a.requireAuthWith(next, a.boundKey)
+	return a.requireAuthWith(next, a.id.boundKey)
 }
 
 // requireAuthWith is requireAuth with bound giving each node name's key.

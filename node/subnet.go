@@ -146,7 +146,7 @@ func (a *Agent) forgetNode(name string) error {
 		return err
 	}
 	var recs []crdt.Record
-	if len(rec.Signer) > 0 && !a.isRevoked(rec.Signer) {
+	if len(rec.Signer) > 0 && !a.id.isRevoked(rec.Signer) {
 		b, err := json.Marshal(revocation{Name: name, Key: rec.Signer})
 		if err != nil {
 			return err

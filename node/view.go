@@ -2,7 +2,6 @@ package node
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"encoding/json"
 	"net/netip"
 	"time"
@@ -100,7 +99,7 @@ func (a *Agent) publishStatus(local []api.Replica) {
 	}
 	if string(b) == a.lastStatus {
 		rec, ok, err := a.store.Get(statusKey(a.cfg.Name))
-		own := ok && !rec.Deleted && rec.Origin == a.cfg.Name && bytes.Equal(rec.Signer, a.key.Public().(ed25519.PublicKey))
+		own := ok && !rec.Deleted && rec.Origin == a.cfg.Name && bytes.Equal(rec.Signer, a.id.public())
 		if err != nil || own && string(rec.Value) == a.lastStatus {
 			return
 		}
