@@ -1,0 +1,64 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAKeyIsRequiredUnlessInsecure: with no gossip key the agent refuses to
+// start, naming the flag and how to make a key; --insecure allows it.
+func TestAKeyIsRequiredUnlessInsecure(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Name = "n1"
+	_, _, err := cfg.validate()
+	if err == nil || !strings.Contains(err.Error(), "--encrypt-key-file is required") || !strings.Contains(err.Error(), "head -c32 /dev/urandom") || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("no key: %v", err)
+	}
+	cfg.Insecure = true
+	if _, _, err := cfg.validate(); err != nil {
+		t.Fatalf("--insecure: %v", err)
+	}
+	cfg.Labels = map[string]string{"bad key!": "x"}
+	if _, _, err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--node-label") {
+		t.Fatalf("bad label: %v", err)
+	}
+}
+
+// TestSecretFilesOpenToOthersAreRefused: a key or token file that group or
+// others can read is refused with the chmod that fixes it; mode 0600 is
+// read.
+func TestSecretFilesOpenToOthersAreRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(path, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := readSecretFile("--encrypt-key-file", path)
+	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) || !strings.Contains(err.Error(), "0644") {
+		t.Fatalf("0644: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readSecretFile("--encrypt-key-file", path); err != nil || string(b) != "secret\n" {
+		t.Fatalf("0600: %q %v", b, err)
+	}
+	// The node key is made private on first start and read back.
+	dir := t.TempDir()
+	k1, err := loadOrCreateNodeKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, nodeKeyFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("node key mode %v, %v", fi.Mode(), err)
+	}
+	k2, err := loadOrCreateNodeKey(dir)
+	if err != nil || !k1.Equal(k2) {
+		t.Fatalf("node key not kept across starts: %v", err)
+	}
+}
