@@ -39,26 +39,30 @@ import (
 // Reasons a record is refused: the values of the label "reason" of
 // starling_rejected_records_total.
 const (
-	rejectMalformed = "malformed"    // the value does not decode as its kind
-	rejectKey       = "key"          // unknown kind, or the key does not match the object
-	rejectOrigin    = "origin"       // a node's own record written by another node
-	rejectName      = "name"         // a name that is not a Kubernetes name
-	rejectText      = "text"         // control characters, invalid UTF-8 or an oversized string
-	rejectSubnet    = "subnet"       // a pod subnet outside --cluster-cidr, or not a network
-	rejectPodIP     = "pod-ip"       // a replica address outside its node's pod subnet
-	rejectAddress   = "address"      // an advertise or API address that does not parse
-	rejectRange     = "range"        // a number out of its range (capacity, ordinal, restarts)
-	rejectObject    = "object"       // a desired-state object that fails validation
-	rejectTombstone = "tombstone"    // a delete that carries a value
-	rejectTooMany   = "too-many"     // more replicas than one node may report
-	rejectPhase     = "phase"        // an unknown replica phase
-	rejectSpecHash  = "spec-hash"    // a spec hash that is not 8 to 64 hex digits
-	rejectLabels    = "labels"       // node labels that are not Kubernetes labels
-	rejectClock     = "clock"        // a version more than hlc.MaxOffset ahead of this node\'s clock
-	rejectUnsigned  = "unsigned"     // a record without a signature
-	rejectSignature = "signature"    // a signature that does not verify
-	rejectIdentity  = "identity"     // signed by a key other than the one the writer's name is bound to
-	rejectRevoked   = "revoked"      // signed by a key that \'starling node forget\' revoked
+	rejectMalformed = "malformed" // the value does not decode as its kind
+	rejectKey       = "key"       // unknown kind, or the key does not match the object
+	rejectOrigin    = "origin"    // a node's own record written by another node
+	rejectName      = "name"      // a name that is not a Kubernetes name
+	rejectText      = "text"      // control characters, invalid UTF-8 or an oversized string
+	rejectSubnet    = "subnet"    // a pod subnet outside --cluster-cidr, or not a network
+	rejectPodIP     = "pod-ip"    // a replica address outside its node's pod subnet
+	rejectAddress   = "address"   // an advertise or API address that does not parse
+	rejectRange     = "range"     // a number out of its range (capacity, ordinal, restarts)
+	rejectObject    = "object"    // a desired-state object that fails validation
+	rejectTombstone = "tombstone" // a delete that carries a value
+	rejectTooMany   = "too-many"  // more replicas than one node may report
+	rejectPhase     = "phase"     // an unknown replica phase
+	rejectSpecHash  = "spec-hash" // a spec hash that is not 8 to 64 hex digits
+	rejectLabels    = "labels"    // node labels that are not Kubernetes labels
+	rejectClock     = "clock"     // a version more than hlc.MaxOffset ahead of this node's clock
+	rejectUnsigned  = "unsigned"  // a record without a signature
+	rejectSignature = "signature" // a signature that does not verify
+	rejectIdentity  = "identity"  // signed by a key other than the one the writer's name is bound to
+	rejectRevoked   = "revoked"   // signed by a key that 'starling node forget' revoked
+)
+
+// Bounds of what a node may say of itself.
+const (
 	maxReasonLen    = 4096           // bytes of a replica's Reason
 	maxNodeReplicas = 4096           // replicas one node record may list
 	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
