@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -40,16 +41,23 @@ func (a *Agent) admit(objs []manifest.Object) error {
 				o.Kind, o.Namespace, o.Name, humanize.IBytes(uint64(len(b))), humanize.IBytes(MaxObjectBytes)))
 		}
 	}
-	if err := a.admitServices(objs); err != nil {
-		errs = append(errs, err)
+	if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Service != nil }) {
+		recs, err := a.store.List(kindPrefix(manifest.KindService))
+		if err != nil {
+			return err
+		}
+		stored, _ := liveObjects(recs)
+		if err := admitServices(objs, stored, a.cfg.ServiceCIDR); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // admitServices checks the requested ClusterIPs and NodePorts of the
-// Services in objs against the service range and the stored Services
-// (those not being replaced by this batch).
-func (a *Agent) admitServices(objs []manifest.Object) error {
+// Services in objs against the service range (--service-cidr) and the
+// stored Services (those not being replaced by this batch). It is pure.
+func admitServices(objs []manifest.Object, stored []manifest.Object, serviceCIDR string) error {
 	var batch []manifest.Object
 	replaced := map[string]bool{}
 	for _, o := range objs {
@@ -61,16 +69,11 @@ func (a *Agent) admitServices(objs []manifest.Object) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	_, cidr, err := net.ParseCIDR(a.cfg.ServiceCIDR)
+	_, cidr, err := net.ParseCIDR(serviceCIDR)
 	if err != nil {
 		return err
 	}
 	svcRange := prefixOf(cidr)
-	recs, err := a.store.List(kindPrefix(manifest.KindService))
-	if err != nil {
-		return err
-	}
-	stored, _ := liveObjects(recs)
 	var others []manifest.Object
 	for _, o := range stored {
 		if !replaced[o.Namespace+"/"+o.Name] {

@@ -303,7 +303,14 @@ func (a *Agent) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
 	}
-	a.rejects.setLive(a.isLive)
+	a.rejects.setLive(func(name string) bool {
+		for _, m := range a.cluster.Members() {
+			if m.Name == name {
+				return m.State == gossip.StateAlive || m.State == gossip.StateSuspect
+			}
+		}
+		return false
+	})
 	return nil
 }
 
@@ -392,26 +399,13 @@ func (a *Agent) close() {
 	a.rt.Close()
 }
 
-// isLive reports whether a member is alive or suspect in this node's view.
-func (a *Agent) isLive(name string) bool {
-	for _, m := range a.cluster.Members() {
-		if m.Name == name {
-			return m.State == gossip.StateAlive || m.State == gossip.StateSuspect
-		}
-	}
-	return false
-}
-
 // insecureWarnInterval is how often an agent without a gossip key says so.
 const insecureWarnInterval = 10 * time.Minute
-
-// insecure reports whether gossip runs in the clear (--insecure, no key).
-func (a *Agent) insecure() bool { return a.cfg.EncryptKeyFile == "" }
 
 // insecureWarnLoop logs, at start and every insecureWarnInterval, that
 // this node runs with --insecure.
 func (a *Agent) insecureWarnLoop(ctx context.Context) {
-	if !a.insecure() {
+	if a.cfg.EncryptKeyFile != "" {
 		return
 	}
 	t := time.NewTicker(insecureWarnInterval)

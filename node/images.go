@@ -22,6 +22,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/runtime"
+	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // Image records say which content an image name stands for in the
@@ -97,8 +98,8 @@ func (a *Agent) publishImages(ctx context.Context, names []string) error {
 }
 
 // recordedDigest returns the digest the cluster recorded for image name.
-func (a *Agent) recordedDigest(name string) (string, bool) {
-	rec, ok, err := a.store.Get(imageKey(name))
+func recordedDigest(st *store.Store, name string) (string, bool) {
+	rec, ok, err := st.Get(imageKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return "", false
 	}
@@ -175,14 +176,14 @@ func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
 	// The record is gossiped at import, like the workload that names
 	// the image; if the workload came first, give the record a moment.
-	want, ok := a.recordedDigest(ref)
+	want, ok := recordedDigest(a.store, ref)
 	for wait := 0; !ok && wait < 15; wait++ {
 		select {
 		case <-ctx.Done():
 			return "", nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		want, ok = a.recordedDigest(ref)
+		want, ok = recordedDigest(a.store, ref)
 	}
 	if !ok {
 		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)

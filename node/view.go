@@ -82,7 +82,7 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 		Labels:      a.cfg.Labels,
 		Started:     a.started.UTC().Truncate(time.Second),
 		Replicas:    out,
-		Insecure:    a.insecure(),
+		Insecure:    a.cfg.EncryptKeyFile == "", // --insecure
 	}
 }
 
