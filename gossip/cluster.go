@@ -326,6 +326,14 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 // receive applies a record from another node; forward re-queues it as a
 // delta when it changed the State.
 func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
+	// A copy of what is held, or an older write, changes nothing: skip it
+	// before the (costly) Accept check. Gossip delivers each delta to a
+	// node several times.
+	if held, ok := c.idx.get(r.Key); ok {
+		if in := entryOf(r, enc); compareEntries(held, in) > 0 || held == in {
+			return
+		}
+	}
 	if c.cfg.Accept != nil {
 		if err := c.cfg.Accept(r); err != nil {
 			c.log.Debug("record refused", "key", r.Key, "origin", r.Origin, "err", err)

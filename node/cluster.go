@@ -44,20 +44,27 @@ type NodeStatus struct {
 	Insecure bool `json:"insecure,omitempty"`
 }
 
-// decodeStatuses returns the node status records in records, by name.
-// Records that fail checkRecord (undecodable, written by another node,
-// saying what a node may not say of itself, such as a pod subnet outside
-// cluster) are skipped: gossip refuses them on arrival, and this keeps
-// out any stored before.
+// decodeStatuses returns the node status records in records, by name. A
+// record is taken only when it is the status of the node that wrote it,
+// under its key, with a pod subnet (if any) inside cluster. Every record
+// from a peer passed checkRecord on arrival, and this node's own is made
+// to pass it (selfStatus); relational checks (whose claim wins, whether a
+// pod address is inside its node's subnet) are made where statuses are
+// used. This runs on every read of the view, so it stays cheap.
 func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	for _, r := range records {
-		if r.Deleted || checkRecord(r, cluster) != nil {
+		if r.Deleted {
 			continue
 		}
 		var s NodeStatus
-		if json.Unmarshal(r.Value, &s) != nil {
+		if json.Unmarshal(r.Value, &s) != nil || s.Name == "" || statusKey(s.Name) != r.Key || r.Origin != s.Name {
 			continue
+		}
+		if s.PodSubnet != "" {
+			if p, err := netip.ParsePrefix(s.PodSubnet); err != nil || !insideCluster(p, cluster) {
+				continue
+			}
 		}
 		out[s.Name] = s
 	}
