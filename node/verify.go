@@ -32,9 +32,10 @@ import (
 // Every record a peer sends is untrusted input, like an API body: it is
 // parsed into typed values and checked against what its writer may say
 // before it is stored, forwarded or acted on (checkRecord, the gossip
-// layer's Accept hook). The same check runs again where stored records
-// are read (decodeStatuses), so records stored before it existed, or by a
-// node with another --cluster-cidr, never reach rules or routes.
+// layer's Accept hook). Where statuses are read (decodeStatuses) the
+// writer, key and subnet range are checked again, cheaply; what depends on
+// the rest of the cluster (whose claim wins, whether a pod address lies in
+// its node's subnet) is checked where it is used.
 
 // Reasons a record is refused: the values of the label "reason" of
 // starling_rejected_records_total.
