@@ -19,7 +19,7 @@ import (
 // callee accepts the request when the signature verifies with the key
 // the caller's name is bound to (its status record's signer), the time is
 // within peerAuthSkew of its own, and the request was meant for it. Such
-// a request reaches only the peer routes (peerRoutes), never the rest of
+// a request reaches only the peer routes (peerRoute), never the rest of
 // the API.
 
 const (
@@ -76,7 +76,8 @@ func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 	return from, nil
 }
 
-// peerRoutes are the requests one node makes of another.
+// peerRoute reports whether r is one of the requests one node makes of
+// another (log proxying, image export).
 func peerRoute(r *http.Request) bool {
 	return r.Method == http.MethodGet && (r.URL.Path == "/v1/images/export" || strings.HasPrefix(r.URL.Path, "/v1/logs/"))
 }
