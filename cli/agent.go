@@ -18,7 +18,7 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var logLevel string
+	var logLevel, oldKeyFile string
 	var logJSON bool
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -34,6 +34,15 @@ br_netfilter, nf_conntrack, nf_nat, writable sysctls) and, if anything is
 missing, refuses to start with one line per problem naming the Debian
 package to install, the module to load or the flag to change.
 
+Security: with no --join (or after 'starling init') the agent creates a
+new cluster: a CA, the gossip key and its node certificate, kept in
+--data-dir. Other nodes join with a token from 'starling join-token':
+  starling agent --join 192.168.1.11 --join-token-file /etc/starling/join.token
+They receive the CA, the gossip key and a certificate for their name and
+keep them in their own --data-dir; the token is not needed again. Peers
+talk TLS on the gossip port + 1 (7947). --insecure runs without any of
+this (test clusters only).
+
 With --dry-run the agent joins the cluster (gossip, desired state, the API
 socket) but claims no pod subnet, starts no container and touches no
 bridge, route, iptables rule or sysctl; peers place no replicas on it. It
@@ -45,6 +54,9 @@ start would find missing on this host. Use it to check a new host before
 its first real start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if oldKeyFile != "" {
+				return fmt.Errorf("--encrypt-key-file was replaced by join tokens: the first node makes the cluster's keys (or 'starling init'); run 'starling join-token' on it and start the others with --join ADDR --join-token-file FILE")
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
@@ -83,8 +95,10 @@ its first real start.`,
 	f.StringVar(&cfg.BindAddr, "bind", cfg.BindAddr, "gossip listen address IP:PORT (TCP and UDP)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address peers reach this node at, IP or IP:PORT (default: the bind address or a private one)")
 	f.StringSliceVar(&cfg.Join, "join", nil, "seed nodes to join, HOST[:PORT][,...]; any one is enough")
-	f.StringVar(&cfg.EncryptKeyFile, "encrypt-key-file", "", "32-byte cluster key (raw or base64) that encrypts and authenticates gossip; all nodes need the same (required unless --insecure)")
-	f.BoolVar(&cfg.Insecure, "insecure", false, "run without --encrypt-key-file: gossip in the clear, open to anyone on the LAN (test clusters only; warned about and shown in 'get nodes')")
+	f.StringVar(&cfg.JoinTokenFile, "join-token-file", "", "file (mode 0600) holding a token from 'starling join-token'; a new node joins through --join with it (a node that joined before does not need it)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run with no CA, gossip key or join token: gossip in the clear, open to anyone on the LAN (test clusters only; warned about and shown in 'get nodes')")
+	f.StringVar(&oldKeyFile, "encrypt-key-file", "", "replaced by join tokens")
+	f.MarkHidden("encrypt-key-file")
 	f.Var(byteSize{&cfg.MaxImageBytes}, "max-image-size", "largest image tarball accepted by 'image import' or from a peer, e.g. 512MiB, 4GiB")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")

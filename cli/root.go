@@ -54,6 +54,8 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 	pf.StringVar(&g.token, "token", os.Getenv("STARLING_TOKEN"), "bearer token for a TCP server (env STARLING_TOKEN)")
 	root.AddCommand(
 		newAgentCmd(),
+		newInitCmd(g),
+		newJoinTokenCmd(g),
 		newApplyCmd(g),
 		newGetCmd(g),
 		newDescribeCmd(g),

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -48,6 +50,13 @@ type Agent struct {
 	// id is this node's identity (identity.go): it signs every record
 	// the node writes and knows which key each node name is bound to.
 	id *identity
+	// creds are the cluster's CA, gossip key and this node's certificate
+	// (pki.go); nil with --insecure. nodeCert is the current certificate
+	// (certLoop renews it).
+	creds    *credentials
+	nodeCert atomic.Pointer[x509.Certificate]
+	// joinWarn limits the WARNs about refused joins.
+	joinWarn joinWarnLimit
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
 	clusterCIDR netip.Prefix
 	rejects     *rejects
@@ -143,7 +152,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	// together, before anything on the host changes.
 	checkErr := preflight.Run(&preflight.System{}, preflight.Config{ContainerdAddress: cfg.ContainerdAddress, CNIPluginDirs: cfg.CNIPluginDirs})
 	if cfg.DryRun {
-		a, err := newAgent(cfg, log, dryRuntime{})
+		a, err := newAgent(ctx, cfg, log, dryRuntime{})
 		if err != nil {
 			return nil, err
 		}
@@ -175,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err = newAgent(cfg, log, rt)
+	a, err = newAgent(ctx, cfg, log, rt)
 	if err != nil {
 		rt.Close()
 		return nil, err
@@ -198,9 +207,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// newAgent builds an agent on a given runtime: it reads the token, opens
-// the store and starts gossip. On error it closes nothing of rt's.
-func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
+// newAgent builds an agent on a given runtime: it reads the token, sets up
+// the node's identity and cluster credentials (joining with a token if it
+// has none: setupCredentials), opens the store and starts gossip. On error
+// it closes nothing of rt's.
+func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	_, cluster, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -227,12 +238,18 @@ func newAgent(cfg Config, log *slog.Logger, rt Runtime) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.creds, err = setupCredentials(ctx, cfg, key, log); err != nil {
+		return nil, err
+	}
+	if a.creds != nil {
+		a.nodeCert.Store(a.creds.NodeCert)
+	}
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
 	a.id = &identity{name: cfg.Name, key: key, store: a.store}
-	a.rejects = newRejects(a.clusterCIDR, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
+	a.rejects = newRejects(a.clusterCIDR, a.creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err
@@ -270,10 +287,8 @@ func (a *Agent) startGossip() error {
 		}
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
-	if a.cfg.EncryptKeyFile != "" {
-		if gc.SecretKey, err = readKey(a.cfg.EncryptKeyFile); err != nil {
-			return err
-		}
+	if a.creds != nil {
+		gc.SecretKey = a.creds.GossipKey
 	}
 	gc.Logger = a.log.With("component", "gossip")
 	// Hybrid logical clock: every received version advances the clock, and
@@ -340,6 +355,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		servers = append(servers, &http.Server{Handler: a.requireAuth(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
+	if a.creds != nil {
+		pl, err := a.listenPeers()
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return err
+		}
+		servers = append(servers, &http.Server{Handler: a.peerHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute})
+		listeners = append(listeners, pl)
+	}
 	errc := make(chan error, len(servers))
 	for i := range servers {
 		go func(s *http.Server, l net.Listener) {
@@ -353,7 +379,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop}
+	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop, a.certLoop}
 	if a.cfg.DryRun {
 		// No reconcile, probes, routes or Service rules: only printing.
 		loops = append(loops, a.dryRunLoop)
@@ -405,13 +431,13 @@ const insecureWarnInterval = 10 * time.Minute
 // insecureWarnLoop logs, at start and every insecureWarnInterval, that
 // this node runs with --insecure.
 func (a *Agent) insecureWarnLoop(ctx context.Context) {
-	if a.cfg.EncryptKeyFile != "" {
+	if !a.cfg.Insecure {
 		return
 	}
 	t := time.NewTicker(insecureWarnInterval)
 	defer t.Stop()
 	for {
-		a.log.Warn("running with --insecure: gossip is not encrypted or authenticated; anyone on the LAN can read this cluster's state and write to it. Give every node --encrypt-key-file")
+		a.log.Warn("running with --insecure: gossip is not encrypted or authenticated; anyone on the LAN can read this cluster's state and write to it. Create a secure cluster: start the first agent without --insecure and join the others with 'starling join-token'")
 		select {
 		case <-ctx.Done():
 			return

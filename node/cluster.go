@@ -42,6 +42,10 @@ type NodeStatus struct {
 	Replicas    []api.Replica       `json:"replicas"`
 	// Insecure: the node runs with --insecure and no gossip key.
 	Insecure bool `json:"insecure,omitempty"`
+	// Cert is the node's certificate (DER, base64 in JSON), issued by the
+	// cluster CA for Name and the key that signs this record; empty with
+	// --insecure. Peers refuse a status without a valid one (verify.go).
+	Cert []byte `json:"cert,omitempty"`
 }
 
 // decodeStatuses returns the node status records in records, by name. A

@@ -185,7 +185,7 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config
 	if os.Getenv("STARLING_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
 	}
-	a, err := newAgent(cfg, log, n.rt)
+	a, err := newAgent(context.Background(), cfg, log, n.rt)
 	if err != nil {
 		t.Fatal(err)
 	}

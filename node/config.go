@@ -67,13 +67,17 @@ type Config struct {
 	Advertise string
 	// Join are seed addresses ("HOST" or "HOST:PORT"); any one suffices.
 	Join []string
-	// EncryptKeyFile holds the 32-byte cluster key (raw or base64) that
-	// encrypts and authenticates gossip. It is required unless Insecure is
-	// set. The file must not be readable by group or others.
-	EncryptKeyFile string
-	// Insecure allows running with no EncryptKeyFile: gossip in the clear,
-	// readable and writable by anyone on the LAN. The agent logs a WARN at
-	// start and every InsecureWarnInterval, and `get nodes` shows it.
+	// JoinTokenFile holds a join token ('starling join-token'); a node
+	// that is not yet a member of a cluster joins with it through Join.
+	// Once joined, the node keeps its credentials in DataDir (pki.go) and
+	// the token is not needed again. The file must not be readable by
+	// group or others.
+	JoinTokenFile string
+	// Insecure runs the node with no cluster CA, gossip key or join
+	// token: gossip in the clear, readable and writable by anyone on the
+	// LAN (every record is still signed by its node's key). The agent
+	// logs a WARN at start and every insecureWarnInterval, and `get
+	// nodes` shows it.
 	Insecure bool
 	// MaxImageBytes bounds one image import (the tarball's bytes, through
 	// the API or from a peer); a larger one is refused with 413.
@@ -192,11 +196,6 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 func (c Config) validateRest() error {
 	if _, n, err := net.ParseCIDR(c.ServiceCIDR); err != nil || n.IP.To4() == nil {
 		return fmt.Errorf("--service-cidr %q: must be an IPv4 CIDR such as 10.23.0.0/16", c.ServiceCIDR)
-	}
-	if c.EncryptKeyFile == "" && !c.Insecure {
-		return fmt.Errorf("--encrypt-key-file is required: without it anyone on the LAN can read and write this cluster's state. " +
-			"Make a key once and give every node the same file: (umask 077; head -c32 /dev/urandom | base64 > /etc/starling/gossip.key); " +
-			"or pass --insecure for a throwaway test cluster")
 	}
 	if errs := metavalidation.ValidateLabels(c.Labels, field.NewPath("--node-label")); len(errs) > 0 {
 		return fmt.Errorf("%v (peers refuse a node record with such labels)", errs.ToAggregate())

@@ -171,8 +171,8 @@ func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
 
 // imageSources returns the digest the cluster recorded for image ref
 // (images.go) and the live peers to fetch it from, nearest first by
-// Vivaldi RTT estimate, through their TCP API. An image the cluster has
-// no record of is not taken from peers.
+// Vivaldi RTT estimate (peerGet). An image the cluster has no record of
+// is not taken from peers.
 func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
 	// The record is gossiped at import, like the workload that names
 	// the image; if the workload came first, give the record a moment.
@@ -193,23 +193,23 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 		return "", nil, err
 	}
 	type peer struct {
-		name, api string
-		rtt       time.Duration
+		name   string
+		status NodeStatus
+		rtt    time.Duration
 	}
 	var peers []peer
 	for name, s := range v.statuses {
 		if name == a.cfg.Name || !v.alive[name] {
 			continue
 		}
-		api, ok := a.peerAPI(name, s)
-		if !ok {
-			continue
+		if _, ok := a.peerAPI(name, s); !ok && a.creds == nil {
+			continue // --insecure: only peers with a TCP API serve images
 		}
 		rtt, ok := a.cluster.RTT(name)
 		if !ok {
 			rtt = time.Hour
 		}
-		peers = append(peers, peer{name, api, rtt})
+		peers = append(peers, peer{name, s, rtt})
 	}
 	sort.Slice(peers, func(i, j int) bool {
 		if peers[i].rtt != peers[j].rtt {
@@ -218,7 +218,7 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 		return peers[i].name < peers[j].name
 	})
 	if len(peers) == 0 {
-		return "", nil, errors.New("no peer serves a TCP API (start agents with --api-listen and --token-file to share images)")
+		return "", nil, errors.New("no live peer to fetch it from (with --insecure, only peers started with --api-listen and --token-file share images)")
 	}
 	var out []runtime.ImageSource
 	for _, p := range peers {
@@ -227,13 +227,7 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 			// without data, so the next one gets its turn.
 			ctx, cancel := context.WithCancel(ctx)
 			idle := time.AfterFunc(bodyIdleTimeout, cancel)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want), nil)
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			a.id.signPeerRequest(req, p.name, time.Now())
-			resp, err := peerClient.Do(req)
+			resp, err := a.peerGet(ctx, p.name, p.status, "/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want))
 			if err != nil {
 				cancel()
 				return nil, err

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,23 +23,6 @@ const (
 	metaPeers    = "peers"     // JSON list of "ip:port" of members last seen alive
 	metaLastSeen = "last-seen" // RFC 3339 time the node last had the cluster's state
 )
-
-// readKey reads a gossip encryption key file: 32 bytes, raw or base64
-// (as `head -c32 /dev/urandom | base64` makes it).
-func readKey(path string) ([]byte, error) {
-	b, err := readSecretFile("--encrypt-key-file", path)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) == 32 {
-		return b, nil
-	}
-	s := strings.TrimSpace(string(b))
-	if k, err := base64.StdEncoding.DecodeString(s); err == nil && len(k) == 32 {
-		return k, nil
-	}
-	return nil, fmt.Errorf("--encrypt-key-file %s: want a 32-byte key, raw or base64 (make one with: head -c32 /dev/urandom | base64 > %s)", path, path)
-}
 
 // splitHostPort parses "ip:port" or "ip" with a default port.
 func splitHostPort(s string, defPort int) (string, int, error) {

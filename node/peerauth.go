@@ -12,7 +12,9 @@ import (
 	"time"
 )
 
-// Node-to-node requests (log proxying, image fetches) are authenticated
+// With --insecure (no cluster CA, so no mutual TLS: peertls.go),
+// node-to-node requests (log proxying, image fetches) go to the peer's
+// TCP API and are authenticated
 // with the calling node's own key, not with the operator's API token: the
 // token never leaves the node it was presented to. The caller signs the
 // method, the request URI, the node it is meant for and the time; the
@@ -97,7 +99,9 @@ func (a *Agent) requireAuthWith(next http.Handler, bound func(string) ([]byte, b
 			next.ServeHTTP(w, r)
 			return
 		}
-		if bytes.HasPrefix(got, []byte(peerAuthScheme)) {
+		// In a secure cluster nodes call each other over mutual TLS on
+		// the peer port (peertls.go); signed requests are for --insecure.
+		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && a.creds == nil {
 			if !peerRoute(r) {
 				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image export)"))
 				return

@@ -49,6 +49,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/replicas", a.handleReplicas)
 	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
 	mux.HandleFunc("DELETE /v1/nodes/{name}", a.handleForgetNode)
+	mux.HandleFunc("POST /v1/join-tokens", a.handleJoinToken)
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)
@@ -642,8 +643,8 @@ func (a *Agent) peerAPI(name string, s NodeStatus) (string, bool) {
 const proxiedHeader = "X-Starling-Proxied-By"
 
 // proxyLogs forwards a logs request to the live node whose status lists
-// the replica, through that node's TCP API with this node's token. It
-// reports whether it answered the client.
+// the replica, authenticated as this node (peerGet), never with the
+// operator's token. It reports whether it answered the client.
 func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 	v, err := a.readView()
 	if err != nil {
@@ -658,21 +659,9 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 			if rep.Namespace != ns || rep.Name != name {
 				continue
 			}
-			api, ok := a.peerAPI(node, s)
-			if !ok {
-				writeError(w, http.StatusBadGateway, fmt.Errorf("replica %s runs on node %s, which serves no TCP API at its gossip address (start agents with --api-listen and --token-file to proxy logs)", name, node))
-				return true
-			}
-			req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, api+r.URL.RequestURI(), nil)
+			resp, err := a.peerGet(r.Context(), node, s, r.URL.RequestURI())
 			if err != nil {
-				return false
-			}
-			// Authenticated as this node, not with the operator's token.
-			a.id.signPeerRequest(req, node, time.Now())
-			req.Header.Set(proxiedHeader, a.cfg.Name)
-			resp, err := peerClient.Do(req)
-			if err != nil {
-				writeError(w, http.StatusBadGateway, fmt.Errorf("logs from node %s: %w", node, err))
+				writeError(w, http.StatusBadGateway, fmt.Errorf("logs of replica %s from node %s: %w", name, node, err))
 				return true
 			}
 			defer resp.Body.Close()

@@ -155,5 +155,9 @@ func (a *Agent) forgetNode(name string) error {
 	}
 	a.clock.Update(rec.Version)
 	recs = append(recs, crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
-	return a.publish(recs...)
+	if err := a.publish(recs...); err != nil {
+		return err
+	}
+	// The forgotten node may still hold the token it joined with.
+	return a.deleteJoinTokens()
 }

@@ -60,6 +60,7 @@ const (
 	rejectSignature = "signature" // a signature that does not verify
 	rejectIdentity  = "identity"  // signed by a key other than the one the writer's name is bound to
 	rejectRevoked   = "revoked"   // signed by a key that 'starling node forget' revoked
+	rejectCert      = "cert"      // a node status without a certificate the cluster CA issued for it
 )
 
 // Bounds of what a node may say of itself.
@@ -99,13 +100,20 @@ var replicaPhases = map[string]bool{
 // needs the rest of the cluster (is this subnet another node's?) is made
 // where the records are used.
 func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
+	return checkRecordCert(r, cluster, nil)
+}
+
+// checkRecordCert is checkRecord that, given certs (a secure cluster's
+// CA), also requires a node's status record to carry a certificate the CA
+// issued for that node and the record's signer (NodeStatus.Cert).
+func checkRecordCert(r crdt.Record, cluster netip.Prefix, certs *certCache) *rejection {
 	kind, _, _ := strings.Cut(r.Key, "/")
 	if r.Deleted {
 		if len(r.Value) > 0 {
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case statusKind, imageKind, revokedKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case statusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -124,11 +132,18 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 		if r.Origin != s.Name {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
+		if certs != nil {
+			if err := certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
+				return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
+			}
+		}
 		return checkStatus(s, cluster)
 	case imageKind:
 		return checkImage(r.Key, r.Value)
 	case revokedKind:
 		return checkRevocation(r.Key, r.Value)
+	case joinTokenKind:
+		return checkJoinToken(r.Key, r.Value)
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)
 		if err != nil {
@@ -334,6 +349,7 @@ const maxRejectLogKeys = 1024
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
+	certs   *certCache // the cluster CA's verifier; nil with --insecure
 	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
 	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
 	// keyOwner returns the node whose held, live status record is signed
@@ -350,9 +366,13 @@ type rejects struct {
 	full  bool
 }
 
-func newRejects(cluster netip.Prefix, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
+func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
 	log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	return &rejects{cluster: cluster, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
+	var certs *certCache
+	if creds != nil {
+		certs = newCertCache(creds.CA)
+	}
+	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -365,7 +385,7 @@ func (x *rejects) isLive(name string) bool {
 
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
-	rj := checkRecord(r, x.cluster)
+	rj := checkRecordCert(r, x.cluster, x.certs)
 	if limit := time.Now().Add(hlc.MaxOffset).UnixNano(); rj == nil && r.Version.Wall > limit {
 		// The gossip layer's clock would drop it too; refusing it here
 		// counts and names it like every other refusal.

@@ -151,7 +151,7 @@ func mustEncode(t testing.TB, y string) []byte {
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, noBindings, noRevocations, noOwner, newTextLogger(&logged), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(&logged), m.rejectedRecords)
 	bad := signAs(t, "b", statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
@@ -351,7 +351,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		return "", false
 	}
 	alive := map[string]bool{}
-	x := newRejects(testClusterCIDR, bound, func(k []byte) bool { return revokedKeys[string(k)] }, owner, newTextLogger(io.Discard), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, bound, func(k []byte) bool { return revokedKeys[string(k)] }, owner, newTextLogger(io.Discard), m.rejectedRecords)
 	x.setLive(func(name string) bool { return alive[name] })
 	good := statusRecord(t, goodStatus(), "b")
 	reason := func(r crdt.Record) string {
@@ -444,7 +444,7 @@ func BenchmarkAcceptStatusRecord(b *testing.B) {
 		s.Replicas = append(s.Replicas, r)
 	}
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {

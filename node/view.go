@@ -82,7 +82,8 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 		Labels:      a.cfg.Labels,
 		Started:     a.started.UTC().Truncate(time.Second),
 		Replicas:    out,
-		Insecure:    a.cfg.EncryptKeyFile == "", // --insecure
+		Insecure:    a.cfg.Insecure,
+		Cert:        a.certDER(),
 	}
 }
 

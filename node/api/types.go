@@ -42,6 +42,20 @@ type Version struct {
 	Node    string `json:"node"`
 }
 
+// JoinTokenRequest is the body of POST /v1/join-tokens.
+type JoinTokenRequest struct {
+	// TTLSeconds is how long the token admits nodes, in seconds (60 to
+	// 31536000); 0 means the default, 24 hours.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
+}
+
+// JoinToken answers POST /v1/join-tokens.
+type JoinToken struct {
+	// Token is the join token: SLTKN-1-<CA pin>-<ID>.<secret>.
+	Token   string    `json:"token"`
+	Expires time.Time `json:"expires"`
+}
+
 // ApplyRequest carries objects as their canonical JSON (manifest.Encode).
 type ApplyRequest struct {
 	Objects []json.RawMessage `json:"objects"`

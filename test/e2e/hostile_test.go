@@ -24,8 +24,9 @@ import (
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
-// TestHostilePeerChangesNothing: a program that holds the gossip key joins
-// from its own namespace and writes what the attacks of issue 10 wrote
+// TestHostilePeerChangesNothing: a program that holds a join token joins
+// from its own namespace (so it holds what every node holds: the gossip
+// key, the CA key, a certificate) and writes what the attacks of issue 10 wrote
 // (test/hostile): a podIP carrying iptables-restore lines, a foreign
 // podIP, a subnet claim of 8.8.8.0/24, another node's status (as itself,
 // and forged under that node's name with its own key), an invalid
@@ -56,9 +57,13 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile, err := c.JoinToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+evil.NetNS, hostile,
-		"--name", "evil", "--bind", evil.IP, "--key-file", c.KeyFile, "--join", n1.IP, "--victim", n2.Name)
+		"--name", "evil", "--bind", evil.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(evil.Dir, "hostile"), "--join", n1.IP, "--victim", n2.Name)
 	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -194,11 +199,11 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 }
 
 // TestSharedImagesAreVerifiedAndPeersNeverGetTheToken: a node that holds
-// the gossip key joins with a well-formed status that advertises an API
+// a join token joins with a well-formed status that advertises an API
 // and a replica (test/hostile --fake-api) and answers every image export
 // with other content under the name asked for plus an extra tag. Honest
-// nodes ask it for images and proxy logs to it, as to any node, but
-// authenticated with their own node key (the operator's API token never
+// nodes ask it for images and proxy logs to it, as to any node, over
+// mutual TLS with their node certificates (the operator's API token never
 // reaches it), and they take from a peer only the digest recorded when the
 // image was imported: the poisoned tarball is refused, no extra tag
 // appears, and once an honest copy is available the replicas run it.
@@ -213,9 +218,13 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile, err := c.JoinToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+spy.NetNS, hostile,
-		"--fake-api", "--name", "spy", "--bind", spy.IP, "--key-file", c.KeyFile, "--join", n1.IP, "--serve-image", poisoned)
+		"--fake-api", "--name", "spy", "--bind", spy.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(spy.Dir, "hostile"), "--join", n1.IP, "--serve-image", poisoned)
 	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -271,8 +280,10 @@ spec:
 	if strings.Contains(s, c.Token) || strings.Contains(s, "Bearer") {
 		t.Fatalf("a peer request carried the operator's token:\n%s", s)
 	}
-	if !strings.Contains(s, `auth="Starling-Node `) || !strings.Contains(s, "&digest=sha256") {
-		t.Fatalf("peer requests are not signed by the calling node, or do not name the digest:\n%s", s)
+	// Nodes call each other over mutual TLS with their node certificates
+	// and send no Authorization header at all.
+	if strings.Contains(s, `auth="Starling-Node `) || !strings.Contains(s, `auth="" client="n`) || !strings.Contains(s, "&digest=sha256") {
+		t.Fatalf("peer requests do not come over mutual TLS from a node, or do not name the digest:\n%s", s)
 	}
 	for _, n := range []*harness.Node{n1, n2} {
 		images, err := n.CLI("image", "ls")
@@ -357,14 +368,20 @@ func (w *syncWriter) String() string {
 }
 
 // TestForgottenNodeCannotComeBackWithItsOldKey: 'starling node forget'
-// frees a stopped node's name and revokes its key. The node restarted
-// with its old data dir (its old key) is refused by the others (reason
-// "revoked") and never becomes ready there; with a new identity (its
-// node.key removed) it joins again under the same name.
+// frees a stopped node's name, revokes its key and deletes every join
+// token. The node restarted with its old data dir (its old key and
+// certificate) is refused by the others (reason "revoked") and never
+// becomes ready there; with a new identity it cannot join with the token
+// it had (any token made before the forget); with a new token it joins again under the same name.
 func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	waitReadyNodes(t, n1, 2)
+	// A token made before the forget, like the one n2 joined with.
+	oldFile, err := c.JoinToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	n2.KillAgent(syscall.SIGTERM) // a clean stop: it leaves
 	waitFor(t, 30*time.Second, func() error {
 		out, err := n1.CLI("node", "forget", "n2")
@@ -390,13 +407,72 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	if out, _ := n1.CLI("get", "nodes", "-o", "json"); strings.Contains(out, n2.PodSubnet) {
 		t.Fatalf("n1 took the forgotten node's record back:\n%s", out)
 	}
-	// A new identity under the same name is admitted.
+	// A new identity (the node's key and credentials removed) with the
+	// token it joined with: refused at join.
 	n2.KillAgent(syscall.SIGTERM)
-	if err := os.Remove(filepath.Join(n2.DataDir, "node.key")); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"node.key", "node.crt", "ca.crt", "ca.key", "gossip.key"} {
+		if err := os.Remove(filepath.Join(n2.DataDir, f)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := n2.RestartAgent(); err != nil {
+	err = n2.StartAgent("--join-token-file", oldFile)
+	if err == nil || !strings.Contains(err.Error(), "join token is unknown, expired or deleted") {
+		t.Fatalf("a new identity with the deleted token: %v", err)
+	}
+	// With a new token it is admitted under the same name.
+	if err := n2.StartAgent(); err != nil {
 		t.Fatal(err)
 	}
 	waitReadyNodes(t, n1, 2)
+}
+
+// TestStrangerAndNameThiefAreRefusedAtJoin: a program that holds nothing
+// can neither join gossip in the clear nor be admitted with a made-up
+// token (403, and a WARN on the node it asked) nor fetch an image from the
+// peer port without a node certificate (401); an agent with a valid
+// token but the name of a running node is refused at join with an error
+// that names the conflict, and displaces nothing.
+func TestStrangerAndNameThiefAreRefusedAtJoin(t *testing.T) {
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	waitReadyNodes(t, n1, 2)
+	stranger, err := c.AddNode("stranger", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+stranger.NetNS, hostile,
+		"--stranger", "--name", "stranger", "--bind", stranger.IP, "--join", n1.IP).CombinedOutput()
+	if err != nil {
+		t.Fatalf("stranger: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "join with a made-up token: status 403") || !strings.Contains(string(out), "image export without a node certificate: status 401") {
+		t.Fatalf("the join endpoint did not refuse a made-up token:\n%s", out)
+	}
+	if nodes, _ := n1.CLI("get", "nodes"); strings.Contains(nodes, "stranger") {
+		t.Fatalf("the stranger is listed:\n%s", nodes)
+	}
+	log, _ := os.ReadFile(n1.AgentLogPath())
+	if !strings.Contains(string(log), "refused a node's join") || !strings.Contains(string(log), "status=403") {
+		t.Fatalf("n1 logged no WARN for the refused join")
+	}
+	// A real agent with a valid token and n2's name.
+	thief, err := c.AddNode("thief", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thief.Name = "n2"
+	err = thief.StartAgent()
+	if err == nil || !strings.Contains(err.Error(), `node name "n2" is in use by another node`) {
+		t.Fatalf("an agent with a running node's name: %v", err)
+	}
+	log, _ = os.ReadFile(n1.AgentLogPath())
+	if !strings.Contains(string(log), "status=409") {
+		t.Fatalf("n1 logged no WARN for the name conflict")
+	}
+	nodes, err := n1.CLI("get", "nodes", "-o", "json")
+	if err != nil || !strings.Contains(nodes, n2.PodSubnet) || strings.Contains(nodes, thief.IP) {
+		t.Fatalf("n2's record changed: %v\n%s", err, nodes)
+	}
 }

@@ -17,9 +17,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,10 +46,9 @@ type Cluster struct {
 	LAN   string
 	Nodes []*Node
 	// Token is the API bearer token every agent accepts (TokenFile holds
-	// it); KeyFile holds the gossip encryption key.
+	// it).
 	Token     string
 	TokenFile string
-	KeyFile   string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 
@@ -93,15 +91,8 @@ func NewNamed(dir, prefix, binary string, log io.Writer) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: dir, Binary: binary, Prefix: prefix, Log: log,
-		Token: "starling-test-token-0123456789", TokenFile: filepath.Join(dir, "token"), KeyFile: filepath.Join(dir, "gossip.key")}
+		Token: "starling-test-token-0123456789", TokenFile: filepath.Join(dir, "token")}
 	if err := os.WriteFile(c.TokenFile, []byte(c.Token+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(c.KeyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	c.LAN = c.Prefix + "lan"
@@ -226,16 +217,24 @@ func (n *Node) APIURL() string { return "http://" + n.IP + ":7443" }
 
 // StartAgent starts the node's agent with the standard flags plus extra,
 // and waits until its API answers. Standard flags: gossip on the LAN
-// address with the cluster key, joining through the first node; the TCP
-// API on the LAN address with the cluster token.
+// address, the TCP API on the LAN address with the cluster token; the
+// first node creates the cluster, every other joins through it with a
+// fresh join token (JoinToken).
 func (n *Node) StartAgent(extra ...string) error {
 	args := []string{"agent", "--name", n.Name, "--data-dir", n.DataDir,
 		"--containerd-address", n.ContainerdSocket(),
 		"--runc-root", filepath.Join(n.Dir, "runc"), "--cgroup-parent", "/starling/" + n.CgroupName(),
-		"--bind", n.IP + ":7946", "--advertise", n.IP, "--encrypt-key-file", n.c.KeyFile,
+		"--bind", n.IP + ":7946", "--advertise", n.IP,
 		"--api-listen", n.IP + ":7443", "--token-file", n.c.TokenFile}
 	if seed := n.c.Nodes[0]; seed != n {
 		args = append(args, "--join", seed.IP)
+		if !slices.Contains(extra, "--insecure") {
+			tokenFile, err := n.c.JoinToken()
+			if err != nil {
+				return err
+			}
+			args = append(args, "--join-token-file", tokenFile)
+		}
 	}
 	if n.PodSubnet != "" {
 		args = append(args, "--pod-subnet", n.PodSubnet)
@@ -243,6 +242,33 @@ func (n *Node) StartAgent(extra ...string) error {
 	args = append(args, extra...)
 	n.agentArgs = args
 	return n.startAgent()
+}
+
+// JoinToken makes a join token through the first running agent and
+// returns the file (0600) that holds it.
+func (c *Cluster) JoinToken() (string, error) {
+	var errs []error
+	for _, n := range c.Nodes {
+		if n.AgentPID() == 0 {
+			continue
+		}
+		out, err := n.CLI("join-token")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// A file per token: nodes may be started concurrently.
+		f, err := os.CreateTemp(c.Dir, "join-*.token") // mode 0600
+		if err != nil {
+			return "", err
+		}
+		_, err = f.WriteString(out)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return f.Name(), err
+	}
+	return "", fmt.Errorf("no running agent made a join token: %v", errors.Join(errs...))
 }
 
 // RestartAgent starts the agent again with the flags of the last StartAgent.

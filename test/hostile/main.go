@@ -1,24 +1,33 @@
 // Command hostile is the hostile peer of the e2e suite (test/e2e,
-// TestHostilePeerChangesNothing): a program that holds the cluster's
-// gossip key, joins through a seed, and writes records no honest node
-// would, each aimed at one attack of issue 10: rule injection through a
+// TestHostilePeerChangesNothing): a program that holds a join token,
+// joins through a seed (receiving what every node receives: the gossip
+// key, the CA and its key, a certificate for its name), and writes
+// records no honest node would, each aimed at one attack of issue 10: rule injection through a
 // replica's podIP, a foreign podIP, a route hijack through a subnet claim
 // outside --cluster-cidr, another node's status record (under its own
 // name, and forged under the victim's name with its own key), a Service
 // that does not validate, a Deployment stamped two hours in the future
-// and an unsigned Deployment. Records are signed with a key of its own,
-// as a real attacker's would be.
+// and an unsigned Deployment. Records are signed with its node key, as a
+// real attacker's would be, and every status it writes carries a
+// certificate it minted for that name with the CA key it was given.
+//
+// With --stranger it holds nothing (no token, no key): it tries to join
+// gossip in the clear and to be admitted with a made-up token, and prints
+// what happened.
 // It stays a live member (so its claims would count) until killed.
 //
 // It is a test tool: it never runs outside a test's network namespace.
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/ed25519"
-	"encoding/base64"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,31 +37,50 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node"
 )
 
 func main() {
 	name := flag.String("name", "evil", "member name")
 	bind := flag.String("bind", "", "gossip address IP (port 7946)")
-	keyFile := flag.String("key-file", "", "the cluster's gossip key (base64)")
+	tokenFile := flag.String("token-file", "", "a join token ('starling join-token')")
+	dataDir := flag.String("data-dir", "", "where the join keeps its credentials")
+	stranger := flag.Bool("stranger", false, "instead: hold nothing; try to join gossip in the clear and the join endpoint with a made-up token")
 	join := flag.String("join", "", "seed address")
 	victim := flag.String("victim", "", "a running node whose status record to forge")
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
 	serve := flag.String("serve-image", "", "with --fake-api: answer every image export with this tarball")
 	flag.Parse()
-	if err := run(*name, *bind, *keyFile, *join, *victim, *fakeAPI, *serve); err != nil {
+	var err error
+	if *stranger {
+		err = runStranger(*name, *bind, *join)
+	} else {
+		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *fakeAPI, *serve)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, bind, keyFile, join, victim string, fakeAPI bool, serveImage string) error {
-	b, err := os.ReadFile(keyFile)
+func run(name, bind, tokenFile, dataDir, join, victim string, fakeAPI bool, serveImage string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	key, gossipKey, ca, caKey, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
+	cancel()
 	if err != nil {
 		return err
 	}
-	gossipKey, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil {
-		return err
+	fmt.Println("admitted with the token as", name)
+	certs := map[string][]byte{}
+	certFor := func(n string) []byte {
+		if certs[n] == nil {
+			der, err := node.IssueNodeCert(ca, caKey, n, key.Public().(ed25519.PublicKey))
+			if err != nil {
+				panic(err)
+			}
+			certs[n] = der
+		}
+		return certs[n]
 	}
 	cfg := gossip.DefaultConfig()
 	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey = name, bind, 7946, gossipKey
@@ -69,19 +97,17 @@ func run(name, bind, keyFile, join, victim string, fakeAPI bool, serveImage stri
 	status := func(node, subnet string, replicas ...map[string]any) []byte {
 		v, _ := json.Marshal(map[string]any{"name": node, "advertise": bind, "podSubnet": subnet,
 			"subnetSince": map[string]any{"wall": 1}, "subnetReady": true,
-			"capacity": map[string]any{"milliCPU": 64000, "memoryBytes": 1 << 40}, "started": time.Now().UTC(), "replicas": replicas})
+			"capacity": map[string]any{"milliCPU": 64000, "memoryBytes": 1 << 40}, "started": time.Now().UTC(), "replicas": replicas,
+			"cert": certFor(node)})
 		return v
 	}
 	replica := func(node, ip string) map[string]any {
 		return map[string]any{"name": "hello-0", "namespace": "default", "workload": "hello", "ordinal": 0, "node": node,
 			"phase": "Running", "ready": true, "podIP": ip, "specHash": "0123abcd"}
 	}
-	_, key, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		return err
-	}
 	if fakeAPI {
-		return serveFakeAPI(c, clock, key, name, bind, serveImage, status, replica)
+		tlsCert := tls.Certificate{Certificate: [][]byte{ownCert, ca.Raw}, PrivateKey: key}
+		return serveFakeAPI(c, clock, key, tlsCert, name, bind, serveImage, status, replica)
 	}
 	recs := []crdt.Record{
 		// Route hijack: a subnet outside --cluster-cidr.
@@ -125,10 +151,10 @@ func run(name, bind, keyFile, join, victim string, fakeAPI bool, serveImage stri
 		}
 		unsigned.Version = clock.Now()
 		c.Publish(unsigned)
+		// Again each round: one broadcast can be missed.
+		future.Version = hlc.Timestamp{Wall: time.Now().Add(2 * time.Hour).UnixNano()}
+		c.Publish(sign(future))
 		round++
-	}
-	if err := c.Publish(sign(future)); err != nil {
-		return fmt.Errorf("publish %s: %w", future.Key, err)
 	}
 	publish()
 	fmt.Println("published", len(recs)+2, "hostile records")
@@ -140,12 +166,14 @@ func run(name, bind, keyFile, join, victim string, fakeAPI bool, serveImage stri
 }
 
 // serveFakeAPI joins as a well-formed node that advertises an API and a
-// replica, so honest nodes send it log and image requests; it prints each
-// request's method, URI and Authorization header (the operator's token
-// must never be among them), answers image exports with the tarball
-// serveImage (poisoned content under the name asked for, plus extra
-// tags), and everything else with 404.
-func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, name, bind, serveImage string,
+// replica, so honest nodes send it log and image requests, on its TCP API
+// port and on its peer port (7947, TLS with its node certificate); it
+// prints each request's method, URI, Authorization header (the
+// operator's token must never be among them) and client certificate,
+// answers image exports with the tarball serveImage (poisoned content
+// under the name asked for, plus extra tags), and everything else with
+// 404.
+func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, cert tls.Certificate, name, bind, serveImage string,
 	status func(string, string, ...map[string]any) []byte, replica func(string, string) map[string]any) error {
 	var st map[string]any
 	json.Unmarshal(status(name, "10.22.50.0/24", replica(name, "10.22.50.7")), &st)
@@ -161,12 +189,62 @@ func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, n
 		return err
 	}
 	fmt.Println("published a valid status with an API at", st["api"])
-	return http.ListenAndServe(bind+":7443", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Printf("request %s %s auth=%q\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"))
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := ""
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			client = r.TLS.PeerCertificates[0].Subject.CommonName
+		}
+		fmt.Printf("request %s %s auth=%q client=%q\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), client)
 		if serveImage != "" && r.URL.Path == "/v1/images/export" {
 			http.ServeFile(w, r, serveImage)
 			return
 		}
 		http.NotFound(w, r)
-	}))
+	})
+	peer := &http.Server{Addr: bind + ":7947", Handler: handler,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert}}
+	errc := make(chan error, 2)
+	go func() { errc <- peer.ListenAndServeTLS("", "") }()
+	go func() { errc <- http.ListenAndServe(bind+":7443", handler) }()
+	return <-errc
+}
+
+// runStranger holds nothing: it joins gossip with no key and asks the
+// seed's join endpoint (the gossip port + 1) to admit it with a made-up
+// token, accepting any certificate (it has no pin). It prints what each
+// attempt gave and exits.
+func runStranger(name, bind, join string) error {
+	cfg := gossip.DefaultConfig()
+	cfg.Name, cfg.BindAddr, cfg.BindPort = name, bind, 7946
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := gossip.New(cfg, gossip.NewMemState())
+	if err != nil {
+		return err
+	}
+	n, err := c.Join([]string{join})
+	fmt.Printf("gossip join in the clear: %d joined, err=%v\n", n, err)
+	c.Shutdown()
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"name": name, "key": []byte(pub), "tokenID": "abcdef", "secret": "0123456789abcdef"})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec
+	resp, err := client.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body))
+	if err != nil {
+		fmt.Println("join with a made-up token: err", err)
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	fmt.Printf("join with a made-up token: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
+	// The node-to-node routes of the same port want a node certificate.
+	resp, err = client.Get("https://" + join + ":7947/v1/images/export?name=starling.local/echo:v1")
+	if err != nil {
+		fmt.Println("image export without a node certificate: err", err)
+		return nil
+	}
+	resp.Body.Close()
+	fmt.Printf("image export without a node certificate: status %d\n", resp.StatusCode)
+	return nil
 }

@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/api"
+)
+
+// newInitCmd is `starling init`: a new cluster's secrets, made offline.
+func newInitCmd(g *globals) *cobra.Command {
+	host, _ := os.Hostname()
+	name, dataDir := host, node.DefaultConfig().DataDir
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create a new cluster's CA, gossip key and this node's certificate in --data-dir",
+		Long: `Create a new cluster: a certificate authority (Ed25519), the gossip key and
+this node's key and certificate, written (mode 0600) into --data-dir. Then
+start 'starling agent' with the same --name and --data-dir; it is the
+cluster's first node. An agent started with no --join on an empty data dir
+does the same by itself. Invite other nodes with 'starling join-token'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pin, err := node.InitCluster(dataDir, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "cluster created in %s (CA %s)\nstart the agent: starling agent --name %s --data-dir %s ...\nthen invite nodes: starling join-token\n", dataDir, pin, name, dataDir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", name, "this node's name (the agent's --name)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", dataDir, "the agent's --data-dir")
+	return cmd
+}
+
+// newJoinTokenCmd is `starling join-token`: a token that admits nodes.
+func newJoinTokenCmd(g *globals) *cobra.Command {
+	ttl := node.DefaultJoinTokenTTL
+	cmd := &cobra.Command{
+		Use:   "join-token",
+		Short: "Print a new token that lets nodes join the cluster",
+		Long: `Print a new join token (on stdout, nothing else). It holds the pin of the
+cluster's CA and a secret; a node started with
+  starling agent --join ADDR --join-token-file FILE
+checks that ADDR belongs to this cluster, proves it holds the secret and
+receives the gossip key and a certificate for its name. The token admits
+any number of nodes until --ttl passes or 'starling node forget' deletes
+every token. Keep it like a password: save it with mode 0600.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ttl < time.Minute {
+				return fmt.Errorf("--ttl %s: must be at least 1m", ttl)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var tok api.JoinToken
+			if err := c.postJSON(ctx, "/v1/join-tokens", api.JoinTokenRequest{TTLSeconds: int64(ttl / time.Second)}, &tok); err != nil {
+				return err
+			}
+			fmt.Fprintln(g.stdout, tok.Token)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", ttl, "how long the token admits nodes (1m to 8760h)")
+	return cmd
+}

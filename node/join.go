@@ -1,0 +1,656 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/store"
+)
+
+// Joining a secure cluster. A new node holds a join token (pki.go) and the
+// gossip address of any member (--join HOST[:PORT]). It opens TLS to that
+// member's peer port (the gossip port + 1, 7947 by default), accepts the
+// member's certificate only if it chains to the CA the token pins, and
+// sends its name, its public node key and the token's ID and secret. The
+// member admits it (admit): the token must be a live one (a
+// joinTokenRecord, not expired) whose secret hashes to the record's, the
+// key must not be revoked and the name must not be bound to another key.
+// The answer holds the CA certificate and key, the gossip key and the new
+// node's certificate; the node saves them (0600) and from then on starts
+// without the token.
+
+// joinTokenKind is the store kind of join-token records:
+// "jointoken/cluster/<token ID>" = joinTokenRecord. Tokens are written by
+// 'starling join-token' and deleted by 'starling node forget' (every
+// token: a forgotten node cannot come back with the one it joined with).
+const joinTokenKind = "jointoken"
+
+func joinTokenKey(id string) string { return joinTokenKind + "/cluster/" + id }
+
+// joinTokenRecord is what the cluster keeps of a join token: the SHA-256
+// of its secret (never the secret) and when it expires.
+type joinTokenRecord struct {
+	SecretHash []byte    `json:"secretHash"` // 32 bytes, base64 in JSON
+	Expires    time.Time `json:"expires"`
+}
+
+// Bounds of a join token's lifetime.
+const (
+	DefaultJoinTokenTTL = 24 * time.Hour
+	maxJoinTokenTTL     = 365 * 24 * time.Hour
+)
+
+// checkJoinToken checks a join-token record's key and value.
+func checkJoinToken(key string, value []byte) *rejection {
+	id := strings.TrimPrefix(key, joinTokenKind+"/cluster/")
+	if !isTokenID(id) {
+		return reject(rejectKey, "join token record %q: the ID is not 6 of [a-z0-9]", key)
+	}
+	var t joinTokenRecord
+	if err := json.Unmarshal(value, &t); err != nil {
+		return reject(rejectMalformed, "%s: %v", key, err)
+	}
+	if len(t.SecretHash) != sha256.Size {
+		return reject(rejectMalformed, "%s: the secret hash has %d bytes, not %d", key, len(t.SecretHash), sha256.Size)
+	}
+	if t.Expires.After(time.Now().Add(maxJoinTokenTTL + time.Hour)) {
+		return reject(rejectRange, "%s: expires %s, more than %s from now", key, t.Expires.Format(time.RFC3339), maxJoinTokenTTL)
+	}
+	return nil
+}
+
+func isTokenID(s string) bool {
+	if len(s) != 6 {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune(tokenAlphabet, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// createJoinToken makes a join token valid for ttl and stores its record.
+func (a *Agent) createJoinToken(ttl time.Duration) (joinToken, time.Time, error) {
+	if a.creds == nil {
+		return joinToken{}, time.Time{}, errors.New("this cluster runs with --insecure: it has no CA and takes no join tokens; nodes join with --join and --insecure")
+	}
+	if ttl < time.Minute || ttl > maxJoinTokenTTL {
+		return joinToken{}, time.Time{}, fmt.Errorf("ttl %s: must be between 1m and %s", ttl, maxJoinTokenTTL)
+	}
+	tok, err := newJoinToken(caPin(a.creds.CA))
+	if err != nil {
+		return joinToken{}, time.Time{}, err
+	}
+	expires := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	b, err := json.Marshal(joinTokenRecord{SecretHash: secretHash(tok.Secret), Expires: expires})
+	if err != nil {
+		return joinToken{}, time.Time{}, err
+	}
+	err = a.publish(crdt.Record{Key: joinTokenKey(tok.ID), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
+	return tok, expires, err
+}
+
+// deleteJoinTokens deletes every join token record (node forget).
+func (a *Agent) deleteJoinTokens() error {
+	recs, err := a.store.List(joinTokenKind + "/")
+	if err != nil {
+		return err
+	}
+	var dels []crdt.Record
+	for _, r := range recs {
+		if !r.Deleted {
+			a.clock.Update(r.Version)
+			dels = append(dels, crdt.Record{Key: r.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+		}
+	}
+	return a.publish(dels...)
+}
+
+// joinRequest is the body of POST /v1/join on the peer port.
+type joinRequest struct {
+	Name    string `json:"name"`
+	Key     []byte `json:"key"`     // the node's Ed25519 public key
+	TokenID string `json:"tokenID"` // the token's 6-character ID
+	Secret  string `json:"secret"`  // the token's 16-character secret
+}
+
+// joinResponse is the answer to an admitted node.
+type joinResponse struct {
+	CA        []byte   `json:"ca"`        // CA certificate, DER
+	CAKey     []byte   `json:"caKey"`     // CA private key, PKCS #8 DER
+	Cert      []byte   `json:"cert"`      // the node's certificate, DER
+	GossipKey []byte `json:"gossipKey"` // 32 bytes
+}
+
+// joinRefusal is why a join was refused: an HTTP status and a message for
+// the joining node's operator.
+type joinRefusal struct {
+	status int
+	msg    string
+}
+
+func (r *joinRefusal) Error() string { return r.msg }
+
+// admitLookups are what admit reads of the cluster's state.
+type admitLookups struct {
+	token   func(id string) (joinTokenRecord, bool)
+	bound   func(name string) ([]byte, bool)
+	revoked func(key []byte) bool
+}
+
+// admit decides a join request at now: nil, or why it is refused.
+func admit(req joinRequest, look admitLookups, now time.Time) *joinRefusal {
+	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
+		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", req.Name, strings.Join(errs, "; "))}
+	}
+	if len(req.Key) != ed25519.PublicKeySize {
+		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node key: want %d bytes, got %d", ed25519.PublicKeySize, len(req.Key))}
+	}
+	badToken := &joinRefusal{http.StatusForbidden, "the join token is unknown, expired or deleted (tokens are deleted by 'starling node forget'): make a new one with 'starling join-token' on a cluster node"}
+	if !isTokenID(req.TokenID) {
+		return badToken
+	}
+	t, ok := look.token(req.TokenID)
+	if !ok || !now.Before(t.Expires) || subtle.ConstantTimeCompare(secretHash(req.Secret), t.SecretHash) != 1 {
+		return badToken
+	}
+	if look.revoked(req.Key) {
+		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("node key %s was revoked by 'starling node forget': remove %s from the node's data dir to make a new identity", keyID(req.Key), nodeKeyFile)}
+	}
+	if bound, ok := look.bound(req.Name); ok && !bytes.Equal(bound, req.Key) {
+		return &joinRefusal{http.StatusConflict, fmt.Sprintf("node name %q is in use by another node (key %s; this node's key is %s): start this node with another --name, or, if it replaces that node, run 'starling node forget %s' first",
+			req.Name, keyID(bound), keyID(req.Key), req.Name)}
+	}
+	return nil
+}
+
+// tokenLookup reads a join-token record from the store.
+func tokenLookup(st *store.Store) func(id string) (joinTokenRecord, bool) {
+	return func(id string) (joinTokenRecord, bool) {
+		rec, ok, err := st.Get(joinTokenKey(id))
+		if err != nil || !ok || rec.Deleted {
+			return joinTokenRecord{}, false
+		}
+		var t joinTokenRecord
+		if json.Unmarshal(rec.Value, &t) != nil {
+			return joinTokenRecord{}, false
+		}
+		return t, true
+	}
+}
+
+// joinWarnLimit bounds the WARNs about refused joins to one a second per
+// kind of refusal (HTTP status): anyone on the LAN can knock, and a name
+// conflict must not hide behind a stream of bad tokens.
+type joinWarnLimit struct {
+	mu   sync.Mutex
+	last map[int]time.Time
+}
+
+func (l *joinWarnLimit) allow(status int, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[int]time.Time{}
+	}
+	if now.Sub(l.last[status]) < time.Second {
+		return false
+	}
+	l.last[status] = now
+	return true
+}
+
+// handleJoin serves POST /v1/join on the peer port.
+func (a *Agent) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, 64<<10)
+	if err != nil {
+		status, err := bodyStatus("join request", err)
+		writeError(w, status, err)
+		return
+	}
+	var req joinRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("join request: %w", err))
+		return
+	}
+	remote, _ := netip.ParseAddrPort(r.RemoteAddr)
+	if rf := admit(req, admitLookups{token: tokenLookup(a.store), bound: a.id.boundKey, revoked: a.id.isRevoked}, time.Now()); rf != nil {
+		if a.joinWarn.allow(rf.status, time.Now()) {
+			a.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", remote.Addr(), "status", rf.status, "why", rf.msg)
+		}
+		writeError(w, rf.status, rf)
+		return
+	}
+	cert, err := issueNodeCert(a.creds.CA, a.creds.CAKey, req.Name, req.Key, []netip.Addr{remote.Addr().Unmap()}, time.Now())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	caKey, err := x509.MarshalPKCS8PrivateKey(a.creds.CAKey)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	resp := joinResponse{CA: a.creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKey: a.creds.GossipKey}
+	a.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// peerPort is the TCP port of a node's peer listener (join, and TLS
+// between nodes): its gossip port + 1.
+func peerPort(gossipPort int) int { return gossipPort + 1 }
+
+// pinnedTLS is a TLS client configuration that accepts a server whose
+// certificate chain holds the CA pinned by pin and whose own certificate
+// that CA issued (for a server, for any node name: the pin is what a
+// token holder knows of the cluster).
+func pinnedTLS(pin string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// Verification is VerifyPeerCertificate's: the CA is not known
+		// in advance, only its pin.
+		InsecureSkipVerify: true, //nolint:gosec
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) < 2 {
+				return errors.New("the server sent no CA certificate")
+			}
+			leaf, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			for _, b := range raw[1:] {
+				ca, err := x509.ParseCertificate(b)
+				if err != nil || !ca.IsCA {
+					continue
+				}
+				sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
+				if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(pin)) != 1 {
+					continue
+				}
+				pool := x509.NewCertPool()
+				pool.AddCert(ca)
+				_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+				return err
+			}
+			return errPinMismatch
+		},
+	}
+}
+
+// errPinMismatch: the server's certificate does not chain to the pinned
+// CA. Joining stops at once: the address is not the token's cluster.
+var errPinMismatch = errors.New("the server's CA is not the one the join token pins: this address is not a node of the cluster the token is for (or someone is in the way)")
+
+// joinWithToken asks the members at seeds (gossip addresses) to admit
+// node name with key, using the token in tokenFile, until one answers or
+// ctx ends; a refusal (bad token, name in use) ends it at once. The
+// credentials are checked against the token's pin and saved in dataDir.
+func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed25519.PrivateKey, seeds []string, log *slog.Logger) (*credentials, error) {
+	b, err := readSecretFile("--join-token-file", tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := parseJoinToken(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("--join-token-file %s: %w", tokenFile, err)
+	}
+	body, err := json.Marshal(joinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), TokenID: tok.ID, Secret: tok.Secret})
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: pinnedTLS(tok.Pin)}}
+	defer client.CloseIdleConnections()
+	backoff := time.Second
+	for {
+		for _, seed := range seeds {
+			host, port, err := splitHostPort(seed, 7946)
+			if err != nil {
+				return nil, fmt.Errorf("--join %q: %w", seed, err)
+			}
+			url := "https://" + net.JoinHostPort(host, strconv.Itoa(peerPort(port))) + "/v1/join"
+			resp, err := postJoin(ctx, client, url, body)
+			if err == nil {
+				creds, err := acceptJoin(resp, tok.Pin, name, key)
+				if err != nil {
+					return nil, fmt.Errorf("join through %s: %w", seed, err)
+				}
+				if err := saveCredentials(dataDir, creds); err != nil {
+					return nil, err
+				}
+				log.Info("joined the cluster with a token", "through", seed, "ca", tok.Pin[:16], "token", tok.ID)
+				return creds, nil
+			}
+			var rf *joinRefusal
+			if errors.As(err, &rf) {
+				return nil, fmt.Errorf("join through %s refused: %s", seed, rf.msg)
+			}
+			if errors.Is(err, errPinMismatch) {
+				return nil, fmt.Errorf("join through %s: %w", seed, errPinMismatch)
+			}
+			log.Warn("could not reach a seed to join; retrying", "seed", seed, "err", err, "retryIn", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// postJoin sends a join request; an answer other than 200 is a
+// *joinRefusal.
+func postJoin(ctx context.Context, client *http.Client, url string, body []byte) (*joinResponse, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, &joinRefusal{resp.StatusCode, oneLine(e.Error)}
+	}
+	var jr joinResponse
+	if err := json.Unmarshal(b, &jr); err != nil {
+		return nil, fmt.Errorf("join answer: %w", err)
+	}
+	return &jr, nil
+}
+
+// acceptJoin checks a join answer against the token's pin and this node's
+// name and key.
+func acceptJoin(jr *joinResponse, pin, name string, key ed25519.PrivateKey) (*credentials, error) {
+	ca, err := x509.ParseCertificate(jr.CA)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	if caPin(ca) != pin {
+		return nil, errors.New("the CA certificate sent is not the one the token pins")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(jr.CAKey)
+	caKey, ok := k.(ed25519.PrivateKey)
+	if err != nil || !ok || !caKey.Public().(ed25519.PublicKey).Equal(ca.PublicKey) {
+		return nil, errors.New("the CA key sent is not the CA certificate's")
+	}
+	cert, err := x509.ParseCertificate(jr.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("node certificate: %w", err)
+	}
+	if err := verifyNodeCert(cert, ca, name, key.Public().(ed25519.PublicKey), time.Now()); err != nil {
+		return nil, err
+	}
+	if len(jr.GossipKey) != 32 {
+		return nil, fmt.Errorf("gossip key of %d bytes", len(jr.GossipKey))
+	}
+	return &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKey: jr.GossipKey}, nil
+}
+
+// setupCredentials gives a node what it needs to be a member: with
+// --insecure, nothing; a node that joined before uses the credentials in
+// its data dir; otherwise it joins with --join-token-file, or, given no
+// --join, creates a new cluster. The node certificate is renewed (with
+// the node's own CA key) when it expires within nodeCertRenewBefore or
+// does not name the node's advertised address.
+func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, error) {
+	if cfg.Insecure {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, caCertFile)); err == nil {
+			return nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, caCertFile)
+		}
+		return nil, nil
+	}
+	creds, err := loadCredentials(cfg.DataDir)
+	switch {
+	case err == nil:
+		if cfg.JoinTokenFile != "" {
+			log.Info("already a member of the cluster: --join-token-file is not needed and not read", "dataDir", cfg.DataDir)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
+	case cfg.JoinTokenFile != "":
+		if len(cfg.Join) == 0 {
+			return nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
+		}
+		if creds, err = joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, key, cfg.Join, log); err != nil {
+			return nil, err
+		}
+	case len(cfg.Join) == 0:
+		if creds, err = initCluster(cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
+			return nil, err
+		}
+		log.Info("created a new cluster (CA, gossip key and this node's certificate in the data dir); invite nodes with 'starling join-token'",
+			"ca", caPin(creds.CA)[:16], "dataDir", cfg.DataDir)
+	default:
+		return nil, fmt.Errorf("--join %s: joining a cluster needs a join token: run 'starling join-token' on any cluster node, save it to a file (chmod 600) and pass --join-token-file FILE",
+			strings.Join(cfg.Join, ","))
+	}
+	if cn := creds.NodeCert.Subject.CommonName; cn != cfg.Name {
+		return nil, fmt.Errorf("--name %s: this data dir's certificate is for node %q; start with --name %s", cfg.Name, cn, cn)
+	}
+	if !creds.NodeCert.PublicKey.(ed25519.PublicKey).Equal(key.Public()) {
+		return nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s and join again with a new token", nodeCertFile, nodeKeyFile, nodeCertFile)
+	}
+	if err := renewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
+		return nil, err
+	}
+	return creds, nil
+}
+
+// renewNodeCert issues a new certificate for this node (same name and key)
+// when the one in creds expires within nodeCertRenewBefore or lacks one
+// of ips, and saves it.
+func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, ips []netip.Addr, now time.Time) error {
+	missing := false
+	for _, ip := range ips {
+		found := false
+		for _, have := range creds.NodeCert.IPAddresses {
+			if a, ok := netip.AddrFromSlice(have); ok && a.Unmap() == ip {
+				found = true
+			}
+		}
+		missing = missing || !found
+	}
+	if !missing && now.Add(nodeCertRenewBefore).Before(creds.NodeCert.NotAfter) {
+		return nil
+	}
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, creds.NodeCert.Subject.CommonName, key.Public().(ed25519.PublicKey), ips, now)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(dataDir, nodeCertFile), "CERTIFICATE", cert.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", nodeCertFile, err)
+	}
+	creds.NodeCert = cert
+	return nil
+}
+
+// advertisedIPs are the addresses a node's certificate names: its
+// --advertise host, else its --bind host unless that is a wildcard.
+func advertisedIPs(cfg Config) []netip.Addr {
+	for _, s := range []string{cfg.Advertise, cfg.BindAddr} {
+		if s == "" {
+			continue
+		}
+		host, _, err := splitHostPort(s, 0)
+		if err != nil {
+			continue
+		}
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+			return []netip.Addr{ip.Unmap()}
+		}
+	}
+	return nil
+}
+
+// listenPeers opens the peer listener: TLS on the gossip bind address,
+// port peerPort (an ephemeral port when gossip's is).
+func (a *Agent) listenPeers() (net.Listener, error) {
+	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
+	if err != nil {
+		return nil, fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
+	}
+	if port != 0 {
+		port = peerPort(port)
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("peer listener (join and TLS between nodes, the gossip port + 1) on %s: %w", addr, err)
+	}
+	return tls.NewListener(l, a.peerServerTLS()), nil
+}
+
+// peerHandler serves the peer port: the join protocol, open to anyone
+// (the token is the credential), and the node-to-node routes, for nodes
+// only (peertls.go).
+func (a *Agent) peerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/join", a.handleJoin)
+	mux.Handle("GET /v1/logs/{namespace}/{name}", a.requirePeerCert(http.HandlerFunc(a.handleLogs)))
+	mux.Handle("GET /v1/images/export", a.requirePeerCert(http.HandlerFunc(a.handleImageExport)))
+	return mux
+}
+
+// certDER is this node's certificate (DER), nil with --insecure.
+func (a *Agent) certDER() []byte {
+	if c := a.nodeCert.Load(); c != nil {
+		return c.Raw
+	}
+	return nil
+}
+
+// certRenewCheck is how often a running node checks whether its
+// certificate needs renewing.
+const certRenewCheck = 12 * time.Hour
+
+// certLoop renews this node's certificate (renewNodeCert) while it runs;
+// the next status record carries the new one.
+func (a *Agent) certLoop(ctx context.Context) {
+	if a.creds == nil {
+		return
+	}
+	t := time.NewTicker(certRenewCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := *a.creds
+		c.NodeCert = a.nodeCert.Load()
+		if err := renewNodeCert(a.cfg.DataDir, &c, a.id.key, advertisedIPs(a.cfg), time.Now()); err != nil {
+			a.log.Error("renew node certificate", "err", err)
+			continue
+		}
+		if c.NodeCert != a.nodeCert.Load() {
+			a.nodeCert.Store(c.NodeCert)
+			a.log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
+			a.requestReconcile()
+		}
+	}
+}
+
+// handleJoinToken serves POST /v1/join-tokens: a new join token.
+func (a *Agent) handleJoinToken(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, 4<<10)
+	if err != nil {
+		status, err := bodyStatus("join-token request", err)
+		writeError(w, status, err)
+		return
+	}
+	var req api.JoinTokenRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("join-token request: %w", err))
+			return
+		}
+	}
+	ttl := DefaultJoinTokenTTL
+	if req.TTLSeconds != 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	if req.TTLSeconds < 0 || req.TTLSeconds > int64(maxJoinTokenTTL/time.Second) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(maxJoinTokenTTL/time.Second)))
+		return
+	}
+	tok, expires, err := a.createJoinToken(ttl)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if a.creds == nil || ttl < time.Minute {
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, err)
+		return
+	}
+	a.log.Info("made a join token", "token", tok.ID, "expires", expires)
+	writeJSON(w, http.StatusCreated, api.JoinToken{Token: tok.String(), Expires: expires})
+}
+
+// JoinCluster joins a secure cluster with the token in tokenFile through
+// the member at seed (a gossip address), as a node named name whose key
+// is (or is made) in dataDir, and saves the credentials there. It returns
+// the node key, the gossip key, the CA certificate and key and the node's
+// certificate (DER). For tools and tests that speak gossip themselves;
+// the agent joins by itself.
+func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (nodeKey ed25519.PrivateKey, gossipKey []byte, ca *x509.Certificate, caKey ed25519.PrivateKey, cert []byte, err error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	key, err := loadOrCreateNodeKey(dataDir)
+	if err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	creds, err := joinWithToken(ctx, dataDir, tokenFile, name, key, []string{seed}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	return key, creds.GossipKey, creds.CA, creds.CAKey, creds.NodeCert.Raw, nil
+}
+
+// IssueNodeCert issues a node certificate with a cluster CA (see
+// JoinCluster); for tools and tests.
+func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey) ([]byte, error) {
+	c, err := issueNodeCert(ca, caKey, name, pub, nil, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return c.Raw, nil
+}
