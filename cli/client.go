@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
@@ -23,16 +24,24 @@ type Client struct {
 }
 
 // NewClient returns a client for server: a unix socket path, or an
-// "http://host:port" / "https://host:port" URL. token is sent as a bearer
-// token when set.
-func NewClient(server, token string) (*Client, error) {
+// "https://host:port" (or, for an --insecure cluster, "http://host:port")
+// URL. token is sent as a bearer token when set. An https server's
+// certificate must chain to the CA pinned by caPin (node.PinnedTLS), so
+// https needs a pin: the client config ('starling config') holds it.
+func NewClient(server, token, caPin string) (*Client, error) {
 	switch {
-	case strings.HasPrefix(server, "http://"), strings.HasPrefix(server, "https://"):
+	case strings.HasPrefix(server, "https://"):
+		if caPin == "" {
+			return nil, fmt.Errorf("--server %s: the CLI checks the agent's certificate against the cluster CA, and has no CA pin: write a client config on a node with 'starling config' and use it (--config or STARLING_CONFIG)", server)
+		}
+		tr := &http.Transport{TLSClientConfig: node.PinnedTLS(caPin)}
+		return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Transport: tr}}, nil
+	case strings.HasPrefix(server, "http://"):
 		return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{}}, nil
 	case server == "":
 		return nil, errors.New("--server: empty; give a unix socket path or http://host:port")
 	case !strings.Contains(server, "/") && strings.Contains(server, ":"):
-		return nil, fmt.Errorf("--server %s: for a TCP API write http://%s; a unix socket is a path", server, server)
+		return nil, fmt.Errorf("--server %s: for a TCP API write https://%s; a unix socket is a path", server, server)
 	default:
 		path := strings.TrimPrefix(server, "unix://")
 		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -19,18 +19,35 @@ import (
 type globals struct {
 	server    string
 	token     string
+	config    string
 	namespace string
 	stdin     io.Reader
 	stdout    io.Writer
 }
 
-func (g *globals) client() (*Client, error) { return NewClient(g.server, g.token) }
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// client is a client for the selected agent: --server and --token (or
+// STARLING_SERVER and STARLING_TOKEN) when given, else the client
+// config's (clientConfig), else the local agent's unix socket. A client
+// config's CA pin is checked against the server's certificate.
+func (g *globals) client() (*Client, error) {
+	cc, err := g.clientConfig()
+	if err != nil {
+		return nil, err
 	}
-	return def
+	server, token, pin := g.server, g.token, ""
+	if cc != nil {
+		if server == "" {
+			server = cc.Server
+		}
+		if token == "" {
+			token = cc.Token
+		}
+		pin = cc.CAPin
+	}
+	if server == "" {
+		server = node.SocketPath(node.DefaultConfig().DataDir)
+	}
+	return NewClient(server, token, pin)
 }
 
 // NewRoot builds the starling command tree. stdin and stdout are where
@@ -49,13 +66,15 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 	}
 	root.SetOut(stdout)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.server, "server", envOr("STARLING_SERVER", node.SocketPath(node.DefaultConfig().DataDir)),
-		"agent to talk to: a unix socket path or http(s)://host:port (env STARLING_SERVER)")
+	pf.StringVar(&g.server, "server", os.Getenv("STARLING_SERVER"),
+		"agent to talk to: a unix socket path or https://host:port (env STARLING_SERVER; default: the client config's, else "+node.SocketPath(node.DefaultConfig().DataDir)+")")
+	pf.StringVar(&g.config, "config", "", "client config file written by 'starling config' (env STARLING_CONFIG; default ~/.starling/config if it exists)")
 	pf.StringVar(&g.token, "token", os.Getenv("STARLING_TOKEN"), "bearer token for a TCP server (env STARLING_TOKEN)")
 	root.AddCommand(
 		newAgentCmd(),
 		newInitCmd(g),
 		newJoinTokenCmd(g),
+		newConfigCmd(g),
 		newApplyCmd(g),
 		newGetCmd(g),
 		newDescribeCmd(g),

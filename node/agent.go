@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -351,6 +352,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			ul.Close()
 			return fmt.Errorf("--api-listen %s: %w", a.cfg.APIListen, err)
+		}
+		if a.creds != nil {
+			// TLS with the node's certificate; clients check it against
+			// the cluster CA's pin (starling config).
+			tl = tls.NewListener(tl, &tls.Config{MinVersion: tls.VersionTLS12,
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.tlsCert(), nil }})
 		}
 		servers = append(servers, &http.Server{Handler: a.requireAuth(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,9 +143,9 @@ type joinRequest struct {
 
 // joinResponse is the answer to an admitted node.
 type joinResponse struct {
-	CA        []byte   `json:"ca"`        // CA certificate, DER
-	CAKey     []byte   `json:"caKey"`     // CA private key, PKCS #8 DER
-	Cert      []byte   `json:"cert"`      // the node's certificate, DER
+	CA        []byte `json:"ca"`        // CA certificate, DER
+	CAKey     []byte `json:"caKey"`     // CA private key, PKCS #8 DER
+	Cert      []byte `json:"cert"`      // the node's certificate, DER
 	GossipKey []byte `json:"gossipKey"` // 32 bytes
 }
 
@@ -266,11 +267,12 @@ func (a *Agent) handleJoin(w http.ResponseWriter, r *http.Request) {
 // between nodes): its gossip port + 1.
 func peerPort(gossipPort int) int { return gossipPort + 1 }
 
-// pinnedTLS is a TLS client configuration that accepts a server whose
-// certificate chain holds the CA pinned by pin and whose own certificate
-// that CA issued (for a server, for any node name: the pin is what a
-// token holder knows of the cluster).
-func pinnedTLS(pin string) *tls.Config {
+// PinnedTLS is a TLS client configuration that accepts a server whose
+// certificate chain holds the CA pinned by pin (64 hex digits: the
+// SHA-256 of its SubjectPublicKeyInfo) and whose own certificate that CA
+// issued, for any node name: the pin is what a token holder, or the CLI's
+// client config, knows of the cluster, and any node may answer.
+func PinnedTLS(pin string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Verification is VerifyPeerCertificate's: the CA is not known
@@ -305,7 +307,7 @@ func pinnedTLS(pin string) *tls.Config {
 
 // errPinMismatch: the server's certificate does not chain to the pinned
 // CA. Joining stops at once: the address is not the token's cluster.
-var errPinMismatch = errors.New("the server's CA is not the one the join token pins: this address is not a node of the cluster the token is for (or someone is in the way)")
+var errPinMismatch = errors.New("the server's certificate does not chain to the pinned cluster CA (the join token's or the client config's): it is not a node of that cluster, or someone is in the way")
 
 // joinWithToken asks the members at seeds (gossip addresses) to admit
 // node name with key, using the token in tokenFile, until one answers or
@@ -324,7 +326,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: pinnedTLS(tok.Pin)}}
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(tok.Pin)}}
 	defer client.CloseIdleConnections()
 	backoff := time.Second
 	for {
@@ -502,21 +504,27 @@ func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, i
 }
 
 // advertisedIPs are the addresses a node's certificate names: its
-// --advertise host, else its --bind host unless that is a wildcard.
+// --advertise host (else its --bind host), and its --api-listen host,
+// wildcards left out.
 func advertisedIPs(cfg Config) []netip.Addr {
-	for _, s := range []string{cfg.Advertise, cfg.BindAddr} {
-		if s == "" {
-			continue
-		}
+	parse := func(s string) (netip.Addr, bool) {
 		host, _, err := splitHostPort(s, 0)
-		if err != nil {
-			continue
+		if s == "" || err != nil {
+			return netip.Addr{}, false
 		}
-		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-			return []netip.Addr{ip.Unmap()}
-		}
+		ip, err := netip.ParseAddr(host)
+		return ip.Unmap(), err == nil && !ip.IsUnspecified()
 	}
-	return nil
+	var out []netip.Addr
+	if ip, ok := parse(cfg.Advertise); ok {
+		out = append(out, ip)
+	} else if ip, ok := parse(cfg.BindAddr); ok {
+		out = append(out, ip)
+	}
+	if ip, ok := parse(cfg.APIListen); ok && !slices.Contains(out, ip) {
+		out = append(out, ip)
+	}
+	return out
 }
 
 // listenPeers opens the peer listener: TLS on the gossip bind address,
@@ -653,4 +661,16 @@ func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 		return nil, err
 	}
 	return c.Raw, nil
+}
+
+// handleClientConfig serves GET /v1/client-config: what 'starling config'
+// writes for the CLI. It holds the API token, so it is served where the
+// token is already known or not needed: the unix socket (root only) and
+// the TCP API behind the token.
+func (a *Agent) handleClientConfig(w http.ResponseWriter, r *http.Request) {
+	cc := api.ClientConfig{Server: a.apiURL(), Token: a.token}
+	if a.creds != nil {
+		cc.CAPin = caPin(a.creds.CA)
+	}
+	writeJSON(w, http.StatusOK, cc)
 }

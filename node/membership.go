@@ -294,7 +294,11 @@ func (a *Agent) apiURL() string {
 	if net.ParseIP(host) == nil {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	scheme := "http://"
+	if a.creds != nil {
+		scheme = "https://" // the node's certificate (Run)
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 func (a *Agent) advertiseHost() string {

@@ -50,6 +50,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
 	mux.HandleFunc("DELETE /v1/nodes/{name}", a.handleForgetNode)
 	mux.HandleFunc("POST /v1/join-tokens", a.handleJoinToken)
+	mux.HandleFunc("GET /v1/client-config", a.handleClientConfig)
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)

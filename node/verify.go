@@ -349,7 +349,7 @@ const maxRejectLogKeys = 1024
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
-	certs   *certCache // the cluster CA's verifier; nil with --insecure
+	certs   *certCache                       // the cluster CA's verifier; nil with --insecure
 	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
 	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
 	// keyOwner returns the node whose held, live status record is signed

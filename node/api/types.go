@@ -56,6 +56,21 @@ type JoinToken struct {
 	Expires time.Time `json:"expires"`
 }
 
+// ClientConfig is what the CLI needs to reach a cluster over TCP: the
+// agent's API URL, the pin of the cluster CA its certificate must chain
+// to, and the bearer token. GET /v1/client-config answers it; 'starling
+// config' writes it as the CLI's config file (YAML, these field names).
+type ClientConfig struct {
+	// Server is the agent's TCP API, "https://IP:PORT" ("http://" with
+	// --insecure); empty when the agent serves only its unix socket.
+	Server string `json:"server"`
+	// CAPin is the SHA-256 of the cluster CA's SubjectPublicKeyInfo, 64
+	// hex digits; empty with --insecure.
+	CAPin string `json:"caPin,omitempty"`
+	// Token is the API bearer token.
+	Token string `json:"token,omitempty"`
+}
+
 // ApplyRequest carries objects as their canonical JSON (manifest.Encode).
 type ApplyRequest struct {
 	Objects []json.RawMessage `json:"objects"`

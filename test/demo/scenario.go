@@ -66,6 +66,7 @@ containerd and its own starling agent, joined by a LAN namespace
 `)
 	ok := s.r.step("Build starling and the demo images", func() error { return s.build(mod) }) &&
 		s.r.step("Start 3 nodes (own containerd and agent each): node1 creates the cluster, the others join with tokens", s.start) &&
+		s.r.step("From the LAN, the CLI reaches node2's API over TLS, checked against the cluster CA", s.tlsAPI) &&
 		s.r.step("Import the images on node1 only", s.importImages) &&
 		s.r.step("Apply examples/hello/ and 3 clients, spread over the 3 nodes", s.apply) &&
 		s.r.step("node2 and node3 fetched the images from node1 (no registry)", s.imagesShared)
@@ -222,6 +223,33 @@ func (s *scenario) start() error {
 	s.r.say("\nPlain `starling` below talks to node1's API socket (--server %s);\nany node answers for the whole cluster.", c.Nodes[0].Socket)
 	_, err = s.r.run(c.Nodes[0], "get", "nodes")
 	return err
+}
+
+// tlsAPI writes a client config on node1 (its TCP API address, the pin of
+// the cluster CA, the API token) and uses it, pointed at node2, from the
+// LAN namespace: the CLI speaks TLS and accepts only a certificate that
+// chains to the pinned CA.
+func (s *scenario) tlsAPI() error {
+	n1, n2 := s.c.Nodes[0], s.c.Nodes[1]
+	cfg := filepath.Join(s.dir, "client-config")
+	if _, err := s.r.run(n1, "config", "-o", cfg); err != nil {
+		return err
+	}
+	s.r.say("(the file holds server, caPin and token; mode 0600)")
+	s.r.say("$ starling --config %s --server %s get nodes    # from the LAN namespace", cfg, n2.APIURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := harness.NetNSExec(ctx, s.c.LAN, s.binary, "--config", cfg, "--server", n2.APIURL(), "get", "nodes")
+	s.r.say("%s", strings.TrimRight(out, "\n"))
+	if err != nil {
+		return err
+	}
+	for _, n := range s.c.Nodes {
+		if !strings.Contains(out, n.Name+" ") {
+			return fmt.Errorf("node2's answer over TLS lacks %s", n.Name)
+		}
+	}
+	return nil
 }
 
 func (s *scenario) importImages() error {

@@ -39,7 +39,10 @@ func replicaReason(n *harness.Node, name string) (string, error) {
 // kind and handler from its metrics: the mean and the count.
 func probeMean(t *testing.T, c *harness.Cluster, n *harness.Node, kind, handler string) (time.Duration, int) {
 	t.Helper()
-	client := &http.Client{Transport: &http.Transport{DialContext: harness.DialIn(c.LAN)}, Timeout: 5 * time.Second}
+	client, err := c.APIClient()
+	if err != nil {
+		t.Fatal(err)
+	}
 	req, _ := http.NewRequest("GET", n.APIURL()+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := client.Do(req)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,10 @@ func TestTCPAPIRequiresTokenAndServesLogsAndMetrics(t *testing.T) {
 	reps, _ := waitRunning(t, n, "logme", 1, 10*time.Second)
 
 	url := n.APIURL()
-	client := &http.Client{Transport: &http.Transport{DialContext: harness.DialIn(c.LAN)}, Timeout: 5 * time.Second}
+	client, err := c.APIClient() // TLS, checked against the cluster CA
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, err := client.Get(url + "/v1/replicas")
 	if err != nil {
 		t.Fatal(err)
@@ -157,12 +161,43 @@ func TestTCPAPIRequiresTokenAndServesLogsAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The CLI from the LAN side with --server http://... and the token.
-	out, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--server", url, "--token", token, "logs", reps[0].Name)
+	// The CLI from the LAN side, with the client config 'starling config'
+	// writes on the node: TLS checked against the CA pin, and the token.
+	cfg := filepath.Join(t.TempDir(), "config")
+	if out, err := n.CLI("config", "-o", cfg); err != nil || !strings.Contains(out, "server "+url) {
+		t.Fatalf("starling config: %q %v", out, err)
+	}
+	if fi, err := os.Stat(cfg); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("client config mode: %v %v", fi, err)
+	}
+	out, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--config", cfg, "logs", reps[0].Name)
 	if err != nil || !strings.Contains(out, "echo listening on :8080 as "+reps[0].Name) {
 		t.Fatalf("logs over TCP: %q %v", out, err)
 	}
-	if _, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--server", url, "--token", "wrong-token-xxxxxxxx", "get", "replicas"); err == nil || !strings.Contains(err.Error(), "bearer token") {
+	if _, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--config", cfg, "--token", "wrong-token-xxxxxxxx", "get", "replicas"); err == nil || !strings.Contains(err.Error(), "bearer token") {
 		t.Fatalf("wrong token: %v", err)
+	}
+	// Without the pin the CLI refuses to speak TLS blind; with another
+	// CA's pin it refuses the node; plain HTTP gets nothing.
+	if _, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--server", url, "--token", token, "get", "replicas"); err == nil || !strings.Contains(err.Error(), "starling config") {
+		t.Fatalf("https without a pin: %v", err)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := c.CAPin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrong, []byte(strings.Replace(string(b), pin, strings.Repeat("f", 64), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--config", wrong, "get", "replicas"); err == nil || !strings.Contains(err.Error(), "does not chain to the pinned cluster CA") {
+		t.Fatalf("another CA's pin: %v", err)
+	}
+	if _, err := harness.NetNSExec(t.Context(), c.LAN, binary, "--server", strings.Replace(url, "https://", "http://", 1), "--token", token, "get", "replicas"); err == nil {
+		t.Fatal("plain HTTP to the TLS API answered")
 	}
 }

@@ -18,10 +18,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +36,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node"
 )
 
 // Cluster is a set of node namespaces on one LAN namespace.
@@ -212,8 +218,39 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 // AgentLogPath is where the agent's stderr goes (appended across restarts).
 func (n *Node) AgentLogPath() string { return filepath.Join(n.Dir, "agent.log") }
 
-// APIURL is the node's TCP API, reachable from the LAN namespace.
-func (n *Node) APIURL() string { return "http://" + n.IP + ":7443" }
+// APIURL is the node's TCP API (TLS with the node's certificate),
+// reachable from the LAN namespace.
+func (n *Node) APIURL() string { return "https://" + n.IP + ":7443" }
+
+// CAPin is the pin of the cluster's CA (the SHA-256 of its public key, hex)
+// read from the first node's data dir.
+func (c *Cluster) CAPin() (string, error) {
+	b, err := os.ReadFile(filepath.Join(c.Nodes[0].DataDir, "ca.crt"))
+	if err != nil {
+		return "", err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", fmt.Errorf("ca.crt: no PEM block")
+	}
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// APIClient is an HTTP client for the nodes' TCP APIs: it dials from the
+// LAN namespace and checks the server's certificate against the cluster
+// CA.
+func (c *Cluster) APIClient() (*http.Client, error) {
+	pin, err := c.CAPin()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: DialIn(c.LAN), TLSClientConfig: node.PinnedTLS(pin)}}, nil
+}
 
 // StartAgent starts the node's agent with the standard flags plus extra,
 // and waits until its API answers. Standard flags: gossip on the LAN
