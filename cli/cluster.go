@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -72,4 +73,50 @@ every token. Keep it like a password: save it with mode 0600.`,
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", ttl, "how long the token admits nodes (1m to 8760h)")
 	return cmd
+}
+
+// newKeysCmd is `starling keys`: the cluster's gossip keyring.
+func newKeysCmd(g *globals) *cobra.Command {
+	keys := &cobra.Command{Use: "keys", Short: "Manage the cluster's gossip key"}
+	rotate := &cobra.Command{
+		Use:   "rotate",
+		Short: "Move every node to a new gossip key with no downtime",
+		Long: `Make a new gossip key and move every live node to it in three steps, as
+Consul and serf do: install it everywhere (accepted alongside the old one),
+use it everywhere (encrypt with it), remove the old one everywhere. The
+cluster keeps working between steps. The key goes to each node over mutual
+TLS with node certificates, never over gossip, so a node removed with
+'starling node forget' cannot learn it. A node that was down takes the new
+key from a peer when it comes back. If a step fails on a node, the
+rotation stops there with every node still able to read every other; run
+it again once the node is up.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := timeoutCtx(cmd)
+			defer cancel()
+			var res api.KeyRotation
+			err = c.postJSON(ctx, "/v1/keys/rotate", struct{}{}, &res)
+			for _, s := range res.Steps {
+				state := "done"
+				if len(s.Failed) > 0 {
+					state = fmt.Sprintf("FAILED on %s", strings.Join(s.Failed, "; "))
+				}
+				fmt.Fprintf(g.stdout, "%-8s key %s on %d nodes: %s\n", s.Op, s.Key, len(res.Nodes), state)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "gossip key rotated to %s on %s\n", res.Key, strings.Join(res.Nodes, ", "))
+			if len(res.Down) > 0 {
+				fmt.Fprintf(g.stdout, "down (they take the new key from a peer when they return): %s\n", strings.Join(res.Down, ", "))
+			}
+			return nil
+		},
+	}
+	keys.AddCommand(rotate)
+	return keys
 }

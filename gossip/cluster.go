@@ -46,6 +46,7 @@ type Cluster struct {
 	log      *slog.Logger
 	state    State
 	ml       *memberlist.Memberlist
+	keyring  *memberlist.Keyring // nil without encryption (keyring.go)
 	queue    *memberlist.TransmitLimitedQueue
 	idx      *index
 	maxDelta int // largest delta message, type byte included, that is gossiped
@@ -103,7 +104,7 @@ func New(cfg Config, state State) (*Cluster, error) {
 		c.cancel()
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
 	}
-	c.ml = ml
+	c.ml, c.keyring = ml, mc.Keyring
 	c.spawn(c.reconnectLoop)
 	c.log.Info("gossip started", "addr", ml.LocalNode().Address(), "encrypted", len(c.cfg.SecretKey) > 0, "records", c.idx.len())
 	return c, nil

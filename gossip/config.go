@@ -35,6 +35,10 @@ type Config struct {
 	// authenticates all gossip; nil disables encryption (tests only). Nodes
 	// with different keys cannot join each other.
 	SecretKey []byte
+	// ExtraKeys are further keys accepted on receipt (never used to
+	// send), for a key rotation in progress (Cluster.InstallKey,
+	// UseKey, RemoveKey; memberlist's keyring, as Consul and serf do).
+	ExtraKeys [][]byte
 
 	// Meta is small node metadata (at most 512 bytes, memberlist.MetaMaxSize)
 	// gossiped with membership, e.g. the node's API address.
@@ -227,7 +231,7 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 	mc.UDPBufferSize = c.UDPBufferSize
 	mc.Transport = c.Transport
 	if len(c.SecretKey) > 0 {
-		kr, err := memberlist.NewKeyring(nil, c.SecretKey)
+		kr, err := memberlist.NewKeyring(c.ExtraKeys, c.SecretKey)
 		if err != nil {
 			return nil, fmt.Errorf("%w: SecretKey: %v", ErrConfig, err)
 		}

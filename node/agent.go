@@ -289,7 +289,7 @@ func (a *Agent) startGossip() error {
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
 	if a.creds != nil {
-		gc.SecretKey = a.creds.GossipKey
+		gc.SecretKey, gc.ExtraKeys = a.creds.GossipKeys[0], a.creds.GossipKeys[1:]
 	}
 	gc.Logger = a.log.With("component", "gossip")
 	// Hybrid logical clock: every received version advances the clock, and
@@ -386,7 +386,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop, a.certLoop}
+	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop, a.certLoop, a.keyRefreshLoop}
 	if a.cfg.DryRun {
 		// No reconcile, probes, routes or Service rules: only printing.
 		loops = append(loops, a.dryRunLoop)

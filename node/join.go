@@ -143,10 +143,10 @@ type joinRequest struct {
 
 // joinResponse is the answer to an admitted node.
 type joinResponse struct {
-	CA        []byte `json:"ca"`        // CA certificate, DER
-	CAKey     []byte `json:"caKey"`     // CA private key, PKCS #8 DER
-	Cert      []byte `json:"cert"`      // the node's certificate, DER
-	GossipKey []byte `json:"gossipKey"` // 32 bytes
+	CA         []byte   `json:"ca"`         // CA certificate, DER
+	CAKey      []byte   `json:"caKey"`      // CA private key, PKCS #8 DER
+	Cert       []byte   `json:"cert"`       // the node's certificate, DER
+	GossipKeys [][]byte `json:"gossipKeys"` // 32 bytes each, the one in use first
 }
 
 // joinRefusal is why a join was refused: an HTTP status and a message for
@@ -258,7 +258,7 @@ func (a *Agent) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	resp := joinResponse{CA: a.creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKey: a.creds.GossipKey}
+	resp := joinResponse{CA: a.creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: a.cluster.Keys()}
 	a.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -419,10 +419,15 @@ func acceptJoin(jr *joinResponse, pin, name string, key ed25519.PrivateKey) (*cr
 	if err := verifyNodeCert(cert, ca, name, key.Public().(ed25519.PublicKey), time.Now()); err != nil {
 		return nil, err
 	}
-	if len(jr.GossipKey) != 32 {
-		return nil, fmt.Errorf("gossip key of %d bytes", len(jr.GossipKey))
+	if len(jr.GossipKeys) == 0 || len(jr.GossipKeys) > maxGossipKeys {
+		return nil, fmt.Errorf("%d gossip keys (want 1 to %d)", len(jr.GossipKeys), maxGossipKeys)
 	}
-	return &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKey: jr.GossipKey}, nil
+	for _, k := range jr.GossipKeys {
+		if len(k) != 32 {
+			return nil, fmt.Errorf("a gossip key of %d bytes", len(k))
+		}
+	}
+	return &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: jr.GossipKeys}, nil
 }
 
 // setupCredentials gives a node what it needs to be a member: with
@@ -553,6 +558,8 @@ func (a *Agent) peerHandler() http.Handler {
 	mux.HandleFunc("POST /v1/join", a.handleJoin)
 	mux.Handle("GET /v1/logs/{namespace}/{name}", a.requirePeerCert(http.HandlerFunc(a.handleLogs)))
 	mux.Handle("GET /v1/images/export", a.requirePeerCert(http.HandlerFunc(a.handleImageExport)))
+	mux.Handle("GET /v1/keys", a.requirePeerCert(http.HandlerFunc(a.handleKeys)))
+	mux.Handle("POST /v1/keys", a.requirePeerCert(http.HandlerFunc(a.handleKeyOp)))
 	return mux
 }
 
@@ -650,7 +657,7 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 	if err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
-	return key, creds.GossipKey, creds.CA, creds.CAKey, creds.NodeCert.Raw, nil
+	return key, creds.GossipKeys[0], creds.CA, creds.CAKey, creds.NodeCert.Raw, nil
 }
 
 // IssueNodeCert issues a node certificate with a cluster CA (see

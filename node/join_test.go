@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/store"
@@ -106,6 +107,13 @@ func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
 	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: st, creds: creds, clock: hlc.New(nil),
 		id: &identity{name: "n1", key: key, store: st}}
 	a.nodeCert.Store(creds.NodeCert)
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr, gc.BindPort, gc.SecretKey = "n1", "127.0.0.1", 0, creds.GossipKeys[0]
+	gc.Logger = a.log
+	if a.cluster, err = gossip.New(gc, gossip.NewMemState()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cluster.Shutdown() })
 	tok, err := newJoinToken(caPin(creds.CA))
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +160,7 @@ func TestJoinWithTokenOverPinnedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !creds.CA.Equal(a.creds.CA) || string(creds.GossipKey) != string(a.creds.GossipKey) {
+	if !creds.CA.Equal(a.creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.creds.GossipKeys[0]) {
 		t.Fatal("the joined node holds another CA or gossip key")
 	}
 	if err := verifyNodeCert(creds.NodeCert, a.creds.CA, "n2", key.Public().(ed25519.PublicKey), time.Now()); err != nil {

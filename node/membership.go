@@ -142,6 +142,14 @@ func (a *Agent) joinLoop(ctx context.Context) {
 			// every peer is gone).
 			a.markSynced()
 		}
+		if errors.Is(err, gossip.ErrKeyMismatch) && a.creds != nil {
+			// The cluster rotated its key while this node was away.
+			if changed, rerr := a.refreshGossipKeys(ctx, targets); changed {
+				continue
+			} else if rerr != nil {
+				a.log.Warn("could not take the current gossip keys from a seed", "err", rerr)
+			}
+		}
 		a.log.Warn("join failed; retrying", "seeds", strings.Join(targets, ","), "err", err, "retryIn", backoff)
 		select {
 		case <-ctx.Done():

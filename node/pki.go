@@ -62,10 +62,12 @@ const (
 
 // credentials are what makes a node a member of a secure cluster.
 type credentials struct {
-	CA        *x509.Certificate
-	CAKey     ed25519.PrivateKey
-	NodeCert  *x509.Certificate
-	GossipKey []byte // 32 bytes (AES-256-GCM, memberlist)
+	CA       *x509.Certificate
+	CAKey    ed25519.PrivateKey
+	NodeCert *x509.Certificate
+	// GossipKeys are the gossip keys (32 bytes, AES-256-GCM, memberlist's
+	// keyring), the one in use first; more than one during a rotation.
+	GossipKeys [][]byte
 }
 
 // caPin is the pin of a CA certificate: the hex SHA-256 of its
@@ -287,7 +289,17 @@ func saveCredentials(dataDir string, creds *credentials) error {
 			return fmt.Errorf("write %s: %w", f.name, err)
 		}
 	}
-	return writePrivate(filepath.Join(dataDir, gossipKeyFile), []byte(base64.StdEncoding.EncodeToString(creds.GossipKey)+"\n"))
+	return saveGossipKeys(dataDir, creds.GossipKeys)
+}
+
+// saveGossipKeys writes the gossip keys, one base64 line each, the one
+// in use first.
+func saveGossipKeys(dataDir string, keys [][]byte) error {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	return writePrivate(filepath.Join(dataDir, gossipKeyFile), []byte(b.String()))
 }
 
 // loadCredentials reads the credentials in dataDir. It returns
@@ -331,10 +343,27 @@ func loadCredentials(dataDir string) (*credentials, error) {
 	if err != nil {
 		return nil, fail(gossipKeyFile, err)
 	}
-	if creds.GossipKey, err = base64.StdEncoding.DecodeString(strings.TrimSpace(string(gk))); err != nil || len(creds.GossipKey) != 32 {
-		return nil, fail(gossipKeyFile, errors.New("want 32 bytes, base64"))
+	if creds.GossipKeys, err = parseGossipKeys(gk); err != nil {
+		return nil, fail(gossipKeyFile, err)
 	}
 	return creds, nil
+}
+
+// parseGossipKeys parses a gossip key file: one or more lines of 32
+// bytes in base64, the key in use first.
+func parseGossipKeys(b []byte) ([][]byte, error) {
+	var keys [][]byte
+	for _, line := range strings.Fields(string(b)) {
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil || len(k) != 32 {
+			return nil, errors.New("want lines of 32 bytes in base64, the key in use first")
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no key")
+	}
+	return keys, nil
 }
 
 func parseCertPEM(b []byte) (*x509.Certificate, error) {
@@ -380,7 +409,7 @@ func initCluster(dataDir, name string, nodeKey ed25519.PrivateKey, ips []netip.A
 	if _, err := rand.Read(gk); err != nil {
 		return nil, err
 	}
-	creds := &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKey: gk}
+	creds := &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: [][]byte{gk}}
 	return creds, saveCredentials(dataDir, creds)
 }
 

@@ -51,6 +51,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/nodes/{name}", a.handleForgetNode)
 	mux.HandleFunc("POST /v1/join-tokens", a.handleJoinToken)
 	mux.HandleFunc("GET /v1/client-config", a.handleClientConfig)
+	mux.HandleFunc("POST /v1/keys/rotate", a.handleKeyRotate)
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)

@@ -71,6 +71,27 @@ type ClientConfig struct {
 	Token string `json:"token,omitempty"`
 }
 
+// KeyRotation answers POST /v1/keys/rotate: what a gossip key rotation
+// did. Keys are named by IDs (16 hex digits of their SHA-256), never
+// shown.
+type KeyRotation struct {
+	// Key is the ID of the new key.
+	Key string `json:"key"`
+	// Nodes are the live members the rotation went through; Down the
+	// known members that were not live (they take the new key from a
+	// peer when they come back).
+	Nodes []string  `json:"nodes"`
+	Down  []string  `json:"down,omitempty"`
+	Steps []KeyStep `json:"steps"`
+}
+
+// KeyStep is one step of a key rotation on every node.
+type KeyStep struct {
+	Op     string   `json:"op"` // install, use or remove
+	Key    string   `json:"key"`
+	Failed []string `json:"failed,omitempty"` // "node: error"
+}
+
 // ApplyRequest carries objects as their canonical JSON (manifest.Encode).
 type ApplyRequest struct {
 	Objects []json.RawMessage `json:"objects"`

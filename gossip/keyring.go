@@ -1,0 +1,64 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Key rotation, as serf and Consul do it with memberlist's keyring: every
+// member first installs the new key (accepted on receipt, alongside the
+// old one), then uses it (encrypts with it), then removes the old one.
+// Between the steps every node can read every other, so the cluster keeps
+// working. The gossip layer only changes its own keyring; distributing the
+// key to the members is its caller's job (node/keys.go, over mutual TLS).
+
+// ErrNoKeyring: the cluster runs without encryption.
+var ErrNoKeyring = errors.New("gossip: no keyring (gossip is not encrypted)")
+
+// InstallKey adds key (16, 24 or 32 bytes) to the keys accepted on
+// receipt. Installing a key already installed changes nothing.
+func (c *Cluster) InstallKey(key []byte) error {
+	kr := c.keyring
+	if kr == nil {
+		return ErrNoKeyring
+	}
+	if err := kr.AddKey(key); err != nil {
+		return fmt.Errorf("gossip: install key: %w", err)
+	}
+	return nil
+}
+
+// UseKey makes key, which must be installed, the one messages are
+// encrypted with.
+func (c *Cluster) UseKey(key []byte) error {
+	kr := c.keyring
+	if kr == nil {
+		return ErrNoKeyring
+	}
+	if err := kr.UseKey(key); err != nil {
+		return fmt.Errorf("gossip: use key: %w", err)
+	}
+	return nil
+}
+
+// RemoveKey removes key from the keyring; the key in use cannot be
+// removed.
+func (c *Cluster) RemoveKey(key []byte) error {
+	kr := c.keyring
+	if kr == nil {
+		return ErrNoKeyring
+	}
+	if err := kr.RemoveKey(key); err != nil {
+		return fmt.Errorf("gossip: remove key: %w", err)
+	}
+	return nil
+}
+
+// Keys returns the installed keys, the one in use first.
+func (c *Cluster) Keys() [][]byte {
+	kr := c.keyring
+	if kr == nil {
+		return nil
+	}
+	return kr.GetKeys()
+}

@@ -1,0 +1,353 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/api"
+)
+
+// Gossip key rotation with no downtime ('starling keys rotate'), after
+// serf's and Consul's keyring: the node that takes the command makes a
+// new key and asks every live member, over mutual TLS on the peer port
+// (peertls.go), to install it (accept it alongside the old one), then to
+// use it (encrypt with it), then to remove the old ones. Between steps
+// every node reads every other. Each node saves its keyring in
+// <data-dir>/gossip.key (the key in use first).
+//
+// The new key never travels over gossip: a node that 'starling node
+// forget' revoked keeps the old key, but its certificate is refused on
+// the peer port, so after a rotation it can no longer read or write
+// gossip. A member that was down during the rotation comes back with the
+// old key only; when gossip refuses it (gossip.ErrKeyMismatch) it asks a
+// seed for the current keys over mutual TLS (refreshGossipKeys) and joins.
+
+// maxGossipKeys bounds a keyring: the key in use and those of a rotation
+// or two in progress.
+const maxGossipKeys = 4
+
+// keyOp is the body of POST /v1/keys on the peer port.
+type keyOp struct {
+	Op  string `json:"op"`  // "install", "use" or "remove"
+	Key []byte `json:"key"` // 32 bytes
+}
+
+// gossipKeyID names a gossip key in output and logs: 16 hex digits of
+// its SHA-256 (never the key).
+func gossipKeyID(k []byte) string {
+	sum := sha256.Sum256(k)
+	return hex.EncodeToString(sum[:8])
+}
+
+// applyKeyOp changes this node's keyring and saves it.
+func (a *Agent) applyKeyOp(op keyOp) error {
+	if len(op.Key) != 32 {
+		return fmt.Errorf("key: want 32 bytes, got %d", len(op.Key))
+	}
+	var err error
+	switch op.Op {
+	case "install":
+		if len(a.cluster.Keys()) >= maxGossipKeys && !slices.ContainsFunc(a.cluster.Keys(), func(k []byte) bool { return bytes.Equal(k, op.Key) }) {
+			return fmt.Errorf("the keyring holds %d keys already; finish or undo the rotation in progress", maxGossipKeys)
+		}
+		err = a.cluster.InstallKey(op.Key)
+	case "use":
+		err = a.cluster.UseKey(op.Key)
+	case "remove":
+		err = a.cluster.RemoveKey(op.Key)
+	default:
+		return fmt.Errorf("op %q: want install, use or remove", op.Op)
+	}
+	if err != nil {
+		return err
+	}
+	a.log.Info("gossip keyring changed", "op", op.Op, "key", gossipKeyID(op.Key))
+	return saveGossipKeys(a.cfg.DataDir, a.cluster.Keys())
+}
+
+// handleKeyOp serves POST /v1/keys on the peer port (nodes only).
+func (a *Agent) handleKeyOp(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, 4<<10)
+	if err != nil {
+		status, err := bodyStatus("key request", err)
+		writeError(w, status, err)
+		return
+	}
+	var op keyOp
+	if err := json.Unmarshal(body, &op); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("key request: %w", err))
+		return
+	}
+	if err := a.applyKeyOp(op); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"key": gossipKeyID(op.Key)})
+}
+
+// handleKeys serves GET /v1/keys on the peer port (nodes only): this
+// node's keyring, the key in use first.
+func (a *Agent) handleKeys(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string][][]byte{"keys": a.cluster.Keys()})
+}
+
+// peerPost sends a JSON POST to node name's peer port over mutual TLS.
+func (a *Agent) peerPost(ctx context.Context, name, path string, in any) error {
+	addr, ok := a.peerAddr(name)
+	if !ok {
+		return fmt.Errorf("node %s is not a member", name)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: a.peerClientTLS(name), DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var e api.Error
+		if json.Unmarshal(msg, &e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// rotateGossipKey runs a rotation from this node: install, use, remove
+// on every live member (this one included). It stops at the first step
+// that fails on any node, leaving every node able to read every other
+// (the new key installed or in use on some, the old one still installed
+// on all), and reports per node.
+func (a *Agent) rotateGossipKey(ctx context.Context) (api.KeyRotation, error) {
+	if a.creds == nil {
+		return api.KeyRotation{}, errors.New("this cluster runs with --insecure: gossip has no key to rotate")
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return api.KeyRotation{}, err
+	}
+	old := a.cluster.Keys()
+	var members, down []string
+	for _, m := range a.cluster.Members() {
+		switch m.State {
+		case gossip.StateAlive, gossip.StateSuspect:
+			members = append(members, m.Name)
+		default:
+			down = append(down, m.Name)
+		}
+	}
+	slices.Sort(members)
+	slices.Sort(down)
+	res := api.KeyRotation{Key: gossipKeyID(key), Nodes: members, Down: down}
+	step := func(op string, k []byte) error {
+		var failed []string
+		for _, name := range members {
+			var err error
+			if name == a.cfg.Name {
+				err = a.applyKeyOp(keyOp{Op: op, Key: k})
+			} else {
+				err = a.peerPost(ctx, name, "/v1/keys", keyOp{Op: op, Key: k})
+			}
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+		res.Steps = append(res.Steps, api.KeyStep{Op: op, Key: gossipKeyID(k), Failed: failed})
+		if len(failed) > 0 {
+			return fmt.Errorf("%s key %s failed on %d of %d nodes (the cluster keeps working: every node still holds the old key); run 'starling keys rotate' again once they are up: %v",
+				op, gossipKeyID(k), len(failed), len(members), failed)
+		}
+		return nil
+	}
+	if err := step("install", key); err != nil {
+		return res, err
+	}
+	if err := step("use", key); err != nil {
+		return res, err
+	}
+	for _, k := range old {
+		if err := step("remove", k); err != nil {
+			return res, err
+		}
+	}
+	a.log.Info("rotated the gossip key", "key", gossipKeyID(key), "nodes", len(members), "down", down)
+	return res, nil
+}
+
+// handleKeyRotate serves POST /v1/keys/rotate (the operator's API).
+func (a *Agent) handleKeyRotate(w http.ResponseWriter, r *http.Request) {
+	res, err := a.rotateGossipKey(r.Context())
+	if err != nil {
+		status := http.StatusBadGateway
+		if a.creds == nil {
+			status = http.StatusBadRequest
+		}
+		writeJSON(w, status, struct {
+			api.KeyRotation
+			Error string `json:"error"`
+		}{res, err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// refreshGossipKeys asks the members at seeds (gossip addresses) for the
+// cluster's current gossip keys over mutual TLS and installs them, the
+// first in use; for a node that missed a rotation. It reports whether
+// the keyring changed.
+func (a *Agent) refreshGossipKeys(ctx context.Context, seeds []string) (bool, error) {
+	var errs []error
+	for _, seed := range seeds {
+		host, port, err := splitHostPort(seed, 7946)
+		if err != nil {
+			continue
+		}
+		keys, err := a.fetchGossipKeys(ctx, net.JoinHostPort(host, strconv.Itoa(peerPort(port))))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", seed, err))
+			continue
+		}
+		have := a.cluster.Keys()
+		if bytes.Equal(have[0], keys[0]) {
+			return false, nil
+		}
+		for _, k := range keys {
+			if err := a.applyKeyOp(keyOp{Op: "install", Key: k}); err != nil {
+				return false, err
+			}
+		}
+		if err := a.applyKeyOp(keyOp{Op: "use", Key: keys[0]}); err != nil {
+			return false, err
+		}
+		for _, k := range have {
+			if !slices.ContainsFunc(keys, func(n []byte) bool { return bytes.Equal(n, k) }) {
+				a.applyKeyOp(keyOp{Op: "remove", Key: k})
+			}
+		}
+		a.log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", gossipKeyID(keys[0]))
+		return true, nil
+	}
+	return false, errors.Join(errs...)
+}
+
+// fetchGossipKeys is GET /v1/keys at addr (a peer port), over mutual TLS:
+// the server's certificate must chain to the CA and carry the key its
+// name is bound to in this node's store.
+func (a *Agent) fetchGossipKeys(ctx context.Context, addr string) ([][]byte, error) {
+	conf := &tls.Config{
+		MinVersion:           tls.VersionTLS13,
+		RootCAs:              a.caPool(),
+		InsecureSkipVerify:   true, //nolint:gosec // verified in VerifyConnection: chain, then the name's bound key
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.tlsCert(), nil },
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("%w: none", errPeerCert)
+			}
+			leaf := cs.PeerCertificates[0]
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: a.caPool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return fmt.Errorf("%w: %v", errPeerCert, err)
+			}
+			return a.checkPeerCert(leaf, leaf.Subject.CommonName)
+		},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/keys", nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, errors.New(resp.Status)
+	}
+	var out struct{ Keys [][]byte }
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
+		return nil, err
+	}
+	if len(out.Keys) == 0 || len(out.Keys) > maxGossipKeys {
+		return nil, fmt.Errorf("%d keys", len(out.Keys))
+	}
+	for _, k := range out.Keys {
+		if len(k) != 32 {
+			return nil, fmt.Errorf("a key of %d bytes", len(k))
+		}
+	}
+	return out.Keys, nil
+}
+
+// keyRefreshInterval is how often a node that sees no live peer checks
+// whether the cluster moved to a gossip key it lacks.
+const keyRefreshInterval = 30 * time.Second
+
+// keyRefreshLoop covers a node that was running but cut off while the
+// cluster rotated its key: it sees every peer dead (they cannot read it,
+// nor it them). Every keyRefreshInterval in that state it asks the peers
+// it knows for the current keys (refreshGossipKeys) and, given new ones,
+// joins again.
+func (a *Agent) keyRefreshLoop(ctx context.Context) {
+	if a.creds == nil {
+		return
+	}
+	t := time.NewTicker(keyRefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var peers []string
+		alone := true
+		for _, m := range a.cluster.Members() {
+			if m.Name == a.cfg.Name {
+				continue
+			}
+			if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
+				alone = false
+				break
+			}
+			peers = append(peers, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))
+		}
+		if !alone || len(peers) == 0 {
+			continue
+		}
+		targets := append(a.joinTargets(), peers...)
+		if changed, _ := a.refreshGossipKeys(ctx, targets); changed {
+			if _, err := a.cluster.Join(targets); err != nil {
+				a.log.Warn("join after taking new gossip keys", "err", err)
+			}
+		}
+	}
+}
