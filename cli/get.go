@@ -209,6 +209,11 @@ func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
 			// nodes are listed.
 			state += ",insecure"
 		}
+		if n.Unresponsive {
+			// It does not run what placement gives it: left out of
+			// placement for a while.
+			state += ",unresponsive"
+		}
 		row := []string{n.Name, state, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
 		if o.output == "wide" {
 			row = append(row, orNone(n.API), orNone(n.RTT))

@@ -56,6 +56,8 @@ type Agent struct {
 	// (certLoop renews it).
 	creds    *credentials
 	nodeCert atomic.Pointer[x509.Certificate]
+	// acks tracks nodes that do not list the replicas placed on them.
+	acks *ackTracker
 	// joinWarn limits the WARNs about refused joins.
 	joinWarn joinWarnLimit
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
@@ -223,6 +225,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
+	a.acks = newAckTracker(cfg.AckTimeout)
 	if cfg.TokenFile != "" {
 		b, err := readSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {

@@ -88,6 +88,11 @@ type Config struct {
 	// HandoffTimeout bounds make-before-break when a replica moves to a
 	// node that joined.
 	HandoffTimeout time.Duration
+	// AckTimeout is how long a node may leave a replica placed on it
+	// unlisted in its status before placement leaves the node out for a
+	// while (unresponsive.go); keep it below HandoffTimeout so a moved
+	// replica's old copy still runs when that happens.
+	AckTimeout time.Duration
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
 	RejoinSettle time.Duration
@@ -148,6 +153,7 @@ func DefaultConfig() Config {
 		BindAddr:           "0.0.0.0:7946",
 		TombstoneTTL:       72 * time.Hour,
 		HandoffTimeout:     60 * time.Second,
+		AckTimeout:         defaultAckTimeout,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,
@@ -211,6 +217,9 @@ func (c Config) validateRest() error {
 	}
 	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
 		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)
+	}
+	if c.AckTimeout < time.Second {
+		return fmt.Errorf("--ack-timeout %v: must be at least 1s (nodes list new replicas within a reconcile pass)", c.AckTimeout)
 	}
 	if c.ResyncInterval <= 0 {
 		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)

@@ -328,7 +328,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 	}
 	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(tok.Pin)}}
 	defer client.CloseIdleConnections()
-	backoff := time.Second
+	backoff, began := time.Second, time.Now()
 	for {
 		for _, seed := range seeds {
 			host, port, err := splitHostPort(seed, 7946)
@@ -345,7 +345,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 				if err := saveCredentials(dataDir, creds); err != nil {
 					return nil, err
 				}
-				log.Info("joined the cluster with a token", "through", seed, "ca", tok.Pin[:16], "token", tok.ID)
+				log.Info("joined the cluster with a token", "through", seed, "ca", tok.Pin[:16], "token", tok.ID, "took", time.Since(began))
 				return creds, nil
 			}
 			var rf *joinRefusal

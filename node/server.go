@@ -539,7 +539,7 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.NodeList{Items: []api.Node{}}
 	for _, m := range a.cluster.Members() {
-		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr}
+		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr, Unresponsive: v.excluded[m.Name]}
 		if s, ok := v.statuses[m.Name]; ok {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure
 			for _, rep := range s.Replicas {

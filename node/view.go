@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -23,6 +24,9 @@ type view struct {
 	all       []reconcile.Replica
 	placement placement.Placement
 	owner     map[string]string // replica ID -> node
+	// excluded are the nodes left out of placement for not listing the
+	// replicas placed on them (unresponsive.go).
+	excluded map[string]bool
 }
 
 // readView reads the store and membership and computes placement.
@@ -51,8 +55,15 @@ func (a *Agent) readView() (view, error) {
 	v.alive = a.aliveMembers()
 	v.workloads = objs
 	v.all = desiredReplicas(objs)
-	v.placement = placement.Assign(eligibleNodes(v.alive, v.statuses), workloadsOf(objs), placement.Options{})
+	now := time.Now()
+	v.excluded = a.acks.excluded(now)
+	nodes := slices.DeleteFunc(eligibleNodes(v.alive, v.statuses), func(n placement.Node) bool { return v.excluded[n.Name] })
+	v.placement = placement.Assign(nodes, workloadsOf(objs), placement.Options{})
 	v.owner = owners(v.all, v.placement)
+	for _, x := range a.acks.observe(now, unreported(v.all, v.owner, v.statuses)) {
+		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
+			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
+	}
 	return v, nil
 }
 

@@ -180,6 +180,10 @@ type Node struct {
 	RTT string `json:"rtt,omitempty"`
 	// Insecure: the node runs with --insecure (gossip in the clear).
 	Insecure bool `json:"insecure,omitempty"`
+	// Unresponsive: the node left a replica placed on it unlisted in its
+	// status for longer than the acknowledgement timeout (30 s), so this
+	// node's placement leaves it out for a while (node/unresponsive.go).
+	Unresponsive bool `json:"unresponsive,omitempty"`
 }
 
 // NodeList answers /v1/nodes.

@@ -5,9 +5,11 @@
 // 1,000 and 10,000 Services x 5 endpoints, in a namespace of its own; then,
 // on 3 nodes, failover (a cut-off node's endpoints gone from the others'
 // rules, its replicas ready elsewhere) and rolling-update durations (see
-// cluster.go). Nodes run in network namespaces (test/harness), each with
-// its own containerd; it needs root and prints a table per group
-// (-only node|rules|cluster runs one). `make bench` runs it.
+// cluster.go); then the time a new node takes to join, with a join token
+// and with --insecure (join.go). Nodes run in network namespaces
+// (test/harness), each with its own containerd; it needs root and prints
+// a table per group (-only node|rules|cluster|join runs one). `make
+// bench` runs it.
 package main
 
 import (
@@ -100,7 +102,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // groups are the figure groups, in the order a run without -only runs them.
-var groups = []string{"node", "rules", "cluster"}
+var groups = []string{"node", "rules", "cluster", "join"}
 
 func main() {
 	runs := flag.Int("runs", 5, "node group: runs per replica count")
@@ -136,6 +138,8 @@ func main() {
 			err = rulesBench()
 		case "cluster":
 			err = withArtifacts(func(a artifacts) error { return clusterBench(a, *failoverRuns, *rolloutRuns) })
+		case "join":
+			err = withArtifacts(func(a artifacts) error { return joinBench(a, *runs) })
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s group: %v\n", g, err)

@@ -476,3 +476,64 @@ func TestStrangerAndNameThiefAreRefusedAtJoin(t *testing.T) {
 		t.Fatalf("n2's record changed: %v\n%s", err, nodes)
 	}
 }
+
+// TestNodeThatRunsNothingIsLeftOutOfPlacement: a token holder publishes a
+// valid, ready node record with large capacity (test/hostile --fake-api)
+// but runs nothing. Replicas placed on it are not listed in its status, so
+// after --ack-timeout the honest nodes leave it out of placement (a WARN
+// names it, 'get nodes' shows it unresponsive) and a new Deployment's 4
+// replicas all run on them; the rollout completes.
+func TestNodeThatRunsNothingIsLeftOutOfPlacement(t *testing.T) {
+	c := newCluster(t, 2, "--ack-timeout", "10s")
+	n1 := c.Nodes[0]
+	waitReadyNodes(t, n1, 2)
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	fake, err := c.AddNode("fake", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile, err := c.JoinToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+fake.NetNS, hostile,
+		"--fake-api", "--name", "fake", "--bind", fake.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(fake.Dir, "hostile"), "--join", n1.IP)
+	out := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	waitReadyNodes(t, n1, 3) // the fake node counts as ready
+	apply(t, n1, deployment("spread", 4, "x"))
+	waitFor(t, 60*time.Second, func() error {
+		reps, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, r := range reps {
+			if r.Workload == "spread" && r.Phase == "Running" && (r.Node == "n1" || r.Node == "n2") {
+				running++
+			}
+		}
+		if running != 4 {
+			return fmt.Errorf("%d of 4 replicas run on honest nodes: %+v", running, reps)
+		}
+		return nil
+	})
+	nodes, err := n1.CLI("get", "nodes")
+	if err != nil || !strings.Contains(nodes, "alive,unresponsive") {
+		t.Fatalf("get nodes does not show the fake node unresponsive: %q %v", nodes, err)
+	}
+	log, _ := os.ReadFile(n1.AgentLogPath())
+	if !strings.Contains(string(log), "does not list the replicas placed on it") || !strings.Contains(string(log), "node=fake") {
+		t.Fatal("n1 logged no WARN naming the fake node")
+	}
+	if s, err := n1.CLI("rollout", "status", "deployment/spread"); err != nil {
+		t.Fatalf("rollout status: %q %v", s, err)
+	}
+}
