@@ -50,7 +50,7 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	if len(x) != 1 || x[0].node != "fake" || x[0].for_ != 30*time.Second {
 		t.Fatalf("first exclusion = %+v", x)
 	}
-	if !tr.excluded(at(80*time.Second))["fake"] || tr.excluded(at(87*time.Second))["fake"] {
+	if !tr.excluded(at(80 * time.Second))["fake"] || tr.excluded(at(87 * time.Second))["fake"] {
 		t.Fatal("exclusion does not last exactly 30s")
 	}
 	tr.observe(at(87*time.Second), fake)

@@ -28,7 +28,7 @@ import (
 // from its own namespace (so it holds what every node holds: the gossip
 // key, the CA key, a certificate) and writes what the attacks of issue 10 wrote
 // (test/hostile): a podIP carrying iptables-restore lines, a foreign
-// podIP, a subnet claim of 8.8.8.0/24, another node's status (as itself,
+// podIP, a subnet claim of 8.8.8.0/24 and one of n2's /24, another node's status (as itself,
 // and forged under that node's name with its own key), an invalid
 // Service, a Deployment stamped two hours ahead and an unsigned one. The
 // honest nodes' nat
@@ -63,7 +63,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+evil.NetNS, hostile,
-		"--name", "evil", "--bind", evil.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(evil.Dir, "hostile"), "--join", n1.IP, "--victim", n2.Name)
+		"--name", "evil", "--bind", evil.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(evil.Dir, "hostile"), "--join", n1.IP, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet)
 	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

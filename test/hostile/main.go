@@ -48,6 +48,7 @@ func main() {
 	stranger := flag.Bool("stranger", false, "instead: hold nothing; try to join gossip in the clear and the join endpoint with a made-up token")
 	join := flag.String("join", "", "seed address")
 	victim := flag.String("victim", "", "a running node whose status record to forge")
+	victimSubnet := flag.String("victim-subnet", "", "the victim's pod subnet, claimed under another name")
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
 	serve := flag.String("serve-image", "", "with --fake-api: answer every image export with this tarball")
 	flag.Parse()
@@ -55,7 +56,7 @@ func main() {
 	if *stranger {
 		err = runStranger(*name, *bind, *join)
 	} else {
-		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *fakeAPI, *serve)
+		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
@@ -63,7 +64,7 @@ func main() {
 	}
 }
 
-func run(name, bind, tokenFile, dataDir, join, victim string, fakeAPI bool, serveImage string) error {
+func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveImage string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	key, gossipKey, ca, caKey, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
 	cancel()
@@ -101,6 +102,13 @@ func run(name, bind, tokenFile, dataDir, join, victim string, fakeAPI bool, serv
 			"cert": certFor(node)})
 		return v
 	}
+	claimNow := func(v []byte) []byte {
+		var m map[string]any
+		json.Unmarshal(v, &m)
+		m["subnetSince"] = map[string]any{"wall": time.Now().UnixNano()}
+		b, _ := json.Marshal(m)
+		return b
+	}
 	replica := func(node, ip string) map[string]any {
 		return map[string]any{"name": "hello-0", "namespace": "default", "workload": "hello", "ordinal": 0, "node": node,
 			"phase": "Running", "ready": true, "podIP": ip, "specHash": "0123abcd"}
@@ -117,6 +125,9 @@ func run(name, bind, tokenFile, dataDir, join, victim string, fakeAPI bool, serv
 			replica(name+"-b", "10.22.99.9\n-A POSTROUTING -j ACCEPT")), Origin: name + "-b"},
 		// A foreign address as podIP (the writer's own LAN address).
 		{Key: "node/cluster/" + name + "-c", Value: status(name+"-c", "10.22.98.0/24", replica(name+"-c", bind)), Origin: name + "-c"},
+		// Another node's /24, claimed under a name of its own (made now:
+		// the victim's earlier claim wins).
+		{Key: "node/cluster/" + name + "-d", Value: claimNow(status(name+"-d", victimSubnet)), Origin: name + "-d"},
 		// Another node's status record, as written by this one.
 		{Key: "node/cluster/" + victim, Value: status(victim, "10.22.97.0/24"), Origin: name},
 
