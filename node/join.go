@@ -113,8 +113,21 @@ func (a *Agent) createJoinToken(ttl time.Duration) (joinToken, time.Time, error)
 	if err != nil {
 		return joinToken{}, time.Time{}, err
 	}
-	err = a.publish(crdt.Record{Key: joinTokenKey(tok.ID), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
-	return tok, expires, err
+	recs := []crdt.Record{{Key: joinTokenKey(tok.ID), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}}
+	// Expired tokens admit nobody: their records are deleted as new
+	// ones are made, so they do not pile up.
+	held, err := a.store.List(joinTokenKind + "/")
+	if err != nil {
+		return joinToken{}, time.Time{}, err
+	}
+	for _, r := range held {
+		var t joinTokenRecord
+		if !r.Deleted && json.Unmarshal(r.Value, &t) == nil && time.Now().After(t.Expires) {
+			a.clock.Update(r.Version)
+			recs = append(recs, crdt.Record{Key: r.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+		}
+	}
+	return tok, expires, a.publish(recs...)
 }
 
 // deleteJoinTokens deletes every join token record (node forget).

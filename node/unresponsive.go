@@ -10,7 +10,7 @@ import (
 
 // A node that says it is ready but does not run what it is given (a
 // hostile node with made-up capacity, or one whose runtime is stuck)
-// would attract replicas that stay Pending forever. Every honest node
+// would attract Deployment replicas that stay Pending forever. Every honest node
 // lists in its status each replica it owns from the first reconcile pass
 // that sees it (Pending, ContainerCreating, Running, ...). So each node
 // watches, in its own view, whether every node lists the replicas
@@ -31,7 +31,9 @@ const (
 )
 
 // unreported returns the nodes that own, by owner (replica ID -> node), a
-// replica in all that their status in statuses does not list.
+// Deployment replica in all that their status in statuses does not list.
+// StatefulSet replicas do not count: a fenced node stops listing them,
+// rightly, and they never move off a live node (readView).
 func unreported(all []reconcile.Replica, owner map[string]string, statuses map[string]NodeStatus) map[string]bool {
 	listed := map[string]map[[2]string]bool{}
 	for name, s := range statuses {
@@ -44,7 +46,7 @@ func unreported(all []reconcile.Replica, owner map[string]string, statuses map[s
 	out := map[string]bool{}
 	for _, r := range all {
 		node := owner[r.ID]
-		if node == "" || out[node] {
+		if r.AtMostOne || node == "" || out[node] {
 			continue
 		}
 		if !listed[node][[2]string{r.Namespace, r.Name}] {

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/placement"
 )
 
 func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
@@ -13,8 +15,9 @@ func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 		{ID: "default_web-1", Name: "web-abc-0", Namespace: "default"},
 		{ID: "default_web-2", Name: "web-abc-1", Namespace: "default"},
 		{ID: "default_db-0", Name: "db-0", Namespace: "default"},
+		{ID: "default_ss-0", Name: "ss-0", Namespace: "default", AtMostOne: true}, // a StatefulSet's: never counted
 	}
-	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_db-0": "b"}
+	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_db-0": "b", "default_ss-0": "a"}
 	statuses := map[string]NodeStatus{
 		"a":    {Replicas: []api.Replica{{Name: "web-abc-0", Namespace: "default", Phase: "Pending"}}},
 		"b":    {Replicas: []api.Replica{{Name: "db-0", Namespace: "other"}}}, // another namespace's db-0
@@ -65,5 +68,59 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	}
 	if len(x) != 1 || x[0].for_ != 30*time.Second {
 		t.Fatalf("after %s without exclusions the backoff should restart: %+v", strikeMemory, x)
+	}
+}
+
+// TestPlaceLeavesExcludedNodesOutOfDeploymentsOnly: a node left out for
+// not listing its replicas owns no Deployment replica, but keeps the
+// StatefulSet replicas placement gives it (at most one copy: they never
+// move off a live node on one node's judgement).
+func TestPlaceLeavesExcludedNodesOutOfDeploymentsOnly(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 12
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: img}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 12
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: img}]}
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []placement.Node
+	for _, n := range []string{"a", "b", "fake"} {
+		nodes = append(nodes, placement.Node{Name: n, Allocatable: placement.Resources{MilliCPU: 64000, MemoryBytes: 1 << 40}})
+	}
+	all := desiredReplicas(objs)
+	_, before := place(nodes, objs, all, nil)
+	_, after := place(nodes, objs, all, map[string]bool{"fake": true})
+	var fakeDB, fakeWeb int
+	for _, r := range all {
+		if after[r.ID] == "fake" {
+			if r.AtMostOne {
+				fakeDB++
+			} else {
+				fakeWeb++
+			}
+		}
+		if r.AtMostOne && after[r.ID] != before[r.ID] {
+			t.Errorf("StatefulSet replica %s moved from %s to %s", r.Name, before[r.ID], after[r.ID])
+		}
+	}
+	if fakeWeb != 0 || fakeDB == 0 {
+		t.Fatalf("the excluded node owns %d Deployment and %d StatefulSet replicas; want none and some", fakeWeb, fakeDB)
 	}
 }

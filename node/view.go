@@ -57,14 +57,35 @@ func (a *Agent) readView() (view, error) {
 	v.all = desiredReplicas(objs)
 	now := time.Now()
 	v.excluded = a.acks.excluded(now)
-	nodes := slices.DeleteFunc(eligibleNodes(v.alive, v.statuses), func(n placement.Node) bool { return v.excluded[n.Name] })
-	v.placement = placement.Assign(nodes, workloadsOf(objs), placement.Options{})
-	v.owner = owners(v.all, v.placement)
+	v.placement, v.owner = place(eligibleNodes(v.alive, v.statuses), objs, v.all, v.excluded)
 	for _, x := range a.acks.observe(now, unreported(v.all, v.owner, v.statuses)) {
 		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
 			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
 	}
 	return v, nil
+}
+
+// place runs placement (rendezvous hashing with bounded loads, package
+// placement) over the eligible nodes and returns it with each replica's
+// owner (replica ID -> node). Nodes in excluded (they do not list what
+// they are given: unresponsive.go) are left out of Deployments' placement
+// only: a StatefulSet replica (at most one copy) must not move off a live
+// node on this node's judgement, which others may not share yet, and a
+// fenced node rightly stops listing its StatefulSet replicas.
+func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool) (placement.Placement, map[string]string) {
+	p := placement.Assign(nodes, workloadsOf(objs), placement.Options{})
+	owner := owners(all, p)
+	if len(excluded) == 0 {
+		return p, owner
+	}
+	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
+	without := placement.Assign(kept, workloadsOf(objs), placement.Options{})
+	for _, r := range all {
+		if !r.AtMostOne {
+			owner[r.ID] = without.Owner(workloadKey(r.Namespace, r.Workload), r.Ordinal)
+		}
+	}
+	return p, owner
 }
 
 // selfStatus is this node's record with the given replica statuses. It
