@@ -331,7 +331,7 @@ func TestJoinWithWrongKeyFails(t *testing.T) {
 			if !errors.Is(err, ErrKeyMismatch) {
 				t.Fatalf("Join error %v, want ErrKeyMismatch", err)
 			}
-			if !strings.Contains(err.Error(), "is --encrypt-key-file the cluster's key?") {
+			if !strings.Contains(err.Error(), "gossip key the cluster's?") {
 				t.Errorf("error %q does not say what to check", err)
 			}
 			time.Sleep(300 * time.Millisecond)

@@ -94,7 +94,7 @@ var (
 	// ErrKeyMismatch: Join reached seeds but no exchange could be
 	// decrypted, on one side or the other: the keys differ, or one side has
 	// encryption and the other does not.
-	ErrKeyMismatch = errors.New("no peer could decrypt our messages: is --encrypt-key-file the cluster's key?")
+	ErrKeyMismatch = errors.New("no peer could decrypt our messages: is this node's gossip key the cluster's? (a node that missed a key rotation takes the new key from a peer)")
 	// ErrNameTaken: Join found a live member with this node's name at
 	// another address. Nothing was displaced; the node should not run.
 	ErrNameTaken = errors.New("another node already uses this name")

@@ -3,6 +3,8 @@ package gossip
 import (
 	"errors"
 	"fmt"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Key rotation, as serf and Consul do it with memberlist's keyring: every
@@ -18,38 +20,27 @@ var ErrNoKeyring = errors.New("gossip: no keyring (gossip is not encrypted)")
 // InstallKey adds key (16, 24 or 32 bytes) to the keys accepted on
 // receipt. Installing a key already installed changes nothing.
 func (c *Cluster) InstallKey(key []byte) error {
-	kr := c.keyring
-	if kr == nil {
-		return ErrNoKeyring
-	}
-	if err := kr.AddKey(key); err != nil {
-		return fmt.Errorf("gossip: install key: %w", err)
-	}
-	return nil
+	return c.keyringOp("install", func(kr *memberlist.Keyring) error { return kr.AddKey(key) })
 }
 
 // UseKey makes key, which must be installed, the one messages are
 // encrypted with.
 func (c *Cluster) UseKey(key []byte) error {
-	kr := c.keyring
-	if kr == nil {
-		return ErrNoKeyring
-	}
-	if err := kr.UseKey(key); err != nil {
-		return fmt.Errorf("gossip: use key: %w", err)
-	}
-	return nil
+	return c.keyringOp("use", func(kr *memberlist.Keyring) error { return kr.UseKey(key) })
 }
 
 // RemoveKey removes key from the keyring; the key in use cannot be
 // removed.
 func (c *Cluster) RemoveKey(key []byte) error {
-	kr := c.keyring
-	if kr == nil {
+	return c.keyringOp("remove", func(kr *memberlist.Keyring) error { return kr.RemoveKey(key) })
+}
+
+func (c *Cluster) keyringOp(op string, f func(*memberlist.Keyring) error) error {
+	if c.keyring == nil {
 		return ErrNoKeyring
 	}
-	if err := kr.RemoveKey(key); err != nil {
-		return fmt.Errorf("gossip: remove key: %w", err)
+	if err := f(c.keyring); err != nil {
+		return fmt.Errorf("gossip: %s key: %w", op, err)
 	}
 	return nil
 }

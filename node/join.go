@@ -432,13 +432,8 @@ func acceptJoin(jr *joinResponse, pin, name string, key ed25519.PrivateKey) (*cr
 	if err := verifyNodeCert(cert, ca, name, key.Public().(ed25519.PublicKey), time.Now()); err != nil {
 		return nil, err
 	}
-	if len(jr.GossipKeys) == 0 || len(jr.GossipKeys) > maxGossipKeys {
-		return nil, fmt.Errorf("%d gossip keys (want 1 to %d)", len(jr.GossipKeys), maxGossipKeys)
-	}
-	for _, k := range jr.GossipKeys {
-		if len(k) != 32 {
-			return nil, fmt.Errorf("a gossip key of %d bytes", len(k))
-		}
+	if err := checkGossipKeys(jr.GossipKeys); err != nil {
+		return nil, err
 	}
 	return &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: jr.GossipKeys}, nil
 }
@@ -594,24 +589,31 @@ func (a *Agent) certLoop(ctx context.Context) {
 	if a.creds == nil {
 		return
 	}
-	t := time.NewTicker(certRenewCheck)
+	every(ctx, certRenewCheck, func() {
+		c := *a.creds
+		c.NodeCert = a.nodeCert.Load()
+		if err := renewNodeCert(a.cfg.DataDir, &c, a.id.key, advertisedIPs(a.cfg), time.Now()); err != nil {
+			a.log.Error("renew node certificate", "err", err)
+			return
+		}
+		if c.NodeCert != a.nodeCert.Load() {
+			a.nodeCert.Store(c.NodeCert)
+			a.log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
+			a.requestReconcile()
+		}
+	})
+}
+
+// every calls f every d until ctx ends (first after d).
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		c := *a.creds
-		c.NodeCert = a.nodeCert.Load()
-		if err := renewNodeCert(a.cfg.DataDir, &c, a.id.key, advertisedIPs(a.cfg), time.Now()); err != nil {
-			a.log.Error("renew node certificate", "err", err)
-			continue
-		}
-		if c.NodeCert != a.nodeCert.Load() {
-			a.nodeCert.Store(c.NodeCert)
-			a.log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
-			a.requestReconcile()
+			f()
 		}
 	}
 }

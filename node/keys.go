@@ -41,6 +41,20 @@ import (
 // or two in progress.
 const maxGossipKeys = 4
 
+// checkGossipKeys checks a keyring received from a peer: 1 to
+// maxGossipKeys keys of 32 bytes.
+func checkGossipKeys(keys [][]byte) error {
+	if len(keys) == 0 || len(keys) > maxGossipKeys {
+		return fmt.Errorf("%d gossip keys (want 1 to %d)", len(keys), maxGossipKeys)
+	}
+	for _, k := range keys {
+		if len(k) != 32 {
+			return fmt.Errorf("a gossip key of %d bytes (want 32)", len(k))
+		}
+	}
+	return nil
+}
+
 // keyOp is the body of POST /v1/keys on the peer port.
 type keyOp struct {
 	Op  string `json:"op"`  // "install", "use" or "remove"
@@ -296,13 +310,8 @@ func (a *Agent) fetchGossipKeys(ctx context.Context, addr string) ([][]byte, err
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
 		return nil, err
 	}
-	if len(out.Keys) == 0 || len(out.Keys) > maxGossipKeys {
-		return nil, fmt.Errorf("%d keys", len(out.Keys))
-	}
-	for _, k := range out.Keys {
-		if len(k) != 32 {
-			return nil, fmt.Errorf("a key of %d bytes", len(k))
-		}
+	if err := checkGossipKeys(out.Keys); err != nil {
+		return nil, err
 	}
 	return out.Keys, nil
 }
@@ -320,28 +329,19 @@ func (a *Agent) keyRefreshLoop(ctx context.Context) {
 	if a.creds == nil {
 		return
 	}
-	t := time.NewTicker(keyRefreshInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, keyRefreshInterval, func() {
 		var peers []string
-		alone := true
 		for _, m := range a.cluster.Members() {
 			if m.Name == a.cfg.Name {
 				continue
 			}
 			if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
-				alone = false
-				break
+				return // not alone: nothing to fix
 			}
 			peers = append(peers, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))
 		}
-		if !alone || len(peers) == 0 {
-			continue
+		if len(peers) == 0 {
+			return
 		}
 		targets := append(a.joinTargets(), peers...)
 		if changed, _ := a.refreshGossipKeys(ctx, targets); changed {
@@ -349,5 +349,5 @@ func (a *Agent) keyRefreshLoop(ctx context.Context) {
 				a.log.Warn("join after taking new gossip keys", "err", err)
 			}
 		}
-	}
+	})
 }

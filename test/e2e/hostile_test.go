@@ -53,23 +53,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	evil, err := c.AddNode("evil", 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile, err := c.JoinToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+evil.NetNS, hostile,
-		"--name", "evil", "--bind", evil.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(evil.Dir, "hostile"), "--join", n1.IP, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet)
-	out := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
+	_, out := startHostile(t, c, "evil", 9, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet)
 
 	want := []string{"subnet", "pod-ip", "origin", "object", "clock", "identity", "unsigned"}
 	waitFor(t, 30*time.Second, func() error {
@@ -124,6 +108,31 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 			t.Errorf("a hostile claim is listed: %q", line)
 		}
 	}
+}
+
+// startHostile adds node name (LAN address index i) and runs test/hostile
+// in its namespace with a fresh join token, a data dir of its own and
+// args; the returned writer collects its output. It is stopped at cleanup.
+func startHostile(t *testing.T, c *harness.Cluster, name string, i int, args ...string) (*harness.Node, *syncWriter) {
+	t.Helper()
+	n, err := c.AddNode(name, i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile, err := c.JoinToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + n.NetNS, hostile,
+		"--name", name, "--bind", n.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(n.Dir, "hostile"), "--join", c.Nodes[0].IP}, args...)...)
+	out := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	return n, out
 }
 
 // dataplane returns what a node programmed: its nat and filter rules
@@ -214,23 +223,7 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	if err := retag(echoV2Tar, poisoned, "starling.local/echo:v1", "starling.local/extra:latest"); err != nil {
 		t.Fatal(err)
 	}
-	spy, err := c.AddNode("spy", 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile, err := c.JoinToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+spy.NetNS, hostile,
-		"--fake-api", "--name", "spy", "--bind", spy.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(spy.Dir, "hostile"), "--join", n1.IP, "--serve-image", poisoned)
-	out := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
+	_, out := startHostile(t, c, "spy", 8, "--fake-api", "--serve-image", poisoned)
 	waitFor(t, 30*time.Second, func() error {
 		s, err := n1.CLI("get", "nodes")
 		if err != nil || !strings.Contains(s, "spy ") || !strings.Contains(s, "10.22.50.0/24") {
@@ -490,23 +483,7 @@ func TestNodeThatRunsNothingIsLeftOutOfPlacement(t *testing.T) {
 	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
 		t.Fatal(err)
 	}
-	fake, err := c.AddNode("fake", 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile, err := c.JoinToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+fake.NetNS, hostile,
-		"--fake-api", "--name", "fake", "--bind", fake.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(fake.Dir, "hostile"), "--join", n1.IP)
-	out := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
+	startHostile(t, c, "fake", 5, "--fake-api")
 	waitReadyNodes(t, n1, 3) // the fake node counts as ready
 	apply(t, n1, deployment("spread", 4, "x"))
 	waitFor(t, 60*time.Second, func() error {
