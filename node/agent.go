@@ -254,6 +254,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	}
 	a.id = &identity{name: cfg.Name, key: key, store: a.store}
 	a.rejects = newRejects(a.clusterCIDR, a.creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
+	a.rejects.setHeld(a.heldStatus, a.heldStatuses)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err

@@ -161,3 +161,22 @@ func (a *Agent) forgetNode(name string) error {
 	// The forgotten node may still hold the token it joined with.
 	return a.deleteJoinTokens()
 }
+
+// heldStatus is the node status this node holds for name.
+func (a *Agent) heldStatus(name string) (NodeStatus, bool) {
+	rec, ok, err := a.store.Get(statusKey(name))
+	if err != nil || !ok {
+		return NodeStatus{}, false
+	}
+	s, ok := decodeStatuses([]crdt.Record{rec}, a.clusterCIDR)[name]
+	return s, ok
+}
+
+// heldStatuses are the node statuses this node holds, by name.
+func (a *Agent) heldStatuses() map[string]NodeStatus {
+	recs, err := a.store.List(statusKind + "/")
+	if err != nil {
+		return nil
+	}
+	return decodeStatuses(recs, a.clusterCIDR)
+}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
@@ -40,27 +41,28 @@ import (
 // Reasons a record is refused: the values of the label "reason" of
 // starling_rejected_records_total.
 const (
-	rejectMalformed = "malformed" // the value does not decode as its kind
-	rejectKey       = "key"       // unknown kind, or the key does not match the object
-	rejectOrigin    = "origin"    // a node's own record written by another node
-	rejectName      = "name"      // a name that is not a Kubernetes name
-	rejectText      = "text"      // control characters, invalid UTF-8 or an oversized string
-	rejectSubnet    = "subnet"    // a pod subnet outside --cluster-cidr, or not a network
-	rejectPodIP     = "pod-ip"    // a replica address outside its node's pod subnet
-	rejectAddress   = "address"   // an advertise or API address that does not parse
-	rejectRange     = "range"     // a number out of its range (capacity, ordinal, restarts)
-	rejectObject    = "object"    // a desired-state object that fails validation
-	rejectTombstone = "tombstone" // a delete that carries a value
-	rejectTooMany   = "too-many"  // more replicas than one node may report
-	rejectPhase     = "phase"     // an unknown replica phase
-	rejectSpecHash  = "spec-hash" // a spec hash that is not 8 to 64 hex digits
-	rejectLabels    = "labels"    // node labels that are not Kubernetes labels
-	rejectClock     = "clock"     // a version more than hlc.MaxOffset ahead of this node's clock
-	rejectUnsigned  = "unsigned"  // a record without a signature
-	rejectSignature = "signature" // a signature that does not verify
-	rejectIdentity  = "identity"  // signed by a key other than the one the writer's name is bound to
-	rejectRevoked   = "revoked"   // signed by a key that 'starling node forget' revoked
-	rejectCert      = "cert"      // a node status without a certificate the cluster CA issued for it
+	rejectMalformed   = "malformed"    // the value does not decode as its kind
+	rejectKey         = "key"          // unknown kind, or the key does not match the object
+	rejectOrigin      = "origin"       // a node's own record written by another node
+	rejectName        = "name"         // a name that is not a Kubernetes name
+	rejectText        = "text"         // control characters, invalid UTF-8 or an oversized string
+	rejectSubnet      = "subnet"       // a pod subnet outside --cluster-cidr, or not a network
+	rejectPodIP       = "pod-ip"       // a replica address outside its node's pod subnet
+	rejectAddress     = "address"      // an advertise or API address that does not parse
+	rejectRange       = "range"        // a number out of its range (capacity, ordinal, restarts)
+	rejectObject      = "object"       // a desired-state object that fails validation
+	rejectTombstone   = "tombstone"    // a delete that carries a value
+	rejectTooMany     = "too-many"     // more replicas than one node may report
+	rejectPhase       = "phase"        // an unknown replica phase
+	rejectSpecHash    = "spec-hash"    // a spec hash that is not 8 to 64 hex digits
+	rejectLabels      = "labels"       // node labels that are not Kubernetes labels
+	rejectClock       = "clock"        // a version more than hlc.MaxOffset ahead of this node's clock
+	rejectUnsigned    = "unsigned"     // a record without a signature
+	rejectSignature   = "signature"    // a signature that does not verify
+	rejectIdentity    = "identity"     // signed by a key other than the one the writer's name is bound to
+	rejectRevoked     = "revoked"      // signed by a key that 'starling node forget' revoked
+	rejectCert        = "cert"         // a node status without a certificate the cluster CA issued for it
+	rejectSubnetTaken = "subnet-taken" // a new claim that would take a live node's settled subnet
 )
 
 // Bounds of what a node may say of itself.
@@ -100,13 +102,13 @@ var replicaPhases = map[string]bool{
 // needs the rest of the cluster (is this subnet another node's?) is made
 // where the records are used.
 func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
-	return checkRecordCert(r, cluster, nil)
+	return checkRecordWith(r, cluster, nil)
 }
 
-// checkRecordCert is checkRecord that, given certs (a secure cluster's
-// CA), also requires a node's status record to carry a certificate the CA
-// issued for that node and the record's signer (NodeStatus.Cert).
-func checkRecordCert(r crdt.Record, cluster netip.Prefix, certs *certCache) *rejection {
+// checkRecordWith is checkRecord with more checks of a node's status
+// (rejects.checkStatus: its certificate, its subnet claim against the
+// claims held), run once the status decodes and passes checkStatus.
+func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, crdt.Record) *rejection) *rejection {
 	kind, _, _ := strings.Cut(r.Key, "/")
 	if r.Deleted {
 		if len(r.Value) > 0 {
@@ -132,12 +134,10 @@ func checkRecordCert(r crdt.Record, cluster netip.Prefix, certs *certCache) *rej
 		if r.Origin != s.Name {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
-		if certs != nil {
-			if err := certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
-				return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
-			}
+		if rj := checkStatus(s, cluster); rj != nil || more == nil {
+			return rj
 		}
-		return checkStatus(s, cluster)
+		return more(s, r)
 	case imageKind:
 		return checkImage(r.Key, r.Value)
 	case revokedKind:
@@ -355,6 +355,10 @@ type rejects struct {
 	// keyOwner returns the node whose held, live status record is signed
 	// by key, if any (Agent.keyOwner).
 	keyOwner func(key []byte) (string, bool)
+	// heldStatus and heldStatuses read the node statuses this node holds
+	// (for checkTakeover); nil until setHeld.
+	heldStatus   func(name string) (NodeStatus, bool)
+	heldStatuses func() map[string]NodeStatus
 	// live reports whether a node is alive or suspect in this node's
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
@@ -375,6 +379,11 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
 }
 
+// setHeld sets the lookups of the statuses this node holds.
+func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus) {
+	x.heldStatus, x.heldStatuses = one, all
+}
+
 // setLive sets the membership lookup (once gossip runs).
 func (x *rejects) setLive(f func(string) bool) { x.live.Store(&f) }
 
@@ -385,7 +394,7 @@ func (x *rejects) isLive(name string) bool {
 
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
-	rj := checkRecordCert(r, x.cluster, x.certs)
+	rj := checkRecordWith(r, x.cluster, x.checkStatus)
 	if limit := time.Now().Add(hlc.MaxOffset).UnixNano(); rj == nil && r.Version.Wall > limit {
 		// The gossip layer's clock would drop it too; refusing it here
 		// counts and names it like every other refusal.
@@ -402,6 +411,52 @@ func (x *rejects) check(r crdt.Record) error {
 	}
 	x.note(r.Origin, rj)
 	return rj
+}
+
+// checkStatus checks what a node's status says against what this node
+// holds: in a secure cluster its certificate (issued by the CA for that
+// node and the record's signer), and a new or changed subnet claim
+// (checkTakeover).
+func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
+	if x.certs != nil {
+		if err := x.certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
+			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
+		}
+	}
+	if x.heldStatus == nil || s.PodSubnet == "" {
+		return nil
+	}
+	if held, ok := x.heldStatus(s.Name); ok && held.PodSubnet == s.PodSubnet && held.SubnetSince == s.SubnetSince {
+		return nil // the claim this node already holds: nothing new
+	}
+	return checkTakeover(s, x.heldStatuses(), x.isLive)
+}
+
+// checkTakeover refuses a new or changed subnet claim that would take a
+// subnet from another live node whose claim on it has settled: one that
+// overlaps that claim and would beat it (ipam: the earlier claim wins).
+// A claim's time is what its writer says, so without this any node could
+// backdate a claim and win a live node's subnet. The price: when two
+// sides of a partition settle the same subnet (rare: each node starts
+// its search at a place derived from its name), each side keeps its own
+// claim after the heal, refuses the other's with a WARN, and the
+// operator must move one node ('starling node forget' it, remove its
+// data dir, join it again). Claims that have not settled resolve as
+// before, by time; a node that comes back with the claim it held is not
+// affected (checkStatus skips a claim already held).
+func checkTakeover(s NodeStatus, held map[string]NodeStatus, live func(string) bool) *rejection {
+	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
+	for name, h := range held {
+		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady || !live(name) {
+			continue
+		}
+		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
+		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost {
+			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from live node %q (claimed at %s, settled); a node may claim only a subnet no live node has settled",
+				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
+		}
+	}
+	return nil
 }
 
 // checkIdentityChange guards the records that unbind a name: a node's

@@ -452,3 +452,56 @@ func BenchmarkAcceptStatusRecord(b *testing.B) {
 		}
 	}
 }
+
+// TestTakeoverOfASettledSubnetIsRefused: a new claim that would beat a
+// live node's settled claim (an earlier time, as a backdating writer
+// says) is refused; a claim that loses anyway, one against an unsettled
+// or dead node's claim, and the claim a node already held pass.
+func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
+	n2 := goodStatus()
+	n2.Name, n2.PodSubnet, n2.SubnetSince, n2.SubnetReady = "n2", "10.22.2.0/24", hlc.Timestamp{Wall: 100}, true
+	held := map[string]NodeStatus{"n2": n2}
+	live := func(name string) bool { return name != "dead" }
+	claim := func(subnet string, wall int64) NodeStatus {
+		s := goodStatus()
+		s.Name, s.PodSubnet, s.SubnetSince = "evil", subnet, hlc.Timestamp{Wall: wall}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		s       NodeStatus
+		held    map[string]NodeStatus
+		refused bool
+	}{
+		{"backdated claim of a settled /24", claim("10.22.2.0/24", 1), held, true},
+		{"backdated /28 inside it", claim("10.22.2.16/28", 1), held, true},
+		{"a later claim (loses anyway)", claim("10.22.2.0/24", 200), held, false},
+		{"another subnet", claim("10.22.3.0/24", 1), held, false},
+		{"against an unsettled claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"n2": func() NodeStatus { s := n2; s.SubnetReady = false; return s }()}, false},
+		{"against a dead node's claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"dead": func() NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
+	} {
+		rj := checkTakeover(tc.s, tc.held, live)
+		if (rj != nil) != tc.refused || rj != nil && rj.reason != rejectSubnetTaken {
+			t.Errorf("%s: %v, refused want %v", tc.name, rj, tc.refused)
+		}
+	}
+	// Through the Accept hook: the claim a node already holds passes (a
+	// node coming back), a changed one is checked.
+	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	back := claim("10.22.2.0/24", 1)
+	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held })
+	x.setLive(live)
+	rec := func(s NodeStatus) crdt.Record {
+		for i := range s.Replicas {
+			s.Replicas[i].Node = s.Name
+			s.Replicas[i].PodIP = ""
+		}
+		return signAs(t, s.Name, statusRecord(t, s, s.Name))
+	}
+	if err := x.check(rec(back)); err != nil {
+		t.Fatalf("the claim already held was refused: %v", err)
+	}
+	if err := x.check(rec(claim("10.22.2.0/24", 2))); err == nil || !strings.Contains(err.Error(), "subnet-taken") {
+		t.Fatalf("a changed backdated claim: %v", err)
+	}
+}

@@ -28,7 +28,7 @@ import (
 // from its own namespace (so it holds what every node holds: the gossip
 // key, the CA key, a certificate) and writes what the attacks of issue 10 wrote
 // (test/hostile): a podIP carrying iptables-restore lines, a foreign
-// podIP, a subnet claim of 8.8.8.0/24 and one of n2's /24, another node's status (as itself,
+// podIP, a subnet claim of 8.8.8.0/24 and a backdated one of n2's /24, another node's status (as itself,
 // and forged under that node's name with its own key), an invalid
 // Service, a Deployment stamped two hours ahead and an unsigned one. The
 // honest nodes' nat
@@ -55,7 +55,7 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 	})
 	_, out := startHostile(t, c, "evil", 9, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet)
 
-	want := []string{"subnet", "pod-ip", "origin", "object", "clock", "identity", "unsigned"}
+	want := []string{"subnet", "subnet-taken", "pod-ip", "origin", "object", "clock", "identity", "unsigned"}
 	waitFor(t, 30*time.Second, func() error {
 		for _, n := range honest {
 			m, err := metrics(n)
@@ -84,8 +84,8 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 				t.Errorf("%s logged no WARN for reason %s", n.Name, reason)
 			}
 		}
-		if strings.Count(string(log), "reason=subnet") != 1 {
-			t.Errorf("%s logged the subnet refusal %d times, want once", n.Name, strings.Count(string(log), "reason=subnet"))
+		if strings.Count(string(log), "reason=subnet ") != 1 {
+			t.Errorf("%s logged the subnet refusal %d times, want once", n.Name, strings.Count(string(log), "reason=subnet "))
 		}
 	}
 	// Nothing hostile was stored: no Service x, no Deployment future, and

@@ -102,13 +102,6 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 			"cert": certFor(node)})
 		return v
 	}
-	claimNow := func(v []byte) []byte {
-		var m map[string]any
-		json.Unmarshal(v, &m)
-		m["subnetSince"] = map[string]any{"wall": time.Now().UnixNano()}
-		b, _ := json.Marshal(m)
-		return b
-	}
 	replica := func(node, ip string) map[string]any {
 		return map[string]any{"name": "hello-0", "namespace": "default", "workload": "hello", "ordinal": 0, "node": node,
 			"phase": "Running", "ready": true, "podIP": ip, "specHash": "0123abcd"}
@@ -125,9 +118,9 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 			replica(name+"-b", "10.22.99.9\n-A POSTROUTING -j ACCEPT")), Origin: name + "-b"},
 		// A foreign address as podIP (the writer's own LAN address).
 		{Key: "node/cluster/" + name + "-c", Value: status(name+"-c", "10.22.98.0/24", replica(name+"-c", bind)), Origin: name + "-c"},
-		// Another node's /24, claimed under a name of its own (made now:
-		// the victim's earlier claim wins).
-		{Key: "node/cluster/" + name + "-d", Value: claimNow(status(name+"-d", victimSubnet)), Origin: name + "-d"},
+		// Another node's /24, claimed under a name of its own, backdated
+		// (claim time 1 ns after the epoch) to beat the victim's claim.
+		{Key: "node/cluster/" + name + "-d", Value: status(name+"-d", victimSubnet), Origin: name + "-d"},
 		// Another node's status record, as written by this one.
 		{Key: "node/cluster/" + victim, Value: status(victim, "10.22.97.0/24"), Origin: name},
 
