@@ -880,11 +880,14 @@ The cluster is still running (KEEP=1). Try:
   %s rollout history deployment/hello
   %s logs <replica name>            # from any node, proxied to the replica's node
 The other nodes' sockets: %s, %s
+From the LAN, over TLS with the client config (CA pinned, token inside):
+  nsenter --net=/run/netns/%s %s --config %s get nodes
 A NodePort from the LAN namespace:
   nsenter --net=/run/netns/%s busybox wget -qO- http://%s:%d/
 wget from inside a client pod's network namespace (%s ...):
   nsenter --net=%s/netns/%s_%s busybox wget -qO- http://%s/
 Remove everything with: make demo-down
 `, n1.Socket, s.binary, s.binary, s.binary, s.binary, s.c.Nodes[1].Socket, s.c.Nodes[2].Socket,
+		s.c.LAN, s.binary, filepath.Join(s.dir, "client-config"),
 		s.c.LAN, n1.IP, nodePort, strings.Join(clients, ", "), s.node(s.clientReps[0].Node).DataDir, namespace, s.clientReps[0].Name, s.vip)
 }
