@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -51,15 +49,14 @@ type Agent struct {
 	// id is this node's identity (identity.go): it signs every record
 	// the node writes and knows which key each node name is bound to.
 	id *identity
-	// creds are the cluster's CA, gossip key and this node's certificate
-	// (pki.go); nil with --insecure. nodeCert is the current certificate
-	// (certLoop renews it).
-	creds    *credentials
-	nodeCert atomic.Pointer[x509.Certificate]
+	// trust holds the cluster's credentials and this node's certificate
+	// (pki.go, peertls.go), join admits new nodes (join.go) and keys
+	// rotates the gossip key (keys.go); all three nil with --insecure.
+	trust *trust
+	join  *admission
+	keys  *keyring
 	// acks tracks nodes that do not list the replicas placed on them.
 	acks *ackTracker
-	// joinWarn limits the WARNs about refused joins.
-	joinWarn joinWarnLimit
 	// clusterCIDR is --cluster-cidr; rejects checks what peers send.
 	clusterCIDR netip.Prefix
 	rejects     *rejects
@@ -242,22 +239,28 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	if err != nil {
 		return nil, err
 	}
-	if a.creds, err = setupCredentials(ctx, cfg, key, log); err != nil {
+	creds, err := setupCredentials(ctx, cfg, key, log)
+	if err != nil {
 		return nil, err
-	}
-	if a.creds != nil {
-		a.nodeCert.Store(a.creds.NodeCert)
 	}
 	a.store, err = store.Open(cfg.DataDir + "/store")
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
 	a.id = &identity{name: cfg.Name, key: key, store: a.store}
-	a.rejects = newRejects(a.clusterCIDR, a.creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
+	if creds != nil {
+		a.trust = newTrust(creds, key, a.id)
+	}
+	a.rejects = newRejects(a.clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
 	a.rejects.setHeld(a.heldStatus, a.heldStatuses)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err
+	}
+	if a.trust != nil {
+		a.join = &admission{store: a.store, id: a.id, trust: a.trust, clock: a.clock, self: cfg.Name,
+			publish: a.publish, keys: a.cluster.Keys, log: log}
+		a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: cfg.DataDir, self: cfg.Name, log: log}
 	}
 	return a, nil
 }
@@ -292,8 +295,9 @@ func (a *Agent) startGossip() error {
 		}
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
-	if a.creds != nil {
-		gc.SecretKey, gc.ExtraKeys = a.creds.GossipKeys[0], a.creds.GossipKeys[1:]
+	if a.trust != nil {
+		keys := a.trust.creds.GossipKeys
+		gc.SecretKey, gc.ExtraKeys = keys[0], keys[1:]
 	}
 	gc.Logger = a.log.With("component", "gossip")
 	// Hybrid logical clock: every received version advances the clock, and
@@ -357,16 +361,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			ul.Close()
 			return fmt.Errorf("--api-listen %s: %w", a.cfg.APIListen, err)
 		}
-		if a.creds != nil {
+		if a.trust != nil {
 			// TLS with the node's certificate; clients check it against
 			// the cluster CA's pin (starling config).
 			tl = tls.NewListener(tl, &tls.Config{MinVersion: tls.VersionTLS12,
-				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.tlsCert(), nil }})
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.trust.tlsCert(), nil }})
 		}
 		servers = append(servers, &http.Server{Handler: a.requireAuth(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
-	if a.creds != nil {
+	if a.trust != nil {
 		pl, err := a.listenPeers()
 		if err != nil {
 			for _, l := range listeners {
@@ -390,7 +394,13 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop, a.certLoop, a.keyRefreshLoop}
+	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop,
+		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.joinTargets) }}
+	if a.trust != nil {
+		loops = append(loops, func(ctx context.Context) {
+			a.trust.renewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.requestReconcile)
+		})
+	}
 	if a.cfg.DryRun {
 		// No reconcile, probes, routes or Service rules: only printing.
 		loops = append(loops, a.dryRunLoop)

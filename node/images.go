@@ -202,7 +202,7 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 		if name == a.cfg.Name || !v.alive[name] {
 			continue
 		}
-		if _, ok := a.peerAPI(name, s); !ok && a.creds == nil {
+		if _, ok := a.peerAPI(name, s); !ok && a.trust == nil {
 			continue // --insecure: only peers with a TCP API serve images
 		}
 		rtt, ok := a.cluster.RTT(name)

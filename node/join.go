@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/store"
 )
@@ -96,15 +97,35 @@ func isTokenID(s string) bool {
 	return true
 }
 
-// createJoinToken makes a join token valid for ttl and stores its record.
-func (a *Agent) createJoinToken(ttl time.Duration) (joinToken, time.Time, error) {
-	if a.creds == nil {
-		return joinToken{}, time.Time{}, errors.New("this cluster runs with --insecure: it has no CA and takes no join tokens; nodes join with --join and --insecure")
+// admission admits new nodes (the member's side of a join) and keeps the
+// join tokens: the store holds their records (read by admit), publish
+// writes records (signed, gossiped), keys gives the gossip keyring to hand
+// a new node. A nil *admission is a node running with --insecure.
+type admission struct {
+	store   *store.Store
+	id      *identity
+	trust   *trust
+	clock   *hlc.Clock
+	self    string
+	publish func(...crdt.Record) error
+	keys    func() [][]byte
+	log     *slog.Logger
+	warn    joinWarnLimit
+}
+
+// errInsecureTokens: a node with --insecure has no CA to admit with.
+var errInsecureTokens = errors.New("this cluster runs with --insecure: it has no CA and takes no join tokens; nodes join with --join and --insecure")
+
+// createToken makes a join token valid for ttl and stores its record;
+// expired ones are deleted.
+func (j *admission) createToken(ttl time.Duration) (joinToken, time.Time, error) {
+	if j == nil {
+		return joinToken{}, time.Time{}, errInsecureTokens
 	}
 	if ttl < time.Minute || ttl > maxJoinTokenTTL {
 		return joinToken{}, time.Time{}, fmt.Errorf("ttl %s: must be between 1m and %s", ttl, maxJoinTokenTTL)
 	}
-	tok, err := newJoinToken(caPin(a.creds.CA))
+	tok, err := newJoinToken(caPin(j.trust.creds.CA))
 	if err != nil {
 		return joinToken{}, time.Time{}, err
 	}
@@ -113,37 +134,43 @@ func (a *Agent) createJoinToken(ttl time.Duration) (joinToken, time.Time, error)
 	if err != nil {
 		return joinToken{}, time.Time{}, err
 	}
-	recs := []crdt.Record{{Key: joinTokenKey(tok.ID), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}}
+	recs := []crdt.Record{{Key: joinTokenKey(tok.ID), Value: b, Version: j.clock.Now(), Origin: j.self}}
 	// Expired tokens admit nobody: their records are deleted as new
 	// ones are made, so they do not pile up.
-	held, err := a.store.List(joinTokenKind + "/")
+	expired, err := j.tokenDeletes(func(t joinTokenRecord) bool { return time.Now().After(t.Expires) })
 	if err != nil {
 		return joinToken{}, time.Time{}, err
 	}
-	for _, r := range held {
-		var t joinTokenRecord
-		if !r.Deleted && json.Unmarshal(r.Value, &t) == nil && time.Now().After(t.Expires) {
-			a.clock.Update(r.Version)
-			recs = append(recs, crdt.Record{Key: r.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
-		}
-	}
-	return tok, expires, a.publish(recs...)
+	return tok, expires, j.publish(append(recs, expired...)...)
 }
 
-// deleteJoinTokens deletes every join token record (node forget).
-func (a *Agent) deleteJoinTokens() error {
-	recs, err := a.store.List(joinTokenKind + "/")
+// deleteTokens deletes every join token record (node forget).
+func (j *admission) deleteTokens() error {
+	if j == nil {
+		return nil
+	}
+	dels, err := j.tokenDeletes(func(joinTokenRecord) bool { return true })
 	if err != nil {
 		return err
 	}
+	return j.publish(dels...)
+}
+
+// tokenDeletes returns deletes of the held token records that match.
+func (j *admission) tokenDeletes(match func(joinTokenRecord) bool) ([]crdt.Record, error) {
+	held, err := j.store.List(joinTokenKind + "/")
+	if err != nil {
+		return nil, err
+	}
 	var dels []crdt.Record
-	for _, r := range recs {
-		if !r.Deleted {
-			a.clock.Update(r.Version)
-			dels = append(dels, crdt.Record{Key: r.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+	for _, r := range held {
+		var t joinTokenRecord
+		if !r.Deleted && json.Unmarshal(r.Value, &t) == nil && match(t) {
+			j.clock.Update(r.Version)
+			dels = append(dels, crdt.Record{Key: r.Key, Version: j.clock.Now(), Origin: j.self, Deleted: true})
 		}
 	}
-	return a.publish(dels...)
+	return dels, nil
 }
 
 // joinRequest is the body of POST /v1/join on the peer port.
@@ -241,7 +268,7 @@ func (l *joinWarnLimit) allow(status int, now time.Time) bool {
 }
 
 // handleJoin serves POST /v1/join on the peer port.
-func (a *Agent) handleJoin(w http.ResponseWriter, r *http.Request) {
+func (j *admission) handleJoin(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, 64<<10)
 	if err != nil {
 		status, err := bodyStatus("join request", err)
@@ -254,25 +281,26 @@ func (a *Agent) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	remote, _ := netip.ParseAddrPort(r.RemoteAddr)
-	if rf := admit(req, admitLookups{token: tokenLookup(a.store), bound: a.id.boundKey, revoked: a.id.isRevoked}, time.Now()); rf != nil {
-		if a.joinWarn.allow(rf.status, time.Now()) {
-			a.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", remote.Addr(), "status", rf.status, "why", rf.msg)
+	if rf := admit(req, admitLookups{token: tokenLookup(j.store), bound: j.id.boundKey, revoked: j.id.isRevoked}, time.Now()); rf != nil {
+		if j.warn.allow(rf.status, time.Now()) {
+			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", remote.Addr(), "status", rf.status, "why", rf.msg)
 		}
 		writeError(w, rf.status, rf)
 		return
 	}
-	cert, err := issueNodeCert(a.creds.CA, a.creds.CAKey, req.Name, req.Key, []netip.Addr{remote.Addr().Unmap()}, time.Now())
+	creds := j.trust.creds
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, req.Name, req.Key, []netip.Addr{remote.Addr().Unmap()}, time.Now())
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	caKey, err := x509.MarshalPKCS8PrivateKey(a.creds.CAKey)
+	caKey, err := x509.MarshalPKCS8PrivateKey(creds.CAKey)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	resp := joinResponse{CA: a.creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: a.cluster.Keys()}
-	a.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
+	resp := joinResponse{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}
+	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -555,7 +583,7 @@ func (a *Agent) listenPeers() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer listener (join and TLS between nodes, the gossip port + 1) on %s: %w", addr, err)
 	}
-	return tls.NewListener(l, a.peerServerTLS()), nil
+	return tls.NewListener(l, a.trust.serverTLS()), nil
 }
 
 // peerHandler serves the peer port: the join protocol, open to anyone
@@ -563,63 +591,17 @@ func (a *Agent) listenPeers() (net.Listener, error) {
 // only (peertls.go).
 func (a *Agent) peerHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/join", a.handleJoin)
-	mux.Handle("GET /v1/logs/{namespace}/{name}", a.requirePeerCert(http.HandlerFunc(a.handleLogs)))
-	mux.Handle("GET /v1/images/export", a.requirePeerCert(http.HandlerFunc(a.handleImageExport)))
-	mux.Handle("GET /v1/keys", a.requirePeerCert(http.HandlerFunc(a.handleKeys)))
-	mux.Handle("POST /v1/keys", a.requirePeerCert(http.HandlerFunc(a.handleKeyOp)))
+	mux.HandleFunc("POST /v1/join", a.join.handleJoin)
+	mux.Handle("GET /v1/logs/{namespace}/{name}", a.trust.requirePeer(http.HandlerFunc(a.handleLogs)))
+	mux.Handle("GET /v1/images/export", a.trust.requirePeer(http.HandlerFunc(a.handleImageExport)))
+	mux.Handle("GET /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleList)))
+	mux.Handle("POST /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleOp)))
 	return mux
 }
 
-// certDER is this node's certificate (DER), nil with --insecure.
-func (a *Agent) certDER() []byte {
-	if c := a.nodeCert.Load(); c != nil {
-		return c.Raw
-	}
-	return nil
-}
-
-// certRenewCheck is how often a running node checks whether its
-// certificate needs renewing.
-const certRenewCheck = 12 * time.Hour
-
-// certLoop renews this node's certificate (renewNodeCert) while it runs;
-// the next status record carries the new one.
-func (a *Agent) certLoop(ctx context.Context) {
-	if a.creds == nil {
-		return
-	}
-	every(ctx, certRenewCheck, func() {
-		c := *a.creds
-		c.NodeCert = a.nodeCert.Load()
-		if err := renewNodeCert(a.cfg.DataDir, &c, a.id.key, advertisedIPs(a.cfg), time.Now()); err != nil {
-			a.log.Error("renew node certificate", "err", err)
-			return
-		}
-		if c.NodeCert != a.nodeCert.Load() {
-			a.nodeCert.Store(c.NodeCert)
-			a.log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
-			a.requestReconcile()
-		}
-	})
-}
-
-// every calls f every d until ctx ends (first after d).
-func every(ctx context.Context, d time.Duration, f func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-		}
-	}
-}
-
-// handleJoinToken serves POST /v1/join-tokens: a new join token.
-func (a *Agent) handleJoinToken(w http.ResponseWriter, r *http.Request) {
+// handleToken serves POST /v1/join-tokens: a new join token (the
+// operator's API).
+func (j *admission) handleToken(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, 4<<10)
 	if err != nil {
 		status, err := bodyStatus("join-token request", err)
@@ -641,16 +623,16 @@ func (a *Agent) handleJoinToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(maxJoinTokenTTL/time.Second)))
 		return
 	}
-	tok, expires, err := a.createJoinToken(ttl)
+	tok, expires, err := j.createToken(ttl)
 	if err != nil {
 		status := http.StatusInternalServerError
-		if a.creds == nil || ttl < time.Minute {
+		if j == nil || ttl < time.Minute {
 			status = http.StatusBadRequest
 		}
 		writeError(w, status, err)
 		return
 	}
-	a.log.Info("made a join token", "token", tok.ID, "expires", expires)
+	j.log.Info("made a join token", "token", tok.ID, "expires", expires)
 	writeJSON(w, http.StatusCreated, api.JoinToken{Token: tok.String(), Expires: expires})
 }
 
@@ -691,8 +673,8 @@ func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 // the TCP API behind the token.
 func (a *Agent) handleClientConfig(w http.ResponseWriter, r *http.Request) {
 	cc := api.ClientConfig{Server: a.apiURL(), Token: a.token}
-	if a.creds != nil {
-		cc.CAPin = caPin(a.creds.CA)
+	if a.trust != nil {
+		cc.CAPin = caPin(a.trust.creds.CA)
 	}
 	writeJSON(w, http.StatusOK, cc)
 }

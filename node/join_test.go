@@ -104,9 +104,9 @@ func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: st, creds: creds, clock: hlc.New(nil),
+	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: st, clock: hlc.New(nil),
 		id: &identity{name: "n1", key: key, store: st}}
-	a.nodeCert.Store(creds.NodeCert)
+	a.trust = newTrust(creds, key, a.id)
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort, gc.SecretKey = "n1", "127.0.0.1", 0, creds.GossipKeys[0]
 	gc.Logger = a.log
@@ -114,6 +114,7 @@ func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.cluster.Shutdown() })
+	a.join = &admission{store: st, id: a.id, trust: a.trust, clock: a.clock, self: "n1", keys: a.cluster.Keys, log: a.log}
 	tok, err := newJoinToken(caPin(creds.CA))
 	if err != nil {
 		t.Fatal(err)
@@ -123,9 +124,9 @@ func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.peerServerTLS()
+	srv.TLS = a.trust.serverTLS()
 	// httptest would put its own certificate in an empty list.
-	srv.TLS.Certificates = []tls.Certificate{*a.tlsCert()}
+	srv.TLS.Certificates = []tls.Certificate{*a.trust.tlsCert()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return a, tok, srv
@@ -160,10 +161,10 @@ func TestJoinWithTokenOverPinnedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !creds.CA.Equal(a.creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.creds.GossipKeys[0]) {
+	if !creds.CA.Equal(a.trust.creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.trust.creds.GossipKeys[0]) {
 		t.Fatal("the joined node holds another CA or gossip key")
 	}
-	if err := verifyNodeCert(creds.NodeCert, a.creds.CA, "n2", key.Public().(ed25519.PublicKey), time.Now()); err != nil {
+	if err := verifyNodeCert(creds.NodeCert, a.trust.creds.CA, "n2", key.Public().(ed25519.PublicKey), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{caCertFile, caKeyFile, nodeCertFile, gossipKeyFile} {
@@ -336,10 +337,11 @@ func BenchmarkVerifyNodeCert(b *testing.B) {
 	}
 }
 
-// peerAgent is a node of the cluster of creds with its own store, in
+// peerTrust is the trust of a node of the cluster of creds, named name,
+// with keyOf(keyName) and a certificate for them, and its own store, in
 // which each of known is bound to keyOf(its name), as a certified status
 // record makes it.
-func peerAgent(t *testing.T, creds *credentials, name, keyName string, known ...string) *Agent {
+func peerTrust(t *testing.T, creds *credentials, name, keyName string, known ...string) *trust {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "store"))
 	if err != nil {
@@ -358,9 +360,9 @@ func peerAgent(t *testing.T, creds *credentials, name, keyName string, known ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: Config{Name: name}, store: st, creds: creds, id: &identity{name: name, key: key, store: st}}
-	a.nodeCert.Store(cert)
-	return a
+	c := *creds
+	c.NodeCert = cert
+	return newTrust(&c, key, &identity{name: name, key: key, store: st})
 }
 
 // TestPeerTLSChecksTheBoundKey: over the peer port, nodes accept each
@@ -373,19 +375,19 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(a *Agent) string {
-		srv := httptest.NewUnstartedServer(a.requirePeerCert(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serve := func(a *trust) string {
+		srv := httptest.NewUnstartedServer(a.requirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "hello "+r.Header.Get(proxiedHeader))
 		})))
-		srv.TLS = a.peerServerTLS()
+		srv.TLS = a.serverTLS()
 		srv.TLS.Certificates = []tls.Certificate{*a.tlsCert()} // else httptest puts its own
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	call := func(from *Agent, to, url string) (int, string, error) {
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.peerClientTLS(to)}}
+	call := func(from *trust, to, url string) (int, string, error) {
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.clientTLS(to)}}
 		resp, err := client.Get(url)
 		if err != nil {
 			return 0, "", err
@@ -394,10 +396,10 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), nil
 	}
-	n1 := peerAgent(t, creds, "n1", "n1", "n1", "n2")
-	n2 := peerAgent(t, creds, "n2", "n2", "n1", "n2")
-	impostorClient := peerAgent(t, creds, "n2", "evil", "n1", "n2")
-	impostorServer := peerAgent(t, creds, "n1", "evil", "n1", "n2")
+	n1 := peerTrust(t, creds, "n1", "n1", "n1", "n2")
+	n2 := peerTrust(t, creds, "n2", "n2", "n1", "n2")
+	impostorClient := peerTrust(t, creds, "n2", "evil", "n1", "n2")
+	impostorServer := peerTrust(t, creds, "n1", "evil", "n1", "n2")
 	url := serve(n1)
 	if code, body, err := call(n2, "n1", url); err != nil || code != 200 || body != "hello n2" {
 		t.Fatalf("n2 -> n1: %d %q %v", code, body, err)

@@ -5,13 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -68,34 +67,46 @@ func gossipKeyID(k []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// applyKeyOp changes this node's keyring and saves it.
-func (a *Agent) applyKeyOp(op keyOp) error {
+// keyring is this node's part in key rotations: its gossip keyring
+// (gossip.Cluster's), saved in dataDir, and the calls to other nodes'
+// keyrings over mutual TLS (trust). A nil *keyring is a node running with
+// --insecure (no gossip key).
+type keyring struct {
+	cluster *gossip.Cluster
+	trust   *trust
+	dataDir string
+	self    string // this node's name
+	log     *slog.Logger
+}
+
+// apply changes this node's keyring and saves it.
+func (k *keyring) apply(op keyOp) error {
 	if len(op.Key) != 32 {
 		return fmt.Errorf("key: want 32 bytes, got %d", len(op.Key))
 	}
 	var err error
 	switch op.Op {
 	case "install":
-		if len(a.cluster.Keys()) >= maxGossipKeys && !slices.ContainsFunc(a.cluster.Keys(), func(k []byte) bool { return bytes.Equal(k, op.Key) }) {
+		if len(k.cluster.Keys()) >= maxGossipKeys && !slices.ContainsFunc(k.cluster.Keys(), func(have []byte) bool { return bytes.Equal(have, op.Key) }) {
 			return fmt.Errorf("the keyring holds %d keys already; finish or undo the rotation in progress", maxGossipKeys)
 		}
-		err = a.cluster.InstallKey(op.Key)
+		err = k.cluster.InstallKey(op.Key)
 	case "use":
-		err = a.cluster.UseKey(op.Key)
+		err = k.cluster.UseKey(op.Key)
 	case "remove":
-		err = a.cluster.RemoveKey(op.Key)
+		err = k.cluster.RemoveKey(op.Key)
 	default:
 		return fmt.Errorf("op %q: want install, use or remove", op.Op)
 	}
 	if err != nil {
 		return err
 	}
-	a.log.Info("gossip keyring changed", "op", op.Op, "key", gossipKeyID(op.Key))
-	return saveGossipKeys(a.cfg.DataDir, a.cluster.Keys())
+	k.log.Info("gossip keyring changed", "op", op.Op, "key", gossipKeyID(op.Key))
+	return saveGossipKeys(k.dataDir, k.cluster.Keys())
 }
 
 // handleKeyOp serves POST /v1/keys on the peer port (nodes only).
-func (a *Agent) handleKeyOp(w http.ResponseWriter, r *http.Request) {
+func (k *keyring) handleOp(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, 4<<10)
 	if err != nil {
 		status, err := bodyStatus("key request", err)
@@ -107,7 +118,7 @@ func (a *Agent) handleKeyOp(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("key request: %w", err))
 		return
 	}
-	if err := a.applyKeyOp(op); err != nil {
+	if err := k.apply(op); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
@@ -116,27 +127,26 @@ func (a *Agent) handleKeyOp(w http.ResponseWriter, r *http.Request) {
 
 // handleKeys serves GET /v1/keys on the peer port (nodes only): this
 // node's keyring, the key in use first.
-func (a *Agent) handleKeys(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string][][]byte{"keys": a.cluster.Keys()})
+func (k *keyring) handleList(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string][][]byte{"keys": k.cluster.Keys()})
 }
 
-// peerPost sends a JSON POST to node name's peer port over mutual TLS.
-func (a *Agent) peerPost(ctx context.Context, name, path string, in any) error {
-	addr, ok := a.peerAddr(name)
+// post sends op to node name's keyring over mutual TLS.
+func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
+	addr, ok := peerAddr(k.cluster.Members(), name)
 	if !ok {
 		return fmt.Errorf("node %s is not a member", name)
 	}
-	b, err := json.Marshal(in)
+	b, err := json.Marshal(op)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+"/v1/keys", bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: a.peerClientTLS(name), DisableKeepAlives: true}}
-	resp, err := client.Do(req)
+	resp, err := peerHTTPClient(k.trust.clientTLS(name), 15*time.Second).Do(req)
 	if err != nil {
 		return err
 	}
@@ -157,17 +167,17 @@ func (a *Agent) peerPost(ctx context.Context, name, path string, in any) error {
 // that fails on any node, leaving every node able to read every other
 // (the new key installed or in use on some, the old one still installed
 // on all), and reports per node.
-func (a *Agent) rotateGossipKey(ctx context.Context) (api.KeyRotation, error) {
-	if a.creds == nil {
-		return api.KeyRotation{}, errors.New("this cluster runs with --insecure: gossip has no key to rotate")
+func (k *keyring) rotate(ctx context.Context) (api.KeyRotation, error) {
+	if k == nil {
+		return api.KeyRotation{}, errInsecureKeys
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return api.KeyRotation{}, err
 	}
-	old := a.cluster.Keys()
+	old := k.cluster.Keys()
 	var members, down []string
-	for _, m := range a.cluster.Members() {
+	for _, m := range k.cluster.Members() {
 		switch m.State {
 		case gossip.StateAlive, gossip.StateSuspect:
 			members = append(members, m.Name)
@@ -178,23 +188,23 @@ func (a *Agent) rotateGossipKey(ctx context.Context) (api.KeyRotation, error) {
 	slices.Sort(members)
 	slices.Sort(down)
 	res := api.KeyRotation{Key: gossipKeyID(key), Nodes: members, Down: down}
-	step := func(op string, k []byte) error {
+	step := func(op string, key []byte) error {
 		var failed []string
 		for _, name := range members {
 			var err error
-			if name == a.cfg.Name {
-				err = a.applyKeyOp(keyOp{Op: op, Key: k})
+			if name == k.self {
+				err = k.apply(keyOp{Op: op, Key: key})
 			} else {
-				err = a.peerPost(ctx, name, "/v1/keys", keyOp{Op: op, Key: k})
+				err = k.post(ctx, name, keyOp{Op: op, Key: key})
 			}
 			if err != nil {
 				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
 			}
 		}
-		res.Steps = append(res.Steps, api.KeyStep{Op: op, Key: gossipKeyID(k), Failed: failed})
+		res.Steps = append(res.Steps, api.KeyStep{Op: op, Key: gossipKeyID(key), Failed: failed})
 		if len(failed) > 0 {
 			return fmt.Errorf("%s key %s failed on %d of %d nodes (the cluster keeps working: every node still holds the old key); run 'starling keys rotate' again once they are up: %v",
-				op, gossipKeyID(k), len(failed), len(members), failed)
+				op, gossipKeyID(key), len(failed), len(members), failed)
 		}
 		return nil
 	}
@@ -204,21 +214,24 @@ func (a *Agent) rotateGossipKey(ctx context.Context) (api.KeyRotation, error) {
 	if err := step("use", key); err != nil {
 		return res, err
 	}
-	for _, k := range old {
-		if err := step("remove", k); err != nil {
+	for _, o := range old {
+		if err := step("remove", o); err != nil {
 			return res, err
 		}
 	}
-	a.log.Info("rotated the gossip key", "key", gossipKeyID(key), "nodes", len(members), "down", down)
+	k.log.Info("rotated the gossip key", "key", gossipKeyID(key), "nodes", len(members), "down", down)
 	return res, nil
 }
 
-// handleKeyRotate serves POST /v1/keys/rotate (the operator's API).
-func (a *Agent) handleKeyRotate(w http.ResponseWriter, r *http.Request) {
-	res, err := a.rotateGossipKey(r.Context())
+// errInsecureKeys: a node with --insecure has no gossip key.
+var errInsecureKeys = errors.New("this cluster runs with --insecure: gossip has no key to rotate")
+
+// handleRotate serves POST /v1/keys/rotate (the operator's API).
+func (k *keyring) handleRotate(w http.ResponseWriter, r *http.Request) {
+	res, err := k.rotate(r.Context())
 	if err != nil {
 		status := http.StatusBadGateway
-		if a.creds == nil {
+		if k == nil {
 			status = http.StatusBadRequest
 		}
 		writeJSON(w, status, struct {
@@ -234,71 +247,49 @@ func (a *Agent) handleKeyRotate(w http.ResponseWriter, r *http.Request) {
 // cluster's current gossip keys over mutual TLS and installs them, the
 // first in use; for a node that missed a rotation. It reports whether
 // the keyring changed.
-func (a *Agent) refreshGossipKeys(ctx context.Context, seeds []string) (bool, error) {
+func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 	var errs []error
 	for _, seed := range seeds {
 		host, port, err := splitHostPort(seed, 7946)
 		if err != nil {
 			continue
 		}
-		keys, err := a.fetchGossipKeys(ctx, net.JoinHostPort(host, strconv.Itoa(peerPort(port))))
+		keys, err := k.fetch(ctx, net.JoinHostPort(host, strconv.Itoa(peerPort(port))))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", seed, err))
 			continue
 		}
-		have := a.cluster.Keys()
+		have := k.cluster.Keys()
 		if bytes.Equal(have[0], keys[0]) {
 			return false, nil
 		}
-		for _, k := range keys {
-			if err := a.applyKeyOp(keyOp{Op: "install", Key: k}); err != nil {
+		for _, key := range keys {
+			if err := k.apply(keyOp{Op: "install", Key: key}); err != nil {
 				return false, err
 			}
 		}
-		if err := a.applyKeyOp(keyOp{Op: "use", Key: keys[0]}); err != nil {
+		if err := k.apply(keyOp{Op: "use", Key: keys[0]}); err != nil {
 			return false, err
 		}
-		for _, k := range have {
-			if !slices.ContainsFunc(keys, func(n []byte) bool { return bytes.Equal(n, k) }) {
-				a.applyKeyOp(keyOp{Op: "remove", Key: k})
+		for _, key := range have {
+			if !slices.ContainsFunc(keys, func(n []byte) bool { return bytes.Equal(n, key) }) {
+				k.apply(keyOp{Op: "remove", Key: key})
 			}
 		}
-		a.log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", gossipKeyID(keys[0]))
+		k.log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", gossipKeyID(keys[0]))
 		return true, nil
 	}
 	return false, errors.Join(errs...)
 }
 
-// fetchGossipKeys is GET /v1/keys at addr (a peer port), over mutual TLS:
-// the server's certificate must chain to the CA and carry the key its
-// name is bound to in this node's store.
-func (a *Agent) fetchGossipKeys(ctx context.Context, addr string) ([][]byte, error) {
-	conf := &tls.Config{
-		MinVersion:           tls.VersionTLS13,
-		RootCAs:              a.caPool(),
-		InsecureSkipVerify:   true, //nolint:gosec // verified in VerifyConnection: chain, then the name's bound key
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.tlsCert(), nil },
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return fmt.Errorf("%w: none", errPeerCert)
-			}
-			leaf := cs.PeerCertificates[0]
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: a.caPool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-				return fmt.Errorf("%w: %v", errPeerCert, err)
-			}
-			return a.checkPeerCert(leaf, leaf.Subject.CommonName)
-		},
-	}
+// fetch is GET /v1/keys at addr (a peer port), over mutual TLS with any
+// node of the cluster (trust.anyNodeTLS).
+func (k *keyring) fetch(ctx context.Context, addr string) ([][]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/keys", nil)
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
-	resp, err := client.Do(req)
+	resp, err := peerHTTPClient(k.trust.anyNodeTLS(), 15*time.Second).Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -320,19 +311,19 @@ func (a *Agent) fetchGossipKeys(ctx context.Context, addr string) ([][]byte, err
 // whether the cluster moved to a gossip key it lacks.
 const keyRefreshInterval = 30 * time.Second
 
-// keyRefreshLoop covers a node that was running but cut off while the
+// refreshLoop covers a node that was running but cut off while the
 // cluster rotated its key: it sees every peer dead (they cannot read it,
 // nor it them). Every keyRefreshInterval in that state it asks the peers
-// it knows for the current keys (refreshGossipKeys) and, given new ones,
+// it knows (and targets) for the current keys (refresh) and, given new ones,
 // joins again.
-func (a *Agent) keyRefreshLoop(ctx context.Context) {
-	if a.creds == nil {
+func (k *keyring) refreshLoop(ctx context.Context, targets func() []string) {
+	if k == nil {
 		return
 	}
 	every(ctx, keyRefreshInterval, func() {
 		var peers []string
-		for _, m := range a.cluster.Members() {
-			if m.Name == a.cfg.Name {
+		for _, m := range k.cluster.Members() {
+			if m.Name == k.self {
 				continue
 			}
 			if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
@@ -343,10 +334,10 @@ func (a *Agent) keyRefreshLoop(ctx context.Context) {
 		if len(peers) == 0 {
 			return
 		}
-		targets := append(a.joinTargets(), peers...)
-		if changed, _ := a.refreshGossipKeys(ctx, targets); changed {
-			if _, err := a.cluster.Join(targets); err != nil {
-				a.log.Warn("join after taking new gossip keys", "err", err)
+		seeds := append(targets(), peers...)
+		if changed, _ := k.refresh(ctx, seeds); changed {
+			if _, err := k.cluster.Join(seeds); err != nil {
+				k.log.Warn("join after taking new gossip keys", "err", err)
 			}
 		}
 	})

@@ -142,9 +142,9 @@ func (a *Agent) joinLoop(ctx context.Context) {
 			// every peer is gone).
 			a.markSynced()
 		}
-		if errors.Is(err, gossip.ErrKeyMismatch) && a.creds != nil {
+		if errors.Is(err, gossip.ErrKeyMismatch) && a.keys != nil {
 			// The cluster rotated its key while this node was away.
-			if changed, rerr := a.refreshGossipKeys(ctx, targets); changed {
+			if changed, rerr := a.keys.refresh(ctx, targets); changed {
 				continue
 			} else if rerr != nil {
 				a.log.Warn("could not take the current gossip keys from a seed", "err", rerr)
@@ -303,7 +303,7 @@ func (a *Agent) apiURL() string {
 		return ""
 	}
 	scheme := "http://"
-	if a.creds != nil {
+	if a.trust != nil {
 		scheme = "https://" // the node's certificate (Run)
 	}
 	return scheme + net.JoinHostPort(host, port)

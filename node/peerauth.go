@@ -101,7 +101,7 @@ func (a *Agent) requireAuthWith(next http.Handler, bound func(string) ([]byte, b
 		}
 		// In a secure cluster nodes call each other over mutual TLS on
 		// the peer port (peertls.go); signed requests are for --insecure.
-		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && a.creds == nil {
+		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && a.trust == nil {
 			if !peerRoute(r) {
 				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image export)"))
 				return

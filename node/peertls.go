@@ -8,106 +8,210 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
 )
 
 // Node-to-node requests in a secure cluster (log proxying, image
-// fetches) go over mutual TLS to the callee's peer port (the gossip port
-// + 1), both ends presenting their node certificates. A certificate is
-// accepted when it chains to the cluster CA and its key is the one its
-// node name is bound to (the signer of the node's certified status
-// record, as for records): every node holds the CA key, so the chain
-// alone would let any node pose as another. The operator's API token is
-// never involved. With --insecure (no CA) these requests go to the
-// peer's TCP API, signed with the node key (peerauth.go).
+// fetches, key rotation) go over mutual TLS to the callee's peer port
+// (the gossip port + 1), both ends presenting their node certificates. A
+// certificate is accepted when it chains to the cluster CA and its key is
+// the one its node name is bound to (the signer of the node's certified
+// status record, as for records) and not revoked: every node holds the
+// CA key, so the chain alone would let any node pose as another. The
+// operator's API token is never involved. With --insecure (no CA) these
+// requests go to the peer's TCP API, signed with the node key
+// (peerauth.go).
+
+// trust is what a node of a secure cluster proves itself with and checks
+// peers against: the cluster credentials, its current certificate (which
+// renewLoop renews) and key, and the identities it holds (bound keys,
+// revocations). A nil *trust is a node running with --insecure.
+type trust struct {
+	creds *credentials
+	key   ed25519.PrivateKey
+	id    *identity
+	cert  atomic.Pointer[x509.Certificate]
+}
+
+func newTrust(creds *credentials, key ed25519.PrivateKey, id *identity) *trust {
+	t := &trust{creds: creds, key: key, id: id}
+	t.cert.Store(creds.NodeCert)
+	return t
+}
 
 // errPeerCert is wrapped by every peer certificate refusal.
 var errPeerCert = errors.New("peer certificate refused")
 
-// checkPeerCert checks a peer's certificate (already verified against the
-// CA by crypto/tls) for node name: its key must be the key name is bound
-// to and not revoked.
-func (a *Agent) checkPeerCert(cert *x509.Certificate, name string) error {
+// check checks a peer's certificate (already verified against the CA) for
+// node name: its key must be the key name is bound to, and not revoked.
+func (t *trust) check(cert *x509.Certificate, name string) error {
 	pub, ok := cert.PublicKey.(ed25519.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: not an Ed25519 key", errPeerCert)
 	}
-	bound, ok := a.id.boundKey(name)
+	bound, ok := t.id.boundKey(name)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a node this one knows", errPeerCert, oneLine(name))
 	}
 	if !bytes.Equal(bound, pub) {
 		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, keyID(pub), oneLine(name), keyID(bound))
 	}
-	if a.id.isRevoked(pub) {
+	if t.id.isRevoked(pub) {
 		return fmt.Errorf("%w: key %s of %q is revoked", errPeerCert, keyID(pub), oneLine(name))
 	}
 	return nil
 }
 
 // tlsCert is this node's current certificate for TLS, with the CA's.
-func (a *Agent) tlsCert() *tls.Certificate {
-	cert := a.nodeCert.Load()
-	return &tls.Certificate{Certificate: [][]byte{cert.Raw, a.creds.CA.Raw}, PrivateKey: a.id.key, Leaf: cert}
+func (t *trust) tlsCert() *tls.Certificate {
+	cert := t.cert.Load()
+	return &tls.Certificate{Certificate: [][]byte{cert.Raw, t.creds.CA.Raw}, PrivateKey: t.key, Leaf: cert}
 }
 
-func (a *Agent) caPool() *x509.CertPool {
+// certDER is this node's certificate (DER); nil with --insecure.
+func (t *trust) certDER() []byte {
+	if t == nil {
+		return nil
+	}
+	return t.cert.Load().Raw
+}
+
+func (t *trust) caPool() *x509.CertPool {
 	pool := x509.NewCertPool()
-	pool.AddCert(a.creds.CA)
+	pool.AddCert(t.creds.CA)
 	return pool
 }
 
-// peerServerTLS is the peer listener's TLS configuration: this node's
+// serverTLS is the peer listener's TLS configuration: this node's
 // certificate; a client certificate is optional at the handshake (a
 // joining node has none yet) and, when given, must chain to the CA;
-// requirePeerCert guards the routes that need one.
-func (a *Agent) peerServerTLS() *tls.Config {
+// requirePeer guards the routes that need one.
+func (t *trust) serverTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.tlsCert(), nil },
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
 		ClientAuth:     tls.VerifyClientCertIfGiven,
-		ClientCAs:      a.caPool(),
+		ClientCAs:      t.caPool(),
 	}
 }
 
-// peerClientTLS is the TLS configuration for calling node name: its
+// clientTLS is the TLS configuration for calling node name: its
 // certificate must chain to the CA, name it, and carry its bound key.
-func (a *Agent) peerClientTLS(name string) *tls.Config {
+func (t *trust) clientTLS(name string) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
-		RootCAs:              a.caPool(),
+		RootCAs:              t.caPool(),
 		ServerName:           name, // node certificates carry their name as a DNS SAN
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.tlsCert(), nil },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return fmt.Errorf("%w: none", errPeerCert)
 			}
-			return a.checkPeerCert(cs.PeerCertificates[0], name)
+			return t.check(cs.PeerCertificates[0], name)
 		},
 	}
 }
 
-// requirePeerCert admits requests from nodes only: a client certificate
-// that chains to the CA (checked by crypto/tls) and whose key is its
-// node's (checkPeerCert). The request is marked as proxied by the caller,
-// so it is answered here and never forwarded again.
-func (a *Agent) requirePeerCert(next http.Handler) http.Handler {
+// anyNodeTLS is clientTLS for an address whose node name is not known (a
+// seed): any node of the cluster will do, its name taken from its
+// certificate and checked like clientTLS's.
+func (t *trust) anyNodeTLS() *tls.Config {
+	return &tls.Config{
+		MinVersion:           tls.VersionTLS13,
+		InsecureSkipVerify:   true, //nolint:gosec // verified in VerifyConnection: the chain, then the name's bound key
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("%w: none", errPeerCert)
+			}
+			leaf := cs.PeerCertificates[0]
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: t.caPool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return fmt.Errorf("%w: %v", errPeerCert, err)
+			}
+			return t.check(leaf, leaf.Subject.CommonName)
+		},
+	}
+}
+
+// client is an HTTP client over conf, one connection per request.
+func peerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSClientConfig:       conf,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableKeepAlives:     true,
+	}}
+}
+
+// requirePeer admits requests from nodes only: a client certificate that
+// chains to the CA (checked by crypto/tls) and whose key is its node's
+// (check). The request is marked as proxied by the caller, so it is
+// answered here and never forwarded again.
+func (t *trust) requirePeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			writeError(w, http.StatusUnauthorized, errors.New("this port serves nodes: present a node certificate"))
 			return
 		}
 		cert := r.TLS.PeerCertificates[0]
-		if err := a.checkPeerCert(cert, cert.Subject.CommonName); err != nil {
+		if err := t.check(cert, cert.Subject.CommonName); err != nil {
 			writeError(w, http.StatusForbidden, err)
 			return
 		}
 		r.Header.Set(proxiedHeader, cert.Subject.CommonName)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// certRenewCheck is how often a running node checks whether its
+// certificate needs renewing.
+const certRenewCheck = 12 * time.Hour
+
+// renewLoop renews this node's certificate (renewNodeCert, saved in
+// dataDir) while ctx lasts, and calls renewed after each renewal (the
+// next status record carries the new one).
+func (t *trust) renewLoop(ctx context.Context, dataDir string, ips []netip.Addr, log *slog.Logger, renewed func()) {
+	every(ctx, certRenewCheck, func() {
+		c := *t.creds
+		c.NodeCert = t.cert.Load()
+		if err := renewNodeCert(dataDir, &c, t.key, ips, time.Now()); err != nil {
+			log.Error("renew node certificate", "err", err, "file", filepath.Join(dataDir, nodeCertFile))
+			return
+		}
+		if c.NodeCert != t.cert.Load() {
+			t.cert.Store(c.NodeCert)
+			log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
+			renewed()
+		}
+	})
+}
+
+// every calls f every d until ctx ends (first after d).
+func every(ctx context.Context, d time.Duration, f func()) {
+	tk := time.NewTicker(d)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			f()
+		}
+	}
 }
 
 // errNoPeerAPI: with --insecure, the peer serves no TCP API to call.
@@ -118,7 +222,7 @@ var errNoPeerAPI = errors.New("the node serves no TCP API at its gossip address 
 // response is the caller's to close. No overall timeout (logs and images
 // stream): ctx bounds it.
 func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, uri string) (*http.Response, error) {
-	if a.creds == nil {
+	if a.trust == nil {
 		api, ok := a.peerAPI(name, s)
 		if !ok {
 			return nil, errNoPeerAPI
@@ -131,28 +235,21 @@ func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, uri stri
 		req.Header.Set(proxiedHeader, a.cfg.Name)
 		return peerClient.Do(req)
 	}
-	addr, ok := a.peerAddr(name)
+	addr, ok := peerAddr(a.cluster.Members(), name)
 	if !ok {
-		return nil, fmt.Errorf("node %s is not a live member", name)
+		return nil, fmt.Errorf("node %s is not a member", name)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+uri, nil)
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Transport: &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-		TLSClientConfig:       a.peerClientTLS(name),
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		DisableKeepAlives:     true,
-	}}
-	return client.Do(req)
+	return peerHTTPClient(a.trust.clientTLS(name), 0).Do(req)
 }
 
 // peerAddr is node name's peer port, at the address membership knows it
 // by.
-func (a *Agent) peerAddr(name string) (string, bool) {
-	for _, m := range a.cluster.Members() {
+func peerAddr(members []gossip.Member, name string) (string, bool) {
+	for _, m := range members {
 		if m.Name == name {
 			return net.JoinHostPort(m.Addr, strconv.Itoa(peerPort(int(m.Port)))), true
 		}

@@ -159,7 +159,7 @@ func (a *Agent) forgetNode(name string) error {
 		return err
 	}
 	// The forgotten node may still hold the token it joined with.
-	return a.deleteJoinTokens()
+	return a.join.deleteTokens()
 }
 
 // heldStatus is the node status this node holds for name.

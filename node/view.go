@@ -115,7 +115,7 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 		Started:     a.started.UTC().Truncate(time.Second),
 		Replicas:    out,
 		Insecure:    a.cfg.Insecure,
-		Cert:        a.certDER(),
+		Cert:        a.trust.certDER(),
 	}
 }
 
