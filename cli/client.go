@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,15 +27,16 @@ type Client struct {
 // NewClient returns a client for server: a unix socket path, or an
 // "https://host:port" (or, for an --insecure cluster, "http://host:port")
 // URL. token is sent as a bearer token when set. An https server's
-// certificate must chain to the CA pinned by caPin (node.PinnedTLS), so
-// https needs a pin: the client config ('starling config') holds it.
-func NewClient(server, token, caPin string) (*Client, error) {
+// certificate must chain to the CA pinned by caPin and carry the node key
+// pinned by serverPin (node.PinnedTLS), so https needs both pins: the
+// client config ('starling config') holds them.
+func NewClient(server, token, caPin, serverPin string) (*Client, error) {
 	switch {
 	case strings.HasPrefix(server, "https://"):
-		if caPin == "" {
-			return nil, fmt.Errorf("--server %s: the CLI checks the agent's certificate against the cluster CA, and has no CA pin: write a client config on a node with 'starling config' and use it (--config or STARLING_CONFIG)", server)
+		if caPin == "" || serverPin == "" {
+			return nil, fmt.Errorf("--server %s: the CLI checks the agent's certificate against the cluster CA and the node's key, and has no pins: write a client config with 'starling config' on that node and use it (--config or STARLING_CONFIG)", server)
 		}
-		tr := &http.Transport{TLSClientConfig: node.PinnedTLS(caPin)}
+		tr := &http.Transport{TLSClientConfig: node.PinnedTLS(caPin, serverPin)}
 		return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Transport: tr}}, nil
 	case strings.HasPrefix(server, "http://"):
 		return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{}}, nil
@@ -83,13 +85,21 @@ func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, c
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the agent: %w (is 'starling agent' running? set --server or STARLING_SERVER)", unwrapURL(err))
+		err = unwrapURL(err)
+		var cv *tls.CertificateVerificationError
+		if errors.Is(err, node.ErrPinMismatch) || errors.As(err, &cv) || strings.Contains(err.Error(), "tls: ") {
+			return nil, fmt.Errorf("the agent at %s is not the one the client config names: %w", c.base, err)
+		}
+		return nil, fmt.Errorf("cannot reach the agent: %w (is 'starling agent' running? set --server or STARLING_SERVER, or use a client config: --config)", err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		var e api.Error
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			if resp.StatusCode == http.StatusUnauthorized && c.token != "" {
+				return nil, fmt.Errorf("%s (the token sent was refused: check --token, STARLING_TOKEN or the client config's token; 'starling config' on a node writes a fresh config)", e.Error)
+			}
 			return nil, errors.New(e.Error)
 		}
 		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))

@@ -54,8 +54,8 @@ any number of nodes until --ttl passes or 'starling node forget' deletes
 every token. Keep it like a password: save it with mode 0600.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if ttl < time.Minute {
-				return fmt.Errorf("--ttl %s: must be at least 1m", ttl)
+			if ttl < time.Minute || ttl > node.MaxJoinTokenTTL {
+				return fmt.Errorf("--ttl %s: must be between 1m and %s (units: s, m, h; e.g. 24h)", ttl, node.MaxJoinTokenTTL)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -111,8 +111,14 @@ it again once the node is up.`,
 				return err
 			}
 			fmt.Fprintf(g.stdout, "gossip key rotated to %s on %s\n", res.Key, strings.Join(res.Nodes, ", "))
+			if res.Resumed {
+				fmt.Fprintln(g.stdout, "(a rotation had not finished: it was completed with the key in use instead of a new one; run again for a new key)")
+			}
 			if len(res.Down) > 0 {
 				fmt.Fprintf(g.stdout, "down (they take the new key from a peer when they return): %s\n", strings.Join(res.Down, ", "))
+			}
+			if len(res.Skipped) > 0 {
+				fmt.Fprintf(g.stdout, "skipped, no certified identity (forgotten, or not a node): %s\n", strings.Join(res.Skipped, ", "))
 			}
 			return nil
 		},

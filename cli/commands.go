@@ -267,7 +267,13 @@ func newNodeCmd(g *globals) *cobra.Command {
 	forget := &cobra.Command{
 		Use:   "forget NAME",
 		Short: "Forget a dead or departed node, freeing its pod subnet at once",
-		Args:  cobra.ExactArgs(1),
+		Long: `Forget a node that is down (dead or left): its pod subnet is free at once
+(instead of after --subnet-reclaim-after), its name is freed, the key it
+had is revoked (its records are refused from now on, also if it comes
+back with its old data dir) and every join token is deleted (it must not
+rejoin with the one it had: make a new token for the next node). To shut
+it out of gossip too, run 'starling keys rotate' afterwards.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
@@ -52,6 +53,9 @@ func loadClientConfig(path string) (*api.ClientConfig, error) {
 	}
 	if cc.CAPin != "" && !pinRE.MatchString(cc.CAPin) {
 		return nil, fmt.Errorf("client config %s: caPin: want 64 hex digits (the SHA-256 of the cluster CA's public key), got %q", path, cc.CAPin)
+	}
+	if cc.ServerPin != "" && !pinRE.MatchString(cc.ServerPin) {
+		return nil, fmt.Errorf("client config %s: serverPin: want 64 hex digits (the SHA-256 of the server node's public key), got %q", path, cc.ServerPin)
 	}
 	return &cc, nil
 }
@@ -120,10 +124,8 @@ file; --server and --token override its server and token.`,
 			if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 				return err
 			}
-			if err := os.WriteFile(out, b, 0o600); err != nil {
-				return err
-			}
-			if err := os.Chmod(out, 0o600); err != nil {
+			// A new file, mode 0600 from its creation, renamed into place.
+			if err := node.WritePrivateFile(out, b); err != nil {
 				return err
 			}
 			pin := cc.CAPin

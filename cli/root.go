@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,7 +35,7 @@ func (g *globals) client() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, token, pin := g.server, g.token, ""
+	server, token, caPin, serverPin := g.server, g.token, "", ""
 	if cc != nil {
 		if server == "" {
 			server = cc.Server
@@ -42,12 +43,16 @@ func (g *globals) client() (*Client, error) {
 		if token == "" {
 			token = cc.Token
 		}
-		pin = cc.CAPin
+		caPin, serverPin = cc.CAPin, cc.ServerPin
+		if caPin != "" && strings.HasPrefix(server, "http://") {
+			// The config's token must never go out in the clear.
+			return nil, fmt.Errorf("--server %s: the client config is for a cluster that serves TLS; use https://%s", server, strings.TrimPrefix(server, "http://"))
+		}
 	}
 	if server == "" {
 		server = node.SocketPath(node.DefaultConfig().DataDir)
 	}
-	return NewClient(server, token, pin)
+	return NewClient(server, token, caPin, serverPin)
 }
 
 // NewRoot builds the starling command tree. stdin and stdout are where

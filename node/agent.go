@@ -252,7 +252,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 		a.trust = newTrust(creds, key, a.id)
 	}
 	a.rejects = newRejects(a.clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
-	a.rejects.setHeld(a.heldStatus, a.heldStatuses)
+	a.rejects.setHeld(a.heldStatus, a.heldStatuses, a.claimReserved)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err

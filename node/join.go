@@ -63,7 +63,7 @@ type joinTokenRecord struct {
 // Bounds of a join token's lifetime.
 const (
 	DefaultJoinTokenTTL = 24 * time.Hour
-	maxJoinTokenTTL     = 365 * 24 * time.Hour
+	MaxJoinTokenTTL     = 365 * 24 * time.Hour
 )
 
 // checkJoinToken checks a join-token record's key and value.
@@ -79,8 +79,8 @@ func checkJoinToken(key string, value []byte) *rejection {
 	if len(t.SecretHash) != sha256.Size {
 		return reject(rejectMalformed, "%s: the secret hash has %d bytes, not %d", key, len(t.SecretHash), sha256.Size)
 	}
-	if t.Expires.After(time.Now().Add(maxJoinTokenTTL + time.Hour)) {
-		return reject(rejectRange, "%s: expires %s, more than %s from now", key, t.Expires.Format(time.RFC3339), maxJoinTokenTTL)
+	if t.Expires.After(time.Now().Add(MaxJoinTokenTTL + time.Hour)) {
+		return reject(rejectRange, "%s: expires %s, more than %s from now", key, t.Expires.Format(time.RFC3339), MaxJoinTokenTTL)
 	}
 	return nil
 }
@@ -122,8 +122,8 @@ func (j *admission) createToken(ttl time.Duration) (joinToken, time.Time, error)
 	if j == nil {
 		return joinToken{}, time.Time{}, errInsecureTokens
 	}
-	if ttl < time.Minute || ttl > maxJoinTokenTTL {
-		return joinToken{}, time.Time{}, fmt.Errorf("ttl %s: must be between 1m and %s", ttl, maxJoinTokenTTL)
+	if ttl < time.Minute || ttl > MaxJoinTokenTTL {
+		return joinToken{}, time.Time{}, fmt.Errorf("ttl %s: must be between 1m and %s", ttl, MaxJoinTokenTTL)
 	}
 	tok, err := newJoinToken(caPin(j.trust.creds.CA))
 	if err != nil {
@@ -309,11 +309,15 @@ func (j *admission) handleJoin(w http.ResponseWriter, r *http.Request) {
 func peerPort(gossipPort int) int { return gossipPort + 1 }
 
 // PinnedTLS is a TLS client configuration that accepts a server whose
-// certificate chain holds the CA pinned by pin (64 hex digits: the
+// certificate chain holds the CA pinned by caPin (64 hex digits: the
 // SHA-256 of its SubjectPublicKeyInfo) and whose own certificate that CA
-// issued, for any node name: the pin is what a token holder, or the CLI's
-// client config, knows of the cluster, and any node may answer.
-func PinnedTLS(pin string) *tls.Config {
+// issued. With serverPin (the SHA-256 of the server certificate's
+// SubjectPublicKeyInfo, i.e. of the node's key, which renewals keep) it
+// accepts only that node: every node holds the CA key, so a chain to the
+// CA proves only "some node of the cluster". A joining node knows the CA
+// pin alone (any node may admit it and learns nothing secret from it);
+// the CLI's client config holds both, since it sends the API token.
+func PinnedTLS(caPin, serverPin string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Verification is VerifyPeerCertificate's: the CA is not known
@@ -329,32 +333,51 @@ func PinnedTLS(pin string) *tls.Config {
 			}
 			for _, b := range raw[1:] {
 				ca, err := x509.ParseCertificate(b)
-				if err != nil || !ca.IsCA {
-					continue
-				}
-				sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
-				if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(pin)) != 1 {
+				if err != nil || !ca.IsCA || !pinMatches(ca.RawSubjectPublicKeyInfo, caPin) {
 					continue
 				}
 				pool := x509.NewCertPool()
 				pool.AddCert(ca)
-				_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-				return err
+				if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+					return err
+				}
+				if serverPin != "" && !pinMatches(leaf.RawSubjectPublicKeyInfo, serverPin) {
+					return fmt.Errorf("%w: the server is node %q, not the node the client config was written for (write one for it with 'starling config' on that node)", errServerPin, oneLine(leaf.Subject.CommonName))
+				}
+				return nil
 			}
-			return errPinMismatch
+			return ErrPinMismatch
 		},
 	}
 }
 
-// errPinMismatch: the server's certificate does not chain to the pinned
-// CA. Joining stops at once: the address is not the token's cluster.
-var errPinMismatch = errors.New("the server's certificate does not chain to the pinned cluster CA (the join token's or the client config's): it is not a node of that cluster, or someone is in the way")
+// errServerPin: the server is a node of the cluster, but not the pinned
+// one.
+var errServerPin = errors.New("the server's key is not the pinned one")
+
+// pinMatches reports whether the SHA-256 of spki is pin (hex).
+func pinMatches(spki []byte, pin string) bool {
+	sum := sha256.Sum256(spki)
+	return subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(pin)) == 1
+}
+
+// spkiPin is the pin of a certificate's key: the hex SHA-256 of its
+// SubjectPublicKeyInfo.
+func spkiPin(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
+}
+
+// ErrPinMismatch: the server's certificate does not chain to the pinned
+// CA: the address is not a node of the token's (or client config's)
+// cluster.
+var ErrPinMismatch = errors.New("the server's certificate does not chain to the pinned cluster CA (the join token's or the client config's): it is not a node of that cluster, or someone is in the way")
 
 // joinWithToken asks the members at seeds (gossip addresses) to admit
 // node name with key, using the token in tokenFile, until one answers or
 // ctx ends; a refusal (bad token, name in use) ends it at once. The
 // credentials are checked against the token's pin and saved in dataDir.
-func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed25519.PrivateKey, seeds []string, log *slog.Logger) (*credentials, error) {
+func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed25519.PrivateKey, seeds []string, defPort int, log *slog.Logger) (*credentials, error) {
 	b, err := readSecretFile("--join-token-file", tokenFile)
 	if err != nil {
 		return nil, err
@@ -367,12 +390,18 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(tok.Pin)}}
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(tok.Pin, "")}}
 	defer client.CloseIdleConnections()
 	backoff, began := time.Second, time.Now()
 	for {
+		// A refusal (bad token, name in use) or a server that is not of
+		// the token's cluster ends the join once every seed answered so;
+		// anything else (unreachable, a 5xx) is retried.
+		var final []error
 		for _, seed := range seeds {
-			host, port, err := splitHostPort(seed, 7946)
+			// Like gossip, a seed without a port is at this node's own
+			// gossip port.
+			host, port, err := splitHostPort(seed, defPort)
 			if err != nil {
 				return nil, fmt.Errorf("--join %q: %w", seed, err)
 			}
@@ -390,13 +419,17 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 				return creds, nil
 			}
 			var rf *joinRefusal
-			if errors.As(err, &rf) {
-				return nil, fmt.Errorf("join through %s refused: %s", seed, rf.msg)
+			switch {
+			case errors.As(err, &rf) && rf.status < 500:
+				final = append(final, fmt.Errorf("join through %s refused: %s", seed, rf.msg))
+			case errors.Is(err, ErrPinMismatch):
+				final = append(final, fmt.Errorf("join through %s: %w", seed, ErrPinMismatch))
+			default:
+				log.Warn("could not join through a seed; retrying", "seed", seed, "err", err, "retryIn", backoff)
 			}
-			if errors.Is(err, errPinMismatch) {
-				return nil, fmt.Errorf("join through %s: %w", seed, errPinMismatch)
-			}
-			log.Warn("could not reach a seed to join; retrying", "seed", seed, "err", err, "retryIn", backoff)
+		}
+		if len(final) == len(seeds) {
+			return nil, final[0]
 		}
 		select {
 		case <-ctx.Done():
@@ -491,7 +524,11 @@ func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, l
 		if len(cfg.Join) == 0 {
 			return nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
 		}
-		if creds, err = joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, key, cfg.Join, log); err != nil {
+		_, bindPort, err := splitHostPort(cfg.BindAddr, 7946)
+		if err != nil {
+			return nil, fmt.Errorf("--bind %q: %w", cfg.BindAddr, err)
+		}
+		if creds, err = joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, key, cfg.Join, bindPort, log); err != nil {
 			return nil, err
 		}
 	case len(cfg.Join) == 0:
@@ -619,8 +656,8 @@ func (j *admission) handleToken(w http.ResponseWriter, r *http.Request) {
 	if req.TTLSeconds != 0 {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
-	if req.TTLSeconds < 0 || req.TTLSeconds > int64(maxJoinTokenTTL/time.Second) {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(maxJoinTokenTTL/time.Second)))
+	if req.TTLSeconds < 0 || req.TTLSeconds > int64(MaxJoinTokenTTL/time.Second) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(MaxJoinTokenTTL/time.Second)))
 		return
 	}
 	tok, expires, err := j.createToken(ttl)
@@ -650,7 +687,7 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 	if err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
-	creds, err := joinWithToken(ctx, dataDir, tokenFile, name, key, []string{seed}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	creds, err := joinWithToken(ctx, dataDir, tokenFile, name, key, []string{seed}, 7946, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
@@ -674,7 +711,7 @@ func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 func (a *Agent) handleClientConfig(w http.ResponseWriter, r *http.Request) {
 	cc := api.ClientConfig{Server: a.apiURL(), Token: a.token}
 	if a.trust != nil {
-		cc.CAPin = caPin(a.trust.creds.CA)
+		cc.CAPin, cc.ServerPin = caPin(a.trust.creds.CA), spkiPin(a.trust.cert.Load())
 	}
 	writeJSON(w, http.StatusOK, cc)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -157,7 +158,7 @@ func TestJoinWithTokenOverPinnedTLS(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	creds, err := joinWithToken(ctx, dir, writeToken(t, tok.String()), "n2", key, []string{gossipAddr}, log)
+	creds, err := joinWithToken(ctx, dir, writeToken(t, tok.String()), "n2", key, []string{gossipAddr}, 7946, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +184,14 @@ func TestJoinWithTokenOverPinnedTLS(t *testing.T) {
 	wrongPin := tok
 	wrongPin.Pin = caPin(otherCA)
 	start := time.Now()
-	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", keyOf("n3"), []string{gossipAddr}, log)
+	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", keyOf("n3"), []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "does not chain to the pinned cluster CA") || time.Since(start) > 5*time.Second {
 		t.Fatalf("a token pinning another CA: %v after %s", err, time.Since(start))
 	}
 	wrongSecret := tok
 	wrongSecret.Secret = strings.Repeat("z", 16)
 	start = time.Now()
-	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongSecret.String()), "n3", keyOf("n3"), []string{gossipAddr}, log)
+	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongSecret.String()), "n3", keyOf("n3"), []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "starling join-token") || time.Since(start) > 5*time.Second {
 		t.Fatalf("wrong secret: %v after %s", err, time.Since(start))
 	}
@@ -416,4 +417,75 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 		t.Fatalf("no certificate: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestPinnedTLSWithServerPinAcceptsOnlyThatNode: the CLI's client config
+// pins the CA and the node's key. Every node holds the CA key, so another
+// certificate from the same CA (a node posing as the API server) passes
+// the CA pin but not the server pin; the real node passes both, also
+// after renewing its certificate (same key).
+func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
+	creds, err := initCluster(t.TempDir(), "n1", keyOf("n1"), nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(tr *trust) string {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		srv.TLS = tr.serverTLS()
+		srv.TLS.Certificates = []tls.Certificate{*tr.tlsCert()}
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	real := peerTrust(t, creds, "n1", "n1")
+	impostor := peerTrust(t, creds, "n1", "evil")
+	get := func(url, serverPin string) error {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(caPin(creds.CA), serverPin)}}
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	pin := spkiPin(real.cert.Load())
+	if err := get(serve(real), pin); err != nil {
+		t.Fatalf("the pinned node: %v", err)
+	}
+	if err := get(serve(impostor), pin); err == nil || !strings.Contains(err.Error(), "not the node the client config was written for") {
+		t.Fatalf("another node's certificate from the same CA: %v", err)
+	}
+	if err := get(serve(impostor), ""); err != nil {
+		t.Fatalf("with the CA pin alone (joining), any node will do: %v", err)
+	}
+	renewed, err := issueNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	real.cert.Store(renewed)
+	if err := get(serve(real), pin); err != nil {
+		t.Fatalf("the pinned node after renewal: %v", err)
+	}
+}
+
+// TestDamagedCredentialsAreNotANewCluster: a data dir that lost ca.crt
+// but still holds other credentials is refused with the fix, not taken
+// for an empty one (which would make a new CA).
+func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := initCluster(dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, caCertFile)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Name, cfg.DataDir = "n1", dir
+	_, err := setupCredentials(context.Background(), cfg, keyOf("n1"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "damaged") || errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("setup with ca.crt gone: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, caCertFile)); err == nil {
+		t.Fatal("a new CA was made")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -77,10 +78,19 @@ type keyring struct {
 	dataDir string
 	self    string // this node's name
 	log     *slog.Logger
+	// mu serialises keyring changes with their saving; rotating allows
+	// one rotation from this node at a time.
+	mu       sync.Mutex
+	rotating sync.Mutex
 }
+
+// errRotationRunning: a rotation from this node is under way.
+var errRotationRunning = errors.New("a key rotation from this node is under way; wait for it to finish")
 
 // apply changes this node's keyring and saves it.
 func (k *keyring) apply(op keyOp) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if len(op.Key) != 32 {
 		return fmt.Errorf("key: want 32 bytes, got %d", len(op.Key))
 	}
@@ -171,23 +181,42 @@ func (k *keyring) rotate(ctx context.Context) (api.KeyRotation, error) {
 	if k == nil {
 		return api.KeyRotation{}, errInsecureKeys
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return api.KeyRotation{}, err
+	if !k.rotating.TryLock() {
+		return api.KeyRotation{}, errRotationRunning
 	}
+	defer k.rotating.Unlock()
+	// A keyring with more than one key is a rotation that did not
+	// finish (a node was unreachable): this one completes it with the
+	// key in use here instead of starting another, so no node is left
+	// with a key the others removed.
+	var key []byte
 	old := k.cluster.Keys()
-	var members, down []string
+	if len(old) > 1 {
+		key, old = old[0], old[1:]
+	} else {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return api.KeyRotation{}, err
+		}
+	}
+	var members, down, skipped []string
 	for _, m := range k.cluster.Members() {
-		switch m.State {
-		case gossip.StateAlive, gossip.StateSuspect:
-			members = append(members, m.Name)
-		default:
+		switch {
+		case m.State != gossip.StateAlive && m.State != gossip.StateSuspect:
 			down = append(down, m.Name)
+		case m.Name != k.self && !k.trust.isNode(m.Name):
+			// A member with no certified identity (a forgotten node
+			// still running, or a process that holds only the gossip
+			// key) gets no key.
+			skipped = append(skipped, m.Name)
+		default:
+			members = append(members, m.Name)
 		}
 	}
 	slices.Sort(members)
 	slices.Sort(down)
-	res := api.KeyRotation{Key: gossipKeyID(key), Nodes: members, Down: down}
+	slices.Sort(skipped)
+	res := api.KeyRotation{Key: gossipKeyID(key), Resumed: len(k.cluster.Keys()) > 1, Nodes: members, Down: down, Skipped: skipped}
 	step := func(op string, key []byte) error {
 		var failed []string
 		for _, name := range members {

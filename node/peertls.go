@@ -71,6 +71,13 @@ func (t *trust) check(cert *x509.Certificate, name string) error {
 	return nil
 }
 
+// isNode reports whether name is a node this one holds a certified,
+// unrevoked identity of.
+func (t *trust) isNode(name string) bool {
+	key, ok := t.id.boundKey(name)
+	return ok && !t.id.isRevoked(key)
+}
+
 // tlsCert is this node's current certificate for TLS, with the CA's.
 func (t *trust) tlsCert() *tls.Certificate {
 	cert := t.cert.Load()

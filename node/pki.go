@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -72,10 +71,7 @@ type credentials struct {
 
 // caPin is the pin of a CA certificate: the hex SHA-256 of its
 // SubjectPublicKeyInfo (64 hex digits).
-func caPin(ca *x509.Certificate) string {
-	sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
-	return hex.EncodeToString(sum[:])
-}
+func caPin(ca *x509.Certificate) string { return spkiPin(ca) }
 
 // newCA makes a CA key and its self-signed certificate (caValidity).
 func newCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
@@ -262,14 +258,32 @@ func writePEM(path, typ string, der []byte) error {
 	return writePrivate(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
 
-// writePrivate writes a file readable by its owner only, atomically.
+// writePrivate writes a file readable by its owner only, atomically: a
+// new temporary file (O_EXCL, mode 0600) in the same directory, synced,
+// then renamed over path.
 func writePrivate(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
+
+// WritePrivateFile is writePrivate for the CLI (client configs).
+func WritePrivateFile(path string, b []byte) error { return writePrivate(path, b) }
 
 // saveCredentials writes creds into dataDir.
 func saveCredentials(dataDir string, creds *credentials) error {
@@ -310,13 +324,23 @@ func loadCredentials(dataDir string) (*credentials, error) {
 	read := func(name string) ([]byte, error) {
 		return readSecretFile(name, filepath.Join(dataDir, name))
 	}
+	fail := func(name string, err error) error {
+		// %v, not %w: a missing file here is damage, not "never joined".
+		return fmt.Errorf("%s: %v (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s, %s and %s from %s and join again with a new token)",
+			filepath.Join(dataDir, name), err, caCertFile, caKeyFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
+	}
 	caPEM, err := read(caCertFile)
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
+		// Never joined, unless other credential files say otherwise.
+		for _, f := range []string{caKeyFile, nodeCertFile, gossipKeyFile} {
+			if _, serr := os.Stat(filepath.Join(dataDir, f)); serr == nil {
+				return nil, fail(caCertFile, err)
+			}
+		}
 		return nil, err
 	}
-	fail := func(name string, err error) error {
-		return fmt.Errorf("%s: %w (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s, %s and %s from %s and join again with a new token)",
-			filepath.Join(dataDir, name), err, caCertFile, caKeyFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
+	if err != nil {
+		return nil, err
 	}
 	creds := &credentials{}
 	if creds.CA, err = parseCertPEM(caPEM); err != nil {

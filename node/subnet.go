@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
@@ -34,13 +35,36 @@ func (a *Agent) otherClaims() []ipam.Claim {
 		if !ok || s.Name == a.cfg.Name || s.PodSubnet == "" || statusKey(s.Name) != r.Key {
 			continue
 		}
-		state := members[s.Name]
-		if state != "alive" && state != "suspect" && time.Since(time.Unix(0, r.Version.Wall)) > a.cfg.SubnetReclaimAfter {
+		if !reserved(members[s.Name], r, a.cfg.SubnetReclaimAfter) {
 			continue
 		}
 		out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
 	}
 	return out
+}
+
+// reserved reports whether the subnet claim in status record r still
+// holds, its node being in membership state state: a live node's does, a
+// down one's for reclaimAfter after its last write (a dead node stops
+// writing, so its record's age is how long it has been gone).
+func reserved(state string, r crdt.Record, reclaimAfter time.Duration) bool {
+	return state == gossip.StateAlive || state == gossip.StateSuspect || time.Since(time.Unix(0, r.Version.Wall)) <= reclaimAfter
+}
+
+// claimReserved is reserved for node name, from membership and the
+// status record held.
+func (a *Agent) claimReserved(name string) bool {
+	rec, ok, err := a.store.Get(statusKey(name))
+	if err != nil || !ok || rec.Deleted {
+		return false
+	}
+	state := ""
+	for _, m := range a.cluster.Members() {
+		if m.Name == name {
+			state = m.State
+		}
+	}
+	return reserved(state, rec, a.cfg.SubnetReclaimAfter)
 }
 
 func (a *Agent) currentClaim() ipam.Claim {

@@ -25,8 +25,8 @@ import (
 const (
 	defaultAckTimeout = 30 * time.Second
 	maxExclusion      = 10 * time.Minute
-	// strikeMemory is how long a node must go without being taken out
-	// before its next exclusion starts again from the shortest.
+	// strikeMemory is how long a node must go, after its last exclusion
+	// ended, before its next one starts again from the shortest.
 	strikeMemory = 10 * time.Minute
 )
 
@@ -65,7 +65,7 @@ type ackTracker struct {
 	since   map[string]time.Time // unlisted continuously since
 	until   map[string]time.Time // out of placement until
 	strikes map[string]int
-	struck  map[string]time.Time // last exclusion
+	struck  map[string]time.Time // end of the last exclusion
 }
 
 func newAckTracker(timeout time.Duration) *ackTracker {
@@ -120,7 +120,7 @@ func (t *ackTracker) observe(now time.Time, unlisted map[string]bool) []exclusio
 		d := t.timeout << min(t.strikes[n], 10)
 		d = min(d, maxExclusion)
 		t.strikes[n]++
-		t.struck[n] = now
+		t.struck[n] = now.Add(d) // strikeMemory counts from the end of the exclusion
 		t.until[n] = now.Add(d)
 		delete(t.since, n)
 		out = append(out, exclusion{n, d})

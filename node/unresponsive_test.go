@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,8 +62,26 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	if len(x) != 1 || x[0].for_ != 60*time.Second {
 		t.Fatalf("second exclusion = %+v, want 60s", x)
 	}
+	// Again and again at once: doubling up to maxExclusion, and staying
+	// there (the memory of strikes counts from the end of an exclusion).
+	now := at(200 * time.Second)
+	var got []time.Duration
 	for i := 0; i < 8; i++ {
-		now := at(time.Duration(200+i*700) * time.Second)
+		tr.observe(now, fake)
+		now = now.Add(31 * time.Second)
+		x := tr.observe(now, fake)
+		if len(x) != 1 {
+			t.Fatalf("strike %d: %+v", i, x)
+		}
+		got = append(got, x[0].for_)
+		now = now.Add(x[0].for_)
+	}
+	want := []time.Duration{2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("exclusions %v, want %v", got, want)
+	}
+	for i := 0; i < 8; i++ {
+		now := now.Add(time.Duration(700+i*700) * time.Second)
 		tr.observe(now, fake)
 		x = tr.observe(now.Add(31*time.Second), fake)
 	}
@@ -105,8 +124,11 @@ spec:
 		nodes = append(nodes, placement.Node{Name: n, Allocatable: placement.Resources{MilliCPU: 64000, MemoryBytes: 1 << 40}})
 	}
 	all := desiredReplicas(objs)
-	_, before := place(nodes, objs, all, nil)
-	_, after := place(nodes, objs, all, map[string]bool{"fake": true})
+	_, _, before := place(nodes, objs, all, nil)
+	_, base, after := place(nodes, objs, all, map[string]bool{"fake": true})
+	if fmt.Sprint(base) != fmt.Sprint(before) {
+		t.Fatal("the base placement depends on exclusions")
+	}
 	var fakeDB, fakeWeb int
 	for _, r := range all {
 		if after[r.ID] == "fake" {

@@ -359,6 +359,9 @@ type rejects struct {
 	// (for checkTakeover); nil until setHeld.
 	heldStatus   func(name string) (NodeStatus, bool)
 	heldStatuses func() map[string]NodeStatus
+	// reserved reports whether a node's subnet claim still holds: the
+	// node is live, or down for less than --subnet-reclaim-after.
+	reserved func(name string) bool
 	// live reports whether a node is alive or suspect in this node's
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
@@ -379,9 +382,10 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
 }
 
-// setHeld sets the lookups of the statuses this node holds.
-func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus) {
-	x.heldStatus, x.heldStatuses = one, all
+// setHeld sets the lookups of the statuses this node holds and of
+// whether a node's claim is still reserved.
+func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus, reserved func(string) bool) {
+	x.heldStatus, x.heldStatuses, x.reserved = one, all, reserved
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -429,12 +433,14 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 	if held, ok := x.heldStatus(s.Name); ok && held.PodSubnet == s.PodSubnet && held.SubnetSince == s.SubnetSince {
 		return nil // the claim this node already holds: nothing new
 	}
-	return checkTakeover(s, x.heldStatuses(), x.isLive)
+	return checkTakeover(s, x.heldStatuses(), x.reserved)
 }
 
 // checkTakeover refuses a new or changed subnet claim that would take a
-// subnet from another live node whose claim on it has settled: one that
-// overlaps that claim and would beat it (ipam: the earlier claim wins).
+// subnet from another node whose claim on it has settled and is still
+// reserved (reserved: the node is live, or down for less than
+// --subnet-reclaim-after, as ipam counts it): one that overlaps that
+// claim and would beat it (ipam: the earlier claim wins).
 // A claim's time is what its writer says, so without this any node could
 // backdate a claim and win a live node's subnet. The price: when two
 // sides of a partition settle the same subnet (rare: each node starts
@@ -444,15 +450,15 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 // data dir, join it again). Claims that have not settled resolve as
 // before, by time; a node that comes back with the claim it held is not
 // affected (checkStatus skips a claim already held).
-func checkTakeover(s NodeStatus, held map[string]NodeStatus, live func(string) bool) *rejection {
+func checkTakeover(s NodeStatus, held map[string]NodeStatus, reserved func(string) bool) *rejection {
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
 	for name, h := range held {
-		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady || !live(name) {
+		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady || !reserved(name) {
 			continue
 		}
 		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
 		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost {
-			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from live node %q (claimed at %s, settled); a node may claim only a subnet no live node has settled",
+			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
 				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
 		}
 	}

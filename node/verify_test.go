@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -461,7 +462,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	n2 := goodStatus()
 	n2.Name, n2.PodSubnet, n2.SubnetSince, n2.SubnetReady = "n2", "10.22.2.0/24", hlc.Timestamp{Wall: 100}, true
 	held := map[string]NodeStatus{"n2": n2}
-	live := func(name string) bool { return name != "dead" }
+	live := func(name string) bool { return name != "dead" } // reserved: live, or down for less than --subnet-reclaim-after
 	claim := func(subnet string, wall int64) NodeStatus {
 		s := goodStatus()
 		s.Name, s.PodSubnet, s.SubnetSince = "evil", subnet, hlc.Timestamp{Wall: wall}
@@ -478,7 +479,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 		{"a later claim (loses anyway)", claim("10.22.2.0/24", 200), held, false},
 		{"another subnet", claim("10.22.3.0/24", 1), held, false},
 		{"against an unsettled claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"n2": func() NodeStatus { s := n2; s.SubnetReady = false; return s }()}, false},
-		{"against a dead node's claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"dead": func() NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
+		{"against a claim no longer reserved", claim("10.22.2.0/24", 1), map[string]NodeStatus{"dead": func() NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
 	} {
 		rj := checkTakeover(tc.s, tc.held, live)
 		if (rj != nil) != tc.refused || rj != nil && rj.reason != rejectSubnetTaken {
@@ -489,7 +490,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	// node coming back), a changed one is checked.
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held })
+	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held }, live)
 	x.setLive(live)
 	rec := func(s NodeStatus) crdt.Record {
 		for i := range s.Replicas {
@@ -503,5 +504,30 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	}
 	if err := x.check(rec(claim("10.22.2.0/24", 2))); err == nil || !strings.Contains(err.Error(), "subnet-taken") {
 		t.Fatalf("a changed backdated claim: %v", err)
+	}
+}
+
+// TestClaimOfADownNodeStaysReservedUntilReclaim: a down node's settled
+// claim is protected from takeover (checkTakeover) as long as ipam keeps
+// it reserved: --subnet-reclaim-after after its last write.
+func TestClaimOfADownNodeStaysReservedUntilReclaim(t *testing.T) {
+	at := func(ago time.Duration) crdt.Record {
+		return crdt.Record{Version: hlc.Timestamp{Wall: time.Now().Add(-ago).UnixNano()}}
+	}
+	for _, tc := range []struct {
+		state string
+		ago   time.Duration
+		want  bool
+	}{
+		{"alive", 48 * time.Hour, true},
+		{"suspect", 48 * time.Hour, true},
+		{"dead", time.Hour, true},
+		{"left", time.Hour, true},
+		{"dead", 25 * time.Hour, false},
+		{"", 25 * time.Hour, false},
+	} {
+		if got := reserved(tc.state, at(tc.ago), 24*time.Hour); got != tc.want {
+			t.Errorf("%s, last write %s ago: reserved = %v, want %v", tc.state, tc.ago, got, tc.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -57,8 +58,12 @@ func (a *Agent) readView() (view, error) {
 	v.all = desiredReplicas(objs)
 	now := time.Now()
 	v.excluded = a.acks.excluded(now)
-	v.placement, v.owner = place(eligibleNodes(v.alive, v.statuses), objs, v.all, v.excluded)
-	for _, x := range a.acks.observe(now, unreported(v.all, v.owner, v.statuses)) {
+	var base map[string]string
+	v.placement, base, v.owner = place(eligibleNodes(v.alive, v.statuses), objs, v.all, v.excluded)
+	// Nodes are judged on what placement gives them before anyone is
+	// left out: a node that runs what it was given is never blamed for
+	// replicas this node's exclusions moved to it (and others did not).
+	for _, x := range a.acks.observe(now, unreported(v.all, base, v.statuses)) {
 		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
 			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
 	}
@@ -67,16 +72,18 @@ func (a *Agent) readView() (view, error) {
 
 // place runs placement (rendezvous hashing with bounded loads, package
 // placement) over the eligible nodes and returns it with each replica's
-// owner (replica ID -> node). Nodes in excluded (they do not list what
+// owner (replica ID -> node) before (base) and after (owner) leaving out
+// the excluded nodes. Nodes in excluded (they do not list what
 // they are given: unresponsive.go) are left out of Deployments' placement
 // only: a StatefulSet replica (at most one copy) must not move off a live
 // node on this node's judgement, which others may not share yet, and a
 // fenced node rightly stops listing its StatefulSet replicas.
-func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool) (placement.Placement, map[string]string) {
-	p := placement.Assign(nodes, workloadsOf(objs), placement.Options{})
-	owner := owners(all, p)
+func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool) (p placement.Placement, base, owner map[string]string) {
+	p = placement.Assign(nodes, workloadsOf(objs), placement.Options{})
+	base = owners(all, p)
+	owner = maps.Clone(base)
 	if len(excluded) == 0 {
-		return p, owner
+		return p, base, owner
 	}
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
 	without := placement.Assign(kept, workloadsOf(objs), placement.Options{})
@@ -85,7 +92,7 @@ func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Repli
 			owner[r.ID] = without.Owner(workloadKey(r.Namespace, r.Workload), r.Ordinal)
 		}
 	}
-	return p, owner
+	return p, base, owner
 }
 
 // selfStatus is this node's record with the given replica statuses. It

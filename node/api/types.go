@@ -67,6 +67,10 @@ type ClientConfig struct {
 	// CAPin is the SHA-256 of the cluster CA's SubjectPublicKeyInfo, 64
 	// hex digits; empty with --insecure.
 	CAPin string `json:"caPin,omitempty"`
+	// ServerPin is the SHA-256 of the server node's certificate key
+	// (SubjectPublicKeyInfo), 64 hex digits: the CLI accepts only that
+	// node, since any node of the cluster can make certificates.
+	ServerPin string `json:"serverPin,omitempty"`
 	// Token is the API bearer token.
 	Token string `json:"token,omitempty"`
 }
@@ -77,12 +81,19 @@ type ClientConfig struct {
 type KeyRotation struct {
 	// Key is the ID of the new key.
 	Key string `json:"key"`
+	// Resumed: the node's keyring held more than one key (a rotation that
+	// had not finished); it was completed with the key in use instead of
+	// a new one.
+	Resumed bool `json:"resumed,omitempty"`
 	// Nodes are the live members the rotation went through; Down the
 	// known members that were not live (they take the new key from a
-	// peer when they come back).
-	Nodes []string  `json:"nodes"`
-	Down  []string  `json:"down,omitempty"`
-	Steps []KeyStep `json:"steps"`
+	// peer when they come back); Skipped the live members with no
+	// certified identity (a forgotten node still running), which get no
+	// key.
+	Nodes   []string  `json:"nodes"`
+	Down    []string  `json:"down,omitempty"`
+	Skipped []string  `json:"skipped,omitempty"`
+	Steps   []KeyStep `json:"steps"`
 }
 
 // KeyStep is one step of a key rotation on every node.

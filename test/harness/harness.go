@@ -243,13 +243,13 @@ func (c *Cluster) CAPin() (string, error) {
 
 // APIClient is an HTTP client for the nodes' TCP APIs: it dials from the
 // LAN namespace and checks the server's certificate against the cluster
-// CA.
+// CA (any node's: tests call several).
 func (c *Cluster) APIClient() (*http.Client, error) {
 	pin, err := c.CAPin()
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: DialIn(c.LAN), TLSClientConfig: node.PinnedTLS(pin)}}, nil
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: DialIn(c.LAN), TLSClientConfig: node.PinnedTLS(pin, "")}}, nil
 }
 
 // StartAgent starts the node's agent with the standard flags plus extra,
