@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"io"
@@ -571,4 +572,47 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 	if got := again.agent.currentClaim(); got.Subnet != before.Subnet {
 		t.Fatalf("restart changed the subnet: %s -> %s", before.Subnet, got.Subnet)
 	}
+}
+
+// TestForgottenNodesWritesStayWithTheCluster: a Deployment applied
+// through a node that is later forgotten (its key revoked) still reaches
+// a node that joins afterwards: forgetting adopts what the node wrote for
+// the cluster (written again under the forgetting node's key) before the
+// revocation, so the newcomer does not refuse it as signed by a revoked
+// key.
+func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[1], "via-forgotten", 2, "img:v1")
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "via-forgotten")
+	waitFor(t, 10*time.Second, func() error {
+		for _, n := range nodes {
+			if storedValue(n, key) == "" {
+				return fmt.Errorf("%s lacks the Deployment", n.name)
+			}
+		}
+		return nil
+	})
+	nodes[1].stop() // leaves
+	waitFor(t, 10*time.Second, func() error {
+		for _, m := range nodes[0].agent.cluster.Members() {
+			if m.Name == nodes[1].name && m.State == "alive" {
+				return fmt.Errorf("%s still alive", m.Name)
+			}
+		}
+		return nil
+	})
+	if err := nodes[0].agent.forgetNode(nodes[1].name); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, _ := nodes[0].agent.store.Get(key)
+	if rec.Origin != nodes[0].name {
+		t.Fatalf("the Deployment is still %s's record", rec.Origin)
+	}
+	late := start(t, "late", t.TempDir(), []string{nodes[0].addr()})
+	waitFor(t, 15*time.Second, func() error {
+		if storedValue(late, key) == "" {
+			return errors.New("the node that joined after the forget lacks the Deployment")
+		}
+		return nil
+	})
 }

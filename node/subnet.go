@@ -1,9 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -163,7 +166,8 @@ func (a *Agent) claimSubnet(ctx context.Context) bool {
 // forgetNode deletes a dead node's record, freeing its subnet and its
 // name at once, and revokes the key the name was bound to (identity.go):
 // the revocation is written first, so no node frees the name without
-// also refusing the old key.
+// also refusing the old key; before it, the records the node wrote for
+// the cluster are written again by this node (adoptRecords).
 func (a *Agent) forgetNode(name string) error {
 	rec, ok, err := a.store.Get(statusKey(name))
 	if err != nil || !ok || rec.Deleted {
@@ -171,6 +175,15 @@ func (a *Agent) forgetNode(name string) error {
 	}
 	var recs []crdt.Record
 	if len(rec.Signer) > 0 && !a.id.isRevoked(rec.Signer) {
+		// What the node wrote for the cluster (objects applied through
+		// it, deletes, revisions, image records) would be refused, once
+		// its key is revoked, by every node that does not hold it yet:
+		// this node writes it again under its own key first.
+		adopted, err := a.adoptRecords(rec.Signer)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, adopted...)
 		b, err := json.Marshal(revocation{Name: name, Key: rec.Signer})
 		if err != nil {
 			return err
@@ -184,6 +197,28 @@ func (a *Agent) forgetNode(name string) error {
 	}
 	// The forgotten node may still hold the token it joined with.
 	return a.join.deleteTokens()
+}
+
+// adoptRecords returns new versions, written by this node, of the records
+// signed by key other than node statuses and join tokens (forgetNode
+// deletes both): Deployments, StatefulSets and Services applied through
+// the forgotten node, their revisions, image records and deletes.
+func (a *Agent) adoptRecords(key []byte) ([]crdt.Record, error) {
+	all, err := a.store.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	var out []crdt.Record
+	for _, r := range all {
+		kind, _, _ := strings.Cut(r.Key, "/")
+		if !bytes.Equal(r.Signer, key) || kind == statusKind || kind == joinTokenKind || kind == revokedKind {
+			continue
+		}
+		a.clock.Update(r.Version)
+		out = append(out, crdt.Record{Key: r.Key, Value: r.Value, Deleted: r.Deleted, Version: a.clock.Now(), Origin: a.cfg.Name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
 }
 
 // heldStatus is the node status this node holds for name.
