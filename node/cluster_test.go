@@ -1,8 +1,8 @@
 package node
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
