@@ -91,7 +91,10 @@ type Config struct {
 	// AckTimeout is how long a node may leave a replica placed on it
 	// unlisted in its status before placement leaves the node out for a
 	// while (unresponsive.go); keep it below HandoffTimeout so a moved
-	// replica's old copy still runs when that happens.
+	// replica's old copy still runs when that happens. 0 (the default)
+	// turns the check off: it misjudged honest nodes during a stalled
+	// rolling update (issue 10 note), so it is opt-in until that is
+	// understood.
 	AckTimeout time.Duration
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
@@ -153,7 +156,6 @@ func DefaultConfig() Config {
 		BindAddr:           "0.0.0.0:7946",
 		TombstoneTTL:       72 * time.Hour,
 		HandoffTimeout:     60 * time.Second,
-		AckTimeout:         defaultAckTimeout,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,
@@ -218,8 +220,8 @@ func (c Config) validateRest() error {
 	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
 		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)
 	}
-	if c.AckTimeout < time.Second {
-		return fmt.Errorf("--ack-timeout %v: must be at least 1s (nodes list new replicas within a reconcile pass)", c.AckTimeout)
+	if c.AckTimeout != 0 && c.AckTimeout < time.Second {
+		return fmt.Errorf("--ack-timeout %v: must be 0 (off) or at least 1s (nodes list new replicas within a reconcile pass)", c.AckTimeout)
 	}
 	if c.ResyncInterval <= 0 {
 		return fmt.Errorf("--resync-interval %v: must be positive, e.g. 5s", c.ResyncInterval)

@@ -1,7 +1,8 @@
 package node
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,23 +24,29 @@ import (
 
 // Defaults of the acknowledgement check.
 const (
-	defaultAckTimeout = 30 * time.Second
-	maxExclusion      = 10 * time.Minute
+	maxExclusion = 10 * time.Minute
 	// strikeMemory is how long a node must go, after its last exclusion
 	// ended, before its next one starts again from the shortest.
 	strikeMemory = 10 * time.Minute
 )
 
 // unreported returns the nodes that own, by owner (replica ID -> node), a
-// Deployment replica in all that their status in statuses does not list.
-// StatefulSet replicas do not count: a fenced node stops listing them,
-// rightly, and they never move off a live node (readView).
+// Deployment replica in all while their status in statuses lists no
+// replica of its slot (namespace, workload, ordinal) at all. A slot, not
+// a name: during a rolling update the replica of the new spec is held
+// back while the old one still runs, and the node rightly lists the old
+// one. StatefulSet replicas do not count: a fenced node stops listing
+// them, rightly, and they never move off a live node (readView).
 func unreported(all []reconcile.Replica, owner map[string]string, statuses map[string]NodeStatus) map[string]bool {
-	listed := map[string]map[[2]string]bool{}
+	type slot struct {
+		namespace, workload string
+		ordinal             int
+	}
+	listed := map[string]map[slot]bool{}
 	for name, s := range statuses {
-		l := make(map[[2]string]bool, len(s.Replicas))
+		l := make(map[slot]bool, len(s.Replicas))
 		for _, r := range s.Replicas {
-			l[[2]string{r.Namespace, r.Name}] = true
+			l[slot{r.Namespace, r.Workload, r.Ordinal}] = true
 		}
 		listed[name] = l
 	}
@@ -49,7 +56,7 @@ func unreported(all []reconcile.Replica, owner map[string]string, statuses map[s
 		if r.AtMostOne || node == "" || out[node] {
 			continue
 		}
-		if !listed[node][[2]string{r.Namespace, r.Name}] {
+		if !listed[node][slot{r.Namespace, r.Workload, r.Ordinal}] {
 			out[node] = true
 		}
 	}
@@ -95,25 +102,35 @@ type exclusion struct {
 }
 
 // observe records which nodes leave an assigned replica unlisted at now
-// and returns the ones it takes out of placement (sorted by name).
-func (t *ackTracker) observe(now time.Time, unlisted map[string]bool) []exclusion {
+// and returns the ones it takes out of placement (sorted by name). At
+// most limit nodes are out at once: when more look unresponsive, the
+// judgement, not the cluster, is likely wrong (a stalled rollout, a slow
+// store), and leaving most nodes out would stop what they run.
+func (t *ackTracker) observe(now time.Time, unlisted map[string]bool, limit int) []exclusion {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	out := 0
+	for _, u := range t.until {
+		if now.Before(u) {
+			out++
+		}
+	}
 	for n := range t.since {
 		if !unlisted[n] {
 			delete(t.since, n)
 		}
 	}
-	var out []exclusion
-	for n := range unlisted {
+	var res []exclusion
+	for _, n := range slices.Sorted(maps.Keys(unlisted)) {
 		since, ok := t.since[n]
 		if !ok {
 			t.since[n] = now
 			continue
 		}
-		if now.Sub(since) < t.timeout {
+		if now.Sub(since) < t.timeout || out >= limit {
 			continue
 		}
+		out++
 		if now.Sub(t.struck[n]) > strikeMemory {
 			t.strikes[n] = 0
 		}
@@ -123,8 +140,7 @@ func (t *ackTracker) observe(now time.Time, unlisted map[string]bool) []exclusio
 		t.struck[n] = now.Add(d) // strikeMemory counts from the end of the exclusion
 		t.until[n] = now.Add(d)
 		delete(t.since, n)
-		out = append(out, exclusion{n, d})
+		res = append(res, exclusion{n, d})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].node < out[j].node })
-	return out
+	return res
 }

@@ -11,18 +11,22 @@ import (
 	"github.com/starling-orchestrator/starling/placement"
 )
 
+// TestUnreportedFindsNodesThatDoNotListTheirReplicas: a node that lists
+// no replica of a slot placed on it is unreported; one that lists the
+// slot's replica of another spec (a rolling update holding the new one
+// back) is not; StatefulSet replicas never count.
 func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 	all := []reconcile.Replica{
-		{ID: "default_web-1", Name: "web-abc-0", Namespace: "default"},
-		{ID: "default_web-2", Name: "web-abc-1", Namespace: "default"},
-		{ID: "default_db-0", Name: "db-0", Namespace: "default"},
-		{ID: "default_ss-0", Name: "ss-0", Namespace: "default", AtMostOne: true}, // a StatefulSet's: never counted
+		{ID: "default_web-1", Name: "web-new-0", Namespace: "default", Workload: "web", Ordinal: 0},
+		{ID: "default_web-2", Name: "web-new-1", Namespace: "default", Workload: "web", Ordinal: 1},
+		{ID: "default_db-0", Name: "db-0", Namespace: "default", Workload: "db", Ordinal: 0},
+		{ID: "default_ss-0", Name: "ss-0", Namespace: "default", Workload: "ss", AtMostOne: true},
 	}
 	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_db-0": "b", "default_ss-0": "a"}
 	statuses := map[string]NodeStatus{
-		"a":    {Replicas: []api.Replica{{Name: "web-abc-0", Namespace: "default", Phase: "Pending"}}},
-		"b":    {Replicas: []api.Replica{{Name: "db-0", Namespace: "other"}}}, // another namespace's db-0
-		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Phase: "Running"}}},
+		"a":    {Replicas: []api.Replica{{Name: "web-old-0", Namespace: "default", Workload: "web", Ordinal: 0, Phase: "Running"}}},
+		"b":    {Replicas: []api.Replica{{Name: "db-0", Namespace: "other", Workload: "db", Ordinal: 0}}}, // another namespace's
+		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: "Running"}}},
 	}
 	got := unreported(all, owner, statuses)
 	if len(got) != 2 || !got["b"] || !got["fake"] {
@@ -40,36 +44,46 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	tr := newAckTracker(30 * time.Second)
 	fake := map[string]bool{"fake": true}
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	if x := tr.observe(at(0), fake); len(x) != 0 {
+	if x := tr.observe(at(0), fake, 1); len(x) != 0 {
 		t.Fatal("excluded at first sight")
 	}
-	if x := tr.observe(at(20*time.Second), map[string]bool{}); len(x) != 0 {
+	if x := tr.observe(at(20*time.Second), map[string]bool{}, 1); len(x) != 0 {
 		t.Fatal("excluded after listing")
 	}
-	tr.observe(at(25*time.Second), fake) // the clock starts again
-	if x := tr.observe(at(50*time.Second), fake); len(x) != 0 {
+	tr.observe(at(25*time.Second), fake, 1) // the clock starts again
+	if x := tr.observe(at(50*time.Second), fake, 1); len(x) != 0 {
 		t.Fatal("excluded before the timeout")
 	}
-	x := tr.observe(at(56*time.Second), fake)
+	x := tr.observe(at(56*time.Second), fake, 1)
 	if len(x) != 1 || x[0].node != "fake" || x[0].for_ != 30*time.Second {
 		t.Fatalf("first exclusion = %+v", x)
 	}
 	if !tr.excluded(at(80 * time.Second))["fake"] || tr.excluded(at(87 * time.Second))["fake"] {
 		t.Fatal("exclusion does not last exactly 30s")
 	}
-	tr.observe(at(87*time.Second), fake)
-	x = tr.observe(at(118*time.Second), fake)
+	tr.observe(at(87*time.Second), fake, 1)
+	x = tr.observe(at(118*time.Second), fake, 1)
 	if len(x) != 1 || x[0].for_ != 60*time.Second {
 		t.Fatalf("second exclusion = %+v, want 60s", x)
+	}
+	// At most limit nodes out at once.
+	many := map[string]bool{"x": true, "y": true, "z": true}
+	tr2 := newAckTracker(30 * time.Second)
+	tr2.observe(t0, many, 1)
+	if x := tr2.observe(t0.Add(time.Minute), many, 1); len(x) != 1 || x[0].node != "x" {
+		t.Fatalf("with limit 1: %+v", x)
+	}
+	if x := tr2.observe(t0.Add(70*time.Second), many, 1); len(x) != 0 {
+		t.Fatalf("a second node left out while one is: %+v", x)
 	}
 	// Again and again at once: doubling up to maxExclusion, and staying
 	// there (the memory of strikes counts from the end of an exclusion).
 	now := at(200 * time.Second)
 	var got []time.Duration
 	for i := 0; i < 8; i++ {
-		tr.observe(now, fake)
+		tr.observe(now, fake, 1)
 		now = now.Add(31 * time.Second)
-		x := tr.observe(now, fake)
+		x := tr.observe(now, fake, 1)
 		if len(x) != 1 {
 			t.Fatalf("strike %d: %+v", i, x)
 		}
@@ -82,8 +96,8 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	}
 	for i := 0; i < 8; i++ {
 		now := now.Add(time.Duration(700+i*700) * time.Second)
-		tr.observe(now, fake)
-		x = tr.observe(now.Add(31*time.Second), fake)
+		tr.observe(now, fake, 1)
+		x = tr.observe(now.Add(31*time.Second), fake, 1)
 	}
 	if len(x) != 1 || x[0].for_ != 30*time.Second {
 		t.Fatalf("after %s without exclusions the backoff should restart: %+v", strikeMemory, x)

@@ -59,11 +59,18 @@ func (a *Agent) readView() (view, error) {
 	now := time.Now()
 	v.excluded = a.acks.excluded(now)
 	var base map[string]string
-	v.placement, base, v.owner = place(eligibleNodes(v.alive, v.statuses), objs, v.all, v.excluded)
+	eligible := eligibleNodes(v.alive, v.statuses)
+	v.placement, base, v.owner = place(eligible, objs, v.all, v.excluded)
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).
-	for _, x := range a.acks.observe(now, unreported(v.all, base, v.statuses)) {
+	// A node does not judge itself, and leaves at most a minority out.
+	unlisted := unreported(v.all, base, v.statuses)
+	delete(unlisted, a.cfg.Name)
+	if a.cfg.AckTimeout <= 0 {
+		unlisted = nil // the check is off (--ack-timeout 0)
+	}
+	for _, x := range a.acks.observe(now, unlisted, (len(eligible)-1)/2) {
 		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
 			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
 	}
