@@ -57,10 +57,11 @@ every token. Keep it like a password: save it with mode 0600.`,
 			if ttl < time.Minute || ttl > node.MaxJoinTokenTTL {
 				return fmt.Errorf("--ttl %s: must be between 1m and %s (units: s, m, h; e.g. 24h)", ttl, node.MaxJoinTokenTTL)
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var tok api.JoinToken
 			if err := c.postJSON(ctx, "/v1/join-tokens", api.JoinTokenRequest{TTLSeconds: int64(ttl / time.Second)}, &tok); err != nil {
@@ -91,10 +92,11 @@ rotation stops there with every node still able to read every other; run
 it again once the node is up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.KeyRotation
 			err = c.postJSON(ctx, "/v1/keys/rotate", struct{}{}, &res)

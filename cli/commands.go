@@ -53,10 +53,11 @@ stored and every problem is listed.`,
 				}
 				req.Objects = append(req.Objects, b)
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var resp api.ApplyResponse
 			if err := c.postJSON(ctx, "/v1/apply", req, &resp); err != nil {
@@ -113,10 +114,11 @@ func newDeleteCmd(g *globals) *cobra.Command {
 				}
 				refs = append(refs, ref{kind, g.namespace, name})
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var failed []string
 			for _, r := range refs {
@@ -156,10 +158,11 @@ func newScaleCmd(g *globals) *cobra.Command {
 			if !cmd.Flags().Changed("replicas") {
 				return fmt.Errorf("--replicas: required")
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if err := c.postJSON(ctx, "/v1/scale/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name)+"?kind="+strings.ToLower(k), api.ScaleRequest{Replicas: replicas}, &res); err != nil {
@@ -238,10 +241,11 @@ func newImageCmd(g *globals) *cobra.Command {
 		Short: "List the node's images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var out api.ImageList
 			if err := c.getJSON(ctx, "/v1/images", &out); err != nil {
@@ -271,10 +275,11 @@ rejoin with the one it had: make a new token for the next node). To shut
 it out of gossip too, run 'starling keys rotate' afterwards.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(args[0]), nil, "", &res); err != nil {
@@ -295,10 +300,11 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(g.stdout, "client: %s\n", node.Version)
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var v api.Version
 			if err := c.getJSON(ctx, "/v1/version", &v); err != nil {

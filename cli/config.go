@@ -91,10 +91,11 @@ certificate against the CA pin. --config or STARLING_CONFIG select another
 file; --server and --token override its server and token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var cc api.ClientConfig
 			if err := c.getJSON(ctx, "/v1/client-config", &cc); err != nil {

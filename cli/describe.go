@@ -23,10 +23,11 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var obj api.Object
 			if err := c.getJSON(ctx, "/v1/objects/"+url.PathEscape(strings.ToLower(kind))+"/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name), &obj); err != nil {

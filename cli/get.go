@@ -74,10 +74,11 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			default:
 				return fmt.Errorf("-o %q: use wide, json or yaml", o.output)
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			name := ""
 			if len(args) == 2 {

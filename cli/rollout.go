@@ -68,10 +68,11 @@ func newRolloutActionCmd(g *globals, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if err := c.do(ctx, http.MethodPost, rolloutPath(g.namespace, name, action), nil, "", &res); err != nil {
@@ -99,10 +100,11 @@ template becomes the newest revision. See 'starling rollout history'.`,
 			if to < 0 {
 				return fmt.Errorf("--to-revision %d: give a revision number from 'starling rollout history deployment/%s', or 0 for the previous one", to, name)
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if err := c.postJSON(ctx, rolloutPath(g.namespace, name, "undo"), api.UndoRequest{ToRevision: to}, &res); err != nil {
@@ -126,10 +128,11 @@ func newRolloutHistoryCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := g.connect(cmd)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var l api.RevisionList
 			if err := c.getJSON(ctx, rolloutPath(g.namespace, name, "history"), &l); err != nil {

@@ -106,17 +106,6 @@ func Execute() int {
 	return 0
 }
 
-// connect is the client for the selected agent (client) and a context
-// bounded by defaultTimeout, for one CLI call.
-func (g *globals) connect(cmd *cobra.Command) (*Client, context.Context, context.CancelFunc, error) {
-	c, err := g.client()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, cancel := timeoutCtx(cmd)
-	return c, ctx, cancel, nil
-}
-
 func timeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), defaultTimeout)
 }

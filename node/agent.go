@@ -252,10 +252,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 		a.trust = newTrust(creds, key, a.id)
 	}
 	a.rejects = newRejects(a.clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
-	a.rejects.setHeld(
-		func(name string) (NodeStatus, bool) { return heldStatus(a.store, a.clusterCIDR, name) },
-		func() map[string]NodeStatus { return heldStatuses(a.store, a.clusterCIDR) },
-		func(name string) bool { return recentStatus(a.store, name, a.cfg.SubnetReclaimAfter) })
+	a.rejects.setHeld(a.heldStatus, a.heldStatuses, a.claimReserved)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
 		return nil, err

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/starling-orchestrator/starling/node/store"
 	"net"
-	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -56,12 +54,20 @@ func reserved(state string, r crdt.Record, reclaimAfter time.Duration) bool {
 	return state == gossip.StateAlive || state == gossip.StateSuspect || time.Since(time.Unix(0, r.Version.Wall)) <= reclaimAfter
 }
 
-// recentStatus reports whether st holds a status record of node name
-// written within reclaimAfter: a down node's claim is reserved that long
-// (reserved).
-func recentStatus(st *store.Store, name string, reclaimAfter time.Duration) bool {
-	rec, ok, err := st.Get(statusKey(name))
-	return err == nil && ok && !rec.Deleted && reserved("", rec, reclaimAfter)
+// claimReserved is reserved for node name, from membership and the
+// status record held.
+func (a *Agent) claimReserved(name string) bool {
+	rec, ok, err := a.store.Get(statusKey(name))
+	if err != nil || !ok || rec.Deleted {
+		return false
+	}
+	state := ""
+	for _, m := range a.cluster.Members() {
+		if m.Name == name {
+			state = m.State
+		}
+	}
+	return reserved(state, rec, a.cfg.SubnetReclaimAfter)
 }
 
 func (a *Agent) currentClaim() ipam.Claim {
@@ -215,21 +221,21 @@ func (a *Agent) adoptRecords(key []byte) ([]crdt.Record, error) {
 	return out, nil
 }
 
-// heldStatus is the node status st holds for name.
-func heldStatus(st *store.Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
-	rec, ok, err := st.Get(statusKey(name))
+// heldStatus is the node status this node holds for name.
+func (a *Agent) heldStatus(name string) (NodeStatus, bool) {
+	rec, ok, err := a.store.Get(statusKey(name))
 	if err != nil || !ok {
 		return NodeStatus{}, false
 	}
-	s, ok := decodeStatuses([]crdt.Record{rec}, cluster)[name]
+	s, ok := decodeStatuses([]crdt.Record{rec}, a.clusterCIDR)[name]
 	return s, ok
 }
 
-// heldStatuses are the node statuses st holds, by name.
-func heldStatuses(st *store.Store, cluster netip.Prefix) map[string]NodeStatus {
-	recs, err := st.List(statusKind + "/")
+// heldStatuses are the node statuses this node holds, by name.
+func (a *Agent) heldStatuses() map[string]NodeStatus {
+	recs, err := a.store.List(statusKind + "/")
 	if err != nil {
 		return nil
 	}
-	return decodeStatuses(recs, cluster)
+	return decodeStatuses(recs, a.clusterCIDR)
 }

@@ -359,11 +359,9 @@ type rejects struct {
 	// (for checkTakeover); nil until setHeld.
 	heldStatus   func(name string) (NodeStatus, bool)
 	heldStatuses func() map[string]NodeStatus
-	// recent reports whether a node's status record was written less
-	// than --subnet-reclaim-after ago; with isLive it says whether the
-	// node's subnet claim still holds (reserved): the
+	// reserved reports whether a node's subnet claim still holds: the
 	// node is live, or down for less than --subnet-reclaim-after.
-	recent func(name string) bool
+	reserved func(name string) bool
 	// live reports whether a node is alive or suspect in this node's
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
@@ -385,10 +383,9 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 }
 
 // setHeld sets the lookups of the statuses this node holds and of
-// of whether a node's status record is recent enough for its claim to
-// hold while it is down.
-func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus, recent func(string) bool) {
-	x.heldStatus, x.heldStatuses, x.recent = one, all, recent
+// whether a node's claim is still reserved.
+func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus, reserved func(string) bool) {
+	x.heldStatus, x.heldStatuses, x.reserved = one, all, reserved
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -436,7 +433,7 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 	if held, ok := x.heldStatus(s.Name); ok && held.PodSubnet == s.PodSubnet && held.SubnetSince == s.SubnetSince {
 		return nil // the claim this node already holds: nothing new
 	}
-	return checkTakeover(s, x.heldStatuses(), func(name string) bool { return x.isLive(name) || x.recent(name) })
+	return checkTakeover(s, x.heldStatuses(), x.reserved)
 }
 
 // checkTakeover refuses a new or changed subnet claim that would take a

@@ -490,7 +490,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	// node coming back), a changed one is checked.
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held }, func(string) bool { return false })
+	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held }, live)
 	x.setLive(live)
 	rec := func(s NodeStatus) crdt.Record {
 		for i := range s.Replicas {
