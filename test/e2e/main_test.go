@@ -79,6 +79,23 @@ func testMain(m *testing.M) int {
 	return code
 }
 
+// keepLog copies node's whole agent log to dir/<test>-<node>.log, for a
+// failure whose cause is older than the diagnostics' last 60 lines
+// (STARLING_E2E_KEEP_LOGS=dir).
+func keepLog(t *testing.T, node *harness.Node, dir string) {
+	data, err := os.ReadFile(node.AgentLogPath())
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		name := fmt.Sprintf("%s-%s.log", filepath.Base(t.Name()), node.Name)
+		err = os.WriteFile(filepath.Join(dir, name), data, 0o644)
+	}
+	if err != nil {
+		t.Logf("keeping %s's agent log: %v", node.Name, err)
+	}
+}
+
 // clustersStarted counts tests that brought up a cluster.
 var clustersStarted atomic.Int32
 
@@ -119,8 +136,12 @@ func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
+			keep := os.Getenv("STARLING_E2E_KEEP_LOGS")
 			for _, node := range c.Nodes {
 				t.Log(node.Diagnostics())
+				if keep != "" {
+					keepLog(t, node, keep)
+				}
 			}
 		}
 		if err := c.Close(); err != nil {
