@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -100,29 +101,39 @@ it again once the node is up.`,
 			defer cancel()
 			var res api.KeyRotation
 			err = c.postJSON(ctx, "/v1/keys/rotate", struct{}{}, &res)
-			for _, s := range res.Steps {
-				state := "done"
-				if len(s.Failed) > 0 {
-					state = fmt.Sprintf("FAILED on %s", strings.Join(s.Failed, "; "))
-				}
-				fmt.Fprintf(g.stdout, "%-8s key %s on %d nodes: %s\n", s.Op, s.Key, len(res.Nodes), state)
-			}
+			printRotation(g.stdout, res)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "gossip key rotated to %s on %s\n", res.Key, strings.Join(res.Nodes, ", "))
-			if res.Resumed {
-				fmt.Fprintln(g.stdout, "(a rotation had not finished: it was completed with the key in use instead of a new one; run again for a new key)")
-			}
-			if len(res.Down) > 0 {
-				fmt.Fprintf(g.stdout, "down (they take the new key from a peer when they return): %s\n", strings.Join(res.Down, ", "))
-			}
-			if len(res.Skipped) > 0 {
-				fmt.Fprintf(g.stdout, "skipped, no certified identity (forgotten, or not a node): %s\n", strings.Join(res.Skipped, ", "))
-			}
+			printRotationDone(g.stdout, res)
 			return nil
 		},
 	}
 	keys.AddCommand(rotate)
 	return keys
+}
+
+// printRotation prints the steps of a gossip key rotation, one line each.
+func printRotation(w io.Writer, res api.KeyRotation) {
+	for _, s := range res.Steps {
+		state := "done"
+		if len(s.Failed) > 0 {
+			state = fmt.Sprintf("FAILED on %s", strings.Join(s.Failed, "; "))
+		}
+		fmt.Fprintf(w, "%-8s key %s on %d nodes: %s\n", s.Op, s.Key, len(res.Nodes), state)
+	}
+}
+
+// printRotationDone prints the outcome of a finished rotation.
+func printRotationDone(w io.Writer, res api.KeyRotation) {
+	fmt.Fprintf(w, "gossip key rotated to %s on %s\n", res.Key, strings.Join(res.Nodes, ", "))
+	if res.Resumed {
+		fmt.Fprintln(w, "(a rotation had not finished: it was completed with the key in use instead of a new one; run again for a new key)")
+	}
+	if len(res.Down) > 0 {
+		fmt.Fprintf(w, "down (they take the new key from a peer when they return): %s\n", strings.Join(res.Down, ", "))
+	}
+	if len(res.Skipped) > 0 {
+		fmt.Fprintf(w, "skipped, no certified identity (forgotten, or not a node): %s\n", strings.Join(res.Skipped, ", "))
+	}
 }

@@ -266,13 +266,19 @@ func newNodeCmd(g *globals) *cobra.Command {
 	node := &cobra.Command{Use: "node", Short: "Manage cluster members"}
 	forget := &cobra.Command{
 		Use:   "forget NAME",
-		Short: "Forget a dead or departed node, freeing its pod subnet at once",
+		Short: "Forget a dead or departed node: revoke its key, free its name and subnet, rotate the gossip key",
 		Long: `Forget a node that is down (dead or left): its pod subnet is free at once
 (instead of after --subnet-reclaim-after), its name is freed, the key it
 had is revoked (its records are refused from now on, also if it comes
 back with its old data dir) and every join token is deleted (it must not
-rejoin with the one it had: make a new token for the next node). To shut
-it out of gossip too, run 'starling keys rotate' afterwards.`,
+rejoin with the one it had: make a new token for the next node).
+
+Then the gossip key is rotated ('starling keys rotate'): the forgotten
+node still holds the old key, and every node holds the CA key, so until
+the rotation it could still reach gossip under a new identity it made
+itself. Every live node installs the new key only once the revocation has
+reached it. If the rotation does not finish (a node unreachable), the
+node is forgotten all the same and the command fails with what to run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -281,11 +287,23 @@ it out of gossip too, run 'starling keys rotate' afterwards.`,
 			}
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
-			var res api.ApplyResult
+			var res api.ForgetResult
 			if err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(args[0]), nil, "", &res); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "node/%s forgotten\n", res.Name)
+			if res.RevokedKey != "" {
+				fmt.Fprintf(g.stdout, "node/%s forgotten; its key %s is revoked\n", res.Name, res.RevokedKey)
+			} else {
+				fmt.Fprintf(g.stdout, "node/%s forgotten\n", res.Name)
+			}
+			if res.Rotation == nil {
+				return nil
+			}
+			printRotation(g.stdout, *res.Rotation)
+			if res.RotationError != "" {
+				return fmt.Errorf("node/%s is forgotten, but the gossip key rotation that shuts it out did not finish: %s", res.Name, res.RotationError)
+			}
+			printRotationDone(g.stdout, *res.Rotation)
 			return nil
 		},
 	}

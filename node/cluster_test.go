@@ -601,7 +601,7 @@ func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
 		}
 		return nil
 	})
-	if err := nodes[0].agent.forgetNode(nodes[1].name); err != nil {
+	if _, err := nodes[0].agent.forgetNode(nodes[1].name); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, _ := nodes[0].agent.store.Get(key)

@@ -392,6 +392,18 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 	return key, creds.GossipKeys[0], creds.CA, creds.CAKey, creds.NodeCert.Raw, nil
 }
 
+// LoadClusterSecrets reads what a node's data dir holds of the cluster's
+// secrets: its gossip keyring (the key in use first), the CA certificate
+// and the CA key. For tools and tests (the hostile peer plays a forgotten
+// node that kept them).
+func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey ed25519.PrivateKey, err error) {
+	creds, err := loadCredentials(dataDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return creds.GossipKeys, creds.CA, creds.CAKey, nil
+}
+
 // IssueNodeCert issues a node certificate with a cluster CA (see
 // JoinCluster); for tools and tests.
 func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey) ([]byte, error) {

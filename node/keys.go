@@ -59,6 +59,33 @@ func checkGossipKeys(keys [][]byte) error {
 type keyOp struct {
 	Op  string `json:"op"`  // "install", "use" or "remove"
 	Key []byte `json:"key"` // 32 bytes
+	// Revoked are node keys (Ed25519 public keys, at most maxOpRevoked)
+	// that the receiver must already hold as revoked before it installs
+	// Key: the rotation that 'node forget' starts must not hand the new
+	// key to the forgotten node through a member its revocation has not
+	// reached yet (GET /v1/keys). The receiver answers 409 until then.
+	Revoked [][]byte `json:"revoked,omitempty"`
+}
+
+// maxOpRevoked bounds keyOp.Revoked.
+const maxOpRevoked = 16
+
+// errRevocationPending: a key op names a revocation this node does not
+// hold yet (it travels by gossip; the sender retries).
+var errRevocationPending = errors.New("a revocation this rotation depends on has not reached this node yet")
+
+// pendingRevocation returns errRevocationPending when one of op's
+// revoked keys is not revoked here yet.
+func (k *keyring) pendingRevocation(op keyOp) error {
+	if len(op.Revoked) > maxOpRevoked {
+		return fmt.Errorf("revoked: %d keys (at most %d)", len(op.Revoked), maxOpRevoked)
+	}
+	for _, pub := range op.Revoked {
+		if !k.trust.id.isRevoked(pub) {
+			return errRevocationPending
+		}
+	}
+	return nil
 }
 
 // gossipKeyID names a gossip key in output and logs: 16 hex digits of
@@ -128,6 +155,14 @@ func (k *keyring) handleOp(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("key request: %w", err))
 		return
 	}
+	if err := k.pendingRevocation(op); err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errRevocationPending) {
+			status = http.StatusConflict
+		}
+		writeError(w, status, err)
+		return
+	}
 	if err := k.apply(op); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -141,8 +176,30 @@ func (k *keyring) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string][][]byte{"keys": k.cluster.Keys()})
 }
 
-// post sends op to node name's keyring over mutual TLS.
+// revocationWait bounds how long post retries a node that has not
+// received a revocation yet (gossip spreads one in about a second).
+const revocationWait = 30 * time.Second
+
+// post sends op to node name's keyring over mutual TLS; while name
+// answers that a revocation in op.Revoked has not reached it yet, it
+// retries every 500 ms for up to revocationWait.
 func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
+	deadline := time.Now().Add(revocationWait)
+	for {
+		err := k.postOnce(ctx, name, op)
+		if !errors.Is(err, errRevocationPending) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// postOnce is one POST /v1/keys to node name.
+func (k *keyring) postOnce(ctx context.Context, name string, op keyOp) error {
 	addr, ok := peerAddr(k.cluster.Members(), name)
 	if !ok {
 		return fmt.Errorf("node %s is not a member", name)
@@ -165,6 +222,9 @@ func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		var e api.Error
 		if json.Unmarshal(msg, &e) == nil && e.Error != "" {
+			if resp.StatusCode == http.StatusConflict && e.Error == errRevocationPending.Error() {
+				return errRevocationPending
+			}
 			return errors.New(e.Error)
 		}
 		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
@@ -172,12 +232,13 @@ func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
 	return nil
 }
 
-// rotateGossipKey runs a rotation from this node: install, use, remove
-// on every live member (this one included). It stops at the first step
-// that fails on any node, leaving every node able to read every other
-// (the new key installed or in use on some, the old one still installed
-// on all), and reports per node.
-func (k *keyring) rotate(ctx context.Context) (api.KeyRotation, error) {
+// rotate runs a rotation from this node: install, use, remove on every
+// live member (this one included). It stops at the first step that fails
+// on any node, leaving every node able to read every other (the new key
+// installed or in use on some, the old one still installed on all), and
+// reports per node. revoked are node keys every member must hold as
+// revoked before it installs the new key (keyOp.Revoked).
+func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotation, error) {
 	if k == nil {
 		return api.KeyRotation{}, errInsecureKeys
 	}
@@ -202,13 +263,13 @@ func (k *keyring) rotate(ctx context.Context) (api.KeyRotation, error) {
 	var members, down, skipped []string
 	for _, m := range k.cluster.Members() {
 		switch {
+		case m.Name != k.self && !k.trust.isNode(m.Name):
+			// A member with no certified identity (a forgotten node,
+			// or a process that holds only the gossip key) gets no key
+			// now and none from a peer later.
+			skipped = append(skipped, m.Name)
 		case m.State != gossip.StateAlive && m.State != gossip.StateSuspect:
 			down = append(down, m.Name)
-		case m.Name != k.self && !k.trust.isNode(m.Name):
-			// A member with no certified identity (a forgotten node
-			// still running, or a process that holds only the gossip
-			// key) gets no key.
-			skipped = append(skipped, m.Name)
 		default:
 			members = append(members, m.Name)
 		}
@@ -224,7 +285,11 @@ func (k *keyring) rotate(ctx context.Context) (api.KeyRotation, error) {
 			if name == k.self {
 				err = k.apply(keyOp{Op: op, Key: key})
 			} else {
-				err = k.post(ctx, name, keyOp{Op: op, Key: key})
+				o := keyOp{Op: op, Key: key}
+				if op == "install" {
+					o.Revoked = revoked
+				}
+				err = k.post(ctx, name, o)
 			}
 			if err != nil {
 				failed = append(failed, fmt.Sprintf("%s: %v", name, err))

@@ -706,9 +706,26 @@ func (a *Agent) handleForgetNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("node %q is not known", name))
 		return
 	}
-	if err := a.forgetNode(name); err != nil {
+	revoked, err := a.forgetNode(name)
+	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ApplyResult{Kind: "Node", Name: name, Result: "forgotten"})
+	res := api.ForgetResult{Name: name}
+	if revoked != nil {
+		res.RevokedKey = gossipKeyID(revoked)
+	}
+	// The forgotten node still holds the gossip key (and, like every
+	// node, the CA key: it could mint itself a new identity). A rotation
+	// shuts it out of gossip; every member installs the new key only once
+	// it holds the revocation, so none hands the key on to it.
+	if a.keys != nil && revoked != nil {
+		rot, err := a.keys.rotate(r.Context(), revoked)
+		res.Rotation = &rot
+		if err != nil {
+			res.RotationError = err.Error()
+			a.log.Warn("node forgotten, but the gossip key rotation that shuts it out did not finish; run 'starling keys rotate'", "node", name, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
 }

@@ -168,10 +168,10 @@ func (a *Agent) claimSubnet(ctx context.Context) bool {
 // the revocation is written first, so no node frees the name without
 // also refusing the old key; before it, the records the node wrote for
 // the cluster are written again by this node (adoptRecords).
-func (a *Agent) forgetNode(name string) error {
+func (a *Agent) forgetNode(name string) (revoked []byte, err error) {
 	rec, ok, err := a.store.Get(statusKey(name))
 	if err != nil || !ok || rec.Deleted {
-		return err
+		return nil, err
 	}
 	var recs []crdt.Record
 	if len(rec.Signer) > 0 && !a.id.isRevoked(rec.Signer) {
@@ -181,22 +181,23 @@ func (a *Agent) forgetNode(name string) error {
 		// this node writes it again under its own key first.
 		adopted, err := a.adoptRecords(rec.Signer)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		recs = append(recs, adopted...)
 		b, err := json.Marshal(revocation{Name: name, Key: rec.Signer})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		recs = append(recs, crdt.Record{Key: revokedKey(rec.Signer), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
+		revoked = rec.Signer
 	}
 	a.clock.Update(rec.Version)
 	recs = append(recs, crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
 	if err := a.publish(recs...); err != nil {
-		return err
+		return nil, err
 	}
 	// The forgotten node may still hold the token it joined with.
-	return a.join.deleteTokens()
+	return revoked, a.join.deleteTokens()
 }
 
 // adoptRecords returns new versions, written by this node, of the records

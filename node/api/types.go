@@ -86,14 +86,27 @@ type KeyRotation struct {
 	// a new one.
 	Resumed bool `json:"resumed,omitempty"`
 	// Nodes are the live members the rotation went through; Down the
-	// known members that were not live (they take the new key from a
-	// peer when they come back); Skipped the live members with no
-	// certified identity (a forgotten node still running), which get no
-	// key.
+	// known nodes that were not live (they take the new key from a peer
+	// when they come back); Skipped the members, live or not, with no
+	// certified identity (a forgotten node), which get no key.
 	Nodes   []string  `json:"nodes"`
 	Down    []string  `json:"down,omitempty"`
 	Skipped []string  `json:"skipped,omitempty"`
 	Steps   []KeyStep `json:"steps"`
+}
+
+// ForgetResult answers DELETE /v1/nodes/{name} ('starling node forget').
+type ForgetResult struct {
+	Name string `json:"name"`
+	// RevokedKey is the ID (16 hex digits of its SHA-256) of the node key
+	// revoked; empty when the node's record had no signer (--insecure).
+	RevokedKey string `json:"revokedKey,omitempty"`
+	// Rotation is the gossip key rotation the forget started, so the
+	// forgotten node can no longer read or write gossip; nil with
+	// --insecure. RotationError says why it did not finish (the node is
+	// forgotten all the same; 'starling keys rotate' finishes it).
+	Rotation      *KeyRotation `json:"rotation,omitempty"`
+	RotationError string       `json:"rotationError,omitempty"`
 }
 
 // KeyStep is one step of a key rotation on every node.

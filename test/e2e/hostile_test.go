@@ -363,8 +363,8 @@ func (w *syncWriter) String() string {
 // TestForgottenNodeCannotComeBackWithItsOldKey: 'starling node forget'
 // frees a stopped node's name, revokes its key and deletes every join
 // token. The node restarted with its old data dir (its old key and
-// certificate) is refused by the others (reason "revoked") and never
-// becomes ready there; with a new identity it cannot join with the token
+// certificate) gets no new gossip key from the others and never becomes
+// ready there; with a new identity it cannot join with the token
 // it had (any token made before the forget); with a new token it joins again under the same name.
 func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	c := newCluster(t, 2)
@@ -376,23 +376,45 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	n2.KillAgent(syscall.SIGTERM) // a clean stop: it leaves
+	var forgot string
 	waitFor(t, 30*time.Second, func() error {
 		out, err := n1.CLI("node", "forget", "n2")
 		if err != nil {
 			return fmt.Errorf("node forget n2: %v %s", err, out)
 		}
+		forgot = out
 		return nil
 	})
+	if !strings.Contains(forgot, "its key") || !strings.Contains(forgot, "is revoked") || !strings.Contains(forgot, "gossip key rotated to") ||
+		!strings.Contains(forgot, "skipped, no certified identity (forgotten, or not a node): n2") {
+		t.Fatalf("node forget n2 did not revoke and rotate:\n%s", forgot)
+	}
+	t.Logf("node forget n2:\n%s", forgot)
+	// The forgotten node kept its data dir: the old gossip key and the CA
+	// key. It mints itself a new identity and tries to get back in.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n2.NetNS, hostile,
+		"--forgotten", n2.DataDir, "--name", "n2-reborn", "--bind", n2.IP, "--join", n1.IP).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hostile --forgotten: %v\n%s", err, out)
+	}
+	t.Logf("the forgotten node with a minted identity:\n%s", out)
+	if !strings.Contains(string(out), "gossip keys with the minted certificate: status 403") || !strings.Contains(string(out), "gossip join with the kept keys: refused") {
+		t.Fatalf("a minted identity got the gossip keys or into gossip:\n%s", out)
+	}
+	if nodes, _ := n1.CLI("get", "nodes"); strings.Contains(nodes, "n2-reborn") {
+		t.Fatalf("the minted identity is listed:\n%s", nodes)
+	}
 	if err := n2.RestartAgent(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() error {
-		m, err := metrics(n1)
-		if err != nil {
-			return err
-		}
-		if m[`starling_rejected_records_total{reason="revoked"}`] < 1 {
-			return fmt.Errorf("n1 has not refused a record of the revoked key yet")
+	// Restarted with its old data dir it cannot read gossip (the key was
+	// rotated) and no peer gives its revoked key the new one.
+	waitFor(t, 60*time.Second, func() error {
+		log, _ := os.ReadFile(n2.AgentLogPath())
+		if !strings.Contains(string(log), "could not take the current gossip keys") {
+			return fmt.Errorf("n2 has not tried (and failed) to take the new key yet")
 		}
 		return nil
 	})

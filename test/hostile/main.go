@@ -16,6 +16,13 @@
 // what happened.
 // It stays a live member (so its claims would count) until killed.
 //
+// With --forgotten DIR it plays a node that 'starling node forget' removed
+// but that kept its data dir DIR (the gossip keys, the CA and its key): it
+// mints itself a new identity under --name with the CA key, asks the seed
+// for the cluster's gossip keys over mutual TLS with it, joins gossip
+// with the keys it kept and, if that works, publishes a status record for
+// the new identity; it prints what happened and exits.
+//
 // It is a test tool: it never runs outside a test's network namespace.
 package main
 
@@ -24,6 +31,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -51,11 +59,15 @@ func main() {
 	victimSubnet := flag.String("victim-subnet", "", "the victim's pod subnet, claimed under another name")
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
 	serve := flag.String("serve-image", "", "with --fake-api: answer every image export with this tarball")
+	forgotten := flag.String("forgotten", "", "instead: the data dir of a forgotten node; mint a new identity with its CA key and try to get back in")
 	flag.Parse()
 	var err error
-	if *stranger {
+	switch {
+	case *stranger:
 		err = runStranger(*name, *bind, *join)
-	} else {
+	case *forgotten != "":
+		err = runForgotten(*name, *bind, *forgotten, *join)
+	default:
 		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve)
 	}
 	if err != nil {
@@ -250,5 +262,69 @@ func runStranger(name, bind, join string) error {
 	}
 	resp.Body.Close()
 	fmt.Printf("image export without a node certificate: status %d\n", resp.StatusCode)
+	return nil
+}
+
+// runForgotten: see --forgotten. join is the seed's IP (gossip port 7946,
+// peer port 7947).
+func runForgotten(name, bind, dataDir, join string) error {
+	keys, ca, caKey, err := node.LoadClusterSecrets(dataDir)
+	if err != nil {
+		return err
+	}
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	cert, err := node.IssueNodeCert(ca, caKey, name, pub)
+	if err != nil {
+		return err
+	}
+	fmt.Println("minted a certificate for", name, "with the kept CA key")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "n1", InsecureSkipVerify: true, //nolint:gosec // the answer is what is tested
+		Certificates: []tls.Certificate{{Certificate: [][]byte{cert, ca.Raw}, PrivateKey: key}},
+	}}}
+	resp, err := client.Get("https://" + join + ":7947/v1/keys")
+	if err != nil {
+		fmt.Println("gossip keys with the minted certificate: err", err)
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			fmt.Println("gossip keys with the minted certificate: GIVEN")
+		} else {
+			fmt.Printf("gossip keys with the minted certificate: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+	}
+	cfg := gossip.DefaultConfig()
+	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey, cfg.ExtraKeys = name, bind, 7946, keys[0], keys[1:]
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := gossip.New(cfg, gossip.NewMemState())
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	n, err := c.Join([]string{join})
+	if err != nil || n == 0 {
+		fmt.Printf("gossip join with the kept keys: refused (%d joined, err=%v)\n", n, err)
+		return nil
+	}
+	fmt.Println("gossip join with the kept keys: JOINED")
+	clock := hlc.New(nil)
+	v, _ := json.Marshal(map[string]any{"name": name, "advertise": bind, "podSubnet": "10.22.77.0/24",
+		"subnetSince": clock.Now(), "subnetReady": true, "capacity": map[string]any{"milliCPU": 1000, "memoryBytes": 1 << 30},
+		"started": time.Now().UTC(), "cert": cert})
+	r, err := crdt.Sign(crdt.Record{Key: "node/cluster/" + name, Value: v, Version: clock.Now(), Origin: name}, key)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 5; i++ {
+		c.Publish(r)
+		time.Sleep(2 * time.Second)
+	}
+	fmt.Println("published a status for", name)
 	return nil
 }
