@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -487,5 +488,56 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, caCertFile)); err == nil {
 		t.Fatal("a new CA was made")
+	}
+}
+
+// TestKeyInstallWaitsForTheRevocation: the rotation 'node forget' starts
+// names the revoked key in its install step; a node that does not hold
+// that revocation yet answers 409 (and installs nothing), so it cannot
+// hand the new key to the forgotten node through GET /v1/keys; once the
+// revocation reaches it, the same request installs the key.
+func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
+	a, _, _ := joinServer(t)
+	a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: t.TempDir(), self: "n1", log: a.log}
+	srv := httptest.NewUnstartedServer(a.peerHandler())
+	srv.TLS = a.trust.serverTLS()
+	srv.TLS.Certificates = []tls.Certificate{*a.trust.tlsCert()}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	// n2 is a node n1 knows (a certified status record binds its key).
+	s := goodStatus()
+	s.Name = "n2"
+	if _, err := a.store.Apply(signAs(t, "n2", statusRecord(t, s, "n2"))); err != nil {
+		t.Fatal(err)
+	}
+	n2 := peerTrust(t, a.trust.creds, "n2", "n2", "n1", "n2")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n2.clientTLS("n1")}}
+	forgotten := keyOf("n3").Public().(ed25519.PublicKey)
+	newKey := bytes.Repeat([]byte{7}, 32)
+	install := func() (int, string) {
+		body, _ := json.Marshal(keyOp{Op: "install", Key: newKey, Revoked: [][]byte{forgotten}})
+		resp, err := client.Post(srv.URL+"/v1/keys", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, errRevocationPending.Error()) {
+		t.Fatalf("install before the revocation arrived: %d %s", code, body)
+	}
+	if len(a.cluster.Keys()) != 1 {
+		t.Fatalf("the key was installed before the revocation arrived: %d keys", len(a.cluster.Keys()))
+	}
+	rv, _ := json.Marshal(revocation{Name: "n3", Key: forgotten})
+	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: revokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := install(); code != http.StatusOK {
+		t.Fatalf("install once the revocation arrived: %d %s", code, body)
+	}
+	if keys := a.cluster.Keys(); len(keys) != 2 || !bytes.Equal(keys[1], newKey) && !bytes.Equal(keys[0], newKey) {
+		t.Fatalf("keyring after the install: %d keys", len(keys))
 	}
 }
