@@ -52,7 +52,11 @@ func specOf(o manifest.Object) reconcile.Spec {
 		}(),
 	}
 	for _, e := range c.Env {
-		s.Env = append(s.Env, e.Name+"="+e.Value)
+		v := reconcile.EnvVar{Name: e.Name, Value: e.Value}
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			v.FieldPath = e.ValueFrom.FieldRef.FieldPath
+		}
+		s.Env = append(s.Env, v)
 	}
 	for _, p := range c.Ports {
 		proto := string(p.Protocol)

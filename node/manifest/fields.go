@@ -80,7 +80,7 @@ var probeFields = []string{
 var containerFields = concat(
 	[]string{
 		"name", "image", "command", "args", "workingDir",
-		"env[].name", "env[].value",
+		"env[].name", "env[].value", "env[].valueFrom.fieldRef.fieldPath", "env[].valueFrom.fieldRef.apiVersion",
 		"ports[].name", "ports[].containerPort", "ports[].protocol",
 		"resources.requests", "resources.limits",
 		"imagePullPolicy",

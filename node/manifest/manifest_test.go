@@ -425,8 +425,18 @@ spec:
 		},
 		{
 			name:  "env valueFrom",
-			input: edit(t, d, "          value: hi", "          valueFrom:\n            fieldRef: {fieldPath: metadata.name}"),
-			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom: Forbidden: not supported by Starling yet`},
+			input: edit(t, d, "          value: hi", "          valueFrom:\n            secretKeyRef: {name: s, key: k}"),
+			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.secretKeyRef: Forbidden: not supported by Starling yet`},
+		},
+		{
+			name:  "env fieldRef to a field Starling does not fill",
+			input: edit(t, d, "          value: hi", "          valueFrom:\n            fieldRef: {fieldPath: status.hostIP}"),
+			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.fieldRef.fieldPath: Unsupported value: "status.hostIP": supported values: "metadata.name", "metadata.namespace", "spec.nodeName", "status.podIP", "status.podIPs"`},
+		},
+		{
+			name:  "env value and valueFrom",
+			input: edit(t, d, "          value: hi", "          value: hi\n          valueFrom:\n            fieldRef: {fieldPath: metadata.name}"),
+			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom: Invalid value: "": may not be specified when ` + "`value`" + ` is not empty`},
 		},
 		{
 			name:  "selector matchExpressions",

@@ -31,6 +31,11 @@ const (
 	NodePortMax = 32767
 )
 
+// EnvFieldPaths are the downward API fields an env var's
+// valueFrom.fieldRef may name (Kubernetes' names; the values are filled in
+// when the container is created).
+var EnvFieldPaths = []string{"metadata.name", "metadata.namespace", "spec.nodeName", "status.podIP", "status.podIPs"}
+
 // Validate returns every problem of o, which must already be defaulted (as
 // Parse and Decode return it), as Kubernetes field errors. Fields Starling
 // does not implement are reported as
@@ -329,6 +334,23 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 		// Kubernetes' rule since RelaxedEnvironmentVariableValidation went GA.
 		for _, msg := range validation.IsRelaxedEnvVarName(e.Name) {
 			errs = append(errs, field.Invalid(np, e.Name, msg))
+		}
+		if e.ValueFrom != nil {
+			vp := p.Child("env").Index(i).Child("valueFrom")
+			switch {
+			case e.Value != "":
+				errs = append(errs, field.Invalid(vp, "", "may not be specified when `value` is not empty"))
+			case e.ValueFrom.FieldRef == nil:
+				// secretKeyRef and the others are reported as not
+				// supported (unsupportedFields); an empty valueFrom here.
+				if e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil && e.ValueFrom.ResourceFieldRef == nil && e.ValueFrom.FileKeyRef == nil {
+					errs = append(errs, field.Required(vp.Child("fieldRef"), "Starling supports fieldRef"))
+				}
+			case e.ValueFrom.FieldRef.APIVersion != "" && e.ValueFrom.FieldRef.APIVersion != "v1":
+				errs = append(errs, field.NotSupported(vp.Child("fieldRef", "apiVersion"), e.ValueFrom.FieldRef.APIVersion, []string{"v1"}))
+			case !slices.Contains(EnvFieldPaths, e.ValueFrom.FieldRef.FieldPath):
+				errs = append(errs, field.NotSupported(vp.Child("fieldRef", "fieldPath"), e.ValueFrom.FieldRef.FieldPath, EnvFieldPaths))
+			}
 		}
 		if n := len(e.Name) + 1 + len(e.Value) + 1; n > MaxArgBytes {
 			errs = append(errs, tooLong(p.Child("env").Index(i).Child("value"), n, "the kernel refuses to start a process with one environment variable (NAME=value) over"))

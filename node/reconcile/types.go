@@ -24,7 +24,7 @@ type Spec struct {
 	Image   string   `json:"image"`
 	Command []string `json:"command,omitempty"` // replaces the image entrypoint when set
 	Args    []string `json:"args,omitempty"`    // replaces the image cmd when set
-	Env     []string `json:"env,omitempty"`     // "NAME=value"
+	Env     []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
 	Ports   []Port   `json:"ports,omitempty"`
 	// WorkingDir overrides the image's working directory when set.
 	WorkingDir string `json:"workingDir,omitempty"`
@@ -39,6 +39,17 @@ type Spec struct {
 	MemoryRequestBytes int64 `json:"memoryRequestBytes,omitempty"`
 	// GracePeriod is how long a stop waits after SIGTERM before SIGKILL.
 	GracePeriod time.Duration `json:"gracePeriod"`
+}
+
+// EnvVar is one environment variable of a container, as the pod
+// template gives it: a value, or (FieldPath set) a downward API field
+// ("status.podIP", ...; manifest.EnvFieldPaths) filled in at create.
+// Value may hold $(NAME) references, expanded at create by the kubelet's
+// rules.
+type EnvVar struct {
+	Name      string `json:"name"`
+	Value     string `json:"value,omitempty"`
+	FieldPath string `json:"fieldPath,omitempty"`
 }
 
 // Replica is one desired replica on this node.

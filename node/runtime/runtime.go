@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/containerd/containerd/images"
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	"io"
 	"log/slog"
@@ -265,37 +266,61 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// EnsureImage returns the image ref, unpacked. When it is not stored
-// locally it comes from the nearest peer that has it (over the LAN, the
-// copy the rest of the cluster runs), else from its registry.
+// NormalizeImage returns the full name of image reference ref, as
+// containerd and Docker store it: "nginx" -> "docker.io/library/nginx:latest",
+// "nginx:1.22" -> "docker.io/library/nginx:1.22", "ghcr.io/a/b@sha256:..."
+// unchanged (digests are kept). A reference that does not parse is
+// returned as is (manifest validation refuses those at apply).
+func NormalizeImage(ref string) string {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return ref
+	}
+	return named.String()
+}
+
+// imageName names image ref in a message as the user wrote it, with its
+// full name when that differs: "nginx:1.22 (docker.io/library/nginx:1.22)".
+func imageName(ref string) string {
+	if full := NormalizeImage(ref); full != ref {
+		return ref + " (" + full + ")"
+	}
+	return ref
+}
+
+// EnsureImage returns image ref (any reference a Deployment may name,
+// normalized by NormalizeImage), unpacked. When it is not stored locally
+// it comes from the nearest peer that has it (over the LAN, the copy the
+// rest of the cluster runs), else from its registry.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image, error) {
 	ctx = r.ctx(ctx)
-	img, err := r.client.GetImage(ctx, ref)
+	full := NormalizeImage(ref)
+	img, err := r.client.GetImage(ctx, full)
 	if errdefs.IsNotFound(err) {
 		// Peers first: an edge cluster often has no registry, or a slow
 		// or unreachable one (a failing DNS lookup alone costs ~10 s per
 		// create), and a peer's copy is what the other nodes run.
 		var peerErr error = errors.New("no peer image source")
 		if r.cfg.FetchImage != nil {
-			img, peerErr = r.fetchFromPeers(ctx, ref)
+			img, peerErr = r.fetchFromPeers(ctx, full)
 			err = peerErr
 		}
 		if peerErr != nil {
-			img, err = r.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
+			img, err = r.client.Pull(ctx, full, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
 				containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
 			if err != nil {
-				err = fmt.Errorf("peers: %v; pull: %w", peerErr, err)
+				err = fmt.Errorf("peers: %v; registry: %w", peerErr, err)
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("image %s is not on this node and could not be fetched (%v): import it with 'starling image import FILE.tar'", ref, err)
+			return nil, fmt.Errorf("image %s is not on this node and could not be fetched (%v): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)", imageName(ref), err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("image %s: %w", ref, err)
+		return nil, fmt.Errorf("image %s: %w", imageName(ref), err)
 	}
 	if ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter); err != nil || !ok {
 		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return nil, fmt.Errorf("unpack image %s: %w", ref, err)
+			return nil, fmt.Errorf("unpack image %s: %w", imageName(ref), err)
 		}
 	}
 	return img, nil
@@ -340,8 +365,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	if err != nil {
 		return fmt.Errorf("create replica %s: read image config: %w", rep.Name, err)
 	}
-	args := processArgs(ic, rep.Spec)
-	if len(args) == 0 {
+	if len(processArgs(ic, rep.Spec)) == 0 {
 		return fmt.Errorf("create replica %s: image %s has no entrypoint and the container sets no command", rep.Name, rep.Spec.Image)
 	}
 	// A leftover sandbox from an interrupted attempt is torn down first, so
@@ -361,6 +385,10 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		}
 	}()
 	podIP := ip.String()
+	env, vars := containerEnv(rep.Spec.Env, podFields{Name: rep.Name, Namespace: rep.Namespace, NodeName: r.cfg.Node, PodIP: podIP})
+	spec := rep.Spec
+	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
+	args := processArgs(ic, spec)
 	grace := int(rep.Spec.GracePeriod / time.Second)
 	labels := map[string]string{
 		LabelManaged: "true", LabelName: rep.Name, LabelNamespace: rep.Namespace, LabelWorkload: rep.Workload,
@@ -370,7 +398,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	specOpts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
 		oci.WithProcessArgs(args...),
-		oci.WithEnv(append([]string{"POD_IP=" + podIP, "POD_NAME=" + rep.Name, "POD_NAMESPACE=" + rep.Namespace}, rep.Spec.Env...)),
+		oci.WithEnv(env),
 		oci.WithHostname(rep.Name),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
 		oci.WithCgroup(filepath.Join(r.cfg.CgroupParent, rep.ID)),
@@ -880,29 +908,31 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 	return err
 }
 
-// ImageDigest returns the digest of image ref's target ("sha256:...").
+// ImageDigest returns the digest of image ref's target ("sha256:...");
+// ref is normalized (NormalizeImage).
 func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
-	img, err := r.client.ImageService().Get(r.ctx(ctx), ref)
+	img, err := r.client.ImageService().Get(r.ctx(ctx), NormalizeImage(ref))
 	if err != nil {
 		return "", err
 	}
 	return img.Target.Digest.String(), nil
 }
 
-// ExportImage writes image ref (with its config and layers, for this
-// platform) as an OCI tarball to w. errdefs.IsNotFound(err) when the node
-// does not have it.
+// ExportImage writes image ref (normalized, NormalizeImage; with its
+// config and layers, for this platform) as an OCI tarball to w.
+// errdefs.IsNotFound(err) when the node does not have it.
 func (r *Runtime) ExportImage(ctx context.Context, ref string, w io.Writer) error {
 	ctx = r.ctx(ctx)
+	ref = NormalizeImage(ref)
 	if _, err := r.client.ImageService().Get(ctx, ref); err != nil {
 		return err
 	}
 	return r.client.Export(ctx, w, archive.WithImage(r.client.ImageService(), ref), archive.WithPlatform(platforms.Default()))
 }
 
-// HasImage reports whether the node stores image ref.
+// HasImage reports whether the node stores image ref (normalized).
 func (r *Runtime) HasImage(ctx context.Context, ref string) bool {
-	_, err := r.client.ImageService().Get(r.ctx(ctx), ref)
+	_, err := r.client.ImageService().Get(r.ctx(ctx), NormalizeImage(ref))
 	return err == nil
 }
 

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+	"github.com/starling-orchestrator/starling/test/imagebuild"
+)
+
+// TestShortImageNamesMatch: a 'docker save'-style tarball tagged with a
+// short name ("echo:short") is stored under its full name
+// (docker.io/library/echo:short), and a Deployment that names the image
+// as users write it ("echo:short") runs on every node: on the importing
+// node from its store, on the other from the peer, fetched by the full
+// name. An image no node has gets an error that names it as written and
+// says how to get it onto a node.
+func TestShortImageNamesMatch(t *testing.T) {
+	c := newCluster(t, 2)
+	n1 := c.Nodes[0]
+	waitReadyNodes(t, n1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mod, err := harness.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tar := filepath.Join(t.TempDir(), "short.tar")
+	if err := imagebuild.Echo(ctx, mod, "echo:short", "short", tar); err != nil {
+		t.Fatal(err)
+	}
+	out, err := n1.CLI("image", "import", tar)
+	if err != nil || !strings.Contains(out, "docker.io/library/echo:short") {
+		t.Fatalf("image import: %v\n%s", err, out)
+	}
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: short}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: short}}
+  template:
+    metadata: {labels: {app: short}}
+    spec:
+      containers:
+      - name: echo
+        image: echo:short
+        ports: [{containerPort: 8080}]
+`)
+	waitFor(t, 90*time.Second, func() error {
+		cs := harness.TakeCensus(c.Nodes, "default", "short")
+		if cs.Available != 4 || len(cs.ReadyByNode) != 2 {
+			return fmt.Errorf("want 4 ready on both nodes: %v", cs.Copies)
+		}
+		return nil
+	})
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: missing}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: missing}}
+  template:
+    metadata: {labels: {app: missing}}
+    spec:
+      containers:
+      - name: c
+        image: nosuch:1.0
+`)
+	waitFor(t, 60*time.Second, func() error {
+		out, err := n1.CLI("describe", "deployment", "missing")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "image nosuch:1.0 (docker.io/library/nosuch:1.0) is not on this node") || !strings.Contains(out, "starling image import") || strings.Contains(out, "dummy://") {
+			return fmt.Errorf("describe shows no clear image error yet:\n%s", out)
+		}
+		return nil
+	})
+}
+
+// TestEnvAsTheKubeletGivesIt: downward API fields (valueFrom.fieldRef)
+// and $(VAR) references in env values, by the kubelet's rules: a value
+// sees the variables defined before it, "$$" escapes, an unknown
+// reference stays as written. The echo server answers with its MESSAGE
+// and listens on the PORT built from a reference.
+func TestEnvAsTheKubeletGivesIt(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: env}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: env}}
+  template:
+    metadata: {labels: {app: env}}
+    spec:
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        env:
+        - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: ME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+        - {name: HALF, value: "80"}
+        - {name: PORT, value: "$(HALF)80"}
+        - {name: MESSAGE, value: "ip=$(IP) me=$(ME) node=$(NODE) lit=$$(ME) unknown=$(NOPE)"}
+        ports: [{containerPort: 8080}]
+`)
+	var r replica
+	waitFor(t, 60*time.Second, func() error {
+		var l struct{ Items []replica }
+		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+			return err
+		}
+		for _, x := range l.Items {
+			if x.Workload == "env" && x.Phase == "Running" && x.PodIP != "" {
+				r = x
+				return nil
+			}
+		}
+		return fmt.Errorf("no running replica of env yet: %+v", l.Items)
+	})
+	want := fmt.Sprintf("message=ip=%s me=%s node=n1 lit=$(ME) unknown=$(NOPE)", r.PodIP, r.Name)
+	waitFor(t, 20*time.Second, func() error {
+		body, err := harness.HTTPGet(n1.NetNS, "http://"+r.PodIP+":8080/", time.Second)
+		if err != nil || !strings.Contains(body, want) {
+			return fmt.Errorf("GET / on port 8080 (PORT=$(HALF)80): %q %v, want %q", body, err, want)
+		}
+		return nil
+	})
+}
