@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -151,7 +152,23 @@ func describeReplicas(w io.Writer, p func(k, v string), o manifest.Object, reps 
 			mine = append(mine, r)
 		}
 	}
-	return printReplicas(w, getOpts{output: "wide"}, mine)
+	if err := printReplicas(w, getOpts{output: "wide"}, mine); err != nil {
+		return err
+	}
+	// The table cuts reasons at 80 characters; describe gives them whole.
+	var long []api.Replica
+	for _, r := range mine {
+		if len(r.Reason) > 80 {
+			long = append(long, r)
+		}
+	}
+	if len(long) > 0 {
+		fmt.Fprintln(w, "Reasons:")
+		for _, r := range long {
+			fmt.Fprintf(w, "  %s: %s\n", r.Name, printable(r.Reason))
+		}
+	}
+	return nil
 }
 
 // probeString is a probe as kubectl describe prints it.
@@ -167,4 +184,15 @@ func probeString(pr *corev1.Probe) string {
 	}
 	return fmt.Sprintf("%s delay=%ds timeout=%ds period=%ds #success=%d #failure=%d", h,
 		pr.InitialDelaySeconds, pr.TimeoutSeconds, pr.PeriodSeconds, pr.SuccessThreshold, pr.FailureThreshold)
+}
+
+// printable replaces control characters (line breaks, terminal escapes)
+// in text that came from a node with spaces.
+func printable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return ' '
+		}
+		return c
+	}, s)
 }
