@@ -102,7 +102,7 @@ its first real start.`,
 	f.Var(byteSize{&cfg.MaxImageBytes}, "max-image-size", "largest image tarball accepted by 'image import' or from a peer, e.g. 512MiB, 4GiB")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
-	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "off when 0 (the default): a node that leaves a Deployment replica placed on it unlisted this long is left out of Deployments' placement for a while; 30s suggested, below --handoff-timeout (experimental)")
+	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
 	f.DurationVar(&cfg.FailoverTimeout, "failover-timeout", cfg.FailoverTimeout, "how long a StatefulSet replica of a dead node stays reserved before another node starts it (at least --fence-timeout + 5s)")
 	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "a running replica being stopped is first taken out of every node's Service endpoints and stopped only this much later (0: at once)")

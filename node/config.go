@@ -88,13 +88,11 @@ type Config struct {
 	// HandoffTimeout bounds make-before-break when a replica moves to a
 	// node that joined.
 	HandoffTimeout time.Duration
-	// AckTimeout is how long a node may leave a replica placed on it
-	// unlisted in its status before placement leaves the node out for a
-	// while (unresponsive.go); keep it below HandoffTimeout so a moved
-	// replica's old copy still runs when that happens. 0 (the default)
-	// turns the check off: it misjudged honest nodes during a stalled
-	// rolling update (issue 10 note), so it is opt-in until that is
-	// understood.
+	// AckTimeout is how long a node may list none of the Deployment
+	// replicas placed on it in its status before placement leaves the
+	// node out for a while (unresponsive.go); keep it below
+	// HandoffTimeout so a moved replica's old copy still runs when that
+	// happens. 0 turns the check off.
 	AckTimeout time.Duration
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
@@ -156,6 +154,7 @@ func DefaultConfig() Config {
 		BindAddr:           "0.0.0.0:7946",
 		TombstoneTTL:       72 * time.Hour,
 		HandoffTimeout:     60 * time.Second,
+		AckTimeout:         30 * time.Second,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,

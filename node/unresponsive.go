@@ -15,7 +15,7 @@ import (
 // lists in its status each replica it owns from the first reconcile pass
 // that sees it (Pending, ContainerCreating, Running, ...). So each node
 // watches, in its own view, whether every node lists the replicas
-// placement gives it; a node that leaves one unlisted for longer than
+// placement gives it; a node that lists none of them for longer than
 // ackTimeout is taken out of placement for a while (ackTracker), doubling
 // each time it happens again, like a crash-loop backoff. With the
 // default ackTimeout (30 s) below the make-before-break HandoffTimeout
@@ -30,13 +30,17 @@ const (
 	strikeMemory = 10 * time.Minute
 )
 
-// unreported returns the nodes that own, by owner (replica ID -> node), a
-// Deployment replica in all while their status in statuses lists no
-// replica of its slot (namespace, workload, ordinal) at all. A slot, not
-// a name: during a rolling update the replica of the new spec is held
-// back while the old one still runs, and the node rightly lists the old
-// one. StatefulSet replicas do not count: a fenced node stops listing
-// them, rightly, and they never move off a live node (readView).
+// unreported returns the nodes that own, by owner (replica ID -> node),
+// Deployment replicas in all while their status in statuses lists a
+// replica of none of those slots (namespace, workload, ordinal). None,
+// not one: an honest node whose view lags or differs (a Deployment it
+// has not received yet, membership it sees otherwise, exclusions of its
+// own that move a replica elsewhere) still lists most of what it is
+// given, while a node that runs nothing lists none of it. A slot, not a
+// name: during a rolling update the replica of the new spec is held back
+// while the old one still runs, and the node rightly lists the old one.
+// StatefulSet replicas do not count: a fenced node stops listing them,
+// rightly, and they never move off a live node (readView).
 func unreported(all []reconcile.Replica, owner map[string]string, statuses map[string]NodeStatus) map[string]bool {
 	type slot struct {
 		namespace, workload string
@@ -50,13 +54,21 @@ func unreported(all []reconcile.Replica, owner map[string]string, statuses map[s
 		}
 		listed[name] = l
 	}
-	out := map[string]bool{}
+	given := map[string]bool{}   // owns a Deployment replica
+	answers := map[string]bool{} // lists one of them
 	for _, r := range all {
 		node := owner[r.ID]
-		if r.AtMostOne || node == "" || out[node] {
+		if r.AtMostOne || node == "" {
 			continue
 		}
-		if !listed[node][slot{r.Namespace, r.Workload, r.Ordinal}] {
+		given[node] = true
+		if listed[node][slot{r.Namespace, r.Workload, r.Ordinal}] {
+			answers[node] = true
+		}
+	}
+	out := map[string]bool{}
+	for node := range given {
+		if !answers[node] {
 			out[node] = true
 		}
 	}

@@ -12,20 +12,27 @@ import (
 )
 
 // TestUnreportedFindsNodesThatDoNotListTheirReplicas: a node that lists
-// no replica of a slot placed on it is unreported; one that lists the
+// none of the slots placed on it is unreported; one that lists the
 // slot's replica of another spec (a rolling update holding the new one
-// back) is not; StatefulSet replicas never count.
+// back) is not, nor one that lists some of its slots but not all (its
+// view lags); StatefulSet replicas never count.
 func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 	all := []reconcile.Replica{
 		{ID: "default_web-1", Name: "web-new-0", Namespace: "default", Workload: "web", Ordinal: 0},
 		{ID: "default_web-2", Name: "web-new-1", Namespace: "default", Workload: "web", Ordinal: 1},
+		{ID: "default_web-3", Name: "web-new-2", Namespace: "default", Workload: "web", Ordinal: 2},
+		{ID: "default_api-0", Name: "api-0", Namespace: "default", Workload: "api", Ordinal: 0},
 		{ID: "default_db-0", Name: "db-0", Namespace: "default", Workload: "db", Ordinal: 0},
 		{ID: "default_ss-0", Name: "ss-0", Namespace: "default", Workload: "ss", AtMostOne: true},
+		{ID: "default_ss-1", Name: "ss-1", Namespace: "default", Workload: "ss", Ordinal: 1, AtMostOne: true},
 	}
-	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_db-0": "b", "default_ss-0": "a"}
+	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_web-3": "c", "default_api-0": "c",
+		"default_db-0": "b", "default_ss-0": "a", "default_ss-1": "d"}
 	statuses := map[string]NodeStatus{
 		"a":    {Replicas: []api.Replica{{Name: "web-old-0", Namespace: "default", Workload: "web", Ordinal: 0, Phase: "Running"}}},
 		"b":    {Replicas: []api.Replica{{Name: "db-0", Namespace: "other", Workload: "db", Ordinal: 0}}}, // another namespace's
+		"c":    {Replicas: []api.Replica{{Name: "api-0", Namespace: "default", Workload: "api", Phase: "Pending"}}},
+		"d":    {},
 		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: "Running"}}},
 	}
 	got := unreported(all, owner, statuses)
