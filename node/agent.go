@@ -90,9 +90,19 @@ type Agent struct {
 	handoffs   map[string]time.Time
 	lastStatus string
 
-	mu       sync.Mutex
-	busy     map[string]reconcile.ActionType // container IDs an action is working on
-	failures map[string]failure              // container IDs whose last action failed
+	mu   sync.Mutex
+	busy map[string]reconcile.ActionType // container IDs an action is working on
+	// epoch counts finished actions; finished[id] is the epoch at which
+	// the last action on container id finished, kept until every pass
+	// that listed before it is over. An action is planned on a list of
+	// containers; one that finished after that list was taken changed
+	// what the list says, so a pass never acts on that container
+	// (claim): a Start planned on "created, no task" after the create
+	// that also started the task would kill the running task.
+	epoch      uint64
+	finished   map[string]uint64
+	lastListed uint64             // the epoch of the last pass's list
+	failures   map[string]failure // container IDs whose last action failed
 	// Probe statuses of container runs by probeKey, and the containers
 	// the last reconcile observed (the prober's input).
 	probes       map[string]probe.Status
@@ -218,7 +228,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	}
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
+		busy: map[string]reconcile.ActionType{}, finished: map[string]uint64{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
 		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
@@ -525,6 +535,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 		a.log.Error("reconcile: read desired state", "err", err)
 		return 0
 	}
+	listed := a.listEpoch()
 	observed, err := a.rt.List(ctx)
 	if err != nil {
 		a.log.Error("reconcile: observe containers", "err", err)
@@ -547,13 +558,14 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 			}
 			continue
 		}
-		if !a.claim(act) {
+		if !a.claim(act, listed) {
 			continue
 		}
 		a.wg.Add(1)
 		go a.execute(ctx, act)
 	}
-	if err := a.rt.CleanupSandboxes(ctx, observed, a.claimID); err != nil {
+	claimID := func(id string) (func(), bool) { return a.claimID(id, listed) }
+	if err := a.rt.CleanupSandboxes(ctx, observed, claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
 	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v.workloads, observed)))
@@ -669,12 +681,36 @@ func (a *Agent) lastFailure(id string) (string, bool) {
 	return f.err, ok
 }
 
-// claim marks the action's containers busy; false if one already is.
-func (a *Agent) claim(act reconcile.Action) bool {
+// listEpoch returns the epoch a pass's list of containers is taken at,
+// and forgets finish marks no pass can be older than (the previous
+// pass's list came before this one).
+func (a *Agent) listEpoch() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, e := range a.finished {
+		if e <= a.lastListed {
+			delete(a.finished, id)
+		}
+	}
+	a.lastListed = a.epoch
+	return a.epoch
+}
+
+// stale reports whether an action on container id finished after the
+// list of epoch listed was taken. Called with a.mu held.
+func (a *Agent) stale(id string, listed uint64) bool {
+	return a.finished[id] > listed
+}
+
+// claim marks the action's containers busy; false if one already is, or
+// if an action on one of them finished after the list the action was
+// planned on (epoch listed): the next pass plans it again on a fresh
+// list.
+func (a *Agent) claim(act reconcile.Action, listed uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, id := range act.IDs() {
-		if _, ok := a.busy[id]; ok {
+		if _, ok := a.busy[id]; ok || a.stale(id, listed) {
 			return false
 		}
 	}
@@ -684,11 +720,11 @@ func (a *Agent) claim(act reconcile.Action) bool {
 	return true
 }
 
-// claimID marks one container ID busy; release undoes it.
-func (a *Agent) claimID(id string) (release func(), ok bool) {
+// claimID marks one container ID busy, as claim does; release undoes it.
+func (a *Agent) claimID(id string, listed uint64) (release func(), ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, busy := a.busy[id]; busy {
+	if _, busy := a.busy[id]; busy || a.stale(id, listed) {
 		return nil, false
 	}
 	a.busy[id] = reconcile.Remove
@@ -717,8 +753,10 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 	defer a.wg.Done()
 	defer func() {
 		a.mu.Lock()
+		a.epoch++
 		for _, id := range act.IDs() {
 			delete(a.busy, id)
+			a.finished[id] = a.epoch
 		}
 		a.mu.Unlock()
 		a.requestReconcile()
@@ -742,6 +780,12 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 		}
 	}
 	if err := a.rt.Execute(ctx, act); err != nil {
+		if errors.Is(err, runtime.ErrTaskRunning) {
+			// Planned on a list that missed a start (claim guards the
+			// agent's own actions; this guards the rest): nothing done.
+			a.log.Warn("start skipped: the task already runs", "replica", name, "reason", act.Reason)
+			return
+		}
 		f := a.recordFailure(act, err, time.Now())
 		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,
 			"failures", f.count, "retryIn", time.Until(f.until).Round(time.Millisecond))

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +35,16 @@ type fakeRuntime struct {
 	// subnet returns the node's pod subnet; containers get addresses in
 	// it, as the real pod network gives them (peers accept no other).
 	subnet func() string
+	// createLag, when set, makes a create two steps, as containerd's
+	// are: the container exists (Created, no task) for createLag() before
+	// its task runs. listLag delays List's answer after its snapshot (an
+	// RPC's latency: the list is older than its arrival).
+	createLag func() time.Duration
+	listLag   time.Duration
+	// launches counts the task starts of each container (create and
+	// Start); runningStarts lists Starts that found the task running.
+	launches      map[string]int
+	runningStarts []string
 }
 
 // podIP returns the address of the n-th container created: inside the
@@ -53,32 +66,51 @@ func newFakeRuntime() *fakeRuntime {
 
 func (f *fakeRuntime) List(context.Context) ([]reconcile.Container, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	out := make([]reconcile.Container, 0, len(f.containers))
 	for _, c := range f.containers {
 		out = append(out, c)
 	}
+	lag := f.listLag
+	f.mu.Unlock()
+	time.Sleep(lag)
 	return out, nil
 }
 
 func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.launches == nil {
+		f.launches = map[string]int{}
+	}
 	run := func(r reconcile.Replica) {
 		f.created++
-		f.containers[r.ID] = reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
+		c := reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
 			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: f.podIP(f.created), StartedAt: time.Now()}
+		if f.createLag != nil {
+			c.State, c.StartedAt = reconcile.StateCreated, time.Time{}
+			f.containers[r.ID] = c
+			f.mu.Unlock()
+			time.Sleep(f.createLag())
+			f.mu.Lock()
+			c.State, c.StartedAt = reconcile.StateRunning, time.Now()
+		}
+		f.containers[r.ID] = c
+		f.launches[r.ID] = 1
 	}
 	switch a.Type {
 	case reconcile.Create:
 		run(a.Replica)
 	case reconcile.Start:
 		c := f.containers[a.Old.ID]
-		if c.State == reconcile.StateExited {
-			c.Restarts++
+		if c.State == reconcile.StateRunning {
+			f.runningStarts = append(f.runningStarts, a.Old.Name)
+			return runtime.ErrTaskRunning
 		}
+		// As the real runtime: the count comes from what the action saw.
+		c.Restarts = a.Old.Restarts + boolInt(a.Old.State == reconcile.StateExited)
 		c.State, c.StartedAt, c.BackoffStep, c.StopReason = reconcile.StateRunning, time.Now(), a.BackoffStep, ""
 		f.containers[a.Old.ID] = c
+		f.launches[a.Old.ID]++
 	case reconcile.Stop:
 		c, ok := f.containers[a.Old.ID]
 		if ok && c.State == reconcile.StateRunning && c.StartedAt.Equal(a.Old.StartedAt) {
@@ -615,4 +647,78 @@ func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestActionsNeverRestOnAStaleList drives an agent against a runtime
+// whose creates take two steps (Created, then running) of random length,
+// whose lists arrive late, and whose tasks exit at random: no Start may
+// reach a running task (it would be killed and started again, uncounted),
+// and every container's RESTARTS equals its task starts minus one (issue
+// 11, finding 3).
+func TestActionsNeverRestOnAStaleList(t *testing.T) {
+	n := start(t, "n1", t.TempDir(), nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rngMu sync.Mutex
+	n.rt.mu.Lock()
+	n.rt.createLag = func() time.Duration {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return time.Duration(rng.IntN(3000)) * time.Microsecond
+	}
+	n.rt.listLag = 2 * time.Millisecond
+	n.rt.mu.Unlock()
+	deploy(t, n, "race", 30, "busybox")
+	deploy(t, n, "race2", 30, "busybox")
+	stop := make(chan struct{})
+	exits := make(chan struct{})
+	go func() { // random exits of running tasks
+		defer close(exits)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			n.rt.mu.Lock()
+			ids := slices.Sorted(maps.Keys(n.rt.containers))
+			if len(ids) > 0 {
+				rngMu.Lock()
+				id := ids[rng.IntN(len(ids))]
+				rngMu.Unlock()
+				if c := n.rt.containers[id]; c.State == reconcile.StateRunning {
+					c.State, c.ExitedAt, c.ExitCode = reconcile.StateExited, time.Now(), 1
+					n.rt.containers[id] = c
+				}
+			}
+			n.rt.mu.Unlock()
+			n.agent.requestReconcile()
+		}
+	}()
+	time.Sleep(4 * time.Second)
+	close(stop)
+	<-exits
+	n.stop()
+	n.rt.mu.Lock()
+	defer n.rt.mu.Unlock()
+	if len(n.rt.containers) != 60 {
+		t.Fatalf("%d containers, want 60", len(n.rt.containers))
+	}
+	if len(n.rt.runningStarts) > 0 {
+		t.Errorf("%d starts reached a running task (planned on a stale list): %v", len(n.rt.runningStarts), n.rt.runningStarts)
+	}
+	restarts := 0
+	for id, c := range n.rt.containers {
+		restarts += c.Restarts
+		if c.Restarts != n.rt.launches[id]-1 {
+			t.Errorf("%s: RESTARTS %d after %d task starts", c.Name, c.Restarts, n.rt.launches[id])
+		}
+	}
+	t.Logf("60 containers, %d restarts counted", restarts)
 }

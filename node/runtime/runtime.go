@@ -459,6 +459,18 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 // to its log file, and records restarts, backoff step and start time.
 func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restarts, backoffStep int) error {
 	if t, err := c.Task(ctx, nil); err == nil {
+		// A start never kills a running task: one that runs was started
+		// by an action this one did not know of; the next observation
+		// shows it. An exited task, or one created but never started
+		// (an interrupted start), is deleted first.
+		st, err := t.Status(ctx)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("old task: %w", err)
+		}
+		switch st.Status {
+		case containerd.Running, containerd.Paused, containerd.Pausing:
+			return ErrTaskRunning
+		}
 		if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete old task: %w", err)
 		}
@@ -483,6 +495,10 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 	}
 	return nil
 }
+
+// ErrTaskRunning: a start found the container's task running; nothing
+// was changed.
+var ErrTaskRunning = errors.New("the container's task is already running")
 
 func (r *Runtime) start(ctx context.Context, id string, restarts, backoffStep int) error {
 	ctx = r.ctx(ctx)
