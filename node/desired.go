@@ -12,8 +12,13 @@ import (
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
-// defaultGracePeriod is Kubernetes' terminationGracePeriodSeconds default.
-const defaultGracePeriod = 30 * time.Second
+// defaultGracePeriod is Kubernetes' terminationGracePeriodSeconds default;
+// minGracePeriod the kubelet's minimum (minimumGracePeriodInSeconds): a
+// grace of 0 still sends the stop signal and waits 2 s before SIGKILL.
+const (
+	defaultGracePeriod = 30 * time.Second
+	minGracePeriod     = 2 * time.Second
+)
 
 // liveObjects decodes the live (not deleted) records of one kind, sorted by
 // key. Records that fail to decode are skipped and returned as bad keys,
@@ -46,7 +51,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 		WorkingDir: c.WorkingDir,
 		GracePeriod: func() time.Duration {
 			if g := t.Spec.TerminationGracePeriodSeconds; g != nil {
-				return time.Duration(*g) * time.Second
+				return max(time.Duration(*g)*time.Second, minGracePeriod)
 			}
 			return defaultGracePeriod
 		}(),

@@ -32,6 +32,13 @@ type replicaSpec struct {
 	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`
 	LivenessProbe  *corev1.Probe `json:"livenessProbe,omitempty"`
 	StartupProbe   *corev1.Probe `json:"startupProbe,omitempty"`
+	// Pod-level fields, after the first release: set only when not the
+	// default, so the hashes of templates without them hold.
+	// terminationGracePeriodSeconds is fixed in a container when it is
+	// created; nodeSelector decides where replicas may run. Both roll, as
+	// in Kubernetes.
+	TerminationGracePeriodSeconds *int64            `json:"terminationGracePeriodSeconds,omitempty"`
+	NodeSelector                  map[string]string `json:"nodeSelector,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -42,10 +49,13 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // SpecHash returns 8 lowercase hex characters identifying the replica
 // template of d: the first 4 bytes of the SHA-256 of the canonical JSON of
 // image, command, args, env, ports, resources, workingDir and probes of
-// every container, in order, each with the template's RestartedAtAnnotation.
-// Replicas, labels, other annotations, strategy and other Deployment
-// settings do not change it, so it changes exactly when replicas must be
-// replaced. Defaults are applied to a copy first, so a defaulted and an
+// every container, in order, each with the template's RestartedAtAnnotation,
+// terminationGracePeriodSeconds (unless 30, the default) and nodeSelector.
+// Replicas, strategy and other Deployment settings do not change it, so it
+// changes exactly when replicas must be replaced. Unlike Kubernetes'
+// pod-template-hash, the template's labels and other annotations are left
+// out: Starling gives them to no container, so a change to them has
+// nothing to roll. Defaults are applied to a copy first, so a defaulted and an
 // undefaulted Deployment hash alike, as do equal quantities written
 // differently ("0.5" and "500m" CPU).
 func SpecHash(d *appsv1.Deployment) string {
@@ -61,6 +71,10 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	var specs []replicaSpec
 	if t != nil {
 		restartedAt := t.Annotations[RestartedAtAnnotation]
+		grace := t.Spec.TerminationGracePeriodSeconds
+		if grace != nil && *grace == defaultGracePeriodSeconds {
+			grace = nil
+		}
 		for _, c := range t.Spec.Containers {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
@@ -76,6 +90,9 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				ReadinessProbe: c.ReadinessProbe,
 				LivenessProbe:  c.LivenessProbe,
 				StartupProbe:   c.StartupProbe,
+
+				TerminationGracePeriodSeconds: grace,
+				NodeSelector:                  t.Spec.NodeSelector,
 			})
 		}
 	}

@@ -81,6 +81,9 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"restartedAt annotation", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n      annotations:\n        kubectl.kubernetes.io/restartedAt: \"2026-01-02T03:04:05Z\"\n    spec:", true},
 		{"other template annotation", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n      annotations:\n        note: x\n    spec:", false},
 		{"template labels", "      labels:\n        app: hello\n    spec:", "      labels:\n        app: hello\n        tier: web\n    spec:", false},
+		{"terminationGracePeriodSeconds 30 (the default)", "    spec:\n      containers:", "    spec:\n      terminationGracePeriodSeconds: 30\n      containers:", false},
+		{"terminationGracePeriodSeconds", "    spec:\n      containers:", "    spec:\n      terminationGracePeriodSeconds: 5\n      containers:", true},
+		{"nodeSelector", "    spec:\n      containers:", "    spec:\n      nodeSelector: {disk: ssd}\n      containers:", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd/images"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -438,6 +439,10 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		containerd.WithNewSnapshot(rep.ID, img),
 		containerd.WithNewSpec(specOpts...),
 		containerd.WithContainerLabels(labels),
+		// After the labels (which it adds to): the image's StopSignal
+		// (nginx SIGQUIT, PostgreSQL SIGINT), SIGTERM when it has none,
+		// as CRI stops containers.
+		containerd.WithImageStopSignal(img, "SIGTERM"),
 	)
 	if err != nil {
 		return fmt.Errorf("create replica %s: new container: %w", rep.Name, err)
@@ -561,7 +566,7 @@ func (r *Runtime) stop(ctx context.Context, old reconcile.Container, reason stri
 		// Only the reason shown to users is lost.
 		r.log.Warn("record stop reason in labels", "container", old.ID, "err", err)
 	}
-	if err := stopTask(ctx, task, old.GracePeriod); err != nil {
+	if err := stopTask(ctx, c, task, old.GracePeriod); err != nil {
 		return fmt.Errorf("stop %s: %w", old.ID, err)
 	}
 	return nil
@@ -689,7 +694,7 @@ func readHead(path string, n int64) string {
 func (r *Runtime) deleteContainer(ctx context.Context, c containerd.Container, grace time.Duration) error {
 	task, err := c.Task(ctx, nil)
 	if err == nil {
-		if err := stopTask(ctx, task, grace); err != nil {
+		if err := stopTask(ctx, c, task, grace); err != nil {
 			return err
 		}
 		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -704,8 +709,10 @@ func (r *Runtime) deleteContainer(ctx context.Context, c containerd.Container, g
 	return nil
 }
 
-// stopTask sends SIGTERM, waits up to grace, then SIGKILL.
-func stopTask(ctx context.Context, task containerd.Task, grace time.Duration) error {
+// stopTask sends c's stop signal (the image's StopSignal, recorded at
+// create; SIGTERM without one), waits up to grace, then SIGKILL. A grace
+// of 0 (a fenced StatefulSet replica) is SIGKILL at once.
+func stopTask(ctx context.Context, c containerd.Container, task containerd.Task, grace time.Duration) error {
 	st, err := task.Status(ctx)
 	if err != nil || st.Status != containerd.Running && st.Status != containerd.Paused {
 		return nil
@@ -715,8 +722,12 @@ func stopTask(ctx context.Context, task containerd.Task, grace time.Duration) er
 		return fmt.Errorf("wait task: %w", err)
 	}
 	if grace > 0 {
-		if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("SIGTERM: %w", err)
+		sig, err := containerd.GetStopSignal(ctx, c, syscall.SIGTERM)
+		if err != nil {
+			sig = syscall.SIGTERM
+		}
+		if err := task.Kill(ctx, sig); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("%s: %w", unix.SignalName(sig), err)
 		}
 		select {
 		case <-exited:

@@ -39,6 +39,9 @@ type Spec struct {
 	Files      []File
 	Entrypoint []string
 	Env        []string
+	// StopSignal is the image config's StopSignal ("SIGQUIT"); empty:
+	// none (the runtime sends SIGTERM).
+	StopSignal string
 }
 
 // Write packs spec into a docker-archive tarball at path.
@@ -109,6 +112,7 @@ func Write(path string, spec Spec) error {
 	cf.Architecture = runtime.GOARCH
 	cf.Config.Entrypoint = spec.Entrypoint
 	cf.Config.Env = append([]string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}, spec.Env...)
+	cf.Config.StopSignal = spec.StopSignal
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err
@@ -133,17 +137,20 @@ func BuildGo(ctx context.Context, dir, pkg, outBinary string) error {
 // tarball at out. moduleDir is the Starling module root; message is baked
 // in as MESSAGE so two versions of the image answer differently.
 func Echo(ctx context.Context, moduleDir, ref, message, out string) error {
+	return EchoWith(ctx, moduleDir, Spec{Ref: ref, Env: []string{"MESSAGE=" + message}}, out)
+}
+
+// EchoWith is Echo with spec's Ref, Env and StopSignal (its Files and
+// Entrypoint are the echo server's).
+func EchoWith(ctx context.Context, moduleDir string, spec Spec, out string) error {
 	bin := out + ".bin"
 	defer os.Remove(bin)
 	if err := BuildGo(ctx, moduleDir, "./test/images/echo", bin); err != nil {
 		return err
 	}
-	return Write(out, Spec{
-		Ref:        ref,
-		Files:      []File{{Path: "/echo", Mode: 0o755, Source: bin}, {Path: "/tmp/.keep", Data: nil}},
-		Entrypoint: []string{"/echo"},
-		Env:        []string{"MESSAGE=" + message},
-	})
+	spec.Files = []File{{Path: "/echo", Mode: 0o755, Source: bin}, {Path: "/tmp/.keep", Data: nil}}
+	spec.Entrypoint = []string{"/echo"}
+	return Write(out, spec)
 }
 
 // Busybox builds an image with Debian's static busybox (package

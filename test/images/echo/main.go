@@ -68,6 +68,9 @@ func tmpFile(r *http.Request) (string, bool) {
 	return filepath.Join("/tmp", name), true
 }
 
+// stopSignal is the stop signal received (its name), for GET /signal.
+var stopSignal atomic.Value
+
 func podIP() string {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -158,6 +161,11 @@ func main() {
 			}
 		}()
 	}
+	// GET /signal: the stop signal received so far ("" before one).
+	mux.HandleFunc("/signal", func(w http.ResponseWriter, r *http.Request) {
+		v, _ := stopSignal.Load().(string)
+		fmt.Fprint(w, v)
+	})
 	srv := &http.Server{Addr: ":" + port, Handler: mux}
 	// SHUTDOWN_DELAY keeps serving that long after SIGTERM: the nodes
 	// drop a stopping replica from their Service rules while it is being
@@ -169,8 +177,10 @@ func main() {
 	}
 	go func() {
 		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		<-sig
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT)
+		s := <-sig
+		stopSignal.Store(s.String())
+		log.Printf("got signal %s", s)
 		if delay > 0 {
 			log.Printf("stopping: serving %s more while the Service rules drop this replica", delay)
 			time.Sleep(delay)
