@@ -56,6 +56,16 @@ func specOf(o manifest.Object) reconcile.Spec {
 			return defaultGracePeriod
 		}(),
 	}
+	s.Hostname, s.Subdomain, s.DNSPolicy = t.Spec.Hostname, t.Spec.Subdomain, string(t.Spec.DNSPolicy)
+	for _, h := range t.Spec.HostAliases {
+		s.HostAliases = append(s.HostAliases, reconcile.HostAlias{IP: h.IP, Hostnames: h.Hostnames})
+	}
+	if dc := t.Spec.DNSConfig; dc != nil {
+		s.DNSConfig = &reconcile.DNSConfig{Nameservers: dc.Nameservers, Searches: dc.Searches}
+		for _, o := range dc.Options {
+			s.DNSConfig.Options = append(s.DNSConfig.Options, reconcile.DNSOption{Name: o.Name, Value: o.Value})
+		}
+	}
 	for _, e := range c.Env {
 		v := reconcile.EnvVar{Name: e.Name, Value: e.Value}
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {

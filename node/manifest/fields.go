@@ -117,10 +117,14 @@ var podTemplateFields = concat(
 		"spec.template.metadata.creationTimestamp",
 		"spec.template.spec.terminationGracePeriodSeconds",
 		"spec.template.spec.nodeSelector",
+		"spec.template.spec.hostname", "spec.template.spec.subdomain",
+		"spec.template.spec.hostAliases[].ip", "spec.template.spec.hostAliases[].hostnames",
+		"spec.template.spec.dnsConfig.nameservers", "spec.template.spec.dnsConfig.searches",
+		"spec.template.spec.dnsConfig.options[].name", "spec.template.spec.dnsConfig.options[].value",
 		"spec.template.spec.restartPolicy",
-		// Harmless: Starling has one scheduler, no service accounts, and
-		// its own DNS.
-		"spec.template.spec.dnsPolicy", "spec.template.spec.schedulerName",
+		"spec.template.spec.dnsPolicy",
+		// Harmless: Starling has one scheduler and no service accounts.
+		"spec.template.spec.schedulerName",
 		"spec.template.spec.serviceAccountName", "spec.template.spec.serviceAccount",
 		// kubectl prints `securityContext: {}`; any setting in it is refused.
 		"spec.template.spec.securityContext{}",

@@ -39,6 +39,13 @@ type replicaSpec struct {
 	// in Kubernetes.
 	TerminationGracePeriodSeconds *int64            `json:"terminationGracePeriodSeconds,omitempty"`
 	NodeSelector                  map[string]string `json:"nodeSelector,omitempty"`
+	// What the replica's /etc/hosts, /etc/hostname and /etc/resolv.conf
+	// are made of (dnsPolicy unless ClusterFirst, the default).
+	Hostname    string               `json:"hostname,omitempty"`
+	Subdomain   string               `json:"subdomain,omitempty"`
+	HostAliases []corev1.HostAlias   `json:"hostAliases,omitempty"`
+	DNSPolicy   corev1.DNSPolicy     `json:"dnsPolicy,omitempty"`
+	DNSConfig   *corev1.PodDNSConfig `json:"dnsConfig,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -50,7 +57,9 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // template of d: the first 4 bytes of the SHA-256 of the canonical JSON of
 // image, command, args, env, ports, resources, workingDir and probes of
 // every container, in order, each with the template's RestartedAtAnnotation,
-// terminationGracePeriodSeconds (unless 30, the default) and nodeSelector.
+// terminationGracePeriodSeconds (unless 30, the default), nodeSelector,
+// hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst) and
+// dnsConfig.
 // Replicas, strategy and other Deployment settings do not change it, so it
 // changes exactly when replicas must be replaced. Unlike Kubernetes'
 // pod-template-hash, the template's labels and other annotations are left
@@ -75,6 +84,10 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 		if grace != nil && *grace == defaultGracePeriodSeconds {
 			grace = nil
 		}
+		dnsPolicy := t.Spec.DNSPolicy
+		if dnsPolicy == corev1.DNSClusterFirst {
+			dnsPolicy = ""
+		}
 		for _, c := range t.Spec.Containers {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
@@ -93,6 +106,11 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 
 				TerminationGracePeriodSeconds: grace,
 				NodeSelector:                  t.Spec.NodeSelector,
+				Hostname:                      t.Spec.Hostname,
+				Subdomain:                     t.Spec.Subdomain,
+				HostAliases:                   t.Spec.HostAliases,
+				DNSPolicy:                     dnsPolicy,
+				DNSConfig:                     t.Spec.DNSConfig,
 			})
 		}
 	}

@@ -84,6 +84,11 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"terminationGracePeriodSeconds 30 (the default)", "    spec:\n      containers:", "    spec:\n      terminationGracePeriodSeconds: 30\n      containers:", false},
 		{"terminationGracePeriodSeconds", "    spec:\n      containers:", "    spec:\n      terminationGracePeriodSeconds: 5\n      containers:", true},
 		{"nodeSelector", "    spec:\n      containers:", "    spec:\n      nodeSelector: {disk: ssd}\n      containers:", true},
+		{"dnsPolicy ClusterFirst (the default)", "    spec:\n      containers:", "    spec:\n      dnsPolicy: ClusterFirst\n      containers:", false},
+		{"dnsPolicy", "    spec:\n      containers:", "    spec:\n      dnsPolicy: Default\n      containers:", true},
+		{"hostname", "    spec:\n      containers:", "    spec:\n      hostname: web\n      containers:", true},
+		{"hostAliases", "    spec:\n      containers:", "    spec:\n      hostAliases: [{ip: 10.0.0.1, hostnames: [db]}]\n      containers:", true},
+		{"dnsConfig", "    spec:\n      containers:", "    spec:\n      dnsConfig: {searches: [lan]}\n      containers:", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

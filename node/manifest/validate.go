@@ -309,6 +309,7 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 			corev1.DNSClusterFirstWithHostNet, corev1.DNSClusterFirst, corev1.DNSDefault, corev1.DNSNone,
 		}))
 	}
+	errs = append(errs, validatePodDNS(s, p)...)
 	return errs
 }
 
@@ -680,6 +681,77 @@ func validateServicePorts(s *corev1.ServiceSpec, p *field.Path) field.ErrorList 
 			} else {
 				nodePorts[k] = true
 			}
+		}
+	}
+	return errs
+}
+
+// Bounds of a pod's DNS settings: Kubernetes' (validation.go
+// validatePodDNSConfig), which are the resolver's.
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchDomains   = 32
+	maxDNSSearchListChars = 2048
+)
+
+// validatePodDNS checks hostname, subdomain, hostAliases and dnsConfig as
+// Kubernetes does.
+func validatePodDNS(s *corev1.PodSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct {
+		name, v string
+	}{{"hostname", s.Hostname}, {"subdomain", s.Subdomain}} {
+		if f.v == "" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Label(f.v) {
+			errs = append(errs, field.Invalid(p.Child(f.name), f.v, msg))
+		}
+	}
+	for i, h := range s.HostAliases {
+		hp := p.Child("hostAliases").Index(i)
+		if _, err := netip.ParseAddr(h.IP); err != nil {
+			errs = append(errs, field.Invalid(hp.Child("ip"), h.IP, "must be a valid IP address"))
+		}
+		for j, name := range h.Hostnames {
+			for _, msg := range validation.IsDNS1123Subdomain(name) {
+				errs = append(errs, field.Invalid(hp.Child("hostnames").Index(j), name, msg))
+			}
+		}
+	}
+	dp := p.Child("dnsConfig")
+	if s.DNSPolicy == corev1.DNSNone && (s.DNSConfig == nil || len(s.DNSConfig.Nameservers) == 0) {
+		errs = append(errs, field.Required(dp.Child("nameservers"), "must provide at least one DNS nameserver when dnsPolicy is None"))
+	}
+	dc := s.DNSConfig
+	if dc == nil {
+		return errs
+	}
+	if len(dc.Nameservers) > maxDNSNameservers {
+		errs = append(errs, field.Invalid(dp.Child("nameservers"), dc.Nameservers, fmt.Sprintf("must not have more than %d nameservers", maxDNSNameservers)))
+	}
+	for i, ns := range dc.Nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			errs = append(errs, field.Invalid(dp.Child("nameservers").Index(i), ns, "must be a valid IP address"))
+		}
+	}
+	if len(dc.Searches) > maxDNSSearchDomains {
+		errs = append(errs, field.Invalid(dp.Child("searches"), dc.Searches, fmt.Sprintf("must not have more than %d search paths", maxDNSSearchDomains)))
+	}
+	if n := len(strings.Join(dc.Searches, " ")); n > maxDNSSearchListChars {
+		errs = append(errs, field.Invalid(dp.Child("searches"), dc.Searches, fmt.Sprintf("must not have more than %d characters (including spaces) in the search list", maxDNSSearchListChars)))
+	}
+	for i, d := range dc.Searches {
+		for _, msg := range validation.IsDNS1123Subdomain(strings.TrimSuffix(d, ".")) {
+			errs = append(errs, field.Invalid(dp.Child("searches").Index(i), d, msg))
+		}
+	}
+	for i, o := range dc.Options {
+		if o.Name == "" {
+			errs = append(errs, field.Required(dp.Child("options").Index(i).Child("name"), "must not be empty"))
+		}
+		if strings.ContainsAny(o.Name, " \t\n:") || o.Value != nil && strings.ContainsAny(*o.Value, " \t\n") {
+			errs = append(errs, field.Invalid(dp.Child("options").Index(i), o.Name, "must not contain spaces, tabs, line breaks (or a colon in the name)"))
 		}
 	}
 	return errs

@@ -39,6 +39,36 @@ type Spec struct {
 	MemoryRequestBytes int64 `json:"memoryRequestBytes,omitempty"`
 	// GracePeriod is how long a stop waits after SIGTERM before SIGKILL.
 	GracePeriod time.Duration `json:"gracePeriod"`
+	// Hostname is the container's host name (the pod template's
+	// hostname; the replica's name when empty); with Subdomain the
+	// replica's /etc/hosts also names it
+	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>.
+	Hostname, Subdomain string
+	// HostAliases are extra /etc/hosts entries (hostAliases).
+	HostAliases []HostAlias
+	// DNSPolicy is the pod's dnsPolicy ("ClusterFirst", "Default",
+	// "None"; "" is ClusterFirst) and DNSConfig its dnsConfig (nil: none).
+	DNSPolicy string
+	DNSConfig *DNSConfig
+}
+
+// HostAlias is one hostAliases entry: IP and the names it answers to.
+type HostAlias struct {
+	IP        string
+	Hostnames []string
+}
+
+// DNSConfig is a pod's dnsConfig: nameservers (IP addresses), search
+// domains and resolver options ("ndots" with Value "2", "edns0" alone).
+type DNSConfig struct {
+	Nameservers, Searches []string
+	Options               []DNSOption
+}
+
+// DNSOption is one resolv.conf option; Value nil for a bare option.
+type DNSOption struct {
+	Name  string
+	Value *string
 }
 
 // EnvVar is one environment variable of a container, as the pod

@@ -89,6 +89,15 @@ type Config struct {
 	Node string
 	// LogDir receives one "<container id>.log" per replica (stdout+stderr).
 	LogDir string
+	// PodDir receives one directory per replica, "<container id>", with
+	// its hosts, hostname and resolv.conf (podfiles.go).
+	PodDir string
+	// ResolvConf is the node's resolver configuration, which replicas'
+	// resolv.conf is made from (default /etc/resolv.conf), and
+	// UpstreamResolvConf systemd-resolved's list of real servers, used
+	// when the first names only loopback ones (default
+	// /run/systemd/resolve/resolv.conf).
+	ResolvConf, UpstreamResolvConf string
 	// Snapshotter for container root filesystems (default "overlayfs").
 	Snapshotter string
 	// CgroupParent is the cgroup path under which each container gets
@@ -153,9 +162,17 @@ func New(ctx context.Context, cfg Config, network Network, log *slog.Logger) (*R
 		client.Close()
 		return nil, fmt.Errorf("containerd at %s does not answer: %w", cfg.Address, err)
 	}
-	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
-		client.Close()
-		return nil, err
+	if cfg.ResolvConf == "" {
+		cfg.ResolvConf = "/etc/resolv.conf"
+	}
+	if cfg.UpstreamResolvConf == "" {
+		cfg.UpstreamResolvConf = "/run/systemd/resolve/resolv.conf"
+	}
+	for _, d := range []string{cfg.LogDir, cfg.PodDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			client.Close()
+			return nil, err
+		}
 	}
 	return &Runtime{cfg: cfg, client: client, net: network, log: log}, nil
 }
@@ -386,6 +403,18 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		}
 	}()
 	podIP := ip.String()
+	hostname := rep.Spec.Hostname
+	if hostname == "" {
+		hostname = rep.Name
+	}
+	resolv, err := nodeResolver(r.cfg.ResolvConf, r.cfg.UpstreamResolvConf)
+	if err != nil {
+		return fmt.Errorf("create replica %s: the node's resolver settings: %w", rep.Name, err)
+	}
+	mounts, err := podFiles(r.podDir(rep.ID), podIP, hostname, rep, resolv)
+	if err != nil {
+		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
+	}
 	env, vars := containerEnv(rep.Spec.Env, podFields{Name: rep.Name, Namespace: rep.Namespace, NodeName: r.cfg.Node, PodIP: podIP})
 	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
@@ -400,7 +429,8 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		oci.WithImageConfig(img),
 		oci.WithProcessArgs(args...),
 		oci.WithEnv(env),
-		oci.WithHostname(rep.Name),
+		oci.WithHostname(hostname),
+		oci.WithMounts(mounts),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
 		oci.WithCgroup(filepath.Join(r.cfg.CgroupParent, rep.ID)),
 	}
@@ -533,8 +563,15 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 	if err := os.Remove(r.LogPath(id)); err != nil && !os.IsNotExist(err) {
 		r.log.Warn("remove log file", "container", id, "err", err)
 	}
+	if err := os.RemoveAll(r.podDir(id)); err != nil {
+		r.log.Warn("remove the replica's hosts and resolv.conf", "container", id, "err", err)
+	}
 	return nil
 }
+
+// podDir is the directory of container id's hosts, hostname and
+// resolv.conf.
+func (r *Runtime) podDir(id string) string { return filepath.Join(r.cfg.PodDir, id) }
 
 // stop ends the run of old that was observed (same start time): it
 // records reason in the container's labels, then stops the task (SIGTERM,

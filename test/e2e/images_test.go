@@ -138,3 +138,84 @@ spec:
 		return nil
 	})
 }
+
+// TestPodFilesAsTheKubeletMakesThem: a replica gets its own /etc/hosts
+// (localhost, its address under its hostname and FQDN, hostAliases),
+// /etc/hostname and /etc/resolv.conf (the node's resolver plus
+// dnsConfig), so an exec readiness probe that talks to localhost passes.
+func TestPodFilesAsTheKubeletMakesThem(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: files, namespace: podfiles}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: files}}
+  template:
+    metadata: {labels: {app: files}}
+    spec:
+      hostname: web
+      subdomain: sub
+      hostAliases: [{ip: 10.9.9.9, hostnames: [db.lan]}]
+      dnsConfig:
+        nameservers: [192.0.2.53]
+        searches: [lan]
+        options: [{name: ndots, value: "2"}]
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{containerPort: 8080}]
+        readinessProbe:
+          exec: {command: [/echo, check, -get, "http://localhost:8080/healthz"]}
+          periodSeconds: 1
+`)
+	var r replica
+	waitFor(t, 60*time.Second, func() error {
+		var l struct{ Items []replica }
+		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+			return err
+		}
+		for _, x := range l.Items {
+			if x.Workload == "files" {
+				r = x
+			}
+		}
+		if !r.Ready {
+			return fmt.Errorf("not ready (the probe talks to localhost): %+v", r)
+		}
+		return nil
+	})
+	get := func(name string) string {
+		body, err := harness.HTTPGet(n1.NetNS, "http://"+r.PodIP+":8080/etc?name="+name, 2*time.Second)
+		if err != nil {
+			t.Fatalf("/etc/%s: %v", name, err)
+		}
+		return body
+	}
+	hosts := get("hosts")
+	for _, want := range []string{"127.0.0.1\tlocalhost", r.PodIP + "\tweb.sub.podfiles.svc.cluster.local\tweb", "10.9.9.9\tdb.lan"} {
+		if !strings.Contains(hosts, want) {
+			t.Errorf("/etc/hosts lacks %q:\n%s", want, hosts)
+		}
+	}
+	if h := get("hostname"); h != "web\n" {
+		t.Errorf("/etc/hostname = %q, want web", h)
+	}
+	resolv := get("resolv.conf")
+	for _, want := range []string{"nameserver 192.0.2.53", "lan", "options ndots:2"} {
+		if !strings.Contains(resolv, want) {
+			t.Errorf("/etc/resolv.conf lacks %q:\n%s", want, resolv)
+		}
+	}
+	if strings.Contains(resolv, "nameserver 127.") {
+		t.Errorf("/etc/resolv.conf names a loopback server (it answers only in the node's namespace):\n%s", resolv)
+	}
+	body, err := harness.HTTPGet(n1.NetNS, "http://"+r.PodIP+":8080/", 2*time.Second)
+	if err != nil || !strings.Contains(body, "hostname=web\n") {
+		t.Errorf("GET /: %q %v, want hostname=web", body, err)
+	}
+}

@@ -8,16 +8,20 @@
 // so tests can flip readiness. "/livez" answers 200 until "/sick" (then
 // 503 until "/well"); that state is in memory, so a restarted container
 // is healthy again. "/set?file=NAME" and "/clear?file=NAME" create and
-// remove /tmp/NAME, for exec probes to look at.
+// remove /tmp/NAME, for exec probes to look at. "/etc?name=hosts" (or
+// hostname, resolv.conf) answers with that file of the container;
+// "/signal" with the name of the stop signal received ("" before one).
 // Environment: PORT (default 8080), MESSAGE (printed as "message="),
-// SHUTDOWN_DELAY (a duration: keep serving that long after SIGTERM).
+// SHUTDOWN_DELAY (a duration: keep serving that long after the stop
+// signal, SIGTERM, SIGINT or SIGQUIT).
 //
 // The image has no shell, so exec probes run this binary:
 //
-//	/echo check [-exists FILE] [-absent FILE] [-sleep DURATION]
+//	/echo check [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL]
 //
-// exits 0 when FILE exists (-exists) and FILE2 does not (-absent), after
-// sleeping DURATION; otherwise it says why and exits 1.
+// exits 0 when FILE exists (-exists), FILE2 does not (-absent) and a GET
+// of URL answers 200 (-get), after sleeping DURATION; otherwise it says
+// why and exits 1.
 package main
 
 import (
@@ -40,10 +44,23 @@ func check(args []string) int {
 	exists := fs.String("exists", "", "fail unless this file exists")
 	absent := fs.String("absent", "", "fail if this file exists")
 	sleep := fs.Duration("sleep", 0, "sleep this long first")
+	get := fs.String("get", "", "fail unless a GET of this URL answers 200 (names resolve as the container's resolver says)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	time.Sleep(*sleep)
+	if *get != "" {
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(*get)
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			fmt.Println(resp.Status)
+			return 1
+		}
+	}
 	if *exists != "" {
 		if _, err := os.Stat(*exists); err != nil {
 			fmt.Printf("%s does not exist\n", *exists)
@@ -161,6 +178,20 @@ func main() {
 			}
 		}()
 	}
+	// GET /etc?name=hosts|hostname|resolv.conf: the container's file.
+	mux.HandleFunc("/etc", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		if name != "hosts" && name != "hostname" && name != "resolv.conf" {
+			http.Error(w, "name: hosts, hostname or resolv.conf", http.StatusBadRequest)
+			return
+		}
+		b, err := os.ReadFile("/etc/" + name)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
 	// GET /signal: the stop signal received so far ("" before one).
 	mux.HandleFunc("/signal", func(w http.ResponseWriter, r *http.Request) {
 		v, _ := stopSignal.Load().(string)
