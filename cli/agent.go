@@ -102,6 +102,7 @@ its first real start.`,
 	f.Var(byteSize{&cfg.MaxImageBytes}, "max-image-size", "largest image tarball accepted by 'image import' or from a peer, e.g. 512MiB, 4GiB")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
+	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
 	f.DurationVar(&cfg.FailoverTimeout, "failover-timeout", cfg.FailoverTimeout, "how long a StatefulSet replica of a dead node stays reserved before another node starts it (at least --fence-timeout + 5s)")

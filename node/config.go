@@ -94,6 +94,9 @@ type Config struct {
 	// HandoffTimeout so a moved replica's old copy still runs when that
 	// happens. 0 turns the check off.
 	AckTimeout time.Duration
+	// PidsLimit bounds the processes of each container (the pids
+	// cgroup); 0 means no limit.
+	PidsLimit int64
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
 	RejoinSettle time.Duration
@@ -155,6 +158,7 @@ func DefaultConfig() Config {
 		TombstoneTTL:       72 * time.Hour,
 		HandoffTimeout:     60 * time.Second,
 		AckTimeout:         30 * time.Second,
+		PidsLimit:          4096,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,
@@ -218,6 +222,9 @@ func (c Config) validateRest() error {
 	}
 	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
 		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)
+	}
+	if c.PidsLimit < 0 {
+		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)
 	}
 	if c.AckTimeout != 0 && c.AckTimeout < time.Second {
 		return fmt.Errorf("--ack-timeout %v: must be 0 (off) or at least 1s (nodes list new replicas within a reconcile pass)", c.AckTimeout)

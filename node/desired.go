@@ -57,6 +57,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 		}(),
 	}
 	s.Hostname, s.Subdomain, s.DNSPolicy = t.Spec.Hostname, t.Spec.Subdomain, string(t.Spec.DNSPolicy)
+	s.Security = securityOf(t.Spec.SecurityContext, c.SecurityContext)
 	for _, h := range t.Spec.HostAliases {
 		s.HostAliases = append(s.HostAliases, reconcile.HostAlias{IP: h.IP, Hostnames: h.Hostnames})
 	}
@@ -128,3 +129,42 @@ func desiredReplicas(workloads []manifest.Object) []reconcile.Replica {
 
 // kindPrefix is the store key prefix of a kind ("deployment/").
 func kindPrefix(kind string) string { return strings.ToLower(kind) + "/" }
+
+// securityOf merges a container's securityContext over its pod's, as the
+// kubelet does (a field set on the container wins).
+func securityOf(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) reconcile.Security {
+	var s reconcile.Security
+	if pod != nil {
+		s.RunAsUser, s.RunAsGroup = pod.RunAsUser, pod.RunAsGroup
+		s.RunAsNonRoot = pod.RunAsNonRoot != nil && *pod.RunAsNonRoot
+		if pod.SeccompProfile != nil {
+			s.Seccomp = string(pod.SeccompProfile.Type)
+		}
+	}
+	if c == nil {
+		return s
+	}
+	if c.RunAsUser != nil {
+		s.RunAsUser = c.RunAsUser
+	}
+	if c.RunAsGroup != nil {
+		s.RunAsGroup = c.RunAsGroup
+	}
+	if c.RunAsNonRoot != nil {
+		s.RunAsNonRoot = *c.RunAsNonRoot
+	}
+	if c.SeccompProfile != nil {
+		s.Seccomp = string(c.SeccompProfile.Type)
+	}
+	s.ReadOnlyRootFilesystem = c.ReadOnlyRootFilesystem != nil && *c.ReadOnlyRootFilesystem
+	s.AllowPrivilegeEscalation = c.AllowPrivilegeEscalation
+	if c.Capabilities != nil {
+		for _, a := range c.Capabilities.Add {
+			s.CapAdd = append(s.CapAdd, strings.TrimPrefix(string(a), "CAP_"))
+		}
+		for _, d := range c.Capabilities.Drop {
+			s.CapDrop = append(s.CapDrop, strings.TrimPrefix(string(d), "CAP_"))
+		}
+	}
+	return s
+}

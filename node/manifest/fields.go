@@ -86,7 +86,12 @@ var containerFields = concat(
 		"imagePullPolicy",
 		// Harmless: where the runtime looks for a termination message.
 		"terminationMessagePath", "terminationMessagePolicy",
-		"securityContext{}",
+		"securityContext.runAsUser", "securityContext.runAsGroup", "securityContext.runAsNonRoot",
+		"securityContext.readOnlyRootFilesystem", "securityContext.allowPrivilegeEscalation",
+		"securityContext.capabilities.add", "securityContext.capabilities.drop",
+		"securityContext.seccompProfile.type",
+		// false is what kubectl prints; true is refused (validateSecurity).
+		"securityContext.privileged",
 	},
 	prefixed("readinessProbe.", probeFields...),
 	prefixed("livenessProbe.", probeFields...),
@@ -126,8 +131,8 @@ var podTemplateFields = concat(
 		// Harmless: Starling has one scheduler and no service accounts.
 		"spec.template.spec.schedulerName",
 		"spec.template.spec.serviceAccountName", "spec.template.spec.serviceAccount",
-		// kubectl prints `securityContext: {}`; any setting in it is refused.
-		"spec.template.spec.securityContext{}",
+		"spec.template.spec.securityContext.runAsUser", "spec.template.spec.securityContext.runAsGroup",
+		"spec.template.spec.securityContext.runAsNonRoot", "spec.template.spec.securityContext.seccompProfile.type",
 	},
 	prefixed("spec.template.spec.containers[].", containerFields...),
 )

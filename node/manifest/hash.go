@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,10 @@ type replicaSpec struct {
 	HostAliases []corev1.HostAlias   `json:"hostAliases,omitempty"`
 	DNSPolicy   corev1.DNSPolicy     `json:"dnsPolicy,omitempty"`
 	DNSConfig   *corev1.PodDNSConfig `json:"dnsConfig,omitempty"`
+	// The pod's and the container's securityContext, when not empty
+	// (kubectl prints `securityContext: {}`, which changes nothing).
+	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	SecurityContext    *corev1.SecurityContext    `json:"securityContext,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -58,8 +63,8 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // image, command, args, env, ports, resources, workingDir and probes of
 // every container, in order, each with the template's RestartedAtAnnotation,
 // terminationGracePeriodSeconds (unless 30, the default), nodeSelector,
-// hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst) and
-// dnsConfig.
+// hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst),
+// dnsConfig and the pod's and container's securityContext.
 // Replicas, strategy and other Deployment settings do not change it, so it
 // changes exactly when replicas must be replaced. Unlike Kubernetes'
 // pod-template-hash, the template's labels and other annotations are left
@@ -88,6 +93,10 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 		if dnsPolicy == corev1.DNSClusterFirst {
 			dnsPolicy = ""
 		}
+		podSecurity := t.Spec.SecurityContext
+		if podSecurity != nil && reflect.ValueOf(*podSecurity).IsZero() {
+			podSecurity = nil
+		}
 		for _, c := range t.Spec.Containers {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
@@ -111,6 +120,8 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				HostAliases:                   t.Spec.HostAliases,
 				DNSPolicy:                     dnsPolicy,
 				DNSConfig:                     t.Spec.DNSConfig,
+				PodSecurityContext:            podSecurity,
+				SecurityContext:               nonEmptySecurity(c.SecurityContext),
 			})
 		}
 	}
@@ -122,4 +133,20 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	}
 	sum := sha256.Sum256(js)
 	return hex.EncodeToString(sum[:4])
+}
+
+// nonEmptySecurity is sc, or nil when it sets nothing (or only
+// privileged: false, as kubectl prints it).
+func nonEmptySecurity(sc *corev1.SecurityContext) *corev1.SecurityContext {
+	if sc == nil {
+		return nil
+	}
+	c := *sc
+	if c.Privileged != nil && !*c.Privileged {
+		c.Privileged = nil
+	}
+	if reflect.ValueOf(c).IsZero() {
+		return nil
+	}
+	return &c
 }

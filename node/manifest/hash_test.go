@@ -89,6 +89,10 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"hostname", "    spec:\n      containers:", "    spec:\n      hostname: web\n      containers:", true},
 		{"hostAliases", "    spec:\n      containers:", "    spec:\n      hostAliases: [{ip: 10.0.0.1, hostnames: [db]}]\n      containers:", true},
 		{"dnsConfig", "    spec:\n      containers:", "    spec:\n      dnsConfig: {searches: [lan]}\n      containers:", true},
+		{"empty securityContexts (as kubectl prints them)", "        image: nginx:1.27", "        image: nginx:1.27\n        securityContext: {privileged: false}", false},
+		{"empty pod securityContext", "    spec:\n      containers:", "    spec:\n      securityContext: {}\n      containers:", false},
+		{"container securityContext", "        image: nginx:1.27", "        image: nginx:1.27\n        securityContext: {runAsUser: 1000}", true},
+		{"pod securityContext", "    spec:\n      containers:", "    spec:\n      securityContext: {runAsNonRoot: true}\n      containers:", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

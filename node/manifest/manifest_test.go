@@ -419,9 +419,22 @@ spec:
 			},
 		},
 		{
-			name:  "securityContext with content",
-			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      securityContext:\n        runAsUser: 0\n      containers:"),
-			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.securityContext.runAsUser: Forbidden: not supported by Starling yet`},
+			name:  "securityContext fields Starling does not apply",
+			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      securityContext:\n        fsGroup: 2000\n        seccompProfile: {type: Localhost, localhostProfile: x.json}\n      containers:"),
+			want: []string{
+				`x.yaml: Deployment "hello": spec.template.spec.securityContext.seccompProfile.type: Unsupported value: "Localhost": supported values: "RuntimeDefault", "Unconfined"`,
+				`x.yaml: Deployment "hello": spec.template.spec.securityContext.fsGroup: Forbidden: not supported by Starling yet`,
+				`x.yaml: Deployment "hello": spec.template.spec.securityContext.seccompProfile.localhostProfile: Forbidden: not supported by Starling yet`,
+			},
+		},
+		{
+			name: "container securityContext: privileged, a capability outside the allowlist, a bad user",
+			input: edit(t, d, "        image: nginx:1.27", "        image: nginx:1.27\n        securityContext:\n          privileged: true\n          runAsUser: -1\n          capabilities: {add: [SYS_ADMIN], drop: [ALL]}"),
+			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive`,
+				`x.yaml: Deployment "hello": ` + ctr + `.securityContext.privileged: Forbidden: privileged containers are not supported: they can take over the node`,
+				`x.yaml: Deployment "hello": ` + ctr + `.securityContext.capabilities.add[0]: Unsupported value: "SYS_ADMIN": supported values: "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"`,
+			},
 		},
 		{
 			name:  "env valueFrom",

@@ -310,6 +310,11 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}))
 	}
 	errs = append(errs, validatePodDNS(s, p)...)
+	if sc := s.SecurityContext; sc != nil {
+		sp := p.Child("securityContext")
+		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)
+		errs = append(errs, validateSeccomp(sc.SeccompProfile, sp.Child("seccompProfile"))...)
+	}
 	return errs
 }
 
@@ -323,6 +328,7 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateImage(c.Image, p.Child("image"))...)
+	errs = append(errs, validateContainerSecurity(c.SecurityContext, p.Child("securityContext"))...)
 	if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
 		errs = append(errs, field.Invalid(p.Child("workingDir"), c.WorkingDir, "must be an absolute path"))
 	}
@@ -755,4 +761,61 @@ func validatePodDNS(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// AddableCapabilities are the capabilities a container may add: those of
+// the Pod Security Standards' baseline profile (the container runtime's
+// default set, NET_RAW among them, which Starling drops by default).
+var AddableCapabilities = []string{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+	"NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+// validateContainerSecurity checks a container's securityContext: the
+// subset Starling applies (fields.go), privileged refused, capabilities
+// added only from AddableCapabilities.
+func validateContainerSecurity(sc *corev1.SecurityContext, p *field.Path) field.ErrorList {
+	if sc == nil {
+		return nil
+	}
+	errs := validateIDs(sc.RunAsUser, sc.RunAsGroup, p)
+	if sc.Privileged != nil && *sc.Privileged {
+		errs = append(errs, field.Forbidden(p.Child("privileged"), "privileged containers are not supported: they can take over the node"))
+	}
+	if sc.Capabilities != nil {
+		for i, c := range sc.Capabilities.Add {
+			if !slices.Contains(AddableCapabilities, strings.TrimPrefix(string(c), "CAP_")) {
+				errs = append(errs, field.NotSupported(p.Child("capabilities", "add").Index(i), c, AddableCapabilities))
+			}
+		}
+		for i, c := range sc.Capabilities.Drop {
+			name := strings.TrimPrefix(string(c), "CAP_")
+			if name != "ALL" && (name == "" || strings.ToUpper(name) != name || strings.ContainsAny(name, " \t\n")) {
+				errs = append(errs, field.Invalid(p.Child("capabilities", "drop").Index(i), c, "must be a capability name such as NET_RAW, or ALL"))
+			}
+		}
+	}
+	return append(errs, validateSeccomp(sc.SeccompProfile, p.Child("seccompProfile"))...)
+}
+
+func validateIDs(user, group *int64, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"runAsUser", user}, {"runAsGroup", group}} {
+		if f.v != nil && (*f.v < 0 || *f.v > math.MaxInt32) {
+			errs = append(errs, field.Invalid(p.Child(f.name), *f.v, "must be between 0 and 2147483647, inclusive"))
+		}
+	}
+	return errs
+}
+
+func validateSeccomp(sp *corev1.SeccompProfile, p *field.Path) field.ErrorList {
+	if sp == nil {
+		return nil
+	}
+	switch sp.Type {
+	case corev1.SeccompProfileTypeRuntimeDefault, corev1.SeccompProfileTypeUnconfined:
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(p.Child("type"), sp.Type, []corev1.SeccompProfileType{corev1.SeccompProfileTypeRuntimeDefault, corev1.SeccompProfileTypeUnconfined})}
 }

@@ -50,6 +50,27 @@ type Spec struct {
 	// "None"; "" is ClusterFirst) and DNSConfig its dnsConfig (nil: none).
 	DNSPolicy string
 	DNSConfig *DNSConfig
+	// Security is the container's securityContext over the pod's.
+	Security Security
+}
+
+// Security is what a replica's securityContext asks of its sandbox
+// (package runtime applies it over CRI's defaults).
+type Security struct {
+	// RunAsUser and RunAsGroup replace the image's user and group.
+	RunAsUser, RunAsGroup *int64
+	// RunAsNonRoot refuses to start the container as UID 0.
+	RunAsNonRoot bool
+	// ReadOnlyRootFilesystem mounts the image's filesystem read-only.
+	ReadOnlyRootFilesystem bool
+	// AllowPrivilegeEscalation false (and nil, the default) sets
+	// no_new_privs.
+	AllowPrivilegeEscalation *bool
+	// CapAdd and CapDrop change the default capabilities (names without
+	// "CAP_"; "ALL" in CapDrop drops every one).
+	CapAdd, CapDrop []string
+	// Seccomp is "RuntimeDefault" ("" too) or "Unconfined".
+	Seccomp string
 }
 
 // HostAlias is one hostAliases entry: IP and the names it answers to.

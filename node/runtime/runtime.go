@@ -98,6 +98,8 @@ type Config struct {
 	// when the first names only loopback ones (default
 	// /run/systemd/resolve/resolv.conf).
 	ResolvConf, UpstreamResolvConf string
+	// PidsLimit bounds the processes of each container (0: no limit).
+	PidsLimit int64
 	// Snapshotter for container root filesystems (default "overlayfs").
 	Snapshotter string
 	// CgroupParent is the cgroup path under which each container gets
@@ -452,6 +454,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		}
 		specOpts = append(specOpts, oci.WithCPUShares(shares))
 	}
+	specOpts = append(specOpts, sandboxOpts(rep.Spec.Security, r.cfg.PidsLimit)...)
 	// A container left over from an interrupted create of the same ID.
 	if old, lerr := r.client.LoadContainer(ctx, rep.ID); lerr == nil {
 		if derr := r.deleteContainer(ctx, old, 0); derr != nil {

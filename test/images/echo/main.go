@@ -10,7 +10,10 @@
 // is healthy again. "/set?file=NAME" and "/clear?file=NAME" create and
 // remove /tmp/NAME, for exec probes to look at. "/etc?name=hosts" (or
 // hostname, resolv.conf) answers with that file of the container;
-// "/signal" with the name of the stop signal received ("" before one).
+// "/signal" with the name of the stop signal received ("" before one);
+// "/sandbox" with what the sandbox allows (raw sockets, a writable root
+// filesystem, user, limits, capabilities); "/spawn?n=N" starts up to N
+// processes and says how many the pids limit let through.
 // Environment: PORT (default 8080), MESSAGE (printed as "message="),
 // SHUTDOWN_DELAY (a duration: keep serving that long after the stop
 // signal, SIGTERM, SIGINT or SIGQUIT).
@@ -31,8 +34,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -192,6 +198,31 @@ func main() {
 		}
 		w.Write(b)
 	})
+	// GET /sandbox: what the container's sandbox allows, one key=value
+	// per line.
+	mux.HandleFunc("/sandbox", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, sandboxReport())
+	})
+	// GET /spawn?n=N: starts up to N sleeping copies of this program,
+	// answers how many started before the kernel refused one, and ends
+	// them.
+	mux.HandleFunc("/spawn", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		var cmds []*exec.Cmd
+		var err error
+		for len(cmds) < n {
+			cmd := exec.Command("/echo", "check", "-sleep", "30s")
+			if err = cmd.Start(); err != nil {
+				break
+			}
+			cmds = append(cmds, cmd)
+		}
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+		fmt.Fprintf(w, "spawned=%d\nerr=%v\n", len(cmds), err)
+	})
 	// GET /signal: the stop signal received so far ("" before one).
 	mux.HandleFunc("/signal", func(w http.ResponseWriter, r *http.Request) {
 		v, _ := stopSignal.Load().(string)
@@ -230,3 +261,40 @@ type writerTo struct {
 }
 
 func (w writerTo) Write(b []byte) (int, error) { return w.pc.WriteTo(b, w.addr) }
+
+// sandboxReport says what the sandbox allows: a raw socket, writing the
+// root filesystem, the user and group, the open-files limit,
+// no_new_privs, the seccomp mode, the effective capabilities, and whether
+// /sys/fs/cgroup shows anything.
+func sandboxReport() string {
+	var b strings.Builder
+	raw := "allowed"
+	if fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP); err != nil {
+		raw = "refused"
+	} else {
+		syscall.Close(fd)
+	}
+	fmt.Fprintf(&b, "rawSocket=%s\n", raw)
+	rootfs := "writable"
+	if f, err := os.Create("/.sandbox-probe"); err != nil {
+		rootfs = "read-only"
+	} else {
+		f.Close()
+		os.Remove("/.sandbox-probe")
+	}
+	fmt.Fprintf(&b, "rootfs=%s\nuid=%d\ngid=%d\n", rootfs, os.Getuid(), os.Getgid())
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	fmt.Fprintf(&b, "nofile=%d:%d\n", lim.Cur, lim.Max)
+	status, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(status), "\n") {
+		for _, k := range []string{"NoNewPrivs", "Seccomp", "CapEff"} {
+			if v, ok := strings.CutPrefix(line, k+":"); ok {
+				fmt.Fprintf(&b, "%s=%s\n", k, strings.TrimSpace(v))
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	fmt.Fprintf(&b, "cgroupEntries=%d\n", len(entries))
+	return b.String()
+}

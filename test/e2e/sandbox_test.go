@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+// TestSandboxAsCRIGivesIt: by default a replica gets CRI's sandbox, not
+// containerd's command-line default: no raw sockets (NET_RAW dropped),
+// no_new_privs, the RuntimeDefault seccomp profile (mode 2), the
+// runtime's open-files limit (not 1024), a cgroupfs at /sys/fs/cgroup, a
+// pids limit (--pids-limit 64 here: a process storm stops there). The
+// securityContext's choices reach the container: runAsUser/runAsGroup,
+// readOnlyRootFilesystem, allowPrivilegeEscalation, capabilities.add,
+// seccompProfile Unconfined; runAsNonRoot with an image that runs as
+// root is refused with a reason.
+func TestSandboxAsCRIGivesIt(t *testing.T) {
+	c := newCluster(t, 1, "--pids-limit", "64")
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	workload := func(name, podSecurity, security string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s, namespace: sandbox}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      securityContext: %s
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{containerPort: 8080}]
+        securityContext: %s
+`, name, name, name, podSecurity, security)
+	}
+	apply(t, n1, workload("plain", "{}", "{}"))
+	apply(t, n1, workload("hardened", "{runAsUser: 1000, runAsGroup: 3000}", "{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}"))
+	apply(t, n1, workload("raw", "{seccompProfile: {type: Unconfined}}", "{capabilities: {add: [NET_RAW]}}"))
+	apply(t, n1, workload("nonroot", "{runAsNonRoot: true}", "{}"))
+	ips := map[string]string{}
+	var nonroot replica
+	waitFor(t, 60*time.Second, func() error {
+		var l struct{ Items []replica }
+		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+			return err
+		}
+		for _, r := range l.Items {
+			if r.Ready && r.PodIP != "" {
+				ips[r.Workload] = r.PodIP
+			}
+			if r.Workload == "nonroot" {
+				nonroot = r
+			}
+		}
+		if len(ips) != 3 || !strings.Contains(nonroot.Reason, "runAsNonRoot") {
+			return fmt.Errorf("ready: %v; nonroot: %+v", ips, nonroot)
+		}
+		return nil
+	})
+	if nonroot.Ready || nonroot.Phase == "Running" {
+		t.Fatalf("a runAsNonRoot replica of a root image runs: %+v", nonroot)
+	}
+	report := func(w string) map[string]string {
+		body, err := harness.HTTPGet(n1.NetNS, "http://"+ips[w]+":8080/sandbox", 2*time.Second)
+		if err != nil {
+			t.Fatalf("%s: /sandbox: %v", w, err)
+		}
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			m[k] = v
+		}
+		t.Logf("%s: %v", w, m)
+		return m
+	}
+	expect := func(w string, m map[string]string, want map[string]string) {
+		for k, v := range want {
+			if m[k] != v {
+				t.Errorf("%s: %s=%q, want %q", w, k, m[k], v)
+			}
+		}
+	}
+	plain := report("plain")
+	expect("plain", plain, map[string]string{"rawSocket": "refused", "rootfs": "writable", "uid": "0", "NoNewPrivs": "1", "Seccomp": "2"})
+	if plain["nofile"] == "1024:1024" {
+		t.Errorf("plain: RLIMIT_NOFILE is containerd's command-line default 1024:1024, not the runtime's")
+	}
+	if n, _ := strconv.Atoi(plain["cgroupEntries"]); n == 0 {
+		t.Errorf("plain: /sys/fs/cgroup is empty")
+	}
+	hardened := report("hardened")
+	expect("hardened", hardened, map[string]string{"rawSocket": "refused", "rootfs": "read-only", "uid": "1000", "gid": "3000",
+		"NoNewPrivs": "1", "CapEff": "0000000000000000"})
+	raw := report("raw")
+	expect("raw", raw, map[string]string{"rawSocket": "allowed", "Seccomp": "0"})
+	body, err := harness.HTTPGet(n1.NetNS, "http://"+ips["plain"]+":8080/spawn?n=200", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spawned, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(body, "\n", 2)[0], "spawned="))
+	if spawned >= 64 || !strings.Contains(body, "resource temporarily unavailable") {
+		t.Errorf("a process storm in a container with --pids-limit 64: %q", body)
+	}
+}
