@@ -71,10 +71,11 @@ spec:
 		t.Fatalf("a runAsNonRoot replica of a root image runs: %+v", nonroot)
 	}
 	report := func(w string) map[string]string {
-		body, err := harness.HTTPGet(n1.NetNS, "http://"+ips[w]+":8080/sandbox", 2*time.Second)
-		if err != nil {
-			t.Fatalf("%s: /sandbox: %v", w, err)
-		}
+		var body string
+		waitFor(t, 10*time.Second, func() (err error) { // running is not yet listening
+			body, err = harness.HTTPGet(n1.NetNS, "http://"+ips[w]+":8080/sandbox", 2*time.Second)
+			return err
+		})
 		m := map[string]string{}
 		for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
 			k, v, _ := strings.Cut(line, "=")
