@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"math"
 
 	"context"
@@ -139,3 +140,24 @@ func (b byteSize) Set(s string) error {
 }
 
 func (b byteSize) Type() string { return "size" }
+
+// newFenceWatchdogCmd is 'starling fence-watchdog', which the agent starts
+// (node/watchdog.go); hidden, as nobody runs it by hand.
+func newFenceWatchdogCmd() *cobra.Command {
+	var lease string
+	cmd := &cobra.Command{
+		Use:    "fence-watchdog --lease FILE",
+		Short:  "Kill this node's StatefulSet replicas when the agent stops renewing its lease (started by the agent)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if lease == "" {
+				return errors.New("--lease: required (the agent's <data-dir>/fence.lease)")
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)).With("component", "fence-watchdog")
+			return node.RunFenceWatchdog(cmd.Context(), lease, log)
+		},
+	}
+	cmd.Flags().StringVar(&lease, "lease", "", "the agent's lease file (<data-dir>/fence.lease)")
+	return cmd
+}

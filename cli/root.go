@@ -91,6 +91,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newImageCmd(g),
 		newNodeCmd(g),
 		newVersionCmd(g),
+		newFenceWatchdogCmd(),
 	)
 	return root
 }

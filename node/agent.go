@@ -107,6 +107,9 @@ type Agent struct {
 	// the last reconcile observed (the prober's input).
 	probes       map[string]probe.Status
 	lastObserved []reconcile.Container
+	// atMostOne are the container IDs of this node's StatefulSet
+	// replicas, for the fence lease (watchdog.go).
+	atMostOne []string
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time // since when
@@ -139,6 +142,8 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error)
 	// LogPath is the log file of a container.
 	LogPath(id string) string
+	// CgroupPath is the cgroup of a container (as in its OCI spec).
+	CgroupPath(id string) string
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)
 	Images(ctx context.Context) ([]api.Image, error)
 	ExportImage(ctx context.Context, ref string, w io.Writer) error
@@ -415,7 +420,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// No reconcile, probes, routes or Service rules: only printing.
 		loops = append(loops, a.dryRunLoop)
 	} else {
-		loops = append(loops, a.quorumLoop, a.proberLoop, a.serviceLoop, a.routeLoop, a.loop,
+		loops = append(loops, a.quorumLoop, a.leaseLoop, a.proberLoop, a.serviceLoop, a.routeLoop, a.loop,
 			func(ctx context.Context) { a.rt.WatchExits(ctx, a.requestReconcile) })
 	}
 	var wg sync.WaitGroup
@@ -547,6 +552,10 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.lastObserved = observed
 	a.mu.Unlock()
 	mine, handoffs, fenced := a.mine(v, observed, a.handoffs, start, true)
+	ids := atMostOneIDs(v, observed, mine)
+	a.mu.Lock()
+	a.atMostOne = ids
+	a.mu.Unlock()
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())

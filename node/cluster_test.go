@@ -156,6 +156,7 @@ func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.D
 
 func (f *fakeRuntime) WatchExits(ctx context.Context, _ func()) { <-ctx.Done() }
 func (f *fakeRuntime) LogPath(id string) string                 { return os.DevNull }
+func (f *fakeRuntime) CgroupPath(id string) string              { return "/fake/" + id }
 func (f *fakeRuntime) ImageDigest(context.Context, string) (string, error) {
 	return "sha256:" + strings.Repeat("ab", 32), nil
 }
@@ -203,6 +204,7 @@ func testConfig(name, dir string, join []string) Config {
 	cfg.RejoinSettle = 2 * time.Second
 	cfg.SubnetSettle = 200 * time.Millisecond
 	cfg.tuneGossip = fastGossip
+	cfg.FenceWatchdog = false // no starling binary to run
 	return cfg
 }
 

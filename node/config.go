@@ -94,6 +94,10 @@ type Config struct {
 	// HandoffTimeout so a moved replica's old copy still runs when that
 	// happens. 0 turns the check off.
 	AckTimeout time.Duration
+	// FenceWatchdog runs the fence watchdog (watchdog.go), which kills
+	// this node's StatefulSet replicas when the agent stops renewing its
+	// lease; off only for in-process tests.
+	FenceWatchdog bool
 	// PidsLimit bounds the processes of each container (the pids
 	// cgroup); 0 means no limit.
 	PidsLimit int64
@@ -159,6 +163,7 @@ func DefaultConfig() Config {
 		HandoffTimeout:     60 * time.Second,
 		AckTimeout:         30 * time.Second,
 		PidsLimit:          4096,
+		FenceWatchdog:      true,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
 		FenceTimeout:       3 * time.Second,

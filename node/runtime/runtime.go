@@ -186,6 +186,9 @@ func (r *Runtime) ctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, Namespace)
 }
 
+// CgroupPath returns the cgroup path of container id (as in its spec).
+func (r *Runtime) CgroupPath(id string) string { return filepath.Join(r.cfg.CgroupParent, id) }
+
 // LogPath returns the log file of container id.
 func (r *Runtime) LogPath(id string) string { return filepath.Join(r.cfg.LogDir, id+".log") }
 
@@ -434,7 +437,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		oci.WithHostname(hostname),
 		oci.WithMounts(mounts),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
-		oci.WithCgroup(filepath.Join(r.cfg.CgroupParent, rep.ID)),
+		oci.WithCgroup(r.CgroupPath(rep.ID)),
 	}
 	if rep.Spec.WorkingDir != "" {
 		specOpts = append(specOpts, oci.WithProcessCwd(rep.Spec.WorkingDir))

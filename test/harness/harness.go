@@ -396,6 +396,15 @@ func (n *Node) KillAgent(sig syscall.Signal) {
 	}
 }
 
+// SignalAgent sends sig to the agent and returns at once (SIGSTOP and
+// SIGCONT: an agent that hangs, to its peers like a crash).
+func (n *Node) SignalAgent(sig syscall.Signal) error {
+	if n.agent == nil || n.agent.Process == nil {
+		return fmt.Errorf("node %s has no agent", n.Name)
+	}
+	return n.agent.Process.Signal(sig)
+}
+
 // Tail returns the last lines of the agent's log.
 func (n *Node) Tail(lines int) string {
 	b, _ := os.ReadFile(n.AgentLogPath())
