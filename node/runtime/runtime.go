@@ -468,6 +468,15 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	if r.cfg.RuncRoot != "" {
 		runtimeOpts = &runcoptions.Options{Root: r.cfg.RuncRoot}
 	}
+	// A create runs only for a container that does not exist, so a
+	// snapshot under its ID is left from a create that was cut short (an
+	// agent killed between the snapshot and the container): without this,
+	// every retry failed with "already exists", for good.
+	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, rep.ID); err == nil {
+		r.log.Info("removed the snapshot an interrupted create left", "container", rep.ID)
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("create replica %s: remove a leftover snapshot: %w", rep.Name, err)
+	}
 	c, err := r.client.NewContainer(ctx, rep.ID,
 		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 		containerd.WithImage(img),

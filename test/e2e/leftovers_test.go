@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/leases"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/starling-orchestrator/starling/node/runtime"
+)
+
+// TestCreateAfterAnInterruptedOne: an agent killed in the middle of a
+// create leaves the container's snapshot without the container (the
+// rolling-update test hit it: every retry then failed with "snapshot
+// already exists", and the replica never ran). The next create removes
+// the leftover and the replica runs.
+func TestCreateAfterAnInterruptedOne(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, strings.Replace(deployment("left", 0, "x"), "metadata: {name: left}", "metadata: {name: left, namespace: leftovers}", 1))
+	var hash string
+	waitFor(t, 30*time.Second, func() error {
+		out, err := n1.CLI("describe", "deployment", "left", "-n", "leftovers")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Spec hash:"); ok {
+				hash = strings.TrimSpace(v)
+				return nil
+			}
+		}
+		return fmt.Errorf("no spec hash in describe:\n%s", out)
+	})
+	// What a create cut short leaves: the snapshot, no container.
+	client, err := containerd.New(n1.ContainerdSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), runtime.Namespace), 30*time.Second)
+	defer cancel()
+	// containerd's client creates it under a lease that outlives the
+	// agent (24 h), so the garbage collector does not take it.
+	lease, err := client.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "leftovers_left-" + hash + "-0"
+	if _, err := client.SnapshotService("overlayfs").Prepare(leases.WithLease(ctx, lease.ID), id, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.CLI("scale", "deployment/left", "-n", "leftovers", "--replicas", "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() error {
+		var l struct{ Items []replica }
+		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+			return err
+		}
+		for _, r := range l.Items {
+			if r.Workload == "left" && r.Phase == "Running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("not running: %+v", l.Items)
+	})
+}
