@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -167,6 +168,24 @@ func describeReplicas(w io.Writer, p func(k, v string), o manifest.Object, reps 
 		for _, r := range long {
 			fmt.Fprintf(w, "  %s: %s\n", r.Name, printable(r.Reason))
 		}
+	}
+	// kubectl describe pod's Last State, per replica that has one.
+	first := true
+	for _, r := range mine {
+		t := lastState(r)
+		if t == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "Last State:")
+			first = false
+		}
+		sig := ""
+		if t.Signal != 0 {
+			sig = fmt.Sprintf(", Signal: %d", t.Signal)
+		}
+		fmt.Fprintf(w, "  %s: Terminated (Reason: %s, Exit Code: %d%s, Started: %s, Finished: %s)\n", r.Name, printable(t.Reason), t.ExitCode, sig,
+			t.StartedAt.Format(time.RFC1123Z), t.FinishedAt.Format(time.RFC1123Z))
 	}
 	return nil
 }

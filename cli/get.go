@@ -3,10 +3,13 @@ package cli
 import (
 	"fmt"
 	"io"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,6 +44,57 @@ type replicaJSON struct {
 	SpecHash  string `json:"specHash"`
 	Restarts  int    `json:"restarts"`
 	Reason    string `json:"reason,omitempty"`
+	// State and LastState in Kubernetes' ContainerStatus shape.
+	State     corev1.ContainerState  `json:"state"`
+	LastState *corev1.ContainerState `json:"lastState,omitempty"`
+}
+
+// containerState is r's state as Kubernetes' ContainerStatus.state says
+// it: running (since Started), terminated (its Exit) or waiting (the
+// phase as reason, and Reason).
+func containerState(r api.Replica) corev1.ContainerState {
+	switch {
+	case r.Exit != nil && r.Phase != "CrashLoopBackOff":
+		return corev1.ContainerState{Terminated: terminated(r.Exit)}
+	case r.Phase == "Running":
+		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(r.Started)}}
+	default:
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: r.Phase, Message: r.Reason}}
+	}
+}
+
+func terminated(t *api.Termination) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{ExitCode: int32(t.ExitCode), Signal: int32(t.Signal), Reason: t.Reason,
+		StartedAt: metav1.NewTime(t.StartedAt), FinishedAt: metav1.NewTime(t.FinishedAt)}
+}
+
+// lastState is kubectl's Last State: the previous run's termination, or
+// the current run's when it is waiting to restart.
+func lastState(r api.Replica) *api.Termination {
+	if r.Phase == "CrashLoopBackOff" && r.Exit != nil {
+		return r.Exit
+	}
+	return r.LastState
+}
+
+// replicaStatus is the STATUS column, as kubectl's: CrashLoopBackOff
+// while a restart waits, the reason an exited run ended (Completed,
+// Error, OOMKilled), else the phase.
+func replicaStatus(r api.Replica) string {
+	if r.Phase == "Exited" && r.Exit != nil {
+		return r.Exit.Reason
+	}
+	return r.Phase
+}
+
+// restarts is the RESTARTS column: the count, and how long ago the last
+// run ended ("3 (42s ago)"), as kubectl shows it.
+func restarts(r api.Replica, now time.Time) string {
+	s := strconv.Itoa(r.Restarts)
+	if t := lastState(r); t != nil && r.Restarts > 0 && !t.FinishedAt.IsZero() {
+		s += " (" + duration.HumanDuration(now.Sub(t.FinishedAt)) + " ago)"
+	}
+	return s
 }
 
 type getOpts struct {
@@ -228,12 +282,16 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		Items []replicaJSON `json:"items"`
 	}{Items: []replicaJSON{}}
 	for _, r := range items {
-		out.Items = append(out.Items, replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts, r.Reason})
+		j := replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts, r.Reason, containerState(r), nil}
+		if t := lastState(r); t != nil {
+			j.LastState = &corev1.ContainerState{Terminated: terminated(t)}
+		}
+		out.Items = append(out.Items, j)
 	}
 	if ok, err := structured(w, o.output, out); ok {
 		return err
 	}
-	header := []string{"NAME", "READY", "PHASE", "RESTARTS", "AGE"}
+	header := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
 	if o.allNamespaces {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
@@ -250,7 +308,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		if ip == "" {
 			ip = "<none>"
 		}
-		row := []string{r.Name, ready, r.Phase, strconv.Itoa(r.Restarts), age(r.Started)}
+		row := []string{r.Name, ready, replicaStatus(r), restarts(r, time.Now()), age(r.Started)}
 		if o.allNamespaces {
 			row = append([]string{r.Namespace}, row...)
 		}

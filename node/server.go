@@ -401,7 +401,12 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		seen[c.ID] = true
 		slots[slotOf(c.Namespace, c.Workload, c.Ordinal)] = true
 		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
-			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC()}
+			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC(),
+			LastState: apiTermination(c.Last)}
+		if c.State == reconcile.StateExited {
+			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
+			item.Exit = apiTermination(&t)
+		}
 		if msg, failed := a.lastFailure(c.ID); failed {
 			item.Reason = msg
 		}
@@ -728,4 +733,12 @@ func (a *Agent) handleForgetNode(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// apiTermination is t as the API shows it (nil for nil).
+func apiTermination(t *reconcile.Termination) *api.Termination {
+	if t == nil {
+		return nil
+	}
+	return &api.Termination{ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, StartedAt: t.StartedAt.UTC(), FinishedAt: t.FinishedAt.UTC()}
 }

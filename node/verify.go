@@ -92,6 +92,10 @@ var replicaPhases = map[string]bool{
 	"CrashLoopBackOff": true, "Exited": true, "Terminating": true, "Unknown": true,
 }
 
+// terminationReasons are the reasons a run may have ended
+// (api.Termination.Reason).
+var terminationReasons = map[string]bool{"Completed": true, "Error": true, "OOMKilled": true}
+
 // checkRecord decides whether a record received from a peer may be stored:
 // it must be a kind this node knows, its value must decode as that kind
 // and pass the kind's validation, its key must name what its value holds,
@@ -268,6 +272,11 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 	}
 	if err := checkText(r.Reason, maxReasonLen); err != nil {
 		return reject(rejectText, "replica %s: reason: %v", r.Name, err)
+	}
+	for _, t := range []*api.Termination{r.Exit, r.LastState} {
+		if t != nil && (!terminationReasons[t.Reason] || t.ExitCode < 0 || t.ExitCode > 255 || t.Signal < 0 || t.Signal > 64) {
+			return reject(rejectRange, "replica %s: termination %q, exit code %d, signal %d", r.Name, t.Reason, t.ExitCode, t.Signal)
+		}
 	}
 	if r.PodIP != "" {
 		ip, err := netip.ParseAddr(r.PodIP)

@@ -73,6 +73,8 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		{"unknown phase", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Phase = "Running\r" }), "b"), rejectPhase},
 		{"negative capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MilliCPU = -1 }), "b"), rejectRange},
 		{"absurd capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MemoryBytes = 1 << 62 }), "b"), rejectRange},
+		{"unknown termination reason", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Exit = &api.Termination{Reason: "Error\n-A INPUT"} }), "b"), rejectRange},
+		{"exit code out of range", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].LastState = &api.Termination{Reason: "Error", ExitCode: 4096} }), "b"), rejectRange},
 		{"bad label", statusRecord(t, with(func(s *NodeStatus) { s.Labels = map[string]string{"a b": "c"} }), "b"), rejectLabels},
 		{"API URL with a path", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://192.168.222.12:7443/x" }), "b"), rejectAddress},
 		{"API URL by host name", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://evil.example:7443" }), "b"), rejectAddress},

@@ -181,6 +181,23 @@ type Replica struct {
 	// Reason says why a replica is not running: the last error of its
 	// create or start, or why placement found no node for it.
 	Reason string `json:"reason,omitempty"`
+	// Exit is how the current run ended (phase Exited or
+	// CrashLoopBackOff); LastState how the run before it ended (kubectl's
+	// Last State). Nil when there is none.
+	Exit      *Termination `json:"exit,omitempty"`
+	LastState *Termination `json:"lastState,omitempty"`
+}
+
+// Termination is how a run of a container ended, in the shape of
+// Kubernetes' ContainerStateTerminated.
+type Termination struct {
+	ExitCode int `json:"exitCode"`
+	// Signal is the signal that ended the run (exit status 128+n).
+	Signal int `json:"signal,omitempty"`
+	// Reason: "Completed" (exit 0), "Error" (another exit) or "OOMKilled".
+	Reason     string    `json:"reason"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
 }
 
 // ReplicaList answers /v1/replicas.

@@ -194,3 +194,19 @@ func TestPlanConverges(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminated: the kubelet's reasons: OOMKilled over the exit status,
+// Completed for 0, Error otherwise; a status of 128+n is signal n.
+func TestTerminated(t *testing.T) {
+	for _, tt := range []struct {
+		code   uint32
+		oom    bool
+		reason string
+		signal int
+	}{{0, false, "Completed", 0}, {3, false, "Error", 0}, {137, true, "OOMKilled", 9}, {143, false, "Error", 15}, {255, false, "Error", 0}} {
+		got := Terminated(tt.code, tt.oom, time.Unix(1, 0), time.Unix(2, 0))
+		if got.Reason != tt.reason || got.Signal != tt.signal || got.ExitCode != int(tt.code) {
+			t.Errorf("Terminated(%d, %v) = %+v, want %s signal %d", tt.code, tt.oom, got, tt.reason, tt.signal)
+		}
+	}
+}

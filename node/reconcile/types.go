@@ -160,6 +160,11 @@ type Container struct {
 	StartedAt   time.Time // last task start
 	ExitedAt    time.Time // last task exit (StateExited only)
 	ExitCode    uint32
+	// OOMKilled: the exited run was killed by the kernel's OOM killer.
+	OOMKilled bool
+	// Last is the run before the current one, if it ended (kubectl's
+	// Last State); nil for a container never restarted.
+	Last *Termination
 	GracePeriod time.Duration
 	// StopReason says why the agent stopped the last run ("liveness probe
 	// failed: HTTP 500"); empty when it ended by itself or still runs.
@@ -170,4 +175,35 @@ type Container struct {
 	// probe failed, to the reason. Plan stops such a container, which is
 	// then restarted like a crashed one.
 	Unhealthy string
+}
+
+// Termination is how one run of a container ended, as Kubernetes'
+// ContainerStateTerminated says it.
+type Termination struct {
+	ExitCode int `json:"exitCode"`
+	// Signal is the signal that ended it (exit status 128+n), 0 for none.
+	Signal int `json:"signal,omitempty"`
+	// Reason is the kubelet's: "Completed" (exit 0), "Error" (any other
+	// exit) or "OOMKilled".
+	Reason     string    `json:"reason"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// Terminated returns how a run that started at started and exited at
+// finished with exit status code ended; oom says the OOM killer killed it.
+func Terminated(code uint32, oom bool, started, finished time.Time) Termination {
+	t := Termination{ExitCode: int(code), StartedAt: started, FinishedAt: finished}
+	if code > 128 && code <= 128+64 {
+		t.Signal = int(code) - 128
+	}
+	switch {
+	case oom:
+		t.Reason = "OOMKilled"
+	case code == 0:
+		t.Reason = "Completed"
+	default:
+		t.Reason = "Error"
+	}
+	return t
 }

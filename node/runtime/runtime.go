@@ -21,15 +21,18 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/containerd/containerd"
+	eventstypes "github.com/containerd/containerd/api/events"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/events"
 	"github.com/containerd/containerd/images/archive"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
@@ -37,6 +40,7 @@ import (
 	"github.com/containerd/containerd/remotes/docker"
 	containerdlog "github.com/containerd/log"
 	"github.com/containerd/platforms"
+	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
@@ -69,6 +73,11 @@ const (
 	// startup probe.
 	LabelStopReason = "starling.io/stop-reason"
 	LabelStoppedRun = "starling.io/stopped-run"
+	// LabelOOMAt is when the kernel's OOM killer last hit the container
+	// (containerd's /tasks/oom event); LabelLast is how the run before the
+	// current one ended (reconcile.Termination as JSON).
+	LabelOOMAt = "starling.io/oom-at"
+	LabelLast  = "starling.io/last-termination"
 )
 
 // Network is the pod network as the runtime needs it (net/podnet).
@@ -233,6 +242,7 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 				oc.State = reconcile.StateExited
 				oc.ExitedAt = st.ExitTime
 				oc.ExitCode = st.ExitStatus
+				oc.OOMKilled = r.oomKilled(c.ID(), info.Labels, oc.StartedAt)
 			case st.Status == containerd.Created:
 				oc.State = reconcile.StateCreated
 			default:
@@ -259,7 +269,37 @@ func fromLabels(id string, l map[string]string) reconcile.Container {
 	if run := l[LabelStoppedRun]; run != "" && run == l[LabelStartedAt] {
 		c.StopReason = l[LabelStopReason]
 	}
+	if b := l[LabelLast]; b != "" {
+		var t reconcile.Termination
+		if json.Unmarshal([]byte(b), &t) == nil {
+			c.Last = &t
+		}
+	}
 	return c
+}
+
+// oomKilled reports whether the OOM killer hit the run of container id
+// that started at started: containerd's /tasks/oom event recorded in
+// LabelOOMAt, or, for an event this agent missed (it was down), the
+// container's cgroup counter (memory.events on cgroup v2,
+// memory.oom_control on v1), readable until the task is deleted.
+func (r *Runtime) oomKilled(id string, labels map[string]string, started time.Time) bool {
+	if at, err := time.Parse(time.RFC3339Nano, labels[LabelOOMAt]); err == nil && !at.Before(started) {
+		return true
+	}
+	cg := r.CgroupPath(id)
+	for _, f := range []string{filepath.Join("/sys/fs/cgroup", cg, "memory.events"), filepath.Join("/sys/fs/cgroup/memory", cg, "memory.oom_control")} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok && strings.TrimSpace(v) != "0" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Execute carries out one action. Errors name the replica and the step.
@@ -520,6 +560,11 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 		switch st.Status {
 		case containerd.Running, containerd.Paused, containerd.Pausing:
 			return ErrTaskRunning
+		case containerd.Stopped:
+			// Kept for kubectl's Last State: the task's exit goes with it.
+			if err := r.recordLast(ctx, c, st); err != nil {
+				r.log.Warn("record the last run's exit in labels", "container", c.ID(), "err", err)
+			}
 		}
 		if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete old task: %w", err)
@@ -544,6 +589,22 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 		r.log.Warn("record container start in labels", "container", c.ID(), "err", err)
 	}
 	return nil
+}
+
+// recordLast stores how the run that ended with st ended (LabelLast).
+func (r *Runtime) recordLast(ctx context.Context, c containerd.Container, st containerd.Status) error {
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return err
+	}
+	started, _ := time.Parse(time.RFC3339Nano, labels[LabelStartedAt])
+	t := reconcile.Terminated(st.ExitStatus, r.oomKilled(c.ID(), labels, started), started, st.ExitTime)
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	_, err = c.SetLabels(ctx, map[string]string{LabelLast: string(b)})
+	return err
 }
 
 // ErrTaskRunning: a start found the container's task running; nothing
@@ -854,19 +915,42 @@ func (r *Runtime) ImportImages(ctx context.Context, tar io.Reader) ([]string, er
 	return names, nil
 }
 
+// recordOOM stores the time of a /tasks/oom event in its container's
+// labels (LabelOOMAt), so the exit that follows reads OOMKilled.
+func (r *Runtime) recordOOM(ctx context.Context, e *events.Envelope) {
+	v, err := typeurl.UnmarshalAny(e.Event)
+	if err != nil {
+		return
+	}
+	oom, ok := v.(*eventstypes.TaskOOM)
+	if !ok {
+		return
+	}
+	c, err := r.client.LoadContainer(r.ctx(ctx), oom.ContainerID)
+	if err != nil {
+		return
+	}
+	if _, err := c.SetLabels(r.ctx(ctx), map[string]string{LabelOOMAt: e.Timestamp.UTC().Format(time.RFC3339Nano)}); err != nil {
+		r.log.Warn("record an OOM kill in labels", "container", oom.ContainerID, "err", err)
+	}
+}
+
 // WatchExits calls onExit whenever a task in Starling's namespace exits,
 // so a crashed replica is restarted at once instead of at the next resync.
 // It returns when ctx ends; a broken event stream is re-subscribed after a
 // second.
 func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
 	for ctx.Err() == nil {
-		events, errs := r.client.Subscribe(r.ctx(ctx), `topic=="/tasks/exit"`)
+		events, errs := r.client.Subscribe(r.ctx(ctx), `topic=="/tasks/exit"`, `topic=="/tasks/oom"`)
 	recv:
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-events:
+			case e := <-events:
+				if e != nil && e.Topic == "/tasks/oom" {
+					r.recordOOM(ctx, e)
+				}
 				onExit()
 			case err := <-errs:
 				if ctx.Err() == nil {

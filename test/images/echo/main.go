@@ -20,11 +20,11 @@
 //
 // The image has no shell, so exec probes run this binary:
 //
-//	/echo check [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL]
+//	/echo check [-alloc MIB] [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL] [-exit N]
 //
-// exits 0 when FILE exists (-exists), FILE2 does not (-absent) and a GET
-// of URL answers 200 (-get), after sleeping DURATION; otherwise it says
-// why and exits 1.
+// exits 0 (or N, -exit) when FILE exists (-exists), FILE2 does not
+// (-absent) and a GET of URL answers 200 (-get), after allocating MIB
+// (-alloc) and sleeping DURATION; otherwise it says why and exits 1.
 package main
 
 import (
@@ -51,8 +51,21 @@ func check(args []string) int {
 	absent := fs.String("absent", "", "fail if this file exists")
 	sleep := fs.Duration("sleep", 0, "sleep this long first")
 	get := fs.String("get", "", "fail unless a GET of this URL answers 200 (names resolve as the container's resolver says)")
+	exit := fs.Int("exit", 0, "exit with this status (after the other checks pass)")
+	alloc := fs.Int("alloc", 0, "first allocate and touch this many MiB (to meet a memory limit)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *alloc > 0 {
+		var held [][]byte
+		for i := 0; i < *alloc; i++ {
+			b := make([]byte, 1<<20)
+			for j := range b {
+				b[j] = byte(j)
+			}
+			held = append(held, b)
+		}
+		fmt.Printf("allocated %d MiB\n", len(held))
 	}
 	time.Sleep(*sleep)
 	if *get != "" {
@@ -66,6 +79,9 @@ func check(args []string) int {
 			fmt.Println(resp.Status)
 			return 1
 		}
+	}
+	if *exit != 0 {
+		return *exit
 	}
 	if *exists != "" {
 		if _, err := os.Stat(*exists); err != nil {

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryExitExplained: a run that exits 0, one that exits 3 and one
+// the OOM killer ends (a 48 MiB limit, 256 MiB touched) each show how
+// they ended, as kubectl shows a pod's container: lastState.terminated
+// with reason Completed, Error or OOMKilled and the exit code in
+// `get replicas -o json`, STATUS CrashLoopBackOff and "RESTARTS n (…
+// ago)" in `get replicas`, Last State in `describe`.
+func TestEveryExitExplained(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	exiting := func(name, command, limits string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s, namespace: exits}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        command: %s
+        resources: {limits: %s}
+`, name, name, name, command, limits)
+	}
+	apply(t, n1, exiting("done", "[/echo, check]", "{memory: 64Mi}"))
+	apply(t, n1, exiting("three", "[/echo, check, -exit, '3']", "{memory: 64Mi}"))
+	apply(t, n1, exiting("oom", "[/echo, check, -alloc, '256', -sleep, 1s]", "{memory: 48Mi}"))
+	want := map[string]struct {
+		reason string
+		code   int
+	}{"done": {"Completed", 0}, "three": {"Error", 3}, "oom": {"OOMKilled", 137}}
+	type item struct {
+		Workload  string
+		Restarts  int
+		LastState *struct {
+			Terminated *struct {
+				ExitCode int32
+				Reason   string
+			}
+		}
+	}
+	waitFor(t, 60*time.Second, func() error {
+		out, err := n1.CLI("get", "replicas", "-n", "exits", "-o", "json")
+		if err != nil {
+			return err
+		}
+		var l struct{ Items []item }
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for _, i := range l.Items {
+			if i.LastState != nil && i.LastState.Terminated != nil {
+				got[i.Workload] = fmt.Sprintf("%s %d", i.LastState.Terminated.Reason, i.LastState.Terminated.ExitCode)
+			}
+		}
+		for w, x := range want {
+			if got[w] != fmt.Sprintf("%s %d", x.reason, x.code) {
+				return fmt.Errorf("last states %v, want %v", got, want)
+			}
+		}
+		return nil
+	})
+	var table string
+	waitFor(t, 30*time.Second, func() (err error) {
+		table, err = n1.CLI("get", "replicas", "-n", "exits")
+		if err != nil {
+			return err
+		}
+		if n := len(regexp.MustCompile(`CrashLoopBackOff\s+\d+ \(\S+ ago\)`).FindAllString(table, -1)); n != 3 {
+			return fmt.Errorf("%d of 3 rows say CrashLoopBackOff with RESTARTS n (… ago):\n%s", n, table)
+		}
+		return nil
+	})
+	t.Logf("get replicas:\n%s", table)
+	desc, err := n1.CLI("describe", "deployment", "oom", "-n", "exits")
+	if err != nil || !strings.Contains(desc, "Last State:") || !strings.Contains(desc, "Reason: OOMKilled, Exit Code: 137") {
+		t.Fatalf("describe deployment oom: %v\n%s", err, desc)
+	}
+}
