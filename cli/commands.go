@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -178,9 +179,10 @@ func newScaleCmd(g *globals) *cobra.Command {
 }
 
 func newLogsCmd(g *globals) *cobra.Command {
-	var follow bool
+	var follow, previous bool
+	var tail int
 	cmd := &cobra.Command{
-		Use:   "logs REPLICA [-f]",
+		Use:   "logs REPLICA [-f] [-p] [--tail N]",
 		Short: "Print a replica's stdout and stderr",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -190,8 +192,18 @@ func newLogsCmd(g *globals) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			path := "/v1/logs/" + url.PathEscape(g.namespace) + "/" + url.PathEscape(strings.TrimPrefix(args[0], "replica/"))
+			q := url.Values{}
 			if follow {
-				path += "?follow=true"
+				q.Set("follow", "true")
+			}
+			if previous {
+				q.Set("previous", "true")
+			}
+			if tail >= 0 {
+				q.Set("tail", strconv.Itoa(tail))
+			}
+			if len(q) > 0 {
+				path += "?" + q.Encode()
 			}
 			resp, err := c.raw(ctx, http.MethodGet, path, nil, "")
 			if err != nil {
@@ -202,7 +214,9 @@ func newLogsCmd(g *globals) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
+	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the previous run's output (of a replica that restarted)")
+	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	return cmd
 }

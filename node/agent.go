@@ -140,8 +140,10 @@ type Runtime interface {
 	// context.DeadlineExceeded). runtime.ErrNotRunning (wrapped) when
 	// there is no running task.
 	Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error)
-	// LogPath is the log file of a container.
+	// LogPath is the log file of a container; PreviousLogPath that of its
+	// previous run.
 	LogPath(id string) string
+	PreviousLogPath(id string) string
 	// CgroupPath is the cgroup of a container (as in its OCI spec).
 	CgroupPath(id string) string
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)

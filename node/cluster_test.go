@@ -157,6 +157,7 @@ func (f *fakeRuntime) Exec(_ context.Context, id string, argv []string, _ time.D
 func (f *fakeRuntime) WatchExits(ctx context.Context, _ func()) { <-ctx.Done() }
 func (f *fakeRuntime) LogPath(id string) string                 { return os.DevNull }
 func (f *fakeRuntime) CgroupPath(id string) string              { return "/fake/" + id }
+func (f *fakeRuntime) PreviousLogPath(id string) string         { return os.DevNull }
 func (f *fakeRuntime) ImageDigest(context.Context, string) (string, error) {
 	return "sha256:" + strings.Repeat("ab", 32), nil
 }

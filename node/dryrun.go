@@ -50,6 +50,7 @@ func (dryRuntime) Images(context.Context) ([]api.Image, error)               { r
 func (dryRuntime) ExportImage(context.Context, string, io.Writer) error      { return errDryRun }
 func (dryRuntime) HasImage(context.Context, string) bool                     { return false }
 func (dryRuntime) CgroupPath(id string) string                               { return "" }
+func (dryRuntime) PreviousLogPath(string) string                             { return "" }
 func (dryRuntime) ImageDigest(context.Context, string) (string, error)       { return "", errDryRun }
 func (dryRuntime) Close() error                                              { return nil }
 func (dryRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {

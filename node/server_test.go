@@ -1,6 +1,9 @@
 package node
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -41,5 +44,36 @@ func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
 	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
 	if got := readyAtOwner("a", alive, statuses, owner); !got[r.ID] {
 		t.Fatal("the new owner's ready copy was not counted")
+	}
+}
+
+// TestTailOffset: the offset of the last n lines, with and without a
+// final newline, across read blocks.
+func TestTailOffset(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("x", 40<<10)
+	for _, tt := range []struct {
+		content string
+		n       int
+		want    string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\nc\n", 5, "a\nb\nc\n"},
+		{"a\nb\nc\n", 0, ""},
+		{"", 3, ""},
+		{"a\n" + long + "\nz\n", 2, long + "\nz\n"},
+	} {
+		p := filepath.Join(dir, "log")
+		os.WriteFile(p, []byte(tt.content), 0o600)
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off, err := tailOffset(f, tt.n)
+		f.Close()
+		if err != nil || tt.content[off:] != tt.want {
+			t.Errorf("tail %d of %.20q: %.20q, want %.20q (%v)", tt.n, tt.content, tt.content[off:], tt.want, err)
+		}
 	}
 }

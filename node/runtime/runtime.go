@@ -198,6 +198,12 @@ func (r *Runtime) ctx(ctx context.Context) context.Context {
 // CgroupPath returns the cgroup path of container id (as in its spec).
 func (r *Runtime) CgroupPath(id string) string { return filepath.Join(r.cfg.CgroupParent, id) }
 
+// PreviousLogPath returns the log file of container id's previous run
+// (kept when it restarts, for 'logs --previous').
+func (r *Runtime) PreviousLogPath(id string) string {
+	return filepath.Join(r.cfg.LogDir, id+".previous.log")
+}
+
 // LogPath returns the log file of container id.
 func (r *Runtime) LogPath(id string) string { return filepath.Join(r.cfg.LogDir, id+".log") }
 
@@ -565,6 +571,10 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 			if err := r.recordLast(ctx, c, st); err != nil {
 				r.log.Warn("record the last run's exit in labels", "container", c.ID(), "err", err)
 			}
+			// The run's log stays readable ('logs --previous').
+			if err := os.Rename(r.LogPath(c.ID()), r.PreviousLogPath(c.ID())); err != nil && !os.IsNotExist(err) {
+				r.log.Warn("keep the last run's log", "container", c.ID(), "err", err)
+			}
 		}
 		if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete old task: %w", err)
@@ -636,8 +646,10 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 	if err := r.net.Detach(ctx, id); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
-	if err := os.Remove(r.LogPath(id)); err != nil && !os.IsNotExist(err) {
-		r.log.Warn("remove log file", "container", id, "err", err)
+	for _, p := range []string{r.LogPath(id), r.PreviousLogPath(id)} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			r.log.Warn("remove log file", "container", id, "err", err)
+		}
 	}
 	if err := os.RemoveAll(r.podDir(id)); err != nil {
 		r.log.Warn("remove the replica's hosts and resolv.conf", "container", id, "err", err)

@@ -94,3 +94,81 @@ spec:
 		t.Fatalf("describe deployment oom: %v\n%s", err, desc)
 	}
 }
+
+// TestLogsKeepTheEnd: 'logs -f' delivers every line up to the end of the
+// run (the server's last line, written on its stop signal, arrives and
+// the command returns); 'logs --previous' shows a restarted replica's
+// previous run; '--tail N' the last N lines.
+func TestLogsKeepTheEnd(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	workload := func(name, command string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s, namespace: logs}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        command: %s
+`, name, name, name, command)
+	}
+	apply(t, n1, workload("crash", "[/echo, check, -exit, '3']"))
+	apply(t, n1, workload("srv", "[/echo]"))
+	names := map[string]string{}
+	waitFor(t, 60*time.Second, func() error {
+		var l struct{ Items []replica }
+		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+			return err
+		}
+		for _, r := range l.Items {
+			if r.Workload == "crash" && r.Restarts >= 1 || r.Workload == "srv" && r.Phase == "Running" {
+				names[r.Workload] = r.Name
+			}
+		}
+		if len(names) != 2 {
+			return fmt.Errorf("want crash restarted and srv running: %+v", l.Items)
+		}
+		return nil
+	})
+	prev, err := n1.CLI("logs", "-n", "logs", "--previous", names["crash"])
+	if err != nil || !strings.Contains(prev, "exiting with 3") {
+		t.Fatalf("logs --previous %s: %q %v", names["crash"], prev, err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		out, err := n1.CLI("logs", "-n", "logs", "--tail", "1", names["srv"])
+		if err != nil || strings.Count(out, "\n") != 1 || !strings.Contains(out, "echo listening") {
+			return fmt.Errorf("logs --tail 1 %s: %q %v", names["srv"], out, err)
+		}
+		return nil
+	})
+	followed := make(chan string, 1)
+	go func() {
+		out, err := n1.CLI("logs", "-n", "logs", "-f", names["srv"])
+		if err != nil {
+			out += err.Error()
+		}
+		followed <- out
+	}()
+	time.Sleep(2 * time.Second) // following
+	if _, err := n1.CLI("delete", "deployment", "srv", "-n", "logs"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case out := <-followed:
+		if !strings.Contains(out, "echo listening") || !strings.Contains(out, "got signal terminated") {
+			t.Fatalf("logs -f of a replica that was deleted lacks its last line:\n%s", out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("logs -f did not end when the replica stopped")
+	}
+}

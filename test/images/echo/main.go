@@ -81,6 +81,7 @@ func check(args []string) int {
 		}
 	}
 	if *exit != 0 {
+		fmt.Printf("exiting with %d\n", *exit)
 		return *exit
 	}
 	if *exists != "" {
