@@ -94,6 +94,9 @@ func keepLog(t *testing.T, node *harness.Node, dir string) {
 	if err != nil {
 		t.Logf("keeping %s's agent log: %v", node.Name, err)
 	}
+	if wd, err := os.ReadFile(filepath.Join(node.DataDir, "fence-watchdog.log")); err == nil {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-fence-watchdog.log", filepath.Base(t.Name()), node.Name)), wd, 0o644)
+	}
 }
 
 // clustersStarted counts tests that brought up a cluster.
