@@ -190,7 +190,7 @@ func RunFenceWatchdog(ctx context.Context, leasePath string, log *slog.Logger) e
 			reported = true
 		}
 		if left == 0 {
-			log.Info("fence watchdog done: the lease ran out and no StatefulSet replica runs here")
+			log.Info("fence watchdog done: the lease ran out and no StatefulSet replica runs here", "cgroups", l.Cgroups)
 			return nil
 		}
 	}
