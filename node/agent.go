@@ -110,6 +110,10 @@ type Agent struct {
 	// atMostOne are the container IDs of this node's StatefulSet
 	// replicas, for the fence lease (watchdog.go).
 	atMostOne []string
+	// leaseMu serialises lease renewals; leased are the IDs the last
+	// lease named.
+	leaseMu sync.Mutex
+	leased  []string
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time // since when
@@ -554,10 +558,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.lastObserved = observed
 	a.mu.Unlock()
 	mine, handoffs, fenced := a.mine(v, observed, a.handoffs, start, true)
-	ids := atMostOneIDs(v, observed, mine)
-	a.mu.Lock()
-	a.atMostOne = ids
-	a.mu.Unlock()
+	a.setAtMostOne(atMostOneIDs(v, observed, mine))
 	a.handoffs = handoffs
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())

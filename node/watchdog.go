@@ -71,31 +71,64 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 	if !a.cfg.FenceWatchdog {
 		return
 	}
+	every(ctx, leaseRenewPeriod, a.renewLease)
+}
+
+// renewLease writes the lease, naming the cgroups of a.atMostOne, if
+// this node knows it holds a majority, and makes sure a watchdog runs.
+// Serialised by leaseMu; reconcile calls it too, before it starts a
+// StatefulSet replica the last lease does not name (setAtMostOne), so no
+// copy ever runs outside the lease.
+func (a *Agent) renewLease() {
+	if !a.cfg.FenceWatchdog {
+		return
+	}
+	a.leaseMu.Lock()
+	defer a.leaseMu.Unlock()
+	a.mu.Lock()
+	quorum := a.quorum
+	ids := slices.Clone(a.atMostOne)
+	a.mu.Unlock()
+	if !quorum {
+		return // fenced or not known yet: the watchdog may act
+	}
 	path := filepath.Join(a.cfg.DataDir, leaseFileName)
-	every(ctx, leaseRenewPeriod, func() {
-		a.mu.Lock()
-		quorum := a.quorum
-		ids := slices.Clone(a.atMostOne)
-		a.mu.Unlock()
-		if !quorum {
-			return // fenced or not known yet: the watchdog may act
+	l := fenceLease{Deadline: a.cfg.leaseDeadline(time.Now())}
+	for _, id := range ids {
+		l.Cgroups = append(l.Cgroups, a.rt.CgroupPath(id))
+	}
+	b, err := json.Marshal(l)
+	if err == nil {
+		err = writePrivate(path, b)
+	}
+	if err != nil {
+		a.log.Error("renew the fence lease (its watchdog will kill this node's StatefulSet replicas when it runs out)", "err", err, "file", path)
+		return
+	}
+	a.leased = ids
+	if err := ensureWatchdog(a.cfg.DataDir); err != nil {
+		a.log.Error("start the fence watchdog", "err", err)
+	}
+}
+
+// setAtMostOne records this node's StatefulSet containers (and those it
+// is about to create) and, when one is not in the last lease, renews the
+// lease before reconcile acts.
+func (a *Agent) setAtMostOne(ids []string) {
+	a.mu.Lock()
+	a.atMostOne = ids
+	a.mu.Unlock()
+	a.leaseMu.Lock()
+	covered := true
+	for _, id := range ids {
+		if !slices.Contains(a.leased, id) {
+			covered = false
 		}
-		l := fenceLease{Deadline: a.cfg.leaseDeadline(time.Now())}
-		for _, id := range ids {
-			l.Cgroups = append(l.Cgroups, a.rt.CgroupPath(id))
-		}
-		b, err := json.Marshal(l)
-		if err == nil {
-			err = writePrivate(path, b)
-		}
-		if err != nil {
-			a.log.Error("renew the fence lease (its watchdog will kill this node's StatefulSet replicas when it runs out)", "err", err, "file", path)
-			return
-		}
-		if err := ensureWatchdog(a.cfg.DataDir); err != nil {
-			a.log.Error("start the fence watchdog", "err", err)
-		}
-	})
+	}
+	a.leaseMu.Unlock()
+	if !covered {
+		a.renewLease()
+	}
 }
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
