@@ -121,6 +121,13 @@ type Agent struct {
 	// last answered a quorum ping (quorumLoop); pinged is closed after
 	// the first round of pings.
 	quorum     bool
+	quorumSeen bool // a quorum state has been known once
+	// selfBack is when this node came back to the cluster after it was
+	// cut off: its quorum regained, or its agent not running for longer
+	// than --fence-timeout (stopped, starved). For --rejoin-settle after
+	// it, its view of who runs which StatefulSet replica is stale, so it
+	// starts none (quorum Unknown: what runs is kept).
+	selfBack   time.Time
 	lastAck    map[string]time.Time
 	pinged     chan struct{}
 	memberBack map[string]time.Time

@@ -61,6 +61,9 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 	default:
 		f.Unknown = true // the first round of pings after joining has not run yet
 	}
+	if !a.selfBack.IsZero() && now.Sub(a.selfBack) < a.cfg.RejoinSettle {
+		f.Unknown = true // back from being cut off: the view is not the majority's yet
+	}
 	for name, s := range v.statuses {
 		if name == a.cfg.Name {
 			continue
@@ -102,7 +105,12 @@ func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.R
 	if commit && !f.Unknown {
 		a.mu.Lock()
 		changed := f.Quorum != a.quorum
-		a.quorum = f.Quorum
+		if changed && f.Quorum && a.quorumSeen {
+			// Regained after a loss: settle before starting anything.
+			a.selfBack = now
+			f.Unknown = true
+		}
+		a.quorum, a.quorumSeen = f.Quorum, true
 		a.mu.Unlock()
 		if changed && f.Quorum {
 			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
@@ -126,7 +134,17 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	fresh := map[string]bool{}
+	last := time.Now()
 	for first := true; ; first = false {
+		if gap := time.Since(last); gap > a.cfg.FenceTimeout+time.Second {
+			// This loop did not run: the agent was stopped or starved, and
+			// its peers may have started its StatefulSet replicas since.
+			a.mu.Lock()
+			a.selfBack = time.Now()
+			a.mu.Unlock()
+			a.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
+		}
+		last = time.Now()
 		var wg sync.WaitGroup
 		for _, m := range a.cluster.Members() {
 			if m.Name == a.cfg.Name || (m.State != gossip.StateAlive && m.State != gossip.StateSuspect) {
