@@ -126,17 +126,17 @@ spec:
 	apply(t, n1, workload("srv", "[/echo]"))
 	names := map[string]string{}
 	waitFor(t, 60*time.Second, func() error {
-		var l struct{ Items []replica }
-		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+		items, err := apiReplicas(n1)
+		if err != nil {
 			return err
 		}
-		for _, r := range l.Items {
+		for _, r := range items {
 			if r.Workload == "crash" && r.Restarts >= 1 || r.Workload == "srv" && r.Phase == "Running" {
 				names[r.Workload] = r.Name
 			}
 		}
 		if len(names) != 2 {
-			return fmt.Errorf("want crash restarted and srv running: %+v", l.Items)
+			return fmt.Errorf("want crash restarted and srv running: %+v", items)
 		}
 		return nil
 	})

@@ -117,17 +117,17 @@ spec:
 `)
 	var r replica
 	waitFor(t, 60*time.Second, func() error {
-		var l struct{ Items []replica }
-		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+		items, err := apiReplicas(n1)
+		if err != nil {
 			return err
 		}
-		for _, x := range l.Items {
+		for _, x := range items {
 			if x.Workload == "env" && x.Phase == "Running" && x.PodIP != "" {
 				r = x
 				return nil
 			}
 		}
-		return fmt.Errorf("no running replica of env yet: %+v", l.Items)
+		return fmt.Errorf("no running replica of env yet: %+v", items)
 	})
 	want := fmt.Sprintf("message=ip=%s me=%s node=n1 lit=$(ME) unknown=$(NOPE)", r.PodIP, r.Name)
 	waitFor(t, 20*time.Second, func() error {
@@ -175,11 +175,11 @@ spec:
 `)
 	var r replica
 	waitFor(t, 60*time.Second, func() error {
-		var l struct{ Items []replica }
-		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+		items, err := apiReplicas(n1)
+		if err != nil {
 			return err
 		}
-		for _, x := range l.Items {
+		for _, x := range items {
 			if x.Workload == "files" {
 				r = x
 			}

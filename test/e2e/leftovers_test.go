@@ -61,15 +61,15 @@ func TestCreateAfterAnInterruptedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() error {
-		var l struct{ Items []replica }
-		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+		items, err := apiReplicas(n1)
+		if err != nil {
 			return err
 		}
-		for _, r := range l.Items {
+		for _, r := range items {
 			if r.Workload == "left" && r.Phase == "Running" {
 				return nil
 			}
 		}
-		return fmt.Errorf("not running: %+v", l.Items)
+		return fmt.Errorf("not running: %+v", items)
 	})
 }

@@ -50,11 +50,11 @@ spec:
 	ips := map[string]string{}
 	var nonroot replica
 	waitFor(t, 60*time.Second, func() error {
-		var l struct{ Items []replica }
-		if err := n1.APIGet("/v1/replicas", &l); err != nil {
+		items, err := apiReplicas(n1)
+		if err != nil {
 			return err
 		}
-		for _, r := range l.Items {
+		for _, r := range items {
 			if r.Ready && r.PodIP != "" {
 				ips[r.Workload] = r.PodIP
 			}

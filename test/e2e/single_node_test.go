@@ -28,6 +28,13 @@ type replica struct {
 	Reason    string `json:"reason"`
 }
 
+// apiReplicas is replicas through the API, without the CLI.
+func apiReplicas(n *harness.Node) ([]replica, error) {
+	var l struct{ Items []replica }
+	err := n.APIGet("/v1/replicas", &l)
+	return l.Items, err
+}
+
 func replicas(n *harness.Node) ([]replica, error) {
 	out, err := n.CLI("get", "replicas", "-A", "-o", "json")
 	if err != nil {
