@@ -536,7 +536,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		containerd.WithImageStopSignal(img, "SIGTERM"),
 	)
 	if err != nil {
-		return fmt.Errorf("create replica %s: new container: %w", rep.Name, err)
+		return fmt.Errorf("create replica %s: %w", rep.Name, userTerms(err, ic.User, rep.Spec.Security.RunAsUser))
 	}
 	defer func() {
 		if err != nil {

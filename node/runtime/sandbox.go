@@ -3,8 +3,12 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/contrib/seccomp"
@@ -116,4 +120,31 @@ func withoutRlimits(_ context.Context, _ oci.Client, _ *containers.Container, s 
 func cgroupV2() bool {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	return err == nil
+}
+
+// hostPath matches the host paths containerd puts in errors (its temporary
+// mounts of the image's filesystem), which mean nothing to a user.
+var hostPath = regexp.MustCompile(`(mount callback failed on )?/tmp/containerd-mount[0-9]+:? ?`)
+
+// userTerms translates an error of containerd's container creation into
+// the user's terms, as CRI reports them: a user the image's /etc/passwd
+// does not have is named ("unable to find user ghost: no matching entries
+// in passwd file"), host paths are dropped, and the text is one line.
+func userTerms(err error, imageUser string, runAsUser *int64) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, ErrRunAsRoot):
+		return err
+	case strings.Contains(msg, "no users found") || strings.Contains(msg, "no such user"):
+		user := imageUser
+		if runAsUser != nil {
+			user = strconv.FormatInt(*runAsUser, 10)
+		}
+		user, _, _ = strings.Cut(user, ":")
+		return fmt.Errorf("unable to find user %s: no matching entries in passwd file", user)
+	case strings.Contains(msg, "no groups found"):
+		return fmt.Errorf("unable to find the group of user %s: no matching entries in group file", imageUser)
+	}
+	msg = hostPath.ReplaceAllString(msg, "")
+	return errors.New(strings.Join(strings.Fields(msg), " "))
 }

@@ -74,3 +74,24 @@ func TestSandboxSpec(t *testing.T) {
 		t.Errorf("runAsNonRoot as UID 0: %v", err)
 	}
 }
+
+// TestUserTerms: containerd's creation errors in the user's terms.
+func TestUserTerms(t *testing.T) {
+	uid := int64(4242)
+	for _, tt := range []struct {
+		err       error
+		user      string
+		runAsUser *int64
+		want      string
+	}{
+		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost:staff", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{errors.New("no users found"), "", &uid, "unable to find user 4242: no matching entries in passwd file"},
+		{errors.New("mount callback failed on /tmp/containerd-mount99: open etc/x:\n bad"), "", nil, "open etc/x: bad"},
+		{ErrRunAsRoot, "", nil, ErrRunAsRoot.Error()},
+	} {
+		if got := userTerms(tt.err, tt.user, tt.runAsUser).Error(); got != tt.want {
+			t.Errorf("userTerms(%q) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}

@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/starling-orchestrator/starling/test/harness"
+	"github.com/starling-orchestrator/starling/test/imagebuild"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,7 +18,8 @@ import (
 // they ended, as kubectl shows a pod's container: lastState.terminated
 // with reason Completed, Error or OOMKilled and the exit code in
 // `get replicas -o json`, STATUS CrashLoopBackOff and "RESTARTS n (…
-// ago)" in `get replicas`, Last State in `describe`.
+// ago)" in `get replicas`, Last State in `describe`. An image whose User
+// is not in its /etc/passwd says so, naming the user, with no host path.
 func TestEveryExitExplained(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
@@ -41,6 +46,33 @@ spec:
 	apply(t, n1, exiting("done", "[/echo, check]", "{memory: 64Mi}"))
 	apply(t, n1, exiting("three", "[/echo, check, -exit, '3']", "{memory: 64Mi}"))
 	apply(t, n1, exiting("oom", "[/echo, check, -alloc, '256', -sleep, 1s]", "{memory: 48Mi}"))
+	// An image whose User its /etc/passwd does not have.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mod, err := harness.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghostTar := filepath.Join(t.TempDir(), "ghost.tar")
+	if err := imagebuild.EchoWith(ctx, mod, imagebuild.Spec{Ref: "starling.local/echo:ghost", User: "ghost"}, ghostTar); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.CLI("image", "import", ghostTar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, strings.Replace(exiting("ghost", "[/echo]", "{memory: 64Mi}"), "starling.local/echo:v1", "starling.local/echo:ghost", 1))
+	waitFor(t, 60*time.Second, func() error {
+		items, err := apiReplicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range items {
+			if r.Workload == "ghost" && strings.HasSuffix(r.Reason, "unable to find user ghost: no matching entries in passwd file") && !strings.Contains(r.Reason, "/tmp/") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no replica of ghost says which user is missing: %+v", items)
+	})
 	want := map[string]struct {
 		reason string
 		code   int

@@ -42,6 +42,8 @@ type Spec struct {
 	// StopSignal is the image config's StopSignal ("SIGQUIT"); empty:
 	// none (the runtime sends SIGTERM).
 	StopSignal string
+	// User is the image config's User ("nginx", "1000:1000"); empty: root.
+	User string
 }
 
 // Write packs spec into a docker-archive tarball at path.
@@ -113,6 +115,7 @@ func Write(path string, spec Spec) error {
 	cf.Config.Entrypoint = spec.Entrypoint
 	cf.Config.Env = append([]string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}, spec.Env...)
 	cf.Config.StopSignal = spec.StopSignal
+	cf.Config.User = spec.User
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err
@@ -140,7 +143,7 @@ func Echo(ctx context.Context, moduleDir, ref, message, out string) error {
 	return EchoWith(ctx, moduleDir, Spec{Ref: ref, Env: []string{"MESSAGE=" + message}}, out)
 }
 
-// EchoWith is Echo with spec's Ref, Env and StopSignal (its Files and
+// EchoWith is Echo with spec's Ref, Env, StopSignal and User (its Files and
 // Entrypoint are the echo server's).
 func EchoWith(ctx context.Context, moduleDir string, spec Spec, out string) error {
 	bin := out + ".bin"
