@@ -14,6 +14,11 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X github.com/starling-orchestrator/starling/node.Version=$(VERSION)
 DEB_PACKAGES := containerd runc iptables containernetworking-plugins iproute2 util-linux busybox-static
 DEMO_DIR     ?= /var/tmp/starling-demo
+# Real server software for the end-to-end tests, downloaded (never
+# installed) from Debian: test/imagebuild packs it into images.
+TEST_DEBS    := nginx nginx-common redis-tools liblzf1 libjemalloc2
+TEST_DEB_DIR ?= /var/cache/starling/test-debs
+export STARLING_TEST_DEBS := $(TEST_DEB_DIR)
 
 .PHONY: all deps build test unit bench demo demo-down fuzz vet clean
 
@@ -29,6 +34,11 @@ deps:
 		echo "installing Debian packages:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@missing=""; for p in $(TEST_DEBS); do ls $(TEST_DEB_DIR)/$${p}_*.deb >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
+		echo "downloading Debian packages for test images:$$missing"; \
+		mkdir -p $(TEST_DEB_DIR) && cd $(TEST_DEB_DIR) && { apt-get download $$missing >/dev/null 2>&1 || { apt-get update -qq && apt-get download $$missing >/dev/null; }; }; \
 	fi
 	@$(GO) mod download
 

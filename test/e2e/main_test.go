@@ -27,6 +27,9 @@ var (
 	echoV1Tar string
 	echoV2Tar string
 	skipWhy   string
+	// nginxTar and redisTar are images of Debian's nginx and redis
+	// (imagebuild.Nginx, Redis), short names; realSkip says why not.
+	nginxTar, redisTar, realSkip string
 )
 
 func TestMain(m *testing.M) {
@@ -69,6 +72,22 @@ func testMain(m *testing.M) int {
 	if err == nil {
 		echoV2Tar = filepath.Join(dir, "echo-v2.tar")
 		err = imagebuild.Echo(ctx, mod, "starling.local/echo:v2", "v2", echoV2Tar)
+	}
+	if err == nil {
+		debs := os.Getenv("STARLING_TEST_DEBS")
+		if debs == "" {
+			debs = "/var/cache/starling/test-debs"
+		}
+		nginxTar, redisTar = filepath.Join(dir, "nginx.tar"), filepath.Join(dir, "redis.tar")
+		rerr := imagebuild.Nginx(ctx, debs, "nginx:1.22", nginxTar)
+		if rerr == nil {
+			rerr = imagebuild.Redis(ctx, debs, "redis:7.0", redisTar)
+		}
+		if rerr != nil && os.Getenv("STARLING_E2E_REQUIRED") == "1" {
+			err = fmt.Errorf("images of Debian's nginx and redis ('make deps' downloads the packages): %w", rerr)
+		} else if rerr != nil {
+			realSkip = rerr.Error()
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)

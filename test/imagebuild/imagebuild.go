@@ -30,6 +30,9 @@ type File struct {
 	Source string
 	// Link, when set, makes the entry a symlink to this target.
 	Link string
+	// Dir makes the entry a directory (with Mode, e.g. 01777 for one
+	// any user may write).
+	Dir bool
 }
 
 // Spec describes an image: its reference (e.g. "starling.local/echo:v1"),
@@ -44,6 +47,8 @@ type Spec struct {
 	StopSignal string
 	// User is the image config's User ("nginx", "1000:1000"); empty: root.
 	User string
+	// WorkingDir is the image config's WorkingDir.
+	WorkingDir string
 }
 
 // Write packs spec into a docker-archive tarball at path.
@@ -55,19 +60,33 @@ func Write(path string, spec Spec) error {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
+	dirs, explicit := map[string]bool{}, map[string]bool{}
+	for _, f := range spec.Files {
+		if f.Dir {
+			explicit[f.Path] = true
+		}
+	}
 	for _, f := range spec.Files {
 		for d := filepath.Dir(f.Path); d != "/" && d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 		}
 	}
 	for d := range dirs {
+		if explicit[d] {
+			continue
+		}
 		if err := tw.WriteHeader(&tar.Header{Name: d[1:] + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
 			return err
 		}
 	}
 	for _, f := range spec.Files {
 		name := f.Path[1:]
+		if f.Dir {
+			if err := tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: f.Mode}); err != nil {
+				return err
+			}
+			continue
+		}
 		if f.Link != "" {
 			if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: f.Link, Mode: 0o777}); err != nil {
 				return err
@@ -116,6 +135,7 @@ func Write(path string, spec Spec) error {
 	cf.Config.Env = append([]string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}, spec.Env...)
 	cf.Config.StopSignal = spec.StopSignal
 	cf.Config.User = spec.User
+	cf.Config.WorkingDir = spec.WorkingDir
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err
