@@ -127,11 +127,14 @@ type Agent struct {
 	// than --fence-timeout (stopped, starved). For --rejoin-settle after
 	// it, its view of who runs which StatefulSet replica is stale, so it
 	// starts none (quorum Unknown: what runs is kept).
-	selfBack   time.Time
-	lastAck    map[string]time.Time
-	pinged     chan struct{}
-	memberBack map[string]time.Time
-	wg         sync.WaitGroup // running actions
+	selfBack time.Time
+	// leaseDeadline is the deadline of the last fence lease written
+	// (watchdog.go); zero when none is pending.
+	leaseDeadline time.Time
+	lastAck       map[string]time.Time
+	pinged        chan struct{}
+	memberBack    map[string]time.Time
+	wg            sync.WaitGroup // running actions
 }
 
 // Runtime is what the agent needs from the container runtime. node/runtime

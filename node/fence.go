@@ -61,6 +61,7 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 	default:
 		f.Unknown = true // the first round of pings after joining has not run yet
 	}
+	a.checkLeaseLapse(now)
 	if !a.selfBack.IsZero() && now.Sub(a.selfBack) < a.cfg.RejoinSettle {
 		f.Unknown = true // back from being cut off: the view is not the majority's yet
 	}
@@ -107,7 +108,7 @@ func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.R
 		changed := f.Quorum != a.quorum
 		if changed && f.Quorum && a.quorumSeen {
 			// Regained after a loss: settle before starting anything.
-			a.selfBack = now
+			a.noteBack(now)
 			f.Unknown = true
 		}
 		a.quorum, a.quorumSeen = f.Quorum, true
@@ -140,7 +141,7 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 			// This loop did not run: the agent was stopped or starved, and
 			// its peers may have started its StatefulSet replicas since.
 			a.mu.Lock()
-			a.selfBack = time.Now()
+			a.noteBack(time.Now())
 			a.mu.Unlock()
 			a.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
 		}
@@ -270,5 +271,30 @@ func (a *Agent) stopStatefulReplicas() {
 	defer cancel()
 	if left, err := a.rt.List(listCtx); err == nil {
 		a.publishStatus(a.localReplicas(left, nil, a.probeSpecs(v.workloads, left)))
+	}
+}
+
+// noteBack records that this node came back to the cluster at now (see
+// selfBack) and asks for a reconcile when the settling ends, so what
+// waited for it starts then. Called with a.mu held.
+func (a *Agent) noteBack(now time.Time) {
+	a.selfBack = now
+	time.AfterFunc(a.cfg.RejoinSettle+10*time.Millisecond, a.requestReconcile)
+}
+
+// checkLeaseLapse notes this node as back (noteBack) when its last fence
+// lease ran out while it held the quorum (so a renewal was due): the agent was stopped or starved
+// that long, its watchdog may have killed its StatefulSet replicas and
+// its peers may have started them. Whoever looks first after such a gap
+// (a reconcile, or the renewal) sees it, before anything is started on a
+// view from before the gap. Called with a.mu held.
+func (a *Agent) checkLeaseLapse(now time.Time) {
+	if !a.leaseDeadline.IsZero() && now.After(a.leaseDeadline) {
+		a.leaseDeadline = time.Time{}
+		if !a.quorum {
+			return // fenced: no renewal was due; regaining the quorum settles
+		}
+		a.noteBack(now)
+		a.log.Warn("this node's fence lease ran out before it was renewed (the agent was stopped or starved): StatefulSet replicas start again only after --rejoin-settle")
 	}
 }

@@ -85,7 +85,9 @@ func (a *Agent) renewLease() {
 	}
 	a.leaseMu.Lock()
 	defer a.leaseMu.Unlock()
+	now := time.Now()
 	a.mu.Lock()
+	a.checkLeaseLapse(now)
 	quorum := a.quorum
 	ids := slices.Clone(a.atMostOne)
 	a.mu.Unlock()
@@ -93,7 +95,7 @@ func (a *Agent) renewLease() {
 		return // fenced or not known yet: the watchdog may act
 	}
 	path := filepath.Join(a.cfg.DataDir, leaseFileName)
-	l := fenceLease{Deadline: a.cfg.leaseDeadline(time.Now())}
+	l := fenceLease{Deadline: a.cfg.leaseDeadline(now)}
 	for _, id := range ids {
 		l.Cgroups = append(l.Cgroups, a.rt.CgroupPath(id))
 	}
@@ -106,6 +108,9 @@ func (a *Agent) renewLease() {
 		return
 	}
 	a.leased = ids
+	a.mu.Lock()
+	a.leaseDeadline = l.Deadline
+	a.mu.Unlock()
 	if err := ensureWatchdog(a.cfg.DataDir); err != nil {
 		a.log.Error("start the fence watchdog", "err", err)
 	}
