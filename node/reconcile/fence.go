@@ -24,7 +24,7 @@ type Fencing struct {
 //   - is dropped when the node has no quorum (Plan then removes its
 //     container: the minority side of a partition runs none), and while
 //     the quorum is Unknown only kept if it already runs here;
-//   - stays if its ordinal already runs here;
+//   - stays if its ordinal already runs here (a task running, or created);
 //   - otherwise starts only if no other node may still hold its ordinal.
 //
 // Why at most one: a replica starts only on a node with a majority, and
@@ -34,9 +34,15 @@ type Fencing struct {
 // above the time that takes, so by the time the majority side starts a
 // replacement, the old copy is dead. Two majorities cannot exist at once.
 func Fence(mine []Replica, in Fencing) []Replica {
+	// A copy runs here when its task runs, or when its create is under
+	// way (Created): an exited copy (crashed, or killed by the fence
+	// watchdog while the agent was away) is no claim on the ordinal, and
+	// restarts only as a new start would.
 	here := map[slotKey]bool{}
 	for _, c := range in.Observed {
-		here[slotKey{c.Namespace, c.Workload, c.Ordinal}] = true
+		if c.State == StateRunning || c.State == StateCreated {
+			here[slotKey{c.Namespace, c.Workload, c.Ordinal}] = true
+		}
 	}
 	var out []Replica
 	for _, r := range mine {

@@ -32,6 +32,9 @@ func TestFenceAtMostOne(t *testing.T) {
 		{"held elsewhere: wait", Fencing{Quorum: true, Held: held1}, "db-0 web-aaaaaaaa-0"},
 		{"held elsewhere but running here: keep", Fencing{Quorum: true, Held: held1, Observed: []Container{running(db1)}}, "db-0 db-1 web-aaaaaaaa-0"},
 		{"quorum unknown: keep what runs, start nothing", Fencing{Unknown: true, Observed: []Container{running(db1)}}, "db-1 web-aaaaaaaa-0"},
+		{"exited here, held elsewhere (the watchdog killed it, a peer took over): wait", Fencing{Quorum: true, Held: held1, Observed: []Container{exited(db1)}}, "db-0 web-aaaaaaaa-0"},
+		{"exited here, nowhere else: restart", Fencing{Quorum: true, Observed: []Container{exited(db1)}}, "db-0 db-1 web-aaaaaaaa-0"},
+		{"quorum unknown, exited here: start nothing", Fencing{Unknown: true, Observed: []Container{exited(db1)}}, "web-aaaaaaaa-0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,4 +94,10 @@ func TestStatefulReplicaUpdatesInPlaceHighestFirst(t *testing.T) {
 	if got := Gate(in); len(got) != 1 {
 		t.Fatalf("db-1 should start once db-0 is ready: %+v", got)
 	}
+}
+
+func exited(r Replica) Container {
+	c := running(r)
+	c.State = StateExited
+	return c
 }

@@ -135,7 +135,8 @@ func userTerms(err error, imageUser string, runAsUser *int64) error {
 	switch {
 	case errors.Is(err, ErrRunAsRoot):
 		return err
-	case strings.Contains(msg, "no users found") || strings.Contains(msg, "no such user"):
+	case strings.Contains(msg, "no users found") || strings.Contains(msg, "no such user") ||
+		strings.Contains(msg, "/etc/passwd: no such file"):
 		user := imageUser
 		if runAsUser != nil {
 			user = strconv.FormatInt(*runAsUser, 10)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +103,11 @@ func testMain(m *testing.M) int {
 // failure whose cause is older than the diagnostics' last 60 lines
 // (STARLING_E2E_KEEP_LOGS=dir).
 func keepLog(t *testing.T, node *harness.Node, dir string) {
+	// A goroutine dump first (Go's SIGQUIT), for an agent that hangs.
+	if pid := node.AgentPID(); pid > 0 {
+		syscall.Kill(pid, syscall.SIGQUIT)
+		time.Sleep(300 * time.Millisecond)
+	}
 	data, err := os.ReadFile(node.AgentLogPath())
 	if err == nil {
 		err = os.MkdirAll(dir, 0o755)
