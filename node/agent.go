@@ -120,11 +120,11 @@ type Agent struct {
 	// quorum is the last quorum state logged; lastAck is when each peer
 	// last answered a quorum ping (quorumLoop); pinged is closed after
 	// the first round of pings.
-	quorum     bool
-	quorumSeen bool // a quorum state has been known once
-	// selfBack is when this node came back to the cluster after it was
-	// cut off: its quorum regained, or its agent not running for longer
-	// than --fence-timeout (stopped, starved). For --rejoin-settle after
+	quorum bool
+	// selfBack is when this node came back to the cluster after its
+	// agent did not run for longer than --fence-timeout (stopped,
+	// starved: the ping loop saw the gap, or its fence lease ran out
+	// while a renewal was due). For --rejoin-settle after
 	// it, its view of who runs which StatefulSet replica is stale, so it
 	// starts none (quorum Unknown: what runs is kept).
 	selfBack time.Time

@@ -106,12 +106,10 @@ func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.R
 	if commit && !f.Unknown {
 		a.mu.Lock()
 		changed := f.Quorum != a.quorum
-		if changed && f.Quorum && a.quorumSeen {
-			// Regained after a loss: settle before starting anything.
-			a.noteBack(now)
-			f.Unknown = true
-		}
-		a.quorum, a.quorumSeen = f.Quorum, true
+		// A quorum regained after a partition needs no settling of its
+		// own: the peers it sees again count only after --rejoin-settle
+		// (memberBack), time in which this node takes their state.
+		a.quorum = f.Quorum
 		a.mu.Unlock()
 		if changed && f.Quorum {
 			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
