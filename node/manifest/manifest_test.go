@@ -428,7 +428,7 @@ spec:
 			},
 		},
 		{
-			name: "container securityContext: privileged, a capability outside the allowlist, a bad user",
+			name:  "container securityContext: privileged, a capability outside the allowlist, a bad user",
 			input: edit(t, d, "        image: nginx:1.27", "        image: nginx:1.27\n        securityContext:\n          privileged: true\n          runAsUser: -1\n          capabilities: {add: [SYS_ADMIN], drop: [ALL]}"),
 			want: []string{
 				`x.yaml: Deployment "hello": ` + ctr + `.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive`,

@@ -164,7 +164,7 @@ type Container struct {
 	OOMKilled bool
 	// Last is the run before the current one, if it ended (kubectl's
 	// Last State); nil for a container never restarted.
-	Last *Termination
+	Last        *Termination
 	GracePeriod time.Duration
 	// StopReason says why the agent stopped the last run ("liveness probe
 	// failed: HTTP 500"); empty when it ended by itself or still runs.
