@@ -101,7 +101,7 @@ func (a *Agent) renewLease() {
 	}
 	b, err := json.Marshal(l)
 	if err == nil {
-		err = writePrivate(path, b)
+		err = writeLease(path, b)
 	}
 	if err != nil {
 		a.log.Error("renew the fence lease (its watchdog will kill this node's StatefulSet replicas when it runs out)", "err", err, "file", path)
@@ -232,6 +232,18 @@ func RunFenceWatchdog(ctx context.Context, leasePath string, log *slog.Logger) e
 			return nil
 		}
 	}
+}
+
+// writeLease replaces the lease file atomically (a temporary file
+// renamed over it), without fsync: the watchdog reads it from the page
+// cache, a lease is worthless after a reboot, and two fsyncs a second
+// would wear the SD cards edge nodes run on.
+func writeLease(path string, b []byte) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func readLease(path string) (fenceLease, error) {
