@@ -117,9 +117,9 @@ type Agent struct {
 	// Flap damping (see aliveMembers): members seen down, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time // since when
-	// quorum is the last quorum state logged; lastAck is when each peer
-	// last answered a quorum ping (quorumLoop); pinged is closed after
-	// the first round of pings.
+	// quorum is the last quorum state logged; peerAcks are the peers'
+	// answers to quorum pings (quorumLoop); pinged is closed after the
+	// first round of pings.
 	quorum bool
 	// selfBack is when this node came back to the cluster after its
 	// agent did not run for longer than --fence-timeout (stopped,
@@ -131,7 +131,7 @@ type Agent struct {
 	// leaseDeadline is the deadline of the last fence lease written
 	// (watchdog.go); zero when none is pending.
 	leaseDeadline time.Time
-	lastAck       map[string]time.Time
+	peerAcks      peerAcks
 	pinged        chan struct{}
 	memberBack    map[string]time.Time
 	wg            sync.WaitGroup // running actions
@@ -250,7 +250,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, finished: map[string]uint64{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
-		memberDown: map[string]time.Time{}, lastAck: map[string]time.Time{}, pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
+		memberDown: map[string]time.Time{}, peerAcks: newPeerAcks(), pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
 	a.acks = newAckTracker(cfg.AckTimeout)
@@ -573,6 +573,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())
 	a.fenceActions(v, res.Actions, fenced)
+	a.withServiceLinks(v, res.Actions)
 	for _, act := range res.Actions {
 		if wait := a.failureWait(act, time.Now()); wait > 0 {
 			if res.Requeue == 0 || wait < res.Requeue {

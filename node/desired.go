@@ -58,6 +58,10 @@ func specOf(o manifest.Object) reconcile.Spec {
 	}
 	s.Hostname, s.Subdomain, s.DNSPolicy = t.Spec.Hostname, t.Spec.Subdomain, string(t.Spec.DNSPolicy)
 	s.Security = securityOf(t.Spec.SecurityContext, c.SecurityContext)
+	s.NoServiceLinks = t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks
+	if l := c.Lifecycle; l != nil {
+		s.PostStart, s.PreStop = hookOf(c, l.PostStart), hookOf(c, l.PreStop)
+	}
 	for _, h := range t.Spec.HostAliases {
 		s.HostAliases = append(s.HostAliases, reconcile.HostAlias{IP: h.IP, Hostnames: h.Hostnames})
 	}
@@ -94,6 +98,27 @@ func specOf(o manifest.Object) reconcile.Spec {
 		s.MemoryRequestBytes = q.Value()
 	}
 	return s
+}
+
+// hookOf resolves lifecycle handler h of container c (nil when not set;
+// manifest validation rejects handlers that cannot run).
+func hookOf(c corev1.Container, h *corev1.LifecycleHandler) *reconcile.Hook {
+	switch {
+	case h == nil:
+		return nil
+	case h.Exec != nil:
+		return &reconcile.Hook{Exec: h.Exec.Command}
+	case h.HTTPGet != nil:
+		g := &reconcile.HTTPGetHook{HTTPS: h.HTTPGet.Scheme == corev1.URISchemeHTTPS, Host: h.HTTPGet.Host,
+			Port: containerPort(c, h.HTTPGet.Port), Path: h.HTTPGet.Path}
+		for _, hdr := range h.HTTPGet.HTTPHeaders {
+			g.Headers = append(g.Headers, reconcile.HTTPHeader{Name: hdr.Name, Value: hdr.Value})
+		}
+		return &reconcile.Hook{HTTPGet: g}
+	case h.Sleep != nil:
+		return &reconcile.Hook{Sleep: time.Duration(h.Sleep.Seconds) * time.Second}
+	}
+	return nil
 }
 
 // specHashOf is the pod-template hash of a workload (manifest.SpecHash).

@@ -18,8 +18,10 @@ import (
 // publishes no record, counts only while it is up). Seen are this node
 // and the members memberlist reports alive that answered one of this
 // node's direct pings (quorumLoop, once a second) within --fence-timeout;
-// a member back from dead counts only after --rejoin-settle, once it has
-// the majority's state. So the minority side of a partition loses its
+// a member back from dead, or one that answered no ping for longer than
+// --fence-timeout (memberlist may keep a cut-off member suspect for the
+// whole cut), counts only after --rejoin-settle of answers, time in
+// which this node takes the state the two sides wrote apart (peerAcks). So the minority side of a partition loses its
 // majority --fence-timeout after the cut, whatever memberlist's failure
 // detector (one probe per interval, slowed down by Lifeguard on an
 // unhealthy node) makes of it, and well before the majority side has
@@ -51,7 +53,7 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 			known[m.Name] = true
 		}
 		_, settling := a.memberBack[m.Name]
-		if m.State == gossip.StateAlive && !settling && now.Sub(a.lastAck[m.Name]) < a.cfg.FenceTimeout {
+		if m.State == gossip.StateAlive && !settling && a.peerAcks.counts(m.Name, now, a.cfg.FenceTimeout, a.cfg.RejoinSettle) {
 			seen++
 		}
 	}
@@ -108,7 +110,8 @@ func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.R
 		changed := f.Quorum != a.quorum
 		// A quorum regained after a partition needs no settling of its
 		// own: the peers it sees again count only after --rejoin-settle
-		// (memberBack), time in which this node takes their state.
+		// (memberBack, peerAcks), time in which this node takes their
+		// state.
 		a.quorum = f.Quorum
 		a.mu.Unlock()
 		if changed && f.Quorum {
@@ -154,7 +157,12 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 				defer wg.Done()
 				if _, err := a.cluster.Ping(name); err == nil {
 					a.mu.Lock()
-					a.lastAck[name] = time.Now()
+					// A member first heard of while this node has no
+					// quorum may be the majority it was cut off from
+					// (an agent restarted inside a partition).
+					if a.peerAcks.ack(name, time.Now(), a.cfg.FenceTimeout, !first && !a.quorum) {
+						time.AfterFunc(a.cfg.RejoinSettle+10*time.Millisecond, a.requestReconcile)
+					}
 					a.mu.Unlock()
 				}
 			}(m.Name)
@@ -166,7 +174,7 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 		now := time.Now()
 		changed := false
 		a.mu.Lock()
-		for name, at := range a.lastAck {
+		for name, at := range a.peerAcks.last {
 			if f := now.Sub(at) < a.cfg.FenceTimeout; f != fresh[name] {
 				fresh[name], changed = f, true
 			}
@@ -181,6 +189,50 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// peerAcks are the answers of peers to this node's quorum pings. A peer
+// that did not answer for longer than the fence timeout was cut off from
+// this node (or this node from it): what either side wrote meanwhile has
+// not reached the other, so it counts again only once it has answered
+// for the settle time (--rejoin-settle), as a member back from dead does.
+// Not safe for concurrent use (the agent's mu guards it).
+type peerAcks struct {
+	last map[string]time.Time // last answer
+	back map[string]time.Time // when answers resumed after a silence
+}
+
+func newPeerAcks() peerAcks {
+	return peerAcks{last: map[string]time.Time{}, back: map[string]time.Time{}}
+}
+
+// ack records an answer of name at now and reports whether it ends a
+// silence longer than timeout; an answer from a peer never heard before
+// ends one when unheardIsSilence is set.
+func (p *peerAcks) ack(name string, now time.Time, timeout time.Duration, unheardIsSilence bool) bool {
+	prev, ok := p.last[name]
+	p.last[name] = now
+	if ok && now.Sub(prev) > timeout || !ok && unheardIsSilence {
+		p.back[name] = now
+		return true
+	}
+	return false
+}
+
+// counts reports whether name counts as seen at now: it answered within
+// timeout and, if its answers resumed after a silence, has answered for
+// settle since.
+func (p *peerAcks) counts(name string, now time.Time, timeout, settle time.Duration) bool {
+	if now.Sub(p.last[name]) >= timeout {
+		return false
+	}
+	if back, ok := p.back[name]; ok {
+		if now.Sub(back) < settle {
+			return false
+		}
+		delete(p.back, name)
+	}
+	return true
 }
 
 // statefulWorkloads is the set of StatefulSet workload keys in v.

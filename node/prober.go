@@ -76,17 +76,7 @@ func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
 	if pr == nil {
 		return nil
 	}
-	port := func(p intstr.IntOrString) int32 {
-		if p.Type != intstr.String {
-			return p.IntVal
-		}
-		for _, cp := range c.Ports {
-			if cp.Name == p.StrVal {
-				return cp.ContainerPort
-			}
-		}
-		return 0
-	}
+	port := func(p intstr.IntOrString) int32 { return containerPort(c, p) }
 	s := probe.Spec{
 		InitialDelay:     time.Duration(pr.InitialDelaySeconds) * time.Second,
 		Period:           time.Duration(max(pr.PeriodSeconds, 1)) * time.Second,
@@ -115,6 +105,20 @@ func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
 		return nil
 	}
 	return &s
+}
+
+// containerPort resolves a port number or name of c's ports (0: no such
+// name).
+func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
+	if p.Type != intstr.String {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	return 0
 }
 
 // probeKey identifies one run of a container: a restart starts afresh.

@@ -77,6 +77,14 @@ var probeFields = []string{
 	"successThreshold", "failureThreshold",
 }
 
+// hookFields are the lifecycle handler fields Starling runs (tcpSocket,
+// which the kubelet no longer runs either, is refused).
+var hookFields = []string{
+	"exec.command",
+	"httpGet.path", "httpGet.port", "httpGet.host", "httpGet.scheme", "httpGet.httpHeaders",
+	"sleep.seconds",
+}
+
 var containerFields = concat(
 	[]string{
 		"name", "image", "command", "args", "workingDir",
@@ -93,6 +101,8 @@ var containerFields = concat(
 		// false is what kubectl prints; true is refused (validateSecurity).
 		"securityContext.privileged",
 	},
+	prefixed("lifecycle.postStart.", hookFields...),
+	prefixed("lifecycle.preStop.", hookFields...),
 	prefixed("readinessProbe.", probeFields...),
 	prefixed("livenessProbe.", probeFields...),
 	prefixed("startupProbe.", probeFields...),
@@ -128,6 +138,7 @@ var podTemplateFields = concat(
 		"spec.template.spec.dnsConfig.options[].name", "spec.template.spec.dnsConfig.options[].value",
 		"spec.template.spec.restartPolicy",
 		"spec.template.spec.dnsPolicy",
+		"spec.template.spec.enableServiceLinks",
 		// Harmless: Starling has one scheduler and no service accounts.
 		"spec.template.spec.schedulerName",
 		"spec.template.spec.serviceAccountName", "spec.template.spec.serviceAccount",

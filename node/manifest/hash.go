@@ -51,6 +51,10 @@ type replicaSpec struct {
 	// (kubectl prints `securityContext: {}`, which changes nothing).
 	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
 	SecurityContext    *corev1.SecurityContext    `json:"securityContext,omitempty"`
+	// enableServiceLinks when false (true is the default).
+	NoServiceLinks bool `json:"noServiceLinks,omitempty"`
+	// The container's postStart and preStop hooks.
+	Lifecycle *corev1.Lifecycle `json:"lifecycle,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -64,7 +68,8 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // every container, in order, each with the template's RestartedAtAnnotation,
 // terminationGracePeriodSeconds (unless 30, the default), nodeSelector,
 // hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst),
-// dnsConfig and the pod's and container's securityContext.
+// dnsConfig, the pod's and container's securityContext,
+// enableServiceLinks (when false) and the container's lifecycle hooks.
 // Replicas, strategy and other Deployment settings do not change it, so it
 // changes exactly when replicas must be replaced. Unlike Kubernetes'
 // pod-template-hash, the template's labels and other annotations are left
@@ -122,6 +127,8 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				DNSConfig:                     t.Spec.DNSConfig,
 				PodSecurityContext:            podSecurity,
 				SecurityContext:               nonEmptySecurity(c.SecurityContext),
+				NoServiceLinks:                t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks,
+				Lifecycle:                     c.Lifecycle,
 			})
 		}
 	}

@@ -437,6 +437,25 @@ spec:
 			},
 		},
 		{
+			name: "lifecycle hooks: tcpSocket, two handlers, a sleep past the grace period, a port the container lacks",
+			input: edit(t, d, "        image: nginx:1.27", "        image: nginx:1.27\n        lifecycle:\n"+
+				"          postStart: {tcpSocket: {port: 80}}\n"+
+				"          preStop: {exec: {command: [nginx, -s, quit]}, sleep: {seconds: 40}}"),
+			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.lifecycle.preStop.sleep.seconds: Invalid value: 40: must be between 0 and terminationGracePeriodSeconds (30)`,
+				`x.yaml: Deployment "hello": ` + ctr + `.lifecycle.preStop.sleep: Forbidden: may not specify more than 1 handler type`,
+				`x.yaml: Deployment "hello": ` + ctr + `.lifecycle.postStart.tcpSocket: Forbidden: not supported by Starling yet`,
+			},
+		},
+		{
+			name:  "lifecycle httpGet to a port name the container lacks",
+			input: edit(t, d, "        image: nginx:1.27", "        image: nginx:1.27\n        lifecycle:\n          preStop: {httpGet: {port: admin, path: /drain, host: db.local}}"),
+			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.lifecycle.preStop.httpGet.port: Invalid value: "admin": must be the name of one of the container's ports`,
+				`x.yaml: Deployment "hello": ` + ctr + `.lifecycle.preStop.httpGet.host: Invalid value: "db.local": must be an IP address (Starling resolves no names for hooks); leave it out for the pod's own address`,
+			},
+		},
+		{
 			name:  "env valueFrom",
 			input: edit(t, d, "          value: hi", "          valueFrom:\n            secretKeyRef: {name: s, key: k}"),
 			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.secretKeyRef: Forbidden: not supported by Starling yet`},

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -292,8 +293,13 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		e.Detail += ": multi-container pods are not supported by Starling yet"
 		errs = append(errs, e)
 	}
+	grace := int64(defaultGracePeriodSeconds)
+	if s.TerminationGracePeriodSeconds != nil {
+		grace = *s.TerminationGracePeriodSeconds
+	}
 	for i := range s.Containers {
 		errs = append(errs, validateContainer(&s.Containers[i], cp.Index(i))...)
+		errs = append(errs, validateLifecycle(&s.Containers[i], grace, cp.Index(i).Child("lifecycle"))...)
 	}
 	if s.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("restartPolicy"), s.RestartPolicy, []corev1.RestartPolicy{corev1.RestartPolicyAlways}))
@@ -478,6 +484,75 @@ func validateResources(r *corev1.ResourceRequirements, p *field.Path) field.Erro
 			errs = append(errs, field.Invalid(p.Child("requests").Key(string(name)), req.String(),
 				fmt.Sprintf("must be less than or equal to %s limit of %s", name, limit.String())))
 		}
+	}
+	return errs
+}
+
+// MaxLifecycleBytes bounds a container's lifecycle hooks as JSON: they are
+// kept with the container in containerd, whose labels (key and value)
+// are limited to 4096 bytes.
+const MaxLifecycleBytes = 3072
+
+// validateLifecycle follows Kubernetes' validateLifecycle for the
+// handlers Starling runs (exec, httpGet, sleep; tcpSocket, which the
+// kubelet never runs, is refused by the field walk). grace is the pod's
+// terminationGracePeriodSeconds: a sleep may not outlast it.
+func validateLifecycle(c *corev1.Container, grace int64, p *field.Path) field.ErrorList {
+	l := c.Lifecycle
+	if l == nil {
+		return nil
+	}
+	portNames := map[string]bool{}
+	for _, port := range c.Ports {
+		if port.Name != "" {
+			portNames[port.Name] = true
+		}
+	}
+	var errs field.ErrorList
+	for _, h := range []struct {
+		name    string
+		handler *corev1.LifecycleHandler
+	}{{"postStart", l.PostStart}, {"preStop", l.PreStop}} {
+		if h.handler == nil {
+			continue
+		}
+		hp := p.Child(h.name)
+		var handlers []string
+		if e := h.handler.Exec; e != nil {
+			handlers = append(handlers, "exec")
+			if len(e.Command) == 0 {
+				errs = append(errs, field.Required(hp.Child("exec", "command"), ""))
+			}
+		}
+		if g := h.handler.HTTPGet; g != nil {
+			handlers = append(handlers, "httpGet")
+			// The probe's rules: a port of the container, a path from
+			// "/", http or https, valid header names.
+			errs = append(errs, validateProbe(&corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: g}}, false, portNames, hp)...)
+			if g.Host != "" {
+				if _, err := netip.ParseAddr(g.Host); err != nil {
+					errs = append(errs, field.Invalid(hp.Child("httpGet", "host"), g.Host, "must be an IP address (Starling resolves no names for hooks); leave it out for the pod's own address"))
+				}
+			}
+		}
+		if sl := h.handler.Sleep; sl != nil {
+			handlers = append(handlers, "sleep")
+			if sl.Seconds < 0 || sl.Seconds > grace {
+				errs = append(errs, field.Invalid(hp.Child("sleep", "seconds"), sl.Seconds, fmt.Sprintf("must be between 0 and terminationGracePeriodSeconds (%d)", grace)))
+			}
+		}
+		if h.handler.TCPSocket != nil {
+			handlers = append(handlers, "tcpSocket")
+		}
+		switch {
+		case len(handlers) == 0:
+			errs = append(errs, field.Required(hp, "must specify a handler type: exec, httpGet or sleep"))
+		case len(handlers) > 1:
+			errs = append(errs, field.Forbidden(hp.Child(handlers[1]), "may not specify more than 1 handler type"))
+		}
+	}
+	if b, err := json.Marshal(l); err == nil && len(b) > MaxLifecycleBytes {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("<%d bytes>", len(b)), fmt.Sprintf("hooks must fit in %d bytes as JSON; run a script from the image instead", MaxLifecycleBytes)))
 	}
 	return errs
 }

@@ -52,6 +52,36 @@ type Spec struct {
 	DNSConfig *DNSConfig
 	// Security is the container's securityContext over the pod's.
 	Security Security
+	// NoServiceLinks is enableServiceLinks: false: the container gets no
+	// Service variables (Replica.ServiceEnv).
+	NoServiceLinks bool
+	// PostStart and PreStop are the container's lifecycle hooks (nil:
+	// none).
+	PostStart, PreStop *Hook
+}
+
+// Hook is a lifecycle handler, as the kubelet runs them: exactly one of
+// Exec (argv run in the container, exit 0 is success), HTTPGet and Sleep.
+type Hook struct {
+	Exec    []string      `json:"exec,omitempty"`
+	HTTPGet *HTTPGetHook  `json:"httpGet,omitempty"`
+	Sleep   time.Duration `json:"sleep,omitempty"`
+}
+
+// HTTPGetHook is a GET to Scheme://Host:Port Path (Host "" is the pod's
+// address); a 2xx or 3xx answer is success.
+type HTTPGetHook struct {
+	HTTPS   bool         `json:"https,omitempty"`
+	Host    string       `json:"host,omitempty"`
+	Port    int32        `json:"port"`
+	Path    string       `json:"path,omitempty"`
+	Headers []HTTPHeader `json:"headers,omitempty"`
+}
+
+// HTTPHeader is one header of an HTTPGetHook.
+type HTTPHeader struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // Security is what a replica's securityContext asks of its sandbox
@@ -120,6 +150,11 @@ type Replica struct {
 	// make-before-break handoff, and the node runs it only while fenced
 	// in (see node's quorum rule).
 	AtMostOne bool
+	// ServiceEnv are the Service variables the container gets
+	// (<NAME>_SERVICE_HOST, ...; enableServiceLinks), filled in by the
+	// agent when it creates the container. Not part of Spec: as in
+	// Kubernetes, a Service created or changed later restarts nothing.
+	ServiceEnv []EnvVar
 }
 
 // State is the lifecycle state of an observed container's task.

@@ -32,26 +32,44 @@ func (f podFields) value(path string) string {
 }
 
 // containerEnv returns the container's environment ("NAME=value", in the
-// template's order, a later duplicate replacing an earlier one) and the
-// same as a map for expanding command and args: each value has its
-// $(NAME) references expanded against the variables defined before it,
-// downward API fields are filled in from f. The image's own environment
-// is not in it: the runtime merges it underneath, and references never
-// see it (as with the kubelet).
-func containerEnv(env []reconcile.EnvVar, f podFields) ([]string, map[string]string) {
-	vars := make(map[string]string, len(env))
+// template's order, a later duplicate replacing an earlier one, then the
+// Service variables env does not set, in their order) and the same as a
+// map for expanding command and args: each value has its $(NAME)
+// references expanded against the variables defined before it and the
+// Service variables, downward API fields are filled in from f. The
+// image's own environment is not in it: the runtime merges it underneath,
+// and references never see it (as with the kubelet).
+func containerEnv(env, services []reconcile.EnvVar, f podFields) ([]string, map[string]string) {
+	svc := make(map[string]string, len(services))
+	for _, e := range services {
+		svc[e.Name] = e.Value
+	}
+	vars := make(map[string]string, len(env)+len(services))
+	lookup := func(name string) (string, bool) {
+		if v, ok := vars[name]; ok {
+			return v, true
+		}
+		v, ok := svc[name]
+		return v, ok
+	}
 	var order []string
 	for _, e := range env {
 		v := e.Value
 		if e.FieldPath != "" {
 			v = f.value(e.FieldPath)
 		} else if v != "" {
-			v = expand(v, vars)
+			v = expandWith(v, lookup)
 		}
 		if _, seen := vars[e.Name]; !seen {
 			order = append(order, e.Name)
 		}
 		vars[e.Name] = v
+	}
+	for _, e := range services {
+		if _, set := vars[e.Name]; !set {
+			order = append(order, e.Name)
+			vars[e.Name] = e.Value
+		}
 	}
 	out := make([]string, len(order))
 	for i, name := range order {
@@ -77,6 +95,14 @@ func expandAll(args []string, vars map[string]string) []string {
 // a variable not in vars stays as written, and a "$" followed by anything
 // else, or a "$(" never closed, is kept as it is.
 func expand(s string, vars map[string]string) string {
+	return expandWith(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	})
+}
+
+// expandWith is expand with the variables looked up by lookup.
+func expandWith(s string, lookup func(string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -98,7 +124,7 @@ func expand(s string, vars map[string]string) string {
 				continue
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
+			if v, ok := lookup(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString("$(" + name + ")")

@@ -52,12 +52,34 @@ func TestContainerEnv(t *testing.T) {
 		{Name: "NODE", FieldPath: "spec.nodeName"},
 		{Name: "PORT", Value: "9090"},
 		{Name: "LITERAL", Value: "$$(PORT)"},
-	}, podFields{Name: "web-0", Namespace: "shop", NodeName: "n2", PodIP: "10.22.1.5"})
+	}, nil, podFields{Name: "web-0", Namespace: "shop", NodeName: "n2", PodIP: "10.22.1.5"})
 	want := []string{"POD_IP=10.22.1.5", "URL=http://10.22.1.5:$(PORT)/", "PORT=9090", "ME=web-0", "NS=shop", "NODE=n2", "LITERAL=$(PORT)"}
 	if !slices.Equal(env, want) {
 		t.Fatalf("env:\n got %q\nwant %q", env, want)
 	}
 	if got := expandAll([]string{"sh", "-c", "serve --port $(PORT) --name $(ME) $(HOME)"}, vars); got[2] != "serve --port 9090 --name web-0 $(HOME)" {
 		t.Fatalf("args: %q", got)
+	}
+}
+
+// Service variables as the kubelet adds them: env values and command
+// refer to them, a variable of the template wins over a Service's, and
+// the others come after the template's.
+func TestContainerEnvWithServiceLinks(t *testing.T) {
+	svc := []reconcile.EnvVar{
+		{Name: "REDIS_SERVICE_HOST", Value: "10.96.0.7"},
+		{Name: "REDIS_SERVICE_PORT", Value: "6379"},
+		{Name: "WEB_SERVICE_HOST", Value: "10.96.0.9"},
+	}
+	env, vars := containerEnv([]reconcile.EnvVar{
+		{Name: "REDIS_URL", Value: "redis://$(REDIS_SERVICE_HOST):$(REDIS_SERVICE_PORT)"},
+		{Name: "WEB_SERVICE_HOST", Value: "web.local"},
+	}, svc, podFields{})
+	want := []string{"REDIS_URL=redis://10.96.0.7:6379", "WEB_SERVICE_HOST=web.local", "REDIS_SERVICE_HOST=10.96.0.7", "REDIS_SERVICE_PORT=6379"}
+	if !slices.Equal(env, want) {
+		t.Fatalf("env:\n got %q\nwant %q", env, want)
+	}
+	if got := expandAll([]string{"$(REDIS_SERVICE_PORT) $(WEB_SERVICE_HOST)"}, vars); got[0] != "6379 web.local" {
+		t.Fatalf("command expanded to %q", got[0])
 	}
 }

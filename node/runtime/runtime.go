@@ -466,7 +466,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	if err != nil {
 		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
 	}
-	env, vars := containerEnv(rep.Spec.Env, podFields{Name: rep.Name, Namespace: rep.Namespace, NodeName: r.cfg.Node, PodIP: podIP})
+	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, NodeName: r.cfg.Node, PodIP: podIP})
 	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
 	args := processArgs(ic, spec)
@@ -475,6 +475,9 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		LabelManaged: "true", LabelName: rep.Name, LabelNamespace: rep.Namespace, LabelWorkload: rep.Workload,
 		LabelOrdinal: strconv.Itoa(rep.Ordinal), LabelSpecHash: rep.SpecHash, LabelPodIP: podIP,
 		LabelRestarts: "0", LabelBackoffStep: "0", LabelGrace: strconv.Itoa(grace), LabelNode: r.cfg.Node,
+	}
+	if l := lifecycleLabel(rep.Spec); l != "" {
+		labels[LabelLifecycle] = l
 	}
 	specOpts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
@@ -590,15 +593,39 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 	}
 	// The task runs: failing to record the start only skews the restart
 	// count and backoff, so it must not undo the start (and the sandbox).
-	_, err = c.SetLabels(ctx, map[string]string{
+	run := time.Now().UTC().Format(time.RFC3339Nano)
+	labels, err := c.SetLabels(ctx, map[string]string{
 		LabelRestarts:    strconv.Itoa(restarts),
 		LabelBackoffStep: strconv.Itoa(backoffStep),
-		LabelStartedAt:   time.Now().UTC().Format(time.RFC3339Nano),
+		LabelStartedAt:   run,
 	})
 	if err != nil {
 		r.log.Warn("record container start in labels", "container", c.ID(), "err", err)
 	}
+	if h := hooksOf(labels).PostStart; h != nil {
+		r.postStart(ctx, c, task, labels, run, h)
+	}
 	return nil
+}
+
+// postStart runs hook h of the run of c that started at run; when it
+// fails the run is stopped (preStop, stop signal, grace period), with
+// FailedPostStartHook and the hook's error as its reason, and restarts
+// under the usual backoff, as the kubelet does.
+func (r *Runtime) postStart(ctx context.Context, c containerd.Container, task containerd.Task, labels map[string]string, run string, h *reconcile.Hook) {
+	err := r.runHook(ctx, c.ID(), labels[LabelPodIP], h, PostStartTimeout)
+	if err == nil {
+		return
+	}
+	reason := "FailedPostStartHook: " + err.Error()
+	r.log.Warn("postStart hook failed; stopping the container", "container", c.ID(), "replica", labels[LabelName], "err", err)
+	if _, err := c.SetLabels(ctx, map[string]string{LabelStopReason: reason, LabelStoppedRun: run}); err != nil {
+		r.log.Warn("record stop reason in labels", "container", c.ID(), "err", err)
+	}
+	grace, _ := strconv.Atoi(labels[LabelGrace])
+	if err := stopTask(ctx, c, task, r.preStop(ctx, c, task, time.Duration(grace)*time.Second)); err != nil {
+		r.log.Warn("stop after a failed postStart hook", "container", c.ID(), "err", err)
+	}
 }
 
 // recordLast stores how the run that ended with st ended (LabelLast).
@@ -691,7 +718,7 @@ func (r *Runtime) stop(ctx context.Context, old reconcile.Container, reason stri
 		// Only the reason shown to users is lost.
 		r.log.Warn("record stop reason in labels", "container", old.ID, "err", err)
 	}
-	if err := stopTask(ctx, c, task, old.GracePeriod); err != nil {
+	if err := stopTask(ctx, c, task, r.preStop(ctx, c, task, old.GracePeriod)); err != nil {
 		return fmt.Errorf("stop %s: %w", old.ID, err)
 	}
 	return nil
@@ -819,7 +846,7 @@ func readHead(path string, n int64) string {
 func (r *Runtime) deleteContainer(ctx context.Context, c containerd.Container, grace time.Duration) error {
 	task, err := c.Task(ctx, nil)
 	if err == nil {
-		if err := stopTask(ctx, c, task, grace); err != nil {
+		if err := stopTask(ctx, c, task, r.preStop(ctx, c, task, grace)); err != nil {
 			return err
 		}
 		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {

@@ -62,6 +62,39 @@ spec:
   ports: [{port: 80}]
 `
 
+const linkedManifest = `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: linked}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: linked}}
+  template:
+    metadata: {labels: {app: linked}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        env: [{name: MESSAGE, value: "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)"}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: unlinked}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: unlinked}}
+  template:
+    metadata: {labels: {app: unlinked}}
+    spec:
+      enableServiceLinks: false
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        env: [{name: MESSAGE, value: "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)"}]
+`
+
 func clusterIP(t *testing.T, n *harness.Node, name string) string {
 	t.Helper()
 	out, err := n.CLI("get", "services", name, "-o", "json")
@@ -189,6 +222,43 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 		})
 		if err != nil || field(body, "podIP") == "" {
 			t.Fatalf("NodePort on %s: %q %v", n.Name, body, err)
+		}
+	}
+
+	// Service variables (enableServiceLinks, the default): a container
+	// created after the Services gets the kubelet's variables, its env may
+	// refer to them; with enableServiceLinks: false it gets none, and the
+	// references stay as written.
+	npIP := clusterIP(t, n1, "web-np")
+	if _, err := n1.CLIInput(strings.NewReader(linkedManifest), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	for workload, want := range map[string]string{
+		"linked":   vip + ":80 tcp://" + npIP + ":80",
+		"unlinked": "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)",
+	} {
+		_, err := eventually(30*time.Second, func() error {
+			all, err := replicas(n1)
+			if err != nil {
+				return err
+			}
+			for _, r := range all {
+				if r.Workload != workload || r.Phase != "Running" {
+					continue
+				}
+				body, err := harness.HTTPGet(c.Nodes[0].NetNS, "http://"+r.PodIP+":8080/", time.Second)
+				if err != nil {
+					return err
+				}
+				if got := field(body, "message"); got != want {
+					return fmt.Errorf("%s: message=%q, want %q", workload, got, want)
+				}
+				return nil
+			}
+			return fmt.Errorf("%s: no replica Running", workload)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +98,129 @@ spec:
 			t.Errorf("%s: the server got signal %q, want %q (all: %v)", w, got[w], sig, got)
 		}
 	}
+}
+
+// TestLifecycleHooksRunAsTheKubeletRunsThem: postStart runs in the
+// container right after its start (its readiness probe waits for the
+// file the hook has the server write); a failing postStart stops the run
+// with FailedPostStartHook and the container restarts; on delete,
+// preStop runs before the stop signal: an exec hook (the server turns
+// sick before it gets SIGTERM) and a sleep (the server sees no signal
+// for the sleep's length).
+func TestLifecycleHooksRunAsTheKubeletRunsThem(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	hooked := func(name string, grace int, lifecycle, extra string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: %[2]d
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        env: [{name: SHUTDOWN_DELAY, value: 1500ms}]
+        ports: [{name: http, containerPort: 8080}]
+        lifecycle:
+%[3]s
+%[4]s`, name, grace, lifecycle, extra)
+	}
+	apply(t, n1, hooked("hooked", 10, `          postStart: {exec: {command: [/echo, check, -sleep, 1s, -get, "http://127.0.0.1:8080/set?file=started"]}}
+          preStop: {exec: {command: [/echo, check, -get, "http://127.0.0.1:8080/sick", -linger, 2s]}}`,
+		`        readinessProbe: {exec: {command: [/echo, check, -exists, /tmp/started]}, periodSeconds: 1}`))
+	apply(t, n1, hooked("sleeper", 10, `          preStop: {sleep: {seconds: 3}}`, ""))
+	apply(t, n1, hooked("failing", 2, `          postStart: {httpGet: {port: http, path: /set}}`, ""))
+
+	ips := map[string]string{}
+	waitFor(t, 60*time.Second, func() error {
+		items, err := apiReplicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range items {
+			if r.Ready && r.PodIP != "" {
+				ips[r.Workload] = r.PodIP
+			}
+		}
+		if ips["hooked"] == "" || ips["sleeper"] == "" {
+			return fmt.Errorf("ready: %v (hooked is ready only once its postStart hook ran)", ips)
+		}
+		return nil
+	})
+	// The failing hook: a GET the server answers 400.
+	waitFor(t, 60*time.Second, func() error {
+		out, err := n1.CLI("get", "replicas", "-o", "json")
+		if err != nil {
+			return err
+		}
+		var l struct {
+			Items []struct {
+				Workload  string          `json:"workload"`
+				Restarts  int             `json:"restarts"`
+				Reason    string          `json:"reason"`
+				LastState json.RawMessage `json:"lastState"`
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			return err
+		}
+		for _, r := range l.Items {
+			if r.Workload != "failing" {
+				continue
+			}
+			all := r.Reason + " " + string(r.LastState)
+			if r.Restarts < 1 || !strings.Contains(all, "FailedPostStartHook") || !strings.Contains(all, "HTTP 400") {
+				return fmt.Errorf("failing: restarts %d, reason %q", r.Restarts, all)
+			}
+			t.Logf("failing postStart: restarts %d, %s", r.Restarts, all)
+			return nil
+		}
+		return fmt.Errorf("no replica of failing:\n%s", out)
+	})
+
+	deleted := time.Now()
+	for _, w := range []string{"hooked", "sleeper"} {
+		if _, err := n1.CLI("delete", "deployment", w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(ip, path string) (string, error) {
+		return harness.HTTPGet(n1.NetNS, "http://"+ip+":8080"+path, 500*time.Millisecond)
+	}
+	var sickBeforeSignal bool
+	var sleeperSignalAt time.Duration
+	var hookedSignal string
+	for time.Since(deleted) < 20*time.Second && (hookedSignal == "" || sleeperSignalAt == 0) {
+		if hookedSignal == "" {
+			_, livez := get(ips["hooked"], "/livez")
+			sig, err := get(ips["hooked"], "/signal")
+			if err == nil && sig == "" && livez != nil && strings.Contains(livez.Error(), "500 Internal Server Error") {
+				sickBeforeSignal = true // preStop ran, no signal yet
+			}
+			if err == nil {
+				hookedSignal = sig
+			}
+		}
+		if sleeperSignalAt == 0 {
+			if sig, err := get(ips["sleeper"], "/signal"); err == nil && sig != "" {
+				sleeperSignalAt = time.Since(deleted)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !sickBeforeSignal || hookedSignal != "terminated" {
+		t.Errorf("hooked: preStop seen before the signal %v, signal %q (want the exec hook to run first, then SIGTERM)", sickBeforeSignal, hookedSignal)
+	}
+	if sleeperSignalAt < 2500*time.Millisecond || sleeperSignalAt > 8*time.Second {
+		t.Errorf("sleeper: stop signal %v after delete, want after its 3 s preStop sleep", sleeperSignalAt)
+	}
+	t.Logf("preStop exec ran before SIGTERM; preStop sleep 3s: signal %v after delete", sleeperSignalAt.Round(100*time.Millisecond))
 }

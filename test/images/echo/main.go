@@ -20,11 +20,12 @@
 //
 // The image has no shell, so exec probes run this binary:
 //
-//	/echo check [-alloc MIB] [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL] [-exit N]
+//	/echo check [-alloc MIB] [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL] [-linger DURATION] [-exit N]
 //
 // exits 0 (or N, -exit) when FILE exists (-exists), FILE2 does not
 // (-absent) and a GET of URL answers 200 (-get), after allocating MIB
 // (-alloc) and sleeping DURATION; otherwise it says why and exits 1.
+// -linger sleeps after the GET (a slow lifecycle hook).
 package main
 
 import (
@@ -50,6 +51,7 @@ func check(args []string) int {
 	exists := fs.String("exists", "", "fail unless this file exists")
 	absent := fs.String("absent", "", "fail if this file exists")
 	sleep := fs.Duration("sleep", 0, "sleep this long first")
+	linger := fs.Duration("linger", 0, "sleep this long after the GET")
 	get := fs.String("get", "", "fail unless a GET of this URL answers 200 (names resolve as the container's resolver says)")
 	exit := fs.Int("exit", 0, "exit with this status (after the other checks pass)")
 	alloc := fs.Int("alloc", 0, "first allocate and touch this many MiB (to meet a memory limit)")
@@ -80,6 +82,7 @@ func check(args []string) int {
 			return 1
 		}
 	}
+	time.Sleep(*linger)
 	if *exit != 0 {
 		fmt.Printf("exiting with %d\n", *exit)
 		return *exit
