@@ -68,6 +68,13 @@ its first real start.`,
 				h = slog.NewJSONHandler(os.Stderr, opts)
 			}
 			log := slog.New(h)
+			// containerd's shim runs this binary as each container's
+			// log writer (node/logfile).
+			if self, err := os.Executable(); err == nil {
+				cfg.LogDriver = self
+			} else {
+				log.Warn("container logs are written unrotated: this binary's path is unknown", "err", err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			a, err := node.New(ctx, cfg, log)
@@ -103,6 +110,8 @@ its first real start.`,
 	f.Var(byteSize{&cfg.MaxImageBytes}, "max-image-size", "largest image tarball accepted by 'image import' or from a peer, e.g. 512MiB, 4GiB")
 	f.DurationVar(&cfg.TombstoneTTL, "tombstone-ttl", cfg.TombstoneTTL, "how long deletes are remembered; a node away longer resyncs from scratch")
 	f.DurationVar(&cfg.HandoffTimeout, "handoff-timeout", cfg.HandoffTimeout, "how long an old owner keeps a moved replica while the new owner starts it")
+	f.Var(byteSize{&cfg.LogMaxSize}, "container-log-max-size", "a container's log is rotated at this size, e.g. 10MiB")
+	f.IntVar(&cfg.LogMaxFiles, "container-log-max-files", cfg.LogMaxFiles, "log files kept per container run, the one being written included")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")

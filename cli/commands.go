@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -179,10 +181,12 @@ func newScaleCmd(g *globals) *cobra.Command {
 }
 
 func newLogsCmd(g *globals) *cobra.Command {
-	var follow, previous bool
+	var follow, previous, timestamps bool
 	var tail int
+	var since time.Duration
+	var sinceTime string
 	cmd := &cobra.Command{
-		Use:   "logs REPLICA [-f] [-p] [--tail N]",
+		Use:   "logs REPLICA [-f] [-p] [--tail N] [--since 1h | --since-time TIME] [--timestamps]",
 		Short: "Print a replica's stdout and stderr",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -202,6 +206,23 @@ func newLogsCmd(g *globals) *cobra.Command {
 			if tail >= 0 {
 				q.Set("tail", strconv.Itoa(tail))
 			}
+			if timestamps {
+				q.Set("timestamps", "true")
+			}
+			switch {
+			case since != 0 && sinceTime != "":
+				return errors.New("--since and --since-time: give one of them")
+			case since < 0:
+				return fmt.Errorf("--since %v: must be positive, e.g. 10m", since)
+			case since > 0:
+				// Whole seconds, rounded up, as kubectl sends them.
+				q.Set("sinceSeconds", strconv.FormatInt(int64((since+time.Second-1)/time.Second), 10))
+			case sinceTime != "":
+				if _, err := time.Parse(time.RFC3339, sinceTime); err != nil {
+					return fmt.Errorf("--since-time %q: want an RFC 3339 time, e.g. 2026-12-01T10:00:00Z", sinceTime)
+				}
+				q.Set("sinceTime", sinceTime)
+			}
 			if len(q) > 0 {
 				path += "?" + q.Encode()
 			}
@@ -217,6 +238,9 @@ func newLogsCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
 	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the previous run's output (of a replica that restarted)")
 	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")
+	cmd.Flags().DurationVar(&since, "since", 0, "print only lines written in this last while, e.g. 10m, 2h")
+	cmd.Flags().StringVar(&sinceTime, "since-time", "", "print only lines written at or after this time (RFC 3339)")
+	cmd.Flags().BoolVar(&timestamps, "timestamps", false, "start each line with the time it was written (RFC 3339, nanoseconds)")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	return cmd
 }

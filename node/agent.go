@@ -211,7 +211,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return a.imageSources(ctx, ref)
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
-		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
+		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit,
+		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {
 		return nil, err
 	}

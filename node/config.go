@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
+	"github.com/starling-orchestrator/starling/node/logfile"
 )
 
 // Config is the agent's configuration: one field per knob, units in the
@@ -101,6 +102,14 @@ type Config struct {
 	// PidsLimit bounds the processes of each container (the pids
 	// cgroup); 0 means no limit.
 	PidsLimit int64
+	// LogDriver is the starling binary (an absolute path) containerd's
+	// shim runs as each container's log writer (logfile.Main); empty
+	// has the shim append raw output to the log file (in-process tests).
+	LogDriver string
+	// LogMaxSize (bytes) and LogMaxFiles rotate each container's log, as
+	// the kubelet's --container-log-max-size and -files do.
+	LogMaxSize  int64
+	LogMaxFiles int
 	// RejoinSettle is how long a node that was dead or left must be back
 	// before placement gives it replicas again (flap damping).
 	RejoinSettle time.Duration
@@ -163,6 +172,8 @@ func DefaultConfig() Config {
 		HandoffTimeout:     60 * time.Second,
 		AckTimeout:         30 * time.Second,
 		PidsLimit:          4096,
+		LogMaxSize:         logfile.DefaultMaxSize,
+		LogMaxFiles:        logfile.DefaultMaxFiles,
 		FenceWatchdog:      true,
 		RejoinSettle:       10 * time.Second,
 		FailoverTimeout:    15 * time.Second,
@@ -227,6 +238,12 @@ func (c Config) validateRest() error {
 	}
 	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
 		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)
+	}
+	if c.LogMaxSize < 1<<10 {
+		return fmt.Errorf("--container-log-max-size %d: must be at least 1KiB, e.g. 10MiB", c.LogMaxSize)
+	}
+	if c.LogMaxFiles < 1 {
+		return fmt.Errorf("--container-log-max-files %d: must be at least 1 (the file being written)", c.LogMaxFiles)
 	}
 	if c.PidsLimit < 0 {
 		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)

@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -559,127 +557,6 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		out.Items = append(out.Items, n)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// handleLogs streams a replica's log file; with follow=true it keeps
-// sending new lines until the client goes away or the replica is removed.
-func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
-	if err := checkRef(r.PathValue("namespace"), r.PathValue("name")); err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	q := r.URL.Query()
-	previous, follow := q.Get("previous") == "true", q.Get("follow") == "true"
-	tail := -1
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("tail: %q is not a number of lines (0 or more)", v))
-			return
-		}
-		tail = n
-	}
-	id := reconcile.ContainerID(r.PathValue("namespace"), r.PathValue("name"))
-	path := a.rt.LogPath(id)
-	if previous {
-		path, follow = a.rt.PreviousLogPath(id), false
-	}
-	f, err := os.Open(path)
-	if os.IsNotExist(err) && r.Header.Get(proxiedHeader) == "" {
-		if a.proxyLogs(w, r) {
-			return
-		}
-	}
-	if os.IsNotExist(err) {
-		what := "no logs"
-		if previous {
-			what = "no previous run"
-		}
-		writeError(w, http.StatusNotFound, fmt.Errorf("replica %q in namespace %q has %s on node %s (see 'starling get replicas')", r.PathValue("name"), r.PathValue("namespace"), what, a.cfg.Name))
-		return
-	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
-	defer f.Close()
-	if tail >= 0 {
-		off, err := tailOffset(f, tail)
-		if err == nil {
-			_, err = f.Seek(off, io.SeekStart)
-		}
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, err)
-			return
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	flusher, _ := w.(http.Flusher)
-	for {
-		if _, err := io.Copy(w, f); err != nil || !follow {
-			return
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		// Following ends, as kubectl's, when the run ends: once it is no
-		// longer running (or its log is gone), what it wrote last is
-		// read from the open file (also when it was removed) and sent.
-		if !a.runningNow(id) {
-			io.Copy(w, f)
-			return
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// runningNow reports whether container id's task ran at the last
-// observation (reconcile runs on every task exit).
-func (a *Agent) runningNow(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range a.lastObserved {
-		if c.ID == id {
-			return c.State == reconcile.StateRunning
-		}
-	}
-	return false
-}
-
-// tailOffset returns the offset of the last n lines of f (a line ends in
-// "\n"; an unterminated last line counts), reading backwards in 32 KiB
-// blocks.
-func tailOffset(f *os.File, n int) (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	size := st.Size()
-	if n == 0 {
-		return size, nil
-	}
-	buf := make([]byte, 32<<10)
-	newlines := 0
-	for end := size; end > 0; {
-		start := max(0, end-int64(len(buf)))
-		b := buf[:end-start]
-		if _, err := f.ReadAt(b, start); err != nil && err != io.EOF {
-			return 0, err
-		}
-		for i := len(b) - 1; i >= 0; i-- {
-			if b[i] != '\n' || start+int64(i) == size-1 {
-				continue // the final newline ends the last line
-			}
-			if newlines++; newlines == n {
-				return start + int64(i) + 1, nil
-			}
-		}
-		end = start
-	}
-	return 0, nil
 }
 
 func (a *Agent) handleImages(w http.ResponseWriter, r *http.Request) {

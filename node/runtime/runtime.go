@@ -46,6 +46,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -109,6 +110,13 @@ type Config struct {
 	ResolvConf, UpstreamResolvConf string
 	// PidsLimit bounds the processes of each container (0: no limit).
 	PidsLimit int64
+	// LogDriver is the binary containerd's shim runs to write each
+	// container's log (logfile.Main), rotated at LogMaxSize bytes with
+	// LogMaxFiles files kept; empty: the shim appends raw output to the
+	// log file, unrotated.
+	LogDriver   string
+	LogMaxSize  int64
+	LogMaxFiles int
 	// Snapshotter for container root filesystems (default "overlayfs").
 	Snapshotter string
 	// CgroupParent is the cgroup path under which each container gets
@@ -575,7 +583,7 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 				r.log.Warn("record the last run's exit in labels", "container", c.ID(), "err", err)
 			}
 			// The run's log stays readable ('logs --previous').
-			if err := os.Rename(r.LogPath(c.ID()), r.PreviousLogPath(c.ID())); err != nil && !os.IsNotExist(err) {
+			if err := logfile.Rename(r.LogPath(c.ID()), r.PreviousLogPath(c.ID())); err != nil {
 				r.log.Warn("keep the last run's log", "container", c.ID(), "err", err)
 			}
 		}
@@ -583,7 +591,11 @@ func (r *Runtime) startTask(ctx context.Context, c containerd.Container, restart
 			return fmt.Errorf("delete old task: %w", err)
 		}
 	}
-	task, err := c.NewTask(ctx, cio.LogFile(r.LogPath(c.ID())))
+	logs := cio.LogFile(r.LogPath(c.ID()))
+	if r.cfg.LogDriver != "" {
+		logs = cio.BinaryIO(r.cfg.LogDriver, logfile.Args(r.LogPath(c.ID()), r.cfg.LogMaxSize, r.cfg.LogMaxFiles))
+	}
+	task, err := c.NewTask(ctx, logs)
 	if err != nil {
 		return fmt.Errorf("new task: %w", err)
 	}
@@ -674,7 +686,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	for _, p := range []string{r.LogPath(id), r.PreviousLogPath(id)} {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		if err := logfile.Remove(p); err != nil {
 			r.log.Warn("remove log file", "container", id, "err", err)
 		}
 	}

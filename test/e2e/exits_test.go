@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -203,4 +204,84 @@ spec:
 	case <-time.After(60 * time.Second):
 		t.Fatal("logs -f did not end when the replica stopped")
 	}
+}
+
+// TestLogsRotateAndCarryTimes: a chatty container's log is rotated by
+// size (--container-log-max-size, --container-log-max-files) so it cannot
+// fill the disk, and `logs` still reads across the rotated files with
+// --tail, --timestamps, --since and --since-time; stderr is in it.
+func TestLogsRotateAndCarryTimes(t *testing.T) {
+	c := newCluster(t, 1, "--container-log-max-size", "16KiB", "--container-log-max-files", "3")
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	// 2000 lines of 100 bytes: about 330 KB in the CRI format, 20 times
+	// what 3 files of 16 KiB keep.
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chatty, namespace: rotate}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: chatty}}
+  template:
+    metadata: {labels: {app: chatty}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        command: [/echo, chatter, "2000", "100"]
+`)
+	var name string
+	waitFor(t, 60*time.Second, func() error {
+		items, err := apiReplicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range items {
+			if r.Workload == "chatty" && r.Phase == "Running" {
+				name = r.Name
+			}
+		}
+		if name == "" {
+			return fmt.Errorf("chatty not running: %+v", items)
+		}
+		out, err := n1.CLI("logs", "-n", "rotate", "--tail", "2", name)
+		if err != nil || out != "line 001999 "+strings.Repeat("x", 88)+"\nwrote 2000 lines\n" {
+			return fmt.Errorf("logs --tail 2: %.80q %v", out, err)
+		}
+		return nil
+	})
+	files, _ := filepath.Glob(filepath.Join(n1.DataDir, "logs", "rotate_"+name+".log*"))
+	var total int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			total += st.Size()
+		}
+	}
+	if len(files) != 3 || total > 3*16<<10 {
+		t.Fatalf("log files %v hold %d bytes: want 3 files of at most 16 KiB", files, total)
+	}
+	out, err := n1.CLI("logs", "-n", "rotate", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) < 200 || lines[len(lines)-1] != "wrote 2000 lines" || !strings.HasPrefix(lines[len(lines)-200], "line 0018") {
+		t.Fatalf("logs: %d lines, last %.20q (want the newest lines across the rotated files, stderr's last)", len(lines), lines[len(lines)-1])
+	}
+	stamped, err := n1.CLI("logs", "-n", "rotate", "--timestamps", "--tail", "1", name)
+	ts, rest, _ := strings.Cut(stamped, " ")
+	when, perr := time.Parse(time.RFC3339Nano, ts)
+	if err != nil || perr != nil || time.Since(when) > 5*time.Minute || rest != "wrote 2000 lines\n" {
+		t.Fatalf("logs --timestamps --tail 1: %.60q %v %v", stamped, err, perr)
+	}
+	if out, err := n1.CLI("logs", "-n", "rotate", "--since", "1h", "--tail", "1", name); err != nil || out != "wrote 2000 lines\n" {
+		t.Fatalf("logs --since 1h: %.40q %v", out, err)
+	}
+	if out, err := n1.CLI("logs", "-n", "rotate", "--since-time", when.Add(time.Second).Format(time.RFC3339), name); err != nil || out != "" {
+		t.Fatalf("logs --since-time after the last line: %.40q %v", out, err)
+	}
+	t.Logf("2000 lines of 100 bytes: %d files, %d bytes kept", len(files), total)
 }

@@ -26,6 +26,9 @@
 // (-absent) and a GET of URL answers 200 (-get), after allocating MIB
 // (-alloc) and sleeping DURATION; otherwise it says why and exits 1.
 // -linger sleeps after the GET (a slow lifecycle hook).
+//
+// "/echo chatter N SIZE" writes N log lines of SIZE bytes, then one to
+// stderr, and then sleeps.
 package main
 
 import (
@@ -127,9 +130,33 @@ func podIP() string {
 	return ""
 }
 
+// chatter is the log-writing mode: "/echo chatter N SIZE" prints N lines
+// of SIZE bytes ("line 000042 xxx...") on stdout, then, half a second
+// later (the log driver reads the two streams apart), "wrote N lines" on
+// stderr, and sleeps until stopped.
+func chatter(args []string) int {
+	if len(args) != 2 {
+		return 2
+	}
+	n, _ := strconv.Atoi(args[0])
+	size, _ := strconv.Atoi(args[1])
+	for i := 0; i < n; i++ {
+		line := fmt.Sprintf("line %06d ", i)
+		fmt.Println(line + strings.Repeat("x", max(0, size-len(line))))
+	}
+	time.Sleep(500 * time.Millisecond)
+	fmt.Fprintf(os.Stderr, "wrote %d lines\n", n)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(check(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "chatter" {
+		os.Exit(chatter(os.Args[2:]))
 	}
 	port := os.Getenv("PORT")
 	if port == "" {
