@@ -262,7 +262,9 @@ func newImageCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("image import: %w", err)
 				}
 				var out api.ImageList
-				err = c.do(cmd.Context(), http.MethodPost, "/v1/images", f, "application/x-tar", &out)
+				body, finish := withUploadProgress(f, file)
+				err = c.do(cmd.Context(), http.MethodPost, "/v1/images", body, "application/x-tar", &out)
+				finish()
 				f.Close()
 				if err != nil {
 					return fmt.Errorf("image import %s: %w", file, err)

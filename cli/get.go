@@ -47,6 +47,8 @@ type replicaJSON struct {
 	// State and LastState in Kubernetes' ContainerStatus shape.
 	State     corev1.ContainerState  `json:"state"`
 	LastState *corev1.ContainerState `json:"lastState,omitempty"`
+	// CreationTimestamp is when the replica's container was created.
+	CreationTimestamp metav1.Time `json:"creationTimestamp,omitempty"`
 }
 
 // containerState is r's state as Kubernetes' ContainerStatus.state says
@@ -282,7 +284,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		Items []replicaJSON `json:"items"`
 	}{Items: []replicaJSON{}}
 	for _, r := range items {
-		j := replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts, r.Reason, containerState(r), nil}
+		j := replicaJSON{r.Name, r.Namespace, r.Workload, r.Ordinal, r.Node, r.Phase, r.Ready, r.PodIP, r.SpecHash, r.Restarts, r.Reason, containerState(r), nil, metav1.NewTime(replicaCreated(r))}
 		if t := lastState(r); t != nil {
 			j.LastState = &corev1.ContainerState{Terminated: terminated(t)}
 		}
@@ -308,7 +310,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		if ip == "" {
 			ip = "<none>"
 		}
-		row := []string{r.Name, ready, replicaStatus(r), restarts(r, time.Now()), age(r.Started)}
+		row := []string{r.Name, ready, replicaStatus(r), restarts(r, time.Now()), age(replicaCreated(r))}
 		if o.allNamespaces {
 			row = append([]string{r.Namespace}, row...)
 		}
@@ -482,4 +484,13 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// replicaCreated is when r's container was created, kubectl's AGE of a
+// pod (its current run's start from a node that does not say).
+func replicaCreated(r api.Replica) time.Time {
+	if r.Created.IsZero() {
+		return r.Started
+	}
+	return r.Created
 }

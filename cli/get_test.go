@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
 )
@@ -18,5 +19,37 @@ func TestGetNodesShowsInsecureNodes(t *testing.T) {
 	lines := strings.Split(b.String(), "\n")
 	if !strings.Contains(lines[1], "alive ") || strings.Contains(lines[1], "insecure") || !strings.Contains(lines[2], "alive,insecure") {
 		t.Fatalf("get nodes:\n%s", b.String())
+	}
+}
+
+// AGE is the replica's (its container's) age, as kubectl's is the pod's,
+// not the current run's; a node that does not report creation times
+// falls back to the run's start.
+func TestReplicaAgeCountsFromCreation(t *testing.T) {
+	now := time.Now()
+	r := api.Replica{Name: "web-1", Created: now.Add(-3 * time.Hour), Started: now.Add(-10 * time.Second), Restarts: 4, Phase: "Running"}
+	if got := age(replicaCreated(r)); got != "3h" {
+		t.Errorf("AGE of a replica created 3h ago that restarted 10s ago: %q, want 3h", got)
+	}
+	r.Created = time.Time{}
+	if got := age(replicaCreated(r)); got != "10s" {
+		t.Errorf("AGE without a creation time: %q, want the run's 10s", got)
+	}
+}
+
+// image import's progress line counts what was sent of the file.
+func TestUploadProgressRedrawsOneLine(t *testing.T) {
+	var out strings.Builder
+	p := &uploadProgress{r: strings.NewReader(strings.Repeat("x", 4_000_000)), w: &out, name: "big.tar", total: 4_000_000}
+	buf := make([]byte, 1_000_000)
+	for {
+		if _, err := p.Read(buf); err != nil {
+			break
+		}
+	}
+	p.Finish()
+	got := out.String()
+	if !strings.Contains(got, "\rimporting big.tar: 1.0 MB of 4.0 MB (25%)") || !strings.HasSuffix(got, "\rimporting big.tar: 4.0 MB of 4.0 MB (100%)\x1b[K\n") {
+		t.Fatalf("progress output %q", got)
 	}
 }

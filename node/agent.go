@@ -166,6 +166,9 @@ type Runtime interface {
 	HasImage(ctx context.Context, ref string) bool
 	// ImageDigest is the digest of image ref's manifest or index.
 	ImageDigest(ctx context.Context, ref string) (string, error)
+	// ImageProgress says how a fetch of image ref from a peer goes ("":
+	// none in flight).
+	ImageProgress(ref string) string
 	Close() error
 }
 

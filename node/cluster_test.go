@@ -137,6 +137,19 @@ func (f *fakeRuntime) ids() []string {
 	return ids
 }
 
+// specHashes maps each container's ID to its spec hash (a Deployment
+// replica's name holds a hash of the spec hash and the object's UID, not
+// the spec hash itself).
+func (f *fakeRuntime) specHashes() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for id, c := range f.containers {
+		out[id] = c.SpecHash
+	}
+	return out
+}
+
 func (f *fakeRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {
 	return nil
 }
@@ -171,6 +184,7 @@ func (f *fakeRuntime) ImportImages(_ context.Context, r io.Reader) ([]string, er
 func (f *fakeRuntime) Images(context.Context) ([]api.Image, error)          { return nil, nil }
 func (f *fakeRuntime) ExportImage(context.Context, string, io.Writer) error { return nil }
 func (f *fakeRuntime) HasImage(context.Context, string) bool                { return false }
+func (f *fakeRuntime) ImageProgress(string) string                          { return "" }
 func (f *fakeRuntime) Close() error                                         { return nil }
 
 // testNode is one in-process agent on loopback with a fake runtime.

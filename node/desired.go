@@ -144,7 +144,7 @@ func desiredReplicas(workloads []manifest.Object) []reconcile.Replica {
 			if o.StatefulSet != nil {
 				out = append(out, reconcile.NewStatefulReplica(o.Namespace, o.Name, hash, i, spec))
 			} else {
-				out = append(out, reconcile.NewReplica(o.Namespace, o.Name, hash, i, spec))
+				out = append(out, reconcile.NewReplica(o.Namespace, o.Name, hash, string(o.Deployment.UID), i, spec))
 			}
 		}
 	}

@@ -49,6 +49,7 @@ func (dryRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { r
 func (dryRuntime) Images(context.Context) ([]api.Image, error)               { return nil, nil }
 func (dryRuntime) ExportImage(context.Context, string, io.Writer) error      { return errDryRun }
 func (dryRuntime) HasImage(context.Context, string) bool                     { return false }
+func (dryRuntime) ImageProgress(string) string                               { return "" }
 func (dryRuntime) CgroupPath(id string) string                               { return "" }
 func (dryRuntime) PreviousLogPath(string) string                             { return "" }
 func (dryRuntime) ImageDigest(context.Context, string) (string, error)       { return "", errDryRun }

@@ -18,6 +18,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -168,14 +169,18 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 			}
 			revRecs = append(revRecs, rs...)
 		}
-		// creationTimestamp is kept from the stored object; generation
-		// counts changes of the object, as in Kubernetes.
+		// uid and creationTimestamp are kept from the stored object (an
+		// object stored before Starling gave UIDs keeps none: a new one
+		// would rename its replicas); generation counts changes of the
+		// object, as in Kubernetes.
 		meta := objectMeta(&o)
-		meta.CreationTimestamp, meta.Generation = metav1.Time{}, 0
+		meta.CreationTimestamp, meta.Generation, meta.UID = metav1.Time{}, 0, ""
+		created := true
 		if found && !old.Deleted {
+			created = false
 			if prev, err := manifest.Decode(old.Value); err == nil {
 				pm := objectMeta(&prev)
-				meta.CreationTimestamp, meta.Generation = pm.CreationTimestamp, pm.Generation
+				meta.CreationTimestamp, meta.Generation, meta.UID = pm.CreationTimestamp, pm.Generation, pm.UID
 			}
 			same, err := manifest.Encode(o)
 			if err != nil {
@@ -189,6 +194,11 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 		}
 		if meta.CreationTimestamp.IsZero() {
 			meta.CreationTimestamp = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+		}
+		if created {
+			// A new object, also one applied again after a delete: its
+			// replicas are not its predecessor's (reconcile.NewReplica).
+			meta.UID = uuid.NewUUID()
 		}
 		meta.Generation++
 		value, err := manifest.Encode(o)
@@ -399,7 +409,7 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		seen[c.ID] = true
 		slots[slotOf(c.Namespace, c.Workload, c.Ordinal)] = true
 		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
-			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC(),
+			Node: a.cfg.Name, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC(), Created: c.CreatedAt.UTC(),
 			LastState: apiTermination(c.Last)}
 		if c.State == reconcile.StateExited {
 			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
@@ -446,7 +456,7 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 			item.Phase, item.Reason = "CreateBackOff", msg
 		}
 		if t, busy := a.busyAction(d.ID); busy {
-			item.Phase, item.Reason = "ContainerCreating", ""
+			item.Phase, item.Reason = "ContainerCreating", a.rt.ImageProgress(d.Spec.Image)
 			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
 				// A Replace stops the old copy first.
 				item.Phase, item.Reason = "Pending", "waiting for the old copy to stop"

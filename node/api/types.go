@@ -178,6 +178,8 @@ type Replica struct {
 	SpecHash string    `json:"specHash"`
 	Restarts int       `json:"restarts"`
 	Started  time.Time `json:"started,omitempty"`
+	// Created is when the replica's container was created (AGE).
+	Created time.Time `json:"created,omitempty"`
 	// Reason says why a replica is not running: the last error of its
 	// create or start, or why placement found no node for it.
 	Reason string `json:"reason,omitempty"`

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,6 +24,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // KindOf maps a kind as users type it ("deployment", "deployments",
@@ -245,9 +247,11 @@ func Decode(data []byte) (Object, error) {
 		return Object{}, fmt.Errorf("decode: got %d objects, want 1", len(objs))
 	}
 	// Stored objects keep the metadata the agent set (Parse clears it from
-	// user input): when the object was created, and its generation.
+	// user input): its UID, when the object was created, and its
+	// generation.
 	var stored struct {
 		Metadata struct {
+			UID               types.UID   `json:"uid"`
 			CreationTimestamp metav1.Time `json:"creationTimestamp"`
 			Generation        int64       `json:"generation"`
 		} `json:"metadata"`
@@ -266,6 +270,10 @@ func Decode(data []byte) (Object, error) {
 			return o, nil
 		}
 		m.CreationTimestamp, m.Generation = stored.Metadata.CreationTimestamp, stored.Metadata.Generation
+		// A UID is a token the agent made; anything else is not kept.
+		if uid := stored.Metadata.UID; len(uid) <= 64 && validation.IsQualifiedName(string(uid)) == nil {
+			m.UID = uid
+		}
 	}
 	return objs[0], nil
 }

@@ -916,6 +916,7 @@ spec:
 	st := objs[0].StatefulSet
 	st.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st.Generation = 3
+	st.UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 	b, err := Encode(objs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -924,7 +925,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.StatefulSet; got.Generation != 3 || !got.CreationTimestamp.Equal(&st.CreationTimestamp) {
-		t.Fatalf("stored metadata lost: generation %d, created %v", got.Generation, got.CreationTimestamp)
+	if got := o.StatefulSet; got.Generation != 3 || !got.CreationTimestamp.Equal(&st.CreationTimestamp) || got.UID != st.UID {
+		t.Fatalf("stored metadata lost: generation %d, created %v, uid %q", got.Generation, got.CreationTimestamp, got.UID)
 	}
 }

@@ -10,9 +10,10 @@ import (
 const maxIDLen = 76
 
 // ReplicaName returns the user-facing name of a Deployment replica:
-// "<workload>-<specHash>-<ordinal>", like Kubernetes' "<name>-<pod-template-hash>-<suffix>".
-func ReplicaName(workload, specHash string, ordinal int) string {
-	return workload + "-" + specHash + "-" + strconv.Itoa(ordinal)
+// "<workload>-<hash>-<ordinal>", like Kubernetes'
+// "<name>-<pod-template-hash>-<suffix>" (hash: see NewReplica).
+func ReplicaName(workload, hash string, ordinal int) string {
+	return workload + "-" + hash + "-" + strconv.Itoa(ordinal)
 }
 
 // ContainerID returns the containerd container ID of a replica,
@@ -27,18 +28,35 @@ func ContainerID(namespace, name string) string {
 	return id[:maxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
 }
 
-// NewReplica fills in a Replica's names for one ordinal of a workload.
-func NewReplica(namespace, workload, specHash string, ordinal int, spec Spec) Replica {
-	name := ReplicaName(workload, specHash, ordinal)
+// NewReplica fills in a Replica's names for one ordinal of a workload
+// whose object has the UID uid ("" for one stored before Starling gave
+// objects UIDs). The name's hash is the spec hash mixed with the UID
+// (nameHash), so the replicas of an object deleted and applied again
+// under the same name are new containers: they neither wait for their
+// predecessors to stop nor show their logs.
+func NewReplica(namespace, workload, specHash, uid string, ordinal int, spec Spec) Replica {
+	name := ReplicaName(workload, nameHash(specHash, uid), ordinal)
 	return Replica{
 		ID:        ContainerID(namespace, name),
 		Name:      name,
 		Namespace: namespace,
 		Workload:  workload,
+		UID:       uid,
 		Ordinal:   ordinal,
 		SpecHash:  specHash,
 		Spec:      spec,
 	}
+}
+
+// nameHash is the hash in a Deployment replica's name: specHash itself
+// for an object without a UID, else the first 8 hex characters of the
+// SHA-256 of "<specHash>/<uid>".
+func nameHash(specHash, uid string) string {
+	if uid == "" {
+		return specHash
+	}
+	sum := sha256.Sum256([]byte(specHash + "/" + uid))
+	return hex.EncodeToString(sum[:4])
 }
 
 // StatefulReplicaName returns the name of a StatefulSet replica:

@@ -101,8 +101,10 @@ type Result struct {
 // Rules:
 //   - a desired replica with no container is created;
 //   - a container whose ID is not desired is removed, except that when a
-//     desired replica of the same workload and ordinal has no container
-//     yet, the two are paired into one Replace (stop old, then start new);
+//     desired replica of the same workload object (UID) and ordinal has no
+//     container yet, the two are paired into one Replace (stop old, then
+//     start new); a replica of an object applied again after a delete
+//     starts at once, beside its predecessor's stopping container;
 //   - a container whose sandbox setup never finished (no PodIP), or whose
 //     spec hash differs from its desired replica's (stable StatefulSet
 //     names), is replaced by a fresh one with the same ID;
@@ -130,8 +132,8 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 	// Containers that are not desired, indexed by workload slot so a spec
 	// change becomes one Replace instead of an unrelated remove and create.
 	type slot struct {
-		ns, workload string
-		ordinal      int
+		ns, workload, uid string
+		ordinal           int
 	}
 	unwanted := map[slot][]Container{}
 	var orphans []Container
@@ -139,14 +141,14 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 		if wanted[c.ID] {
 			continue
 		}
-		s := slot{c.Namespace, c.Workload, c.Ordinal}
+		s := slot{c.Namespace, c.Workload, c.UID, c.Ordinal}
 		unwanted[s] = append(unwanted[s], c)
 	}
 
 	for _, r := range desired {
 		c, ok := byID[r.ID]
 		if !ok {
-			s := slot{r.Namespace, r.Workload, r.Ordinal}
+			s := slot{r.Namespace, r.Workload, r.UID, r.Ordinal}
 			if olds := unwanted[s]; len(olds) > 0 {
 				res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: olds[0], Reason: "spec changed from " + olds[0].SpecHash + " to " + r.SpecHash})
 				unwanted[s] = olds[1:]

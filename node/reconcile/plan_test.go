@@ -11,7 +11,7 @@ import (
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func rep(workload, hash string, ordinal int) Replica {
-	return NewReplica("default", workload, hash, ordinal, Spec{Image: "echo:" + hash})
+	return NewReplica("default", workload, hash, "", ordinal, Spec{Image: "echo:" + hash})
 }
 
 func running(r Replica) Container {

@@ -142,9 +142,13 @@ type Replica struct {
 	Name      string
 	Namespace string
 	Workload  string // Deployment name
-	Ordinal   int
-	SpecHash  string // 8 hex chars, see manifest.SpecHash
-	Spec      Spec
+	// UID is the Deployment object's UID ("" for an object stored before
+	// Starling gave UIDs, and for StatefulSets, whose ordinals are one
+	// copy whatever the object).
+	UID      string
+	Ordinal  int
+	SpecHash string // 8 hex chars, see manifest.SpecHash
+	Spec     Spec
 	// AtMostOne marks a StatefulSet replica: its name has no spec hash
 	// (a new spec replaces the container under the same ID), there is no
 	// make-before-break handoff, and the node runs it only while fenced
@@ -181,6 +185,7 @@ type Container struct {
 	Name      string
 	Namespace string
 	Workload  string
+	UID       string // the object's, as Replica.UID
 	Ordinal   int
 	SpecHash  string
 	State     State
@@ -193,6 +198,7 @@ type Container struct {
 	// Backoff(BackoffStep).
 	BackoffStep int
 	StartedAt   time.Time // last task start
+	CreatedAt   time.Time // when the container was created (kubectl's AGE)
 	ExitedAt    time.Time // last task exit (StateExited only)
 	ExitCode    uint32
 	// OOMKilled: the exited run was killed by the kernel's OOM killer.

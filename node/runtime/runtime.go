@@ -69,6 +69,9 @@ const (
 	LabelStartedAt   = "starling.io/started-at"
 	LabelGrace       = "starling.io/grace-seconds"
 	LabelNode        = "starling.io/node"
+	// LabelUID is the UID of the Deployment the replica belongs to
+	// (reconcile.Replica.UID); absent for older containers.
+	LabelUID = "starling.io/uid"
 	// LabelStopReason says why the agent stopped the run that started at
 	// LabelStoppedRun (a LabelStartedAt value): a failed liveness or
 	// startup probe.
@@ -156,6 +159,8 @@ type Runtime struct {
 	log    *slog.Logger
 	// execSeq makes exec process IDs unique.
 	execSeq atomic.Uint64
+	// transfers are the image fetches from peers in flight.
+	transfers transfers
 }
 
 // New connects to containerd at cfg.Address and checks that it answers.
@@ -235,6 +240,7 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 			continue // another node's container in a shared containerd
 		}
 		oc := fromLabels(c.ID(), info.Labels)
+		oc.CreatedAt = info.CreatedAt
 		if oc.PodIP != "" && !r.net.Ready(c.ID()) {
 			// The sandbox is gone (host reboot): Plan rebuilds it.
 			oc.PodIP = ""
@@ -270,7 +276,7 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 
 func fromLabels(id string, l map[string]string) reconcile.Container {
 	c := reconcile.Container{
-		ID: id, Name: l[LabelName], Namespace: l[LabelNamespace], Workload: l[LabelWorkload],
+		ID: id, Name: l[LabelName], Namespace: l[LabelNamespace], Workload: l[LabelWorkload], UID: l[LabelUID],
 		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP],
 	}
 	c.Ordinal, _ = strconv.Atoi(l[LabelOrdinal])
@@ -396,7 +402,10 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image
 		return nil, fmt.Errorf("image %s: %w", imageName(ref), err)
 	}
 	if ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter); err != nil || !ok {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+		untrack := r.transfers.unpacking(full)
+		err := img.Unpack(ctx, r.cfg.Snapshotter)
+		untrack()
+		if err != nil {
 			return nil, fmt.Errorf("unpack image %s: %w", imageName(ref), err)
 		}
 	}
@@ -486,6 +495,9 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	}
 	if l := lifecycleLabel(rep.Spec); l != "" {
 		labels[LabelLifecycle] = l
+	}
+	if rep.UID != "" {
+		labels[LabelUID] = rep.UID
 	}
 	specOpts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
@@ -1062,6 +1074,8 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 		return err
 	}
 	defer rc.Close()
+	counted, untrack := r.transfers.start(ref, src.Peer, rc)
+	defer untrack()
 	ctx = r.ctx(ctx)
 	ctx, done, err := r.client.WithLease(ctx)
 	if err != nil {
@@ -1069,7 +1083,7 @@ func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, wa
 	}
 	defer done(ctx)
 	cs := r.client.ContentStore()
-	index, err := archive.ImportIndex(ctx, cs, rc)
+	index, err := archive.ImportIndex(ctx, cs, counted)
 	if err != nil {
 		return fmt.Errorf("import: %w", err)
 	}

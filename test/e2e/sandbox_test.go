@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -17,8 +21,9 @@ import (
 // pids limit (--pids-limit 64 here: a process storm stops there). The
 // securityContext's choices reach the container: runAsUser/runAsGroup,
 // readOnlyRootFilesystem, allowPrivilegeEscalation, capabilities.add,
-// seccompProfile Unconfined; runAsNonRoot with an image that runs as
-// root is refused with a reason.
+// seccompProfile Unconfined, in the container and in the OCI spec read
+// back through containerd; runAsNonRoot with an image that runs as root
+// is refused with a reason.
 func TestSandboxAsCRIGivesIt(t *testing.T) {
 	c := newCluster(t, 1, "--pids-limit", "64")
 	n1 := c.Nodes[0]
@@ -47,7 +52,7 @@ spec:
 	apply(t, n1, workload("hardened", "{runAsUser: 1000, runAsGroup: 3000}", "{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}"))
 	apply(t, n1, workload("raw", "{seccompProfile: {type: Unconfined}}", "{capabilities: {add: [NET_RAW]}}"))
 	apply(t, n1, workload("nonroot", "{runAsNonRoot: true}", "{}"))
-	ips := map[string]string{}
+	ips, names := map[string]string{}, map[string]string{}
 	var nonroot replica
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)
@@ -56,7 +61,7 @@ spec:
 		}
 		for _, r := range items {
 			if r.Ready && r.PodIP != "" {
-				ips[r.Workload] = r.PodIP
+				ips[r.Workload], names[r.Workload] = r.PodIP, r.Name
 			}
 			if r.Workload == "nonroot" {
 				nonroot = r
@@ -104,6 +109,40 @@ spec:
 		"NoNewPrivs": "1", "CapEff": "0000000000000000"})
 	raw := report("raw")
 	expect("raw", raw, map[string]string{"rawSocket": "allowed", "Seccomp": "0"})
+
+	// The same choices, read back from the OCI spec containerd holds.
+	client, err := containerd.New(n1.ContainerdSocket(), containerd.WithDefaultNamespace("starling"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	spec := func(w string) *specs.Spec {
+		ctr, err := client.LoadContainer(t.Context(), "sandbox_"+names[w])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ctr.Spec(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ps := spec("plain")
+	if !ps.Process.NoNewPrivileges || ps.Linux.Seccomp == nil || ps.Linux.Seccomp.DefaultAction != specs.ActErrno ||
+		slices.Contains(ps.Process.Capabilities.Bounding, "CAP_NET_RAW") || !slices.Contains(ps.Process.Capabilities.Bounding, "CAP_CHOWN") ||
+		ps.Linux.Resources.Pids == nil || ps.Linux.Resources.Pids.Limit != 64 {
+		t.Errorf("plain's OCI spec: no_new_privs %v, seccomp %+v, capabilities %v, pids %+v", ps.Process.NoNewPrivileges, ps.Linux.Seccomp != nil, ps.Process.Capabilities.Bounding, ps.Linux.Resources.Pids)
+	}
+	hs := spec("hardened")
+	if hs.Process.User.UID != 1000 || hs.Process.User.GID != 3000 || !hs.Root.Readonly || !hs.Process.NoNewPrivileges ||
+		len(hs.Process.Capabilities.Bounding)+len(hs.Process.Capabilities.Effective)+len(hs.Process.Capabilities.Permitted) != 0 {
+		t.Errorf("hardened's OCI spec: user %+v, read-only root %v, no_new_privs %v, capabilities %+v", hs.Process.User, hs.Root.Readonly, hs.Process.NoNewPrivileges, hs.Process.Capabilities)
+	}
+	rs := spec("raw")
+	if rs.Linux.Seccomp != nil || !slices.Contains(rs.Process.Capabilities.Bounding, "CAP_NET_RAW") {
+		t.Errorf("raw's OCI spec: seccomp %v (want none: Unconfined), capabilities %v (want CAP_NET_RAW)", rs.Linux.Seccomp != nil, rs.Process.Capabilities.Bounding)
+	}
+
 	body, err := harness.HTTPGet(n1.NetNS, "http://"+ips["plain"]+":8080/spawn?n=200", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)

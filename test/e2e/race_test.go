@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryStartIsCounted: three Deployments of 4 applied at once (the
+// report: 5 of 12 replicas were started 2-4 times with RESTARTS 0, a
+// create or start finishing between a reconcile's list and its actions).
+// For every replica, the starts seen in its logs are RESTARTS + 1: the
+// current run's log says "echo listening" once, and a replica that never
+// restarted has no previous run.
+func TestEveryStartIsCounted(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, name := range []string{"r1", "r2", "r3"} {
+		fmt.Fprintf(&all, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: race}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+---
+`, name)
+	}
+	apply(t, n1, all.String())
+	var reps []replica
+	waitFor(t, 90*time.Second, func() error {
+		items, err := apiReplicas(n1)
+		if err != nil {
+			return err
+		}
+		reps = reps[:0]
+		for _, r := range items {
+			if r.Namespace == "race" {
+				reps = append(reps, r)
+			}
+		}
+		ready := 0
+		for _, r := range reps {
+			if r.Ready {
+				ready++
+			}
+		}
+		if len(reps) != 12 || ready != 12 {
+			return fmt.Errorf("%d replicas, %d ready, want 12 ready", len(reps), ready)
+		}
+		return nil
+	})
+	restarted := 0
+	for _, r := range reps {
+		cur, err := n1.CLI("logs", "-n", "race", r.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts := strings.Count(cur, "echo listening")
+		prev, perr := n1.CLI("logs", "-n", "race", "--previous", r.Name)
+		if perr == nil {
+			starts += strings.Count(prev, "echo listening")
+		}
+		if strings.Count(cur, "echo listening") != 1 || r.Restarts == 0 && perr == nil || r.Restarts > 0 && perr != nil {
+			t.Errorf("%s: RESTARTS %d, current run started %d times, previous run: %v", r.Name, r.Restarts, strings.Count(cur, "echo listening"), perr == nil)
+		}
+		if r.Restarts > 0 {
+			restarted++
+			t.Logf("%s: RESTARTS %d, starts seen %d", r.Name, r.Restarts, starts)
+		}
+	}
+	t.Logf("12 replicas of 3 Deployments applied at once: %d restarted, every start counted", restarted)
+}
