@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
@@ -162,7 +164,9 @@ type Runtime interface {
 	CgroupPath(id string) string
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)
 	Images(ctx context.Context) ([]api.Image, error)
-	ExportImage(ctx context.Context, ref string, w io.Writer) error
+	// WriteBlob writes content blob d to w, calling size first (a peer
+	// pulling an image); errdefs.ErrNotFound when the node lacks it.
+	WriteBlob(ctx context.Context, d digest.Digest, size func(int64), w io.Writer) error
 	HasImage(ctx context.Context, ref string) bool
 	// ImageDigest is the digest of image ref's manifest or index.
 	ImageDigest(ctx context.Context, ref string) (string, error)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -62,7 +63,7 @@ func bodyStatus(what string, err error) (int, error) {
 }
 
 // errImageTooLarge is returned by a limitedImage past its limit.
-var errImageTooLarge = errors.New("the image tarball is larger than this node accepts (agent --max-image-size)")
+var errImageTooLarge = errors.New("the image is larger than this node accepts (agent --max-image-size)")
 
 // limitedImage passes through at most limit bytes of an image tarball
 // and fails past it; with rc set, each read must complete within
@@ -73,15 +74,22 @@ type limitedImage struct {
 	n     int64
 	rc    *http.ResponseController
 	over  bool
+	// total, when set, counts the bytes of every limitedImage sharing
+	// it (the blobs of one image) against limit, instead of n.
+	total *atomic.Int64
 }
 
 func (l *limitedImage) Read(p []byte) (int, error) {
 	if l.over {
 		return 0, errImageTooLarge
 	}
+	n := l.n
+	if l.total != nil {
+		n = l.total.Load()
+	}
 	// Up to one byte past the limit tells a tarball of exactly limit
 	// bytes from a larger one.
-	if room := l.limit - l.n + 1; int64(len(p)) > room {
+	if room := l.limit - n + 1; int64(len(p)) > room {
 		p = p[:room]
 	}
 	if l.rc != nil {
@@ -89,14 +97,17 @@ func (l *limitedImage) Read(p []byte) (int, error) {
 	}
 	k, err := l.r.Read(p)
 	l.n += int64(k)
-	if l.n > l.limit {
+	if n = l.n; l.total != nil {
+		n = l.total.Add(int64(k))
+	}
+	if n > l.limit {
 		l.over = true
 		return 0, errImageTooLarge
 	}
 	return k, err
 }
 
-// peerImage is an image tarball streamed from a peer: bounded like an
+// peerImage is an image blob streamed from a peer: bounded like an
 // upload, and abandoned when no data comes for bodyIdleTimeout (idle
 // cancels the request; every read re-arms it).
 type peerImage struct {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -181,11 +183,13 @@ func (f *fakeRuntime) ImportImages(_ context.Context, r io.Reader) ([]string, er
 	}
 	return []string{"docker.io/library/fake:latest"}, nil
 }
-func (f *fakeRuntime) Images(context.Context) ([]api.Image, error)          { return nil, nil }
-func (f *fakeRuntime) ExportImage(context.Context, string, io.Writer) error { return nil }
-func (f *fakeRuntime) HasImage(context.Context, string) bool                { return false }
-func (f *fakeRuntime) ImageProgress(string) string                          { return "" }
-func (f *fakeRuntime) Close() error                                         { return nil }
+func (f *fakeRuntime) Images(context.Context) ([]api.Image, error) { return nil, nil }
+func (f *fakeRuntime) WriteBlob(context.Context, digest.Digest, func(int64), io.Writer) error {
+	return errdefs.ErrNotFound
+}
+func (f *fakeRuntime) HasImage(context.Context, string) bool { return false }
+func (f *fakeRuntime) ImageProgress(string) string           { return "" }
+func (f *fakeRuntime) Close() error                          { return nil }
 
 // testNode is one in-process agent on loopback with a fake runtime.
 type testNode struct {

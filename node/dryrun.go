@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
@@ -47,13 +48,15 @@ func (dryRuntime) WatchExits(ctx context.Context, _ func())                  { <
 func (dryRuntime) LogPath(string) string                                     { return "" }
 func (dryRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { return nil, errDryRun }
 func (dryRuntime) Images(context.Context) ([]api.Image, error)               { return nil, nil }
-func (dryRuntime) ExportImage(context.Context, string, io.Writer) error      { return errDryRun }
-func (dryRuntime) HasImage(context.Context, string) bool                     { return false }
-func (dryRuntime) ImageProgress(string) string                               { return "" }
-func (dryRuntime) CgroupPath(id string) string                               { return "" }
-func (dryRuntime) PreviousLogPath(string) string                             { return "" }
-func (dryRuntime) ImageDigest(context.Context, string) (string, error)       { return "", errDryRun }
-func (dryRuntime) Close() error                                              { return nil }
+func (dryRuntime) WriteBlob(context.Context, digest.Digest, func(int64), io.Writer) error {
+	return errDryRun
+}
+func (dryRuntime) HasImage(context.Context, string) bool               { return false }
+func (dryRuntime) ImageProgress(string) string                         { return "" }
+func (dryRuntime) CgroupPath(id string) string                         { return "" }
+func (dryRuntime) PreviousLogPath(string) string                       { return "" }
+func (dryRuntime) ImageDigest(context.Context, string) (string, error) { return "", errDryRun }
+func (dryRuntime) Close() error                                        { return nil }
 func (dryRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(string) (func(), bool)) error {
 	return nil
 }

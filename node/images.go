@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/containerd/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/dustin/go-humanize"
 	"github.com/opencontainers/go-digest"
@@ -146,26 +148,30 @@ func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleImageExport streams image ?name=REF as an OCI tarball, for peers
-// that need it (content-addressed: the importer verifies every digest).
-func (a *Agent) handleImageExport(w http.ResponseWriter, r *http.Request) {
-	ref := r.URL.Query().Get("name")
-	if ref == "" {
-		writeError(w, http.StatusBadRequest, errors.New("name: required, e.g. ?name=docker.io/library/nginx:1.27"))
-		return
-	}
-	have, err := a.rt.ImageDigest(r.Context(), ref)
+// handleImageBlob serves blob {digest} of this node's content store (a
+// manifest, config or layer), for peers pulling an image
+// (runtime.fetchFromPeers): content-addressed, so the puller checks what
+// it gets against the digest it asked for.
+func (a *Agent) handleImageBlob(w http.ResponseWriter, r *http.Request) {
+	d, err := digest.Parse(r.PathValue("digest"))
 	if err != nil {
-		writeError(w, http.StatusNotFound, fmt.Errorf("image %s is not on node %s", ref, a.cfg.Name))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("digest: %v (want sha256:<64 hex digits>)", err))
 		return
 	}
-	if want := r.URL.Query().Get("digest"); want != "" && want != have {
-		writeError(w, http.StatusNotFound, fmt.Errorf("node %s has image %s at digest %s, not %s", a.cfg.Name, ref, have, want))
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-tar")
-	if err := a.rt.ExportImage(r.Context(), ref, w); err != nil {
-		a.log.Warn("image export failed", "image", ref, "err", err)
+	started := false
+	err = a.rt.WriteBlob(r.Context(), d, func(size int64) {
+		started = true
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}, w)
+	switch {
+	case err == nil:
+	case !started && errdefs.IsNotFound(err):
+		writeError(w, http.StatusNotFound, fmt.Errorf("node %s holds no blob %s", a.cfg.Name, d))
+	case !started:
+		writeError(w, http.StatusInternalServerError, err)
+	default:
+		a.log.Warn("image blob not served whole", "digest", d, "err", err)
 	}
 }
 
@@ -220,25 +226,32 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 	if len(peers) == 0 {
 		return "", nil, errors.New("no live peer to fetch it from (with --insecure, only peers started with --api-listen and --token-file share images)")
 	}
+	// --max-image-size bounds what one fetch takes from a peer, all its
+	// blobs together.
 	var out []runtime.ImageSource
 	for _, p := range peers {
-		out = append(out, runtime.ImageSource{Peer: p.name, Open: func(ctx context.Context) (io.ReadCloser, error) {
+		var total atomic.Int64
+		out = append(out, runtime.ImageSource{Peer: p.name, Blob: func(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
 			// A peer that stalls is given up on after bodyIdleTimeout
 			// without data, so the next one gets its turn.
 			ctx, cancel := context.WithCancel(ctx)
 			idle := time.AfterFunc(bodyIdleTimeout, cancel)
-			resp, err := a.peerGet(ctx, p.name, p.status, "/v1/images/export?name="+url.QueryEscape(ref)+"&digest="+url.QueryEscape(want))
+			resp, err := a.peerGet(ctx, p.name, p.status, "/v1/images/blobs/"+d.String())
 			if err != nil {
+				idle.Stop()
 				cancel()
 				return nil, err
 			}
 			if resp.StatusCode != http.StatusOK {
 				resp.Body.Close()
+				idle.Stop()
 				cancel()
-				return nil, errors.New(resp.Status)
+				return nil, fmt.Errorf("blob %s: %s", d, resp.Status)
 			}
-			a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
-			return &peerImage{limitedImage: limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes}, body: resp.Body, idle: idle, cancel: cancel}, nil
+			if d.String() == want {
+				a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
+			}
+			return &peerImage{limitedImage: limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes, total: &total}, body: resp.Body, idle: idle, cancel: cancel}, nil
 		}})
 	}
 	return want, out, nil

@@ -365,7 +365,7 @@ func (a *Agent) peerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/join", a.join.handleJoin)
 	mux.Handle("GET /v1/logs/{namespace}/{name}", a.trust.requirePeer(http.HandlerFunc(a.handleLogs)))
-	mux.Handle("GET /v1/images/export", a.trust.requirePeer(http.HandlerFunc(a.handleImageExport)))
+	mux.Handle("GET /v1/images/blobs/{digest}", a.trust.requirePeer(http.HandlerFunc(a.handleImageBlob)))
 	mux.Handle("GET /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleList)))
 	mux.Handle("POST /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleOp)))
 	return mux

@@ -79,9 +79,9 @@ func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 }
 
 // peerRoute reports whether r is one of the requests one node makes of
-// another (log proxying, image export).
+// another (log proxying, image blobs).
 func peerRoute(r *http.Request) bool {
-	return r.Method == http.MethodGet && (r.URL.Path == "/v1/images/export" || strings.HasPrefix(r.URL.Path, "/v1/logs/"))
+	return r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/images/blobs/") || strings.HasPrefix(r.URL.Path, "/v1/logs/"))
 }
 
 // requireAuth guards the TCP API: the operator's bearer token for every
@@ -103,7 +103,7 @@ func (a *Agent) requireAuthWith(next http.Handler, bound func(string) ([]byte, b
 		// the peer port (peertls.go); signed requests are for --insecure.
 		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && a.trust == nil {
 			if !peerRoute(r) {
-				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image export)"))
+				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image blobs)"))
 				return
 			}
 			if _, err := verifyPeerRequest(r, a.cfg.Name, bound, time.Now()); err != nil {

@@ -30,7 +30,7 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 		}
 		return r
 	}
-	if from, err := verifyPeerRequest(signed("GET", "/v1/images/export?name=x", "n2", now), "n2", bound, now); err != nil || from != "n1" {
+	if from, err := verifyPeerRequest(signed("GET", "/v1/images/blobs/sha256:0123", "n2", now), "n2", bound, now); err != nil || from != "n1" {
 		t.Fatalf("a good request: %q %v", from, err)
 	}
 	for name, tc := range map[string]struct {
@@ -65,7 +65,7 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 		method, uri string
 		want        int
 	}{
-		{"GET", "/v1/images/export?name=x", http.StatusOK},
+		{"GET", "/v1/images/blobs/sha256:0123", http.StatusOK},
 		{"GET", "/v1/logs/default/x", http.StatusOK},
 		{"POST", "/v1/apply", http.StatusForbidden},
 		{"GET", "/v1/objects/deployment", http.StatusForbidden},

@@ -54,7 +54,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/logs/{namespace}/{name}", a.handleLogs)
 	mux.HandleFunc("POST /v1/images", a.handleImageImport)
 	mux.HandleFunc("GET /v1/images", a.handleImages)
-	mux.HandleFunc("GET /v1/images/export", a.handleImageExport)
+	mux.HandleFunc("GET /v1/images/blobs/{digest}", a.handleImageBlob)
 	mux.HandleFunc("GET /v1/rollout/{namespace}/{name}/status", a.handleRolloutStatus)
 	mux.HandleFunc("GET /v1/rollout/{namespace}/{name}/history", a.handleRolloutHistory)
 	mux.HandleFunc("POST /v1/rollout/{namespace}/{name}/undo", a.handleRolloutUndo)

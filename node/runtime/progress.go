@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,12 +24,12 @@ type transfer struct {
 // transfers maps a normalized image name to its transfer in flight.
 type transfers struct{ m sync.Map }
 
-// start records a fetch of ref from peer and returns a reader counting
-// rc's bytes into it, and the function that ends the record.
-func (t *transfers) start(ref, peer string, rc io.Reader) (io.Reader, func()) {
+// track records a fetch of ref from peer and returns the counter its
+// blobs' bytes go into, and the function that ends the record.
+func (t *transfers) track(ref, peer string) (*atomic.Int64, func()) {
 	tr := &transfer{peer: peer, started: time.Now()}
 	t.m.Store(ref, tr)
-	return countingReader{rc, &tr.bytes}, func() { t.m.CompareAndDelete(ref, tr) }
+	return &tr.bytes, func() { t.m.CompareAndDelete(ref, tr) }
 }
 
 // unpacking records that ref is being unpacked into snapshots and
@@ -58,17 +57,6 @@ func (t *transfers) describe(ref string, now time.Time) string {
 		s += fmt.Sprintf(" (%s/s)", humanize.Bytes(uint64(float64(n)/d.Seconds())))
 	}
 	return s
-}
-
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (c countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 // ImageProgress says how the fetch of image ref from a peer goes, for a

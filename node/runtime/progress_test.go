@@ -15,7 +15,8 @@ func TestImageProgressNamesPeerBytesAndRate(t *testing.T) {
 	if got := ts.describe("nginx:1.22", time.Now()); got != "" {
 		t.Fatalf("nothing in flight: %q", got)
 	}
-	r, done := ts.start(full, "n2", strings.NewReader(strings.Repeat("x", 3_000_000)))
+	n, done := ts.track(full, "n2")
+	r := countingReadCloser{io.NopCloser(strings.NewReader(strings.Repeat("x", 3_000_000))), n}
 	if _, err := io.CopyN(io.Discard, r, 2_000_000); err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/containerd/containerd/images"
-	"github.com/distribution/reference"
-	"github.com/opencontainers/go-digest"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -26,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/distribution/reference"
+	"golang.org/x/sys/unix"
+
 	"github.com/containerd/containerd"
 	eventstypes "github.com/containerd/containerd/api/events"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
@@ -33,13 +32,11 @@ import (
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/events"
-	"github.com/containerd/containerd/images/archive"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/containerd/remotes/docker"
 	containerdlog "github.com/containerd/log"
-	"github.com/containerd/platforms"
 	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -133,25 +130,12 @@ type Config struct {
 	// FetchImage, when set, is asked first for an image that is not
 	// stored locally (before its registry): it returns the digest the
 	// cluster recorded for ref when it was imported ("sha256:...") and the
-	// peers that may have it, best first. Each source opens an image
-	// tarball from one peer; only the manifest of that digest is taken
-	// from it, under the name ref alone (see fetchFromPeers), and the next
-	// source is tried when it does not hold it.
+	// peers that may have it, best first. The image is pulled from one
+	// peer blob by blob, from that digest down, under the name ref alone
+	// (see fetchFromPeers); the next source is tried when one fails.
 	FetchImage func(ctx context.Context, ref string) (digest string, sources []ImageSource, err error)
 }
 
-// maxIndexBytes bounds the index of an image tarball from a peer (it is
-// read whole): real ones are a few hundred bytes.
-const maxIndexBytes = 4 << 20
-
-// ImageSource is one peer that may serve an image: Open returns its
-// tarball.
-type ImageSource struct {
-	Peer string
-	Open func(ctx context.Context) (io.ReadCloser, error)
-}
-
-// Runtime talks to containerd.
 type Runtime struct {
 	cfg    Config
 	client *containerd.Client
@@ -1029,113 +1013,6 @@ func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
 	}
 }
 
-// fetchFromPeers imports ref from the tarball FetchImage returns, taking
-// exactly one image from it: the manifest (or index) whose digest is the
-// one the cluster recorded for ref, named ref. The tarball's own names are
-// ignored, so a peer can neither add nor retag images; content is
-// addressed by digest (containerd verifies every blob it stores against
-// its digest), so content other than what was recorded cannot pass.
-func (r *Runtime) fetchFromPeers(ctx context.Context, ref string) (containerd.Image, error) {
-	want, sources, err := r.cfg.FetchImage(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	wantDigest, err := digest.Parse(want)
-	if err != nil {
-		return nil, fmt.Errorf("recorded digest of %s: %w", ref, err)
-	}
-	var errs []error
-	for _, src := range sources {
-		if err := r.importOne(ctx, src, ref, wantDigest); err != nil {
-			r.log.Warn("image from peer refused", "image", ref, "digest", wantDigest, "peer", src.Peer, "err", err)
-			errs = append(errs, fmt.Errorf("%s: %w", src.Peer, err))
-			continue
-		}
-		r.log.Info("image fetched from a peer", "image", ref, "digest", wantDigest, "peer", src.Peer)
-		return r.client.GetImage(r.ctx(ctx), ref)
-	}
-	if len(errs) == 0 {
-		return nil, errors.New("no peer to fetch from")
-	}
-	return nil, errors.Join(errs...)
-}
-
-// importOne imports from one source only the manifest (or index) of
-// digest want, named ref. It stores the tarball's blobs in the content
-// store (archive.ImportIndex, which checks every blob against its digest)
-// under a lease, and creates no image from the tarball's own names
-// (containerd's Import would, for every name in it, untranslated for
-// docker-archive tags); then it points ref at the descriptor of digest
-// want, if the tarball has one, and labels what it references so the
-// garbage collector keeps it, as Import does.
-func (r *Runtime) importOne(ctx context.Context, src ImageSource, ref string, want digest.Digest) error {
-	rc, err := src.Open(ctx)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	counted, untrack := r.transfers.start(ref, src.Peer, rc)
-	defer untrack()
-	ctx = r.ctx(ctx)
-	ctx, done, err := r.client.WithLease(ctx)
-	if err != nil {
-		return err
-	}
-	defer done(ctx)
-	cs := r.client.ContentStore()
-	index, err := archive.ImportIndex(ctx, cs, counted)
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	if index.Size > maxIndexBytes {
-		return fmt.Errorf("import: the tarball's index is %d bytes, more than %d", index.Size, maxIndexBytes)
-	}
-	b, err := content.ReadBlob(ctx, cs, index)
-	if err != nil {
-		return fmt.Errorf("import: read index: %w", err)
-	}
-	var idx ocispec.Index
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return fmt.Errorf("import: index: %w", err)
-	}
-	var target *ocispec.Descriptor
-	for i := range idx.Manifests {
-		if idx.Manifests[i].Digest == want {
-			target = &idx.Manifests[i]
-		}
-	}
-	if target == nil {
-		return fmt.Errorf("its tarball does not hold %s at the digest recorded for it, %s", ref, want)
-	}
-	handler := images.SetChildrenLabels(cs, images.FilterPlatforms(images.ChildrenHandler(cs), platforms.Default()))
-	if err := images.WalkNotEmpty(ctx, handler, *target); err != nil {
-		return fmt.Errorf("import %s: %w", want, err)
-	}
-	// Everything the manifest names must be there: a tarball of the
-	// right manifest without its layers would leave an image that never
-	// unpacks (and, being present, is never fetched again).
-	available, _, _, missing, err := images.Check(ctx, cs, *target, platforms.Default())
-	if err != nil {
-		return fmt.Errorf("import %s: %w", want, err)
-	}
-	if !available || len(missing) > 0 {
-		return fmt.Errorf("its tarball of %s lacks %d of the image's blobs", want, len(missing))
-	}
-	img := images.Image{Name: ref, Target: *target}
-	is := r.client.ImageService()
-	// Two creates of one image's replicas may fetch it at once: whoever
-	// comes second updates what the first created.
-	for range 2 {
-		if _, err = is.Update(ctx, img, "target"); !errdefs.IsNotFound(err) {
-			return err
-		}
-		if _, err = is.Create(ctx, img); !errdefs.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	return err
-}
-
 // ImageDigest returns the digest of image ref's target ("sha256:...");
 // ref is normalized (NormalizeImage).
 func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
@@ -1144,18 +1021,6 @@ func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
 		return "", err
 	}
 	return img.Target.Digest.String(), nil
-}
-
-// ExportImage writes image ref (normalized, NormalizeImage; with its
-// config and layers, for this platform) as an OCI tarball to w.
-// errdefs.IsNotFound(err) when the node does not have it.
-func (r *Runtime) ExportImage(ctx context.Context, ref string, w io.Writer) error {
-	ctx = r.ctx(ctx)
-	ref = NormalizeImage(ref)
-	if _, err := r.client.ImageService().Get(ctx, ref); err != nil {
-		return err
-	}
-	return r.client.Export(ctx, w, archive.WithImage(r.client.ImageService(), ref), archive.WithPlatform(platforms.Default()))
 }
 
 // HasImage reports whether the node stores image ref (normalized).

@@ -6,9 +6,11 @@
 // on 3 nodes, failover (a cut-off node's endpoints gone from the others'
 // rules, its replicas ready elsewhere) and rolling-update durations (see
 // cluster.go); then the time a new node takes to join, with a join token
-// and with --insecure (join.go). Nodes run in network namespaces
+// and with --insecure (join.go); then an image's trip from the node that
+// imported it to one that needs it, against a plain copy (images.go).
+// Nodes run in network namespaces
 // (test/harness), each with its own containerd; it needs root and prints
-// a table per group (-only node|rules|cluster|join runs one). `make
+// a table per group (-only node|rules|cluster|join|image runs one). `make
 // bench` runs it.
 package main
 
@@ -102,7 +104,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // groups are the figure groups, in the order a run without -only runs them.
-var groups = []string{"node", "rules", "cluster", "join"}
+var groups = []string{"node", "rules", "cluster", "join", "image"}
 
 func main() {
 	runs := flag.Int("runs", 5, "node group: runs per replica count")
@@ -110,7 +112,24 @@ func main() {
 	rolloutRuns := flag.Int("rollout-runs", 3, "cluster group: rolling updates per strategy")
 	child := flag.String("rules-child", "", "internal: measure Service rules inside this test network namespace")
 	only := flag.String("only", "", "run one group: "+strings.Join(groups, ", "))
+	copyRecvAddr := flag.String("copy-recv", "", "internal (image group): receive one TCP copy on this address")
+	copyOut := flag.String("copy-out", "/dev/null", "internal (image group): where -copy-recv writes")
+	copySendAddr := flag.String("copy-send", "", "internal (image group): send -copy-in to this address")
+	copyIn := flag.String("copy-in", "", "internal (image group): the file -copy-send sends")
 	flag.Parse()
+	if *copyRecvAddr != "" || *copySendAddr != "" {
+		var err error
+		if *copyRecvAddr != "" {
+			err = copyRecv(*copyRecvAddr, *copyOut)
+		} else {
+			err = copySend(*copySendAddr, *copyIn)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *child != "" {
 		if err := rulesChild(*child); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -140,6 +159,8 @@ func main() {
 			err = withArtifacts(func(a artifacts) error { return clusterBench(a, *failoverRuns, *rolloutRuns) })
 		case "join":
 			err = withArtifacts(func(a artifacts) error { return joinBench(a, *runs) })
+		case "image":
+			err = withArtifacts(func(a artifacts) error { return imageBench(a, 3) })
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s group: %v\n", g, err)

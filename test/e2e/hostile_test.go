@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,10 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -209,21 +206,50 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 
 // TestSharedImagesAreVerifiedAndPeersNeverGetTheToken: a node that holds
 // a join token joins with a well-formed status that advertises an API
-// and a replica (test/hostile --fake-api) and answers every image export
-// with other content under the name asked for plus an extra tag. Honest
-// nodes ask it for images and proxy logs to it, as to any node, over
-// mutual TLS with their node certificates (the operator's API token never
-// reaches it), and they take from a peer only the digest recorded when the
-// image was imported: the poisoned tarball is refused, no extra tag
-// appears, and once an honest copy is available the replicas run it.
+// and a replica (test/hostile --fake-api) and serves image blobs: the
+// true manifest and config of echo:v1 (which it could read anywhere) and,
+// for the layer and any other digest, other content. Honest nodes ask it
+// for images and proxy logs to it, as to any node, over mutual TLS with
+// their node certificates (the operator's API token never reaches it),
+// and they take from a peer only content of the digests asked for, down
+// from the manifest recorded when the image was imported: the poisoned
+// layer is refused, no image is created, and once an honest copy is
+// available the replicas run it.
 func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	poisoned := filepath.Join(t.TempDir(), "poisoned.tar")
-	if err := retag(echoV2Tar, poisoned, "starling.local/echo:v1", "starling.local/extra:latest"); err != nil {
+	// echo:v1 is recorded (imported on n1); the spy gets its manifest and
+	// config, then n1's copy is removed behind the agent's back, so no
+	// honest node has it.
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
 		t.Fatal(err)
 	}
-	_, out := startHostile(t, c, "spy", 8, "--fake-api", "--serve-image", poisoned)
+	recorded := imageDigest(t, n1, "starling.local/echo:v1")
+	ctrCtx, ctrCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ctrCancel()
+	ctr := func(args ...string) string {
+		t.Helper()
+		o, err := n1.Exec(ctrCtx, "ctr", append([]string{"--address", n1.ContainerdSocket(), "-n", "starling"}, args...)...)
+		if err != nil {
+			t.Fatalf("ctr %v: %v %s", args, err, o)
+		}
+		return o
+	}
+	blobs := t.TempDir()
+	manifestJSON := ctr("content", "get", recorded)
+	var m struct {
+		Config struct{ Digest string }
+		Layers []struct{ Digest string }
+	}
+	if err := json.Unmarshal([]byte(manifestJSON), &m); err != nil || len(m.Layers) == 0 {
+		t.Fatalf("manifest of echo:v1: %v %q", err, manifestJSON)
+	}
+	for d, b := range map[string]string{recorded: manifestJSON, m.Config.Digest: ctr("content", "get", m.Config.Digest)} {
+		if err := os.WriteFile(filepath.Join(blobs, d), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, out := startHostile(t, c, "spy", 8, "--fake-api", "--serve-blobs", blobs, "--poison", echoV2Tar)
 	waitFor(t, 30*time.Second, func() error {
 		s, err := n1.CLI("get", "nodes")
 		if err != nil || !strings.Contains(s, "spy ") || !strings.Contains(s, "10.22.50.0/24") {
@@ -231,17 +257,7 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 		}
 		return nil
 	})
-	// echo:v1 is recorded (imported on n1), but no honest node has it:
-	// n1's copy is removed behind the agent's back.
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	recorded := imageDigest(t, n1, "starling.local/echo:v1")
-	ctrCtx, ctrCancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ctrCancel()
-	if o, err := n1.Exec(ctrCtx, "ctr", "--address", n1.ContainerdSocket(), "-n", "starling", "images", "rm", "starling.local/echo:v1"); err != nil {
-		t.Fatalf("ctr images rm: %v %s", err, o)
-	}
+	ctr("images", "rm", "--sync", "starling.local/echo:v1")
 	if _, err := n1.CLIInput(strings.NewReader(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: needs-image}
@@ -258,13 +274,15 @@ spec:
 	n1.CLI("logs", "ghost-0") // proxied to spy, which says it runs ghost-0
 	waitFor(t, 60*time.Second, func() error {
 		s := out.String()
-		if !strings.Contains(s, "request GET /v1/images/export?name=starling.local") || !strings.Contains(s, "request GET /v1/logs/default/ghost-0") {
-			return fmt.Errorf("spy has not been asked for an image and for logs yet:\n%s", s)
+		// The manifest and config passed; the layer is what it poisoned.
+		if !strings.Contains(s, "request GET /v1/images/blobs/"+recorded) || !strings.Contains(s, "request GET /v1/images/blobs/"+m.Layers[0].Digest) ||
+			!strings.Contains(s, "request GET /v1/logs/default/ghost-0") {
+			return fmt.Errorf("spy has not been asked for the image's manifest and layer and for logs yet:\n%s", s)
 		}
 		for _, n := range []*harness.Node{n1, n2} {
 			log, _ := os.ReadFile(n.AgentLogPath())
-			if !strings.Contains(string(log), "image from peer refused") {
-				return fmt.Errorf("%s has not refused spy's tarball yet", n.Name)
+			if !strings.Contains(string(log), "image from peer refused") || !strings.Contains(string(log), "peer=spy") {
+				return fmt.Errorf("%s has not refused spy's layer yet", n.Name)
 			}
 		}
 		return nil
@@ -275,16 +293,16 @@ spec:
 	}
 	// Nodes call each other over mutual TLS with their node certificates
 	// and send no Authorization header at all.
-	if strings.Contains(s, `auth="Starling-Node `) || !strings.Contains(s, `auth="" client="n`) || !strings.Contains(s, "&digest=sha256") {
-		t.Fatalf("peer requests do not come over mutual TLS from a node, or do not name the digest:\n%s", s)
+	if strings.Contains(s, `auth="Starling-Node `) || !strings.Contains(s, `auth="" client="n`) {
+		t.Fatalf("peer requests do not come over mutual TLS from a node:\n%s", s)
 	}
 	for _, n := range []*harness.Node{n1, n2} {
 		images, err := n.CLI("image", "ls")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(images, "extra") || strings.Contains(images, "echo:v1") {
-			t.Fatalf("%s took images from the poisoned tarball:\n%s", n.Name, images)
+		if strings.Contains(images, "echo:v1") {
+			t.Fatalf("%s holds an image made of the poisoned content:\n%s", n.Name, images)
 		}
 	}
 	// An honest copy again: the replicas on n2 get the recorded content.
@@ -297,24 +315,6 @@ spec:
 		}
 		return nil
 	})
-}
-
-// retag writes the image of docker-archive src to dst under the given
-// tags (go-containerregistry).
-func retag(src, dst string, tags ...string) error {
-	img, err := tarball.ImageFromPath(src, nil)
-	if err != nil {
-		return err
-	}
-	refs := map[name.Reference]v1.Image{}
-	for _, t := range tags {
-		r, err := name.ParseReference(t)
-		if err != nil {
-			return err
-		}
-		refs[r] = img
-	}
-	return tarball.MultiRefWriteToFile(dst, refs)
 }
 
 func imageDigest(t *testing.T, n *harness.Node, ref string) string {
@@ -462,7 +462,7 @@ func TestStrangerAndNameThiefAreRefusedAtJoin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stranger: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "join with a made-up token: status 403") || !strings.Contains(string(out), "image export without a node certificate: status 401") {
+	if !strings.Contains(string(out), "join with a made-up token: status 403") || !strings.Contains(string(out), "image blob without a node certificate: status 401") {
 		t.Fatalf("the join endpoint did not refuse a made-up token:\n%s", out)
 	}
 	if nodes, _ := n1.CLI("get", "nodes"); strings.Contains(nodes, "stranger") {

@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -58,7 +59,8 @@ func main() {
 	victim := flag.String("victim", "", "a running node whose status record to forge")
 	victimSubnet := flag.String("victim-subnet", "", "the victim's pod subnet, claimed under another name")
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
-	serve := flag.String("serve-image", "", "with --fake-api: answer every image export with this tarball")
+	serve := flag.String("serve-blobs", "", "with --fake-api: a directory of image blobs named by digest (sha256:HEX); a blob request for one of them gets it, any other the --poison file")
+	poison := flag.String("poison", "", "with --serve-blobs: what every other blob request gets")
 	forgotten := flag.String("forgotten", "", "instead: the data dir of a forgotten node; mint a new identity with its CA key and try to get back in")
 	flag.Parse()
 	var err error
@@ -68,7 +70,7 @@ func main() {
 	case *forgotten != "":
 		err = runForgotten(*name, *bind, *forgotten, *join)
 	default:
-		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve)
+		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve, *poison)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
@@ -76,7 +78,7 @@ func main() {
 	}
 }
 
-func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveImage string) error {
+func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveBlobs, poison string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	key, gossipKey, ca, caKey, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
 	cancel()
@@ -120,7 +122,7 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 	}
 	if fakeAPI {
 		tlsCert := tls.Certificate{Certificate: [][]byte{ownCert, ca.Raw}, PrivateKey: key}
-		return serveFakeAPI(c, clock, key, tlsCert, name, bind, serveImage, status, replica)
+		return serveFakeAPI(c, clock, key, tlsCert, name, bind, serveBlobs, poison, status, replica)
 	}
 	recs := []crdt.Record{
 		// Route hijack: a subnet outside --cluster-cidr.
@@ -186,10 +188,10 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 // port and on its peer port (7947, TLS with its node certificate); it
 // prints each request's method, URI, Authorization header (the
 // operator's token must never be among them) and client certificate,
-// answers image exports with the tarball serveImage (poisoned content
-// under the name asked for, plus extra tags), and everything else with
-// 404.
-func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, cert tls.Certificate, name, bind, serveImage string,
+// answers image blob requests from serveBlobs (the blobs it holds, named
+// by digest) and with the file poison for any other digest (content
+// under a digest it does not have), and everything else with 404.
+func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, cert tls.Certificate, name, bind, serveBlobs, poison string,
 	status func(string, string, ...map[string]any) []byte, replica func(string, string) map[string]any) error {
 	var st map[string]any
 	json.Unmarshal(status(name, "10.22.50.0/24", replica(name, "10.22.50.7")), &st)
@@ -211,8 +213,12 @@ func serveFakeAPI(c *gossip.Cluster, clock *hlc.Clock, key ed25519.PrivateKey, c
 			client = r.TLS.PeerCertificates[0].Subject.CommonName
 		}
 		fmt.Printf("request %s %s auth=%q client=%q\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), client)
-		if serveImage != "" && r.URL.Path == "/v1/images/export" {
-			http.ServeFile(w, r, serveImage)
+		if d, ok := strings.CutPrefix(r.URL.Path, "/v1/images/blobs/"); ok && serveBlobs != "" {
+			if held := filepath.Join(serveBlobs, filepath.Base(d)); d == filepath.Base(d) && fileExists(held) {
+				http.ServeFile(w, r, held)
+				return
+			}
+			http.ServeFile(w, r, poison)
 			return
 		}
 		http.NotFound(w, r)
@@ -255,13 +261,13 @@ func runStranger(name, bind, join string) error {
 	resp.Body.Close()
 	fmt.Printf("join with a made-up token: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
 	// The node-to-node routes of the same port want a node certificate.
-	resp, err = client.Get("https://" + join + ":7947/v1/images/export?name=starling.local/echo:v1")
+	resp, err = client.Get("https://" + join + ":7947/v1/images/blobs/sha256:" + strings.Repeat("0", 64))
 	if err != nil {
-		fmt.Println("image export without a node certificate: err", err)
+		fmt.Println("image blob without a node certificate: err", err)
 		return nil
 	}
 	resp.Body.Close()
-	fmt.Printf("image export without a node certificate: status %d\n", resp.StatusCode)
+	fmt.Printf("image blob without a node certificate: status %d\n", resp.StatusCode)
 	return nil
 }
 
@@ -327,4 +333,9 @@ func runForgotten(name, bind, dataDir, join string) error {
 	}
 	fmt.Println("published a status for", name)
 	return nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }

@@ -1,0 +1,100 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containerd/containerd/images"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// blobSource serves blobs from a map, whatever digest they truly have.
+func blobSource(blobs map[digest.Digest][]byte) ImageSource {
+	return ImageSource{Peer: "p", Blob: func(_ context.Context, d digest.Digest) (io.ReadCloser, error) {
+		b, ok := blobs[d]
+		if !ok {
+			return nil, errors.New("404 Not Found")
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}}
+}
+
+// The resolver takes the manifest of the recorded digest only, with the
+// media type its content says, and refuses other content under that
+// digest, oversized manifests and blobs that are no manifest.
+func TestPeerResolverTakesOnlyTheRecordedManifest(t *testing.T) {
+	docker := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{},"layers":[]}`)
+	oci := []byte(`{"schemaVersion":2,"config":{"digest":"sha256:00"},"layers":[]}`)
+	index := []byte(`{"schemaVersion":2,"manifests":[]}`)
+	for _, tc := range []struct {
+		name    string
+		served  []byte
+		want    digest.Digest
+		media   string
+		wantErr string
+	}{
+		{"docker manifest", docker, digest.FromBytes(docker), images.MediaTypeDockerSchema2Manifest, ""},
+		{"OCI manifest without mediaType", oci, digest.FromBytes(oci), ocispec.MediaTypeImageManifest, ""},
+		{"OCI index without mediaType", index, digest.FromBytes(index), ocispec.MediaTypeImageIndex, ""},
+		{"other content under the digest", oci, digest.FromBytes(docker), "", "it served content of digest " + digest.FromBytes(oci).String()},
+		{"a layer's media type", []byte(`{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip"}`), "", "", "is not an image manifest or index"},
+		{"not JSON", []byte("\x1f\x8b"), "", "", "not a manifest"},
+		{"too large", bytes.Repeat([]byte(" "), maxManifestBytes+1), "", "", "over 4194304 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			if want == "" {
+				want = digest.FromBytes(tc.served)
+			}
+			p := &peerResolver{src: blobSource(map[digest.Digest][]byte{want: tc.served}), ref: "docker.io/library/x:1", want: want, counted: new(atomic.Int64)}
+			name, desc, err := p.Resolve(context.Background(), "docker.io/library/x:1")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || name != "docker.io/library/x:1" || desc.Digest != want || desc.MediaType != tc.media || desc.Size != int64(len(tc.served)) {
+				t.Fatalf("got %s %+v %v", name, desc, err)
+			}
+		})
+	}
+	p := &peerResolver{src: blobSource(nil), ref: "docker.io/library/x:1", want: digest.FromBytes(docker), counted: new(atomic.Int64)}
+	if _, _, err := p.Resolve(context.Background(), "docker.io/library/other:1"); err == nil {
+		t.Fatal("resolved a name other than the one it was made for")
+	}
+}
+
+// The fetcher serves the resolved manifest from memory and counts the
+// bytes of the other blobs for the transfer's progress.
+func TestPeerFetcherCountsBlobBytes(t *testing.T) {
+	manifest := []byte(`{"schemaVersion":2,"config":{},"layers":[]}`)
+	layer := bytes.Repeat([]byte("l"), 5000)
+	md, ld := digest.FromBytes(manifest), digest.FromBytes(layer)
+	asked := 0
+	src := blobSource(map[digest.Digest][]byte{md: manifest, ld: layer})
+	open := src.Blob
+	src.Blob = func(ctx context.Context, d digest.Digest) (io.ReadCloser, error) { asked++; return open(ctx, d) }
+	p := &peerResolver{src: src, ref: "r", want: md, counted: new(atomic.Int64)}
+	if _, _, err := p.Resolve(context.Background(), "r"); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := p.Fetcher(context.Background(), "r")
+	for _, d := range []digest.Digest{md, ld} {
+		rc, err := f.Fetch(context.Background(), ocispec.Descriptor{Digest: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, rc)
+		rc.Close()
+	}
+	if asked != 2 || p.counted.Load() != int64(len(layer)) {
+		t.Fatalf("peer asked %d times (want 2: manifest once, layer), %d bytes counted (want %d)", asked, p.counted.Load(), len(layer))
+	}
+}
