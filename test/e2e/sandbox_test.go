@@ -133,6 +133,10 @@ spec:
 		ps.Linux.Resources.Pids == nil || ps.Linux.Resources.Pids.Limit != 64 {
 		t.Errorf("plain's OCI spec: no_new_privs %v, seccomp %+v, capabilities %v, pids %+v", ps.Process.NoNewPrivileges, ps.Linux.Seccomp != nil, ps.Process.Capabilities.Bounding, ps.Linux.Resources.Pids)
 	}
+	// Kernel paths masked and read-only as CRI's default spec has them.
+	if !slices.Contains(ps.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(ps.Linux.MaskedPaths, "/sys/firmware") || !slices.Contains(ps.Linux.ReadonlyPaths, "/proc/sys") || !slices.Contains(ps.Linux.ReadonlyPaths, "/proc/sysrq-trigger") {
+		t.Errorf("plain's OCI spec: masked paths %v, read-only paths %v", ps.Linux.MaskedPaths, ps.Linux.ReadonlyPaths)
+	}
 	hs := spec("hardened")
 	if hs.Process.User.UID != 1000 || hs.Process.User.GID != 3000 || !hs.Root.Readonly || !hs.Process.NoNewPrivileges ||
 		len(hs.Process.Capabilities.Bounding)+len(hs.Process.Capabilities.Effective)+len(hs.Process.Capabilities.Permitted) != 0 {
