@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -48,6 +49,10 @@ type Agent struct {
 
 	cluster  *gossip.Cluster
 	capacity placement.Resources
+	// views is the node's one view of the cluster (snapshot.go); local
+	// the list of its own replicas its last reconcile pass published.
+	views *views
+	local atomic.Pointer[[]api.Replica]
 	// id is this node's identity (identity.go): it signs every record
 	// the node writes and knows which key each node name is bound to.
 	id *identity
@@ -68,7 +73,6 @@ type Agent struct {
 	// syncRoutes applies routes to peers' pod subnets (route.Sync); nil in
 	// in-process tests, which must not touch the host's routes.
 	syncRoutes func([]route.Route) (route.Change, error)
-	routeKick  chan struct{}
 
 	// useSubnet configures the pod network for the claimed subnet; nil in
 	// in-process tests.
@@ -81,7 +85,6 @@ type Agent struct {
 
 	// services syncs Service rules (net/service); nil in in-process tests.
 	services      *service.Syncer
-	serviceKick   chan struct{}
 	masqueradeAll bool
 
 	// droppedState is set when the node was away longer than the
@@ -259,7 +262,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
 		busy: map[string]reconcile.ActionType{}, finished: map[string]uint64{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
 		memberDown: map[string]time.Time{}, peerAcks: newPeerAcks(), pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
-		synced: make(chan struct{}), routeKick: make(chan struct{}, 1), serviceKick: make(chan struct{}, 1), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
+		synced: make(chan struct{}), views: newViews(), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
 	a.acks = newAckTracker(cfg.AckTimeout)
 	if cfg.TokenFile != "" {
@@ -433,7 +436,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	loops := []func(context.Context){a.joinLoop, a.watchMembership, a.insecureWarnLoop,
+	a.rebuildView(time.Now())
+	loops := []func(context.Context){a.viewLoop, a.joinLoop, a.watchMembership, a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.joinTargets) }}
 	if a.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
@@ -533,7 +537,7 @@ func (a *Agent) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.store.Changed():
+		case <-a.views.changed():
 		case <-a.kick:
 		case <-timer.C:
 		}
@@ -559,11 +563,7 @@ func (a *Agent) loop(ctx context.Context) {
 func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	start := time.Now()
 	defer func() { a.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
-	v, err := a.readView()
-	if err != nil {
-		a.log.Error("reconcile: read desired state", "err", err)
-		return 0
-	}
+	v := a.view()
 	listed := a.listEpoch()
 	observed, err := a.rt.List(ctx)
 	if err != nil {
@@ -599,11 +599,12 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	if err := a.rt.CleanupSandboxes(ctx, observed, claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v.workloads, observed)))
-	a.kickServices()
+	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v, observed)))
 	requeue := res.Requeue
-	if len(handoffs) > 0 && (requeue == 0 || requeue > time.Second) {
-		requeue = time.Second // watch the new owners' readiness closely
+	if (len(handoffs) > 0 || a.creating()) && (requeue == 0 || requeue > time.Second) {
+		// Watch the new owners' readiness closely; and the progress of
+		// image transfers goes into the status every second.
+		requeue = time.Second
 	}
 	return requeue
 }
@@ -771,6 +772,18 @@ func (a *Agent) isBusy(id string) bool {
 	defer a.mu.Unlock()
 	_, ok := a.busy[id]
 	return ok
+}
+
+// creating reports whether a create (or replace) is in flight.
+func (a *Agent) creating() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.busy {
+		if t == reconcile.Create || t == reconcile.Replace {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) busyAction(id string) (reconcile.ActionType, bool) {

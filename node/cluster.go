@@ -165,7 +165,7 @@ func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeSt
 }
 
 // ownership is the input of reconcile.Owned for this node.
-func (a *Agent) ownership(v view, observed []reconcile.Container, since map[string]time.Time, now time.Time) reconcile.Ownership {
+func (a *Agent) ownership(v *view, observed []reconcile.Container, since map[string]time.Time, now time.Time) reconcile.Ownership {
 	return reconcile.Ownership{
 		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
 		ReadyElsewhere: readyAtOwner(a.cfg.Name, v.alive, v.statuses, v.owner),

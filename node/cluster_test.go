@@ -306,10 +306,7 @@ func startCluster(t *testing.T, size int) []*testNode {
 			if got := n.agent.cluster.NumMembers(); got != size {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
 			}
-			v, err := n.agent.readView()
-			if err != nil {
-				return err
-			}
+			v := n.agent.view()
 			if len(v.statuses) != size {
 				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.statuses), size)
 			}
@@ -416,10 +413,7 @@ func testConverges(t *testing.T, size int) {
 	}
 	// Every node answers for the whole cluster.
 	for _, n := range nodes {
-		reps, err := n.agent.replicaView(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		reps := n.agent.replicaView()
 		running := 0
 		for _, r := range reps {
 			if r.Phase == "Running" {
@@ -434,7 +428,7 @@ func testConverges(t *testing.T, size int) {
 			// bound is about the test machine, not the product; #12's
 			// simulation on a virtual clock is where time is measured.
 			waitFor(t, 30*time.Second, func() error {
-				reps, _ := n.agent.replicaView(context.Background())
+				reps := n.agent.replicaView()
 				running = 0
 				for _, r := range reps {
 					if r.Phase == "Running" {

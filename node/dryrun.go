@@ -87,6 +87,7 @@ func (a *Agent) dryRunLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		changed := a.views.changed()
 		var note string
 		claim, note = a.dryRunClaim(claim)
 		a.subnetMu.Lock()
@@ -109,9 +110,7 @@ func (a *Agent) dryRunLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-a.store.Changed():
-		case <-a.routeKick:
-		case <-a.serviceKick:
+		case <-changed:
 		}
 	}
 }
@@ -212,14 +211,7 @@ func dryRunRoutes(rs []route.Route) string {
 // br_netfilter is loaded the agent turns bridge-nf-call-iptables on, so
 // only its absence means masquerading all Service traffic.
 func (a *Agent) dryRunRules() string {
-	v, err := a.readView()
-	if err != nil {
-		return "Service rules: cannot read the cluster view: " + err.Error() + "\n"
-	}
-	_, _, ports, err := a.serviceView(v)
-	if err != nil {
-		return "Service rules: " + err.Error() + "\n"
-	}
+	ports := a.view().ports
 	_, statErr := os.Stat(preflight.BridgeNFCallIPTables)
 	text := service.Rules(ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: statErr != nil}, nil)
 	var b strings.Builder

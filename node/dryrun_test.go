@@ -118,8 +118,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	dir := t.TempDir()
 	a1 := start(t, "a1", dir, []string{a0.addr()})
 	waitFor(t, 10*time.Second, func() error {
-		v, err := a0.agent.readView()
-		if err != nil || !v.statuses["a1"].SubnetReady {
+		if v := a0.agent.view(); !v.statuses["a1"].SubnetReady {
 			return fmt.Errorf("a0 does not see a1 ready yet")
 		}
 		return nil
@@ -129,11 +128,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	out := &syncBuffer{}
 	start(t, "a1", dir, []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
 	waitFor(t, 10*time.Second, func() error {
-		v, err := a0.agent.readView()
-		if err != nil {
-			return err
-		}
-		if s := v.statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
+		if s := a0.agent.view().statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
 			return fmt.Errorf("a0 sees a1 as %+v, want not ready, subnet %s", s, subnet)
 		}
 		return nil

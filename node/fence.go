@@ -33,7 +33,7 @@ import (
 // member whose going down this agent has not recorded yet counts as down
 // since now; a node memberlist does not know at all, since this agent
 // started).
-func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
+func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
 	known := map[string]bool{a.cfg.Name: true}
 	for name := range v.statuses {
 		known[name] = true
@@ -102,7 +102,7 @@ func (a *Agent) fencing(v view, observed []reconcile.Container, now time.Time) (
 // node is fenced (knows it has no quorum). commit is set by the reconcile
 // loop only: it records the quorum state and logs its changes; API reads
 // have no side effect.
-func (a *Agent) fence(v view, observed []reconcile.Container, mine []reconcile.Replica, now time.Time, commit bool) ([]reconcile.Replica, bool) {
+func (a *Agent) fence(v *view, observed []reconcile.Container, mine []reconcile.Replica, now time.Time, commit bool) ([]reconcile.Replica, bool) {
 	f, seen, known := a.fencing(v, observed, now)
 	fenced := !f.Unknown && !f.Quorum
 	if commit && !f.Unknown {
@@ -236,7 +236,7 @@ func (p *peerAcks) counts(name string, now time.Time, timeout, settle time.Durat
 }
 
 // statefulWorkloads is the set of StatefulSet workload keys in v.
-func statefulWorkloads(v view) map[string]bool {
+func statefulWorkloads(v *view) map[string]bool {
 	out := map[string]bool{}
 	for _, o := range v.workloads {
 		if o.Kind == manifest.KindStatefulSet {
@@ -259,7 +259,7 @@ func (a *Agent) statefulGrace() time.Duration {
 // and makes them immediate (SIGKILL, no grace, no drain) when the node is
 // fenced: the majority side will start replacements after
 // --failover-timeout, and the old copy must be dead well before that.
-func (a *Agent) fenceActions(v view, acts []reconcile.Action, fenced bool) {
+func (a *Agent) fenceActions(v *view, acts []reconcile.Action, fenced bool) {
 	stateful := statefulWorkloads(v)
 	for i := range acts {
 		act := &acts[i]
@@ -285,10 +285,7 @@ func (a *Agent) fenceActions(v view, acts []reconcile.Action, fenced bool) {
 // keeps "at most one" through upgrades and restarts that take longer.
 func (a *Agent) stopStatefulReplicas() {
 	a.wg.Wait() // actions in flight end first
-	v, err := a.readView()
-	if err != nil {
-		return
-	}
+	v := a.view()
 	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	observed, err := a.rt.List(listCtx)
 	cancel()
@@ -320,7 +317,7 @@ func (a *Agent) stopStatefulReplicas() {
 	listCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if left, err := a.rt.List(listCtx); err == nil {
-		a.publishStatus(a.localReplicas(left, nil, a.probeSpecs(v.workloads, left)))
+		a.publishStatus(a.localReplicas(left, nil, a.probeSpecs(v, left)))
 	}
 }
 

@@ -194,10 +194,7 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 	if !ok {
 		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
 	}
-	v, err := a.readView()
-	if err != nil {
-		return "", nil, err
-	}
+	v := a.view()
 	type peer struct {
 		name   string
 		status NodeStatus

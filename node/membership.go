@@ -172,7 +172,7 @@ func (a *Agent) waitForState(ctx context.Context) {
 			return
 		case <-deadline:
 			return
-		case <-a.store.Changed():
+		case <-a.views.changed():
 		case <-time.After(2 * time.Second):
 			return
 		}
@@ -195,13 +195,7 @@ func (a *Agent) watchMembership(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.cluster.Changed():
-			a.requestReconcile()
-			select {
-			case a.routeKick <- struct{}{}:
-			default:
-			}
-			a.kickServices()
+		case <-a.views.changed():
 		case <-tick.C:
 			if a.isSynced() {
 				a.markSeen()

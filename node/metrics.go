@@ -16,6 +16,7 @@ type metrics struct {
 	probeSeconds     *prometheus.HistogramVec
 	probeFailures    *prometheus.CounterVec
 	rejectedRecords  *prometheus.CounterVec
+	placements       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -37,8 +38,10 @@ func newMetrics() *metrics {
 			Name: "starling_probe_failures_total", Help: "Container probes that failed, by probe kind and handler."}, []string{"probe", "handler"}),
 		rejectedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
+		placements: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

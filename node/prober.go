@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,32 +23,12 @@ import (
 // from, so a new template's probes never judge (or restart) old copies.
 // An old copy whose revision is not stored has no probes: ready when
 // running.
-func (a *Agent) probeSpecs(workloads []manifest.Object, observed []reconcile.Container) map[string]probe.Probes {
-	out := map[string]probe.Probes{}
-	add := func(namespace, name, hash string, t *corev1.PodTemplateSpec) {
-		c := t.Spec.Containers[0]
-		ps := probe.Probes{
-			Startup:   probeSpec(c, c.StartupProbe),
-			Liveness:  probeSpec(c, c.LivenessProbe),
-			Readiness: probeSpec(c, c.ReadinessProbe),
-		}
-		if ps != (probe.Probes{}) {
-			out[probesKey(namespace, name, hash)] = ps
-		}
-	}
-	current := map[string]string{}
-	for _, o := range workloads {
-		if !o.IsWorkload() {
-			continue
-		}
-		hash := specHashOf(o)
-		current[reconcile.WorkloadKey(o.Namespace, o.Name)] = hash
-		add(o.Namespace, o.Name, hash, o.PodTemplate())
-	}
+func (a *Agent) probeSpecs(v *view, observed []reconcile.Container) map[string]probe.Probes {
+	out := v.probes
 	looked := map[string]bool{}
 	for _, c := range observed {
 		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
-		cur, ok := current[key]
+		cur, ok := v.hashes[key]
 		if !ok || cur == c.SpecHash || looked[key] {
 			continue
 		}
@@ -56,16 +37,48 @@ func (a *Agent) probeSpecs(workloads []manifest.Object, observed []reconcile.Con
 		if err != nil {
 			continue
 		}
+		if len(looked) == 1 {
+			out = maps.Clone(v.probes) // the snapshot's map is shared
+		}
 		for _, r := range revs {
 			if r.SpecHash != cur && len(r.Template.Spec.Containers) > 0 {
-				add(c.Namespace, c.Workload, r.SpecHash, &r.Template)
+				addProbes(out, c.Namespace, c.Workload, r.SpecHash, &r.Template)
 			}
 		}
 	}
 	return out
 }
 
-// probesKey keys probeSpecs: "namespace/workload/spec hash".
+// currentProbes returns each workload's current spec hash, by workload
+// key, and the probes of its current template (probesKey), computed once
+// per snapshot.
+func currentProbes(workloads []manifest.Object) (hashes map[string]string, probes map[string]probe.Probes) {
+	hashes, probes = map[string]string{}, map[string]probe.Probes{}
+	for _, o := range workloads {
+		if !o.IsWorkload() {
+			continue
+		}
+		hash := specHashOf(o)
+		hashes[reconcile.WorkloadKey(o.Namespace, o.Name)] = hash
+		addProbes(probes, o.Namespace, o.Name, hash, o.PodTemplate())
+	}
+	return hashes, probes
+}
+
+// addProbes adds the probes of template t (of workload namespace/name,
+// spec hash) to out, when it has any.
+func addProbes(out map[string]probe.Probes, namespace, name, hash string, t *corev1.PodTemplateSpec) {
+	c := t.Spec.Containers[0]
+	ps := probe.Probes{
+		Startup:   probeSpec(c, c.StartupProbe),
+		Liveness:  probeSpec(c, c.LivenessProbe),
+		Readiness: probeSpec(c, c.ReadinessProbe),
+	}
+	if ps != (probe.Probes{}) {
+		out[probesKey(namespace, name, hash)] = ps
+	}
+}
+
 func probesKey(namespace, workload, hash string) string {
 	return namespace + "/" + workload + "/" + hash
 }
@@ -200,14 +213,11 @@ func (a *Agent) proberLoop(ctx context.Context) {
 			continue
 		case <-tick.C:
 		}
-		v, err := a.readView()
-		if err != nil {
-			continue
-		}
+		v := a.view()
 		a.mu.Lock()
 		observed := a.lastObserved
 		a.mu.Unlock()
-		specs := a.probeSpecs(v.workloads, observed)
+		specs := a.probeSpecs(v, observed)
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {

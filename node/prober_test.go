@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -78,11 +77,7 @@ spec:
 
 // oneReplica returns the node's view of workload's only replica.
 func oneReplica(n *testNode, workload string) (api.Replica, error) {
-	reps, err := n.agent.replicaView(context.Background())
-	if err != nil {
-		return api.Replica{}, err
-	}
-	for _, r := range reps {
+	for _, r := range n.agent.replicaView() {
 		if r.Workload == workload {
 			return r, nil
 		}

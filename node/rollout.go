@@ -52,8 +52,8 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // and containers, the strategies of all Deployments, and every copy the
 // cluster view knows (this node's from its own observation, live peers'
 // from their status records).
-func (a *Agent) rolloutInput(v view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
-	specs := a.probeSpecs(v.workloads, observed)
+func (a *Agent) rolloutInput(v *view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
+	specs := a.probeSpecs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = a.localReady(c, specs)
@@ -109,7 +109,7 @@ func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes)
 //
 // commit is set by the reconcile loop (see fence); fenced reports that
 // this node knows it has no quorum.
-func (a *Agent) mine(v view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time, commit bool) (mine []reconcile.Replica, next map[string]time.Time, fenced bool) {
+func (a *Agent) mine(v *view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time, commit bool) (mine []reconcile.Replica, next map[string]time.Time, fenced bool) {
 	owned, next := reconcile.Owned(a.ownership(v, observed, handoffs, now))
 	gated := reconcile.Gate(a.rolloutInput(v, observed, owned))
 	mine, fenced = a.fence(v, observed, gated, now, commit)

@@ -102,7 +102,7 @@ func (a *Agent) deploymentAt(r *http.Request) (manifest.Object, int, error) {
 
 // liveReplicas is every replica copy that live nodes report in their
 // status records: the input of rollout.Count.
-func liveReplicas(v view) []api.Replica {
+func liveReplicas(v *view) []api.Replica {
 	var out []api.Replica
 	for name, s := range v.statuses {
 		if v.alive[name] {
@@ -118,11 +118,7 @@ func (a *Agent) handleRolloutStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	v, err := a.readView()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
+	v := a.view()
 	revs, _, err := a.revisionRecords(o.Namespace, o.Name)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)

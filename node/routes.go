@@ -17,14 +17,11 @@ const routeResync = time.Second
 // or suspect by membership (no flap damping: traffic follows liveness),
 // via the address membership reaches it at.
 func (a *Agent) desiredRoutes() []route.Route {
-	nodeRecs, err := a.store.List(statusKind + "/")
-	if err != nil {
-		return nil
-	}
-	statuses := decodeStatuses(nodeRecs, a.clusterCIDR)
+	v := a.view()
+	statuses := v.statuses
 	winners := winningClaims(statuses)
 	var peers []route.Peer
-	for _, m := range a.cluster.Members() {
+	for _, m := range v.members {
 		if m.Name == a.cfg.Name || m.State != gossip.StateAlive && m.State != gossip.StateSuspect {
 			continue
 		}
@@ -55,6 +52,7 @@ func (a *Agent) routeLoop(ctx context.Context) {
 	tick := time.NewTicker(routeResync)
 	defer tick.Stop()
 	for {
+		changed := a.views.changed()
 		ch, err := a.syncRoutes(a.desiredRoutes())
 		if err != nil {
 			a.log.Warn("sync routes", "err", err)
@@ -66,7 +64,7 @@ func (a *Agent) routeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-a.routeKick:
+		case <-changed:
 		}
 	}
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -210,6 +210,9 @@ func (a *Agent) applyObjects(objs []manifest.Object) ([]api.ApplyResult, error) 
 	if err := a.publish(append(revRecs, recs...)...); err != nil {
 		return nil, err
 	}
+	// Read your writes: reads through this node after the answer see the
+	// change (the view loop would take up to its debounce).
+	a.rebuildView(time.Now())
 	return results, nil
 }
 
@@ -337,6 +340,7 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("store: %w", err))
 		return
 	}
+	a.rebuildView(time.Now()) // read your writes, as applyObjects
 	if kind == manifest.KindDeployment {
 		if err := a.deleteRevisions(r.PathValue("namespace"), r.PathValue("name")); err != nil {
 			writeError(w, http.StatusInternalServerError, fmt.Errorf("delete revisions: %w", err))
@@ -496,17 +500,17 @@ func sortReplicas(items []api.Replica) {
 // own, live observation, the others' from their gossiped status records
 // (dead and left nodes do not count), and desired replicas that no node
 // reports yet (Pending, with the node placement gave them).
-func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
-	v, err := a.readView()
-	if err != nil {
-		return nil, err
+//
+// It reads only the snapshot and the list of this node's replicas its last
+// reconcile pass published (Agent.local): no lock, no call to containerd.
+func (a *Agent) replicaView() []api.Replica {
+	v := a.view()
+	var items []api.Replica
+	if p := a.local.Load(); p != nil {
+		items = slices.Clone(*p)
+	} else if s, ok := v.statuses[a.cfg.Name]; ok {
+		items = slices.Clone(s.Replicas) // no pass yet: what it last said
 	}
-	observed, err := a.rt.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	mine, _, _ := a.mine(v, observed, nil, time.Now(), false)
-	items := a.localReplicas(observed, mine, a.probeSpecs(v.workloads, observed))
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true
@@ -532,24 +536,15 @@ func (a *Agent) replicaView(ctx context.Context) ([]api.Replica, error) {
 		items = append(items, item)
 	}
 	sortReplicas(items)
-	return items, nil
+	return items
 }
 
 func (a *Agent) handleReplicas(w http.ResponseWriter, r *http.Request) {
-	items, err := a.replicaView(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.ReplicaList{Items: items})
+	writeJSON(w, http.StatusOK, api.ReplicaList{Items: a.replicaView()})
 }
 
 func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
-	v, err := a.readView()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
+	v := a.view()
 	out := api.NodeList{Items: []api.Node{}}
 	for _, m := range a.cluster.Members() {
 		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr, Unresponsive: v.excluded[m.Name]}
@@ -615,10 +610,7 @@ const proxiedHeader = "X-Starling-Proxied-By"
 // the replica, authenticated as this node (peerGet), never with the
 // operator's token. It reports whether it answered the client.
 func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
-	v, err := a.readView()
-	if err != nil {
-		return false
-	}
+	v := a.view()
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	for node, s := range v.statuses {
 		if node == a.cfg.Name || !v.alive[node] {

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -19,24 +18,6 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
-
-// serviceView computes the allocation of ClusterIPs and NodePorts and the
-// endpoints of every Service port: the ready replicas, on live nodes, of
-// Deployments whose pod template labels match the Service's selector.
-func (a *Agent) serviceView(v view) ([]manifest.Object, service.Allocation, []service.Port, error) {
-	recs, err := a.store.List(kindPrefix(manifest.KindService))
-	if err != nil {
-		return nil, service.Allocation{}, nil, err
-	}
-	svcs, _ := liveObjects(recs)
-	_, cidr, err := net.ParseCIDR(a.cfg.ServiceCIDR)
-	if err != nil {
-		return nil, service.Allocation{}, nil, err
-	}
-	alloc := service.Allocate(serviceSpecs(svcs), cidr)
-	ports := servicePorts(svcs, alloc, v.workloads, readyEndpoints(v.alive, v.statuses))
-	return svcs, alloc, ports, nil
-}
 
 // serviceSpecs is the allocation input of Services: requested ClusterIPs
 // (parsed; an unparsable one counts as none) and NodePorts.
@@ -155,17 +136,12 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		v, err := a.readView()
-		if err == nil {
-			var ports []service.Port
-			if _, _, ports, err = a.serviceView(v); err == nil {
-				var wrote bool
-				start := time.Now()
-				wrote, err = a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
-				if wrote {
-					a.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
-				}
-			}
+		changed := a.views.changed()
+		ports := a.view().ports
+		start := time.Now()
+		wrote, err := a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
+		if wrote {
+			a.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err != nil {
 			a.log.Warn("sync service rules", "err", err)
@@ -174,20 +150,13 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-a.serviceKick:
+		case <-changed:
 			select { // debounce: at most one sync per 100 ms
 			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-	}
-}
-
-func (a *Agent) kickServices() {
-	select {
-	case a.serviceKick <- struct{}{}:
-	default:
 	}
 }
 
@@ -213,14 +182,7 @@ func (a *Agent) needMasqueradeAll() bool {
 // decorateServices fills in the allocated ClusterIP and NodePorts of the
 // Services in items (JSON objects), as a Kubernetes API server shows them.
 func (a *Agent) decorateServices(items []api.Object) {
-	v, err := a.readView()
-	if err != nil {
-		return
-	}
-	_, alloc, _, err := a.serviceView(v)
-	if err != nil {
-		return
-	}
+	alloc := a.view().alloc
 	for i, it := range items {
 		o, err := manifest.Decode(it.Object)
 		if err != nil || o.Service == nil {
@@ -299,24 +261,13 @@ func serviceLinks(svcs []manifest.Object, alloc service.Allocation, ns string) [
 }
 
 // withServiceLinks fills in the Service variables (serviceLinks) of the
-// replicas acts create, reading the Services once, and only when an
-// action creates a container.
-func (a *Agent) withServiceLinks(v view, acts []reconcile.Action) {
-	var svcs []manifest.Object
-	var alloc service.Allocation
-	read := false
+// replicas acts create, from the snapshot's Services.
+func (a *Agent) withServiceLinks(v *view, acts []reconcile.Action) {
 	for i := range acts {
 		act := &acts[i]
 		if act.Replica.ID == "" || act.Replica.Spec.NoServiceLinks || (act.Type != reconcile.Create && act.Type != reconcile.Replace) {
 			continue
 		}
-		if !read {
-			var err error
-			if svcs, alloc, _, err = a.serviceView(v); err != nil {
-				a.log.Warn("Service variables: read Services", "err", err)
-			}
-			read = true
-		}
-		act.Replica.ServiceEnv = serviceLinks(svcs, alloc, act.Replica.Namespace)
+		act.Replica.ServiceEnv = serviceLinks(v.services, v.alloc, act.Replica.Namespace)
 	}
 }

@@ -113,6 +113,19 @@ type exclusion struct {
 	for_ time.Duration
 }
 
+// due reports whether a node has been unlisted for the timeout at now:
+// observe would take it out of placement.
+func (t *ackTracker) due(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, since := range t.since {
+		if now.Sub(since) >= t.timeout {
+			return true
+		}
+	}
+	return false
+}
+
 // observe records which nodes leave an assigned replica unlisted at now
 // and returns the ones it takes out of placement (sorted by name). At
 // most limit nodes are out at once: when more look unresponsive, the

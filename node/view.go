@@ -8,73 +8,51 @@ import (
 	"slices"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
-// view is one consistent reading of the cluster as this node sees it:
-// live members, node records, Deployments, every desired replica and
-// where placement puts it.
+// view is one consistent, immutable reading of the cluster as this node
+// sees it (snapshot.go builds it): live members, node records, desired
+// objects decoded once, every desired replica and where placement puts
+// it, the Services' allocation and endpoints. Its maps and slices are
+// shared by every reader: never modify them.
 type view struct {
+	built time.Time
+	// members is the membership as gossip gave it (routes follow it,
+	// without flap damping); alive the members that count for placement
+	// (aliveMembers).
+	members   []gossip.Member
 	alive     map[string]bool
 	statuses  map[string]NodeStatus
 	workloads []manifest.Object // Deployments and StatefulSets
 	all       []reconcile.Replica
 	placement placement.Placement
-	owner     map[string]string // replica ID -> node
+	// base and owner map replica ID -> node, before and after leaving
+	// out the excluded nodes (place).
+	base, owner map[string]string
 	// excluded are the nodes left out of placement for not listing the
 	// replicas placed on them (unresponsive.go).
 	excluded map[string]bool
-}
-
-// readView reads the store and membership and computes placement.
-func (a *Agent) readView() (view, error) {
-	var v view
-	var recs []crdt.Record
-	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
-		rs, err := a.store.List(kindPrefix(kind))
-		if err != nil {
-			return v, err
-		}
-		recs = append(recs, rs...)
-	}
-	objs, bad := liveObjects(recs)
-	for _, k := range bad {
-		a.log.Error("stored object does not decode; skipped", "key", k)
-	}
-	nodeRecs, err := a.store.List(statusKind + "/")
-	if err != nil {
-		return v, err
-	}
-	v.statuses = decodeStatuses(nodeRecs, a.clusterCIDR)
-	if _, ok := v.statuses[a.cfg.Name]; !ok {
-		v.statuses[a.cfg.Name] = a.selfStatus(nil)
-	}
-	v.alive = a.aliveMembers()
-	v.workloads = objs
-	v.all = desiredReplicas(objs)
-	now := time.Now()
-	v.excluded = a.acks.excluded(now)
-	var base map[string]string
-	eligible := eligibleNodes(v.alive, v.statuses)
-	v.placement, base, v.owner = place(eligible, objs, v.all, v.excluded)
-	// Nodes are judged on what placement gives them before anyone is
-	// left out: a node that runs what it was given is never blamed for
-	// replicas this node's exclusions moved to it (and others did not).
-	// A node does not judge itself, and leaves at most a minority out.
-	unlisted := unreported(v.all, base, v.statuses)
-	delete(unlisted, a.cfg.Name)
-	if a.cfg.AckTimeout <= 0 {
-		unlisted = nil // the check is off (--ack-timeout 0)
-	}
-	for _, x := range a.acks.observe(now, unlisted, (len(eligible)-1)/2) {
-		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
-			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
-	}
-	return v, nil
+	// hashes are the workloads' current spec hashes by workload key, and
+	// probes the probes of their current templates (currentProbes).
+	hashes map[string]string
+	probes map[string]probe.Probes
+	// services are the Services, alloc their ClusterIPs and NodePorts,
+	// ports the dataplane input (serviceView).
+	services []manifest.Object
+	alloc    service.Allocation
+	ports    []service.Port
+	// objectsKey and placementKey identify the inputs the desired
+	// objects and placement were computed from: a rebuild whose inputs
+	// are unchanged reuses them.
+	objectsKey, placementKey string
 }
 
 // place runs placement (rendezvous hashing with bounded loads, package
@@ -140,7 +118,8 @@ func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
 // come from "starling node forget" run against a live node) is overwritten
 // at once, not at the next change.
 func (a *Agent) publishStatus(local []api.Replica) {
-	b, err := json.Marshal(a.selfStatus(local))
+	status := a.selfStatus(local)
+	b, err := json.Marshal(status)
 	if err != nil {
 		return
 	}
@@ -156,6 +135,7 @@ func (a *Agent) publishStatus(local []api.Replica) {
 			a.clock.Update(rec.Version)
 		}
 	}
+	a.local.Store(&status.Replicas)
 	rec := crdt.Record{Key: statusKey(a.cfg.Name), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}
 	if err := a.publish(rec); err != nil {
 		a.log.Warn("publish node status", "err", err)

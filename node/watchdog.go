@@ -138,7 +138,7 @@ func (a *Agent) setAtMostOne(ids []string) {
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
 // replicas: those observed and those it is about to create.
-func atMostOneIDs(v view, observed []reconcile.Container, mine []reconcile.Replica) []string {
+func atMostOneIDs(v *view, observed []reconcile.Container, mine []reconcile.Replica) []string {
 	stateful := statefulWorkloads(v)
 	var ids []string
 	for _, c := range observed {

@@ -1,0 +1,332 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// The one view. One goroutine (viewLoop) rebuilds the node's view of the
+// cluster, an immutable snapshot, when the store or membership changes
+// (debounced by viewDebounce) and when what depends on time alone changes
+// (flap damping, exclusions: checked every viewTick). Every loop and every
+// API read takes the latest snapshot (Agent.view); nothing else reads the
+// desired state for a decision or calls placement. A rebuild decodes only
+// the records that changed since the last one, and runs placement only
+// when its inputs changed (live eligible nodes, workloads, exclusions):
+// status records, which change with every replica, do not move anything.
+
+const (
+	// viewDebounce gathers a burst of gossip (a push/pull, an apply of
+	// many objects) into one rebuild.
+	viewDebounce = 20 * time.Millisecond
+	// viewTick is how often the inputs that change with time alone are
+	// looked at (a rebuild follows only when they changed).
+	viewTick = time.Second
+)
+
+// views holds the current snapshot and wakes those waiting for the next.
+type views struct {
+	cur  atomic.Pointer[view]
+	mu   sync.Mutex
+	next chan struct{} // closed when a newer snapshot is stored
+
+	// Owned by the builder (viewLoop, or the first build before it
+	// runs; build serialises them).
+	build sync.Mutex
+	// objects and statuses cache decoded records by key: a record is
+	// decoded again only when its version changed.
+	objects  map[string]cachedObject
+	statuses map[string]cachedStatus
+}
+
+type cachedObject struct {
+	version hlc.Timestamp
+	obj     manifest.Object
+	ok      bool
+}
+
+type cachedStatus struct {
+	version hlc.Timestamp
+	status  NodeStatus
+	ok      bool
+}
+
+func newViews() *views {
+	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}}
+}
+
+// load returns the current snapshot (nil before the first build).
+func (vs *views) load() *view { return vs.cur.Load() }
+
+// changed returns a channel that is closed when a snapshot newer than
+// the current one is stored.
+func (vs *views) changed() <-chan struct{} {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.next
+}
+
+func (vs *views) store(v *view) {
+	vs.cur.Store(v)
+	vs.mu.Lock()
+	close(vs.next)
+	vs.next = make(chan struct{})
+	vs.mu.Unlock()
+}
+
+// view returns the latest snapshot of the cluster, building the first one
+// if none was built yet. It never blocks on the agent's lock.
+func (a *Agent) view() *view {
+	if v := a.views.load(); v != nil {
+		return v
+	}
+	a.rebuildView(time.Now())
+	return a.views.load()
+}
+
+// viewLoop rebuilds the snapshot on store and membership changes and when
+// its time-dependent inputs change; it is the only reader of the store's
+// and the cluster's change channels.
+func (a *Agent) viewLoop(ctx context.Context) {
+	tick := time.NewTicker(viewTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.store.Changed():
+		case <-a.cluster.Changed():
+		case <-tick.C:
+			if v := a.views.load(); v != nil && !a.timeInputsChanged(v, time.Now()) {
+				continue
+			}
+		}
+		// Debounce: the rest of a burst lands in this rebuild.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(viewDebounce):
+		}
+		a.rebuildView(time.Now())
+	}
+}
+
+// timeInputsChanged reports whether the members that count as alive or
+// the nodes left out of placement differ, at now, from v's, or a node
+// has gone unlisted for --ack-timeout (the build would exclude it).
+func (a *Agent) timeInputsChanged(v *view, now time.Time) bool {
+	if a.acks.due(now) {
+		return true
+	}
+	alive := a.aliveMembers()
+	if len(alive) != len(v.alive) {
+		return true
+	}
+	for n := range alive {
+		if !v.alive[n] {
+			return true
+		}
+	}
+	ex := a.acks.excluded(now)
+	if len(ex) != len(v.excluded) {
+		return true
+	}
+	for n := range ex {
+		if !v.excluded[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildView builds a snapshot from the store and membership at now and
+// stores it; on a store error it logs and keeps the previous one.
+func (a *Agent) rebuildView(now time.Time) {
+	a.views.build.Lock()
+	defer a.views.build.Unlock()
+	v, err := a.buildView(a.views.load(), now)
+	if err != nil {
+		a.log.Error("read the cluster state for the view", "err", err)
+		return
+	}
+	a.views.store(v)
+}
+
+// buildView computes the snapshot after prev (nil for the first one).
+func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
+	vs := a.views
+	v := &view{built: now}
+	var wrecs []crdt.Record
+	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
+		rs, err := a.store.List(kindPrefix(kind))
+		if err != nil {
+			return nil, err
+		}
+		wrecs = append(wrecs, rs...)
+	}
+	srecs, err := a.store.List(kindPrefix(manifest.KindService))
+	if err != nil {
+		return nil, err
+	}
+	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
+	if prev != nil && prev.objectsKey == v.objectsKey {
+		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
+	} else {
+		seen := map[string]bool{}
+		v.workloads = a.decodeObjects(wrecs, seen)
+		v.services = a.decodeObjects(srecs, seen)
+		for k := range vs.objects {
+			if !seen[k] {
+				delete(vs.objects, k)
+			}
+		}
+		v.all = desiredReplicas(v.workloads)
+		v.hashes, v.probes = currentProbes(v.workloads)
+		_, cidr, err := net.ParseCIDR(a.cfg.ServiceCIDR)
+		if err != nil {
+			return nil, fmt.Errorf("--service-cidr %q: %w", a.cfg.ServiceCIDR, err)
+		}
+		v.alloc = service.Allocate(serviceSpecs(v.services), cidr)
+	}
+	nodeRecs, err := a.store.List(statusKind + "/")
+	if err != nil {
+		return nil, err
+	}
+	v.statuses = a.decodeStatusesCached(nodeRecs)
+	if _, ok := v.statuses[a.cfg.Name]; !ok {
+		v.statuses[a.cfg.Name] = a.selfStatus(nil)
+	}
+	v.members = a.cluster.Members()
+	v.alive = a.aliveMembers()
+	v.excluded = a.acks.excluded(now)
+	eligible := eligibleNodes(v.alive, v.statuses)
+	v.placementKey = v.objectsKey + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
+	if prev != nil && prev.placementKey == v.placementKey {
+		v.placement, v.base, v.owner = prev.placement, prev.base, prev.owner
+	} else {
+		v.placement, v.base, v.owner = place(eligible, v.workloads, v.all, v.excluded)
+		a.metrics.placements.Inc()
+	}
+	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses))
+	// Nodes are judged on what placement gives them before anyone is
+	// left out: a node that runs what it was given is never blamed for
+	// replicas this node's exclusions moved to it (and others did not).
+	// A node does not judge itself, and leaves at most a minority out.
+	unlisted := unreported(v.all, v.base, v.statuses)
+	delete(unlisted, a.cfg.Name)
+	if a.cfg.AckTimeout <= 0 {
+		unlisted = nil // the check is off (--ack-timeout 0)
+	}
+	for _, x := range a.acks.observe(now, unlisted, (len(eligible)-1)/2) {
+		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
+			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
+	}
+	return v, nil
+}
+
+// decodeObjects returns the live objects of recs, sorted by key, decoding
+// only records whose version changed since the last build; it marks their
+// keys in seen. Objects that do not decode are logged once and skipped.
+func (a *Agent) decodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
+	vs := a.views
+	var out []manifest.Object
+	for _, r := range recs {
+		if r.Deleted {
+			continue
+		}
+		seen[r.Key] = true
+		c, ok := vs.objects[r.Key]
+		if !ok || c.version != r.Version {
+			o, err := manifest.Decode(r.Value)
+			c = cachedObject{version: r.Version, obj: o, ok: err == nil}
+			vs.objects[r.Key] = c
+			if err != nil {
+				a.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
+			}
+		}
+		if c.ok {
+			out = append(out, c.obj)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}
+
+// decodeStatusesCached is decodeStatuses over the cache of decoded
+// status records.
+func (a *Agent) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
+	vs := a.views
+	out := map[string]NodeStatus{}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		seen[r.Key] = true
+		c, ok := vs.statuses[r.Key]
+		if !ok || c.version != r.Version {
+			one := decodeStatuses([]crdt.Record{r}, a.clusterCIDR)
+			c = cachedStatus{version: r.Version}
+			for _, s := range one {
+				c.status, c.ok = s, true
+			}
+			vs.statuses[r.Key] = c
+		}
+		if c.ok {
+			out[c.status.Name] = c.status
+		}
+	}
+	for k := range vs.statuses {
+		if !seen[k] {
+			delete(vs.statuses, k)
+		}
+	}
+	return out
+}
+
+// recordsKey identifies a set of records by keys and versions.
+func recordsKey(recs []crdt.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "%s@%d.%d.%t;", r.Key, r.Version.Wall, r.Version.Logical, r.Deleted)
+	}
+	return b.String()
+}
+
+// nodesKey identifies placement's node input.
+func nodesKey(nodes []placement.Node) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "%s/%d/%d/", n.Name, n.Allocatable.MilliCPU, n.Allocatable.MemoryBytes)
+		keys := make([]string, 0, len(n.Labels))
+		for k := range n.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%s,", k, n.Labels[k])
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+func setKey(s map[string]bool) string {
+	keys := make([]string, 0, len(s))
+	for k, in := range s {
+		if in {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
