@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -50,16 +50,13 @@ func newDescribeCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// labelString is m as kubectl describe prints labels ("a=b,c=d", sorted;
+// "<none>" when empty).
 func labelString(m map[string]string) string {
-	var kv []string
-	for k, v := range m {
-		kv = append(kv, k+"="+v)
-	}
-	sort.Strings(kv)
-	if len(kv) == 0 {
+	if len(m) == 0 {
 		return "<none>"
 	}
-	return strings.Join(kv, ",")
+	return labels.Set(m).String()
 }
 
 func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replica) error {

@@ -3,13 +3,14 @@ package cli
 import (
 	"fmt"
 	"io"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/duration"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -459,12 +460,7 @@ func printServices(w io.Writer, o getOpts, objs []manifest.Object) error {
 			row = append([]string{s.Namespace}, row...)
 		}
 		if o.output == "wide" {
-			var sel []string
-			for k, v := range s.Spec.Selector {
-				sel = append(sel, k+"="+v)
-			}
-			sort.Strings(sel)
-			row = append(row, strings.Join(sel, ","))
+			row = append(row, labels.Set(s.Spec.Selector).String())
 		}
 		t.row(row...)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/starling-orchestrator/starling/node"
 )
@@ -111,22 +112,12 @@ func timeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), defaultTimeout)
 }
 
-// age renders a duration the way kubectl does: 45s, 12m, 3h, 2d.
+// age renders the time since since as kubectl's AGE column does
+// (duration.HumanDuration: 45s, 12m, 3h10m, 2d3h, 4y); "<unknown>" for
+// the zero time.
 func age(since time.Time) string {
 	if since.IsZero() {
 		return "<unknown>"
 	}
-	d := time.Since(since)
-	switch {
-	case d < 0:
-		return "0s"
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	default:
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
+	return duration.HumanDuration(time.Since(since))
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -224,33 +225,48 @@ func every(ctx context.Context, d time.Duration, f func()) {
 // errNoPeerAPI: with --insecure, the peer serves no TCP API to call.
 var errNoPeerAPI = errors.New("the node serves no TCP API at its gossip address (with --insecure, start agents with --api-listen and --token-file)")
 
-// peerGet sends GET uri to node name: over mutual TLS to its peer port in
-// a secure cluster, else to its TCP API signed with this node's key. The
-// response is the caller's to close. No overall timeout (logs and images
-// stream): ctx bounds it.
-func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, uri string) (*http.Response, error) {
+// peerEndpoint is how this node calls node name: the base URL, the
+// transport and what a request needs before it is sent (prepare). In a
+// secure cluster that is mutual TLS to the peer's port; with --insecure,
+// its TCP API, each request signed with this node's key. prepare also
+// drops whatever headers the request carried (a proxied request must not
+// take the operator's token along).
+func (a *Agent) peerEndpoint(name string, s NodeStatus) (base *url.URL, rt http.RoundTripper, prepare func(*http.Request), err error) {
 	if a.trust == nil {
 		api, ok := a.peerAPI(name, s)
 		if !ok {
-			return nil, errNoPeerAPI
+			return nil, nil, nil, errNoPeerAPI
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+uri, nil)
-		if err != nil {
-			return nil, err
+		if base, err = url.Parse(api); err != nil {
+			return nil, nil, nil, err
 		}
-		a.id.signPeerRequest(req, name, time.Now())
-		req.Header.Set(proxiedHeader, a.cfg.Name)
-		return peerClient.Do(req)
+		return base, peerClient.Transport, func(req *http.Request) {
+			req.Header = http.Header{}
+			a.id.signPeerRequest(req, name, time.Now())
+			req.Header.Set(proxiedHeader, a.cfg.Name)
+		}, nil
 	}
 	addr, ok := peerAddr(a.cluster.Members(), name)
 	if !ok {
-		return nil, fmt.Errorf("node %s is not a member", name)
+		return nil, nil, nil, fmt.Errorf("node %s is not a member", name)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+uri, nil)
+	return &url.URL{Scheme: "https", Host: addr}, peerHTTPClient(a.trust.clientTLS(name), 0).Transport,
+		func(req *http.Request) { req.Header = http.Header{} }, nil
+}
+
+// peerGet sends GET uri to node name (peerEndpoint). The response is the
+// caller's to close. No overall timeout (images stream): ctx bounds it.
+func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, uri string) (*http.Response, error) {
+	base, rt, prepare, err := a.peerEndpoint(name, s)
 	if err != nil {
 		return nil, err
 	}
-	return peerHTTPClient(a.trust.clientTLS(name), 0).Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.String()+uri, nil)
+	if err != nil {
+		return nil, err
+	}
+	prepare(req)
+	return rt.RoundTrip(req)
 }
 
 // peerAddr is node name's peer port, at the address membership knows it

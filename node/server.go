@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"slices"
 	"sort"
@@ -607,8 +608,10 @@ func (a *Agent) peerAPI(name string, s NodeStatus) (string, bool) {
 const proxiedHeader = "X-Starling-Proxied-By"
 
 // proxyLogs forwards a logs request to the live node whose status lists
-// the replica, authenticated as this node (peerGet), never with the
-// operator's token. It reports whether it answered the client.
+// the replica (httputil.ReverseProxy: streamed, flushed as it comes,
+// hop-by-hop headers handled), authenticated as this node (peerEndpoint),
+// never with the operator's token. It reports whether it answered the
+// client.
 func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 	v := a.view()
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
@@ -616,33 +619,28 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 		if node == a.cfg.Name || !v.alive[node] {
 			continue
 		}
-		for _, rep := range s.Replicas {
-			if rep.Namespace != ns || rep.Name != name {
-				continue
-			}
-			resp, err := a.peerGet(r.Context(), node, s, r.URL.RequestURI())
-			if err != nil {
-				writeError(w, http.StatusBadGateway, fmt.Errorf("logs of replica %s from node %s: %w", name, node, err))
-				return true
-			}
-			defer resp.Body.Close()
-			w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-			w.WriteHeader(resp.StatusCode)
-			flusher, _ := w.(http.Flusher)
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := resp.Body.Read(buf)
-				if n > 0 {
-					w.Write(buf[:n])
-					if flusher != nil {
-						flusher.Flush()
-					}
-				}
-				if err != nil {
-					return true
-				}
-			}
+		if !slices.ContainsFunc(s.Replicas, func(rep api.Replica) bool { return rep.Namespace == ns && rep.Name == name }) {
+			continue
 		}
+		fail := func(w http.ResponseWriter, err error) {
+			writeError(w, http.StatusBadGateway, fmt.Errorf("logs of replica %s from node %s: %w", name, node, err))
+		}
+		base, rt, prepare, err := a.peerEndpoint(node, s)
+		if err != nil {
+			fail(w, err)
+			return true
+		}
+		proxy := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(base)
+				prepare(pr.Out)
+			},
+			Transport:     rt,
+			FlushInterval: -1, // logs -f: every write at once
+			ErrorHandler:  func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) },
+		}
+		proxy.ServeHTTP(w, r)
+		return true
 	}
 	return false
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -97,7 +98,11 @@ func New(cfg Config) (*Network, error) {
 // SetSubnet sets the node's pod subnet (its /24) and builds the bridge
 // network configuration for it.
 func (n *Network) SetSubnet(subnet *net.IPNet) error {
-	gw := nextIP(subnet.IP.Mask(subnet.Mask))
+	network, ok := netip.AddrFromSlice(subnet.IP.Mask(subnet.Mask).To4())
+	if !ok {
+		return fmt.Errorf("pod subnet %s: not IPv4", subnet)
+	}
+	gw := network.Next() // the bridge's address: the subnet's first
 	bridgeConf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       networkName,
@@ -144,18 +149,6 @@ func findPlugin(dirs []string, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("CNI plugin %q not found in %s: install the Debian package containernetworking-plugins", name, strings.Join(dirs, ", "))
-}
-
-func nextIP(ip net.IP) net.IP {
-	out := make(net.IP, len(ip.To4()))
-	copy(out, ip.To4())
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i]++
-		if out[i] != 0 {
-			break
-		}
-	}
-	return out
 }
 
 // NetNSPath returns where the namespace of sandbox id is pinned.

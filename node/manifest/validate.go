@@ -3,6 +3,7 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"path"
@@ -122,7 +123,7 @@ func validateMeta(m *metav1.ObjectMeta, nameFn apivalidation.ValidateNameFunc, p
 // come out the same on every run.
 func validateLabels(labels map[string]string, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		errs = append(errs, metavalidation.ValidateLabels(map[string]string{k: labels[k]}, p)...)
 	}
 	return errs
@@ -131,22 +132,13 @@ func validateLabels(labels map[string]string, p *field.Path) field.ErrorList {
 // validateAnnotations is apivalidation.ValidateAnnotations in key order.
 func validateAnnotations(annotations map[string]string, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(annotations) {
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
 		errs = append(errs, apivalidation.ValidateAnnotations(map[string]string{k: ""}, p)...)
 	}
 	if apivalidation.ValidateAnnotationsSize(annotations) != nil {
 		errs = append(errs, field.TooLong(p, "", apivalidation.TotalAnnotationSizeLimitB))
 	}
 	return errs
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func nonNegative(v int64, p *field.Path) field.ErrorList {
@@ -465,7 +457,7 @@ func validateResources(r *corev1.ResourceRequirements, p *field.Path) field.Erro
 		rl   corev1.ResourceList
 	}{{"limits", r.Limits}, {"requests", r.Requests}} {
 		lp := p.Child(list.name)
-		for _, name := range sortedKeys(list.rl) {
+		for _, name := range slices.Sorted(maps.Keys(list.rl)) {
 			q := list.rl[name]
 			kp := lp.Key(string(name))
 			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {

@@ -58,22 +58,15 @@ const pollInterval = 50 * time.Millisecond
 // error or reason.
 func waitUntil(ctx context.Context, start time.Time, timeout time.Duration, what string, check func() (bool, error)) (time.Duration, error) {
 	var last error
-	for {
+	_, err := harness.Poll(ctx, pollInterval, timeout-time.Since(start), func() error {
 		ok, err := check()
-		took := time.Since(start)
-		if ok {
-			return took, nil
-		}
 		if err != nil {
 			last = err
 		}
-		if took > timeout {
-			return took, fmt.Errorf("%s: not reached within %v (last: %v)", what, timeout, last)
+		if !ok {
+			return fmt.Errorf("%s: not reached within %v (last: %v)", what, timeout, last)
 		}
-		select {
-		case <-ctx.Done():
-			return took, fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(pollInterval):
-		}
-	}
+		return nil
+	})
+	return time.Since(start), err
 }

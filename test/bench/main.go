@@ -69,17 +69,14 @@ func running(n *harness.Node, workload string) (int, int, error) {
 }
 
 func waitFor(timeout time.Duration, f func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	_, err := harness.Poll(context.Background(), 20*time.Millisecond, timeout, func() error {
 		ok, err := f()
-		if ok {
-			return nil
+		if !ok {
+			return fmt.Errorf("not yet (last error: %v)", err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v (last error: %v)", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return err
 }
 
 func rssKiB(pid int) int {

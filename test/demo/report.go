@@ -147,17 +147,8 @@ func round(d time.Duration) string {
 // poll calls f every 100 ms until it returns nil or timeout passes, and
 // returns the last error.
 func poll(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %w", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	_, err := harness.Poll(context.Background(), 100*time.Millisecond, timeout, f)
+	return err
 }
 
 // writeDiagnostics saves each node's agent log tail, routes and rules to

@@ -195,15 +195,5 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 // eventually polls f every 100 ms until it returns nil or timeout passes,
 // and returns how long it took or the last error.
 func eventually(timeout time.Duration, f func() error) (time.Duration, error) {
-	start := time.Now()
-	for {
-		err := f()
-		if err == nil {
-			return time.Since(start), nil
-		}
-		if time.Since(start) > timeout {
-			return time.Since(start), fmt.Errorf("after %v: %w", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return harness.Poll(context.Background(), 100*time.Millisecond, timeout, f)
 }

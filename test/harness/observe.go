@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
@@ -152,4 +154,25 @@ func (n *Node) ServiceDestinations(ctx context.Context) (map[string]bool, error)
 		}
 	}
 	return dest, nil
+}
+
+// Poll calls f every interval, at once first, until it returns nil or
+// timeout passes (wait.PollUntilContextTimeout), and returns the time
+// from the start to f's success, or f's last error wrapped with the
+// timeout ("after 30s: ...").
+func Poll(ctx context.Context, interval, timeout time.Duration, f func() error) (time.Duration, error) {
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	took := time.Since(start)
+	if err == nil {
+		return took, nil
+	}
+	if last == nil {
+		last = err // ctx ended before the first call
+	}
+	return took, fmt.Errorf("after %v: %w", timeout, last)
 }
