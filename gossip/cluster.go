@@ -35,8 +35,12 @@ const (
 	// at once, and those it answers at once; a push/pull or request that
 	// finds no free slot is skipped (the next push/pull repairs it).
 	maxConcurrentSyncs = 4
-	// directSendParallelism bounds concurrent direct sends of one big record.
-	directSendParallelism = 4
+	// maxPendingPulls bounds the records too large for a delta that this
+	// node is pulling at once (have messages beyond it wait for the next
+	// announcement or anti-entropy); pullRetry is how long one pull of a
+	// key stands before another announcement may start a new one.
+	maxPendingPulls = 64
+	pullRetry       = 10 * time.Second
 )
 
 // Cluster is a running member of a gossip cluster. Its methods are safe for
@@ -78,6 +82,16 @@ type Cluster struct {
 	shutErr   error
 
 	dropLog rateLimiter
+	// pulling are the announced records this node pulls, since when
+	// (onHave).
+	pullMu  sync.Mutex
+	pulling map[string]time.Time
+	// pullsAnswered counts the pulls this node answered, for tests.
+	pullsAnswered atomic.Int64
+	// resyncs counts, by member, the resyncs run with it when it came
+	// back (resyncWith), for tests.
+	resyncMu sync.Mutex
+	resyncs  map[string]int
 	// nameTakenBy is the address ("ip:port") of another node seen alive
 	// under this node's name; nil if none.
 	nameTakenBy atomic.Pointer[string]
@@ -133,6 +147,8 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		idx:       newIndex(),
 		maxDelta:  cfg.UDPBufferSize - deltaOverhead,
 		members:   map[string]*Member{},
+		resyncs:   map[string]int{},
+		pulling:   map[string]time.Time{},
 		leaving:   map[string]time.Time{},
 		meta:      slices.Clone(cfg.Meta),
 		vivaldi:   viv,
@@ -296,7 +312,7 @@ func (c *Cluster) Publish(r crdt.Record) error {
 		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
 	}
 	if changed && 1+len(enc) > c.maxDelta {
-		c.sendDirect(r.Key, enc)
+		c.announce(entryOf(r, enc))
 	}
 	return nil
 }
@@ -354,6 +370,9 @@ func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
 	}
 	if changed {
 		c.notify()
+		if 1+len(enc) > c.maxDelta {
+			c.announce(entryOf(r, enc)) // this node can serve it now
+		}
 	}
 }
 
@@ -376,28 +395,57 @@ func (c *Cluster) dropped(what string, err error, kv ...any) {
 	c.log.Warn("gossip: dropped "+what, args...)
 }
 
-// sendDirect sends a record too big for gossip to every live member, in the
-// background.
-func (c *Cluster) sendDirect(key string, enc []byte) {
-	msgs := encodeRecords([][]byte{enc})
-	peers := c.livePeers()
-	c.spawn(func() {
-		sem := make(chan struct{}, directSendParallelism)
-		var wg sync.WaitGroup
-		for _, p := range peers {
-			if c.ctx.Err() != nil {
-				break
-			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				if err := c.ml.SendReliable(p, msgs[0]); err != nil {
-					c.log.Debug("direct send failed; anti-entropy will repair", "key", key, "to", p.Name, "err", err)
-				}
-			}()
+// Records too large for a delta (a typical manifest is over the 1,336
+// bytes of a LAN packet) spread by announcement: a node that holds one
+// gossips a small have message naming it and itself; a node that lacks
+// it pulls it from the announcer over TCP, then announces it in turn.
+// The writer serves the first few pulls and each holder a few more, so
+// a write reaches N nodes in O(log N) gossip rounds with O(1)
+// connections per node, where sending it to every member took N-1
+// connections from the writer (999 per write at 1,000 nodes).
+
+// announce queues a have message for entry e (held by this node). It
+// replaces a queued delta or have of the same key, which it is newer
+// than.
+func (c *Cluster) announce(e entry) {
+	c.queue.QueueBroadcast(&broadcast{key: e.Key, msg: encodeHave(have{From: c.cfg.Name, E: e})})
+}
+
+// onHave pulls the record h announces from h.From, unless this node holds
+// it or a newer one, or already pulls it.
+func (c *Cluster) onHave(h have) {
+	if h.From == c.cfg.Name {
+		return
+	}
+	if held, ok := c.idx.get(h.E.Key); ok && (compareEntries(held, h.E) > 0 || held == h.E) {
+		return
+	}
+	now := time.Now()
+	c.pullMu.Lock()
+	if at, ok := c.pulling[h.E.Key]; ok && now.Sub(at) < pullRetry {
+		c.pullMu.Unlock()
+		return
+	}
+	for k, at := range c.pulling {
+		if now.Sub(at) >= pullRetry {
+			delete(c.pulling, k)
 		}
-		wg.Wait()
+	}
+	if len(c.pulling) >= maxPendingPulls {
+		c.pullMu.Unlock()
+		return
+	}
+	c.pulling[h.E.Key] = now
+	c.pullMu.Unlock()
+	p, ok := c.peer(h.From)
+	if !ok {
+		c.dropped("have from a non-member", errMalformed, "from", h.From)
+		return
+	}
+	c.spawn(func() {
+		if err := c.ml.SendReliable(p, encodePull(pull{From: c.cfg.Name, Keys: []string{h.E.Key}})); err != nil {
+			c.log.Debug("pull of an announced record failed; anti-entropy will repair", "key", h.E.Key, "from", h.From, "err", err)
+		}
 	})
 }
 
@@ -463,6 +511,21 @@ func (c *Cluster) Members() []Member {
 		out = append(out, cp)
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// liveNames returns the names of the members that are alive or suspect,
+// this node included, sorted.
+func (c *Cluster) liveNames() []string {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	var out []string
+	for name, m := range c.members {
+		if m.State == StateAlive || m.State == StateSuspect {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

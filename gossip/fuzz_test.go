@@ -95,6 +95,16 @@ func FuzzDecodePull(f *testing.F) {
 	})
 }
 
+func FuzzDecodeHave(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
+			h, err := decodeHave(b)
+			return encodeHave(h), err
+		})
+	})
+}
+
 func FuzzDecodeLeave(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {

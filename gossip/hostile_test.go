@@ -66,6 +66,7 @@ func validMessages() [][]byte {
 		encodeRequest(request{From: "n00", Buckets: []uint8{bucketOf(r.Key)}, Entries: []entry{e}}),
 		encodePull(pull{From: "n00", Keys: []string{"test/ns/a", "test/ns/b"}}),
 		encodeLeave("n00"),
+		encodeHave(have{From: "n00", E: e}),
 	}
 }
 

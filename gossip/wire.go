@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -27,6 +26,7 @@ import (
 //	            uvarint ne, ne × entry (keys strictly increasing, each in a listed bucket)
 //	pull     5, string from, uvarint nk, nk × string key (strictly increasing)
 //	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
+//	have     7, string from, entry                         gossiped: from holds a record too large for a delta
 //
 //	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
 //	         string origin, byte flags (bit 0: deleted), uint64 record hash
@@ -39,6 +39,7 @@ const (
 	msgRequest msgType = 4
 	msgPull    msgType = 5
 	msgLeave   msgType = 6
+	msgHave    msgType = 7
 )
 
 func (t msgType) String() string {
@@ -55,6 +56,8 @@ func (t msgType) String() string {
 		return "pull"
 	case msgLeave:
 		return "leave"
+	case msgHave:
+		return "have"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
@@ -235,18 +238,66 @@ func encodeRequest(r request) []byte {
 	b = append(b, r.Buckets...)
 	b = binary.AppendUvarint(b, uint64(len(r.Entries)))
 	for _, e := range r.Entries {
-		b = appendBytes(b, []byte(e.Key))
-		b = binary.BigEndian.AppendUint64(b, uint64(e.Version.Wall))
-		b = binary.AppendUvarint(b, uint64(e.Version.Logical))
-		b = appendBytes(b, []byte(e.Origin))
-		var flags byte
-		if e.Deleted {
-			flags = flagDeleted
-		}
-		b = append(b, flags)
-		b = binary.BigEndian.AppendUint64(b, e.Hash)
+		b = appendEntry(b, e)
 	}
 	return b
+}
+
+func appendEntry(b []byte, e entry) []byte {
+	b = appendBytes(b, []byte(e.Key))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Version.Wall))
+	b = binary.AppendUvarint(b, uint64(e.Version.Logical))
+	b = appendBytes(b, []byte(e.Origin))
+	var flags byte
+	if e.Deleted {
+		flags = flagDeleted
+	}
+	b = append(b, flags)
+	return binary.BigEndian.AppendUint64(b, e.Hash)
+}
+
+// entry reads one entry (appendEntry).
+func (d *reader) entry() entry {
+	var e entry
+	e.Key = d.key("key")
+	e.Version.Wall = int64(d.uint64("version wall"))
+	e.Version.Logical = uint32(d.uvarint("version logical", math.MaxUint32))
+	e.Origin = d.name("origin")
+	switch flags := d.byte("flags"); {
+	case d.err != nil:
+	case flags&^flagDeleted != 0:
+		d.fail(fmt.Sprintf("unknown entry flags %#x", flags))
+	default:
+		e.Deleted = flags&flagDeleted != 0
+	}
+	e.Hash = d.uint64("hash")
+	return e
+}
+
+// have announces that From holds the record of entry E, too large to be
+// gossiped as a delta: a node that lacks it pulls it from From.
+type have struct {
+	From string
+	E    entry
+}
+
+func encodeHave(h have) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(h.From)+entryLen(h.E))
+	b = append(b, byte(msgHave))
+	b = appendBytes(b, []byte(h.From))
+	return appendEntry(b, h.E)
+}
+
+func decodeHave(b []byte) (have, error) {
+	if err := checkType(b, msgHave); err != nil {
+		return have{}, err
+	}
+	d := reader{b: b[1:]}
+	h := have{From: d.name("from"), E: d.entry()}
+	if err := d.finish(); err != nil {
+		return have{}, fmt.Errorf("have: %w", err)
+	}
+	return h, nil
 }
 
 const flagDeleted = 1 << 0
@@ -273,19 +324,7 @@ func decodeRequest(b []byte) (request, error) {
 		out.Entries = make([]entry, 0, ne)
 	}
 	for i := uint64(0); i < ne && d.err == nil; i++ {
-		var e entry
-		e.Key = d.key("key")
-		e.Version.Wall = int64(d.uint64("version wall"))
-		e.Version.Logical = uint32(d.uvarint("version logical", math.MaxUint32))
-		e.Origin = d.name("origin")
-		switch flags := d.byte("flags"); {
-		case d.err != nil:
-		case flags&^flagDeleted != 0:
-			d.fail(fmt.Sprintf("unknown entry flags %#x", flags))
-		default:
-			e.Deleted = flags&flagDeleted != 0
-		}
-		e.Hash = d.uint64("hash")
+		e := d.entry()
 		if d.err != nil {
 			break
 		}
@@ -510,14 +549,4 @@ func appendBytes(b, v []byte) []byte {
 func uvarintLen(v uint64) int {
 	var buf [binary.MaxVarintLen64]byte
 	return binary.PutUvarint(buf[:], v)
-}
-
-// sortedKeys returns the keys of m sorted.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -60,6 +60,12 @@ func decodeAny(b []byte) ([]byte, error) {
 			return nil, err
 		}
 		return encodeLeave(name), nil
+	case msgHave:
+		h, err := decodeHave(b)
+		if err != nil {
+			return nil, err
+		}
+		return encodeHave(h), nil
 	}
 	return nil, errMalformed
 }

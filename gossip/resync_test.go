@@ -1,0 +1,109 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Every node picks the same resyncers for a returning member, whatever
+// order it lists the members in; never the member itself; the work of
+// many returns is spread over the cluster.
+func TestResyncersAreFewAgreedAndSpread(t *testing.T) {
+	var live []string
+	for i := range 100 {
+		live = append(live, nodeName(i))
+	}
+	got := resyncers("n07", live, resyncPeers)
+	if len(got) != resyncPeers || slices.Contains(got, "n07") {
+		t.Fatalf("resyncers of n07: %v", got)
+	}
+	reversed := slices.Clone(live)
+	slices.Reverse(reversed)
+	if other := resyncers("n07", reversed, resyncPeers); fmt.Sprint(other) != fmt.Sprint(got) {
+		t.Fatalf("another order of members gave %v, not %v", other, got)
+	}
+	load := map[string]int{}
+	for _, back := range live {
+		for _, r := range resyncers(back, live, resyncPeers) {
+			load[r]++
+		}
+	}
+	// 300 resyncs over 100 nodes: none should carry more than ~4x its share.
+	for n, l := range load {
+		if l > 12 {
+			t.Errorf("%s resyncs %d of 100 returns", n, l)
+		}
+	}
+	if got := resyncers("n00", []string{"n00", "n01"}, resyncPeers); fmt.Sprint(got) != "[n01]" {
+		t.Errorf("two nodes: %v", got)
+	}
+}
+
+// A member back from a partition is resynced by resyncPeers members, not
+// by every node that saw it gone (issue 12: 2(N-1) push/pulls on one node).
+func TestReturningMemberIsResyncedByAFew(t *testing.T) {
+	tc := newTCluster(t, 8, nil)
+	tc.joinAll()
+	var rest []string
+	for _, n := range tc.nodes[1:] {
+		rest = append(rest, n.name)
+	}
+	tc.net.Partition([]string{"n00"}, rest)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		for _, nd := range tc.nodes[1:] {
+			if nd.c.NumMembers() != 7 {
+				return false, fmt.Sprintf("%s sees %d live members, want 7", nd.name, nd.c.NumMembers())
+			}
+		}
+		return true, ""
+	})
+	resyncs := func() int {
+		n := 0
+		for _, nd := range tc.nodes[1:] {
+			nd.c.resyncMu.Lock()
+			n += nd.c.resyncs["n00"]
+			nd.c.resyncMu.Unlock()
+		}
+		return n
+	}
+	before := resyncs()
+	written := tc.nodes[0].publish(t, "test/while/away", "x")
+	tc.net.Heal()
+	tc.waitMembers(8, 20*time.Second)
+	m := tc.waitConverged(20 * time.Second)
+	if got := m["test/while/away"]; !got.Equal(written) {
+		t.Fatalf("the returning member's write did not spread: %v", got)
+	}
+	time.Sleep(4 * time.Second) // the resyncs run 1 s and 3 s after the return
+	if n := resyncs() - before; n < 1 || n > resyncPeers {
+		t.Fatalf("%d members resynced with n00, want 1 to %d", n, resyncPeers)
+	}
+}
+
+// A record too large for a delta reaches every node while its writer
+// answers only a few pulls (each holder serves some): not one connection
+// per member (issue 12: 999 per write at 1,000 nodes).
+func TestBigRecordSpreadsWithoutTheWriterSendingToAll(t *testing.T) {
+	const n = 16
+	tc := newTCluster(t, n, nil)
+	tc.joinAll()
+	writer := tc.nodes[0]
+	base := writer.c.pullsAnswered.Load()
+	big := writer.record("test/big/manifest", "")
+	big.Value = []byte(jsonString(8 << 10))
+	if err := writer.c.Publish(big); err != nil {
+		t.Fatal(err)
+	}
+	took := tc.spread(big, time.Now(), 20*time.Second)
+	served := writer.c.pullsAnswered.Load() - base
+	total := int64(0)
+	for _, nd := range tc.nodes {
+		total += nd.c.pullsAnswered.Load()
+	}
+	t.Logf("8 KiB record reached %d nodes in %s; the writer answered %d pulls, all nodes %d", n, took, served, total)
+	if served >= n/2 {
+		t.Fatalf("the writer answered %d pulls of %d nodes", served, n-1)
+	}
+}
