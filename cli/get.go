@@ -19,6 +19,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/rollout"
 )
 
 type table struct{ tw *tabwriter.Writer }
@@ -34,17 +35,17 @@ func (t *table) flush() error       { return t.tw.Flush() }
 
 // replicaJSON is the documented `get replicas -o json` item shape.
 type replicaJSON struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Workload  string `json:"workload"`
-	Ordinal   int    `json:"ordinal"`
-	Node      string `json:"node"`
-	Phase     string `json:"phase"`
-	Ready     bool   `json:"ready"`
-	PodIP     string `json:"podIP"`
-	SpecHash  string `json:"specHash"`
-	Restarts  int    `json:"restarts"`
-	Reason    string `json:"reason,omitempty"`
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Workload  string    `json:"workload"`
+	Ordinal   int       `json:"ordinal"`
+	Node      string    `json:"node"`
+	Phase     api.Phase `json:"phase"`
+	Ready     bool      `json:"ready"`
+	PodIP     string    `json:"podIP"`
+	SpecHash  string    `json:"specHash"`
+	Restarts  int       `json:"restarts"`
+	Reason    string    `json:"reason,omitempty"`
 	// State and LastState in Kubernetes' ContainerStatus shape.
 	State     corev1.ContainerState  `json:"state"`
 	LastState *corev1.ContainerState `json:"lastState,omitempty"`
@@ -57,12 +58,12 @@ type replicaJSON struct {
 // phase as reason, and Reason).
 func containerState(r api.Replica) corev1.ContainerState {
 	switch {
-	case r.Exit != nil && r.Phase != "CrashLoopBackOff":
+	case r.Exit != nil && r.Phase != api.PhaseCrashLoopBackOff:
 		return corev1.ContainerState{Terminated: terminated(r.Exit)}
-	case r.Phase == "Running":
+	case r.Phase == api.PhaseRunning:
 		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(r.Started)}}
 	default:
-		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: r.Phase, Message: r.Reason}}
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: string(r.Phase), Message: r.Reason}}
 	}
 }
 
@@ -74,7 +75,7 @@ func terminated(t *api.Termination) *corev1.ContainerStateTerminated {
 // lastState is kubectl's Last State: the previous run's termination, or
 // the current run's when it is waiting to restart.
 func lastState(r api.Replica) *api.Termination {
-	if r.Phase == "CrashLoopBackOff" && r.Exit != nil {
+	if r.Phase == api.PhaseCrashLoopBackOff && r.Exit != nil {
 		return r.Exit
 	}
 	return r.LastState
@@ -84,10 +85,10 @@ func lastState(r api.Replica) *api.Termination {
 // while a restart waits, the reason an exited run ended (Completed,
 // Error, OOMKilled), else the phase.
 func replicaStatus(r api.Replica) string {
-	if r.Phase == "Exited" && r.Exit != nil {
+	if r.Phase == api.PhaseExited && r.Exit != nil {
 		return r.Exit.Reason
 	}
-	return r.Phase
+	return string(r.Phase)
 }
 
 // restarts is the RESTARTS column: the count, and how long ago the last
@@ -323,28 +324,17 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 	return t.flush()
 }
 
-// deploymentStatus counts a Deployment's replicas: desired, ready,
-// up-to-date (current spec hash) and available (up-to-date and ready).
+// deploymentStatus counts a Deployment's replicas as rollout status does
+// (rollout.Count, by ordinal): desired; ready, the ordinals with a ready
+// copy of any revision (kubectl's READY: old copies that serve count);
+// up-to-date, the ordinals with a copy of the current spec; available,
+// as ready (minReadySeconds is not acted on).
 func deploymentStatus(d *appsv1.Deployment, reps []api.Replica) (desired, ready, updated, available int) {
 	if d.Spec.Replicas != nil {
 		desired = int(*d.Spec.Replicas)
 	}
-	hash := manifest.SpecHash(d)
-	for _, r := range reps {
-		if r.Namespace != d.Namespace || r.Workload != d.Name || r.Phase == "Terminating" {
-			continue
-		}
-		if r.Ready {
-			ready++
-		}
-		if r.SpecHash == hash {
-			updated++
-			if r.Ready {
-				available++
-			}
-		}
-	}
-	return
+	c := rollout.Count(d.Namespace, d.Name, manifest.SpecHash(d), desired, reps)
+	return desired, c.Available, c.Updated, c.Available
 }
 
 func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api.Replica) error {
@@ -398,7 +388,7 @@ func printStatefulSets(w io.Writer, o getOpts, objs []manifest.Object, reps []ap
 		hash := manifest.TemplateHash(&st.Spec.Template)
 		desired, ready := obj.Replicas(), 0
 		for _, r := range reps {
-			if r.Namespace == st.Namespace && r.Workload == st.Name && r.Ordinal < desired && r.SpecHash == hash && r.Phase == "Running" && r.Ready {
+			if r.Namespace == st.Namespace && r.Workload == st.Name && r.Ordinal < desired && r.SpecHash == hash && r.Phase == api.PhaseRunning && r.Ready {
 				ready++
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
 // TestGetNodesShowsInsecureNodes: a node running with --insecure says so
@@ -27,7 +28,7 @@ func TestGetNodesShowsInsecureNodes(t *testing.T) {
 // falls back to the run's start.
 func TestReplicaAgeCountsFromCreation(t *testing.T) {
 	now := time.Now()
-	r := api.Replica{Name: "web-1", Created: now.Add(-3 * time.Hour), Started: now.Add(-10 * time.Second), Restarts: 4, Phase: "Running"}
+	r := api.Replica{Name: "web-1", Created: now.Add(-3 * time.Hour), Started: now.Add(-10 * time.Second), Restarts: 4, Phase: api.PhaseRunning}
 	if got := age(replicaCreated(r)); got != "3h" {
 		t.Errorf("AGE of a replica created 3h ago that restarted 10s ago: %q, want 3h", got)
 	}
@@ -51,5 +52,36 @@ func TestUploadProgressRedrawsOneLine(t *testing.T) {
 	got := out.String()
 	if !strings.Contains(got, "\rimporting big.tar: 1.0 MB of 4.0 MB (25%)") || !strings.HasSuffix(got, "\rimporting big.tar: 4.0 MB of 4.0 MB (100%)\x1b[K\n") {
 		t.Fatalf("progress output %q", got)
+	}
+}
+
+// get deployments and rollout status count alike (rollout.Count): during
+// a rollout whose new copy is not ready, the old copies that serve are
+// READY and AVAILABLE, and only the new one is UP-TO-DATE (issue 13: it
+// printed READY 6/6 UP-TO-DATE 6 AVAILABLE 0).
+func TestDeploymentCountsDuringAStalledRollout(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: "img:v2"}]
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := objs[0].Deployment
+	var reps []api.Replica
+	for i := range 6 {
+		reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: i, SpecHash: "0ld0ld00", Phase: api.PhaseRunning, Ready: true})
+	}
+	reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: 0, SpecHash: manifest.SpecHash(d), Phase: api.PhaseRunning})
+	desired, ready, updated, available := deploymentStatus(d, reps)
+	if desired != 6 || ready != 6 || updated != 1 || available != 6 {
+		t.Fatalf("desired %d ready %d up-to-date %d available %d, want 6 6 1 6", desired, ready, updated, available)
 	}
 }

@@ -82,10 +82,10 @@ type Cluster struct {
 	shutErr   error
 
 	dropLog rateLimiter
-	// pulling are the announced records this node pulls, since when
-	// (onHave).
+	// pulling are the announced records this node pulls, by key: the
+	// entry asked for and since when (onHave).
 	pullMu  sync.Mutex
-	pulling map[string]time.Time
+	pulling map[string]pending
 	// pullsAnswered counts the pulls this node answered, for tests.
 	pullsAnswered atomic.Int64
 	// resyncs counts, by member, the resyncs run with it when it came
@@ -148,7 +148,7 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		maxDelta:  cfg.UDPBufferSize - deltaOverhead,
 		members:   map[string]*Member{},
 		resyncs:   map[string]int{},
-		pulling:   map[string]time.Time{},
+		pulling:   map[string]pending{},
 		leaving:   map[string]time.Time{},
 		meta:      slices.Clone(cfg.Meta),
 		vivaldi:   viv,
@@ -371,7 +371,13 @@ func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
 	if changed {
 		c.notify()
 		if 1+len(enc) > c.maxDelta {
-			c.announce(entryOf(r, enc)) // this node can serve it now
+			e := entryOf(r, enc)
+			c.pullMu.Lock()
+			if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
+				delete(c.pulling, r.Key) // what was pulled is here
+			}
+			c.pullMu.Unlock()
+			c.announce(e) // this node can serve it now
 		}
 	}
 }
@@ -411,8 +417,15 @@ func (c *Cluster) announce(e entry) {
 	c.queue.QueueBroadcast(&broadcast{key: e.Key, msg: encodeHave(have{From: c.cfg.Name, E: e})})
 }
 
+// pending is a pull of an announced record in flight.
+type pending struct {
+	e  entry
+	at time.Time
+}
+
 // onHave pulls the record h announces from h.From, unless this node holds
-// it or a newer one, or already pulls it.
+// it or a newer one, or already pulls it or a newer one (for less than
+// pullRetry).
 func (c *Cluster) onHave(h have) {
 	if h.From == c.cfg.Name {
 		return
@@ -422,20 +435,20 @@ func (c *Cluster) onHave(h have) {
 	}
 	now := time.Now()
 	c.pullMu.Lock()
-	if at, ok := c.pulling[h.E.Key]; ok && now.Sub(at) < pullRetry {
+	if p, ok := c.pulling[h.E.Key]; ok && now.Sub(p.at) < pullRetry && (compareEntries(p.e, h.E) > 0 || p.e == h.E) {
 		c.pullMu.Unlock()
 		return
 	}
-	for k, at := range c.pulling {
-		if now.Sub(at) >= pullRetry {
+	for k, p := range c.pulling {
+		if now.Sub(p.at) >= pullRetry {
 			delete(c.pulling, k)
 		}
 	}
-	if len(c.pulling) >= maxPendingPulls {
+	if _, ok := c.pulling[h.E.Key]; !ok && len(c.pulling) >= maxPendingPulls {
 		c.pullMu.Unlock()
 		return
 	}
-	c.pulling[h.E.Key] = now
+	c.pulling[h.E.Key] = pending{h.E, now}
 	c.pullMu.Unlock()
 	p, ok := c.peer(h.From)
 	if !ok {
@@ -465,7 +478,7 @@ func (c *Cluster) livePeers() []*memberlist.Node {
 	defer c.membersMu.Unlock()
 	var out []*memberlist.Node
 	for _, m := range c.members {
-		if m.Name != c.cfg.Name && (m.State == StateAlive || m.State == StateSuspect) {
+		if m.Name != c.cfg.Name && (m.State.Up()) {
 			out = append(out, &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port})
 		}
 	}
@@ -478,7 +491,7 @@ func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()
 	m, ok := c.members[name]
-	if !ok || name == c.cfg.Name || (m.State != StateAlive && m.State != StateSuspect) {
+	if !ok || name == c.cfg.Name || !m.State.Up() {
 		return nil, false
 	}
 	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port}, true
@@ -521,7 +534,7 @@ func (c *Cluster) liveNames() []string {
 	defer c.membersMu.Unlock()
 	var out []string
 	for name, m := range c.members {
-		if m.State == StateAlive || m.State == StateSuspect {
+		if m.State.Up() {
 			out = append(out, name)
 		}
 	}
@@ -531,7 +544,7 @@ func (c *Cluster) liveNames() []string {
 
 // setMemberLocked updates the member's entry (creating it) and the live count, and
 // reports whether anything visible changed. Called with membersMu held.
-func (c *Cluster) setMemberLocked(n *memberlist.Node, state string) bool {
+func (c *Cluster) setMemberLocked(n *memberlist.Node, state MemberState) bool {
 	m, ok := c.members[n.Name]
 	if !ok {
 		m = &Member{Name: n.Name}
@@ -554,7 +567,7 @@ func (c *Cluster) setMemberLocked(n *memberlist.Node, state string) bool {
 func (c *Cluster) recountLocked() {
 	n := 0
 	for _, m := range c.members {
-		if m.State == StateAlive || m.State == StateSuspect {
+		if m.State.Up() {
 			n++
 		}
 	}
@@ -563,7 +576,7 @@ func (c *Cluster) recountLocked() {
 
 // setState changes only the state of a known member, if it is in one of
 // from; it reports whether it did.
-func (c *Cluster) setState(name, to string, from ...string) bool {
+func (c *Cluster) setState(name string, to MemberState, from ...MemberState) bool {
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()
 	m, ok := c.members[name]

@@ -255,7 +255,10 @@ func TestLeaveShowsLeftAndCrashShowsDead(t *testing.T) {
 	tc.nodes[1].st.markClosed()
 	tc.nodes[2].shutdown(t)
 
-	for _, want := range []struct{ name, state string }{{"n01", StateLeft}, {"n02", StateDead}} {
+	for _, want := range []struct {
+		name  string
+		state MemberState
+	}{{"n01", StateLeft}, {"n02", StateDead}} {
 		eventually(t, 10*time.Second, func() (bool, string) {
 			for _, nd := range tc.up() {
 				if got := memberState(nd, want.name); got != want.state {

@@ -291,7 +291,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	c.membersMu.Lock()
 	delete(c.leaving, n.Name) // back after leaving
 	prev, known := c.members[n.Name]
-	back := known && prev.State != StateAlive && prev.State != StateSuspect
+	back := known && !prev.State.Up()
 	changed := c.setMemberLocked(n, StateAlive)
 	c.membersMu.Unlock()
 	if changed {
@@ -389,7 +389,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	c.coordsMu.Unlock()
 	c.vivaldi.ForgetNode(n.Name)
 	if changed {
-		c.log.Info("member "+state, "member", n.Name)
+		c.log.Info("member "+string(state), "member", n.Name)
 		c.notify()
 	}
 }

@@ -63,13 +63,20 @@ type State interface {
 	Snapshot() (crdt.Map, error)
 }
 
-// Member states, the values of Member.State.
+// MemberState is a member's state in this node's view (Member.State).
+type MemberState string
+
+// Member states.
 const (
-	StateAlive   = "alive"   // answering probes
-	StateSuspect = "suspect" // missed a probe, not yet declared dead (see Member)
-	StateDead    = "dead"    // declared failed by the failure detector
-	StateLeft    = "left"    // announced a graceful leave
+	StateAlive   MemberState = "alive"   // answering probes
+	StateSuspect MemberState = "suspect" // missed a probe, not yet declared dead (see Member)
+	StateDead    MemberState = "dead"    // declared failed by the failure detector
+	StateLeft    MemberState = "left"    // announced a graceful leave
 )
+
+// Up reports whether s counts as up: alive or suspect (suspect alone
+// moves nothing).
+func (s MemberState) Up() bool { return s == StateAlive || s == StateSuspect }
 
 // Member is one node as seen by the local node.
 type Member struct {
@@ -88,7 +95,7 @@ type Member struct {
 	// StateLeft versus StateDead: memberlist reports both through
 	// NotifyLeave alike; a leave intent that Leave gossips first (as serf
 	// does) tells them apart.
-	State string
+	State MemberState
 	Meta  []byte    // the member's metadata (Config.Meta), at most 512 bytes
 	Since time.Time // when it entered State, by the local clock
 }

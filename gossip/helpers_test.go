@@ -303,7 +303,7 @@ func eventually(t testing.TB, timeout time.Duration, cond func() (bool, string))
 }
 
 // memberState returns the state of name as seen by n, or "".
-func memberState(n *tnode, name string) string {
+func memberState(n *tnode, name string) MemberState {
 	for _, m := range n.c.Members() {
 		if m.Name == name {
 			return m.State

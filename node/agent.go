@@ -372,7 +372,7 @@ func (a *Agent) startGossip() error {
 	a.rejects.setLive(func(name string) bool {
 		for _, m := range a.cluster.Members() {
 			if m.Name == name {
-				return m.State == gossip.StateAlive || m.State == gossip.StateSuspect
+				return m.State.Up()
 			}
 		}
 		return false

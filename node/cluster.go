@@ -156,7 +156,7 @@ func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeSt
 		}
 		for _, r := range s.Replicas {
 			id := reconcile.ContainerID(r.Namespace, r.Name)
-			if r.Ready && r.Phase == "Running" && owner[id] == name {
+			if r.Ready && r.Phase == api.PhaseRunning && owner[id] == name {
 				out[id] = true
 			}
 		}

@@ -416,7 +416,7 @@ func testConverges(t *testing.T, size int) {
 		reps := n.agent.replicaView()
 		running := 0
 		for _, r := range reps {
-			if r.Phase == "Running" {
+			if r.Phase == api.PhaseRunning {
 				running++
 			}
 		}
@@ -431,7 +431,7 @@ func testConverges(t *testing.T, size int) {
 				reps := n.agent.replicaView()
 				running = 0
 				for _, r := range reps {
-					if r.Phase == "Running" {
+					if r.Phase == api.PhaseRunning {
 						running++
 					}
 				}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -54,7 +55,7 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			continue
 		}
 		member[m.Name] = true
-		if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
+		if m.State.Up() {
 			up[m.Name] = true
 		}
 		_, settling := a.memberBack[m.Name]
@@ -90,7 +91,7 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			}
 		}
 		for _, r := range s.Replicas {
-			if r.Phase == "Pending" || r.Phase == "CreateBackOff" {
+			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
 				continue // no container
 			}
 			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
@@ -112,7 +113,7 @@ func (a *Agent) witnesses(v *view, members []gossip.Member) []string {
 		known = append(known, name)
 	}
 	for _, m := range members {
-		if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
+		if m.State.Up() {
 			known = append(known, m.Name)
 		}
 	}
@@ -175,7 +176,7 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 			witness[w] = true
 		}
 		for _, m := range members {
-			if m.Name == a.cfg.Name || !witness[m.Name] || (m.State != gossip.StateAlive && m.State != gossip.StateSuspect) {
+			if m.Name == a.cfg.Name || !witness[m.Name] || !m.State.Up() {
 				continue
 			}
 			wg.Add(1)

@@ -268,7 +268,7 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 			// or a process that holds only the gossip key) gets no key
 			// now and none from a peer later.
 			skipped = append(skipped, m.Name)
-		case m.State != gossip.StateAlive && m.State != gossip.StateSuspect:
+		case !m.State.Up():
 			down = append(down, m.Name)
 		default:
 			members = append(members, m.Name)
@@ -420,7 +420,7 @@ func (k *keyring) refreshLoop(ctx context.Context, targets func() []string) {
 			if m.Name == k.self {
 				continue
 			}
-			if m.State == gossip.StateAlive || m.State == gossip.StateSuspect {
+			if m.State.Up() {
 				return // not alone: nothing to fix
 			}
 			peers = append(peers, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))

@@ -205,7 +205,7 @@ func (a *Agent) watchMembership(ctx context.Context) {
 		}
 		var peers []string
 		for _, m := range a.cluster.Members() {
-			if m.Name != a.cfg.Name && m.State == "alive" {
+			if m.Name != a.cfg.Name && m.State == gossip.StateAlive {
 				peers = append(peers, net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))))
 			}
 		}
@@ -240,7 +240,7 @@ func (a *Agent) aliveMembers() map[string]bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range a.cluster.Members() {
-		up := m.State == gossip.StateAlive || m.State == gossip.StateSuspect
+		up := m.State.Up()
 		_, wasDown := a.memberDown[m.Name]
 		switch {
 		case !up && !wasDown:

@@ -157,7 +157,7 @@ func TestLivenessStopRecordsReasonAndBacksOff(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if r.Phase != "CrashLoopBackOff" || r.Restarts != 1 {
+		if r.Phase != api.PhaseCrashLoopBackOff || r.Restarts != 1 {
 			return fmt.Errorf("phase %s restarts %d", r.Phase, r.Restarts)
 		}
 		if want := "liveness probe failed: command exited with code 1: live is failing"; r.Reason != want {
@@ -193,7 +193,7 @@ func TestStartupProbeHoldsLivenessAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Phase != "Running" || r.Ready || !strings.HasPrefix(r.Reason, "startup probe has not succeeded yet") {
+	if r.Phase != api.PhaseRunning || r.Ready || !strings.HasPrefix(r.Reason, "startup probe has not succeeded yet") {
 		t.Fatalf("during startup: %+v", r)
 	}
 	if l, rd := script.count("live"), script.count("ready"); l != 0 || rd != 0 {

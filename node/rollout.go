@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -78,12 +79,12 @@ func (a *Agent) rolloutInput(v *view, observed []reconcile.Container, mine []rec
 			continue
 		}
 		for _, r := range s.Replicas {
-			if r.Phase == "Pending" || r.Phase == "CreateBackOff" {
+			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
 				continue // no container: not a copy
 			}
 			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
 			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: r.Ordinal, SpecHash: r.SpecHash,
-				Ready: r.Ready && r.Phase == "Running"})
+				Ready: r.Ready && r.Phase == api.PhaseRunning})
 		}
 	}
 	return in

@@ -263,8 +263,8 @@ spec:
 	}
 	d := objs[0].Deployment
 	hash := manifest.SpecHash(d)
-	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: "Running", Ready: true}
-	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: "Running", Ready: true}
+	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: api.PhaseRunning, Ready: true}
+	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: api.PhaseRunning, Ready: true}
 	v := &view{
 		alive:    map[string]bool{"a": true},
 		statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},

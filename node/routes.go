@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/route"
 )
 
@@ -22,7 +21,7 @@ func (a *Agent) desiredRoutes() []route.Route {
 	winners := winningClaims(statuses)
 	var peers []route.Peer
 	for _, m := range v.members {
-		if m.Name == a.cfg.Name || m.State != gossip.StateAlive && m.State != gossip.StateSuspect {
+		if m.Name == a.cfg.Name || !m.State.Up() {
 			continue
 		}
 		s, ok := statuses[m.Name]

@@ -426,28 +426,28 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		busy, isBusy := a.busyAction(c.ID)
 		switch {
 		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
-			item.Phase = "Terminating"
+			item.Phase = api.PhaseTerminating
 		case c.State == reconcile.StateRunning:
 			var why string
-			item.Phase = "Running"
+			item.Phase = api.PhaseRunning
 			item.Ready, why = a.ready(c, probes)
 			if item.Reason == "" {
 				item.Reason = why
 			}
 		case c.State == reconcile.StateExited && now.Sub(c.ExitedAt) < reconcile.Backoff(c.BackoffStep):
-			item.Phase = "CrashLoopBackOff"
+			item.Phase = api.PhaseCrashLoopBackOff
 			if item.Reason == "" {
 				item.Reason = c.StopReason
 			}
 		case c.State == reconcile.StateExited:
-			item.Phase = "Exited"
+			item.Phase = api.PhaseExited
 			if item.Reason == "" {
 				item.Reason = c.StopReason
 			}
 		case c.State == reconcile.StateCreated:
-			item.Phase = "ContainerCreating"
+			item.Phase = api.PhaseContainerCreating
 		default:
-			item.Phase = "Unknown"
+			item.Phase = api.PhaseUnknown
 		}
 		items = append(items, item)
 	}
@@ -456,15 +456,15 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
-			Node: a.cfg.Name, SpecHash: d.SpecHash, Phase: "Pending"}
+			Node: a.cfg.Name, SpecHash: d.SpecHash, Phase: api.PhasePending}
 		if msg, failed := a.lastFailure(d.ID); failed {
-			item.Phase, item.Reason = "CreateBackOff", msg
+			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
 		if t, busy := a.busyAction(d.ID); busy {
-			item.Phase, item.Reason = "ContainerCreating", a.rt.ImageProgress(d.Spec.Image)
+			item.Phase, item.Reason = api.PhaseContainerCreating, a.rt.ImageProgress(d.Spec.Image)
 			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
 				// A Replace stops the old copy first.
-				item.Phase, item.Reason = "Pending", "waiting for the old copy to stop"
+				item.Phase, item.Reason = api.PhasePending, "waiting for the old copy to stop"
 			}
 		}
 		items = append(items, item)
@@ -530,7 +530,7 @@ func (a *Agent) replicaView() []api.Replica {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
-			Node: v.owner[d.ID], SpecHash: d.SpecHash, Phase: "Pending"}
+			Node: v.owner[d.ID], SpecHash: d.SpecHash, Phase: api.PhasePending}
 		if item.Node == "" {
 			item.Reason = v.placement.Pending[workloadKey(d.Namespace, d.Workload)][d.Ordinal]
 		}
@@ -548,11 +548,11 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	v := a.view()
 	out := api.NodeList{Items: []api.Node{}}
 	for _, m := range a.cluster.Members() {
-		n := api.Node{Name: m.Name, State: m.State, Address: m.Addr, Unresponsive: v.excluded[m.Name]}
+		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.excluded[m.Name]}
 		if s, ok := v.statuses[m.Name]; ok {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure
 			for _, rep := range s.Replicas {
-				if rep.Phase != "Terminating" {
+				if rep.Phase != api.PhaseTerminating {
 					n.Replicas++
 				}
 			}
@@ -650,7 +650,7 @@ func (a *Agent) proxyLogs(w http.ResponseWriter, r *http.Request) bool {
 func (a *Agent) handleForgetNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	for _, m := range a.cluster.Members() {
-		if m.Name == name && (m.State == "alive" || m.State == "suspect") {
+		if m.Name == name && (m.State.Up()) {
 			writeError(w, http.StatusConflict, fmt.Errorf("node %s is %s: only a dead or departed node can be forgotten", name, m.State))
 			return
 		}

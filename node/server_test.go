@@ -33,7 +33,7 @@ func TestCheckRefRefusesPathsAndBadNames(t *testing.T) {
 
 func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
 	r := reconcile.NewReplica("default", "w", "aaaaaaaa", "", 0, reconcile.Spec{})
-	running := api.Replica{Name: r.Name, Namespace: "default", Phase: "Running", Ready: true}
+	running := api.Replica{Name: r.Name, Namespace: "default", Phase: api.PhaseRunning, Ready: true}
 	statuses := map[string]NodeStatus{
 		"a": {Name: "a", Replicas: []api.Replica{running}},
 		"b": {Name: "b", Replicas: []api.Replica{running}},

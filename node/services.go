@@ -53,7 +53,7 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus) map[s
 			continue
 		}
 		for _, r := range s.Replicas {
-			if !r.Ready || r.Phase != "Running" {
+			if !r.Ready || r.Phase != api.PhaseRunning {
 				continue
 			}
 			ip, err := netip.ParseAddr(r.PodIP)

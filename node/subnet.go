@@ -27,7 +27,7 @@ func (a *Agent) otherClaims() []ipam.Claim {
 	if err != nil {
 		return nil
 	}
-	members := map[string]string{}
+	members := map[string]gossip.MemberState{}
 	for _, m := range a.cluster.Members() {
 		members[m.Name] = m.State
 	}
@@ -50,8 +50,8 @@ func (a *Agent) otherClaims() []ipam.Claim {
 // holds, its node being in membership state state: a live node's does, a
 // down one's for reclaimAfter after its last write (a dead node stops
 // writing, so its record's age is how long it has been gone).
-func reserved(state string, r crdt.Record, reclaimAfter time.Duration) bool {
-	return state == gossip.StateAlive || state == gossip.StateSuspect || time.Since(time.Unix(0, r.Version.Wall)) <= reclaimAfter
+func reserved(state gossip.MemberState, r crdt.Record, reclaimAfter time.Duration) bool {
+	return state.Up() || time.Since(time.Unix(0, r.Version.Wall)) <= reclaimAfter
 }
 
 // claimReserved is reserved for node name, from membership and the
@@ -61,7 +61,7 @@ func (a *Agent) claimReserved(name string) bool {
 	if err != nil || !ok || rec.Deleted {
 		return false
 	}
-	state := ""
+	var state gossip.MemberState
 	for _, m := range a.cluster.Members() {
 		if m.Name == name {
 			state = m.State

@@ -29,11 +29,11 @@ func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 	owner := map[string]string{"default_web-1": "a", "default_web-2": "fake", "default_web-3": "c", "default_api-0": "c",
 		"default_db-0": "b", "default_ss-0": "a", "default_ss-1": "d"}
 	statuses := map[string]NodeStatus{
-		"a":    {Replicas: []api.Replica{{Name: "web-old-0", Namespace: "default", Workload: "web", Ordinal: 0, Phase: "Running"}}},
+		"a":    {Replicas: []api.Replica{{Name: "web-old-0", Namespace: "default", Workload: "web", Ordinal: 0, Phase: api.PhaseRunning}}},
 		"b":    {Replicas: []api.Replica{{Name: "db-0", Namespace: "other", Workload: "db", Ordinal: 0}}}, // another namespace's
-		"c":    {Replicas: []api.Replica{{Name: "api-0", Namespace: "default", Workload: "api", Phase: "Pending"}}},
+		"c":    {Replicas: []api.Replica{{Name: "api-0", Namespace: "default", Workload: "api", Phase: api.PhasePending}}},
 		"d":    {},
-		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: "Running"}}},
+		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: api.PhaseRunning}}},
 	}
 	got := unreported(all, owner, statuses)
 	if len(got) != 2 || !got["b"] || !got["fake"] {

@@ -87,9 +87,9 @@ func reject(reason, format string, args ...any) *rejection {
 }
 
 // replicaPhases are the phases a node may report (api.Replica.Phase).
-var replicaPhases = map[string]bool{
-	"Pending": true, "ContainerCreating": true, "CreateBackOff": true, "Running": true,
-	"CrashLoopBackOff": true, "Exited": true, "Terminating": true, "Unknown": true,
+var replicaPhases = map[api.Phase]bool{
+	api.PhasePending: true, api.PhaseContainerCreating: true, api.PhaseCreateBackOff: true, api.PhaseRunning: true,
+	api.PhaseCrashLoopBackOff: true, api.PhaseExited: true, api.PhaseTerminating: true, api.PhaseUnknown: true,
 }
 
 // terminationReasons are the reasons a run may have ended

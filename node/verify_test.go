@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/route"
@@ -33,7 +34,7 @@ func goodStatus() NodeStatus {
 	return NodeStatus{Name: "b", Advertise: "192.168.222.12", API: "http://192.168.222.12:7443", PodSubnet: "10.22.2.0/24",
 		SubnetSince: hlc.Timestamp{Wall: 1}, SubnetReady: true, Capacity: placement.Resources{MilliCPU: 2000, MemoryBytes: 8 << 30},
 		Labels: map[string]string{"zone": "a"},
-		Replicas: []api.Replica{{Name: "web-0", Namespace: "default", Workload: "web", Node: "b", Phase: "Running", Ready: true,
+		Replicas: []api.Replica{{Name: "web-0", Namespace: "default", Workload: "web", Node: "b", Phase: api.PhaseRunning, Ready: true,
 			PodIP: "10.22.2.5", SpecHash: "0123abcd"}}}
 }
 
@@ -517,7 +518,7 @@ func TestClaimOfADownNodeStaysReservedUntilReclaim(t *testing.T) {
 		return crdt.Record{Version: hlc.Timestamp{Wall: time.Now().Add(-ago).UnixNano()}}
 	}
 	for _, tc := range []struct {
-		state string
+		state gossip.MemberState
 		ago   time.Duration
 		want  bool
 	}{

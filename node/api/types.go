@@ -162,22 +162,47 @@ type ScaleRequest struct {
 }
 
 // Replica is one replica, desired or running, as `get replicas` shows it.
+// Phase is where a replica is in its life.
+type Phase string
+
+const (
+	// PhasePending: no container yet (placed, or waiting for the old
+	// copy to stop).
+	PhasePending Phase = "Pending"
+	// PhaseContainerCreating: its container is being created (the image
+	// may be on its way; see Reason).
+	PhaseContainerCreating Phase = "ContainerCreating"
+	// PhaseCreateBackOff: the create failed and waits to be retried
+	// (Reason says why).
+	PhaseCreateBackOff Phase = "CreateBackOff"
+	// PhaseRunning: its task runs (Ready says whether it serves).
+	PhaseRunning Phase = "Running"
+	// PhaseCrashLoopBackOff: it exited and waits for its restart backoff.
+	PhaseCrashLoopBackOff Phase = "CrashLoopBackOff"
+	// PhaseExited: it exited, its backoff is over; a restart follows.
+	PhaseExited Phase = "Exited"
+	// PhaseTerminating: no longer desired here, being stopped.
+	PhaseTerminating Phase = "Terminating"
+	// PhaseUnknown: containerd reports a state Starling does not know.
+	PhaseUnknown Phase = "Unknown"
+)
+
+// Available reports whether the replica serves: running and ready, the
+// one readiness count of get, describe and rollout status.
+func (r Replica) Available() bool { return r.Phase == PhaseRunning && r.Ready }
+
 type Replica struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Workload  string `json:"workload"`
-	Ordinal   int    `json:"ordinal"`
-	Node      string `json:"node"`
-	// Phase: Pending (no container yet), ContainerCreating, CreateBackOff
-	// (create failed, waiting to retry; see Reason), Running,
-	// CrashLoopBackOff (exited, waiting to restart), Exited, Terminating
-	// (no longer desired, being stopped), Unknown.
-	Phase    string    `json:"phase"`
-	Ready    bool      `json:"ready"`
-	PodIP    string    `json:"podIP"`
-	SpecHash string    `json:"specHash"`
-	Restarts int       `json:"restarts"`
-	Started  time.Time `json:"started,omitempty"`
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Workload  string    `json:"workload"`
+	Ordinal   int       `json:"ordinal"`
+	Node      string    `json:"node"`
+	Phase     Phase     `json:"phase"`
+	Ready     bool      `json:"ready"`
+	PodIP     string    `json:"podIP"`
+	SpecHash  string    `json:"specHash"`
+	Restarts  int       `json:"restarts"`
+	Started   time.Time `json:"started,omitempty"`
 	// Created is when the replica's container was created (AGE).
 	Created time.Time `json:"created,omitempty"`
 	// Reason says why a replica is not running: the last error of its

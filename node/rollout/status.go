@@ -25,7 +25,7 @@ func Count(namespace, name, hash string, replicas int, reps []api.Replica) api.R
 			}
 			continue
 		}
-		if r.Phase != "Terminating" {
+		if r.Phase != api.PhaseTerminating {
 			updated[r.Ordinal] = true
 		}
 		if Ready(r) {
@@ -41,7 +41,7 @@ func Count(namespace, name, hash string, replicas int, reps []api.Replica) api.R
 }
 
 // Ready reports whether a copy serves: Running and ready.
-func Ready(r api.Replica) bool { return r.Phase == "Running" && r.Ready }
+func Ready(r api.Replica) bool { return r.Phase == api.PhaseRunning && r.Ready }
 
 // Complete reports whether a rollout is done: every ordinal has a ready
 // copy of the current hash and no other copy is left.

@@ -7,7 +7,7 @@ import (
 )
 
 // copyOf is a copy of web's ordinal with hash, phase and readiness.
-func copyOf(ordinal int, hash, phase string, ready bool) api.Replica {
+func copyOf(ordinal int, hash string, phase api.Phase, ready bool) api.Replica {
 	return api.Replica{Namespace: "default", Workload: "web", Ordinal: ordinal, SpecHash: hash, Phase: phase, Ready: ready}
 }
 
@@ -52,8 +52,8 @@ func TestCountMeasuresRolloutProgress(t *testing.T) {
 		{"scaled to zero and gone", 0, nil, api.RolloutCounts{}, true},
 		{"other deployments are not counted", 1, []api.Replica{
 			copyOf(0, cur, "Running", true),
-			{Namespace: "default", Workload: "web2", SpecHash: old, Phase: "Running", Ready: true},
-			{Namespace: "other", Workload: "web", SpecHash: old, Phase: "Running", Ready: true},
+			{Namespace: "default", Workload: "web2", SpecHash: old, Phase: api.PhaseRunning, Ready: true},
+			{Namespace: "other", Workload: "web", SpecHash: old, Phase: api.PhaseRunning, Ready: true},
 		}, api.RolloutCounts{Replicas: 1, Updated: 1, Ready: 1, Available: 1}, true},
 	}
 	for _, tt := range tests {

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
@@ -51,7 +52,10 @@ func running(n *harness.Node, workload string) (int, int, error) {
 		return 0, 0, err
 	}
 	var l struct {
-		Items []struct{ Workload, Phase string }
+		Items []struct {
+			Workload string
+			Phase    api.Phase
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		return 0, 0, err
@@ -60,7 +64,7 @@ func running(n *harness.Node, workload string) (int, int, error) {
 	for _, r := range l.Items {
 		if workload == "" || r.Workload == workload {
 			total++
-			if r.Phase == "Running" {
+			if r.Phase == api.PhaseRunning {
 				run++
 			}
 		}

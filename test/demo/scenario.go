@@ -268,7 +268,7 @@ func (s *scenario) importImages() error {
 func byNode(items []api.Replica, workload string, ready bool) map[string]int {
 	out := map[string]int{}
 	for _, r := range items {
-		if r.Workload == workload && r.Phase == "Running" && (r.Ready || !ready) {
+		if r.Workload == workload && r.Phase == api.PhaseRunning && (r.Ready || !ready) {
 			out[r.Node]++
 		}
 	}
@@ -318,10 +318,10 @@ func (s *scenario) settle(nodes []*harness.Node, timeout time.Duration) error {
 		}
 		s.hello, s.clientReps = nil, nil
 		for _, r := range items {
-			if r.Phase == "Running" && r.Workload == "hello" {
+			if r.Phase == api.PhaseRunning && r.Workload == "hello" {
 				s.hello = append(s.hello, r)
 			}
-			if r.Phase == "Running" && r.Workload == "client" {
+			if r.Phase == api.PhaseRunning && r.Workload == "client" {
 				s.clientReps = append(s.clientReps, r)
 			}
 		}
@@ -676,13 +676,13 @@ the Service rules of node1 and node2, and be replaced on them. Polled every 100 
 	}
 	s.hello = nil
 	for _, r := range items {
-		if r.Workload == "hello" && r.Phase == "Running" {
+		if r.Workload == "hello" && r.Phase == api.PhaseRunning {
 			s.hello = append(s.hello, r)
 		}
 	}
 	var cl api.Replica
 	for _, r := range items {
-		if r.Workload == "client" && r.Node == n1.Name && r.Phase == "Running" {
+		if r.Workload == "client" && r.Node == n1.Name && r.Phase == api.PhaseRunning {
 			cl = r
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -23,7 +24,7 @@ func perNode(n *harness.Node, workload string) (map[string]int, int, error) {
 			continue
 		}
 		total++
-		if r.Phase == "Running" {
+		if r.Phase == api.PhaseRunning {
 			out[r.Node]++
 		}
 	}

@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/starling-orchestrator/starling/test/harness"
-	"github.com/starling-orchestrator/starling/test/imagebuild"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/test/harness"
+	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
 
 // TestEveryExitExplained: a run that exits 0, one that exits 3 and one
@@ -164,7 +166,7 @@ spec:
 			return err
 		}
 		for _, r := range items {
-			if r.Workload == "crash" && r.Restarts >= 1 || r.Workload == "srv" && r.Phase == "Running" {
+			if r.Workload == "crash" && r.Restarts >= 1 || r.Workload == "srv" && r.Phase == api.PhaseRunning {
 				names[r.Workload] = r.Name
 			}
 		}
@@ -240,7 +242,7 @@ spec:
 			return err
 		}
 		for _, r := range items {
-			if r.Workload == "chatty" && r.Phase == "Running" {
+			if r.Workload == "chatty" && r.Phase == api.PhaseRunning {
 				name = r.Name
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -515,7 +516,7 @@ func TestNodeThatRunsNothingIsLeftOutOfPlacement(t *testing.T) {
 		}
 		running := 0
 		for _, r := range reps {
-			if r.Workload == "spread" && r.Phase == "Running" && (r.Node == "n1" || r.Node == "n2") {
+			if r.Workload == "spread" && r.Phase == api.PhaseRunning && (r.Node == "n1" || r.Node == "n2") {
 				running++
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
 )
 
 // TestReappliedDeploymentDoesNotMeetItsPredecessor: a Deployment deleted
@@ -41,7 +43,7 @@ spec:
 		}
 		out := map[string]bool{}
 		for _, r := range items {
-			if r.Namespace == "identity" && r.Ready && r.Phase == "Running" {
+			if r.Namespace == "identity" && r.Ready && r.Phase == api.PhaseRunning {
 				out[r.Name] = true
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
@@ -122,7 +123,7 @@ spec:
 			return err
 		}
 		for _, x := range items {
-			if x.Workload == "env" && x.Phase == "Running" && x.PodIP != "" {
+			if x.Workload == "env" && x.Phase == api.PhaseRunning && x.PodIP != "" {
 				r = x
 				return nil
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/leases"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
@@ -66,7 +67,7 @@ func TestCreateAfterAnInterruptedOne(t *testing.T) {
 			return err
 		}
 		for _, r := range items {
-			if r.Workload == "left" && r.Phase == "Running" {
+			if r.Workload == "left" && r.Phase == api.PhaseRunning {
 				return nil
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -249,7 +250,7 @@ spec:
 	var slow replica
 	if _, err := eventually(30*time.Second, func() (err error) {
 		slow, err = replicaOf(n1, "execslow", "")
-		if err == nil && (slow.Phase != "Running" || !strings.Contains(slow.Reason, "timed out")) {
+		if err == nil && (slow.Phase != api.PhaseRunning || !strings.Contains(slow.Reason, "timed out")) {
 			err = fmt.Errorf("want a Running replica whose probe timed out: %+v", slow)
 		}
 		return err
@@ -263,7 +264,7 @@ spec:
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if r, err := replicaOf(n1, "execslow", ""); err != nil || r.Ready || r.Phase != "Running" {
+	if r, err := replicaOf(n1, "execslow", ""); err != nil || r.Ready || r.Phase != api.PhaseRunning {
 		t.Fatalf("slow-probe replica: %+v %v", r, err)
 	}
 	if reason, err := replicaReason(n1, slow.Name); err != nil || reason != "readiness probe failed: exec timed out after 1s" {
@@ -333,7 +334,7 @@ spec:
 		if restartedAt.IsZero() {
 			restartedAt = time.Now()
 		}
-		if !got.Ready || got.Phase != "Running" {
+		if !got.Ready || got.Phase != api.PhaseRunning {
 			return fmt.Errorf("restarted but not ready: %+v", got)
 		}
 		if got.Restarts != 1 || got.PodIP != r.PodIP {
@@ -372,7 +373,7 @@ spec:
 		if err != nil {
 			return err
 		}
-		if got.Phase != "CrashLoopBackOff" || reason != "liveness probe failed: HTTP 500" {
+		if got.Phase != api.PhaseCrashLoopBackOff || reason != "liveness probe failed: HTTP 500" {
 			return fmt.Errorf("phase %s reason %q", got.Phase, reason)
 		}
 		return nil

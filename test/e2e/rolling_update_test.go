@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -163,7 +164,7 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 				return err
 			}
 			for _, r := range l.Items {
-				if r.Node == n.Name && r.Workload == "roll" && r.SpecHash == h3 && r.Phase == "Running" {
+				if r.Node == n.Name && r.Workload == "roll" && r.SpecHash == h3 && r.Phase == api.PhaseRunning {
 					victim = n
 					return nil
 				}

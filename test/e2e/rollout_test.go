@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -50,7 +51,7 @@ func rolledOut(t *testing.T, n *harness.Node, args ...string) string {
 		if r.Workload != "web" {
 			continue
 		}
-		if r.Phase != "Running" || !r.Ready {
+		if r.Phase != api.PhaseRunning || !r.Ready {
 			t.Fatalf("rolled out, but %s is %s (ready %v)", r.Name, r.Phase, r.Ready)
 		}
 		hashes[r.SpecHash] = true

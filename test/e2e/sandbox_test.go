@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -72,7 +73,7 @@ spec:
 		}
 		return nil
 	})
-	if nonroot.Ready || nonroot.Phase == "Running" {
+	if nonroot.Ready || nonroot.Phase == api.PhaseRunning {
 		t.Fatalf("a runAsNonRoot replica of a root image runs: %+v", nonroot)
 	}
 	report := func(w string) map[string]string {

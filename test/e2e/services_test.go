@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -153,10 +154,10 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 			return err
 		}
 		for _, r := range all {
-			if r.Node == "n1" && r.Phase == "Running" && r.Workload == "web" {
+			if r.Node == "n1" && r.Phase == api.PhaseRunning && r.Workload == "web" {
 				mine = r
 			}
-			if r.Node == "n1" && r.Phase == "Running" && r.Workload == "client" {
+			if r.Node == "n1" && r.Phase == api.PhaseRunning && r.Workload == "client" {
 				client = r
 			}
 		}
@@ -243,7 +244,7 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 				return err
 			}
 			for _, r := range all {
-				if r.Workload != workload || r.Phase != "Running" {
+				if r.Workload != workload || r.Phase != api.PhaseRunning {
 					continue
 				}
 				body, err := harness.HTTPGet(c.Nodes[0].NetNS, "http://"+r.PodIP+":8080/", time.Second)
@@ -393,7 +394,7 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 	var client replica
 	all0, _ := replicas(n1)
 	for _, r := range all0 {
-		if r.Workload == "client" && r.Node == "n1" && r.Phase == "Running" {
+		if r.Workload == "client" && r.Node == "n1" && r.Phase == api.PhaseRunning {
 			client = r
 		}
 	}
@@ -548,7 +549,7 @@ func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
 				second = append(second, r)
 			}
 		}
-		if len(second) != 1 || second[0].Name == first[0].Name || second[0].Phase != "Running" {
+		if len(second) != 1 || second[0].Name == first[0].Name || second[0].Phase != api.PhaseRunning {
 			return fmt.Errorf("replicas: %+v", second)
 		}
 		return nil
@@ -628,7 +629,7 @@ spec:
 				continue
 			}
 			listed++
-			if r.Ready && r.Phase == "Running" {
+			if r.Ready && r.Phase == api.PhaseRunning {
 				ready++
 				nodes[r.Node] = true
 				target = r

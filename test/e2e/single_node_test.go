@@ -11,21 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 type replica struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Workload  string `json:"workload"`
-	Ordinal   int    `json:"ordinal"`
-	Node      string `json:"node"`
-	Phase     string `json:"phase"`
-	Ready     bool   `json:"ready"`
-	PodIP     string `json:"podIP"`
-	SpecHash  string `json:"specHash"`
-	Restarts  int    `json:"restarts"`
-	Reason    string `json:"reason"`
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Workload  string    `json:"workload"`
+	Ordinal   int       `json:"ordinal"`
+	Node      string    `json:"node"`
+	Phase     api.Phase `json:"phase"`
+	Ready     bool      `json:"ready"`
+	PodIP     string    `json:"podIP"`
+	SpecHash  string    `json:"specHash"`
+	Restarts  int       `json:"restarts"`
+	Reason    string    `json:"reason"`
 }
 
 // apiReplicas is replicas through the API, without the CLI.
@@ -61,7 +62,7 @@ func waitRunning(t *testing.T, n *harness.Node, workload string, want int, timeo
 		for _, r := range all {
 			if r.Workload == workload {
 				got = append(got, r)
-				if r.Phase == "Running" {
+				if r.Phase == api.PhaseRunning {
 					running++
 				}
 			}
@@ -146,7 +147,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 			return err
 		}
 		for _, r := range all {
-			if r.Name == reps[0].Name && (r.Phase != "Running" || r.Restarts != 1) {
+			if r.Name == reps[0].Name && (r.Phase != api.PhaseRunning || r.Restarts != 1) {
 				return fmt.Errorf("%s: phase %s restarts %d", r.Name, r.Phase, r.Restarts)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -93,7 +94,7 @@ func TestScaleKeepsOtherReplicasAndSpecChangeReplaces(t *testing.T) {
 				newReps = append(newReps, r)
 			}
 		}
-		if len(newReps) != 1 || newReps[0].SpecHash == hash || newReps[0].Phase != "Running" {
+		if len(newReps) != 1 || newReps[0].SpecHash == hash || newReps[0].Phase != api.PhaseRunning {
 			return fmt.Errorf("replicas: %+v", newReps)
 		}
 		return nil

@@ -65,19 +65,19 @@ func TakeCensus(nodes []*Node, namespace, workload string) Census {
 			}
 			for _, r := range items {
 				// Pending and CreateBackOff copies have no container.
-				if r.Node != n.Name || r.Namespace != namespace || r.Workload != workload || r.Phase == "Pending" || r.Phase == "CreateBackOff" {
+				if r.Node != n.Name || r.Namespace != namespace || r.Workload != workload || r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
 					continue
 				}
 				cs.Existing++
 				cs.ByHash[r.SpecHash]++
 				cs.ByNode[r.Node]++
 				cs.Names[r.Name] = true
-				copy := r.Name + " " + r.Node + " " + r.Phase
+				copy := r.Name + " " + r.Node + " " + string(r.Phase)
 				if r.Ready {
 					copy += "+ready"
 				}
 				cs.Copies = append(cs.Copies, copy)
-				if r.Phase == "Running" && r.Ready {
+				if r.Phase == api.PhaseRunning && r.Ready {
 					cs.Available++
 					cs.ReadyByHash[r.SpecHash]++
 					cs.ReadyByNode[r.Node]++
