@@ -41,6 +41,9 @@ const (
 	// key stands before another announcement may start a new one.
 	maxPendingPulls = 64
 	pullRetry       = 10 * time.Second
+	// pullAttempts bounds how often one announced record is asked for
+	// (pullAnnounced: 250 ms, then doubling: about 8 s in all).
+	pullAttempts = 5
 )
 
 // Cluster is a running member of a gossip cluster. Its methods are safe for
@@ -439,6 +442,7 @@ func (c *Cluster) onHave(h have) {
 		c.pullMu.Unlock()
 		return
 	}
+	c.log.Debug("pulling an announced record", "key", h.E.Key, "version", h.E.Version, "from", h.From)
 	for k, p := range c.pulling {
 		if now.Sub(p.at) >= pullRetry {
 			delete(c.pulling, k)
@@ -455,11 +459,44 @@ func (c *Cluster) onHave(h have) {
 		c.dropped("have from a non-member", errMalformed, "from", h.From)
 		return
 	}
-	c.spawn(func() {
-		if err := c.ml.SendReliable(p, encodePull(pull{From: c.cfg.Name, Keys: []string{h.E.Key}})); err != nil {
-			c.log.Debug("pull of an announced record failed; anti-entropy will repair", "key", h.E.Key, "from", h.From, "err", err)
+	c.spawn(func() { c.pullAnnounced(p, h.E) })
+}
+
+// pullAnnounced asks p for the record of e until it arrives (or a newer
+// announcement takes over the pull), waiting 250 ms, then twice as long,
+// up to pullAttempts times: a pull that is lost (a busy peer, a dropped
+// connection) is asked again, not left to anti-entropy, whose interval
+// grows with the cluster. Announcements are sent a few times only, so
+// none may come again.
+func (c *Cluster) pullAnnounced(p *memberlist.Node, e entry) {
+	msg := encodePull(pull{From: c.cfg.Name, Keys: []string{e.Key}})
+	wait := 250 * time.Millisecond
+	for attempt := 0; attempt < pullAttempts; attempt++ {
+		if err := c.ml.SendReliable(p, msg); err != nil {
+			c.log.Debug("pull of an announced record failed", "key", e.Key, "from", p.Name, "err", err)
 		}
-	})
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait *= 2
+		if held, ok := c.idx.get(e.Key); ok && (compareEntries(held, e) > 0 || held == e) {
+			return // here (receive ended the pending pull)
+		}
+		c.pullMu.Lock()
+		cur, ok := c.pulling[e.Key]
+		c.pullMu.Unlock()
+		if !ok || cur.e != e {
+			return // a newer announcement pulls now
+		}
+	}
+	c.log.Debug("announced record did not arrive; anti-entropy will repair", "key", e.Key, "from", p.Name)
+	c.pullMu.Lock()
+	if cur, ok := c.pulling[e.Key]; ok && cur.e == e {
+		delete(c.pulling, e.Key)
+	}
+	c.pullMu.Unlock()
 }
 
 // spawn runs f in a goroutine owned by c: Shutdown waits for it.

@@ -95,19 +95,11 @@ type Agent struct {
 	handoffs   map[string]time.Time
 	lastStatus string
 
-	mu   sync.Mutex
-	busy map[string]reconcile.ActionType // container IDs an action is working on
-	// epoch counts finished actions; finished[id] is the epoch at which
-	// the last action on container id finished, kept until every pass
-	// that listed before it is over. An action is planned on a list of
-	// containers; one that finished after that list was taken changed
-	// what the list says, so a pass never acts on that container
-	// (claim): a Start planned on "created, no task" after the create
-	// that also started the task would kill the running task.
-	epoch      uint64
-	finished   map[string]uint64
-	lastListed uint64             // the epoch of the last pass's list
-	failures   map[string]failure // container IDs whose last action failed
+	// acts is the bookkeeping of actions: busy containers, epochs,
+	// failures (actions.go).
+	acts *actions
+
+	mu sync.Mutex
 	// Probe statuses of container runs by probeKey, and the containers
 	// the last reconcile observed (the prober's input).
 	probes       map[string]probe.Status
@@ -260,7 +252,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime) (*A
 	}
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), kick: make(chan struct{}, 1),
-		busy: map[string]reconcile.ActionType{}, finished: map[string]uint64{}, failures: map[string]failure{}, probes: map[string]probe.Status{},
+		acts: newActions(), probes: map[string]probe.Status{},
 		memberDown: map[string]time.Time{}, peerAcks: newPeerAcks(), pinged: make(chan struct{}), memberBack: map[string]time.Time{}, started: time.Now(), metrics: newMetrics(),
 		synced: make(chan struct{}), views: newViews(), subnetReady: make(chan struct{}), handoffs: map[string]time.Time{}, capacity: capacity()}
 	a.clusterCIDR = prefixOf(cluster)
@@ -564,7 +556,7 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	start := time.Now()
 	defer func() { a.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
 	v := a.view()
-	listed := a.listEpoch()
+	listed := a.acts.listEpoch()
 	observed, err := a.rt.List(ctx)
 	if err != nil {
 		a.log.Error("reconcile: observe containers", "err", err)
@@ -578,30 +570,30 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	mine, handoffs, fenced := a.mine(v, observed, a.handoffs, start, true)
 	a.setAtMostOne(atMostOneIDs(v, observed, mine))
 	a.handoffs = handoffs
-	a.pruneFailures(mine, observed)
+	a.acts.pruneFailures(mine, observed)
 	res := reconcile.Plan(mine, observed, time.Now())
 	a.fenceActions(v, res.Actions, fenced)
 	a.withServiceLinks(v, res.Actions)
 	for _, act := range res.Actions {
-		if wait := a.failureWait(act, time.Now()); wait > 0 {
+		if wait := a.acts.failureWait(act, time.Now()); wait > 0 {
 			if res.Requeue == 0 || wait < res.Requeue {
 				res.Requeue = wait
 			}
 			continue
 		}
-		if !a.claim(act, listed) {
+		if !a.acts.claim(act, listed) {
 			continue
 		}
 		a.wg.Add(1)
 		go a.execute(ctx, act)
 	}
-	claimID := func(id string) (func(), bool) { return a.claimID(id, listed) }
+	claimID := func(id string) (func(), bool) { return a.acts.claimID(id, listed) }
 	if err := a.rt.CleanupSandboxes(ctx, observed, claimID); err != nil {
 		a.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
 	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v, observed)))
 	requeue := res.Requeue
-	if (len(handoffs) > 0 || a.creating()) && (requeue == 0 || requeue > time.Second) {
+	if (len(handoffs) > 0 || a.acts.creating()) && (requeue == 0 || requeue > time.Second) {
 		// Watch the new owners' readiness closely; and the progress of
 		// image transfers goes into the status every second.
 		requeue = time.Second
@@ -622,187 +614,10 @@ func actionTimeout(act reconcile.Action) time.Duration {
 	}
 }
 
-// failure remembers a failed action so it is retried with backoff instead
-// of in a hot loop, and so users see why a replica does not start. It is
-// the one piece of memory reconcile uses, and only to slow retries down:
-// a restarted agent simply retries at once.
-type failure struct {
-	count int
-	until time.Time // no retry before
-	err   string
-}
-
-// Failed actions are retried after 1 s doubling up to 5 min.
-const (
-	failureBackoffInitial = time.Second
-	failureBackoffMax     = 5 * time.Minute
-)
-
-func (a *Agent) recordFailure(act reconcile.Action, err error, now time.Time) failure {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var f failure
-	for _, id := range act.IDs() {
-		f = a.failures[id]
-		f.count++
-		wait := failureBackoffInitial << min(f.count-1, 20)
-		if wait > failureBackoffMax {
-			wait = failureBackoffMax
-		}
-		f.until, f.err = now.Add(wait), err.Error()
-		a.failures[id] = f
-	}
-	return f
-}
-
-// pruneFailures forgets failures of containers that are neither desired
-// here nor present: a deleted and re-applied Deployment starts afresh.
-func (a *Agent) pruneFailures(mine []reconcile.Replica, observed []reconcile.Container) {
-	keep := map[string]bool{}
-	for _, r := range mine {
-		keep[r.ID] = true
-	}
-	for _, c := range observed {
-		keep[c.ID] = true
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id := range a.failures {
-		if !keep[id] {
-			delete(a.failures, id)
-		}
-	}
-}
-
-// resetFailures retries every failed action at once (an image arrived).
-func (a *Agent) resetFailures() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, f := range a.failures {
-		f.until = time.Time{}
-		a.failures[id] = f
-	}
-}
-
-func (a *Agent) clearFailure(act reconcile.Action) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, id := range act.IDs() {
-		delete(a.failures, id)
-	}
-}
-
-// failureWait is how long the action must still wait after a failure.
-func (a *Agent) failureWait(act reconcile.Action, now time.Time) time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var wait time.Duration
-	for _, id := range act.IDs() {
-		if f, ok := a.failures[id]; ok && f.until.After(now) {
-			wait = max(wait, f.until.Sub(now))
-		}
-	}
-	return wait
-}
-
-// lastFailure returns the error of the last failed action on id, if any.
-func (a *Agent) lastFailure(id string) (string, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.failures[id]
-	return f.err, ok
-}
-
-// listEpoch returns the epoch a pass's list of containers is taken at,
-// and forgets finish marks no pass can be older than (the previous
-// pass's list came before this one).
-func (a *Agent) listEpoch() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, e := range a.finished {
-		if e <= a.lastListed {
-			delete(a.finished, id)
-		}
-	}
-	a.lastListed = a.epoch
-	return a.epoch
-}
-
-// stale reports whether an action on container id finished after the
-// list of epoch listed was taken. Called with a.mu held.
-func (a *Agent) stale(id string, listed uint64) bool {
-	return a.finished[id] > listed
-}
-
-// claim marks the action's containers busy; false if one already is, or
-// if an action on one of them finished after the list the action was
-// planned on (epoch listed): the next pass plans it again on a fresh
-// list.
-func (a *Agent) claim(act reconcile.Action, listed uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, id := range act.IDs() {
-		if _, ok := a.busy[id]; ok || a.stale(id, listed) {
-			return false
-		}
-	}
-	for _, id := range act.IDs() {
-		a.busy[id] = act.Type
-	}
-	return true
-}
-
-// claimID marks one container ID busy, as claim does; release undoes it.
-func (a *Agent) claimID(id string, listed uint64) (release func(), ok bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, busy := a.busy[id]; busy || a.stale(id, listed) {
-		return nil, false
-	}
-	a.busy[id] = reconcile.Remove
-	return func() {
-		a.mu.Lock()
-		delete(a.busy, id)
-		a.mu.Unlock()
-	}, true
-}
-
-func (a *Agent) isBusy(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.busy[id]
-	return ok
-}
-
-// creating reports whether a create (or replace) is in flight.
-func (a *Agent) creating() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, t := range a.busy {
-		if t == reconcile.Create || t == reconcile.Replace {
-			return true
-		}
-	}
-	return false
-}
-
-func (a *Agent) busyAction(id string) (reconcile.ActionType, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t, ok := a.busy[id]
-	return t, ok
-}
-
 func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 	defer a.wg.Done()
 	defer func() {
-		a.mu.Lock()
-		a.epoch++
-		for _, id := range act.IDs() {
-			delete(a.busy, id)
-			a.finished[id] = a.epoch
-		}
-		a.mu.Unlock()
+		a.acts.finish(act)
 		a.requestReconcile()
 	}()
 	start := time.Now()
@@ -830,13 +645,13 @@ func (a *Agent) execute(ctx context.Context, act reconcile.Action) {
 			a.log.Warn("start skipped: the task already runs", "replica", name, "reason", act.Reason)
 			return
 		}
-		f := a.recordFailure(act, err, time.Now())
+		f := a.acts.recordFailure(act, err, time.Now())
 		a.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,
 			"failures", f.count, "retryIn", time.Until(f.until).Round(time.Millisecond))
 		a.metrics.actionErrors.WithLabelValues(string(act.Type)).Inc()
 		return
 	}
-	a.clearFailure(act)
+	a.acts.clearFailure(act)
 	if act.Type == reconcile.Start && act.Old.State == reconcile.StateExited {
 		a.metrics.restarts.Inc()
 	}

@@ -139,7 +139,7 @@ func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("image import: imported %s but could not record their digests for the cluster: %w", strings.Join(names, ", "), err))
 		return
 	}
-	a.resetFailures()
+	a.acts.resetFailures()
 	a.requestReconcile()
 	out := api.ImageList{Items: []api.Image{}}
 	for _, n := range names {

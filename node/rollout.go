@@ -96,7 +96,7 @@ func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes)
 	if c.State != reconcile.StateRunning {
 		return false
 	}
-	if t, busy := a.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace || t == reconcile.Stop) {
+	if t, busy := a.acts.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace || t == reconcile.Stop) {
 		return false
 	}
 	ready, _ := a.ready(c, specs)

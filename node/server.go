@@ -420,10 +420,10 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
 			item.Exit = apiTermination(&t)
 		}
-		if msg, failed := a.lastFailure(c.ID); failed {
+		if msg, failed := a.acts.lastFailure(c.ID); failed {
 			item.Reason = msg
 		}
-		busy, isBusy := a.busyAction(c.ID)
+		busy, isBusy := a.acts.busyAction(c.ID)
 		switch {
 		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
 			item.Phase = api.PhaseTerminating
@@ -457,10 +457,10 @@ func (a *Agent) localReplicas(observed []reconcile.Container, mine []reconcile.R
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
 			Node: a.cfg.Name, SpecHash: d.SpecHash, Phase: api.PhasePending}
-		if msg, failed := a.lastFailure(d.ID); failed {
+		if msg, failed := a.acts.lastFailure(d.ID); failed {
 			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
-		if t, busy := a.busyAction(d.ID); busy {
+		if t, busy := a.acts.busyAction(d.ID); busy {
 			item.Phase, item.Reason = api.PhaseContainerCreating, a.rt.ImageProgress(d.Spec.Image)
 			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
 				// A Replace stops the old copy first.
