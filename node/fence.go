@@ -16,12 +16,9 @@ import (
 // Quorum: the known nodes are every node with a status record (a node is
 // known until `starling node forget`; one that left cleanly still counts)
 // and every live member (a node still joining; a --dry-run agent, which
-// publishes no record, counts only while it is up). Their witnesses
-// (reconcile.Witnesses: all of them up to 7, O(log N) beyond) vote: a
-// node has quorum when a strict majority of the witnesses are seen. Seen
-// are this node (if a witness) and the witnesses memberlist reports alive
-// that answered one of this node's direct pings (quorumLoop, once a
-// second) within --fence-timeout;
+// publishes no record, counts only while it is up). Seen are this node
+// and the members memberlist reports alive that answered one of this
+// node's direct pings (quorumLoop, once a second) within --fence-timeout;
 // a member back from dead, or one that answered no ping for longer than
 // --fence-timeout (memberlist may keep a cut-off member suspect for the
 // whole cut), counts only after --rejoin-settle of answers, time in
@@ -38,16 +35,13 @@ import (
 // since now; a node memberlist does not know at all, since this agent
 // started).
 func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
-	members := a.cluster.Members()
-	witness := map[string]bool{}
-	for _, w := range a.witnesses(v, members) {
-		witness[w] = true
+	known := map[string]bool{a.cfg.Name: true}
+	for name := range v.statuses {
+		known[name] = true
 	}
 	up, member := map[string]bool{}, map[string]bool{}
-	seen := 0
-	if witness[a.cfg.Name] {
-		seen = 1
-	}
+	seen := 1
+	members := a.cluster.Members()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range members {
@@ -57,13 +51,14 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 		member[m.Name] = true
 		if m.State.Up() {
 			up[m.Name] = true
+			known[m.Name] = true
 		}
 		_, settling := a.memberBack[m.Name]
-		if witness[m.Name] && m.State == gossip.StateAlive && !settling && a.peerAcks.counts(m.Name, now, a.cfg.FenceTimeout, a.cfg.RejoinSettle) {
+		if m.State == gossip.StateAlive && !settling && a.peerAcks.counts(m.Name, now, a.cfg.FenceTimeout, a.cfg.RejoinSettle) {
 			seen++
 		}
 	}
-	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, len(witness)), Held: map[string]map[int]bool{}, Observed: observed}
+	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, len(known)), Held: map[string]map[int]bool{}, Observed: observed}
 	select {
 	case <-a.pinged:
 	default:
@@ -101,23 +96,7 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			f.Held[key][r.Ordinal] = true
 		}
 	}
-	return f, seen, len(witness)
-}
-
-// witnesses are the fencing quorum's voters (reconcile.Witnesses) among
-// the known nodes: this node, every node with a status record and every
-// live member.
-func (a *Agent) witnesses(v *view, members []gossip.Member) []string {
-	known := []string{a.cfg.Name}
-	for name := range v.statuses {
-		known = append(known, name)
-	}
-	for _, m := range members {
-		if m.State.Up() {
-			known = append(known, m.Name)
-		}
-	}
-	return reconcile.Witnesses(known)
+	return f, seen, len(known)
 }
 
 // fence applies the at-most-one rule to mine and reports whether this
@@ -137,15 +116,15 @@ func (a *Agent) fence(v *view, observed []reconcile.Container, mine []reconcile.
 		a.quorum = f.Quorum
 		a.mu.Unlock()
 		if changed && f.Quorum {
-			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "witnesses", known)
+			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
 		} else if changed {
-			a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "witnesses", known)
+			a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
 		}
 	}
 	return reconcile.Fence(mine, f), fenced
 }
 
-// quorumLoop pings every live witness once a second and records the acks
+// quorumLoop pings every live member once a second and records the acks
 // (see fencing); it asks for a reconcile when a member's answers start or
 // stop counting. It starts once the node has joined and synced, and its
 // first round decides whether the quorum is known.
@@ -170,13 +149,8 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 		}
 		last = time.Now()
 		var wg sync.WaitGroup
-		members := a.cluster.Members()
-		witness := map[string]bool{}
-		for _, w := range a.witnesses(a.view(), members) {
-			witness[w] = true
-		}
-		for _, m := range members {
-			if m.Name == a.cfg.Name || !witness[m.Name] || !m.State.Up() {
+		for _, m := range a.cluster.Members() {
+			if m.Name == a.cfg.Name || !m.State.Up() {
 				continue
 			}
 			wg.Add(1)

@@ -1,11 +1,6 @@
 package reconcile
 
-import (
-	"math/bits"
-	"sort"
-
-	"github.com/starling-orchestrator/starling/placement"
-)
+import "sort"
 
 // Fencing is the input of Fence.
 type Fencing struct {
@@ -70,43 +65,3 @@ func Fence(mine []Replica, in Fencing) []Replica {
 
 // Majority reports whether seen of known nodes is a strict majority.
 func Majority(seen, known int) bool { return 2*seen > known }
-
-// Witnesses returns the nodes whose answers make a quorum for fencing,
-// from the known nodes (names, any order; duplicates count once): all of
-// them up to 7 known nodes, else the 2*ceil(log2(N))+1 of them placement's
-// rendezvous hashing ranks first for the key "starling/fence-witnesses"
-// (9 at 16 nodes, 15 at 100, 21 at 1,000), sorted by name. A node has
-// quorum when it and the witnesses that answer it are a strict majority
-// of the witnesses (Majority(seen, len(witnesses))).
-//
-// Why it is safe: every node that knows the same nodes picks the same
-// witnesses, and two strict majorities of one set always share a witness,
-// which answers on one side of a partition only; so at most one side has
-// a quorum, as with a majority of all known nodes, which is what the
-// witnesses are up to 7 nodes. What it costs: the side that holds a
-// majority of the witnesses keeps its StatefulSet replicas, which past 7
-// nodes need not be the side with most nodes (as in Kubernetes, where the
-// side with the etcd quorum is the one that goes on). What it saves: each
-// node pings O(log N) witnesses a second instead of every node, N*(N-1)
-// pings a second cluster-wide (a million at 1,000 nodes).
-func Witnesses(known []string) []string {
-	nodes := make([]placement.Node, 0, len(known))
-	seen := map[string]bool{}
-	for _, n := range known {
-		if !seen[n] {
-			seen[n] = true
-			nodes = append(nodes, placement.Node{Name: n})
-		}
-	}
-	k := len(nodes)
-	if k > maxAllWitnesses {
-		k = min(k, 2*bits.Len(uint(k-1))+1)
-	}
-	out := placement.Rank(nodes, "starling/fence-witnesses", 0)[:k]
-	sort.Strings(out)
-	return out
-}
-
-// maxAllWitnesses is the cluster size up to which every known node is a
-// witness.
-const maxAllWitnesses = 7

@@ -1,8 +1,6 @@
 package reconcile
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -102,44 +100,4 @@ func exited(r Replica) Container {
 	c := running(r)
 	c.State = StateExited
 	return c
-}
-
-// Witnesses: every known node up to 7; past that a logarithmic number,
-// the same whatever the order nodes are listed in, and two strict
-// majorities of them always share one.
-func TestWitnessesAreFewAgreedAndIntersect(t *testing.T) {
-	names := func(n int) []string {
-		var out []string
-		for i := range n {
-			out = append(out, fmt.Sprintf("n%04d", i))
-		}
-		return out
-	}
-	for _, tc := range []struct{ known, want int }{{1, 1}, {3, 3}, {7, 7}, {8, 7}, {16, 9}, {17, 11}, {100, 15}, {1000, 21}} {
-		w := Witnesses(names(tc.known))
-		if len(w) != tc.want {
-			t.Errorf("%d known nodes: %d witnesses, want %d", tc.known, len(w), tc.want)
-		}
-		rev := names(tc.known)
-		slices.Reverse(rev)
-		if got := Witnesses(append(rev, rev[0])); !slices.Equal(got, w) {
-			t.Errorf("%d known nodes in another order: %v, want %v", tc.known, got, w)
-		}
-	}
-	if got := Witnesses(names(5)); !slices.Equal(got, names(5)) {
-		t.Errorf("5 known nodes: %v", got)
-	}
-	// Two disjoint sides cannot both hold a majority of the witnesses.
-	w := Witnesses(names(100))
-	for mask := 0; mask < 1<<len(w); mask += 97 {
-		a := 0
-		for i := range w {
-			if mask&(1<<i) != 0 {
-				a++
-			}
-		}
-		if Majority(a, len(w)) && Majority(len(w)-a, len(w)) {
-			t.Fatalf("both sides of a split of %d witnesses have a majority", len(w))
-		}
-	}
 }
