@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 )
 
 const (
@@ -37,13 +38,15 @@ const (
 	maxConcurrentSyncs = 4
 	// maxPendingPulls bounds the records too large for a delta that this
 	// node is pulling at once (have messages beyond it wait for the next
-	// announcement or anti-entropy); pullRetry is how long one pull of a
-	// key stands before another announcement may start a new one.
+	// announcement or anti-entropy).
 	maxPendingPulls = 64
-	pullRetry       = 10 * time.Second
 	// pullAttempts bounds how often one announced record is asked for
-	// (pullAnnounced: 250 ms, then doubling: about 8 s in all).
-	pullAttempts = 5
+	// (pullAnnounced: 250 ms, then doubling: about 8 s in all), from at
+	// most maxAnnouncers of its holders in turn, through at most
+	// maxPullsInFlight connections at once.
+	pullAttempts     = 5
+	maxAnnouncers    = 4
+	maxPullsInFlight = 8
 )
 
 // Cluster is a running member of a gossip cluster. Its methods are safe for
@@ -89,6 +92,7 @@ type Cluster struct {
 	// entry asked for and since when (onHave).
 	pullMu  sync.Mutex
 	pulling map[string]pending
+	pullSem chan struct{} // pull connections in flight
 	// pullsAnswered counts the pulls this node answered, for tests.
 	pullsAnswered atomic.Int64
 	// resyncs counts, by member, the resyncs run with it when it came
@@ -152,6 +156,7 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		members:   map[string]*Member{},
 		resyncs:   map[string]int{},
 		pulling:   map[string]pending{},
+		pullSem:   make(chan struct{}, maxPullsInFlight),
 		leaving:   map[string]time.Time{},
 		meta:      slices.Clone(cfg.Meta),
 		vivaldi:   viv,
@@ -297,8 +302,8 @@ func isKeyError(err error) bool {
 
 // Publish applies r to the local State and, if that changed it, sends it to
 // the cluster: as a gossiped delta when its encoding fits a gossip packet
-// (about UDPBufferSize bytes), otherwise directly over TCP to every live
-// member, in the background. A write that loses to the record already held
+// (about UDPBufferSize bytes), otherwise announced (a have message) and
+// pulled by the others from a holder. A write that loses to the record already held
 // is not sent. Errors: r fails crdt.Record.Validate (wraps
 // crdt.ErrInvalidRecord), State.Apply failed, or ErrClosed.
 func (c *Cluster) Publish(r crdt.Record) error {
@@ -310,12 +315,8 @@ func (c *Cluster) Publish(r crdt.Record) error {
 		return ErrClosed
 	}
 	defer c.gate.exit()
-	changed, err := c.apply(r, enc, true)
-	if err != nil {
+	if _, err := c.apply(r, enc, true); err != nil {
 		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
-	}
-	if changed && 1+len(enc) > c.maxDelta {
-		c.announce(entryOf(r, enc))
 	}
 	return nil
 }
@@ -333,12 +334,23 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 	if err != nil || !changed {
 		return false, err
 	}
-	c.idx.put(entryOf(r, enc))
-	if requeue && 1+len(enc) <= c.maxDelta {
-		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
-		if c.queue.NumQueued() > maxQueuedDeltas {
-			c.queue.Prune(maxQueuedDeltas)
+	e := entryOf(r, enc)
+	c.idx.put(e)
+	switch {
+	case 1+len(enc) > c.maxDelta:
+		// Too large for a delta: announced, however it came (this node
+		// can serve it now); a pull of it or an older version ends.
+		c.announce(e)
+		c.pullMu.Lock()
+		if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
+			delete(c.pulling, r.Key)
 		}
+		c.pullMu.Unlock()
+	case requeue:
+		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
+	}
+	if c.queue.NumQueued() > maxQueuedDeltas {
+		c.queue.Prune(maxQueuedDeltas)
 	}
 	return true, nil
 }
@@ -373,15 +385,6 @@ func (c *Cluster) receive(r crdt.Record, enc []byte, forward bool) {
 	}
 	if changed {
 		c.notify()
-		if 1+len(enc) > c.maxDelta {
-			e := entryOf(r, enc)
-			c.pullMu.Lock()
-			if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
-				delete(c.pulling, r.Key) // what was pulled is here
-			}
-			c.pullMu.Unlock()
-			c.announce(e) // this node can serve it now
-		}
 	}
 }
 
@@ -420,83 +423,106 @@ func (c *Cluster) announce(e entry) {
 	c.queue.QueueBroadcast(&broadcast{key: e.Key, msg: encodeHave(have{From: c.cfg.Name, E: e})})
 }
 
-// pending is a pull of an announced record in flight.
+// pending is the pull of an announced record: the newest entry announced
+// and the members that announced it (at most maxAnnouncers, newest last).
+// One worker (pullAnnounced) runs per key.
 type pending struct {
-	e  entry
-	at time.Time
+	e    entry
+	from []string
 }
 
-// onHave pulls the record h announces from h.From, unless this node holds
-// it or a newer one, or already pulls it or a newer one (for less than
-// pullRetry).
+// onHave has the record h announces pulled, unless this node holds it or
+// a newer one. A have for a key already being pulled only updates what
+// the pull asks for and from whom. A have from a non-member, or with a
+// version further ahead than the clock accepts (hlc.MaxOffset), is
+// dropped: it would hold a pull slot for nothing.
 func (c *Cluster) onHave(h have) {
 	if h.From == c.cfg.Name {
+		return
+	}
+	if time.Unix(0, h.E.Version.Wall).After(time.Now().Add(hlc.MaxOffset)) {
+		c.dropped("have from the future", errMalformed, "from", h.From, "key", h.E.Key)
+		return
+	}
+	if _, ok := c.peer(h.From); !ok {
+		c.dropped("have from a non-member", errMalformed, "from", h.From)
 		return
 	}
 	if held, ok := c.idx.get(h.E.Key); ok && (compareEntries(held, h.E) > 0 || held == h.E) {
 		return
 	}
-	now := time.Now()
 	c.pullMu.Lock()
-	if p, ok := c.pulling[h.E.Key]; ok && now.Sub(p.at) < pullRetry && (compareEntries(p.e, h.E) > 0 || p.e == h.E) {
-		c.pullMu.Unlock()
+	defer c.pullMu.Unlock()
+	p, ok := c.pulling[h.E.Key]
+	switch {
+	case ok && (compareEntries(h.E, p.e) > 0 || h.E != p.e && compareEntries(h.E, p.e) == 0):
+		c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}}
 		return
-	}
-	c.log.Debug("pulling an announced record", "key", h.E.Key, "version", h.E.Version, "from", h.From)
-	for k, p := range c.pulling {
-		if now.Sub(p.at) >= pullRetry {
-			delete(c.pulling, k)
+	case ok && h.E == p.e:
+		if !slices.Contains(p.from, h.From) {
+			p.from = append(p.from, h.From)
+			if len(p.from) > maxAnnouncers {
+				p.from = p.from[1:]
+			}
+			c.pulling[h.E.Key] = p
 		}
-	}
-	if _, ok := c.pulling[h.E.Key]; !ok && len(c.pulling) >= maxPendingPulls {
-		c.pullMu.Unlock()
 		return
+	case ok:
+		return // an older version than the one being pulled
+	case len(c.pulling) >= maxPendingPulls:
+		return // the next announcement or anti-entropy
 	}
-	c.pulling[h.E.Key] = pending{h.E, now}
-	c.pullMu.Unlock()
-	p, ok := c.peer(h.From)
-	if !ok {
-		c.dropped("have from a non-member", errMalformed, "from", h.From)
-		return
-	}
-	c.spawn(func() { c.pullAnnounced(p, h.E) })
+	c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}}
+	c.log.Debug("pulling an announced record", "key", h.E.Key, "version", h.E.Version, "from", h.From)
+	c.spawn(func() { c.pullAnnounced(h.E.Key) })
 }
 
-// pullAnnounced asks p for the record of e until it arrives (or a newer
-// announcement takes over the pull), waiting 250 ms, then twice as long,
-// up to pullAttempts times: a pull that is lost (a busy peer, a dropped
-// connection) is asked again, not left to anti-entropy, whose interval
-// grows with the cluster. Announcements are sent a few times only, so
-// none may come again.
-func (c *Cluster) pullAnnounced(p *memberlist.Node, e entry) {
-	msg := encodePull(pull{From: c.cfg.Name, Keys: []string{e.Key}})
+// pullAnnounced asks for the record of key, as its pending entry says,
+// until it arrives (apply ends the pending pull) or pullAttempts were
+// made: each attempt asks the next announcer in turn, through at most
+// maxPullsInFlight connections of this node, and waits 250 ms doubling,
+// with jitter. A lost pull (a busy or dead announcer, a dropped
+// connection) is asked again of another holder, not left to
+// anti-entropy, whose interval grows with the cluster; announcements are
+// sent only a few times each, so none may come again.
+func (c *Cluster) pullAnnounced(key string) {
+	defer func() {
+		c.pullMu.Lock()
+		delete(c.pulling, key)
+		c.pullMu.Unlock()
+	}()
 	wait := 250 * time.Millisecond
 	for attempt := 0; attempt < pullAttempts; attempt++ {
-		if err := c.ml.SendReliable(p, msg); err != nil {
-			c.log.Debug("pull of an announced record failed", "key", e.Key, "from", p.Name, "err", err)
+		c.pullMu.Lock()
+		p, ok := c.pulling[key]
+		c.pullMu.Unlock()
+		if !ok {
+			return // arrived
 		}
+		if held, ok := c.idx.get(key); ok && (compareEntries(held, p.e) > 0 || held == p.e) {
+			return
+		}
+		if to, ok := c.peer(p.from[attempt%len(p.from)]); ok {
+			select {
+			case c.pullSem <- struct{}{}:
+			case <-c.ctx.Done():
+				return
+			}
+			err := c.ml.SendReliable(to, encodePull(pull{From: c.cfg.Name, Keys: []string{key}}))
+			<-c.pullSem
+			if err != nil {
+				c.log.Debug("pull of an announced record failed", "key", key, "from", to.Name, "err", err)
+			}
+		}
+		jittered := wait/2 + time.Duration(rand.Int64N(int64(wait)))
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(jittered):
 		}
 		wait *= 2
-		if held, ok := c.idx.get(e.Key); ok && (compareEntries(held, e) > 0 || held == e) {
-			return // here (receive ended the pending pull)
-		}
-		c.pullMu.Lock()
-		cur, ok := c.pulling[e.Key]
-		c.pullMu.Unlock()
-		if !ok || cur.e != e {
-			return // a newer announcement pulls now
-		}
 	}
-	c.log.Debug("announced record did not arrive; anti-entropy will repair", "key", e.Key, "from", p.Name)
-	c.pullMu.Lock()
-	if cur, ok := c.pulling[e.Key]; ok && cur.e == e {
-		delete(c.pulling, e.Key)
-	}
-	c.pullMu.Unlock()
+	c.log.Debug("announced record did not arrive; anti-entropy will repair", "key", key)
 }
 
 // spawn runs f in a goroutine owned by c: Shutdown waits for it.
@@ -564,14 +590,13 @@ func (c *Cluster) Members() []Member {
 	return out
 }
 
-// liveNames returns the names of the members that are alive or suspect,
-// this node included, sorted.
-func (c *Cluster) liveNames() []string {
-	c.membersMu.Lock()
-	defer c.membersMu.Unlock()
+// upSinceLocked returns the names of the members that are alive or
+// suspect and have been since t or earlier, this node included, sorted.
+// Called with membersMu held.
+func (c *Cluster) upSinceLocked(t time.Time) []string {
 	var out []string
 	for name, m := range c.members {
-		if m.State.Up() {
+		if m.State.Up() && !m.Since.After(t) {
 			out = append(out, name)
 		}
 	}

@@ -292,21 +292,32 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	delete(c.leaving, n.Name) // back after leaving
 	prev, known := c.members[n.Name]
 	back := known && !prev.State.Up()
+	var downSince time.Time
+	if back {
+		downSince = prev.Since // setMemberLocked updates prev in place
+	}
 	changed := c.setMemberLocked(n, StateAlive)
+	var stayed []string
+	if back {
+		stayed = c.upSinceLocked(downSince)
+	}
 	c.membersMu.Unlock()
 	if changed {
 		c.log.Info("member alive", "member", n.Name, "addr", n.Address())
 		c.notify()
 	}
-	if back && n.Name != c.cfg.Name && slices.Contains(resyncers(n.Name, c.liveNames(), resyncPeers), c.cfg.Name) {
+	if back && n.Name != c.cfg.Name && slices.Contains(resyncers(n.Name, stayed, resyncPeers), c.cfg.Name) && c.gate.enter() {
 		addr := n.Address()
 		c.spawn(func() { c.resyncWith(n.Name, addr) })
+		c.gate.exit()
 	}
 }
 
 // resyncPeers is how many members run the push/pulls with a member that
-// came back. One holds the whole state (every record is everywhere);
-// three keep the exchange when one of them is slow or down too.
+// came back, chosen among those this node saw up all the time it was
+// gone (after a partition heals, the members of the returning node's own
+// side come back with it and saw nothing to resync). Three keep the
+// exchange when one of them is slow or down too.
 const resyncPeers = 3
 
 // mix64 is splitmix64's finalizer (Steele, Lea and Flood 2014): FNV-1a

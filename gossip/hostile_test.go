@@ -3,9 +3,11 @@ package gossip
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -204,5 +206,41 @@ func TestSecondNodeWithANameInUseIsRefusedAndDisplacesNothing(t *testing.T) {
 				t.Fatalf("%s sees %s as %s at %s:%d, want alive at %s", nd.name, m.Name, m.State, m.Addr, m.Port, orig)
 			}
 		}
+	}
+}
+
+// A member that floods have messages (ever newer versions of one key,
+// many keys, versions far in the future, other members' names) cannot
+// make a node run unbounded pulls: one worker per key, at most
+// maxPendingPulls keys, none for a version the clock would refuse or an
+// announcer that is not a member; and the node keeps replicating.
+func TestHaveFloodIsBounded(t *testing.T) {
+	tc := newTCluster(t, 2, nil)
+	tc.joinAll()
+	target := tc.nodes[0]
+	d := &delegate{target.c}
+	before := runtime.NumGoroutine()
+	now := time.Now().UnixNano()
+	for i := range 5000 {
+		e := entry{Key: "test/flood/one", Version: hlc.Timestamp{Wall: now + int64(i)}, Origin: "n01", Hash: uint64(i)}
+		d.NotifyMsg(encodeHave(have{From: "n01", E: e}))
+		e.Key = fmt.Sprintf("test/flood/k%04d", i)
+		d.NotifyMsg(encodeHave(have{From: "n01", E: e}))
+		e.Version.Wall = now + int64(2*time.Hour)
+		d.NotifyMsg(encodeHave(have{From: "n01", E: e}))
+		d.NotifyMsg(encodeHave(have{From: "nobody", E: entry{Key: fmt.Sprintf("test/flood/x%04d", i), Version: hlc.Timestamp{Wall: now}, Origin: "n01"}}))
+	}
+	target.c.pullMu.Lock()
+	pending := len(target.c.pulling)
+	target.c.pullMu.Unlock()
+	if pending > maxPendingPulls {
+		t.Fatalf("%d pulls pending, want at most %d", pending, maxPendingPulls)
+	}
+	if extra := runtime.NumGoroutine() - before; extra > maxPendingPulls+10 {
+		t.Fatalf("%d goroutines more after 20,000 haves, want at most about %d", extra, maxPendingPulls)
+	}
+	a := tc.nodes[1].publish(t, "test/after/a", "a")
+	if m := tc.waitConverged(10*time.Second, tc.nodes...); !m[a.Key].Equal(a) {
+		t.Fatalf("after the flood: %v", m[a.Key])
 	}
 }

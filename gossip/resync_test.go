@@ -130,3 +130,54 @@ func TestBigRecordRewrittenQuicklyConvergesOnTheLastWrite(t *testing.T) {
 	took := tc.spread(last, time.Now(), 5*time.Second)
 	t.Logf("the 5th of 5 quick writes of a 4 KiB record reached every node in %s", took)
 }
+
+// After a partition heals, every member of each side is resynced by a few
+// members of the other side: at least one (the members that come back
+// with it, its own side, saw nothing to resync and are not counted on),
+// at most 2*resyncPeers (members whose views of who stayed up differ,
+// one having been suspected during the cut, may each pick another).
+func TestHealedPartitionResyncsEveryMemberByAFew(t *testing.T) {
+	tc := newTCluster(t, 8, nil)
+	tc.joinAll()
+	a, b := []string{"n00", "n01", "n02", "n03"}, []string{"n04", "n05", "n06", "n07"}
+	tc.net.Partition(a, b)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		for _, nd := range tc.nodes {
+			if nd.c.NumMembers() != 4 {
+				return false, fmt.Sprintf("%s sees %d live members, want 4", nd.name, nd.c.NumMembers())
+			}
+		}
+		return true, ""
+	})
+	count := func(x string, by []string) int {
+		n := 0
+		for _, nd := range tc.nodes {
+			if slices.Contains(by, nd.name) {
+				nd.c.resyncMu.Lock()
+				n += nd.c.resyncs[x]
+				nd.c.resyncMu.Unlock()
+			}
+		}
+		return n
+	}
+	before := map[string]int{}
+	for _, x := range a {
+		before[x] = count(x, b)
+	}
+	for _, x := range b {
+		before[x] = count(x, a)
+	}
+	tc.net.Heal()
+	tc.waitMembers(8, 20*time.Second)
+	time.Sleep(4 * time.Second)
+	for _, x := range a {
+		if n := count(x, b) - before[x]; n < 1 || n > 2*resyncPeers {
+			t.Errorf("%s was resynced by %d members of the other side, want 1 to %d", x, n, 2*resyncPeers)
+		}
+	}
+	for _, x := range b {
+		if n := count(x, a) - before[x]; n < 1 || n > 2*resyncPeers {
+			t.Errorf("%s was resynced by %d members of the other side, want 1 to %d", x, n, 2*resyncPeers)
+		}
+	}
+}

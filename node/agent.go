@@ -525,14 +525,18 @@ func (a *Agent) loop(ctx context.Context) {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	changed := a.views.changed()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.views.changed():
+		case <-changed:
 		case <-a.kick:
 		case <-timer.C:
 		}
+		// Taken before the pass reads the view: a snapshot stored while
+		// the pass runs wakes the next one.
+		changed = a.views.changed()
 		requeue := a.reconcile(ctx)
 		wait := a.cfg.ResyncInterval
 		if requeue > 0 && requeue < wait {

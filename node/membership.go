@@ -191,11 +191,12 @@ func (a *Agent) watchMembership(ctx context.Context) {
 	purge := time.NewTicker(time.Hour)
 	defer purge.Stop()
 	var lastPeers string
+	changed := a.views.changed()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.views.changed():
+		case <-changed:
 		case <-tick.C:
 			if a.isSynced() {
 				a.markSeen()
@@ -203,6 +204,7 @@ func (a *Agent) watchMembership(ctx context.Context) {
 		case <-purge.C:
 			a.purgeTombstones()
 		}
+		changed = a.views.changed() // before the members are read
 		var peers []string
 		for _, m := range a.cluster.Members() {
 			if m.Name != a.cfg.Name && m.State == gossip.StateAlive {

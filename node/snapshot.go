@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"sort"
 	"strings"
@@ -51,17 +52,28 @@ type views struct {
 	statuses map[string]cachedStatus
 }
 
+// cachedObject and cachedStatus are decoded records with what they were
+// decoded from: the version, origin and value (a tie or a reused version
+// with another value must not keep the old decoding).
 type cachedObject struct {
-	version hlc.Timestamp
-	obj     manifest.Object
-	ok      bool
+	from recordID
+	obj  manifest.Object
+	ok   bool
 }
 
 type cachedStatus struct {
-	version hlc.Timestamp
-	status  NodeStatus
-	ok      bool
+	from   recordID
+	status NodeStatus
+	ok     bool
 }
+
+type recordID struct {
+	version hlc.Timestamp
+	origin  string
+	value   string
+}
+
+func idOf(r crdt.Record) recordID { return recordID{r.Version, r.Origin, string(r.Value)} }
 
 func newViews() *views {
 	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}}
@@ -248,9 +260,9 @@ func (a *Agent) decodeObjects(recs []crdt.Record, seen map[string]bool) []manife
 		}
 		seen[r.Key] = true
 		c, ok := vs.objects[r.Key]
-		if !ok || c.version != r.Version {
+		if id := idOf(r); !ok || c.from != id {
 			o, err := manifest.Decode(r.Value)
-			c = cachedObject{version: r.Version, obj: o, ok: err == nil}
+			c = cachedObject{from: id, obj: o, ok: err == nil}
 			vs.objects[r.Key] = c
 			if err != nil {
 				a.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
@@ -273,9 +285,9 @@ func (a *Agent) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	for _, r := range recs {
 		seen[r.Key] = true
 		c, ok := vs.statuses[r.Key]
-		if !ok || c.version != r.Version {
+		if id := idOf(r); !ok || c.from != id {
 			one := decodeStatuses([]crdt.Record{r}, a.clusterCIDR)
-			c = cachedStatus{version: r.Version}
+			c = cachedStatus{from: id}
 			for _, s := range one {
 				c.status, c.ok = s, true
 			}
@@ -293,11 +305,14 @@ func (a *Agent) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	return out
 }
 
-// recordsKey identifies a set of records by keys and versions.
+// recordsKey identifies a set of records by keys, versions, origins and
+// a hash of their values.
 func recordsKey(recs []crdt.Record) string {
 	var b strings.Builder
 	for _, r := range recs {
-		fmt.Fprintf(&b, "%s@%d.%d.%t;", r.Key, r.Version.Wall, r.Version.Logical, r.Deleted)
+		h := fnv.New64a()
+		h.Write(r.Value)
+		fmt.Fprintf(&b, "%s@%d.%d.%s.%t.%x;", r.Key, r.Version.Wall, r.Version.Logical, r.Origin, r.Deleted, h.Sum64())
 	}
 	return b.String()
 }
