@@ -571,12 +571,12 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	a.mu.Lock()
 	a.lastObserved = observed
 	a.mu.Unlock()
-	mine, handoffs, fenced := a.mine(v, observed, a.handoffs, start, true)
+	out := reconcile.Decide(a.decision(v, observed, a.handoffs, start), time.Now())
+	mine := out.Mine
 	a.setAtMostOne(atMostOneIDs(v, observed, mine))
-	a.handoffs = handoffs
+	a.handoffs = out.Handoffs
 	a.acts.pruneFailures(mine, observed)
-	res := reconcile.Plan(mine, observed, time.Now())
-	a.fenceActions(v, res.Actions, fenced)
+	res := reconcile.Result{Actions: out.Actions, Requeue: out.Requeue}
 	a.withServiceLinks(v, res.Actions)
 	for _, act := range res.Actions {
 		if wait := a.acts.failureWait(act, time.Now()); wait > 0 {
@@ -597,10 +597,8 @@ func (a *Agent) reconcile(ctx context.Context) time.Duration {
 	}
 	a.publishStatus(a.localReplicas(observed, mine, a.probeSpecs(v, observed)))
 	requeue := res.Requeue
-	if (len(handoffs) > 0 || a.acts.creating()) && (requeue == 0 || requeue > time.Second) {
-		// Watch the new owners' readiness closely; and the progress of
-		// image transfers goes into the status every second.
-		requeue = time.Second
+	if a.acts.creating() && (requeue == 0 || requeue > time.Second) {
+		requeue = time.Second // the progress of image transfers goes into the status every second
 	}
 	return requeue
 }

@@ -99,29 +99,24 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 	return f, seen, len(known)
 }
 
-// fence applies the at-most-one rule to mine and reports whether this
-// node is fenced (knows it has no quorum). commit is set by the reconcile
-// loop only: it records the quorum state and logs its changes; API reads
-// have no side effect.
-func (a *Agent) fence(v *view, observed []reconcile.Container, mine []reconcile.Replica, now time.Time, commit bool) ([]reconcile.Replica, bool) {
-	f, seen, known := a.fencing(v, observed, now)
-	fenced := !f.Unknown && !f.Quorum
-	if commit && !f.Unknown {
-		a.mu.Lock()
-		changed := f.Quorum != a.quorum
-		// A quorum regained after a partition needs no settling of its
-		// own: the peers it sees again count only after --rejoin-settle
-		// (memberBack, peerAcks), time in which this node takes their
-		// state.
-		a.quorum = f.Quorum
-		a.mu.Unlock()
-		if changed && f.Quorum {
-			a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
-		} else if changed {
-			a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
-		}
+// noteQuorum records whether this node has a quorum (f, once known) and
+// logs its changes.
+func (a *Agent) noteQuorum(f reconcile.Fencing, seen, known int) {
+	if f.Unknown {
+		return
 	}
-	return reconcile.Fence(mine, f), fenced
+	a.mu.Lock()
+	changed := f.Quorum != a.quorum
+	// A quorum regained after a partition needs no settling of its own:
+	// the peers it sees again count only after --rejoin-settle
+	// (memberBack, peerAcks), time in which this node takes their state.
+	a.quorum = f.Quorum
+	a.mu.Unlock()
+	if changed && f.Quorum {
+		a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
+	} else if changed {
+		a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
+	}
 }
 
 // quorumLoop pings every live member once a second and records the acks
@@ -254,28 +249,6 @@ func statefulWorkloads(v *view) map[string]bool {
 // margin out of --failover-timeout.
 func (a *Agent) statefulGrace() time.Duration {
 	return max(0, a.cfg.FailoverTimeout-a.cfg.FenceTimeout-a.cfg.DrainDelay-2*time.Second)
-}
-
-// fenceActions bounds the stops of StatefulSet replicas (statefulGrace),
-// and makes them immediate (SIGKILL, no grace, no drain) when the node is
-// fenced: the majority side will start replacements after
-// --failover-timeout, and the old copy must be dead well before that.
-func (a *Agent) fenceActions(v *view, acts []reconcile.Action, fenced bool) {
-	stateful := statefulWorkloads(v)
-	for i := range acts {
-		act := &acts[i]
-		if act.Type != reconcile.Remove && act.Type != reconcile.Replace && act.Type != reconcile.Stop {
-			continue
-		}
-		if !stateful[reconcile.WorkloadKey(act.Old.Namespace, act.Old.Workload)] {
-			continue
-		}
-		act.Old.GracePeriod = min(act.Old.GracePeriod, a.statefulGrace())
-		if fenced {
-			act.Old.GracePeriod = 0
-			act.Reason = "fenced: no quorum"
-		}
-	}
 }
 
 // stopStatefulReplicas stops this node's StatefulSet replicas on a clean

@@ -49,18 +49,17 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 	return s
 }
 
-// rolloutInput builds reconcile.Gate's input: this node's owned replicas
-// and containers, the strategies of all Deployments, and every copy the
-// cluster view knows (this node's from its own observation, live peers'
-// from their status records).
-func (a *Agent) rolloutInput(v *view, observed []reconcile.Container, mine []reconcile.Replica) reconcile.Rollout {
+// rolloutInput builds reconcile.Gate's input but for the owned replicas
+// (Decide adds them): the strategies of all Deployments, and every copy
+// the cluster view knows (this node's from its own observation, live
+// peers' from their status records).
+func (a *Agent) rolloutInput(v *view, observed []reconcile.Container) reconcile.Rollout {
 	specs := a.probeSpecs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = a.localReady(c, specs)
 	}
 	in := reconcile.Rollout{
-		Mine: mine, Observed: observed,
 		Ready:      func(id string) bool { return ready[id] },
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
@@ -103,16 +102,17 @@ func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes)
 	return ready
 }
 
-// mine is what this node must run now: what placement and handoffs give
-// it (reconcile.Owned), with rolling updates held to their budget
-// (reconcile.Gate) and StatefulSet replicas to at most one copy
-// (reconcile.Fence). It returns the handoffs to remember.
-//
-// commit is set by the reconcile loop (see fence); fenced reports that
-// this node knows it has no quorum.
-func (a *Agent) mine(v *view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time, commit bool) (mine []reconcile.Replica, next map[string]time.Time, fenced bool) {
-	owned, next := reconcile.Owned(a.ownership(v, observed, handoffs, now))
-	gated := reconcile.Gate(a.rolloutInput(v, observed, owned))
-	mine, fenced = a.fence(v, observed, gated, now, commit)
-	return mine, next, fenced
+// decision is reconcile.Decide's input for this node at now, from the
+// snapshot v, its containers and the handoffs of the last pass. Reading
+// the quorum for it records and logs the quorum's changes (noteQuorum).
+func (a *Agent) decision(v *view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time) reconcile.Decision {
+	f, seen, known := a.fencing(v, observed, now)
+	a.noteQuorum(f, seen, known)
+	return reconcile.Decision{
+		Ownership:     a.ownership(v, observed, handoffs, now),
+		Rollout:       a.rolloutInput(v, observed),
+		Fencing:       f,
+		Stateful:      statefulWorkloads(v),
+		StatefulGrace: a.statefulGrace(),
+	}
 }

@@ -161,7 +161,7 @@ func Gate(in Rollout) []Replica {
 		for _, c := range olds {
 			oldReady = oldReady || in.Ready(c.ID)
 		}
-		switch Decide(in.Strategies[key], r.SpecHash, r.Ordinal, oldReady, in.Copies[key]) {
+		switch StepFor(in.Strategies[key], r.SpecHash, r.Ordinal, oldReady, in.Copies[key]) {
 		case StepSurge:
 			out = append(out, r)
 			out = append(out, keep(olds, r.AtMostOne)...)
@@ -203,10 +203,10 @@ func anyOther(hash string, copies []Copy) bool {
 	return false
 }
 
-// Decide is the rolling-update rule for one ordinal that runs a copy of
+// StepFor is the rolling-update rule for one ordinal that runs a copy of
 // an old spec (see Gate): hash is the current spec, oldReady says whether
 // the old copy is ready, copies are every known copy of the workload.
-func Decide(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) Step {
+func StepFor(s Strategy, hash string, ordinal int, oldReady bool, copies []Copy) Step {
 	if s.Recreate {
 		return StepStop // the new copy starts once no old one is left
 	}

@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-func TestDecideFollowsOrdinalOrderAndBudget(t *testing.T) {
+func TestStepForFollowsOrdinalOrderAndBudget(t *testing.T) {
 	const cur, old = "bbbbbbbb", "aaaaaaaa"
 	rolling := func(n, u, s int) Strategy { return Strategy{Replicas: n, MaxUnavailable: u, MaxSurge: s} }
 	// copies builds a cluster view: one letter per ordinal.
@@ -69,8 +69,8 @@ func TestDecideFollowsOrdinalOrderAndBudget(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Decide(c.s, cur, c.ordinal, c.oldReady, copies(c.view)); got != c.want {
-				t.Fatalf("Decide(ordinal %d, view %q) = %s, want %s", c.ordinal, c.view, got, c.want)
+			if got := StepFor(c.s, cur, c.ordinal, c.oldReady, copies(c.view)); got != c.want {
+				t.Fatalf("StepFor(ordinal %d, view %q) = %s, want %s", c.ordinal, c.view, got, c.want)
 			}
 		})
 	}
