@@ -47,6 +47,9 @@ const (
 	pullAttempts     = 5
 	maxAnnouncers    = 4
 	maxPullsInFlight = 8
+	// directPeers is how many members a node sends a large record it
+	// writes to directly (pushToFew).
+	directPeers = 3
 )
 
 // Cluster is a running member of a gossip cluster. Its methods are safe for
@@ -92,6 +95,7 @@ type Cluster struct {
 	// entry asked for and since when (onHave).
 	pullMu  sync.Mutex
 	pulling map[string]pending
+	pullSeq uint64        // the last pending.worker given out
 	pullSem chan struct{} // pull connections in flight
 	// pullsAnswered counts the pulls this node answered, for tests.
 	pullsAnswered atomic.Int64
@@ -315,10 +319,36 @@ func (c *Cluster) Publish(r crdt.Record) error {
 		return ErrClosed
 	}
 	defer c.gate.exit()
-	if _, err := c.apply(r, enc, true); err != nil {
+	changed, err := c.apply(r, enc, true)
+	if err != nil {
 		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
 	}
+	if changed && 1+len(enc) > c.maxDelta {
+		c.pushToFew(r.Key, enc)
+	}
 	return nil
+}
+
+// pushToFew sends a record too large for a delta, just written here,
+// over TCP to directPeers live members picked at random, in the
+// background. Announcements travel on UDP gossip and a few transmissions
+// each; a write must not depend on them alone to leave its writer (an
+// e2e test found a node status stuck at an old version on both peers,
+// every announcement of the last versions lost). The members it reaches
+// announce it in turn. The writer opens directPeers connections per
+// write, whatever the size of the cluster.
+func (c *Cluster) pushToFew(key string, enc []byte) {
+	peers := c.livePeers()
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	peers = peers[:min(directPeers, len(peers))]
+	msg := encodeRecords([][]byte{enc})[0]
+	for _, p := range peers {
+		c.spawn(func() {
+			if err := c.ml.SendReliable(p, msg); err != nil {
+				c.log.Debug("direct send failed; announcements and anti-entropy will repair", "key", key, "to", p.Name, "err", err)
+			}
+		})
+	}
 }
 
 // apply merges r (encoded as enc) into the State and the index under the
@@ -429,6 +459,10 @@ func (c *Cluster) announce(e entry) {
 type pending struct {
 	e    entry
 	from []string
+	// worker identifies the pullAnnounced that serves this entry: a
+	// worker that outlives its entry (the record arrived, a new have
+	// made a new entry) must not act for, or delete, the next one.
+	worker uint64
 }
 
 // onHave has the record h announces pulled, unless this node holds it or
@@ -456,7 +490,7 @@ func (c *Cluster) onHave(h have) {
 	p, ok := c.pulling[h.E.Key]
 	switch {
 	case ok && (compareEntries(h.E, p.e) > 0 || h.E != p.e && compareEntries(h.E, p.e) == 0):
-		c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}}
+		c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: p.worker}
 		return
 	case ok && h.E == p.e:
 		if !slices.Contains(p.from, h.From) {
@@ -472,9 +506,11 @@ func (c *Cluster) onHave(h have) {
 	case len(c.pulling) >= maxPendingPulls:
 		return // the next announcement or anti-entropy
 	}
-	c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}}
+	c.pullSeq++
+	worker := c.pullSeq
+	c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: worker}
 	c.log.Debug("pulling an announced record", "key", h.E.Key, "version", h.E.Version, "from", h.From)
-	c.spawn(func() { c.pullAnnounced(h.E.Key) })
+	c.spawn(func() { c.pullAnnounced(h.E.Key, worker) })
 }
 
 // pullAnnounced asks for the record of key, as its pending entry says,
@@ -485,10 +521,12 @@ func (c *Cluster) onHave(h have) {
 // connection) is asked again of another holder, not left to
 // anti-entropy, whose interval grows with the cluster; announcements are
 // sent only a few times each, so none may come again.
-func (c *Cluster) pullAnnounced(key string) {
+func (c *Cluster) pullAnnounced(key string, worker uint64) {
 	defer func() {
 		c.pullMu.Lock()
-		delete(c.pulling, key)
+		if p, ok := c.pulling[key]; ok && p.worker == worker {
+			delete(c.pulling, key)
+		}
 		c.pullMu.Unlock()
 	}()
 	wait := 250 * time.Millisecond
@@ -496,8 +534,8 @@ func (c *Cluster) pullAnnounced(key string) {
 		c.pullMu.Lock()
 		p, ok := c.pulling[key]
 		c.pullMu.Unlock()
-		if !ok {
-			return // arrived
+		if !ok || p.worker != worker {
+			return // arrived (or another worker pulls a later announcement)
 		}
 		if held, ok := c.idx.get(key); ok && (compareEntries(held, p.e) > 0 || held == p.e) {
 			return

@@ -14,11 +14,12 @@
 //     packets. A node that receives a delta which changes its State queues it
 //     again (memberlist does not re-gossip user messages; serf does the same),
 //     so a write reaches every node epidemically in O(log N) gossip rounds.
-//   - Announcements. A record too large for one gossip packet is announced
-//     instead: a small have message (its entry and the announcer) is
-//     gossiped, a node that lacks the record pulls it from the announcer
-//     over memberlist's reliable stream (TCP) and then announces it itself,
-//     so no node opens more than a few connections per write.
+//   - Announcements. A record too large for one gossip packet is sent by
+//     its writer over memberlist's reliable stream (TCP) to 3 random
+//     members, and announced: a small have message (its entry and the
+//     announcer) is gossiped, a node that lacks the record pulls it from an
+//     announcer over TCP and then announces it itself, so no node opens
+//     more than a few connections per write.
 //   - Anti-entropy. On every memberlist push/pull (every PushPullInterval
 //     scaled by memberlist with the cluster: x1 up to 32 nodes, x3 at 100,
 //     x5 at 500, x6 at 1,000, so 30 s to 180 s with the LAN default; and on
