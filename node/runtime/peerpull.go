@@ -80,6 +80,8 @@ func (r *Runtime) fetchFromPeers(ctx context.Context, ref string) (containerd.Im
 func (r *Runtime) pullFrom(ctx context.Context, src ImageSource, ref string, want digest.Digest) (containerd.Image, error) {
 	counted, untrack := r.transfers.track(ref, src.Peer)
 	defer untrack()
+	r.imageNames.RLock()
+	defer r.imageNames.RUnlock()
 	res := &peerResolver{src: src, ref: ref, want: want, counted: counted}
 	return r.client.Pull(r.ctx(ctx), ref, containerd.WithResolver(res), containerd.WithPullUnpack,
 		containerd.WithPullSnapshotter(r.cfg.Snapshotter), containerd.WithMaxConcurrentDownloads(3))

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -145,6 +146,10 @@ type Runtime struct {
 	execSeq atomic.Uint64
 	// transfers are the image fetches from peers in flight.
 	transfers transfers
+	// imageNames orders the creation of image names: pulls from peers
+	// (shared) against imports (exclusive), which create names of their
+	// own.
+	imageNames sync.RWMutex
 }
 
 // New connects to containerd at cfg.Address and checks that it answers.
@@ -947,7 +952,11 @@ func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.C
 // image store, unpacks every image in it and returns their names.
 func (r *Runtime) ImportImages(ctx context.Context, tar io.Reader) ([]string, error) {
 	ctx = r.ctx(ctx)
+	// containerd's Import updates a name, else creates it: a pull from a
+	// peer that created the name in between would fail the import.
+	r.imageNames.Lock()
 	imgs, err := r.client.Import(ctx, tar, containerd.WithAllPlatforms(false))
+	r.imageNames.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("import images: %w (the file must be an OCI or docker-archive tarball)", err)
 	}

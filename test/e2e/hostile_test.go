@@ -259,6 +259,10 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 		return nil
 	})
 	ctr("images", "rm", "--sync", "starling.local/echo:v1")
+	// And its blobs: a node pulls only the blobs it lacks, so a layer
+	// left in n1's content store would make n1's pull from the spy
+	// succeed with the genuine layer.
+	n1.Exec(ctrCtx, "ctr", "--address", n1.ContainerdSocket(), "-n", "starling", "content", "rm", m.Layers[0].Digest, m.Config.Digest, recorded)
 	if _, err := n1.CLIInput(strings.NewReader(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: needs-image}
