@@ -6,11 +6,12 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/dustin/go-humanize"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/spf13/cobra"
 

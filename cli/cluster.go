@@ -65,7 +65,7 @@ every token. Keep it like a password: save it with mode 0600.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var tok api.JoinToken
-			if err := c.postJSON(ctx, "/v1/join-tokens", api.JoinTokenRequest{TTLSeconds: int64(ttl / time.Second)}, &tok); err != nil {
+			if tok, err = c.JoinToken(ctx, api.JoinTokenRequest{TTLSeconds: int64(ttl / time.Second)}); err != nil {
 				return err
 			}
 			fmt.Fprintln(g.stdout, tok.Token)
@@ -100,7 +100,7 @@ it again once the node is up.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.KeyRotation
-			err = c.postJSON(ctx, "/v1/keys/rotate", struct{}{}, &res)
+			res, err = c.RotateKeys(ctx)
 			printRotation(g.stdout, res)
 			if err != nil {
 				return err

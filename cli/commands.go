@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +60,7 @@ stored and every problem is listed.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var resp api.ApplyResponse
-			if err := c.postJSON(ctx, "/v1/apply", req, &resp); err != nil {
+			if resp.Results, err = c.Apply(ctx, req); err != nil {
 				return err
 			}
 			for _, r := range resp.Results {
@@ -126,8 +123,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			var failed []string
 			for _, r := range refs {
 				var res api.ApplyResult
-				path := "/v1/objects/" + url.PathEscape(strings.ToLower(r.kind)) + "/" + url.PathEscape(r.ns) + "/" + url.PathEscape(r.name)
-				if err := c.do(ctx, http.MethodDelete, path, nil, "", &res); err != nil {
+				if res, err = c.Delete(ctx, r.kind, r.ns, r.name); err != nil {
 					failed = append(failed, err.Error())
 					continue
 				}
@@ -168,7 +164,7 @@ func newScaleCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
-			if err := c.postJSON(ctx, "/v1/scale/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name)+"?kind="+strings.ToLower(k), api.ScaleRequest{Replicas: replicas}, &res); err != nil {
+			if res, err = c.Scale(ctx, k, g.namespace, name, replicas); err != nil {
 				return err
 			}
 			fmt.Fprintln(g.stdout, resultLine(res))
@@ -195,20 +191,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			path := "/v1/logs/" + url.PathEscape(g.namespace) + "/" + url.PathEscape(strings.TrimPrefix(args[0], "replica/"))
-			q := url.Values{}
-			if follow {
-				q.Set("follow", "true")
-			}
-			if previous {
-				q.Set("previous", "true")
-			}
-			if tail >= 0 {
-				q.Set("tail", strconv.Itoa(tail))
-			}
-			if timestamps {
-				q.Set("timestamps", "true")
-			}
+			o := api.LogOptions{Follow: follow, Previous: previous, Tail: tail, Timestamps: timestamps}
 			switch {
 			case since != 0 && sinceTime != "":
 				return errors.New("--since and --since-time: give one of them")
@@ -216,22 +199,20 @@ func newLogsCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--since %v: must be positive, e.g. 10m", since)
 			case since > 0:
 				// Whole seconds, rounded up, as kubectl sends them.
-				q.Set("sinceSeconds", strconv.FormatInt(int64((since+time.Second-1)/time.Second), 10))
+				o.SinceSeconds = int64((since + time.Second - 1) / time.Second)
 			case sinceTime != "":
-				if _, err := time.Parse(time.RFC3339, sinceTime); err != nil {
+				t, err := time.Parse(time.RFC3339, sinceTime)
+				if err != nil {
 					return fmt.Errorf("--since-time %q: want an RFC 3339 time, e.g. 2026-12-01T10:00:00Z", sinceTime)
 				}
-				q.Set("sinceTime", sinceTime)
+				o.SinceTime = t
 			}
-			if len(q) > 0 {
-				path += "?" + q.Encode()
-			}
-			resp, err := c.raw(ctx, http.MethodGet, path, nil, "")
+			body, err := c.Logs(ctx, g.namespace, strings.TrimPrefix(args[0], "replica/"), o)
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
-			_, err = io.Copy(g.stdout, resp.Body)
+			defer body.Close()
+			_, err = io.Copy(g.stdout, body)
 			return err
 		},
 	}
@@ -263,7 +244,7 @@ func newImageCmd(g *globals) *cobra.Command {
 				}
 				var out api.ImageList
 				body, finish := withUploadProgress(f, file)
-				err = c.do(cmd.Context(), http.MethodPost, "/v1/images", body, "application/x-tar", &out)
+				out.Items, err = c.ImportImages(cmd.Context(), body)
 				finish()
 				f.Close()
 				if err != nil {
@@ -288,7 +269,7 @@ func newImageCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var out api.ImageList
-			if err := c.getJSON(ctx, "/v1/images", &out); err != nil {
+			if out.Items, err = c.Images(ctx); err != nil {
 				return err
 			}
 			tw := newTable(g.stdout, "NAME", "DIGEST", "SIZE")
@@ -328,7 +309,7 @@ node is forgotten all the same and the command fails with what to run.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ForgetResult
-			if err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(args[0]), nil, "", &res); err != nil {
+			if res, err = c.ForgetNode(ctx, args[0]); err != nil {
 				return err
 			}
 			if res.RevokedKey != "" {
@@ -365,7 +346,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var v api.Version
-			if err := c.getJSON(ctx, "/v1/version", &v); err != nil {
+			if v, err = c.Version(ctx); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agent:  %s (node %s)\n", v.Version, v.Node)

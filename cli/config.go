@@ -98,7 +98,7 @@ file; --server and --token override its server and token.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var cc api.ClientConfig
-			if err := c.getJSON(ctx, "/v1/client-config", &cc); err != nil {
+			if cc, err = c.ClientConfig(ctx); err != nil {
 				return err
 			}
 			if server != "" {

@@ -26,11 +26,11 @@ func TestClientConfigSelectsServerPinAndToken(t *testing.T) {
 	good := write("good", "server: https://192.0.2.1:7443\ncaPin: "+pin+"\nserverPin: "+pin+"\ntoken: tok-0123456789abcdef\n", 0o600)
 	g := &globals{config: good}
 	c, err := g.client()
-	if err != nil || c.base != "https://192.0.2.1:7443" || c.token != "tok-0123456789abcdef" {
+	if err != nil || c.Base() != "https://192.0.2.1:7443" || c.Token() != "tok-0123456789abcdef" {
 		t.Fatalf("config: %+v %v", c, err)
 	}
 	g = &globals{config: good, server: "https://192.0.2.2:7443", token: "other-token-xxxxxxxx"}
-	if c, err := g.client(); err != nil || c.base != "https://192.0.2.2:7443" || c.token != "other-token-xxxxxxxx" {
+	if c, err := g.client(); err != nil || c.Base() != "https://192.0.2.2:7443" || c.Token() != "other-token-xxxxxxxx" {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
 	for name, tc := range map[string]struct {

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -32,7 +31,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var obj api.Object
-			if err := c.getJSON(ctx, "/v1/objects/"+url.PathEscape(strings.ToLower(kind))+"/"+url.PathEscape(g.namespace)+"/"+url.PathEscape(name), &obj); err != nil {
+			if obj, err = c.Get(ctx, kind, g.namespace, name); err != nil {
 				return err
 			}
 			o, err := manifest.Decode(obj.Object)
@@ -40,7 +39,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			var reps api.ReplicaList
-			if err := c.getJSON(ctx, "/v1/replicas", &reps); err != nil {
+			if reps.Items, err = c.Replicas(ctx); err != nil {
 				return err
 			}
 			return describe(g.stdout, o, obj, reps.Items)

@@ -149,7 +149,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			switch resource {
 			case "nodes", "node", "no":
 				var l api.NodeList
-				if err := c.getJSON(ctx, "/v1/nodes", &l); err != nil {
+				if l.Items, err = c.Nodes(ctx); err != nil {
 					return err
 				}
 				if name != "" {
@@ -167,7 +167,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				return printNodes(g.stdout, o, l.Items)
 			case "replicas", "replica", "pods", "pod", "po":
 				var l api.ReplicaList
-				if err := c.getJSON(ctx, "/v1/replicas", &l); err != nil {
+				if l.Items, err = c.Replicas(ctx); err != nil {
 					return err
 				}
 				var items []api.Replica
@@ -183,7 +183,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			case "deployment", "service", "statefulset":
 				kind := resource
 				var l api.ObjectList
-				if err := c.getJSON(ctx, "/v1/objects/"+kind, &l); err != nil {
+				if l.Items, err = c.List(ctx, kind); err != nil {
 					return err
 				}
 				var objs []manifest.Object
@@ -218,7 +218,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 					return printServices(g.stdout, o, objs)
 				}
 				var reps api.ReplicaList
-				if err := c.getJSON(ctx, "/v1/replicas", &reps); err != nil {
+				if reps.Items, err = c.Replicas(ctx); err != nil {
 					return err
 				}
 				if kind == "statefulset" {

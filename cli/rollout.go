@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -55,9 +53,8 @@ func deploymentArg(sub string, args []string) (string, error) {
 	return name, nil
 }
 
-func rolloutPath(namespace, name, action string) string {
-	return "/v1/rollout/" + url.PathEscape(namespace) + "/" + url.PathEscape(name) + "/" + action
-}
+// rolloutRoute is the API route of each rollout action command.
+var rolloutRoute = map[string]api.Route{"restart": api.RouteRestart, "pause": api.RoutePause, "resume": api.RouteResume}
 
 func newRolloutActionCmd(g *globals, action, short string) *cobra.Command {
 	return &cobra.Command{
@@ -75,7 +72,7 @@ func newRolloutActionCmd(g *globals, action, short string) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
-			if err := c.do(ctx, http.MethodPost, rolloutPath(g.namespace, name, action), nil, "", &res); err != nil {
+			if res, err = c.RolloutAction(ctx, rolloutRoute[action], g.namespace, name); err != nil {
 				return err
 			}
 			fmt.Fprintln(g.stdout, resultLine(res))
@@ -107,7 +104,7 @@ template becomes the newest revision. See 'starling rollout history'.`,
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
-			if err := c.postJSON(ctx, rolloutPath(g.namespace, name, "undo"), api.UndoRequest{ToRevision: to}, &res); err != nil {
+			if res, err = c.RolloutUndo(ctx, g.namespace, name, to); err != nil {
 				return err
 			}
 			fmt.Fprintln(g.stdout, resultLine(res))
@@ -135,7 +132,7 @@ func newRolloutHistoryCmd(g *globals) *cobra.Command {
 			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var l api.RevisionList
-			if err := c.getJSON(ctx, rolloutPath(g.namespace, name, "history"), &l); err != nil {
+			if l.Items, err = c.RolloutHistory(ctx, g.namespace, name); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("revision") {
@@ -218,7 +215,7 @@ print the state once and exit 0.`,
 				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 				var st api.RolloutStatus
-				err := c.getJSON(ctx, rolloutPath(g.namespace, name, "status"), &st)
+				st, err := c.RolloutStatus(ctx, g.namespace, name)
 				return st, err
 			}
 			if !watch {

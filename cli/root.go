@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/client"
 )
 
 // globals are the flags every client command shares.
@@ -31,7 +32,7 @@ type globals struct {
 // STARLING_SERVER and STARLING_TOKEN) when given, else the client
 // config's (clientConfig), else the local agent's unix socket. A client
 // config's CA pin is checked against the server's certificate.
-func (g *globals) client() (*Client, error) {
+func (g *globals) client() (*client.Client, error) {
 	cc, err := g.clientConfig()
 	if err != nil {
 		return nil, err
@@ -53,7 +54,7 @@ func (g *globals) client() (*Client, error) {
 	if server == "" {
 		server = node.SocketPath(node.DefaultConfig().DataDir)
 	}
-	return NewClient(server, token, caPin, serverPin)
+	return client.New(server, client.WithToken(token), client.WithPins(caPin, serverPin))
 }
 
 // NewRoot builds the starling command tree. stdin and stdout are where
@@ -107,6 +108,9 @@ func Execute() int {
 	}
 	return 0
 }
+
+// defaultTimeout bounds every CLI call except log streaming and imports.
+const defaultTimeout = 60 * time.Second
 
 func timeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), defaultTimeout)

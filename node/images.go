@@ -233,17 +233,11 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 			// without data, so the next one gets its turn.
 			ctx, cancel := context.WithCancel(ctx)
 			idle := time.AfterFunc(bodyIdleTimeout, cancel)
-			resp, err := a.peerGet(ctx, p.name, p.status, "/v1/images/blobs/"+d.String())
+			resp, err := a.peerGet(ctx, p.name, p.status, d)
 			if err != nil {
 				idle.Stop()
 				cancel()
-				return nil, err
-			}
-			if resp.StatusCode != http.StatusOK {
-				resp.Body.Close()
-				idle.Stop()
-				cancel()
-				return nil, fmt.Errorf("blob %s: %s", d, resp.Status)
+				return nil, fmt.Errorf("blob %s: %w", d, err)
 			}
 			if d.String() == want {
 				a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)

@@ -1,15 +1,12 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +21,10 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 )
 
 // Joining a secure cluster. A new node holds a join token (pki.go) and the
@@ -43,70 +43,12 @@ import (
 // between nodes): its gossip port + 1.
 func peerPort(gossipPort int) int { return gossipPort + 1 }
 
-// PinnedTLS is a TLS client configuration that accepts a server whose
-// certificate chain holds the CA pinned by caPin (64 hex digits: the
-// SHA-256 of its SubjectPublicKeyInfo) and whose own certificate that CA
-// issued. With serverPin (the SHA-256 of the server certificate's
-// SubjectPublicKeyInfo, i.e. of the node's key, which renewals keep) it
-// accepts only that node: every node holds the CA key, so a chain to the
-// CA proves only "some node of the cluster". A joining node knows the CA
-// pin alone (any node may admit it and learns nothing secret from it);
-// the CLI's client config holds both, since it sends the API token.
-func PinnedTLS(caPin, serverPin string) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		// Verification is VerifyPeerCertificate's: the CA is not known
-		// in advance, only its pin.
-		InsecureSkipVerify: true, //nolint:gosec
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) < 2 {
-				return errors.New("the server sent no CA certificate")
-			}
-			leaf, err := x509.ParseCertificate(raw[0])
-			if err != nil {
-				return err
-			}
-			for _, b := range raw[1:] {
-				ca, err := x509.ParseCertificate(b)
-				if err != nil || !ca.IsCA || !pinMatches(ca.RawSubjectPublicKeyInfo, caPin) {
-					continue
-				}
-				pool := x509.NewCertPool()
-				pool.AddCert(ca)
-				if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-					return err
-				}
-				if serverPin != "" && !pinMatches(leaf.RawSubjectPublicKeyInfo, serverPin) {
-					return fmt.Errorf("%w: the server is node %q, not the node the client config was written for (write one for it with 'starling config' on that node)", errServerPin, oneLine(leaf.Subject.CommonName))
-				}
-				return nil
-			}
-			return ErrPinMismatch
-		},
-	}
-}
-
-// errServerPin: the server is a node of the cluster, but not the pinned
-// one.
-var errServerPin = errors.New("the server's key is not the pinned one")
-
-// pinMatches reports whether the SHA-256 of spki is pin (hex).
-func pinMatches(spki []byte, pin string) bool {
-	sum := sha256.Sum256(spki)
-	return subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(pin)) == 1
-}
-
 // spkiPin is the pin of a certificate's key: the hex SHA-256 of its
 // SubjectPublicKeyInfo.
 func spkiPin(cert *x509.Certificate) string {
 	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
 	return hex.EncodeToString(sum[:])
 }
-
-// ErrPinMismatch: the server's certificate does not chain to the pinned
-// CA: the address is not a node of the token's (or client config's)
-// cluster.
-var ErrPinMismatch = errors.New("the server's certificate does not chain to the pinned cluster CA (the join token's or the client config's): it is not a node of that cluster, or someone is in the way")
 
 // joinWithToken asks the members at seeds (gossip addresses) to admit
 // node name with key, using the token in tokenFile, until one answers or
@@ -121,12 +63,8 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 	if err != nil {
 		return nil, fmt.Errorf("--join-token-file %s: %w", tokenFile, err)
 	}
-	body, err := json.Marshal(joinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), TokenID: tok.ID, Secret: tok.Secret})
-	if err != nil {
-		return nil, err
-	}
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(tok.Pin, "")}}
-	defer client.CloseIdleConnections()
+	req := api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), TokenID: tok.ID, Secret: tok.Secret}
+	tlsConf := client.PinnedTLS(tok.Pin, "")
 	backoff, began := time.Second, time.Now()
 	for {
 		// A refusal (bad token, name in use) or a server that is not of
@@ -140,10 +78,9 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 			if err != nil {
 				return nil, fmt.Errorf("--join %q: %w", seed, err)
 			}
-			url := "https://" + net.JoinHostPort(host, strconv.Itoa(peerPort(port))) + "/v1/join"
-			resp, err := postJoin(ctx, client, url, body)
+			resp, err := postJoin(ctx, "https://"+net.JoinHostPort(host, strconv.Itoa(peerPort(port))), tlsConf, req)
 			if err == nil {
-				creds, err := acceptJoin(resp, tok.Pin, name, key)
+				creds, err := acceptJoin(&resp, tok.Pin, name, key)
 				if err != nil {
 					return nil, fmt.Errorf("join through %s: %w", seed, err)
 				}
@@ -153,12 +90,12 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 				log.Info("joined the cluster with a token", "through", seed, "ca", tok.Pin[:16], "token", tok.ID, "took", time.Since(began))
 				return creds, nil
 			}
-			var rf *joinRefusal
+			var se *apierrors.StatusError
 			switch {
-			case errors.As(err, &rf) && rf.status < 500:
-				final = append(final, fmt.Errorf("join through %s refused: %s", seed, rf.msg))
-			case errors.Is(err, ErrPinMismatch):
-				final = append(final, fmt.Errorf("join through %s: %w", seed, ErrPinMismatch))
+			case errors.As(err, &se) && se.ErrStatus.Code < 500:
+				final = append(final, fmt.Errorf("join through %s refused: %s", seed, oneLine(se.ErrStatus.Message)))
+			case errors.Is(err, client.ErrPinMismatch):
+				final = append(final, fmt.Errorf("join through %s: %w", seed, client.ErrPinMismatch))
 			default:
 				log.Warn("could not join through a seed; retrying", "seed", seed, "err", err, "retryIn", backoff)
 			}
@@ -175,40 +112,20 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 	}
 }
 
-// postJoin sends a join request; an answer other than 200 is a
-// *joinRefusal.
-func postJoin(ctx context.Context, client *http.Client, url string, body []byte) (*joinResponse, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+// postJoin sends a join request to the peer port at base over tlsConf;
+// a refusal is an *apierrors.StatusError.
+func postJoin(ctx context.Context, base string, tlsConf *tls.Config, req api.JoinRequest) (api.JoinAnswer, error) {
+	c, err := client.New(base, client.WithTLS(tlsConf), client.WithTimeout(15*time.Second))
 	if err != nil {
-		return nil, err
+		return api.JoinAnswer{}, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return nil, &joinRefusal{resp.StatusCode, oneLine(e.Error)}
-	}
-	var jr joinResponse
-	if err := json.Unmarshal(b, &jr); err != nil {
-		return nil, fmt.Errorf("join answer: %w", err)
-	}
-	return &jr, nil
+	defer c.Close()
+	return c.Join(ctx, req)
 }
 
 // acceptJoin checks a join answer against the token's pin and this node's
 // name and key.
-func acceptJoin(jr *joinResponse, pin, name string, key ed25519.PrivateKey) (*credentials, error) {
+func acceptJoin(jr *api.JoinAnswer, pin, name string, key ed25519.PrivateKey) (*credentials, error) {
 	ca, err := x509.ParseCertificate(jr.CA)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)

@@ -24,6 +24,8 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/store"
 )
 
@@ -60,24 +62,24 @@ func TestAdmitChecksTokenKeyAndName(t *testing.T) {
 		bound:   func(name string) ([]byte, bool) { return n2, name == "n2" },
 		revoked: func(k []byte) bool { return string(k) == string(keyOf("revoked").Public().(ed25519.PublicKey)) },
 	}
-	good := joinRequest{Name: "n3", Key: other, TokenID: "abcdef", Secret: "0123456789abcdef"}
-	with := func(f func(*joinRequest)) joinRequest { r := good; f(&r); return r }
+	good := api.JoinRequest{Name: "n3", Key: other, TokenID: "abcdef", Secret: "0123456789abcdef"}
+	with := func(f func(*api.JoinRequest)) api.JoinRequest { r := good; f(&r); return r }
 	cases := []struct {
 		name   string
-		req    joinRequest
+		req    api.JoinRequest
 		status int
 		msg    string
 	}{
 		{"valid", good, 0, ""},
-		{"the same node again", with(func(r *joinRequest) { r.Name, r.Key = "n2", n2 }), 0, ""},
-		{"bad name", with(func(r *joinRequest) { r.Name = "N3\n" }), http.StatusBadRequest, "--name"},
-		{"bad key", with(func(r *joinRequest) { r.Key = r.Key[:5] }), http.StatusBadRequest, "node key"},
-		{"unknown token", with(func(r *joinRequest) { r.TokenID = "zzzzzz" }), http.StatusForbidden, "starling join-token"},
-		{"malformed token ID", with(func(r *joinRequest) { r.TokenID = "../../x" }), http.StatusForbidden, "starling join-token"},
-		{"wrong secret", with(func(r *joinRequest) { r.Secret = "0123456789abcdee" }), http.StatusForbidden, "starling join-token"},
-		{"expired token", with(func(r *joinRequest) { r.TokenID = "old000" }), http.StatusForbidden, "expired"},
-		{"revoked key", with(func(r *joinRequest) { r.Key = keyOf("revoked").Public().(ed25519.PublicKey) }), http.StatusForbidden, "remove node.key"},
-		{"name in use", with(func(r *joinRequest) { r.Name = "n2" }), http.StatusConflict, "starling node forget n2"},
+		{"the same node again", with(func(r *api.JoinRequest) { r.Name, r.Key = "n2", n2 }), 0, ""},
+		{"bad name", with(func(r *api.JoinRequest) { r.Name = "N3\n" }), http.StatusBadRequest, "--name"},
+		{"bad key", with(func(r *api.JoinRequest) { r.Key = r.Key[:5] }), http.StatusBadRequest, "node key"},
+		{"unknown token", with(func(r *api.JoinRequest) { r.TokenID = "zzzzzz" }), http.StatusForbidden, "starling join-token"},
+		{"malformed token ID", with(func(r *api.JoinRequest) { r.TokenID = "../../x" }), http.StatusForbidden, "starling join-token"},
+		{"wrong secret", with(func(r *api.JoinRequest) { r.Secret = "0123456789abcdee" }), http.StatusForbidden, "starling join-token"},
+		{"expired token", with(func(r *api.JoinRequest) { r.TokenID = "old000" }), http.StatusForbidden, "expired"},
+		{"revoked key", with(func(r *api.JoinRequest) { r.Key = keyOf("revoked").Public().(ed25519.PublicKey) }), http.StatusForbidden, "remove node.key"},
+		{"name in use", with(func(r *api.JoinRequest) { r.Name = "n2" }), http.StatusConflict, "starling node forget n2"},
 	}
 	for _, tc := range cases {
 		rf := admit(tc.req, look, now)
@@ -442,7 +444,7 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	real := peerTrust(t, creds, "n1", "n1")
 	impostor := peerTrust(t, creds, "n1", "evil")
 	get := func(url, serverPin string) error {
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: PinnedTLS(caPin(creds.CA), serverPin)}}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: client.PinnedTLS(caPin(creds.CA), serverPin)}}
 		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
@@ -515,7 +517,7 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	forgotten := keyOf("n3").Public().(ed25519.PublicKey)
 	newKey := bytes.Repeat([]byte{7}, 32)
 	install := func() (int, string) {
-		body, _ := json.Marshal(keyOp{Op: "install", Key: newKey, Revoked: [][]byte{forgotten}})
+		body, _ := json.Marshal(api.KeyOp{Op: "install", Key: newKey, Revoked: [][]byte{forgotten}})
 		resp, err := client.Post(srv.URL+"/v1/keys", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)

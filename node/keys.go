@@ -9,14 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -55,19 +57,7 @@ func checkGossipKeys(keys [][]byte) error {
 	return nil
 }
 
-// keyOp is the body of POST /v1/keys on the peer port.
-type keyOp struct {
-	Op  string `json:"op"`  // "install", "use" or "remove"
-	Key []byte `json:"key"` // 32 bytes
-	// Revoked are node keys (Ed25519 public keys, at most maxOpRevoked)
-	// that the receiver must already hold as revoked before it installs
-	// Key: the rotation that 'node forget' starts must not hand the new
-	// key to the forgotten node through a member its revocation has not
-	// reached yet (GET /v1/keys). The receiver answers 409 until then.
-	Revoked [][]byte `json:"revoked,omitempty"`
-}
-
-// maxOpRevoked bounds keyOp.Revoked.
+// maxOpRevoked bounds api.KeyOp.Revoked.
 const maxOpRevoked = 16
 
 // errRevocationPending: a key op names a revocation this node does not
@@ -76,7 +66,7 @@ var errRevocationPending = errors.New("a revocation this rotation depends on has
 
 // pendingRevocation returns errRevocationPending when one of op's
 // revoked keys is not revoked here yet.
-func (k *keyring) pendingRevocation(op keyOp) error {
+func (k *keyring) pendingRevocation(op api.KeyOp) error {
 	if len(op.Revoked) > maxOpRevoked {
 		return fmt.Errorf("revoked: %d keys (at most %d)", len(op.Revoked), maxOpRevoked)
 	}
@@ -115,7 +105,7 @@ type keyring struct {
 var errRotationRunning = errors.New("a key rotation from this node is under way; wait for it to finish")
 
 // apply changes this node's keyring and saves it.
-func (k *keyring) apply(op keyOp) error {
+func (k *keyring) apply(op api.KeyOp) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(op.Key) != 32 {
@@ -150,7 +140,7 @@ func (k *keyring) handleOp(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	var op keyOp
+	var op api.KeyOp
 	if err := json.Unmarshal(body, &op); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("key request: %w", err))
 		return
@@ -173,7 +163,7 @@ func (k *keyring) handleOp(w http.ResponseWriter, r *http.Request) {
 // handleKeys serves GET /v1/keys on the peer port (nodes only): this
 // node's keyring, the key in use first.
 func (k *keyring) handleList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string][][]byte{"keys": k.cluster.Keys()})
+	writeJSON(w, http.StatusOK, api.KeyList{Keys: k.cluster.Keys()})
 }
 
 // revocationWait bounds how long post retries a node that has not
@@ -183,7 +173,7 @@ const revocationWait = 30 * time.Second
 // post sends op to node name's keyring over mutual TLS; while name
 // answers that a revocation in op.Revoked has not reached it yet, it
 // retries every 500 ms for up to revocationWait.
-func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
+func (k *keyring) post(ctx context.Context, name string, op api.KeyOp) error {
 	deadline := time.Now().Add(revocationWait)
 	for {
 		err := k.postOnce(ctx, name, op)
@@ -199,37 +189,20 @@ func (k *keyring) post(ctx context.Context, name string, op keyOp) error {
 }
 
 // postOnce is one POST /v1/keys to node name.
-func (k *keyring) postOnce(ctx context.Context, name string, op keyOp) error {
+func (k *keyring) postOnce(ctx context.Context, name string, op api.KeyOp) error {
 	addr, ok := peerAddr(k.cluster.Members(), name)
 	if !ok {
 		return fmt.Errorf("node %s is not a member", name)
 	}
-	b, err := json.Marshal(op)
+	c, err := peerClient(addr, k.trust.clientTLS(name))
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+"/v1/keys", bytes.NewReader(b))
-	if err != nil {
-		return err
+	err = c.KeyOp(ctx, op)
+	if apierrors.IsConflict(err) && strings.Contains(err.Error(), errRevocationPending.Error()) {
+		return errRevocationPending
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := peerHTTPClient(k.trust.clientTLS(name), 15*time.Second).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var e api.Error
-		if json.Unmarshal(msg, &e) == nil && e.Error != "" {
-			if resp.StatusCode == http.StatusConflict && e.Error == errRevocationPending.Error() {
-				return errRevocationPending
-			}
-			return errors.New(e.Error)
-		}
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
+	return err
 }
 
 // rotate runs a rotation from this node: install, use, remove on every
@@ -237,7 +210,7 @@ func (k *keyring) postOnce(ctx context.Context, name string, op keyOp) error {
 // on any node, leaving every node able to read every other (the new key
 // installed or in use on some, the old one still installed on all), and
 // reports per node. revoked are node keys every member must hold as
-// revoked before it installs the new key (keyOp.Revoked).
+// revoked before it installs the new key (api.KeyOp.Revoked).
 func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotation, error) {
 	if k == nil {
 		return api.KeyRotation{}, errInsecureKeys
@@ -283,9 +256,9 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 		for _, name := range members {
 			var err error
 			if name == k.self {
-				err = k.apply(keyOp{Op: op, Key: key})
+				err = k.apply(api.KeyOp{Op: op, Key: key})
 			} else {
-				o := keyOp{Op: op, Key: key}
+				o := api.KeyOp{Op: op, Key: key}
 				if op == "install" {
 					o.Revoked = revoked
 				}
@@ -358,16 +331,16 @@ func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 			return false, nil
 		}
 		for _, key := range keys {
-			if err := k.apply(keyOp{Op: "install", Key: key}); err != nil {
+			if err := k.apply(api.KeyOp{Op: "install", Key: key}); err != nil {
 				return false, err
 			}
 		}
-		if err := k.apply(keyOp{Op: "use", Key: keys[0]}); err != nil {
+		if err := k.apply(api.KeyOp{Op: "use", Key: keys[0]}); err != nil {
 			return false, err
 		}
 		for _, key := range have {
 			if !slices.ContainsFunc(keys, func(n []byte) bool { return bytes.Equal(n, key) }) {
-				k.apply(keyOp{Op: "remove", Key: key})
+				k.apply(api.KeyOp{Op: "remove", Key: key})
 			}
 		}
 		k.log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", gossipKeyID(keys[0]))
@@ -379,26 +352,18 @@ func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 // fetch is GET /v1/keys at addr (a peer port), over mutual TLS with any
 // node of the cluster (trust.anyNodeTLS).
 func (k *keyring) fetch(ctx context.Context, addr string) ([][]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/keys", nil)
+	c, err := peerClient(addr, k.trust.anyNodeTLS())
 	if err != nil {
 		return nil, err
 	}
-	resp, err := peerHTTPClient(k.trust.anyNodeTLS(), 15*time.Second).Do(req)
+	keys, err := c.Keys(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, errors.New(resp.Status)
-	}
-	var out struct{ Keys [][]byte }
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
+	if err := checkGossipKeys(keys); err != nil {
 		return nil, err
 	}
-	if err := checkGossipKeys(out.Keys); err != nil {
-		return nil, err
-	}
-	return out.Keys, nil
+	return keys, nil
 }
 
 // keyRefreshInterval is how often a node that sees no live peer checks

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -23,18 +22,18 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	q := r.URL.Query()
-	o, err := logOptions(q, time.Now())
+	lo, err := api.ParseLogOptions(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	previous := q.Get("previous") == "true"
+	o := readOptions(lo, time.Now())
+	previous := lo.Previous
 	id := reconcile.ContainerID(r.PathValue("namespace"), r.PathValue("name"))
 	path := a.rt.LogPath(id)
 	if previous {
 		path = a.rt.PreviousLogPath(id)
-	} else if q.Get("follow") == "true" {
+	} else if lo.Follow {
 		// Following ends, as kubectl's, when the run ends; what it wrote
 		// last is still sent.
 		o.Follow = func() bool { return a.runningNow(id) }
@@ -56,34 +55,13 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// logOptions reads the log query parameters (see handleLogs) at now.
-func logOptions(q url.Values, now time.Time) (logfile.ReadOptions, error) {
-	o := logfile.ReadOptions{Tail: -1, Timestamps: q.Get("timestamps") == "true"}
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return o, fmt.Errorf("tail: %q is not a number of lines (0 or more)", v)
-		}
-		o.Tail = n
+// readOptions is what logfile.Read needs for o at now.
+func readOptions(o api.LogOptions, now time.Time) logfile.ReadOptions {
+	ro := logfile.ReadOptions{Tail: o.Tail, Timestamps: o.Timestamps, Since: o.SinceTime}
+	if o.SinceSeconds > 0 {
+		ro.Since = now.Add(-time.Duration(o.SinceSeconds) * time.Second)
 	}
-	since, sinceTime := q.Get("sinceSeconds"), q.Get("sinceTime")
-	switch {
-	case since != "" && sinceTime != "":
-		return o, errors.New("sinceSeconds and sinceTime: give one of them (--since or --since-time)")
-	case since != "":
-		n, err := strconv.ParseInt(since, 10, 64)
-		if err != nil || n <= 0 {
-			return o, fmt.Errorf("sinceSeconds: %q is not a positive number of seconds", since)
-		}
-		o.Since = now.Add(-time.Duration(n) * time.Second)
-	case sinceTime != "":
-		t, err := time.Parse(time.RFC3339, sinceTime)
-		if err != nil {
-			return o, fmt.Errorf("sinceTime: %q is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)", sinceTime)
-		}
-		o.Since = t
-	}
-	return o, nil
+	return ro
 }
 
 // flushWriter flushes every write, so a followed log reaches the client

@@ -18,7 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/client"
 )
 
 // Node-to-node requests in a secure cluster (log proxying, image
@@ -155,6 +157,12 @@ func (t *trust) anyNodeTLS() *tls.Config {
 }
 
 // client is an HTTP client over conf, one connection per request.
+// peerClient is an API client of the peer port at addr over mutual TLS
+// (conf), each request bounded to 15 s.
+func peerClient(addr string, conf *tls.Config) (*client.Client, error) {
+	return client.New("https://"+addr, client.WithTransport(peerHTTPClient(conf, 0).Transport), client.WithTimeout(15*time.Second))
+}
+
 func peerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
@@ -240,7 +248,7 @@ func (a *Agent) peerEndpoint(name string, s NodeStatus) (base *url.URL, rt http.
 		if base, err = url.Parse(api); err != nil {
 			return nil, nil, nil, err
 		}
-		return base, peerClient.Transport, func(req *http.Request) {
+		return base, peerAPIClient.Transport, func(req *http.Request) {
 			req.Header = http.Header{}
 			a.id.signPeerRequest(req, name, time.Now())
 			req.Header.Set(proxiedHeader, a.cfg.Name)
@@ -254,19 +262,32 @@ func (a *Agent) peerEndpoint(name string, s NodeStatus) (base *url.URL, rt http.
 		func(req *http.Request) { req.Header = http.Header{} }, nil
 }
 
-// peerGet sends GET uri to node name (peerEndpoint). The response is the
-// caller's to close. No overall timeout (images stream): ctx bounds it.
-func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, uri string) (*http.Response, error) {
+// peerGet fetches content blob d from node name (peerEndpoint). The
+// response is the caller's to close. No overall timeout (images stream):
+// ctx bounds it.
+func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, d digest.Digest) (*http.Response, error) {
 	base, rt, prepare, err := a.peerEndpoint(name, s)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.String()+uri, nil)
+	c, err := client.New(base.String(), client.WithTransport(preparing{rt, prepare}))
 	if err != nil {
 		return nil, err
 	}
-	prepare(req)
-	return rt.RoundTrip(req)
+	return c.Blob(ctx, d.String())
+}
+
+// preparing is a RoundTripper that prepares each request before rt
+// sends it.
+type preparing struct {
+	rt      http.RoundTripper
+	prepare func(*http.Request)
+}
+
+func (p preparing) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	p.prepare(req)
+	return p.rt.RoundTrip(req)
 }
 
 // peerAddr is node name's peer port, at the address membership knows it

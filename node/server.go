@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,8 +77,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeError answers with err: its own Status when it is an API error
+// (api.NewError, apierrors), else status with err's message.
 func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, api.Error{Error: err.Error()})
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		err = api.NewError(status, err)
+	}
+	code, body := api.ErrorBody(err)
+	writeJSON(w, code, body)
 }
 
 // kindOf maps a path segment to a manifest kind (manifest.KindOf).
@@ -574,10 +583,10 @@ func (a *Agent) handleImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ImageList{Items: append([]api.Image{}, imgs...)})
 }
 
-// peerClient calls other agents' APIs. No overall timeout (logs and
+// peerAPIClient calls other agents' APIs. No overall timeout (logs and
 // images stream), but a peer that does not connect or answer in time is
 // given up on.
-var peerClient = &http.Client{Transport: &http.Transport{
+var peerAPIClient = &http.Client{Transport: &http.Transport{
 	DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 	ResponseHeaderTimeout: 30 * time.Second,
 	IdleConnTimeout:       90 * time.Second,

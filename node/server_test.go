@@ -81,6 +81,10 @@ func TestTailOfALogWrittenBeforeTheCRIFormat(t *testing.T) {
 
 func TestLogOptionsNameTheBadParameter(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	logOptions := func(q url.Values, now time.Time) (logfile.ReadOptions, error) {
+		o, err := api.ParseLogOptions(q)
+		return readOptions(o, now), err
+	}
 	o, err := logOptions(url.Values{"tail": {"3"}, "sinceSeconds": {"60"}, "timestamps": {"true"}}, now)
 	if err != nil || o.Tail != 3 || !o.Since.Equal(now.Add(-time.Minute)) || !o.Timestamps {
 		t.Fatalf("%+v %v", o, err)

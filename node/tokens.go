@@ -155,22 +155,6 @@ func (j *admission) tokenDeletes(match func(joinTokenRecord) bool) ([]crdt.Recor
 	return dels, nil
 }
 
-// joinRequest is the body of POST /v1/join on the peer port.
-type joinRequest struct {
-	Name    string `json:"name"`
-	Key     []byte `json:"key"`     // the node's Ed25519 public key
-	TokenID string `json:"tokenID"` // the token's 6-character ID
-	Secret  string `json:"secret"`  // the token's 16-character secret
-}
-
-// joinResponse is the answer to an admitted node.
-type joinResponse struct {
-	CA         []byte   `json:"ca"`         // CA certificate, DER
-	CAKey      []byte   `json:"caKey"`      // CA private key, PKCS #8 DER
-	Cert       []byte   `json:"cert"`       // the node's certificate, DER
-	GossipKeys [][]byte `json:"gossipKeys"` // 32 bytes each, the one in use first
-}
-
 // joinRefusal is why a join was refused: an HTTP status and a message for
 // the joining node's operator.
 type joinRefusal struct {
@@ -188,7 +172,7 @@ type admitLookups struct {
 }
 
 // admit decides a join request at now: nil, or why it is refused.
-func admit(req joinRequest, look admitLookups, now time.Time) *joinRefusal {
+func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
 		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", req.Name, strings.Join(errs, "; "))}
 	}
@@ -257,7 +241,7 @@ func (j *admission) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	var req joinRequest
+	var req api.JoinRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("join request: %w", err))
 		return
@@ -281,7 +265,7 @@ func (j *admission) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	resp := joinResponse{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}
+	resp := api.JoinAnswer{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}
 	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -1,27 +1,10 @@
-// Package api holds the JSON shapes of the agent's HTTP API, shared by the
-// agent (node) and the CLI (cli). Paths (all under the unix socket
-// <data-dir>/starling.sock, or TCP with a bearer token):
-//
-//	GET    /v1/version                               -> Version
-//	POST   /v1/apply            ApplyRequest         -> ApplyResponse
-//	GET    /v1/objects/{kind}                        -> ObjectList
-//	GET    /v1/objects/{kind}/{namespace}/{name}     -> Object
-//	DELETE /v1/objects/{kind}/{namespace}/{name}     -> ApplyResult
-//	POST   /v1/scale/{namespace}/{name} ScaleRequest -> ApplyResult
-//	GET    /v1/replicas                              -> ReplicaList
-//	GET    /v1/nodes                                 -> NodeList
-//	GET    /v1/logs/{namespace}/{name}?follow=true   -> text/plain stream
-//	POST   /v1/images            (tarball body)      -> ImageList
-//	GET    /v1/images                                -> ImageList
-//	GET    /v1/rollout/{namespace}/{name}/status     -> RolloutStatus
-//	GET    /v1/rollout/{namespace}/{name}/history    -> RevisionList
-//	POST   /v1/rollout/{namespace}/{name}/undo  UndoRequest -> ApplyResult
-//	POST   /v1/rollout/{namespace}/{name}/restart    -> ApplyResult
-//	POST   /v1/rollout/{namespace}/{name}/pause      -> ApplyResult
-//	POST   /v1/rollout/{namespace}/{name}/resume     -> ApplyResult
-//	GET    /metrics                                  -> Prometheus text
-//
-// Errors come as Error with a 4xx/5xx status.
+// Package api holds the agent's HTTP API: its JSON shapes, shared by the
+// agent (node), its client (node/client) and the CLI; the route table
+// (routes.go), from which the server registers and the client builds
+// every request; and its errors (errors.go), Kubernetes' metav1.Status
+// with the HTTP code. The API is served on the unix socket
+// <data-dir>/starling.sock, and over TCP (--api-listen) with TLS and a
+// bearer token.
 package api
 
 import (
@@ -30,11 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 )
-
-// Error is the body of every failed request.
-type Error struct {
-	Error string `json:"error"`
-}
 
 // Version answers /v1/version.
 type Version struct {
@@ -336,4 +314,40 @@ type RolloutStatus struct {
 	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds"`
 	RolloutCounts
 	Done bool `json:"done"`
+}
+
+// JoinRequest is the body of POST /v1/join on a member's peer port: a
+// node asking to be admitted with a join token.
+type JoinRequest struct {
+	Name    string `json:"name"`
+	Key     []byte `json:"key"`     // the node's Ed25519 public key
+	TokenID string `json:"tokenID"` // the token's 6-character ID
+	Secret  string `json:"secret"`  // the token's 16-character secret
+}
+
+// JoinAnswer is the answer to an admitted node.
+type JoinAnswer struct {
+	CA         []byte   `json:"ca"`         // CA certificate, DER
+	CAKey      []byte   `json:"caKey"`      // CA private key, PKCS #8 DER
+	Cert       []byte   `json:"cert"`       // the node's certificate, DER
+	GossipKeys [][]byte `json:"gossipKeys"` // 32 bytes each, the one in use first
+}
+
+// KeyOp is the body of POST /v1/keys on the peer port: one step of a
+// gossip key rotation on one node.
+type KeyOp struct {
+	Op  string `json:"op"`  // "install", "use" or "remove"
+	Key []byte `json:"key"` // 32 bytes
+	// Revoked are node keys (Ed25519 public keys, at most 16) that the
+	// receiver must already hold as revoked before it installs Key: the
+	// rotation that 'node forget' starts must not hand the new key to
+	// the forgotten node through a member its revocation has not reached
+	// yet. The receiver answers 409 until then.
+	Revoked [][]byte `json:"revoked,omitempty"`
+}
+
+// KeyList answers GET /v1/keys on the peer port: the node's gossip
+// keyring, the key in use first.
+type KeyList struct {
+	Keys [][]byte `json:"keys"`
 }

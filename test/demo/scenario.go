@@ -202,12 +202,12 @@ func (s *scenario) start() error {
 		s.r.say("%s  namespace %-14s LAN address %s  pod subnet %s (claimed by itself)", n.Name, n.NetNS, n.IP, n.PodSubnet)
 	}
 	err = poll(30*time.Second, func() error {
-		var l api.NodeList
-		if err := c.Nodes[0].APIGet("/v1/nodes", &l); err != nil {
+		items, err := c.Nodes[0].API().Nodes(context.Background())
+		if err != nil {
 			return err
 		}
 		alive := 0
-		for _, m := range l.Items {
+		for _, m := range items {
 			if m.State == "alive" && m.Ready {
 				alive++
 			}
@@ -603,9 +603,8 @@ the Service rules of node1 and node2, and be replaced on them. Polled every 100 
 	left := map[string]time.Duration{}
 	err := poll(90*time.Second, func() error {
 		if dead == 0 {
-			var l api.NodeList
-			if err := n1.APIGet("/v1/nodes", &l); err == nil {
-				for _, m := range l.Items {
+			if items, err := n1.API().Nodes(context.Background()); err == nil {
+				for _, m := range items {
 					if m.Name == n3.Name && m.State == "dead" {
 						dead = time.Since(start)
 					}

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +42,9 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		for i, n := range honest {
 			dp := dataplane(t, n)
 			other := honest[1-i]
-			if !strings.Contains(dp, other.PodSubnet+" via "+other.IP) || !strings.Contains(dp, "STARLING-CANARY -j RETURN") {
+			// Both tables' canaries: the nat and filter rules are in
+			// place (a first sync can be seen between the two).
+			if !strings.Contains(dp, other.PodSubnet+" via "+other.IP) || strings.Count(dp, "STARLING-CANARY -j RETURN") != 2 {
 				return fmt.Errorf("%s has not settled:\n%s", n.Name, dp)
 			}
 			before[n.Name] = dp
@@ -163,17 +163,11 @@ func dataplane(t *testing.T, n *harness.Node) string {
 // metrics reads a node's /metrics over its unix socket: sample name with
 // labels -> value.
 func metrics(n *harness.Node) (map[string]float64, error) {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", n.Socket)
-		}}}
-	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://starling/metrics")
+	text, err := n.API().Metrics(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
+	return parseMetrics(strings.NewReader(text))
 }
 
 func parseMetrics(r io.Reader) (map[string]float64, error) {
@@ -332,13 +326,11 @@ func imageDigest(t *testing.T, n *harness.Node, ref string) string {
 }
 
 func imageDigestOrEmpty(n *harness.Node, ref string) string {
-	var l struct {
-		Items []struct{ Name, Digest string }
-	}
-	if err := n.APIGet("/v1/images", &l); err != nil {
+	items, err := n.API().Images(context.Background())
+	if err != nil {
 		return ""
 	}
-	for _, i := range l.Items {
+	for _, i := range items {
 		if i.Name == ref {
 			return i.Digest
 		}

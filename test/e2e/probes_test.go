@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -40,21 +40,18 @@ func replicaReason(n *harness.Node, name string) (string, error) {
 // kind and handler from its metrics: the mean and the count.
 func probeMean(t *testing.T, c *harness.Cluster, n *harness.Node, kind, handler string) (time.Duration, int) {
 	t.Helper()
-	client, err := c.APIClient()
+	api, err := c.TCPClient(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("GET", n.APIURL()+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, err := client.Do(req)
+	text, err := api.Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	labels := fmt.Sprintf(`{handler=%q,probe=%q}`, handler, kind)
 	var sum float64
 	var count int
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := sc.Text()
 		if v, ok := strings.CutPrefix(line, "starling_probe_duration_seconds_sum"+labels+" "); ok {

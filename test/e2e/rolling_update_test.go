@@ -158,12 +158,12 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 			return fmt.Errorf("not mid-rollout: %v", cs.ByHash)
 		}
 		// A node that still has old copies to replace.
-		var l struct{ Items []replica }
 		for _, n := range nodes {
-			if err := n.APIGet("/v1/replicas", &l); err != nil {
+			items, err := apiReplicas(n)
+			if err != nil {
 				return err
 			}
-			for _, r := range l.Items {
+			for _, r := range items {
 				if r.Node == n.Name && r.Workload == "roll" && r.SpecHash == h3 && r.Phase == api.PhaseRunning {
 					victim = n
 					return nil

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -31,9 +32,13 @@ type replica struct {
 
 // apiReplicas is replicas through the API, without the CLI.
 func apiReplicas(n *harness.Node) ([]replica, error) {
-	var l struct{ Items []replica }
-	err := n.APIGet("/v1/replicas", &l)
-	return l.Items, err
+	items, err := n.API().Replicas(context.Background())
+	out := make([]replica, 0, len(items))
+	for _, r := range items {
+		out = append(out, replica{Name: r.Name, Namespace: r.Namespace, Workload: r.Workload, Ordinal: r.Ordinal, Node: r.Node,
+			Phase: r.Phase, Ready: r.Ready, PodIP: r.PodIP, SpecHash: r.SpecHash, Restarts: r.Restarts, Reason: r.Reason})
+	}
+	return out, err
 }
 
 func replicas(n *harness.Node) ([]replica, error) {

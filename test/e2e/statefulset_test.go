@@ -152,8 +152,8 @@ func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := eventually(30*time.Second, func() error {
-		var l struct{ Items []replica }
-		return host.APIGet("/v1/replicas", &l)
+		_, err := apiReplicas(host)
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/client"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,23 +122,13 @@ func ServeIn(ns, addr string) (*http.Server, error) {
 	return srv, nil
 }
 
-// APIGet does GET path on the node's API over its unix socket (no CLI
-// process, so it can sample every 100 ms) and decodes the JSON answer
-// into v.
-func (n *Node) APIGet(path string, v any) error {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", n.Socket)
-		}}}
-	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://starling" + path)
+// API is a client of the node's API over its unix socket (no CLI
+// process, so a test can sample every 100 ms); each call is bounded to
+// 2 s.
+func (n *Node) API() *client.Client {
+	c, err := client.New(n.Socket, client.WithTimeout(2*time.Second))
 	if err != nil {
-		return err
+		panic(err) // a socket path is always a valid server
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("GET %s on %s: %s: %s", path, n.Name, resp.Status, b)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return c
 }

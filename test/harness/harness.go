@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/client"
 )
 
 // Cluster is a set of node namespaces on one LAN namespace.
@@ -249,7 +249,22 @@ func (c *Cluster) APIClient() (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: DialIn(c.LAN), TLSClientConfig: node.PinnedTLS(pin, "")}}, nil
+	return &http.Client{Timeout: 5 * time.Second, Transport: c.lanTransport(pin)}, nil
+}
+
+func (c *Cluster) lanTransport(pin string) *http.Transport {
+	return &http.Transport{DialContext: DialIn(c.LAN), TLSClientConfig: client.PinnedTLS(pin, "")}
+}
+
+// TCPClient is an API client of node n's TCP API from the LAN namespace,
+// with the cluster token, checking the server's certificate against the
+// cluster CA.
+func (c *Cluster) TCPClient(n *Node) (*client.Client, error) {
+	pin, err := c.CAPin()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(n.APIURL(), client.WithToken(c.Token), client.WithTransport(c.lanTransport(pin)), client.WithTimeout(5*time.Second))
 }
 
 // StartAgent starts the node's agent with the standard flags plus extra,

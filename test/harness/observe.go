@@ -16,11 +16,7 @@ import (
 // Replicas returns every replica the node knows of, in every namespace,
 // from its API (no CLI process, so it is cheap enough to poll).
 func (n *Node) Replicas() ([]api.Replica, error) {
-	var l api.ReplicaList
-	if err := n.APIGet("/v1/replicas", &l); err != nil {
-		return nil, err
-	}
-	return l.Items, nil
+	return n.API().Replicas(context.Background())
 }
 
 // Census is one sample of a workload's copies across nodes, each node

@@ -1,0 +1,220 @@
+package testnet
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Mem is an in-memory network for memberlist transports: packets go
+// through channels and streams through net.Pipe, never through a socket.
+// Every blocking operation of a cluster on it is then a channel operation
+// or a timer, so a whole cluster can run inside a testing/synctest bubble,
+// on virtual time: a slow or overloaded machine makes the run take longer,
+// but never makes a probe late in the cluster's own time.
+//
+// Packets are delivered after Latency (0: at once) into the receiver's
+// queue of MemQueue packets; a full queue drops them, as a socket's
+// receive buffer does. Partition and Heal cut traffic as Network's do.
+type Mem struct {
+	// Latency is the one-way delay of every packet and of every dial.
+	Latency time.Duration
+
+	mu     sync.Mutex
+	byAddr map[string]*MemTransport
+	group  map[string]int
+	cut    bool
+	next   int
+}
+
+// MemQueue is the number of packets a MemTransport holds for its reader.
+const MemQueue = 4096
+
+// NewMem returns an empty in-memory network with the given one-way latency.
+func NewMem(latency time.Duration) *Mem {
+	return &Mem{Latency: latency, byAddr: map[string]*MemTransport{}, group: map[string]int{}}
+}
+
+// MemTransport is a memberlist.NodeAwareTransport on a Mem network. Its
+// address is a distinct 10.x.y.z:7946, so the layers above see one IP
+// address per node, as on a LAN.
+type MemTransport struct {
+	net  *Mem
+	name string
+	ip   net.IP
+	addr string
+
+	packetCh chan *memberlist.Packet
+	streamCh chan net.Conn
+	done     chan struct{}
+	once     sync.Once
+
+	packetBytes, packets, streamBytes, streams, dropped atomic.Int64
+}
+
+var _ memberlist.NodeAwareTransport = (*MemTransport)(nil)
+
+// Transport returns a new transport for node name. Create it inside the
+// synctest bubble that runs the node (its channels must belong to it).
+func (m *Mem) Transport(name string) *MemTransport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	ip := net.IPv4(10, byte(m.next>>16), byte(m.next>>8), byte(m.next))
+	t := &MemTransport{
+		net:      m,
+		name:     name,
+		ip:       ip,
+		addr:     net.JoinHostPort(ip.String(), "7946"),
+		packetCh: make(chan *memberlist.Packet, MemQueue),
+		streamCh: make(chan net.Conn),
+		done:     make(chan struct{}),
+	}
+	m.byAddr[t.addr] = t
+	return t
+}
+
+// Partition cuts all traffic between nodes of different groups. Nodes not
+// named in any group form one more group together.
+func (m *Mem) Partition(groups ...[]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.group = map[string]int{}
+	for i, g := range groups {
+		for _, name := range g {
+			m.group[name] = i + 1
+		}
+	}
+	m.cut = true
+}
+
+// Heal removes every cut.
+func (m *Mem) Heal() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cut = false
+}
+
+// peer returns the live transport at addr that from may send to.
+func (m *Mem) peer(from, addr string) (*MemTransport, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	to, ok := m.byAddr[addr]
+	if !ok {
+		return nil, false
+	}
+	if m.cut && m.group[from] != m.group[to.name] {
+		return nil, false
+	}
+	return to, true
+}
+
+// Addr returns the transport's "10.x.y.z:7946".
+func (t *MemTransport) Addr() string { return t.addr }
+
+// Counters returns what t has sent so far.
+func (t *MemTransport) Counters() Counters {
+	return Counters{
+		PacketBytes: t.packetBytes.Load(),
+		Packets:     t.packets.Load(),
+		StreamBytes: t.streamBytes.Load(),
+		Streams:     t.streams.Load(),
+	}
+}
+
+// Dropped is the number of packets dropped because t's queue was full.
+func (t *MemTransport) Dropped() int64 { return t.dropped.Load() }
+
+func (t *MemTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
+	return t.ip, 7946, nil
+}
+
+func (t *MemTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
+}
+
+func (t *MemTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	now := time.Now()
+	t.packetBytes.Add(int64(len(b)))
+	t.packets.Add(1)
+	dest, ok := t.net.peer(t.name, a.Addr)
+	if !ok {
+		return now, nil // lost, as a datagram to nowhere is
+	}
+	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: &net.UDPAddr{IP: t.ip, Port: 7946}}
+	deliver := func() {
+		p.Timestamp = time.Now()
+		select {
+		case dest.packetCh <- p:
+		default:
+			dest.dropped.Add(1)
+		}
+	}
+	if t.net.Latency > 0 {
+		time.AfterFunc(t.net.Latency, deliver)
+	} else {
+		deliver()
+	}
+	return now, nil
+}
+
+func (t *MemTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
+
+func (t *MemTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
+func (t *MemTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	dest, ok := t.net.peer(t.name, a.Addr)
+	if !ok {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: %s cannot reach %s", t.name, a.Addr)}
+	}
+	if t.net.Latency > 0 {
+		time.Sleep(t.net.Latency) // the handshake's first leg
+	}
+	local, remote := net.Pipe()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case dest.streamCh <- &countingConn{Conn: &memConn{Conn: remote, local: dest.ip, remote: t.ip}, n: &dest.streamBytes}:
+	case <-dest.done:
+		local.Close()
+		remote.Close()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: %s is shut down", a.Addr)}
+	case <-timer.C:
+		local.Close()
+		remote.Close()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: dial %s timed out", a.Addr)}
+	}
+	t.streams.Add(1)
+	return &countingConn{Conn: &memConn{Conn: local, local: t.ip, remote: dest.ip}, n: &t.streamBytes}, nil
+}
+
+func (t *MemTransport) StreamCh() <-chan net.Conn { return t.streamCh }
+
+// Shutdown takes t off the network; packets to it are lost from then on.
+func (t *MemTransport) Shutdown() error {
+	t.once.Do(func() {
+		close(t.done)
+		t.net.mu.Lock()
+		if t.net.byAddr[t.addr] == t {
+			delete(t.net.byAddr, t.addr)
+		}
+		t.net.mu.Unlock()
+	})
+	return nil
+}
+
+// memConn is one end of a pipe with TCP addresses, which memberlist logs
+// and compares.
+type memConn struct {
+	net.Conn
+	local, remote net.IP
+}
+
+func (c *memConn) LocalAddr() net.Addr  { return &net.TCPAddr{IP: c.local, Port: 7946} }
+func (c *memConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: c.remote, Port: 7946} }

@@ -1,0 +1,238 @@
+// Package client is the typed Go client of the agent's API (node/api):
+// the CLI, node-to-node calls and the test harness all use it. Every
+// request is built from the route table (api.Route), and every failed
+// request comes back as an *apierrors.StatusError
+// (k8s.io/apimachinery/pkg/api/errors), so callers test
+// apierrors.IsNotFound, IsConflict, IsInvalid or IsUnauthorized rather
+// than matching messages; the message is the agent's, unchanged.
+//
+// A request that never reached the agent (refused, timed out, a TLS
+// failure) is a *TransportError.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/starling-orchestrator/starling/node/api"
+)
+
+// Client calls one agent's API, over its unix socket or over HTTP(S).
+// It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+	// maxError bounds the error body read, in bytes.
+	maxError int64
+}
+
+// Option configures a Client (New).
+type Option func(*options)
+
+type options struct {
+	token     string
+	tls       *tls.Config
+	caPin     string
+	serverPin string
+	timeout   time.Duration
+	transport http.RoundTripper
+}
+
+// WithToken sends token as a bearer token with every request.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithPins accepts an https server only if its certificate chains to the
+// CA whose SubjectPublicKeyInfo hashes to caPin and carries the node key
+// whose SubjectPublicKeyInfo hashes to serverPin (SHA-256, hex; see
+// PinnedTLS). An https server needs pins or WithTLS.
+func WithPins(caPin, serverPin string) Option {
+	return func(o *options) { o.caPin, o.serverPin = caPin, serverPin }
+}
+
+// WithTLS uses cfg for an https server (node-to-node calls: mutual TLS
+// with node certificates).
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithTimeout bounds each whole request, body included (0: no bound;
+// the default, since logs and images stream).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithTransport sends requests through rt (tests; a dial function
+// inside a network namespace). It replaces the unix socket and TLS
+// set-up: rt must reach the server.
+func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
+
+// New returns a client of server: a unix socket path (optionally
+// "unix://PATH"), or an "https://host:port" URL ("http://host:port" for
+// an --insecure cluster).
+func New(server string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Client{token: o.token, maxError: 1 << 20}
+	var tr http.RoundTripper
+	switch {
+	case strings.HasPrefix(server, "https://"):
+		cfg := o.tls
+		if cfg == nil && o.transport == nil {
+			if o.caPin == "" || o.serverPin == "" {
+				return nil, fmt.Errorf("--server %s: the CLI checks the agent's certificate against the cluster CA and the node's key, and has no pins: write a client config with 'starling config' on that node and use it (--config or STARLING_CONFIG)", server)
+			}
+			cfg = PinnedTLS(o.caPin, o.serverPin)
+		}
+		c.base = strings.TrimRight(server, "/")
+		tr = &http.Transport{TLSClientConfig: cfg, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 30 * time.Second, IdleConnTimeout: 90 * time.Second}
+	case strings.HasPrefix(server, "http://"):
+		c.base = strings.TrimRight(server, "/")
+		tr = &http.Transport{DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext, IdleConnTimeout: 90 * time.Second}
+	case server == "":
+		return nil, errors.New("--server: empty; give a unix socket path or https://host:port")
+	case !strings.Contains(server, "/") && strings.Contains(server, ":"):
+		return nil, fmt.Errorf("--server %s: for a TCP API write https://%s; a unix socket is a path", server, server)
+	default:
+		path := strings.TrimPrefix(server, "unix://")
+		c.base = "http://starling"
+		tr = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}
+	}
+	if o.transport != nil {
+		tr = o.transport
+	}
+	c.hc = &http.Client{Transport: tr, Timeout: o.timeout}
+	return c, nil
+}
+
+// Base is the URL requests go to ("http://starling" for a unix socket).
+func (c *Client) Base() string { return c.base }
+
+// Token is the bearer token sent with every request ("": none).
+func (c *Client) Token() string { return c.token }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// TransportError is a request that got no answer from the agent: it was
+// not reachable, the connection broke, or its certificate was refused
+// (Pin is then set).
+type TransportError struct {
+	Base string
+	Err  error
+	Pin  bool // the server is not the one the pins name
+}
+
+func (e *TransportError) Error() string {
+	if e.Pin {
+		return fmt.Sprintf("the agent at %s is not the one the client config names: %v", e.Base, e.Err)
+	}
+	return fmt.Sprintf("cannot reach the agent: %v (is 'starling agent' running? set --server or STARLING_SERVER, or use a client config: --config)", e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Request sends one request on route r (its {segments} filled by args)
+// with query q (nil: none) and body (nil: none; a JSON body when not an
+// io.Reader), and returns the response when it is 2xx; the caller closes
+// its body. Any other answer is an *apierrors.StatusError.
+func (c *Client) Request(ctx context.Context, r api.Route, q url.Values, body any, args ...string) (*http.Response, error) {
+	u := c.base + r.Path(args...)
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	contentType := ""
+	switch b := body.(type) {
+	case nil:
+	case Stream:
+		rd, contentType = b.Body, b.ContentType
+	case io.Reader:
+		rd, contentType = b, "application/octet-stream"
+	default:
+		enc, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: encode request: %w", r, err)
+		}
+		rd, contentType = bytes.NewReader(enc), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		err = unwrapURL(err)
+		var cv *tls.CertificateVerificationError
+		pin := errors.Is(err, ErrPinMismatch) || errors.Is(err, ErrServerPin) || errors.As(err, &cv) || strings.Contains(err.Error(), "tls: ")
+		return nil, &TransportError{Base: c.base, Err: err, Pin: pin}
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, c.maxError))
+	var e api.Error
+	if json.Unmarshal(b, &e) != nil || e.Error == "" && e.Message == "" {
+		e = api.Error{Error: fmt.Sprintf("%s %s: %s: %s", r.Method, r.Path(args...), resp.Status, bytes.TrimSpace(b))}
+	}
+	serr := e.AsError(resp.StatusCode)
+	if resp.StatusCode == http.StatusUnauthorized && c.token != "" {
+		var se *apierrors.StatusError
+		if errors.As(serr, &se) {
+			se.ErrStatus.Message += " (the token sent was refused: check --token, STARLING_TOKEN or the client config's token; 'starling config' on a node writes a fresh config)"
+		}
+	}
+	return nil, serr
+}
+
+// Stream is a request body sent as it is, with its content type.
+type Stream struct {
+	Body        io.Reader
+	ContentType string
+}
+
+// call sends a request and decodes a JSON answer into out (when not nil).
+func (c *Client) call(ctx context.Context, r api.Route, q url.Values, in, out any, args ...string) error {
+	resp, err := c.Request(ctx, r, q, in, args...)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s: decode answer: %w", r, err)
+	}
+	return nil
+}
+
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}
