@@ -13,13 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
-
-// MaxObjectBytes bounds one stored object, as its canonical JSON: every
-// node keeps every object and gossips it whole, so one object is at most
-// what etcd lets Kubernetes store by default (1.5 MiB), rounded down.
-const MaxObjectBytes = 1 << 20
 
 // admit checks what validating each object alone cannot, before anything
 // is stored: the size of its encoding, and for a Service its requested
@@ -28,26 +24,26 @@ const MaxObjectBytes = 1 << 20
 // another Service). Objects of the batch are checked against each other
 // too. Errors name the object and the field, as kubectl's do, and list
 // every problem.
-func (a *Agent) admit(objs []manifest.Object) error {
+func (o *objects) admit(objs []manifest.Object) error {
 	var errs []error
-	for _, o := range objs {
-		b, err := manifest.Encode(o)
+	for _, obj := range objs {
+		b, err := manifest.Encode(obj)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %s/%s: %w", o.Kind, o.Namespace, o.Name, err))
+			errs = append(errs, fmt.Errorf("%s %s/%s: %w", obj.Kind, obj.Namespace, obj.Name, err))
 			continue
 		}
-		if len(b) > MaxObjectBytes {
+		if len(b) > api.MaxObjectBytes {
 			errs = append(errs, fmt.Errorf("%s %s/%s: object is %s; the limit is %s: move large data out of the manifest (for example into the image)",
-				o.Kind, o.Namespace, o.Name, humanize.IBytes(uint64(len(b))), humanize.IBytes(MaxObjectBytes)))
+				obj.Kind, obj.Namespace, obj.Name, humanize.IBytes(uint64(len(b))), humanize.IBytes(api.MaxObjectBytes)))
 		}
 	}
 	if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Service != nil }) {
-		recs, err := a.store.List(kindPrefix(manifest.KindService))
+		recs, err := o.st.List(kindPrefix(manifest.KindService))
 		if err != nil {
 			return err
 		}
 		stored, _ := liveObjects(recs)
-		if err := admitServices(objs, stored, a.cfg.ServiceCIDR); err != nil {
+		if err := admitServices(objs, stored, o.serviceCIDR); err != nil {
 			errs = append(errs, err)
 		}
 	}

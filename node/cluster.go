@@ -113,9 +113,6 @@ func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []plac
 	return nodes
 }
 
-// workloadKey is the placement key of a Deployment: "namespace/name".
-func workloadKey(namespace, name string) string { return namespace + "/" + name }
-
 // workloadsOf turns Deployments and StatefulSets into placement workloads.
 func workloadsOf(objs []manifest.Object) []placement.Workload {
 	var ws []placement.Workload
@@ -125,7 +122,7 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 		}
 		spec := specOf(o)
 		ws = append(ws, placement.Workload{
-			Key:          workloadKey(o.Namespace, o.Name),
+			Key:          reconcile.WorkloadKey(o.Namespace, o.Name),
 			Replicas:     o.Replicas(),
 			Requests:     placement.Resources{MilliCPU: spec.CPURequestMillis, MemoryBytes: spec.MemoryRequestBytes},
 			NodeSelector: o.PodTemplate().Spec.NodeSelector,
@@ -139,7 +136,7 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
 	out := make(map[string]string, len(all))
 	for _, r := range all {
-		out[r.ID] = p.Owner(workloadKey(r.Namespace, r.Workload), r.Ordinal)
+		out[r.ID] = p.Owner(reconcile.WorkloadKey(r.Namespace, r.Workload), r.Ordinal)
 	}
 	return out
 }
@@ -164,11 +161,21 @@ func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeSt
 	return out
 }
 
-// ownership is the input of reconcile.Owned for this node.
-func (a *Agent) ownership(v *view, observed []reconcile.Container, since map[string]time.Time, now time.Time) reconcile.Ownership {
-	return reconcile.Ownership{
-		Self: a.cfg.Name, All: v.all, Owner: v.owner, Observed: observed,
-		ReadyElsewhere: readyAtOwner(a.cfg.Name, v.alive, v.statuses, v.owner),
-		HandoffSince:   since, Now: now, Timeout: a.cfg.HandoffTimeout,
+// heldStatus is the node status st holds for name.
+func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
+	rec, ok, err := st.Get(statusKey(name))
+	if err != nil || !ok {
+		return NodeStatus{}, false
 	}
+	s, ok := decodeStatuses([]crdt.Record{rec}, cluster)[name]
+	return s, ok
+}
+
+// heldStatuses are the node statuses st holds, by name.
+func heldStatuses(st Store, cluster netip.Prefix) map[string]NodeStatus {
+	recs, err := st.List(statusKind + "/")
+	if err != nil {
+		return nil
+	}
+	return decodeStatuses(recs, cluster)
 }

@@ -239,12 +239,12 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config
 	if os.Getenv("STARLING_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
 	}
-	a, err := newAgent(context.Background(), cfg, log, n.rt)
+	a, err := newAgent(context.Background(), cfg, log, n.rt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.agent = a
-	n.rt.subnet = func() string { return a.currentClaim().Subnet }
+	n.rt.subnet = func() string { return a.subnets.current().Subnet }
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { defer close(n.done); a.Run(ctx) }()
@@ -306,7 +306,7 @@ func startCluster(t *testing.T, size int) []*testNode {
 			if got := n.agent.cluster.NumMembers(); got != size {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
 			}
-			v := n.agent.view()
+			v := n.agent.views.view()
 			if len(v.statuses) != size {
 				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.statuses), size)
 			}
@@ -352,7 +352,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.agent.applyObjects(objs); err != nil {
+	if _, err := n.agent.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -413,7 +413,7 @@ func testConverges(t *testing.T, size int) {
 	}
 	// Every node answers for the whole cluster.
 	for _, n := range nodes {
-		reps := n.agent.replicaView()
+		reps := n.agent.info.Replicas()
 		running := 0
 		for _, r := range reps {
 			if r.Phase == api.PhaseRunning {
@@ -428,7 +428,7 @@ func testConverges(t *testing.T, size int) {
 			// bound is about the test machine, not the product; #12's
 			// simulation on a virtual clock is where time is measured.
 			waitFor(t, 30*time.Second, func() error {
-				reps := n.agent.replicaView()
+				reps := n.agent.info.Replicas()
 				running = 0
 				for _, r := range reps {
 					if r.Phase == api.PhaseRunning {
@@ -517,8 +517,8 @@ func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
 		return nil
 	})
 	time.Sleep(1500 * time.Millisecond)
-	a0.agent.purgeTombstones()
-	a1.agent.purgeTombstones()
+	a0.agent.members.purgeTombstones()
+	a1.agent.members.purgeTombstones()
 	// a2 comes back with its stale copy: it must drop it, not spread it.
 	back := start(t, "a2", a2.dir, []string{a0.addr()}, ttl)
 	time.Sleep(2 * time.Second)
@@ -598,8 +598,8 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 	nodes := startCluster(t, 5)
 	seen := map[string]string{}
 	for _, n := range nodes {
-		c := n.agent.currentClaim()
-		if c.Subnet == "" || !n.agent.subnetIsReady() {
+		c := n.agent.subnets.current()
+		if c.Subnet == "" || !n.agent.subnets.isReady() {
 			t.Fatalf("%s has no settled subnet: %+v", n.name, c)
 		}
 		if other, dup := seen[c.Subnet]; dup {
@@ -607,16 +607,16 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 		}
 		seen[c.Subnet] = n.name
 	}
-	before := nodes[3].agent.currentClaim()
+	before := nodes[3].agent.subnets.current()
 	nodes[3].stop()
 	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *Config) { c.SubnetSettle = 200 * time.Millisecond })
 	waitFor(t, 10*time.Second, func() error {
-		if !again.agent.subnetIsReady() {
+		if !again.agent.subnets.isReady() {
 			return fmt.Errorf("restarted node has not settled its subnet")
 		}
 		return nil
 	})
-	if got := again.agent.currentClaim(); got.Subnet != before.Subnet {
+	if got := again.agent.subnets.current(); got.Subnet != before.Subnet {
 		t.Fatalf("restart changed the subnet: %s -> %s", before.Subnet, got.Subnet)
 	}
 }
@@ -648,7 +648,7 @@ func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := nodes[0].agent.forgetNode(nodes[1].name); err != nil {
+	if _, err := nodes[0].agent.info.forgetNode(nodes[1].name); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, _ := nodes[0].agent.store.Get(key)
@@ -713,7 +713,7 @@ func TestActionsNeverRestOnAStaleList(t *testing.T) {
 				}
 			}
 			n.rt.mu.Unlock()
-			n.agent.requestReconcile()
+			n.agent.replicas.requestReconcile()
 		}
 	}()
 	time.Sleep(4 * time.Second)

@@ -148,6 +148,9 @@ type Config struct {
 
 	// dryRunOut receives the dry-run output (nil: stdout); for tests.
 	dryRunOut io.Writer
+	// memoryStore keeps the desired state in memory (store.Memory)
+	// instead of badger on disk; for in-process simulations.
+	memoryStore bool
 	// tuneGossip, when set, adjusts the gossip configuration (in-process
 	// tests use it for loopback ports and fast timers).
 	tuneGossip func(*gossip.Config)

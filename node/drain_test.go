@@ -8,7 +8,7 @@ import (
 )
 
 func TestDrainDelayOnlyForRunningReplicasWithGrace(t *testing.T) {
-	a := &Agent{cfg: DefaultConfig()}
+	delay := DefaultConfig().DrainDelay
 	running := reconcile.Container{State: reconcile.StateRunning, GracePeriod: 30 * time.Second}
 	exited := reconcile.Container{State: reconcile.StateExited, GracePeriod: 30 * time.Second}
 	fenced := reconcile.Container{State: reconcile.StateRunning} // grace 0: fencing kill
@@ -25,7 +25,7 @@ func TestDrainDelayOnlyForRunningReplicasWithGrace(t *testing.T) {
 		{"a create has nothing to drain", reconcile.Action{Type: reconcile.Create}, 0},
 	}
 	for _, c := range cases {
-		if got := a.drainDelay(c.act); got != c.want {
+		if got := drainDelay(c.act, delay); got != c.want {
 			t.Errorf("%s: drainDelay = %v, want %v", c.name, got, c.want)
 		}
 	}

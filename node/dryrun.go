@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
@@ -61,50 +64,97 @@ func (dryRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(
 	return nil
 }
 
-func (a *Agent) dryRunOut() io.Writer {
-	if a.cfg.dryRunOut != nil {
-		return a.cfg.dryRunOut
-	}
-	return os.Stdout
+// printer writes the dry run's sections (a header line, then a body) to
+// out, each only when it differs from what it printed last of that kind.
+// The route and rule syncers of a dry-run agent are printers: the same
+// loops that apply routes and rules on a real node print them here.
+type printer struct {
+	out  io.Writer
+	mu   sync.Mutex
+	last map[string]string
 }
 
-// dryRunLoop prints the would-be subnet, routes and Service rules when
-// they change: on store and membership changes and every second.
-func (a *Agent) dryRunLoop(ctx context.Context) {
+func newPrinter(out io.Writer) *printer {
+	if out == nil {
+		out = os.Stdout
+	}
+	return &printer{out: out, last: map[string]string{}}
+}
+
+// print writes section (header line, body) of kind when it changed.
+func (p *printer) print(kind, section string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last[kind] == section {
+		return
+	}
+	p.last[kind] = section
+	header, body, _ := strings.Cut(section, "\n")
+	fmt.Fprint(p.out, comment(time.Now(), header)+body)
+}
+
+// routes is the route applier of a dry run: it prints the routes.
+func (p *printer) routes(rs []route.Route) (route.Change, error) {
+	p.print("routes", dryRunRoutes(rs))
+	return route.Change{}, nil
+}
+
+// Sync is the rule syncer of a dry run: it prints the rules.
+func (p *printer) Sync(_ context.Context, ports []service.Port, cfg service.Config) (bool, error) {
+	p.print("rules", dryRunRules(ports, cfg))
+	return false, nil
+}
+
+// bridgeNFLoaded reports whether br_netfilter is loaded: where it is, a
+// real agent turns bridge-nf-call-iptables on, so only its absence means
+// masquerading all Service traffic (the dry run's view of bridgeNFOn).
+func bridgeNFLoaded() bool {
+	_, err := os.Stat(preflight.BridgeNFCallIPTables)
+	return err == nil
+}
+
+// dryRun is the loop only a dry-run agent runs: once the node holds the
+// cluster's state, it withdraws any ready record of its name, prints the
+// pod subnet it would claim whenever that changes, and opens ready for
+// the printing route and rule loops.
+type dryRun struct {
+	self    string
+	fixed   string // --pod-subnet
+	cluster *net.IPNet
+	store   Store
+	clock   *hlc.Clock
+	members *members
+	subnets *subnets
+	status  *self
+	views   *views
+	print   *printer
+	log     *slog.Logger
+	ready   chan struct{}
+}
+
+func (d *dryRun) loop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-a.synced:
+	case <-d.members.synced:
 	}
-	a.withdrawOwnRecord()
+	d.withdrawOwnRecord()
 	// Let the records the join brought arrive, so the first print is not
 	// of a half-known cluster (and a record of this name that came with
 	// them is withdrawn too).
-	a.waitForState(ctx)
-	a.withdrawOwnRecord()
+	waitForState(ctx, d.views.changed)
+	d.withdrawOwnRecord()
 	var claim ipam.Claim
-	var last [3]string
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
-		changed := a.views.changed()
+	for first := true; ; first = false {
+		changed := d.views.changed()
 		var note string
-		claim, note = a.dryRunClaim(claim)
-		a.subnetMu.Lock()
-		a.subnet = claim // in memory only, for desiredRoutes; never published
-		a.subnetMu.Unlock()
-		sections := [3]string{dryRunSubnet(claim, note, a.cfg.ClusterCIDR), dryRunRoutes(a.desiredRoutes()), a.dryRunRules()}
-		var out strings.Builder
-		now := time.Now()
-		for i, s := range sections {
-			if s != last[i] {
-				out.WriteString(comment(now, strings.SplitN(s, "\n", 2)[0]))
-				out.WriteString(strings.SplitN(s, "\n", 2)[1])
-				last[i] = s
-			}
-		}
-		if out.Len() > 0 {
-			fmt.Fprint(a.dryRunOut(), out.String())
+		claim, note = d.claim(claim)
+		d.subnets.set(claim, false) // in memory only, for the routes; never published
+		d.print.print("subnet", dryRunSubnet(claim, note, d.cluster.String()))
+		if first {
+			close(d.ready)
 		}
 		select {
 		case <-ctx.Done():
@@ -118,8 +168,8 @@ func (a *Agent) dryRunLoop(ctx context.Context) {
 // withdrawOwnRecord republishes an existing record of this node's name as
 // not ready and without replicas, so peers stop placing replicas on it
 // and routing to it.
-func (a *Agent) withdrawOwnRecord() {
-	rec, ok, err := a.store.Get(statusKey(a.cfg.Name))
+func (d *dryRun) withdrawOwnRecord() {
+	rec, ok, err := d.store.Get(statusKey(d.self))
 	if err != nil || !ok || rec.Deleted {
 		return
 	}
@@ -127,41 +177,36 @@ func (a *Agent) withdrawOwnRecord() {
 	if json.Unmarshal(rec.Value, &s) != nil || !s.SubnetReady && len(s.Replicas) == 0 {
 		return
 	}
-	a.subnetMu.Lock()
-	a.subnet = ipam.Claim{Node: a.cfg.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
-	a.subnetMu.Unlock()
-	a.log.Warn("dry run: the cluster holds a ready record of this node's name; republishing it as not ready so peers neither place replicas here nor route here",
+	d.subnets.set(ipam.Claim{Node: d.self, Subnet: s.PodSubnet, Since: s.SubnetSince}, false)
+	d.log.Warn("dry run: the cluster holds a ready record of this node's name; republishing it as not ready so peers neither place replicas here nor route here",
 		"subnet", s.PodSubnet)
-	a.publishStatus(nil)
+	d.status.publishStatus(nil)
 }
 
-// dryRunClaim is the subnet claimSubnet would settle on now, given the
-// last answer (kept while nobody else claims it), without publishing or
+// claim is the subnet claimSubnet would settle on now, given the last
+// answer (kept while nobody else claims it), without publishing or
 // persisting anything. note explains a conflict.
-func (a *Agent) dryRunClaim(prev ipam.Claim) (claim ipam.Claim, note string) {
-	others := a.otherClaims()
+func (d *dryRun) claim(prev ipam.Claim) (claim ipam.Claim, note string) {
+	others := d.subnets.others()
 	claim = prev
 	if claim.Subnet == "" {
-		if b, ok, err := a.store.GetMeta(metaSubnet); err == nil && ok {
-			json.Unmarshal(b, &claim)
-		}
+		claim = d.subnets.kept()
 	}
-	if a.cfg.PodSubnet != "" && claim.Subnet != a.cfg.PodSubnet {
-		claim = ipam.Claim{Node: a.cfg.Name, Subnet: a.cfg.PodSubnet, Since: a.clock.Now()}
+	if d.fixed != "" && claim.Subnet != d.fixed {
+		claim = ipam.Claim{Node: d.self, Subnet: d.fixed, Since: d.clock.Now()}
 	}
-	claim.Node = a.cfg.Name
+	claim.Node = d.self
 	who, lost := ipam.Lost(claim, others)
 	// A subnet this run picked is only hypothetical: anyone else's claim
 	// on it counts, whatever its time.
-	taken := ipam.Taken(others)[claim.Subnet] && a.cfg.PodSubnet == ""
+	taken := ipam.Taken(others)[claim.Subnet] && d.fixed == ""
 	switch {
-	case claim.Subnet == "" || (lost || taken) && a.cfg.PodSubnet == "":
-		_, cluster, _ := net.ParseCIDR(a.cfg.ClusterCIDR)
-		sub, err := ipam.Pick(cluster, a.cfg.Name, ipam.Taken(others))
+	case claim.Subnet == "" || (lost || taken) && d.fixed == "":
+		sub, err := ipam.Pick(d.cluster, d.self, ipam.Taken(others))
 		if err != nil {
 			return ipam.Claim{}, err.Error()
 		}
-		return ipam.Claim{Node: a.cfg.Name, Subnet: sub.String(), Since: a.clock.Now()}, ""
+		return ipam.Claim{Node: d.self, Subnet: sub.String(), Since: d.clock.Now()}, ""
 	case lost:
 		return claim, fmt.Sprintf("conflict: node %s claimed it earlier; a real start would refuse to run pods on it until --pod-subnet is fixed", who)
 	}
@@ -207,13 +252,9 @@ func dryRunRoutes(rs []route.Route) string {
 	return b.String()
 }
 
-// dryRunRules is the Service rules text a real agent would restore. Where
-// br_netfilter is loaded the agent turns bridge-nf-call-iptables on, so
-// only its absence means masquerading all Service traffic.
-func (a *Agent) dryRunRules() string {
-	ports := a.view().ports
-	_, statErr := os.Stat(preflight.BridgeNFCallIPTables)
-	text := service.Rules(ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: statErr != nil}, nil)
+// dryRunRules is the Service rules text a real agent would restore.
+func dryRunRules(ports []service.Port, cfg service.Config) string {
+	text := service.Rules(ports, cfg, nil)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Service rules this node would apply (%d service ports), with iptables-restore --noflush, after:\n", len(ports))
 	for _, j := range service.JumpCommands() {

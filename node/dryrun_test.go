@@ -33,7 +33,7 @@ func (s *syncBuffer) String() string {
 func TestDryRunPrintsSubnetRoutesAndServiceRulesAndTakesNothing(t *testing.T) {
 	a0 := start(t, "a0", t.TempDir(), nil)
 	waitFor(t, 10*time.Second, func() error {
-		if !a0.agent.subnetIsReady() {
+		if !a0.agent.subnets.isReady() {
 			return fmt.Errorf("a0 has not settled its subnet")
 		}
 		return nil
@@ -49,13 +49,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a0.agent.applyObjects(svc); err != nil {
+	if _, err := a0.agent.objects.store(svc); err != nil {
 		t.Fatal(err)
 	}
 
 	out := &syncBuffer{}
 	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
-	a0Subnet := a0.agent.currentClaim().Subnet
+	a0Subnet := a0.agent.subnets.current().Subnet
 	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
 	waitFor(t, 20*time.Second, func() error {
@@ -68,7 +68,7 @@ spec:
 		}
 		return nil
 	})
-	claim := dry.agent.currentClaim().Subnet
+	claim := dry.agent.subnets.current().Subnet
 	if claim == "" || claim == a0Subnet || !strings.Contains(out.String(), "\n"+claim+"\n") {
 		t.Fatalf("dry run would claim %q (a0 holds %s):\n%s", claim, a0Subnet, out)
 	}
@@ -84,11 +84,11 @@ spec:
 	if storedValue(a0, statusKey("dry")) != "" {
 		t.Fatal("a0 holds a node record of the dry-run node")
 	}
-	for _, c := range a0.agent.otherClaims() {
+	for _, c := range a0.agent.subnets.others() {
 		t.Fatalf("a0 sees a subnet claim: %+v", c)
 	}
-	if dry.rt.created != 0 || dry.agent.subnetIsReady() {
-		t.Fatalf("dry-run node created %d containers, subnet ready %v", dry.rt.created, dry.agent.subnetIsReady())
+	if dry.rt.created != 0 || dry.agent.subnets.isReady() {
+		t.Fatalf("dry-run node created %d containers, subnet ready %v", dry.rt.created, dry.agent.subnets.isReady())
 	}
 
 	// A change is printed again: the Service deleted, its rules go; the
@@ -118,17 +118,17 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	dir := t.TempDir()
 	a1 := start(t, "a1", dir, []string{a0.addr()})
 	waitFor(t, 10*time.Second, func() error {
-		if v := a0.agent.view(); !v.statuses["a1"].SubnetReady {
+		if v := a0.agent.views.view(); !v.statuses["a1"].SubnetReady {
 			return fmt.Errorf("a0 does not see a1 ready yet")
 		}
 		return nil
 	})
-	subnet := a1.agent.currentClaim().Subnet
+	subnet := a1.agent.subnets.current().Subnet
 	a1.stop()
 	out := &syncBuffer{}
 	start(t, "a1", dir, []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
 	waitFor(t, 10*time.Second, func() error {
-		if s := a0.agent.view().statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
+		if s := a0.agent.views.view().statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
 			return fmt.Errorf("a0 sees a1 as %+v, want not ready, subnet %s", s, subnet)
 		}
 		return nil

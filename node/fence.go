@@ -2,14 +2,53 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
+
+// quorum is this node's knowledge of whether it sees a majority of the
+// known nodes (fencing), from its own pings, and the settling that follows
+// a gap (selfBack). It owns its lock.
+type quorum struct {
+	self            string
+	fenceTimeout    time.Duration
+	rejoinSettle    time.Duration
+	failoverTimeout time.Duration
+	drainDelay      time.Duration
+	started         time.Time
+	cluster         *gossip.Cluster
+	members         *members
+	log             *slog.Logger
+	kick            func()
+
+	pinged chan struct{} // closed after the first round of pings
+
+	mu sync.Mutex
+	// has is the last quorum state noted; acks are the peers' answers
+	// to the pings (loop).
+	has  bool
+	acks peerAcks
+	// selfBack is when this node came back to the cluster after its
+	// agent did not run for longer than --fence-timeout (stopped,
+	// starved: the ping loop saw the gap, or its fence lease ran out
+	// while a renewal was due). For --rejoin-settle after it, its view
+	// of who runs which StatefulSet replica is stale, so it starts none
+	// (quorum Unknown: what runs is kept).
+	selfBack time.Time
+	// leaseDeadline is the deadline of the last fence lease written
+	// (watchdog.go); zero when none is pending.
+	leaseDeadline time.Time
+}
+
+func newQuorum(cfg Config, started time.Time, log *slog.Logger) *quorum {
+	return &quorum{self: cfg.Name, fenceTimeout: cfg.FenceTimeout, rejoinSettle: cfg.RejoinSettle, failoverTimeout: cfg.FailoverTimeout,
+		drainDelay: cfg.DrainDelay, started: started, log: log, pinged: make(chan struct{}), acks: newPeerAcks()}
+}
 
 // fencing builds reconcile.Fence's input from this node's view.
 //
@@ -34,18 +73,22 @@ import (
 // member whose going down this agent has not recorded yet counts as down
 // since now; a node memberlist does not know at all, since this agent
 // started).
-func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
-	known := map[string]bool{a.cfg.Name: true}
+func (q *quorum) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
+	known := map[string]bool{q.self: true}
 	for name := range v.statuses {
 		known[name] = true
 	}
 	up, member := map[string]bool{}, map[string]bool{}
 	seen := 1
-	members := a.cluster.Members()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	members := q.cluster.Members()
+	settling := map[string]bool{}
 	for _, m := range members {
-		if m.Name == a.cfg.Name {
+		settling[m.Name] = q.members.settling(m.Name)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range members {
+		if m.Name == q.self {
 			continue
 		}
 		member[m.Name] = true
@@ -53,35 +96,34 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			up[m.Name] = true
 			known[m.Name] = true
 		}
-		_, settling := a.memberBack[m.Name]
-		if m.State == gossip.StateAlive && !settling && a.peerAcks.counts(m.Name, now, a.cfg.FenceTimeout, a.cfg.RejoinSettle) {
+		if m.State == gossip.StateAlive && !settling[m.Name] && q.acks.counts(m.Name, now, q.fenceTimeout, q.rejoinSettle) {
 			seen++
 		}
 	}
 	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, len(known)), Held: map[string]map[int]bool{}, Observed: observed}
 	select {
-	case <-a.pinged:
+	case <-q.pinged:
 	default:
 		f.Unknown = true // the first round of pings after joining has not run yet
 	}
-	a.checkLeaseLapse(now)
-	if !a.selfBack.IsZero() && now.Sub(a.selfBack) < a.cfg.RejoinSettle {
+	q.checkLeaseLapse(now)
+	if !q.selfBack.IsZero() && now.Sub(q.selfBack) < q.rejoinSettle {
 		f.Unknown = true // back from being cut off: the view is not the majority's yet
 	}
 	for name, s := range v.statuses {
-		if name == a.cfg.Name {
+		if name == q.self {
 			continue
 		}
 		if !up[name] {
-			since, ok := a.memberDown[name]
+			since, ok := q.members.downSince(name)
 			switch {
 			case ok:
 			case member[name]:
 				since = now // went down after this view was read
 			default:
-				since = a.started
+				since = q.started
 			}
-			if now.Sub(since) >= a.cfg.FailoverTimeout {
+			if now.Sub(since) >= q.failoverTimeout {
 				continue
 			}
 		}
@@ -101,83 +143,83 @@ func (a *Agent) fencing(v *view, observed []reconcile.Container, now time.Time) 
 
 // noteQuorum records whether this node has a quorum (f, once known) and
 // logs its changes.
-func (a *Agent) noteQuorum(f reconcile.Fencing, seen, known int) {
+func (q *quorum) note(f reconcile.Fencing, seen, known int) {
 	if f.Unknown {
 		return
 	}
-	a.mu.Lock()
-	changed := f.Quorum != a.quorum
+	q.mu.Lock()
+	changed := f.Quorum != q.has
 	// A quorum regained after a partition needs no settling of its own:
 	// the peers it sees again count only after --rejoin-settle
 	// (memberBack, peerAcks), time in which this node takes their state.
-	a.quorum = f.Quorum
-	a.mu.Unlock()
+	q.has = f.Quorum
+	q.mu.Unlock()
 	if changed && f.Quorum {
-		a.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
+		q.log.Info("quorum: this node sees a majority; StatefulSet replicas may run here", "seen", seen, "known", known)
 	} else if changed {
-		a.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
+		q.log.Warn("quorum lost: this node sees no majority; killing its StatefulSet replicas", "seen", seen, "known", known)
 	}
 }
 
-// quorumLoop pings every live member once a second and records the acks
+// loop pings every live member once a second and records the acks
 // (see fencing); it asks for a reconcile when a member's answers start or
 // stop counting. It starts once the node has joined and synced, and its
 // first round decides whether the quorum is known.
-func (a *Agent) quorumLoop(ctx context.Context) {
+func (q *quorum) loop(ctx context.Context, synced <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-a.synced:
+	case <-synced:
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	fresh := map[string]bool{}
 	last := time.Now()
 	for first := true; ; first = false {
-		if gap := time.Since(last); gap > a.cfg.FenceTimeout+time.Second {
+		if gap := time.Since(last); gap > q.fenceTimeout+time.Second {
 			// This loop did not run: the agent was stopped or starved, and
 			// its peers may have started its StatefulSet replicas since.
-			a.mu.Lock()
-			a.noteBack(time.Now())
-			a.mu.Unlock()
-			a.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
+			q.mu.Lock()
+			q.noteBack(time.Now())
+			q.mu.Unlock()
+			q.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
 		}
 		last = time.Now()
 		var wg sync.WaitGroup
-		for _, m := range a.cluster.Members() {
-			if m.Name == a.cfg.Name || !m.State.Up() {
+		for _, m := range q.cluster.Members() {
+			if m.Name == q.self || !m.State.Up() {
 				continue
 			}
 			wg.Add(1)
 			go func(name string) {
 				defer wg.Done()
-				if _, err := a.cluster.Ping(name); err == nil {
-					a.mu.Lock()
+				if _, err := q.cluster.Ping(name); err == nil {
+					q.mu.Lock()
 					// A member first heard of while this node has no
 					// quorum may be the majority it was cut off from
 					// (an agent restarted inside a partition).
-					if a.peerAcks.ack(name, time.Now(), a.cfg.FenceTimeout, !first && !a.quorum) {
-						time.AfterFunc(a.cfg.RejoinSettle+10*time.Millisecond, a.requestReconcile)
+					if q.acks.ack(name, time.Now(), q.fenceTimeout, !first && !q.has) {
+						time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
 					}
-					a.mu.Unlock()
+					q.mu.Unlock()
 				}
 			}(m.Name)
 		}
 		wg.Wait()
 		if first {
-			close(a.pinged)
+			close(q.pinged)
 		}
 		now := time.Now()
 		changed := false
-		a.mu.Lock()
-		for name, at := range a.peerAcks.last {
-			if f := now.Sub(at) < a.cfg.FenceTimeout; f != fresh[name] {
+		q.mu.Lock()
+		for name, at := range q.acks.last {
+			if f := now.Sub(at) < q.fenceTimeout; f != fresh[name] {
 				fresh[name], changed = f, true
 			}
 		}
-		a.mu.Unlock()
+		q.mu.Unlock()
 		if changed || first {
-			a.requestReconcile()
+			q.kick()
 		}
 		select {
 		case <-ctx.Done():
@@ -192,7 +234,7 @@ func (a *Agent) quorumLoop(ctx context.Context) {
 // this node (or this node from it): what either side wrote meanwhile has
 // not reached the other, so it counts again only once it has answered
 // for the settle time (--rejoin-settle), as a member back from dead does.
-// Not safe for concurrent use (the agent's mu guards it).
+// Not safe for concurrent use (quorum's mu guards it).
 type peerAcks struct {
 	last map[string]time.Time // last answer
 	back map[string]time.Time // when answers resumed after a silence
@@ -231,76 +273,37 @@ func (p *peerAcks) counts(name string, now time.Time, timeout, settle time.Durat
 	return true
 }
 
-// statefulWorkloads is the set of StatefulSet workload keys in v.
-func statefulWorkloads(v *view) map[string]bool {
-	out := map[string]bool{}
-	for _, o := range v.workloads {
-		if o.Kind == manifest.KindStatefulSet {
-			out[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
-		}
-	}
-	return out
-}
-
 // statefulGrace bounds the grace period of a StatefulSet replica's stop:
 // a stop that began before a partition must still end before the majority
 // side starts a replacement, which is at least --failover-timeout after
 // failure detection. It leaves --fence-timeout, --drain-delay and 2 s of
 // margin out of --failover-timeout.
-func (a *Agent) statefulGrace() time.Duration {
-	return max(0, a.cfg.FailoverTimeout-a.cfg.FenceTimeout-a.cfg.DrainDelay-2*time.Second)
-}
-
-// stopStatefulReplicas stops this node's StatefulSet replicas on a clean
-// shutdown, all at once, and publishes the node's status without them.
-// Other containers keep running for the restarted agent to adopt, but a
-// StatefulSet replica of a node that left starts elsewhere after
-// --failover-timeout, and a stopped agent cannot fence: stopping it now
-// keeps "at most one" through upgrades and restarts that take longer.
-func (a *Agent) stopStatefulReplicas() {
-	a.wg.Wait() // actions in flight end first
-	v := a.view()
-	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	observed, err := a.rt.List(listCtx)
-	cancel()
-	if err != nil {
-		a.log.Warn("stop StatefulSet replicas: list containers", "err", err)
-		return
-	}
-	stateful := statefulWorkloads(v)
-	var wg sync.WaitGroup
-	for _, c := range observed {
-		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
-			continue
-		}
-		c.GracePeriod = min(c.GracePeriod, a.statefulGrace())
-		wg.Add(1)
-		go func(c reconcile.Container) {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), c.GracePeriod+10*time.Second)
-			defer cancel()
-			act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
-			if err := a.rt.Execute(ctx, act); err != nil {
-				a.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
-				return
-			}
-			a.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
-		}(c)
-	}
-	wg.Wait()
-	listCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if left, err := a.rt.List(listCtx); err == nil {
-		a.publishStatus(a.localReplicas(left, nil, a.probeSpecs(v, left)))
-	}
+func (q *quorum) statefulGrace() time.Duration {
+	return max(0, q.failoverTimeout-q.fenceTimeout-q.drainDelay-2*time.Second)
 }
 
 // noteBack records that this node came back to the cluster at now (see
 // selfBack) and asks for a reconcile when the settling ends, so what
-// waited for it starts then. Called with a.mu held.
-func (a *Agent) noteBack(now time.Time) {
-	a.selfBack = now
-	time.AfterFunc(a.cfg.RejoinSettle+10*time.Millisecond, a.requestReconcile)
+// waited for it starts then. Called with q.mu held.
+func (q *quorum) noteBack(now time.Time) {
+	q.selfBack = now
+	time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
+}
+
+// forLease is what a lease renewal at now needs: whether this node holds
+// the quorum (after looking for a lapsed lease, checkLeaseLapse).
+func (q *quorum) forLease(now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.checkLeaseLapse(now)
+	return q.has
+}
+
+// leased records the deadline of the lease just written.
+func (q *quorum) leased(deadline time.Time) {
+	q.mu.Lock()
+	q.leaseDeadline = deadline
+	q.mu.Unlock()
 }
 
 // checkLeaseLapse notes this node as back (noteBack) when its last fence
@@ -308,14 +311,14 @@ func (a *Agent) noteBack(now time.Time) {
 // that long, its watchdog may have killed its StatefulSet replicas and
 // its peers may have started them. Whoever looks first after such a gap
 // (a reconcile, or the renewal) sees it, before anything is started on a
-// view from before the gap. Called with a.mu held.
-func (a *Agent) checkLeaseLapse(now time.Time) {
-	if !a.leaseDeadline.IsZero() && now.After(a.leaseDeadline) {
-		a.leaseDeadline = time.Time{}
-		if !a.quorum {
+// view from before the gap. Called with q.mu held.
+func (q *quorum) checkLeaseLapse(now time.Time) {
+	if !q.leaseDeadline.IsZero() && now.After(q.leaseDeadline) {
+		q.leaseDeadline = time.Time{}
+		if !q.has {
 			return // fenced: no renewal was due; regaining the quorum settles
 		}
-		a.noteBack(now)
-		a.log.Warn("this node's fence lease ran out before it was renewed (the agent was stopped or starved): StatefulSet replicas start again only after --rejoin-settle")
+		q.noteBack(now)
+		q.log.Warn("this node's fence lease ran out before it was renewed (the agent was stopped or starved): StatefulSet replicas start again only after --rejoin-settle")
 	}
 }

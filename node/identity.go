@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // Node identity. Every node has its own Ed25519 key pair (RFC 8032), made
@@ -73,7 +72,7 @@ func keyID(pub []byte) string {
 type identity struct {
 	name  string
 	key   ed25519.PrivateKey
-	store *store.Store
+	store Store
 }
 
 // public is this node's public key.

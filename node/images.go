@@ -8,23 +8,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/errdefs"
 	"github.com/distribution/reference"
-	"github.com/dustin/go-humanize"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/runtime"
-	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // Image records say which content an image name stands for in the
@@ -74,12 +74,34 @@ func checkImage(key string, value []byte) *rejection {
 	return nil
 }
 
+// images is this node's image store as the API and the runtime see it:
+// imports through the API (each name's digest recorded for the cluster),
+// blobs served to peers, and the peers to pull an image from. It
+// implements apiserver.Images.
+type images struct {
+	self     string
+	maxBytes int64 // --max-image-size
+	rt       Runtime
+	store    Store
+	clock    *hlc.Clock
+	views    *views
+	cluster  *gossip.Cluster
+	peers    *peers
+	publish  func(...crdt.Record) error
+	// imported is called after an import (failures are reset, reconcile
+	// asked for).
+	imported func()
+	log      *slog.Logger
+}
+
+var _ apiserver.Images = (*images)(nil)
+
 // publishImages records the digests of images just imported through the
 // API on this node.
-func (a *Agent) publishImages(ctx context.Context, names []string) error {
+func (im *images) publishImages(ctx context.Context, names []string) error {
 	var recs []crdt.Record
 	for _, n := range names {
-		d, err := a.rt.ImageDigest(ctx, n)
+		d, err := im.rt.ImageDigest(ctx, n)
 		if err != nil {
 			return fmt.Errorf("digest of %s: %w", n, err)
 		}
@@ -88,19 +110,19 @@ func (a *Agent) publishImages(ctx context.Context, names []string) error {
 			return err
 		}
 		key := imageKey(n)
-		if old, ok, err := a.store.Get(key); err == nil && ok {
+		if old, ok, err := im.store.Get(key); err == nil && ok {
 			if !old.Deleted && string(old.Value) == string(b) {
 				continue
 			}
-			a.clock.Update(old.Version)
+			im.clock.Update(old.Version)
 		}
-		recs = append(recs, crdt.Record{Key: key, Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
+		recs = append(recs, crdt.Record{Key: key, Value: b, Version: im.clock.Now(), Origin: im.self})
 	}
-	return a.publish(recs...)
+	return im.publish(recs...)
 }
 
 // recordedDigest returns the digest the cluster recorded for image name.
-func recordedDigest(st *store.Store, name string) (string, bool) {
+func recordedDigest(st Store, name string) (string, bool) {
 	rec, ok, err := st.Get(imageKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return "", false
@@ -112,89 +134,58 @@ func recordedDigest(st *store.Store, name string) (string, bool) {
 	return ir.Digest, true
 }
 
-func (a *Agent) handleImageImport(w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
-	body := &limitedImage{r: r.Body, limit: a.cfg.MaxImageBytes, rc: rc}
-	names, err := a.rt.ImportImages(r.Context(), body)
-	if err != nil || body.over {
-		// The connection closes after the answer, with the idle
-		// deadline left in place: nothing waits on the rest.
-		w.Header().Set("Connection", "close")
-	} else {
-		rc.SetReadDeadline(time.Time{})
+// Import loads an image tarball into containerd and records the digest
+// of every name it held for the cluster. A tarball containerd refuses is
+// the caller's fault (the error is passed on, for a 400).
+func (im *images) Import(ctx context.Context, tarball io.Reader) ([]api.Image, error) {
+	names, err := im.rt.ImportImages(ctx, tarball)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case body.over:
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("image import: the tarball is over %s, the limit of node %s (agent --max-image-size)",
-			humanize.IBytes(uint64(a.cfg.MaxImageBytes)), a.cfg.Name))
-		return
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		writeError(w, http.StatusRequestTimeout, fmt.Errorf("image import: no data for %s; the upload was cut", bodyIdleTimeout))
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, err)
-		return
+	if err := im.publishImages(ctx, names); err != nil {
+		return nil, api.Errorf(http.StatusInternalServerError, "image import: imported %s but could not record their digests for the cluster: %v", strings.Join(names, ", "), err)
 	}
-	if err := a.publishImages(r.Context(), names); err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("image import: imported %s but could not record their digests for the cluster: %w", strings.Join(names, ", "), err))
-		return
-	}
-	a.acts.resetFailures()
-	a.requestReconcile()
-	out := api.ImageList{Items: []api.Image{}}
+	im.imported()
+	out := []api.Image{}
 	for _, n := range names {
-		out.Items = append(out.Items, api.Image{Name: n})
+		out = append(out, api.Image{Name: n})
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
-// handleImageBlob serves blob {digest} of this node's content store (a
-// manifest, config or layer), for peers pulling an image
-// (runtime.fetchFromPeers): content-addressed, so the puller checks what
-// it gets against the digest it asked for.
-func (a *Agent) handleImageBlob(w http.ResponseWriter, r *http.Request) {
-	d, err := digest.Parse(r.PathValue("digest"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("digest: %v (want sha256:<64 hex digits>)", err))
-		return
+// List lists this node's images.
+func (im *images) List(ctx context.Context) ([]api.Image, error) { return im.rt.Images(ctx) }
+
+// WriteBlob writes content blob d of this node's store to w (a peer
+// pulling an image).
+func (im *images) WriteBlob(ctx context.Context, d digest.Digest, size func(int64), w io.Writer) error {
+	err := im.rt.WriteBlob(ctx, d, size, w)
+	if err != nil && !errdefs.IsNotFound(err) {
+		im.log.Warn("image blob not served whole", "digest", d, "err", err)
 	}
-	started := false
-	err = a.rt.WriteBlob(r.Context(), d, func(size int64) {
-		started = true
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	}, w)
-	switch {
-	case err == nil:
-	case !started && errdefs.IsNotFound(err):
-		writeError(w, http.StatusNotFound, fmt.Errorf("node %s holds no blob %s", a.cfg.Name, d))
-	case !started:
-		writeError(w, http.StatusInternalServerError, err)
-	default:
-		a.log.Warn("image blob not served whole", "digest", d, "err", err)
-	}
+	return err
 }
 
 // imageSources returns the digest the cluster recorded for image ref
 // (images.go) and the live peers to fetch it from, nearest first by
 // Vivaldi RTT estimate (peerGet). An image the cluster has no record of
 // is not taken from peers.
-func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
+func (im *images) sources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
 	// The record is gossiped at import, like the workload that names
 	// the image; if the workload came first, give the record a moment.
-	want, ok := recordedDigest(a.store, ref)
+	want, ok := recordedDigest(im.store, ref)
 	for wait := 0; !ok && wait < 15; wait++ {
 		select {
 		case <-ctx.Done():
 			return "", nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		want, ok = recordedDigest(a.store, ref)
+		want, ok = recordedDigest(im.store, ref)
 	}
 	if !ok {
 		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
 	}
-	v := a.view()
+	v := im.views.view()
 	type peer struct {
 		name   string
 		status NodeStatus
@@ -202,13 +193,13 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 	}
 	var peers []peer
 	for name, s := range v.statuses {
-		if name == a.cfg.Name || !v.alive[name] {
+		if name == im.self || !v.alive[name] {
 			continue
 		}
-		if _, ok := a.peerAPI(name, s); !ok && a.trust == nil {
+		if _, ok := im.peers.api(name, s); !ok && im.peers.trust == nil {
 			continue // --insecure: only peers with a TCP API serve images
 		}
-		rtt, ok := a.cluster.RTT(name)
+		rtt, ok := im.cluster.RTT(name)
 		if !ok {
 			rtt = time.Hour
 		}
@@ -232,18 +223,39 @@ func (a *Agent) imageSources(ctx context.Context, ref string) (string, []runtime
 			// A peer that stalls is given up on after bodyIdleTimeout
 			// without data, so the next one gets its turn.
 			ctx, cancel := context.WithCancel(ctx)
-			idle := time.AfterFunc(bodyIdleTimeout, cancel)
-			resp, err := a.peerGet(ctx, p.name, p.status, d)
+			idle := time.AfterFunc(apiserver.IdleTimeout, cancel)
+			resp, err := im.peers.blob(ctx, p.name, p.status, d)
 			if err != nil {
 				idle.Stop()
 				cancel()
 				return nil, fmt.Errorf("blob %s: %w", d, err)
 			}
 			if d.String() == want {
-				a.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
+				im.log.Info("fetching image from peer", "image", ref, "digest", want, "peer", p.name, "rtt", p.rtt)
 			}
-			return &peerImage{limitedImage: limitedImage{r: resp.Body, limit: a.cfg.MaxImageBytes, total: &total}, body: resp.Body, idle: idle, cancel: cancel}, nil
+			return &peerImage{Limited: apiserver.Limited{R: resp.Body, Limit: im.maxBytes, Total: &total}, body: resp.Body, idle: idle, cancel: cancel}, nil
 		}})
 	}
 	return want, out, nil
+}
+
+// peerImage is an image blob streamed from a peer: bounded like an
+// upload, and abandoned when no data comes for apiserver.IdleTimeout
+// (idle cancels the request; every read re-arms it).
+type peerImage struct {
+	apiserver.Limited
+	body   io.Closer
+	idle   *time.Timer
+	cancel func()
+}
+
+func (p *peerImage) Read(b []byte) (int, error) {
+	p.idle.Reset(apiserver.IdleTimeout)
+	return p.Limited.Read(b)
+}
+
+func (p *peerImage) Close() error {
+	p.idle.Stop()
+	p.cancel()
+	return p.body.Close()
 }

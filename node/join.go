@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -259,10 +258,10 @@ func advertisedIPs(cfg Config) []netip.Addr {
 
 // listenPeers opens the peer listener: TLS on the gossip bind address,
 // port peerPort (an ephemeral port when gossip's is).
-func (a *Agent) listenPeers() (net.Listener, error) {
-	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
+func listenPeers(bind string, t *trust) (net.Listener, error) {
+	host, port, err := splitHostPort(bind, 7946)
 	if err != nil {
-		return nil, fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
+		return nil, fmt.Errorf("--bind %q: %w", bind, err)
 	}
 	if port != 0 {
 		port = peerPort(port)
@@ -272,20 +271,7 @@ func (a *Agent) listenPeers() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer listener (join and TLS between nodes, the gossip port + 1) on %s: %w", addr, err)
 	}
-	return tls.NewListener(l, a.trust.serverTLS()), nil
-}
-
-// peerHandler serves the peer port: the join protocol, open to anyone
-// (the token is the credential), and the node-to-node routes, for nodes
-// only (peertls.go).
-func (a *Agent) peerHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/join", a.join.handleJoin)
-	mux.Handle("GET /v1/logs/{namespace}/{name}", a.trust.requirePeer(http.HandlerFunc(a.handleLogs)))
-	mux.Handle("GET /v1/images/blobs/{digest}", a.trust.requirePeer(http.HandlerFunc(a.handleImageBlob)))
-	mux.Handle("GET /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleList)))
-	mux.Handle("POST /v1/keys", a.trust.requirePeer(http.HandlerFunc(a.keys.handleOp)))
-	return mux
+	return tls.NewListener(l, t.serverTLS()), nil
 }
 
 // JoinCluster joins a secure cluster with the token in tokenFile through
@@ -329,16 +315,4 @@ func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 		return nil, err
 	}
 	return c.Raw, nil
-}
-
-// handleClientConfig serves GET /v1/client-config: what 'starling config'
-// writes for the CLI. It holds the API token, so it is served where the
-// token is already known or not needed: the unix socket (root only) and
-// the TCP API behind the token.
-func (a *Agent) handleClientConfig(w http.ResponseWriter, r *http.Request) {
-	cc := api.ClientConfig{Server: a.apiURL(), Token: a.token}
-	if a.trust != nil {
-		cc.CAPin, cc.ServerPin = caPin(a.trust.creds.CA), spkiPin(a.trust.cert.Load())
-	}
-	writeJSON(w, http.StatusOK, cc)
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,39 +131,25 @@ func (k *keyring) apply(op api.KeyOp) error {
 	return saveGossipKeys(k.dataDir, k.cluster.Keys())
 }
 
-// handleKeyOp serves POST /v1/keys on the peer port (nodes only).
-func (k *keyring) handleOp(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, 4<<10)
-	if err != nil {
-		status, err := bodyStatus("key request", err)
-		writeError(w, status, err)
-		return
-	}
-	var op api.KeyOp
-	if err := json.Unmarshal(body, &op); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("key request: %w", err))
-		return
-	}
+// KeyOp runs a key operation a rotating node sends (the peer port's
+// POST /v1/keys, nodes only): 409 while a revocation it names has not
+// arrived, 400 for an op that cannot be applied.
+func (k *keyring) KeyOp(op api.KeyOp) error {
 	if err := k.pendingRevocation(op); err != nil {
-		status := http.StatusBadRequest
 		if errors.Is(err, errRevocationPending) {
-			status = http.StatusConflict
+			return api.NewError(http.StatusConflict, err)
 		}
-		writeError(w, status, err)
-		return
+		return api.NewError(http.StatusBadRequest, err)
 	}
 	if err := k.apply(op); err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
+		return api.NewError(http.StatusBadRequest, err)
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"key": gossipKeyID(op.Key)})
+	return nil
 }
 
-// handleKeys serves GET /v1/keys on the peer port (nodes only): this
-// node's keyring, the key in use first.
-func (k *keyring) handleList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.KeyList{Keys: k.cluster.Keys()})
-}
+// Keys is this node's keyring, the key in use first (the peer port's
+// GET /v1/keys, nodes only).
+func (k *keyring) Keys() [][]byte { return k.cluster.Keys() }
 
 // revocationWait bounds how long post retries a node that has not
 // received a revocation yet (gossip spreads one in about a second).
@@ -293,21 +278,18 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 // errInsecureKeys: a node with --insecure has no gossip key.
 var errInsecureKeys = errors.New("this cluster runs with --insecure: gossip has no key to rotate")
 
-// handleRotate serves POST /v1/keys/rotate (the operator's API).
-func (k *keyring) handleRotate(w http.ResponseWriter, r *http.Request) {
-	res, err := k.rotate(r.Context())
+// RotateKeys runs a rotation from this node (the operator's POST
+// /v1/keys/rotate): 400 with --insecure, 502 when a node failed a step.
+func (k *keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
+	res, err := k.rotate(ctx)
 	if err != nil {
 		status := http.StatusBadGateway
 		if k == nil {
 			status = http.StatusBadRequest
 		}
-		writeJSON(w, status, struct {
-			api.KeyRotation
-			Error string `json:"error"`
-		}{res, err.Error()})
-		return
+		return res, api.NewError(status, err)
 	}
-	writeJSON(w, http.StatusOK, res)
+	return res, nil
 }
 
 // refreshGossipKeys asks the members at seeds (gossip addresses) for the

@@ -2,56 +2,61 @@ package node
 
 import (
 	"errors"
-	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"slices"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
-// handleLogs streams a replica's log (GET /v1/logs/{namespace}/{name}),
-// as the kubelet serves a container's: plain lines, stdout and stderr
-// interleaved. Query: follow=true keeps sending until the run ends;
-// previous=true the run before; tail=N the last N lines; sinceSeconds=S
-// or sinceTime=RFC3339 only what was written since; timestamps=true each
-// line with its time. A replica of another live node is proxied there.
-func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
-	if err := checkRef(r.PathValue("namespace"), r.PathValue("name")); err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	lo, err := api.ParseLogOptions(r.URL.Query())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
+// logs serves replicas' logs, as the kubelet serves a container's:
+// plain lines, stdout and stderr interleaved. A replica of another live
+// node is proxied there. It implements apiserver.Logs.
+type logs struct {
+	self     string
+	rt       Runtime
+	views    *views
+	replicas *replicas
+	peers    *peers
+	log      *slog.Logger
+}
+
+var _ apiserver.Logs = (*logs)(nil)
+
+// ServeLogs streams the log of replica namespace/name: follow keeps
+// sending until the run ends; previous sends the run before; tail,
+// since and timestamps as kubectl logs.
+func (l *logs) ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name string, lo api.LogOptions) {
 	o := readOptions(lo, time.Now())
 	previous := lo.Previous
-	id := reconcile.ContainerID(r.PathValue("namespace"), r.PathValue("name"))
-	path := a.rt.LogPath(id)
+	id := reconcile.ContainerID(namespace, name)
+	path := l.rt.LogPath(id)
 	if previous {
-		path = a.rt.PreviousLogPath(id)
+		path = l.rt.PreviousLogPath(id)
 	} else if lo.Follow {
 		// Following ends, as kubectl's, when the run ends; what it wrote
 		// last is still sent.
-		o.Follow = func() bool { return a.runningNow(id) }
+		o.Follow = func() bool { return l.replicas.runningNow(id) }
 	}
 	if len(logfile.Files(path)) == 0 {
-		if r.Header.Get(proxiedHeader) == "" && a.proxyLogs(w, r) {
+		if r.Header.Get(proxiedHeader) == "" && l.proxy(w, r) {
 			return
 		}
 		what := "no logs"
 		if previous {
 			what = "no previous run"
 		}
-		writeError(w, http.StatusNotFound, fmt.Errorf("replica %q in namespace %q has %s on node %s (see 'starling get replicas')", r.PathValue("name"), r.PathValue("namespace"), what, a.cfg.Name))
+		apiserver.WriteError(w, api.Errorf(http.StatusNotFound, "replica %q in namespace %q has %s on node %s (see 'starling get replicas')", name, namespace, what, l.self))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err := logfile.Read(r.Context(), path, o, flushWriter{w}); err != nil && !errors.Is(err, logfile.ErrNoLog) {
-		a.log.Warn("serve logs", "replica", r.PathValue("name"), "err", err)
+		l.log.Warn("serve logs", "replica", name, "err", err)
 	}
 }
 
@@ -76,15 +81,44 @@ func (f flushWriter) Flush() {
 	}
 }
 
-// runningNow reports whether container id's task ran at the last
-// observation (reconcile runs on every task exit).
-func (a *Agent) runningNow(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range a.lastObserved {
-		if c.ID == id {
-			return c.State == reconcile.StateRunning
+// proxiedHeader marks a request one agent forwards to another, so it is
+// never forwarded twice.
+const proxiedHeader = "X-Starling-Proxied-By"
+
+// proxyLogs forwards a logs request to the live node whose status lists
+// the replica (httputil.ReverseProxy: streamed, flushed as it comes,
+// hop-by-hop headers handled), authenticated as this node (peerEndpoint),
+// never with the operator's token. It reports whether it answered the
+// client.
+func (l *logs) proxy(w http.ResponseWriter, r *http.Request) bool {
+	v := l.views.view()
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	for node, s := range v.statuses {
+		if node == l.self || !v.alive[node] {
+			continue
 		}
+		if !slices.ContainsFunc(s.Replicas, func(rep api.Replica) bool { return rep.Namespace == ns && rep.Name == name }) {
+			continue
+		}
+		fail := func(w http.ResponseWriter, err error) {
+			apiserver.WriteError(w, api.Errorf(http.StatusBadGateway, "logs of replica %s from node %s: %v", name, node, err))
+		}
+		base, rt, prepare, err := l.peers.endpoint(node, s)
+		if err != nil {
+			fail(w, err)
+			return true
+		}
+		proxy := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(base)
+				prepare(pr.Out)
+			},
+			Transport:     rt,
+			FlushInterval: -1, // logs -f: every write at once
+			ErrorHandler:  func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) },
+		}
+		proxy.ServeHTTP(w, r)
+		return true
 	}
 	return false
 }

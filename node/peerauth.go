@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -10,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 )
 
 // With --insecure (no cluster CA, so no mutual TLS: peertls.go),
@@ -78,41 +82,52 @@ func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 	return from, nil
 }
 
+// peerRoutes are the requests one node makes of another on the TCP API
+// with --insecure (log proxying, image blobs).
+var peerRoutes = func() *http.ServeMux {
+	m := http.NewServeMux()
+	for _, r := range []api.Route{api.RoutePeerLogs, api.RoutePeerBlob} {
+		m.Handle(r.String(), http.NotFoundHandler())
+	}
+	return m
+}()
+
 // peerRoute reports whether r is one of the requests one node makes of
 // another (log proxying, image blobs).
 func peerRoute(r *http.Request) bool {
-	return r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/images/blobs/") || strings.HasPrefix(r.URL.Path, "/v1/logs/"))
+	if r.Method != http.MethodGet {
+		return false
+	}
+	_, pattern := peerRoutes.Handler(r)
+	return pattern != ""
 }
 
-// requireAuth guards the TCP API: the operator's bearer token for every
-// route, or a node's signature (verifyPeerRequest) for the peer routes.
-func (a *Agent) requireAuth(next http.Handler) http.Handler {
-	return a.requireAuthWith(next, a.id.boundKey)
-}
-
-// requireAuthWith is requireAuth with bound giving each node name's key.
-func (a *Agent) requireAuthWith(next http.Handler, bound func(string) ([]byte, bool)) http.Handler {
-	want := []byte("Bearer " + a.token)
+// requireAuth guards the TCP API of node self: the operator's bearer
+// token for every route, or, with --insecure (secure false), a node's
+// signature (verifyPeerRequest; bound gives each node name's key) for
+// the peer routes.
+func requireAuth(next http.Handler, token, self string, secure bool, bound func(string) ([]byte, bool)) http.Handler {
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
-		if constantTimeEqual(got, want) {
+		if subtle.ConstantTimeCompare(got, want) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
 		// In a secure cluster nodes call each other over mutual TLS on
 		// the peer port (peertls.go); signed requests are for --insecure.
-		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && a.trust == nil {
+		if bytes.HasPrefix(got, []byte(peerAuthScheme)) && !secure {
 			if !peerRoute(r) {
-				writeError(w, http.StatusForbidden, errors.New("a node's signature opens only the peer routes (logs, image blobs)"))
+				apiserver.WriteError(w, api.Errorf(http.StatusForbidden, "a node's signature opens only the peer routes (logs, image blobs)"))
 				return
 			}
-			if _, err := verifyPeerRequest(r, a.cfg.Name, bound, time.Now()); err != nil {
-				writeError(w, http.StatusUnauthorized, err)
+			if _, err := verifyPeerRequest(r, self, bound, time.Now()); err != nil {
+				apiserver.WriteError(w, api.NewError(http.StatusUnauthorized, err))
 				return
 			}
 			next.ServeHTTP(w, r)
 			return
 		}
-		writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (pass --token or set STARLING_TOKEN)"))
+		apiserver.WriteError(w, api.Errorf(http.StatusUnauthorized, "missing or wrong bearer token (pass --token or set STARLING_TOKEN)"))
 	})
 }

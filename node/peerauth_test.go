@@ -58,9 +58,7 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 	}
 	// Through the middleware: peer routes only.
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	callee := &Agent{cfg: Config{Name: "n2"}, token: "operator-token-0123456789"}
-	callee.store = nil
-	h := callee.requireAuthWith(ok, bound)
+	h := requireAuth(ok, "operator-token-0123456789", "n2", false, bound)
 	for _, tc := range []struct {
 		method, uri string
 		want        int

@@ -20,6 +20,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/client"
 )
 
@@ -180,12 +182,12 @@ func peerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
 func (t *trust) requirePeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			writeError(w, http.StatusUnauthorized, errors.New("this port serves nodes: present a node certificate"))
+			apiserver.WriteError(w, api.Errorf(http.StatusUnauthorized, "this port serves nodes: present a node certificate"))
 			return
 		}
 		cert := r.TLS.PeerCertificates[0]
 		if err := t.check(cert, cert.Subject.CommonName); err != nil {
-			writeError(w, http.StatusForbidden, err)
+			apiserver.WriteError(w, api.NewError(http.StatusForbidden, err))
 			return
 		}
 		r.Header.Set(proxiedHeader, cert.Subject.CommonName)
@@ -233,15 +235,52 @@ func every(ctx context.Context, d time.Duration, f func()) {
 // errNoPeerAPI: with --insecure, the peer serves no TCP API to call.
 var errNoPeerAPI = errors.New("the node serves no TCP API at its gossip address (with --insecure, start agents with --api-listen and --token-file)")
 
-// peerEndpoint is how this node calls node name: the base URL, the
+// peers is how this node calls other nodes (log proxying, image blobs).
+type peers struct {
+	self    string
+	trust   *trust // nil with --insecure
+	id      *identity
+	cluster *gossip.Cluster
+}
+
+// peerAPIClient calls other agents' TCP APIs (--insecure). No overall
+// timeout (logs and images stream), but a peer that does not connect or
+// answer in time is given up on.
+var peerAPIClient = &http.Client{Transport: &http.Transport{
+	DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+	ResponseHeaderTimeout: 30 * time.Second,
+	IdleConnTimeout:       90 * time.Second,
+}}
+
+// api returns the API URL of a live peer, trusting the URL its status
+// record gossips only when its host is the address membership knows the
+// peer by: holding the gossip key must not be enough to make this node
+// send its token, or proxy requests, somewhere else.
+func (p *peers) api(name string, s NodeStatus) (string, bool) {
+	if s.API == "" {
+		return "", false
+	}
+	u, err := url.Parse(s.API)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return "", false
+	}
+	for _, m := range p.cluster.Members() {
+		if m.Name == name {
+			return s.API, u.Hostname() == m.Addr
+		}
+	}
+	return "", false
+}
+
+// endpoint is how this node calls node name: the base URL, the
 // transport and what a request needs before it is sent (prepare). In a
 // secure cluster that is mutual TLS to the peer's port; with --insecure,
 // its TCP API, each request signed with this node's key. prepare also
 // drops whatever headers the request carried (a proxied request must not
 // take the operator's token along).
-func (a *Agent) peerEndpoint(name string, s NodeStatus) (base *url.URL, rt http.RoundTripper, prepare func(*http.Request), err error) {
-	if a.trust == nil {
-		api, ok := a.peerAPI(name, s)
+func (p *peers) endpoint(name string, s NodeStatus) (base *url.URL, rt http.RoundTripper, prepare func(*http.Request), err error) {
+	if p.trust == nil {
+		api, ok := p.api(name, s)
 		if !ok {
 			return nil, nil, nil, errNoPeerAPI
 		}
@@ -250,23 +289,23 @@ func (a *Agent) peerEndpoint(name string, s NodeStatus) (base *url.URL, rt http.
 		}
 		return base, peerAPIClient.Transport, func(req *http.Request) {
 			req.Header = http.Header{}
-			a.id.signPeerRequest(req, name, time.Now())
-			req.Header.Set(proxiedHeader, a.cfg.Name)
+			p.id.signPeerRequest(req, name, time.Now())
+			req.Header.Set(proxiedHeader, p.self)
 		}, nil
 	}
-	addr, ok := peerAddr(a.cluster.Members(), name)
+	addr, ok := peerAddr(p.cluster.Members(), name)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("node %s is not a member", name)
 	}
-	return &url.URL{Scheme: "https", Host: addr}, peerHTTPClient(a.trust.clientTLS(name), 0).Transport,
+	return &url.URL{Scheme: "https", Host: addr}, peerHTTPClient(p.trust.clientTLS(name), 0).Transport,
 		func(req *http.Request) { req.Header = http.Header{} }, nil
 }
 
-// peerGet fetches content blob d from node name (peerEndpoint). The
-// response is the caller's to close. No overall timeout (images stream):
-// ctx bounds it.
-func (a *Agent) peerGet(ctx context.Context, name string, s NodeStatus, d digest.Digest) (*http.Response, error) {
-	base, rt, prepare, err := a.peerEndpoint(name, s)
+// blob fetches content blob d from node name (endpoint). The response is
+// the caller's to close. No overall timeout (images stream): ctx bounds
+// it.
+func (p *peers) blob(ctx context.Context, name string, s NodeStatus, d digest.Digest) (*http.Response, error) {
+	base, rt, prepare, err := p.endpoint(name, s)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,14 +18,31 @@ import (
 	"github.com/starling-orchestrator/starling/node/runtime"
 )
 
-// probeSpecs maps probesKey(namespace, workload, spec hash) to the
+// prober runs the startup, liveness and readiness probes of this node's
+// running replicas and holds their results. It owns its lock.
+type prober struct {
+	rt      Runtime
+	views   *views
+	store   Store
+	metrics *metrics
+	log     *slog.Logger
+	// observed is the containers the last reconcile pass saw; kick asks
+	// for a reconcile.
+	observed func() []reconcile.Container
+	kick     func()
+
+	mu     sync.Mutex
+	status map[string]probe.Status // by probeKey
+}
+
+// specs maps probesKey(namespace, workload, spec hash) to the
 // resolved probes of every workload's current template, and of the
 // templates of older revisions that observed containers still run (a
 // rollout in progress): probes belong to the spec a container was made
 // from, so a new template's probes never judge (or restart) old copies.
 // An old copy whose revision is not stored has no probes: ready when
 // running.
-func (a *Agent) probeSpecs(v *view, observed []reconcile.Container) map[string]probe.Probes {
+func (p *prober) specs(v *view, observed []reconcile.Container) map[string]probe.Probes {
 	out := v.probes
 	looked := map[string]bool{}
 	for _, c := range observed {
@@ -33,7 +52,7 @@ func (a *Agent) probeSpecs(v *view, observed []reconcile.Container) map[string]p
 			continue
 		}
 		looked[key] = true
-		revs, _, err := a.revisionRecords(c.Namespace, c.Workload)
+		revs, _, err := storedRevisions(p.store, c.Namespace, c.Workload, p.log)
 		if err != nil {
 			continue
 		}
@@ -139,10 +158,10 @@ func probeKey(c reconcile.Container) string { return c.ID + "@" + c.StartedAt.St
 
 // probeStatus is the prober's status of container run key (the initial
 // status when it was never probed).
-func (a *Agent) probeStatus(key string, ps probe.Probes) probe.Status {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if st, ok := a.probes[key]; ok {
+func (p *prober) probeStatus(key string, ps probe.Probes) probe.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st, ok := p.status[key]; ok {
 		return st
 	}
 	return ps.Initial()
@@ -151,25 +170,25 @@ func (a *Agent) probeStatus(key string, ps probe.Probes) probe.Status {
 // ready reports whether a running container counts as ready, and if not
 // why: without probes, yes; otherwise once its startup probe (if any)
 // and its readiness probe (if any) passed, and while no probe failed it.
-func (a *Agent) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
+func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
 	ps, ok := specs[probesKey(c.Namespace, c.Workload, c.SpecHash)]
 	if !ok {
 		return true, ""
 	}
-	st := a.probeStatus(probeKey(c), ps)
+	st := p.probeStatus(probeKey(c), ps)
 	return ps.Ready(st), ps.NotReadyReason(st)
 }
 
 // markUnhealthy sets Unhealthy on the running containers whose liveness
 // or startup probe failed this run, so Plan stops (and so restarts) them.
-func (a *Agent) markUnhealthy(observed []reconcile.Container) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (p *prober) markUnhealthy(observed []reconcile.Container) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i, c := range observed {
 		if c.State != reconcile.StateRunning {
 			continue
 		}
-		if st, ok := a.probes[probeKey(c)]; ok && st.Failed != "" {
+		if st, ok := p.status[probeKey(c)]; ok && st.Failed != "" {
 			observed[i].Unhealthy = st.Failed
 		}
 	}
@@ -177,9 +196,9 @@ func (a *Agent) markUnhealthy(observed []reconcile.Container) {
 
 // execIn runs exec probes in container id through the runtime; a
 // container that is no longer running says nothing about its health.
-func (a *Agent) execIn(id string) probe.ExecFunc {
+func (p *prober) execIn(id string) probe.ExecFunc {
 	return func(ctx context.Context, argv []string, timeout time.Duration) (int, string, error) {
-		code, out, err := a.rt.Exec(ctx, id, argv, timeout)
+		code, out, err := p.rt.Exec(ctx, id, argv, timeout)
 		if errors.Is(err, runtime.ErrNotRunning) {
 			err = fmt.Errorf("%w: %v", probe.ErrUnknown, err)
 		}
@@ -199,7 +218,7 @@ type probeRun struct {
 // IP. It asks for a reconcile, which republishes the node's status and
 // plans restarts, whenever a replica's readiness changes or a liveness or
 // startup probe failed it; Services follow on every node.
-func (a *Agent) proberLoop(ctx context.Context) {
+func (p *prober) loop(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	inflight := map[probeRun]bool{}
@@ -213,11 +232,9 @@ func (a *Agent) proberLoop(ctx context.Context) {
 			continue
 		case <-tick.C:
 		}
-		v := a.view()
-		a.mu.Lock()
-		observed := a.lastObserved
-		a.mu.Unlock()
-		specs := a.probeSpecs(v, observed)
+		v := p.views.view()
+		observed := p.observed()
+		specs := p.specs(v, observed)
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {
@@ -227,14 +244,14 @@ func (a *Agent) proberLoop(ctx context.Context) {
 			}
 			key := probeKey(c)
 			live[key] = true
-			for _, kind := range ps.Due(a.probeStatus(key, ps), c.StartedAt, now) {
+			for _, kind := range ps.Due(p.probeStatus(key, ps), c.StartedAt, now) {
 				run := probeRun{key, kind}
 				if inflight[run] {
 					continue
 				}
 				inflight[run] = true
 				go func() {
-					a.runProbe(ctx, c, ps, kind)
+					p.run(ctx, c, ps, kind)
 					select {
 					case done <- run:
 					case <-ctx.Done():
@@ -246,49 +263,49 @@ func (a *Agent) proberLoop(ctx context.Context) {
 		for run := range inflight {
 			busy[run.key] = true
 		}
-		a.mu.Lock()
-		for key := range a.probes {
+		p.mu.Lock()
+		for key := range p.status {
 			if !live[key] && !busy[key] {
-				delete(a.probes, key)
+				delete(p.status, key)
 			}
 		}
-		a.mu.Unlock()
+		p.mu.Unlock()
 	}
 }
 
-// runProbe runs probe kind of container run c once and records the result.
-func (a *Agent) runProbe(ctx context.Context, c reconcile.Container, ps probe.Probes, kind probe.Kind) {
+// run runs probe kind of container run c once and records the result.
+func (p *prober) run(ctx context.Context, c reconcile.Container, ps probe.Probes, kind probe.Kind) {
 	spec := ps.Spec(kind)
 	start := time.Now()
-	err := probe.Check(ctx, *spec, c.PodIP, a.execIn(c.ID))
+	err := probe.Check(ctx, *spec, c.PodIP, p.execIn(c.ID))
 	took := time.Since(start)
 	unknown := errors.Is(err, probe.ErrUnknown)
 	if !unknown {
-		a.metrics.probeSeconds.WithLabelValues(string(kind), spec.Handler()).Observe(took.Seconds())
+		p.metrics.probeSeconds.WithLabelValues(string(kind), spec.Handler()).Observe(took.Seconds())
 		if err != nil {
-			a.metrics.probeFailures.WithLabelValues(string(kind), spec.Handler()).Inc()
+			p.metrics.probeFailures.WithLabelValues(string(kind), spec.Handler()).Inc()
 		}
 	}
 	key := probeKey(c)
-	a.mu.Lock()
-	before, ok := a.probes[key]
+	p.mu.Lock()
+	before, ok := p.status[key]
 	if !ok {
 		before = ps.Initial()
 	}
 	after := ps.Observe(before, kind, err, time.Now())
-	a.probes[key] = after
-	a.mu.Unlock()
+	p.status[key] = after
+	p.mu.Unlock()
 	switch {
 	case after.Failed != "" && before.Failed == "":
-		a.log.Warn("probe failed; restarting container", "replica", c.Name, "probe", kind, "reason", after.Failed, "failures", ps.Spec(kind).FailureThreshold)
-		a.requestReconcile()
+		p.log.Warn("probe failed; restarting container", "replica", c.Name, "probe", kind, "reason", after.Failed, "failures", ps.Spec(kind).FailureThreshold)
+		p.kick()
 	case ps.Ready(before) != ps.Ready(after):
-		a.log.Info("readiness changed", "replica", c.Name, "ready", ps.Ready(after), "probe", kind, "err", err)
-		a.requestReconcile()
+		p.log.Info("readiness changed", "replica", c.Name, "ready", ps.Ready(after), "probe", kind, "err", err)
+		p.kick()
 	case before.Started != after.Started:
-		a.log.Info("startup probe succeeded", "replica", c.Name, "after", time.Since(c.StartedAt).Round(time.Millisecond))
-		a.requestReconcile()
+		p.log.Info("startup probe succeeded", "replica", c.Name, "after", time.Since(c.StartedAt).Round(time.Millisecond))
+		p.kick()
 	case err != nil && !unknown:
-		a.log.Debug("probe failed", "replica", c.Name, "probe", kind, "err", err, "took", took)
+		p.log.Debug("probe failed", "replica", c.Name, "probe", kind, "err", err, "took", took)
 	}
 }

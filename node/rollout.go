@@ -53,11 +53,11 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // (Decide adds them): the strategies of all Deployments, and every copy
 // the cluster view knows (this node's from its own observation, live
 // peers' from their status records).
-func (a *Agent) rolloutInput(v *view, observed []reconcile.Container) reconcile.Rollout {
-	specs := a.probeSpecs(v, observed)
+func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconcile.Rollout {
+	specs := r.probes.specs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
-		ready[c.ID] = a.localReady(c, specs)
+		ready[c.ID] = r.localReady(c, specs)
 	}
 	in := reconcile.Rollout{
 		Ready:      func(id string) bool { return ready[id] },
@@ -71,19 +71,19 @@ func (a *Agent) rolloutInput(v *view, observed []reconcile.Container) reconcile.
 	}
 	for _, c := range observed {
 		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
-		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: a.cfg.Name, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
+		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: r.self, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
 	}
 	for name, s := range v.statuses {
-		if name == a.cfg.Name || !v.alive[name] {
+		if name == r.self || !v.alive[name] {
 			continue
 		}
-		for _, r := range s.Replicas {
-			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
+		for _, rep := range s.Replicas {
+			if rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
 				continue // no container: not a copy
 			}
-			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
-			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: r.Ordinal, SpecHash: r.SpecHash,
-				Ready: r.Ready && r.Phase == api.PhaseRunning})
+			key := reconcile.WorkloadKey(rep.Namespace, rep.Workload)
+			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: rep.Ordinal, SpecHash: rep.SpecHash,
+				Ready: rep.Available()})
 		}
 	}
 	return in
@@ -91,28 +91,32 @@ func (a *Agent) rolloutInput(v *view, observed []reconcile.Container) reconcile.
 
 // localReady says whether one of this node's containers is running, ready
 // and not being stopped.
-func (a *Agent) localReady(c reconcile.Container, specs map[string]probe.Probes) bool {
+func (r *replicas) localReady(c reconcile.Container, specs map[string]probe.Probes) bool {
 	if c.State != reconcile.StateRunning {
 		return false
 	}
-	if t, busy := a.acts.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace || t == reconcile.Stop) {
+	if t, busy := r.acts.busyAction(c.ID); busy && (t == reconcile.Remove || t == reconcile.Replace || t == reconcile.Stop) {
 		return false
 	}
-	ready, _ := a.ready(c, specs)
+	ready, _ := r.probes.ready(c, specs)
 	return ready
 }
 
 // decision is reconcile.Decide's input for this node at now, from the
 // snapshot v, its containers and the handoffs of the last pass. Reading
-// the quorum for it records and logs the quorum's changes (noteQuorum).
-func (a *Agent) decision(v *view, observed []reconcile.Container, handoffs map[string]time.Time, now time.Time) reconcile.Decision {
-	f, seen, known := a.fencing(v, observed, now)
-	a.noteQuorum(f, seen, known)
+// the quorum for it records and logs the quorum's changes (quorum.note).
+func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Time) reconcile.Decision {
+	f, seen, known := r.quorum.fencing(v, observed, now)
+	r.quorum.note(f, seen, known)
 	return reconcile.Decision{
-		Ownership:     a.ownership(v, observed, handoffs, now),
-		Rollout:       a.rolloutInput(v, observed),
+		Ownership: reconcile.Ownership{
+			Self: r.self, All: v.all, Owner: v.owner, Observed: observed,
+			ReadyElsewhere: readyAtOwner(r.self, v.alive, v.statuses, v.owner),
+			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
+		},
+		Rollout:       r.rolloutInput(v, observed),
 		Fencing:       f,
-		Stateful:      statefulWorkloads(v),
-		StatefulGrace: a.statefulGrace(),
+		Stateful:      v.statefulWorkloads(),
+		StatefulGrace: r.quorum.statefulGrace(),
 	}
 }

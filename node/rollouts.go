@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -11,16 +12,17 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
 )
 
-// revisionRecords returns the live revision records of Deployment
-// namespace/name, decoded, with the store records they came from (same
-// order). Records that do not decode or belong to another Deployment
-// sharing the key prefix are skipped.
-func (a *Agent) revisionRecords(namespace, name string) ([]api.Revision, []crdt.Record, error) {
-	recs, err := a.store.List(rollout.Prefix(namespace, name))
+// storedRevisions returns the live revision records of Deployment
+// namespace/name in st, decoded, with the store records they came from
+// (same order). Records that do not decode or belong to another
+// Deployment sharing the key prefix are skipped (and logged).
+func storedRevisions(st Store, namespace, name string, log *slog.Logger) ([]api.Revision, []crdt.Record, error) {
+	recs, err := st.List(rollout.Prefix(namespace, name))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +37,7 @@ func (a *Agent) revisionRecords(namespace, name string) ([]api.Revision, []crdt.
 		r, err := rollout.Decode(rec.Value)
 		if err != nil || !rollout.Of(rec.Key, r, namespace, name) {
 			if err != nil {
-				a.log.Error("stored revision does not decode; skipped", "key", rec.Key, "err", err)
+				log.Error("stored revision does not decode; skipped", "key", rec.Key, "err", err)
 			}
 			continue
 		}
@@ -48,13 +50,13 @@ func (a *Agent) revisionRecords(namespace, name string) ([]api.Revision, []crdt.
 // revisionChanges returns the records that make d's revisions follow d
 // (rollout.Record): new or renumbered revisions and tombstones of pruned
 // ones, with versions that win over the records they replace.
-func (a *Agent) revisionChanges(d *appsv1.Deployment) ([]crdt.Record, error) {
-	revs, stored, err := a.revisionRecords(d.Namespace, d.Name)
+func (o *objects) revisionChanges(d *appsv1.Deployment) ([]crdt.Record, error) {
+	revs, stored, err := storedRevisions(o.st, d.Namespace, d.Name, o.log)
 	if err != nil {
 		return nil, err
 	}
 	for _, rec := range stored {
-		a.clock.Update(rec.Version)
+		o.clock.Update(rec.Version)
 	}
 	ch := rollout.Record(revs, d, time.Now())
 	var out []crdt.Record
@@ -63,68 +65,53 @@ func (a *Agent) revisionChanges(d *appsv1.Deployment) ([]crdt.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode revision %d of %s: %w", r.Revision, d.Name, err)
 		}
-		out = append(out, crdt.Record{Key: rollout.Key(r.Namespace, r.Deployment, r.SpecHash), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name})
+		out = append(out, crdt.Record{Key: rollout.Key(r.Namespace, r.Deployment, r.SpecHash), Value: b, Version: o.clock.Now(), Origin: o.self})
 	}
 	for _, r := range ch.Drop {
-		out = append(out, crdt.Record{Key: rollout.Key(r.Namespace, r.Deployment, r.SpecHash), Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+		out = append(out, crdt.Record{Key: rollout.Key(r.Namespace, r.Deployment, r.SpecHash), Version: o.clock.Now(), Origin: o.self, Deleted: true})
 	}
 	return out, nil
 }
 
 // deleteRevisions tombstones every revision of Deployment namespace/name.
-func (a *Agent) deleteRevisions(namespace, name string) error {
-	_, stored, err := a.revisionRecords(namespace, name)
+func (o *objects) deleteRevisions(namespace, name string) error {
+	_, stored, err := storedRevisions(o.st, namespace, name, o.log)
 	if err != nil {
 		return err
 	}
 	var tombs []crdt.Record
 	for _, rec := range stored {
-		a.clock.Update(rec.Version)
-		tombs = append(tombs, crdt.Record{Key: rec.Key, Version: a.clock.Now(), Origin: a.cfg.Name, Deleted: true})
+		o.clock.Update(rec.Version)
+		tombs = append(tombs, crdt.Record{Key: rec.Key, Version: o.clock.Now(), Origin: o.self, Deleted: true})
 	}
-	return a.publish(tombs...)
+	return o.publish(tombs...)
 }
 
-// deploymentAt returns the live Deployment the request's {namespace} and
-// {name} name, with an HTTP status for the error.
-func (a *Agent) deploymentAt(r *http.Request) (manifest.Object, int, error) {
-	r.SetPathValue("kind", "deployment")
-	rec, status, err := a.lookup(r)
+// deployment returns the live Deployment namespace/name (404 if none).
+func (o *objects) deployment(namespace, name string) (manifest.Object, error) {
+	rec, err := o.lookup(manifest.KindDeployment, namespace, name)
 	if err != nil {
-		return manifest.Object{}, status, err
+		return manifest.Object{}, err
 	}
-	o, err := manifest.Decode(rec.Value)
+	obj, err := manifest.Decode(rec.Value)
 	if err != nil {
-		return manifest.Object{}, http.StatusInternalServerError, fmt.Errorf("stored deployment %s: %w", rec.Key, err)
+		return manifest.Object{}, fmt.Errorf("stored deployment %s: %w", rec.Key, err)
 	}
-	return o, http.StatusOK, nil
+	return obj, nil
 }
 
-// liveReplicas is every replica copy that live nodes report in their
-// status records: the input of rollout.Count.
-func liveReplicas(v *view) []api.Replica {
-	var out []api.Replica
-	for name, s := range v.statuses {
-		if v.alive[name] {
-			out = append(out, s.Replicas...)
-		}
-	}
-	return out
-}
-
-func (a *Agent) handleRolloutStatus(w http.ResponseWriter, r *http.Request) {
-	o, status, err := a.deploymentAt(r)
+// RolloutStatus is the progress of Deployment namespace/name as this
+// node sees the cluster.
+func (o *objects) RolloutStatus(namespace, name string) (api.RolloutStatus, error) {
+	obj, err := o.deployment(namespace, name)
 	if err != nil {
-		writeError(w, status, err)
-		return
+		return api.RolloutStatus{}, err
 	}
-	v := a.view()
-	revs, _, err := a.revisionRecords(o.Namespace, o.Name)
+	revs, _, err := storedRevisions(o.st, namespace, name, o.log)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+		return api.RolloutStatus{}, err
 	}
-	writeJSON(w, http.StatusOK, rolloutStatus(o.Deployment, revs, liveReplicas(v)))
+	return rolloutStatus(obj.Deployment, revs, o.views.view().liveReplicas()), nil
 }
 
 // rolloutStatus is the status answer for d from its revisions and the
@@ -146,96 +133,57 @@ func rolloutStatus(d *appsv1.Deployment, revs []api.Revision, reps []api.Replica
 	return st
 }
 
-func (a *Agent) handleRolloutHistory(w http.ResponseWriter, r *http.Request) {
-	o, status, err := a.deploymentAt(r)
-	if err != nil {
-		writeError(w, status, err)
-		return
+// RolloutHistory is the revisions of Deployment namespace/name, oldest
+// first.
+func (o *objects) RolloutHistory(namespace, name string) ([]api.Revision, error) {
+	if _, err := o.deployment(namespace, name); err != nil {
+		return nil, err
 	}
-	revs, _, err := a.revisionRecords(o.Namespace, o.Name)
+	revs, _, err := storedRevisions(o.st, namespace, name, o.log)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+		return nil, err
 	}
 	rollout.SortNewestFirst(revs)
-	out := api.RevisionList{Items: make([]api.Revision, 0, len(revs))}
+	out := make([]api.Revision, 0, len(revs))
 	for i := len(revs) - 1; i >= 0; i-- {
-		out.Items = append(out.Items, revs[i])
+		out = append(out, revs[i])
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
-// errConflict is a change refused because of the Deployment's state
-// (paused, already paused, ...): HTTP 409.
-type errConflict struct{ msg string }
-
-func (e errConflict) Error() string { return e.msg }
-
-// changeDeployment loads the request's Deployment, lets change edit it
-// and stores it as a new generation, answering with an ApplyResult whose
-// Result is what change returns. change returning result with no error
-// and no edit (skip) answers without writing.
-func (a *Agent) changeDeployment(w http.ResponseWriter, r *http.Request, change func(o manifest.Object) (result string, skip bool, err error)) {
-	o, status, err := a.deploymentAt(r)
+// Rollout runs a rollout command on Deployment namespace/name: it loads
+// it, lets the command edit it and stores it as a new generation. A
+// command refused by the Deployment's state (paused, already paused)
+// is a 409; an undo to a revision that does not exist a 404.
+func (o *objects) Rollout(cmd apiserver.RolloutCommand, namespace, name string, to int64) (api.ApplyResult, error) {
+	obj, err := o.deployment(namespace, name)
 	if err != nil {
-		writeError(w, status, err)
-		return
+		return api.ApplyResult{}, err
 	}
-	result, skip, err := change(o)
-	var conflict errConflict
-	switch {
-	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, err)
-		return
-	case errors.Is(err, rollout.ErrNoRevision):
-		writeError(w, http.StatusNotFound, fmt.Errorf("deployment %q: %w (see 'starling rollout history deployment/%s')", o.Name, err, o.Name))
-		return
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err)
-		return
+	d := obj.Deployment
+	conflict := func(format string, args ...any) (api.ApplyResult, error) {
+		return api.ApplyResult{}, api.Errorf(http.StatusConflict, format, args...)
 	}
-	if !skip {
-		if errs := manifest.Validate(o); len(errs) > 0 {
-			writeError(w, http.StatusUnprocessableEntity, errs.ToAggregate())
-			return
-		}
-		if _, err := a.applyObjects([]manifest.Object{o}); err != nil {
-			writeError(w, http.StatusInternalServerError, err)
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, api.ApplyResult{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Result: result})
-}
-
-func (a *Agent) handleRolloutUndo(w http.ResponseWriter, r *http.Request) {
-	var req api.UndoRequest
-	b, err := readBody(w, r, 4096)
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("undo: request body: %w", err))
-		return
-	}
-	if req.ToRevision < 0 {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("toRevision %d: must be 0 (the previous revision) or a revision number", req.ToRevision))
-		return
-	}
-	a.changeDeployment(w, r, func(o manifest.Object) (string, bool, error) {
-		d := o.Deployment
+	result := ""
+	switch cmd {
+	case apiserver.RolloutUndo:
 		if d.Spec.Paused {
-			return "", false, errConflict{fmt.Sprintf("deployment %q is paused: a paused deployment cannot be rolled back; resume it first with 'starling rollout resume deployment/%s'", d.Name, d.Name)}
+			return conflict("deployment %q is paused: a paused deployment cannot be rolled back; resume it first with 'starling rollout resume deployment/%s'", d.Name, d.Name)
 		}
-		revs, _, err := a.revisionRecords(d.Namespace, d.Name)
+		revs, _, err := storedRevisions(o.st, d.Namespace, d.Name, o.log)
 		if err != nil {
-			return "", false, err
+			return api.ApplyResult{}, err
 		}
-		target, err := rollout.Target(revs, manifest.SpecHash(d), req.ToRevision)
+		target, err := rollout.Target(revs, manifest.SpecHash(d), to)
+		if errors.Is(err, rollout.ErrNoRevision) {
+			return api.ApplyResult{}, api.Errorf(http.StatusNotFound, "deployment %q: %v (see 'starling rollout history deployment/%s')", d.Name, err, d.Name)
+		}
 		if err != nil {
-			return "", false, err
+			return api.ApplyResult{}, err
 		}
 		if target.SpecHash == manifest.SpecHash(d) {
-			return fmt.Sprintf("skipped rollback (current template already matches revision %d)", target.Revision), true, nil
+			return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name,
+				Result: fmt.Sprintf("skipped rollback (current template already matches revision %d)", target.Revision)}, nil
 		}
 		// As kubectl's rollback does: the template and the change cause
 		// of the revision come back; replicas, strategy and the rest stay.
@@ -248,15 +196,10 @@ func (a *Agent) handleRolloutUndo(w http.ResponseWriter, r *http.Request) {
 		} else {
 			delete(d.Annotations, rollout.ChangeCauseAnnotation)
 		}
-		return "rolled back", false, nil
-	})
-}
-
-func (a *Agent) handleRolloutRestart(w http.ResponseWriter, r *http.Request) {
-	a.changeDeployment(w, r, func(o manifest.Object) (string, bool, error) {
-		d := o.Deployment
+		result = "rolled back"
+	case apiserver.RolloutRestart:
 		if d.Spec.Paused {
-			return "", false, errConflict{fmt.Sprintf("deployment %q is paused: a paused deployment cannot be restarted; resume it first with 'starling rollout resume deployment/%s'", d.Name, d.Name)}
+			return conflict("deployment %q is paused: a paused deployment cannot be restarted; resume it first with 'starling rollout resume deployment/%s'", d.Name, d.Name)
 		}
 		if d.Spec.Template.Annotations == nil {
 			d.Spec.Template.Annotations = map[string]string{}
@@ -264,26 +207,25 @@ func (a *Agent) handleRolloutRestart(w http.ResponseWriter, r *http.Request) {
 		// RFC 3339 to the second, as kubectl writes it; a second restart
 		// within the same second changes nothing.
 		d.Spec.Template.Annotations[manifest.RestartedAtAnnotation] = time.Now().UTC().Format(time.RFC3339)
-		return "restarted", false, nil
-	})
-}
-
-func (a *Agent) handleRolloutPause(w http.ResponseWriter, r *http.Request) {
-	a.changeDeployment(w, r, func(o manifest.Object) (string, bool, error) {
-		if o.Deployment.Spec.Paused {
-			return "", false, errConflict{fmt.Sprintf("deployment %q is already paused", o.Name)}
+		result = "restarted"
+	case apiserver.RolloutPause:
+		if d.Spec.Paused {
+			return conflict("deployment %q is already paused", d.Name)
 		}
-		o.Deployment.Spec.Paused = true
-		return "paused", false, nil
-	})
-}
-
-func (a *Agent) handleRolloutResume(w http.ResponseWriter, r *http.Request) {
-	a.changeDeployment(w, r, func(o manifest.Object) (string, bool, error) {
-		if !o.Deployment.Spec.Paused {
-			return "", false, errConflict{fmt.Sprintf("deployment %q is not paused", o.Name)}
+		d.Spec.Paused, result = true, "paused"
+	case apiserver.RolloutResume:
+		if !d.Spec.Paused {
+			return conflict("deployment %q is not paused", d.Name)
 		}
-		o.Deployment.Spec.Paused = false
-		return "resumed", false, nil
-	})
+		d.Spec.Paused, result = false, "resumed"
+	default:
+		return api.ApplyResult{}, api.Errorf(http.StatusBadRequest, "rollout %q: want undo, restart, pause or resume", cmd)
+	}
+	if errs := manifest.Validate(obj); len(errs) > 0 {
+		return api.ApplyResult{}, api.NewError(http.StatusUnprocessableEntity, errs.ToAggregate())
+	}
+	if _, err := o.store([]manifest.Object{obj}); err != nil {
+		return api.ApplyResult{}, err
+	}
+	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: result}, nil
 }

@@ -62,7 +62,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.agent.applyObjects(objs); err != nil {
+	if _, err := n.agent.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -269,12 +269,12 @@ spec:
 		alive:    map[string]bool{"a": true},
 		statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
 	}
-	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, liveReplicas(v))
+	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, v.liveReplicas())
 	if !st.Done || st.Old != 0 || st.Revision != 5 || st.ProgressDeadlineSeconds != 30 {
 		t.Fatalf("status = %+v: a dead node's old copy must not hold the rollout back", st)
 	}
 	v.alive["dead"] = true
-	if st := rolloutStatus(d, nil, liveReplicas(v)); st.Done || st.Old != 1 || st.Revision != 0 {
+	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Old != 1 || st.Revision != 0 {
 		t.Fatalf("status with the node alive = %+v", st)
 	}
 }

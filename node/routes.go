@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -12,16 +13,34 @@ import (
 // route deleted by hand is back within about a second.
 const routeResync = time.Second
 
-// desiredRoutes is a route to the pod subnet of every peer that is alive
-// or suspect by membership (no flap damping: traffic follows liveness),
-// via the address membership reaches it at.
-func (a *Agent) desiredRoutes() []route.Route {
-	v := a.view()
+// routeApplier installs the routes to peers' pod subnets: route.Sync
+// (netlink), or the dry run's printer.
+type routeApplier func([]route.Route) (route.Change, error)
+
+// routes keeps this node's routes to its peers' pod subnets following
+// the view.
+type routes struct {
+	self        string
+	views       *views
+	subnets     *subnets
+	clusterCIDR netip.Prefix
+	apply       routeApplier
+	// ready is closed when routes may be applied (at once on a real
+	// node; after its first look on a dry run).
+	ready <-chan struct{}
+	log   *slog.Logger
+}
+
+// desired is a route to the pod subnet of every peer that is alive or
+// suspect by membership (no flap damping: traffic follows liveness), via
+// the address membership reaches it at.
+func (rt *routes) desired() []route.Route {
+	v := rt.views.view()
 	statuses := v.statuses
 	winners := winningClaims(statuses)
 	var peers []route.Peer
 	for _, m := range v.members {
-		if m.Name == a.cfg.Name || !m.State.Up() {
+		if m.Name == rt.self || !m.State.Up() {
 			continue
 		}
 		s, ok := statuses[m.Name]
@@ -38,26 +57,31 @@ func (a *Agent) desiredRoutes() []route.Route {
 		}
 		peers = append(peers, route.Peer{Name: m.Name, Addr: addr.Unmap(), PodSubnet: subnet})
 	}
-	own, _ := netip.ParsePrefix(a.currentClaim().Subnet)
-	return route.Desired(own, a.clusterCIDR, peers)
+	own, _ := netip.ParsePrefix(rt.subnets.current().Subnet)
+	return route.Desired(own, rt.clusterCIDR, peers)
 }
 
-// routeLoop keeps the routes to peers' pod subnets: on every membership
-// or state change and every routeResync.
-func (a *Agent) routeLoop(ctx context.Context) {
-	if a.syncRoutes == nil {
+// loop keeps the routes to peers' pod subnets: on every membership or
+// state change and every routeResync.
+func (rt *routes) loop(ctx context.Context) {
+	if rt.apply == nil {
 		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-rt.ready:
 	}
 	tick := time.NewTicker(routeResync)
 	defer tick.Stop()
 	for {
-		changed := a.views.changed()
-		ch, err := a.syncRoutes(a.desiredRoutes())
+		changed := rt.views.changed()
+		ch, err := rt.apply(rt.desired())
 		if err != nil {
-			a.log.Warn("sync routes", "err", err)
+			rt.log.Warn("sync routes", "err", err)
 		}
 		if len(ch.Added) > 0 || len(ch.Removed) > 0 {
-			a.log.Info("routes synced", "added", ch.Added, "removed", ch.Removed)
+			rt.log.Info("routes synced", "added", ch.Added, "removed", ch.Removed)
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -25,8 +26,8 @@ func TestCheckRefRefusesPathsAndBadNames(t *testing.T) {
 		{"default", "", false},
 		{"Default", "x", false},
 	} {
-		if err := checkRef(tc.ns, tc.name); (err == nil) != tc.ok {
-			t.Errorf("checkRef(%q, %q) = %v, want ok=%v", tc.ns, tc.name, err, tc.ok)
+		if err := apiserver.CheckRef(tc.ns, tc.name); (err == nil) != tc.ok {
+			t.Errorf("apiserver.CheckRef(%q, %q) = %v, want ok=%v", tc.ns, tc.name, err, tc.ok)
 		}
 	}
 }

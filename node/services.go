@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
@@ -60,7 +61,7 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus) map[s
 			if err != nil || !subnet.Contains(ip) {
 				continue
 			}
-			k := r.Namespace + "/" + r.Workload
+			k := reconcile.WorkloadKey(r.Namespace, r.Workload)
 			out[k] = append(out[k], ip)
 		}
 	}
@@ -92,7 +93,7 @@ func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []
 					if !ok || target <= 0 || target > 65535 {
 						continue
 					}
-					for _, podIP := range ready[d.Namespace+"/"+d.Name] {
+					for _, podIP := range ready[reconcile.WorkloadKey(d.Namespace, d.Name)] {
 						p.Endpoints = append(p.Endpoints, netip.AddrPortFrom(podIP, uint16(target)))
 					}
 				}
@@ -122,29 +123,51 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 	return 0, false
 }
 
-// serviceLoop keeps the Service rules: after a change (debounced 100 ms)
-// and every second, when the canary shows the rules were flushed.
-func (a *Agent) serviceLoop(ctx context.Context) {
-	if a.services == nil {
+// ruleSyncer applies Service rules: service.Syncer (iptables), or the
+// dry run's printer. Sync reports whether it wrote anything.
+type ruleSyncer interface {
+	Sync(ctx context.Context, ports []service.Port, cfg service.Config) (bool, error)
+}
+
+// services keeps this node's Service rules following the view. It owns
+// its state.
+type services struct {
+	views       *views
+	clusterCIDR netip.Prefix
+	rules       ruleSyncer
+	// ready is closed when rules may be applied (the pod network is up).
+	ready <-chan struct{}
+	// bridgeNF reports whether bridged traffic passes netfilter
+	// (bridgeNFOn on a real node).
+	bridgeNF func() bool
+	log      *slog.Logger
+
+	masqueradeAll bool // owned by loop
+}
+
+// loop keeps the Service rules: after a change (debounced 100 ms) and
+// every second, when the canary shows the rules were flushed.
+func (sv *services) loop(ctx context.Context) {
+	if sv.rules == nil {
 		return
 	}
 	select {
 	case <-ctx.Done():
 		return
-	case <-a.subnetReady:
+	case <-sv.ready:
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		changed := a.views.changed()
-		ports := a.view().ports
+		changed := sv.views.changed()
+		ports := sv.views.view().ports
 		start := time.Now()
-		wrote, err := a.services.Sync(ctx, ports, service.Config{ClusterCIDR: a.clusterCIDR, MasqueradeAll: a.needMasqueradeAll()})
+		wrote, err := sv.rules.Sync(ctx, ports, service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()})
 		if wrote {
-			a.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
+			sv.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err != nil {
-			a.log.Warn("sync service rules", "err", err)
+			sv.log.Warn("sync service rules", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -165,24 +188,29 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 // on): then a same-node backend's reply would skip conntrack's reverse
 // NAT, so all Service traffic is masqueraded, as kube-proxy's
 // --masquerade-all does. It logs the switch both ways.
-func (a *Agent) needMasqueradeAll() bool {
-	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
-	all := err != nil || strings.TrimSpace(string(b)) != "1"
-	if all != a.masqueradeAll {
+func (sv *services) needMasqueradeAll() bool {
+	all := !sv.bridgeNF()
+	if all != sv.masqueradeAll {
 		if all {
-			a.log.Warn("bridged traffic does not pass netfilter (net.bridge.bridge-nf-call-iptables is off): masquerading all Service traffic; backends see a node address")
+			sv.log.Warn("bridged traffic does not pass netfilter (net.bridge.bridge-nf-call-iptables is off): masquerading all Service traffic; backends see a node address")
 		} else {
-			a.log.Info("bridge netfilter is on: Service traffic keeps the client's pod address")
+			sv.log.Info("bridge netfilter is on: Service traffic keeps the client's pod address")
 		}
-		a.masqueradeAll = all
+		sv.masqueradeAll = all
 	}
 	return all
 }
 
+// bridgeNFOn reports whether net.bridge.bridge-nf-call-iptables is on in
+// this network namespace.
+func bridgeNFOn() bool {
+	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
 // decorateServices fills in the allocated ClusterIP and NodePorts of the
 // Services in items (JSON objects), as a Kubernetes API server shows them.
-func (a *Agent) decorateServices(items []api.Object) {
-	alloc := a.view().alloc
+func decorateServices(alloc service.Allocation, items []api.Object) {
 	for i, it := range items {
 		o, err := manifest.Decode(it.Object)
 		if err != nil || o.Service == nil {
@@ -262,7 +290,7 @@ func serviceLinks(svcs []manifest.Object, alloc service.Allocation, ns string) [
 
 // withServiceLinks fills in the Service variables (serviceLinks) of the
 // replicas acts create, from the snapshot's Services.
-func (a *Agent) withServiceLinks(v *view, acts []reconcile.Action) {
+func withServiceLinks(v *view, acts []reconcile.Action) {
 	for i := range acts {
 		act := &acts[i]
 		if act.Replica.ID == "" || act.Replica.Spec.NoServiceLinks || (act.Type != reconcile.Create && act.Type != reconcile.Replace) {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
@@ -37,8 +41,22 @@ const (
 	viewTick = time.Second
 )
 
-// views holds the current snapshot and wakes those waiting for the next.
+// views holds the current snapshot, wakes those waiting for the next, and
+// builds them from what it reads: the store, membership (members: flap
+// damping) and the nodes left out of placement (acks).
 type views struct {
+	self        string
+	store       Store
+	cluster     *gossip.Cluster
+	members     *members
+	acks        *ackTracker
+	serviceCIDR *net.IPNet
+	clusterCIDR netip.Prefix
+	placements  prometheus.Counter
+	log         *slog.Logger
+	// selfStatus is this node's record before it published one.
+	selfStatus func() NodeStatus
+
 	cur  atomic.Pointer[view]
 	mu   sync.Mutex
 	next chan struct{} // closed when a newer snapshot is stored
@@ -90,7 +108,7 @@ func (vs *views) changed() <-chan struct{} {
 	return vs.next
 }
 
-func (vs *views) store(v *view) {
+func (vs *views) set(v *view) {
 	vs.cur.Store(v)
 	vs.mu.Lock()
 	close(vs.next)
@@ -99,29 +117,29 @@ func (vs *views) store(v *view) {
 }
 
 // view returns the latest snapshot of the cluster, building the first one
-// if none was built yet. It never blocks on the agent's lock.
-func (a *Agent) view() *view {
-	if v := a.views.load(); v != nil {
+// if none was built yet. It takes no lock but the builder's, once.
+func (vs *views) view() *view {
+	if v := vs.load(); v != nil {
 		return v
 	}
-	a.rebuildView(time.Now())
-	return a.views.load()
+	vs.rebuild(time.Now())
+	return vs.load()
 }
 
 // viewLoop rebuilds the snapshot on store and membership changes and when
 // its time-dependent inputs change; it is the only reader of the store's
 // and the cluster's change channels.
-func (a *Agent) viewLoop(ctx context.Context) {
+func (vs *views) loop(ctx context.Context) {
 	tick := time.NewTicker(viewTick)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.store.Changed():
-		case <-a.cluster.Changed():
+		case <-vs.store.Changed():
+		case <-vs.cluster.Changed():
 		case <-tick.C:
-			if v := a.views.load(); v != nil && !a.timeInputsChanged(v, time.Now()) {
+			if v := vs.load(); v != nil && !vs.timeInputsChanged(v, time.Now()) {
 				continue
 			}
 		}
@@ -131,18 +149,18 @@ func (a *Agent) viewLoop(ctx context.Context) {
 			return
 		case <-time.After(viewDebounce):
 		}
-		a.rebuildView(time.Now())
+		vs.rebuild(time.Now())
 	}
 }
 
 // timeInputsChanged reports whether the members that count as alive or
 // the nodes left out of placement differ, at now, from v's, or a node
 // has gone unlisted for --ack-timeout (the build would exclude it).
-func (a *Agent) timeInputsChanged(v *view, now time.Time) bool {
-	if a.acks.due(now) {
+func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
+	if vs.acks.due(now) {
 		return true
 	}
-	alive := a.aliveMembers()
+	alive := vs.members.alive(now)
 	if len(alive) != len(v.alive) {
 		return true
 	}
@@ -151,7 +169,7 @@ func (a *Agent) timeInputsChanged(v *view, now time.Time) bool {
 			return true
 		}
 	}
-	ex := a.acks.excluded(now)
+	ex := vs.acks.excluded(now)
 	if len(ex) != len(v.excluded) {
 		return true
 	}
@@ -165,30 +183,29 @@ func (a *Agent) timeInputsChanged(v *view, now time.Time) bool {
 
 // rebuildView builds a snapshot from the store and membership at now and
 // stores it; on a store error it logs and keeps the previous one.
-func (a *Agent) rebuildView(now time.Time) {
-	a.views.build.Lock()
-	defer a.views.build.Unlock()
-	v, err := a.buildView(a.views.load(), now)
+func (vs *views) rebuild(now time.Time) {
+	vs.build.Lock()
+	defer vs.build.Unlock()
+	v, err := vs.buildAt(vs.load(), now)
 	if err != nil {
-		a.log.Error("read the cluster state for the view", "err", err)
+		vs.log.Error("read the cluster state for the view", "err", err)
 		return
 	}
-	a.views.store(v)
+	vs.set(v)
 }
 
 // buildView computes the snapshot after prev (nil for the first one).
-func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
-	vs := a.views
+func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	v := &view{built: now}
 	var wrecs []crdt.Record
 	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
-		rs, err := a.store.List(kindPrefix(kind))
+		rs, err := vs.store.List(kindPrefix(kind))
 		if err != nil {
 			return nil, err
 		}
 		wrecs = append(wrecs, rs...)
 	}
-	srecs, err := a.store.List(kindPrefix(manifest.KindService))
+	srecs, err := vs.store.List(kindPrefix(manifest.KindService))
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +214,8 @@ func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
 		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
 	} else {
 		seen := map[string]bool{}
-		v.workloads = a.decodeObjects(wrecs, seen)
-		v.services = a.decodeObjects(srecs, seen)
+		v.workloads = vs.decodeObjects(wrecs, seen)
+		v.services = vs.decodeObjects(srecs, seen)
 		for k := range vs.objects {
 			if !seen[k] {
 				delete(vs.objects, k)
@@ -206,30 +223,26 @@ func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
 		}
 		v.all = desiredReplicas(v.workloads)
 		v.hashes, v.probes = currentProbes(v.workloads)
-		_, cidr, err := net.ParseCIDR(a.cfg.ServiceCIDR)
-		if err != nil {
-			return nil, fmt.Errorf("--service-cidr %q: %w", a.cfg.ServiceCIDR, err)
-		}
-		v.alloc = service.Allocate(serviceSpecs(v.services), cidr)
+		v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
 	}
-	nodeRecs, err := a.store.List(statusKind + "/")
+	nodeRecs, err := vs.store.List(statusKind + "/")
 	if err != nil {
 		return nil, err
 	}
-	v.statuses = a.decodeStatusesCached(nodeRecs)
-	if _, ok := v.statuses[a.cfg.Name]; !ok {
-		v.statuses[a.cfg.Name] = a.selfStatus(nil)
+	v.statuses = vs.decodeStatusesCached(nodeRecs)
+	if _, ok := v.statuses[vs.self]; !ok && vs.selfStatus != nil {
+		v.statuses[vs.self] = vs.selfStatus()
 	}
-	v.members = a.cluster.Members()
-	v.alive = a.aliveMembers()
-	v.excluded = a.acks.excluded(now)
+	v.members = vs.cluster.Members()
+	v.alive = vs.members.alive(now)
+	v.excluded = vs.acks.excluded(now)
 	eligible := eligibleNodes(v.alive, v.statuses)
 	v.placementKey = v.objectsKey + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
 	if prev != nil && prev.placementKey == v.placementKey {
 		v.placement, v.base, v.owner = prev.placement, prev.base, prev.owner
 	} else {
 		v.placement, v.base, v.owner = place(eligible, v.workloads, v.all, v.excluded)
-		a.metrics.placements.Inc()
+		vs.placements.Inc()
 	}
 	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses))
 	// Nodes are judged on what placement gives them before anyone is
@@ -237,13 +250,13 @@ func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
 	// replicas this node's exclusions moved to it (and others did not).
 	// A node does not judge itself, and leaves at most a minority out.
 	unlisted := unreported(v.all, v.base, v.statuses)
-	delete(unlisted, a.cfg.Name)
-	if a.cfg.AckTimeout <= 0 {
+	delete(unlisted, vs.self)
+	if vs.acks.timeout <= 0 {
 		unlisted = nil // the check is off (--ack-timeout 0)
 	}
-	for _, x := range a.acks.observe(now, unlisted, (len(eligible)-1)/2) {
-		a.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
-			"node", oneLine(x.node), "unlistedFor", a.acks.timeout, "excludedFor", x.for_)
+	for _, x := range vs.acks.observe(now, unlisted, (len(eligible)-1)/2) {
+		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
+			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
 	}
 	return v, nil
 }
@@ -251,8 +264,7 @@ func (a *Agent) buildView(prev *view, now time.Time) (*view, error) {
 // decodeObjects returns the live objects of recs, sorted by key, decoding
 // only records whose version changed since the last build; it marks their
 // keys in seen. Objects that do not decode are logged once and skipped.
-func (a *Agent) decodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
-	vs := a.views
+func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
 	var out []manifest.Object
 	for _, r := range recs {
 		if r.Deleted {
@@ -265,7 +277,7 @@ func (a *Agent) decodeObjects(recs []crdt.Record, seen map[string]bool) []manife
 			c = cachedObject{from: id, obj: o, ok: err == nil}
 			vs.objects[r.Key] = c
 			if err != nil {
-				a.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
+				vs.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
 			}
 		}
 		if c.ok {
@@ -278,15 +290,14 @@ func (a *Agent) decodeObjects(recs []crdt.Record, seen map[string]bool) []manife
 
 // decodeStatusesCached is decodeStatuses over the cache of decoded
 // status records.
-func (a *Agent) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
-	vs := a.views
+func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	seen := map[string]bool{}
 	for _, r := range recs {
 		seen[r.Key] = true
 		c, ok := vs.statuses[r.Key]
 		if id := idOf(r); !ok || c.from != id {
-			one := decodeStatuses([]crdt.Record{r}, a.clusterCIDR)
+			one := decodeStatuses([]crdt.Record{r}, vs.clusterCIDR)
 			c = cachedStatus{from: id}
 			for _, s := range one {
 				c.status, c.ok = s, true

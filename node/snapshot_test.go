@@ -40,7 +40,7 @@ func TestPlacementRunsOncePerChange(t *testing.T) {
 	idle := quiet()
 	for range 50 {
 		for _, n := range nodes {
-			n.agent.replicaView()
+			n.agent.info.Replicas()
 			call(t, n, "GET", "/v1/nodes", nil, nil)
 			call(t, n, "GET", "/v1/objects/deployment", nil, nil)
 		}

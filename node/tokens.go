@@ -21,7 +21,6 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // The member's side of a join (join.go has the joining node's): join
@@ -84,7 +83,7 @@ func isTokenID(s string) bool {
 // writes records (signed, gossiped), keys gives the gossip keyring to hand
 // a new node. A nil *admission is a node running with --insecure.
 type admission struct {
-	store   *store.Store
+	store   Store
 	id      *identity
 	trust   *trust
 	clock   *hlc.Clock
@@ -198,7 +197,7 @@ func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 }
 
 // tokenLookup reads a join-token record from the store.
-func tokenLookup(st *store.Store) func(id string) (joinTokenRecord, bool) {
+func tokenLookup(st Store) func(id string) (joinTokenRecord, bool) {
 	return func(id string) (joinTokenRecord, bool) {
 		rec, ok, err := st.Get(joinTokenKey(id))
 		if err != nil || !ok || rec.Deleted {
@@ -233,66 +232,42 @@ func (l *joinWarnLimit) allow(status int, now time.Time) bool {
 	return true
 }
 
-// handleJoin serves POST /v1/join on the peer port.
-func (j *admission) handleJoin(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, 64<<10)
-	if err != nil {
-		status, err := bodyStatus("join request", err)
-		writeError(w, status, err)
-		return
+// Join admits a node with a join token (the peer port's POST /v1/join;
+// from is the joining node's address): the answer holds the cluster's
+// credentials and the node's new certificate. A refusal is an api error
+// whose status says why (403 token, 409 name in use, 400 malformed),
+// logged at most once a second per kind.
+func (j *admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, error) {
+	if j == nil {
+		return api.JoinAnswer{}, api.Errorf(http.StatusBadRequest, "this node runs with --insecure: it admits no node")
 	}
-	var req api.JoinRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("join request: %w", err))
-		return
-	}
-	remote, _ := netip.ParseAddrPort(r.RemoteAddr)
 	if rf := admit(req, admitLookups{token: tokenLookup(j.store), bound: j.id.boundKey, revoked: j.id.isRevoked}, time.Now()); rf != nil {
 		if j.warn.allow(rf.status, time.Now()) {
-			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", remote.Addr(), "status", rf.status, "why", rf.msg)
+			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", from, "status", rf.status, "why", rf.msg)
 		}
-		writeError(w, rf.status, rf)
-		return
+		return api.JoinAnswer{}, api.NewError(rf.status, rf)
 	}
 	creds := j.trust.creds
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, req.Name, req.Key, []netip.Addr{remote.Addr().Unmap()}, time.Now())
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, req.Name, req.Key, []netip.Addr{from}, time.Now())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+		return api.JoinAnswer{}, err
 	}
 	caKey, err := x509.MarshalPKCS8PrivateKey(creds.CAKey)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+		return api.JoinAnswer{}, err
 	}
-	resp := api.JoinAnswer{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}
-	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", remote.Addr(), "token", req.TokenID)
-	writeJSON(w, http.StatusOK, resp)
+	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", from, "token", req.TokenID)
+	return api.JoinAnswer{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}, nil
 }
 
-// handleToken serves POST /v1/join-tokens: a new join token (the
-// operator's API).
-func (j *admission) handleToken(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, 4<<10)
-	if err != nil {
-		status, err := bodyStatus("join-token request", err)
-		writeError(w, status, err)
-		return
-	}
-	var req api.JoinTokenRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("join-token request: %w", err))
-			return
-		}
-	}
+// JoinToken makes a join token (the operator's POST /v1/join-tokens).
+func (j *admission) JoinToken(req api.JoinTokenRequest) (api.JoinToken, error) {
 	ttl := DefaultJoinTokenTTL
 	if req.TTLSeconds != 0 {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	if req.TTLSeconds < 0 || req.TTLSeconds > int64(MaxJoinTokenTTL/time.Second) {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(MaxJoinTokenTTL/time.Second)))
-		return
+		return api.JoinToken{}, api.Errorf(http.StatusBadRequest, "ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(MaxJoinTokenTTL/time.Second))
 	}
 	tok, expires, err := j.createToken(ttl)
 	if err != nil {
@@ -300,9 +275,8 @@ func (j *admission) handleToken(w http.ResponseWriter, r *http.Request) {
 		if j == nil || ttl < time.Minute {
 			status = http.StatusBadRequest
 		}
-		writeError(w, status, err)
-		return
+		return api.JoinToken{}, api.NewError(status, err)
 	}
 	j.log.Info("made a join token", "token", tok.ID, "expires", expires)
-	writeJSON(w, http.StatusCreated, api.JoinToken{Token: tok.String(), Expires: expires})
+	return api.JoinToken{Token: tok.String(), Expires: expires}, nil
 }

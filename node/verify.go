@@ -26,6 +26,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
 )
@@ -153,7 +154,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 		if err != nil {
 			return reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
-		if err := checkRef(rev.Namespace, rev.Deployment); err != nil {
+		if err := apiserver.CheckRef(rev.Namespace, rev.Deployment); err != nil {
 			return reject(rejectName, "%s: %v", r.Key, err)
 		}
 		if !isHex(rev.SpecHash) {
@@ -252,7 +253,7 @@ func checkStatus(s NodeStatus, cluster netip.Prefix) *rejection {
 }
 
 func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
-	if err := checkRef(r.Namespace, r.Name); err != nil {
+	if err := apiserver.CheckRef(r.Namespace, r.Name); err != nil {
 		return reject(rejectName, "%v", err)
 	}
 	if errs := validation.IsDNS1123Subdomain(r.Workload); len(errs) > 0 {

@@ -1,15 +1,11 @@
 package node
 
 import (
-	"bytes"
-	"encoding/json"
 	"maps"
-	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -27,7 +23,7 @@ type view struct {
 	built time.Time
 	// members is the membership as gossip gave it (routes follow it,
 	// without flap damping); alive the members that count for placement
-	// (aliveMembers).
+	// (members.alive).
 	members   []gossip.Member
 	alive     map[string]bool
 	statuses  map[string]NodeStatus
@@ -74,72 +70,31 @@ func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Repli
 	without := placement.Assign(kept, workloadsOf(objs), placement.Options{})
 	for _, r := range all {
 		if !r.AtMostOne {
-			owner[r.ID] = without.Owner(workloadKey(r.Namespace, r.Workload), r.Ordinal)
+			owner[r.ID] = without.Owner(reconcile.WorkloadKey(r.Namespace, r.Workload), r.Ordinal)
 		}
 	}
 	return p, base, owner
 }
 
-// selfStatus is this node's record with the given replica statuses. It
-// says only what peers accept (checkStatus): reasons are one line of
-// bounded text, and a replica address outside the node's current subnet
-// (left from an earlier claim) is not published.
-func (a *Agent) selfStatus(replicas []api.Replica) NodeStatus {
-	claim := a.currentClaim()
-	subnet, _ := netip.ParsePrefix(claim.Subnet)
-	out := make([]api.Replica, 0, len(replicas))
-	for _, r := range replicas {
-		r.Reason = oneLine(r.Reason)
-		if ip, err := netip.ParseAddr(r.PodIP); r.PodIP != "" && (err != nil || !subnet.Contains(ip)) {
-			r.PodIP, r.Ready = "", false
+// liveReplicas is every replica copy that live nodes report in their
+// status records: the input of rollout.Count.
+func (v *view) liveReplicas() []api.Replica {
+	var out []api.Replica
+	for name, s := range v.statuses {
+		if v.alive[name] {
+			out = append(out, s.Replicas...)
 		}
-		out = append(out, r)
 	}
-	return NodeStatus{
-		Name:        a.cfg.Name,
-		Advertise:   a.advertiseHost(),
-		API:         a.apiURL(),
-		PodSubnet:   claim.Subnet,
-		SubnetSince: claim.Since,
-		SubnetReady: a.subnetIsReady(),
-		Capacity:    a.capacity,
-		Labels:      a.cfg.Labels,
-		Started:     a.started.UTC().Truncate(time.Second),
-		Replicas:    out,
-		Insecure:    a.cfg.Insecure,
-		Cert:        a.trust.certDER(),
-	}
+	return out
 }
 
-// publishStatus gossips this node's record when it changed since the last
-// publication, or when the stored record is not the one this node wrote
-// last: a delete or a write under this node's name by another node (which
-// checkRecord refuses on arrival, but which could predate the check, or
-// come from "starling node forget" run against a live node) is overwritten
-// at once, not at the next change.
-func (a *Agent) publishStatus(local []api.Replica) {
-	status := a.selfStatus(local)
-	b, err := json.Marshal(status)
-	if err != nil {
-		return
-	}
-	if string(b) == a.lastStatus {
-		rec, ok, err := a.store.Get(statusKey(a.cfg.Name))
-		own := ok && !rec.Deleted && rec.Origin == a.cfg.Name && bytes.Equal(rec.Signer, a.id.public())
-		if err != nil || own && string(rec.Value) == a.lastStatus {
-			return
-		}
-		if ok {
-			a.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
-				"key", keyID(rec.Signer), "deleted", rec.Deleted)
-			a.clock.Update(rec.Version)
+// statefulWorkloads is the set of StatefulSet workload keys in v.
+func (v *view) statefulWorkloads() map[string]bool {
+	out := map[string]bool{}
+	for _, o := range v.workloads {
+		if o.Kind == manifest.KindStatefulSet {
+			out[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
 		}
 	}
-	a.local.Store(&status.Replicas)
-	rec := crdt.Record{Key: statusKey(a.cfg.Name), Value: b, Version: a.clock.Now(), Origin: a.cfg.Name}
-	if err := a.publish(rec); err != nil {
-		a.log.Warn("publish node status", "err", err)
-		return
-	}
-	a.lastStatus = string(b)
+	return out
 }

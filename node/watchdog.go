@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,81 +66,88 @@ func (c Config) leaseDeadline(now time.Time) time.Time {
 	return now.Add(max(c.FailoverTimeout-deadlineMargin, c.FenceTimeout))
 }
 
-// leaseLoop renews the lease every leaseRenewPeriod while this node
-// knows it has a majority, and keeps a watchdog running while it does.
-func (a *Agent) leaseLoop(ctx context.Context) {
-	if !a.cfg.FenceWatchdog {
-		return
-	}
-	every(ctx, leaseRenewPeriod, a.renewLease)
+// lease is the fence lease this node renews for its watchdog. It owns
+// its lock, which also serialises renewals.
+type lease struct {
+	enabled bool // --fence-watchdog
+	dataDir string
+	cfg     Config // for leaseDeadline
+	rt      Runtime
+	quorum  *quorum
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// atMostOne are the container IDs of this node's StatefulSet
+	// replicas; leased the IDs the last lease named.
+	atMostOne []string
+	leased    []string
 }
 
-// renewLease writes the lease, naming the cgroups of a.atMostOne, if
-// this node knows it holds a majority, and makes sure a watchdog runs.
-// Serialised by leaseMu; reconcile calls it too, before it starts a
-// StatefulSet replica the last lease does not name (setAtMostOne), so no
-// copy ever runs outside the lease.
-func (a *Agent) renewLease() {
-	if !a.cfg.FenceWatchdog {
+// loop renews the lease every leaseRenewPeriod while this node knows it
+// has a majority, and keeps a watchdog running while it does.
+func (l *lease) loop(ctx context.Context) {
+	if !l.enabled {
 		return
 	}
-	a.leaseMu.Lock()
-	defer a.leaseMu.Unlock()
+	every(ctx, leaseRenewPeriod, l.renew)
+}
+
+// renew writes the lease, naming the cgroups of atMostOne, if this node
+// knows it holds a majority, and makes sure a watchdog runs. Serialised by
+// mu; reconcile calls it too, before it starts a StatefulSet replica the
+// last lease does not name (set), so no copy ever runs outside the lease.
+func (l *lease) renew() {
+	if !l.enabled {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := time.Now()
-	a.mu.Lock()
-	a.checkLeaseLapse(now)
-	quorum := a.quorum
-	ids := slices.Clone(a.atMostOne)
-	a.mu.Unlock()
-	if !quorum {
+	if !l.quorum.forLease(now) {
 		return // fenced or not known yet: the watchdog may act
 	}
-	path := filepath.Join(a.cfg.DataDir, leaseFileName)
-	l := fenceLease{Deadline: a.cfg.leaseDeadline(now)}
-	for _, id := range ids {
-		l.Cgroups = append(l.Cgroups, a.rt.CgroupPath(id))
+	path := filepath.Join(l.dataDir, leaseFileName)
+	fl := fenceLease{Deadline: l.cfg.leaseDeadline(now)}
+	for _, id := range l.atMostOne {
+		fl.Cgroups = append(fl.Cgroups, l.rt.CgroupPath(id))
 	}
-	b, err := json.Marshal(l)
+	b, err := json.Marshal(fl)
 	if err == nil {
 		err = writeLease(path, b)
 	}
 	if err != nil {
-		a.log.Error("renew the fence lease (its watchdog will kill this node's StatefulSet replicas when it runs out)", "err", err, "file", path)
+		l.log.Error("renew the fence lease (its watchdog will kill this node's StatefulSet replicas when it runs out)", "err", err, "file", path)
 		return
 	}
-	a.leased = ids
-	a.mu.Lock()
-	a.leaseDeadline = l.Deadline
-	a.mu.Unlock()
-	if err := ensureWatchdog(a.cfg.DataDir); err != nil {
-		a.log.Error("start the fence watchdog", "err", err)
+	l.leased = slices.Clone(l.atMostOne)
+	l.quorum.leased(fl.Deadline)
+	if err := ensureWatchdog(l.dataDir); err != nil {
+		l.log.Error("start the fence watchdog", "err", err)
 	}
 }
 
-// setAtMostOne records this node's StatefulSet containers (and those it
-// is about to create) and, when one is not in the last lease, renews the
-// lease before reconcile acts.
-func (a *Agent) setAtMostOne(ids []string) {
-	a.mu.Lock()
-	a.atMostOne = ids
-	a.mu.Unlock()
-	a.leaseMu.Lock()
+// set records this node's StatefulSet containers (and those it is about
+// to create) and, when one is not in the last lease, renews the lease
+// before reconcile acts.
+func (l *lease) set(ids []string) {
+	l.mu.Lock()
+	l.atMostOne = ids
 	covered := true
 	for _, id := range ids {
-		if !slices.Contains(a.leased, id) {
+		if !slices.Contains(l.leased, id) {
 			covered = false
 		}
 	}
-	a.leaseMu.Unlock()
+	l.mu.Unlock()
 	if !covered {
-		a.renewLease()
+		l.renew()
 	}
 }
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
 // replicas: those observed and those it is about to create.
 func atMostOneIDs(v *view, observed []reconcile.Container, mine []reconcile.Replica) []string {
-	stateful := statefulWorkloads(v)
+	stateful := v.statefulWorkloads()
 	var ids []string
 	for _, c := range observed {
 		if stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {

@@ -351,3 +351,8 @@ type KeyOp struct {
 type KeyList struct {
 	Keys [][]byte `json:"keys"`
 }
+
+// MaxObjectBytes bounds the encoding of one object (manifest.Encode): a
+// node keeps every object and gossips it whole, so one object is at most
+// what etcd lets Kubernetes store by default (1.5 MiB), rounded down.
+const MaxObjectBytes = 1 << 20

@@ -517,3 +517,4 @@ func (s *Store) DropRecords() error {
 	s.notify()
 	return nil
 }
+

@@ -1,0 +1,81 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/starling-orchestrator/starling/gossip"
+)
+
+// startGossip checks the node's identity and the age of its state, then
+// starts memberlist (without joining; Run does that).
+func (a *Agent) startGossip() error {
+	if err := checkIdentity(a.store, a.cfg.Name, a.cfg.DataDir); err != nil {
+		return err
+	}
+	if a.members.staleState() {
+		if len(a.members.targets()) == 0 {
+			a.log.Warn("state is older than --tombstone-ttl but there is no peer to resync from; keeping it")
+		} else {
+			a.log.Warn("this node was away longer than --tombstone-ttl: discarding its desired state and resyncing from peers", "ttl", a.cfg.TombstoneTTL)
+			if err := a.store.DropRecords(); err != nil {
+				return err
+			}
+			a.members.droppedState = true
+		}
+	}
+	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
+	if err != nil {
+		return fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
+	}
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
+	if a.cfg.Advertise != "" {
+		ahost, aport, err := splitHostPort(a.cfg.Advertise, port)
+		if err != nil {
+			return fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
+		}
+		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
+	}
+	if a.trust != nil {
+		keys := a.trust.creds.GossipKeys
+		gc.SecretKey, gc.ExtraKeys = keys[0], keys[1:]
+	}
+	gc.Logger = a.log.With("component", "gossip")
+	// Hybrid logical clock: every received version advances the clock, and
+	// so does every version already stored (a restarted node, or one whose
+	// wall clock is behind, still writes versions that win over what it has
+	// seen: a delete after an apply is never older than the apply).
+	gc.Clock = a.clock
+	gc.Accept = a.rejects.check
+	if all, err := a.store.Snapshot(); err == nil {
+		for _, r := range all {
+			a.clock.Update(r.Version)
+		}
+	}
+	if a.cfg.ProbeInterval > 0 {
+		gc.ProbeInterval = a.cfg.ProbeInterval
+	}
+	if a.cfg.ProbeTimeout > 0 {
+		gc.ProbeTimeout = a.cfg.ProbeTimeout
+	}
+	if a.cfg.SuspicionMult > 0 {
+		gc.SuspicionMult = a.cfg.SuspicionMult
+	}
+	if a.cfg.tuneGossip != nil {
+		a.cfg.tuneGossip(&gc)
+	}
+	a.cluster, err = gossip.New(gc, a.store)
+	if err != nil {
+		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
+	}
+	a.members.cluster = a.cluster
+	a.rejects.setLive(func(name string) bool {
+		for _, m := range a.cluster.Members() {
+			if m.Name == name {
+				return m.State.Up()
+			}
+		}
+		return false
+	})
+	return nil
+}

@@ -1,0 +1,118 @@
+package node
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/probe"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// localReplicas is the status of the replicas on this node: every
+// container (Terminating when this node no longer runs it) and every
+// replica it owns that has no container yet (Pending or ContainerCreating).
+func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, probes map[string]probe.Probes) []api.Replica {
+	now := time.Now()
+	want := map[string]bool{}
+	for _, d := range mine {
+		want[d.ID] = true
+	}
+	seen := map[string]bool{}
+	slots := map[string]bool{}
+	items := []api.Replica{}
+	for _, c := range observed {
+		seen[c.ID] = true
+		slots[slotOf(c.Namespace, c.Workload, c.Ordinal)] = true
+		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
+			Node: r.self, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC(), Created: c.CreatedAt.UTC(),
+			LastState: apiTermination(c.Last)}
+		if c.State == reconcile.StateExited {
+			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
+			item.Exit = apiTermination(&t)
+		}
+		if msg, failed := r.acts.lastFailure(c.ID); failed {
+			item.Reason = msg
+		}
+		busy, isBusy := r.acts.busyAction(c.ID)
+		switch {
+		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
+			item.Phase = api.PhaseTerminating
+		case c.State == reconcile.StateRunning:
+			var why string
+			item.Phase = api.PhaseRunning
+			item.Ready, why = r.probes.ready(c, probes)
+			if item.Reason == "" {
+				item.Reason = why
+			}
+		case c.State == reconcile.StateExited && now.Sub(c.ExitedAt) < reconcile.Backoff(c.BackoffStep):
+			item.Phase = api.PhaseCrashLoopBackOff
+			if item.Reason == "" {
+				item.Reason = c.StopReason
+			}
+		case c.State == reconcile.StateExited:
+			item.Phase = api.PhaseExited
+			if item.Reason == "" {
+				item.Reason = c.StopReason
+			}
+		case c.State == reconcile.StateCreated:
+			item.Phase = api.PhaseContainerCreating
+		default:
+			item.Phase = api.PhaseUnknown
+		}
+		items = append(items, item)
+	}
+	for _, d := range mine {
+		if seen[d.ID] {
+			continue
+		}
+		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
+			Node: r.self, SpecHash: d.SpecHash, Phase: api.PhasePending}
+		if msg, failed := r.acts.lastFailure(d.ID); failed {
+			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
+		}
+		if t, busy := r.acts.busyAction(d.ID); busy {
+			item.Phase, item.Reason = api.PhaseContainerCreating, r.rt.ImageProgress(d.Spec.Image)
+			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
+				// A Replace stops the old copy first.
+				item.Phase, item.Reason = api.PhasePending, "waiting for the old copy to stop"
+			}
+		}
+		items = append(items, item)
+	}
+	sortReplicas(items)
+	return items
+}
+
+// slotOf names a workload's ordinal: "namespace/workload/ordinal".
+func slotOf(namespace, workload string, ordinal int) string {
+	return namespace + "/" + workload + "/" + strconv.Itoa(ordinal)
+}
+
+func sortReplicas(items []api.Replica) {
+	sort.Slice(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Workload != b.Workload {
+			return a.Workload < b.Workload
+		}
+		if a.Ordinal != b.Ordinal {
+			return a.Ordinal < b.Ordinal
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Node < b.Node
+	})
+}
+
+// apiTermination is t as the API shows it (nil for nil).
+func apiTermination(t *reconcile.Termination) *api.Termination {
+	if t == nil {
+		return nil
+	}
+	return &api.Termination{ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, StartedAt: t.StartedAt.UTC(), FinishedAt: t.FinishedAt.UTC()}
+}

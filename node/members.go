@@ -1,0 +1,359 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+)
+
+// Store meta keys.
+const (
+	metaName     = "node-name"
+	metaPeers    = "peers"     // JSON list of "ip:port" of members last seen alive
+	metaLastSeen = "last-seen" // RFC 3339 time the node last had the cluster's state
+)
+
+// members is this node's membership: joining the cluster, knowing when it
+// holds the cluster's state (synced), and which members count as alive
+// for placement (flap damping). It owns its lock; nothing else reads or
+// writes memberDown and memberBack.
+type members struct {
+	self    string
+	join    []string // --join
+	settle  time.Duration
+	ttl     time.Duration // --tombstone-ttl
+	store   Store
+	cluster *gossip.Cluster
+	log     *slog.Logger
+	// keys refreshes the gossip keys after a rotation this node missed
+	// (nil with --insecure).
+	keys *keyring
+	// droppedState: the node was away longer than the tombstone TTL and
+	// discarded its desired state; it must resync before acting.
+	droppedState bool
+
+	synced   chan struct{} // closed once the node holds the cluster's state
+	syncOnce sync.Once
+
+	mu sync.Mutex
+	// Flap damping (alive): members seen down, since when, and when the
+	// ones that came back did.
+	memberDown map[string]time.Time
+	memberBack map[string]time.Time
+}
+
+func newMembers(cfg Config, st Store, log *slog.Logger) *members {
+	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, store: st, log: log,
+		synced: make(chan struct{}), memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}}
+}
+
+// splitHostPort parses "ip:port" or "ip" with a default port.
+func splitHostPort(s string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return s, defPort, nil
+		}
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", portStr)
+	}
+	return host, port, nil
+}
+
+// checkIdentity binds the data dir to the node name on first start and
+// refuses a different name later: a node's identity is what peers and
+// placement know it by.
+func checkIdentity(st Store, name, dataDir string) error {
+	held, ok, err := st.GetMeta(metaName)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return st.PutMeta(metaName, []byte(name))
+	}
+	if string(held) != name {
+		return fmt.Errorf("--data-dir %s belongs to node %q: start with --name %s, or use a fresh --data-dir", dataDir, held, held)
+	}
+	return nil
+}
+
+// staleState reports whether this node was away longer than the tombstone
+// TTL: peers may have purged tombstones it never saw.
+func (m *members) staleState() bool {
+	v, ok, err := m.store.GetMeta(metaLastSeen)
+	if err != nil || !ok {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339, string(v))
+	return err == nil && time.Since(t) > m.ttl
+}
+
+func (m *members) markSeen() {
+	if err := m.store.PutMeta(metaLastSeen, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
+		m.log.Warn("record last-seen time", "err", err)
+	}
+}
+
+// targets are the seeds from --join plus the peers last seen alive.
+func (m *members) targets() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	for _, s := range m.join {
+		add(s)
+	}
+	if b, ok, err := m.store.GetMeta(metaPeers); err == nil && ok {
+		var peers []string
+		if json.Unmarshal(b, &peers) == nil {
+			for _, p := range peers {
+				add(p)
+			}
+		}
+	}
+	return out
+}
+
+// joinLoop joins the cluster through any target, retrying with backoff
+// (1 s doubling to 30 s) until one answers. With no target the node starts
+// a cluster of its own. It closes synced once the node holds the
+// cluster's state (after the first successful join's push/pull, or at
+// once when there is nothing to join). changed wakes it while it waits
+// for the records a join brings (waitForState).
+func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) {
+	targets := m.targets()
+	if len(targets) == 0 {
+		m.log.Info("no seeds to join: starting a new cluster")
+		m.markSynced()
+		return
+	}
+	backoff := time.Second
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		return true
+	}
+	for {
+		n, err := m.cluster.Join(targets)
+		if errors.Is(err, gossip.ErrNameTaken) {
+			// Another node runs under this name: this one must not
+			// claim a subnet, publish a status or run replicas, so it
+			// never counts as synced. It retries in case the other was
+			// this node's own earlier run at another address, which
+			// the cluster declares dead within seconds.
+			m.log.Error("a live node already uses this name; not joining (start this agent with another --name, or stop the other node)", "err", err, "retryIn", backoff)
+			if !wait() {
+				return
+			}
+			continue
+		}
+		if n > 0 {
+			m.log.Info("joined cluster", "contacted", n, "members", m.cluster.NumMembers())
+			if m.droppedState {
+				waitForState(ctx, changed)
+			}
+			m.markSynced()
+			return
+		}
+		if !m.droppedState {
+			// Local state is recent enough to act on: run with it while
+			// joining goes on (a node must keep its replicas running when
+			// every peer is gone).
+			m.markSynced()
+		}
+		if errors.Is(err, gossip.ErrKeyMismatch) && m.keys != nil {
+			// The cluster rotated its key while this node was away.
+			if changed, rerr := m.keys.refresh(ctx, targets); changed {
+				continue
+			} else if rerr != nil {
+				m.log.Warn("could not take the current gossip keys from a seed", "err", rerr)
+			}
+		}
+		m.log.Warn("join failed; retrying", "seeds", strings.Join(targets, ","), "err", err, "retryIn", backoff)
+		if !wait() {
+			return
+		}
+		targets = m.targets()
+	}
+}
+
+// waitForState waits, after a join that follows dropping stale state, until
+// the records stop arriving (2 s without a change, at most 30 s): acting
+// on a half-received state would stop replicas that are still desired.
+func waitForState(ctx context.Context, changed func() <-chan struct{}) {
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-changed():
+		case <-time.After(2 * time.Second):
+			return
+		}
+	}
+}
+
+func (m *members) markSynced() {
+	m.syncOnce.Do(func() { close(m.synced) })
+}
+
+func (m *members) isSynced() bool {
+	select {
+	case <-m.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// watch keeps the list of live peers (for rejoining without seeds) and
+// the last-seen time, on every change of the view (changed) and every
+// minute, and purges expired tombstones every hour.
+func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	purge := time.NewTicker(time.Hour)
+	defer purge.Stop()
+	var lastPeers string
+	ch := changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+			if m.isSynced() {
+				m.markSeen()
+			}
+		case <-purge.C:
+			m.purgeTombstones()
+		}
+		ch = changed() // before the members are read
+		var peers []string
+		for _, mem := range m.cluster.Members() {
+			if mem.Name != m.self && mem.State == gossip.StateAlive {
+				peers = append(peers, net.JoinHostPort(mem.Addr, strconv.Itoa(int(mem.Port))))
+			}
+		}
+		sort.Strings(peers)
+		if b, _ := json.Marshal(peers); len(peers) > 0 && string(b) != lastPeers {
+			if err := m.store.PutMeta(metaPeers, b); err == nil {
+				lastPeers = string(b)
+			}
+		}
+	}
+}
+
+// alive returns the names of members that count for placement at now:
+// alive or suspect ("suspect" alone moves nothing), the local node always.
+//
+// Flap damping: a member this node saw dead or left, and that is back,
+// counts only once it has stayed back for --rejoin-settle. A node that
+// was declared dead falsely (a busy CPU, a flaky link) then does not pull
+// its replicas back and forth; failover itself is never delayed.
+func (m *members) alive(now time.Time) map[string]bool {
+	alive := map[string]bool{m.self: true}
+	list := m.cluster.Members()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mem := range list {
+		up := mem.State.Up()
+		_, wasDown := m.memberDown[mem.Name]
+		switch {
+		case !up && !wasDown:
+			m.memberDown[mem.Name] = now
+			delete(m.memberBack, mem.Name)
+		case !up:
+		case wasDown:
+			delete(m.memberDown, mem.Name)
+			m.memberBack[mem.Name] = now
+		}
+		if !up {
+			continue
+		}
+		if back, ok := m.memberBack[mem.Name]; ok {
+			if now.Sub(back) < m.settle {
+				continue
+			}
+			delete(m.memberBack, mem.Name)
+		}
+		alive[mem.Name] = true
+	}
+	return alive
+}
+
+// downSince is when this node first saw member name down (ok false if it
+// has not).
+func (m *members) downSince(name string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.memberDown[name]
+	return t, ok
+}
+
+// settling reports whether member name came back from down less than
+// --rejoin-settle ago (see alive).
+func (m *members) settling(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.memberBack[name]
+	return ok
+}
+
+// state is member name's state (empty when it is not a member).
+func (m *members) state(name string) gossip.MemberState {
+	for _, mem := range m.cluster.Members() {
+		if mem.Name == name {
+			return mem.State
+		}
+	}
+	return ""
+}
+
+// advertiseHost is the address peers know this node by.
+func (m *members) advertiseHost(fallback string) string {
+	for _, mem := range m.cluster.Members() {
+		if mem.Name == m.self {
+			return mem.Addr
+		}
+	}
+	return fallback
+}
+
+// purgeTombstones forgets deletes older than the tombstone TTL and tells
+// gossip, whose digest index must match the store.
+func (m *members) purgeTombstones() {
+	n, err := m.store.Purge(time.Now(), m.ttl)
+	if err != nil {
+		m.log.Warn("purge tombstones", "err", err)
+	}
+	if n > 0 {
+		if err := m.cluster.Reindex(); err != nil {
+			m.log.Warn("reindex gossip state after purge", "err", err)
+		}
+		m.log.Info("purged expired tombstones", "count", n, "ttl", m.ttl)
+	}
+}

@@ -1,0 +1,258 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/apiserver"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// objects is the desired state as the API reads and writes it: apply,
+// get, list, delete, scale and the rollout commands (rollouts.go). Every
+// write is signed, stored and gossiped (publish), then the view is
+// rebuilt before the answer, so a client reads its own writes. It
+// implements apiserver.Objects.
+type objects struct {
+	self        string
+	serviceCIDR string
+	st          Store
+	clock       *hlc.Clock
+	views       *views
+	publish     func(...crdt.Record) error
+	log         *slog.Logger
+}
+
+var _ apiserver.Objects = (*objects)(nil)
+
+// Apply stores validated objects as new versions, all or none: a
+// Deployment and a StatefulSet of one name clash (409), and what
+// validating each object alone cannot check (size, Service addresses and
+// ports) is checked first (422).
+func (o *objects) Apply(objs []manifest.Object) ([]api.ApplyResult, error) {
+	if err := o.workloadClash(objs); err != nil {
+		return nil, api.NewError(http.StatusConflict, err)
+	}
+	if err := o.admit(objs); err != nil {
+		return nil, api.NewError(http.StatusUnprocessableEntity, err)
+	}
+	return o.store(objs)
+}
+
+// lookup returns the live record of kind namespace/name; 404 when none.
+func (o *objects) lookup(kind, namespace, name string) (crdt.Record, error) {
+	rec, found, err := o.st.Get(manifest.KeyFor(kind, namespace, name))
+	if err != nil {
+		return rec, err
+	}
+	if !found || rec.Deleted {
+		return rec, api.Errorf(http.StatusNotFound, "%s %q not found in namespace %q", strings.ToLower(kind), name, namespace)
+	}
+	return rec, nil
+}
+
+// List returns the live objects of kind; Services show their allocated
+// ClusterIP and NodePorts.
+func (o *objects) List(kind string) ([]api.Object, error) {
+	recs, err := o.st.List(kindPrefix(kind))
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Object{}
+	for _, rec := range recs {
+		if !rec.Deleted {
+			out = append(out, apiObject(rec))
+		}
+	}
+	if kind == manifest.KindService {
+		decorateServices(o.views.view().alloc, out)
+	}
+	return out, nil
+}
+
+// Get returns one live object.
+func (o *objects) Get(kind, namespace, name string) (api.Object, error) {
+	rec, err := o.lookup(kind, namespace, name)
+	if err != nil {
+		return api.Object{}, err
+	}
+	items := []api.Object{apiObject(rec)}
+	if kind == manifest.KindService {
+		decorateServices(o.views.view().alloc, items)
+	}
+	return items[0], nil
+}
+
+// Delete writes a tombstone for one object (and its revisions).
+func (o *objects) Delete(kind, namespace, name string) (api.ApplyResult, error) {
+	rec, err := o.lookup(kind, namespace, name)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	o.clock.Update(rec.Version) // the tombstone must win over what it deletes
+	tomb := crdt.Record{Key: rec.Key, Version: o.clock.Now(), Origin: o.self, Deleted: true}
+	if err := o.publish(tomb); err != nil {
+		return api.ApplyResult{}, fmt.Errorf("store: %w", err)
+	}
+	o.views.rebuild(time.Now()) // read your writes, as store
+	if kind == manifest.KindDeployment {
+		if err := o.deleteRevisions(namespace, name); err != nil {
+			return api.ApplyResult{}, fmt.Errorf("delete revisions: %w", err)
+		}
+	}
+	return api.ApplyResult{Kind: kind, Namespace: namespace, Name: name, Result: "deleted"}, nil
+}
+
+// Scale sets the replicas of a Deployment or StatefulSet.
+func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.ApplyResult, error) {
+	rec, err := o.lookup(kind, namespace, name)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	obj, err := manifest.Decode(rec.Value)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	switch {
+	case obj.Deployment != nil:
+		obj.Deployment.Spec.Replicas = &replicas
+	case obj.StatefulSet != nil:
+		obj.StatefulSet.Spec.Replicas = &replicas
+	default:
+		return api.ApplyResult{}, api.Errorf(http.StatusBadRequest, "scale: %s is not a Deployment or StatefulSet", obj.Key())
+	}
+	if errs := manifest.Validate(obj); len(errs) > 0 {
+		return api.ApplyResult{}, api.NewError(http.StatusUnprocessableEntity, errs.ToAggregate())
+	}
+	if _, err := o.store([]manifest.Object{obj}); err != nil {
+		return api.ApplyResult{}, err
+	}
+	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "scaled"}, nil
+}
+
+// applyObjects stores objects as new versions and gossips them.
+// An object identical to the stored one is left alone ("unchanged"); a
+// new object gets a creationTimestamp, an update keeps the stored one.
+// A Deployment's revision records follow its template (rollout.Record),
+// unchanged ones too (which records a Deployment stored before revisions
+// existed); they are written before the objects, so a node that sees a
+// new template has mostly seen its revision already.
+func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
+	var recs, revRecs []crdt.Record
+	results := make([]api.ApplyResult, len(objs))
+	for i, obj := range objs {
+		results[i] = api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "created"}
+		old, found, err := o.st.Get(obj.Key())
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			o.clock.Update(old.Version) // the new version must win over the old
+		}
+		if obj.Deployment != nil {
+			rs, err := o.revisionChanges(obj.Deployment)
+			if err != nil {
+				return nil, fmt.Errorf("revisions of %s: %w", obj.Key(), err)
+			}
+			revRecs = append(revRecs, rs...)
+		}
+		// uid and creationTimestamp are kept from the stored object (an
+		// object stored before Starling gave UIDs keeps none: a new one
+		// would rename its replicas); generation counts changes of the
+		// object, as in Kubernetes.
+		meta := objectMeta(&obj)
+		meta.CreationTimestamp, meta.Generation, meta.UID = metav1.Time{}, 0, ""
+		created := true
+		if found && !old.Deleted {
+			created = false
+			if prev, err := manifest.Decode(old.Value); err == nil {
+				pm := objectMeta(&prev)
+				meta.CreationTimestamp, meta.Generation, meta.UID = pm.CreationTimestamp, pm.Generation, pm.UID
+			}
+			same, err := manifest.Encode(obj)
+			if err != nil {
+				return nil, err
+			}
+			if bytes.Equal(old.Value, same) {
+				results[i].Result = "unchanged"
+				continue
+			}
+			results[i].Result = "configured"
+		}
+		if meta.CreationTimestamp.IsZero() {
+			meta.CreationTimestamp = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+		}
+		if created {
+			// A new object, also one applied again after a delete: its
+			// replicas are not its predecessor's (reconcile.NewReplica).
+			meta.UID = uuid.NewUUID()
+		}
+		meta.Generation++
+		value, err := manifest.Encode(obj)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, crdt.Record{Key: obj.Key(), Value: value, Version: o.clock.Now(), Origin: o.self})
+	}
+	if err := o.publish(append(revRecs, recs...)...); err != nil {
+		return nil, err
+	}
+	// Read your writes: reads through this node after the answer see the
+	// change (the view loop would take up to its debounce).
+	o.views.rebuild(time.Now())
+	return results, nil
+}
+
+func objectMeta(o *manifest.Object) *metav1.ObjectMeta {
+	switch {
+	case o.Deployment != nil:
+		return &o.Deployment.ObjectMeta
+	case o.StatefulSet != nil:
+		return &o.StatefulSet.ObjectMeta
+	}
+	return &o.Service.ObjectMeta
+}
+
+// workloadClash refuses a Deployment and a StatefulSet of one name in one
+// namespace: their replicas would share the workload's ordinals.
+func (o *objects) workloadClash(objs []manifest.Object) error {
+	var errs []error
+	for _, obj := range objs {
+		other := ""
+		switch obj.Kind {
+		case manifest.KindDeployment:
+			other = manifest.KindStatefulSet
+		case manifest.KindStatefulSet:
+			other = manifest.KindDeployment
+		default:
+			continue
+		}
+		rec, found, err := o.st.Get(manifest.KeyFor(other, obj.Namespace, obj.Name))
+		if err != nil {
+			return err
+		}
+		if found && !rec.Deleted {
+			errs = append(errs, fmt.Errorf("%s %s/%s: metadata.name: a %s of that name exists in the namespace; delete it first or choose another name",
+				obj.Kind, obj.Namespace, obj.Name, other))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// apiObject is a stored object as the API shows it, with who wrote it:
+// the node that accepted the write, and the key its signature verified
+// with (checked on arrival; this node's own key for its own writes).
+func apiObject(rec crdt.Record) api.Object {
+	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: keyID(rec.Signer)}
+}

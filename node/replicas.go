@@ -1,0 +1,276 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/runtime"
+)
+
+// replicas is the reconcile controller: one pass reads the view and the
+// containers, asks the pure reconcile.Decide what to do, runs the
+// actions, and publishes this node's record. It owns its state: the
+// handoffs of the last pass (loop goroutine only) and the containers it
+// last observed (its lock).
+type replicas struct {
+	self           string
+	resync         time.Duration // --resync-interval
+	handoffTimeout time.Duration
+	drainDelay     time.Duration
+
+	rt      Runtime
+	views   *views
+	acts    *actions
+	probes  *prober
+	quorum  *quorum
+	lease   *lease
+	status  *self
+	subnets *subnets
+	members *members
+	metrics *metrics
+	log     *slog.Logger
+
+	kick chan struct{}  // coalesced request to reconcile now
+	wg   sync.WaitGroup // running actions
+
+	handoffs map[string]time.Time // owned by the loop goroutine
+
+	mu       sync.Mutex
+	observed []reconcile.Container // what the last pass saw
+}
+
+// requestReconcile asks the loop to run now (coalesced).
+func (r *replicas) requestReconcile() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// lastObserved is the containers the last pass saw (the prober's input).
+func (r *replicas) lastObserved() []reconcile.Container {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observed
+}
+
+// runningNow reports whether container id's task ran at the last
+// observation (reconcile runs on every task exit).
+func (r *replicas) runningNow(id string) bool {
+	for _, c := range r.lastObserved() {
+		if c.ID == id {
+			return c.State == reconcile.StateRunning
+		}
+	}
+	return false
+}
+
+// loop runs reconcile on every view change, every kick, when a restart
+// backoff expires, and every --resync-interval. It first waits for the
+// node to hold the cluster's state (acting on stale state would
+// resurrect deleted objects) and for its pod subnet.
+func (r *replicas) loop(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-r.members.synced:
+	}
+	if !r.subnets.claimSubnet(ctx) {
+		return
+	}
+	r.status.forget() // republish with SubnetReady
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	changed := r.views.changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-r.kick:
+		case <-timer.C:
+		}
+		// Taken before the pass reads the view: a snapshot stored while
+		// the pass runs wakes the next one.
+		changed = r.views.changed()
+		requeue := r.reconcile(ctx)
+		wait := r.resync
+		if requeue > 0 && requeue < wait {
+			wait = requeue
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+// reconcile runs one pass: read the cluster view, decide what this node
+// owns (placement plus make-before-break handoffs), observe, Plan, and
+// start the actions whose containers are not already being worked on. It
+// publishes this node's status and returns the requeue.
+func (r *replicas) reconcile(ctx context.Context) time.Duration {
+	start := time.Now()
+	defer func() { r.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
+	v := r.views.view()
+	listed := r.acts.listEpoch()
+	observed, err := r.rt.List(ctx)
+	if err != nil {
+		r.log.Error("reconcile: observe containers", "err", err)
+		return 0
+	}
+	r.metrics.observe(observed)
+	r.probes.markUnhealthy(observed)
+	r.mu.Lock()
+	r.observed = observed
+	r.mu.Unlock()
+	out := reconcile.Decide(r.decision(v, observed, start), time.Now())
+	r.lease.set(atMostOneIDs(v, observed, out.Mine))
+	r.handoffs = out.Handoffs
+	r.acts.pruneFailures(out.Mine, observed)
+	requeue := out.Requeue
+	acts := slices.Clone(out.Actions)
+	withServiceLinks(v, acts)
+	for _, act := range acts {
+		if wait := r.acts.failureWait(act, time.Now()); wait > 0 {
+			if requeue == 0 || wait < requeue {
+				requeue = wait
+			}
+			continue
+		}
+		if !r.acts.claim(act, listed) {
+			continue
+		}
+		r.wg.Add(1)
+		go r.execute(ctx, act)
+	}
+	claimID := func(id string) (func(), bool) { return r.acts.claimID(id, listed) }
+	if err := r.rt.CleanupSandboxes(ctx, observed, claimID); err != nil {
+		r.log.Warn("reconcile: sandbox cleanup", "err", err)
+	}
+	r.status.publishStatus(r.localReplicas(observed, out.Mine, r.probes.specs(v, observed)))
+	if r.acts.creating() && (requeue == 0 || requeue > time.Second) {
+		requeue = time.Second // the progress of image transfers goes into the status every second
+	}
+	return requeue
+}
+
+// actionTimeout bounds one action: image pulls make creates slow; a stop
+// waits the grace period first.
+func actionTimeout(act reconcile.Action) time.Duration {
+	switch act.Type {
+	case reconcile.Remove, reconcile.Stop:
+		return act.Old.GracePeriod + time.Minute
+	case reconcile.Start:
+		return 2 * time.Minute
+	default:
+		return act.Old.GracePeriod + 10*time.Minute
+	}
+}
+
+func (r *replicas) execute(ctx context.Context, act reconcile.Action) {
+	defer r.wg.Done()
+	defer func() {
+		r.acts.finish(act)
+		r.requestReconcile()
+	}()
+	start := time.Now()
+	name := act.Replica.Name
+	if name == "" {
+		name = act.Old.Name
+	}
+	// A stuck registry, peer or containerd call must not hold the replica
+	// busy forever: every action has a deadline.
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout(act))
+	defer cancel()
+	if d := drainDelay(act, r.drainDelay); d > 0 {
+		// The replica is already published as Terminating (not ready):
+		// give every node time to take it out of its Service rules
+		// before SIGTERM, so no new connection meets a closed port.
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	if err := r.rt.Execute(ctx, act); err != nil {
+		if errors.Is(err, runtime.ErrTaskRunning) {
+			// Planned on a list that missed a start (claim guards the
+			// agent's own actions; this guards the rest): nothing done.
+			r.log.Warn("start skipped: the task already runs", "replica", name, "reason", act.Reason)
+			return
+		}
+		f := r.acts.recordFailure(act, err, time.Now())
+		r.log.Error("action failed", "action", act.Type, "replica", name, "reason", act.Reason, "err", err,
+			"failures", f.count, "retryIn", time.Until(f.until).Round(time.Millisecond))
+		r.metrics.actionErrors.WithLabelValues(string(act.Type)).Inc()
+		return
+	}
+	r.acts.clearFailure(act)
+	if act.Type == reconcile.Start && act.Old.State == reconcile.StateExited {
+		r.metrics.restarts.Inc()
+	}
+	r.log.Info("action done", "action", act.Type, "replica", name, "reason", act.Reason, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// drainDelay is how long act waits before stopping a running container:
+// delay (--drain-delay) for a remove or replace of a running container
+// with a grace period; none for a fenced StatefulSet replica (killed at
+// once), a liveness stop, or a container that is not running.
+func drainDelay(act reconcile.Action, delay time.Duration) time.Duration {
+	if (act.Type != reconcile.Remove && act.Type != reconcile.Replace) || act.Old.State != reconcile.StateRunning || act.Old.GracePeriod == 0 {
+		return 0
+	}
+	return delay
+}
+
+// stopStateful stops this node's StatefulSet replicas on a clean
+// shutdown, all at once, and publishes the node's status without them.
+// Other containers keep running for the restarted agent to adopt, but a
+// StatefulSet replica of a node that left starts elsewhere after
+// --failover-timeout, and a stopped agent cannot fence: stopping it now
+// keeps "at most one" through upgrades and restarts that take longer.
+func (r *replicas) stopStateful() {
+	r.wg.Wait() // actions in flight end first
+	v := r.views.view()
+	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	observed, err := r.rt.List(listCtx)
+	cancel()
+	if err != nil {
+		r.log.Warn("stop StatefulSet replicas: list containers", "err", err)
+		return
+	}
+	stateful := v.statefulWorkloads()
+	var wg sync.WaitGroup
+	for _, c := range observed {
+		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
+			continue
+		}
+		c.GracePeriod = min(c.GracePeriod, r.quorum.statefulGrace())
+		wg.Add(1)
+		go func(c reconcile.Container) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.GracePeriod+10*time.Second)
+			defer cancel()
+			act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
+			if err := r.rt.Execute(ctx, act); err != nil {
+				r.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
+				return
+			}
+			r.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
+		}(c)
+	}
+	wg.Wait()
+	listCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if left, err := r.rt.List(listCtx); err == nil {
+		r.status.publishStatus(r.localReplicas(left, nil, r.probes.specs(v, left)))
+	}
+}

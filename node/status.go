@@ -1,0 +1,172 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// self is this node's own record (NodeStatus): what it says about itself
+// and its replicas, and the publishing of it. Its lock serialises
+// publications (the reconcile loop, the subnet claim, a stopping agent).
+type self struct {
+	name      string
+	advertise string // --advertise, until membership knows the address
+	apiListen string // --api-listen
+	labels    map[string]string
+	insecure  bool
+	capacity  placement.Resources
+	started   time.Time
+
+	store   Store
+	clock   *hlc.Clock
+	id      *identity
+	trust   *trust // nil with --insecure
+	members *members
+	subnets *subnets
+	publish func(...crdt.Record) error
+	log     *slog.Logger
+
+	// local is the list of this node's replicas its last publication
+	// held (what get replicas serves for this node).
+	local atomic.Pointer[[]api.Replica]
+
+	mu   sync.Mutex
+	last string // the record last published
+}
+
+// status is this node's record with the given replica statuses. It says
+// only what peers accept (checkStatus): reasons are one line of bounded
+// text, and a replica address outside the node's current subnet (left
+// from an earlier claim) is not published.
+func (s *self) status(replicas []api.Replica) NodeStatus {
+	claim := s.subnets.current()
+	subnet, _ := netip.ParsePrefix(claim.Subnet)
+	out := make([]api.Replica, 0, len(replicas))
+	for _, r := range replicas {
+		r.Reason = oneLine(r.Reason)
+		if ip, err := netip.ParseAddr(r.PodIP); r.PodIP != "" && (err != nil || !subnet.Contains(ip)) {
+			r.PodIP, r.Ready = "", false
+		}
+		out = append(out, r)
+	}
+	return NodeStatus{
+		Name:        s.name,
+		Advertise:   s.members.advertiseHost(s.advertise),
+		API:         s.apiURL(),
+		PodSubnet:   claim.Subnet,
+		SubnetSince: claim.Since,
+		SubnetReady: s.subnets.isReady(),
+		Capacity:    s.capacity,
+		Labels:      s.labels,
+		Started:     s.started.UTC().Truncate(time.Second),
+		Replicas:    out,
+		Insecure:    s.insecure,
+		Cert:        s.trust.certDER(),
+	}
+}
+
+// publishStatus gossips this node's record when it changed since the last
+// publication, or when the stored record is not the one this node wrote
+// last: a delete or a write under this node's name by another node (which
+// checkRecord refuses on arrival, but which could predate the check, or
+// come from "starling node forget" run against a live node) is overwritten
+// at once, not at the next change.
+func (s *self) publishStatus(local []api.Replica) {
+	status := s.status(local)
+	b, err := json.Marshal(status)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if string(b) == s.last {
+		rec, ok, err := s.store.Get(statusKey(s.name))
+		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.public())
+		if err != nil || own && string(rec.Value) == s.last {
+			return
+		}
+		if ok {
+			s.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
+				"key", keyID(rec.Signer), "deleted", rec.Deleted)
+			s.clock.Update(rec.Version)
+		}
+	}
+	s.local.Store(&status.Replicas)
+	rec := crdt.Record{Key: statusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
+	if err := s.publish(rec); err != nil {
+		s.log.Warn("publish node status", "err", err)
+		return
+	}
+	s.last = string(b)
+}
+
+// forget makes the next publishStatus write the record even if it did
+// not change (SubnetReady changed under it).
+func (s *self) forget() {
+	s.mu.Lock()
+	s.last = ""
+	s.mu.Unlock()
+}
+
+// replicas is the list of this node's replicas its last publication held
+// (ok false before the first).
+func (s *self) replicas() ([]api.Replica, bool) {
+	p := s.local.Load()
+	if p == nil {
+		return nil, false
+	}
+	return *p, true
+}
+
+// apiURL is the base URL peers use to reach this node's TCP API, or "".
+func (s *self) apiURL() string {
+	if s.apiListen == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(s.apiListen)
+	if err != nil {
+		return ""
+	}
+	// Peers accept only an address (checkStatus): a host name or an
+	// unspecified address is replaced by the address peers know us by.
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = s.members.advertiseHost(s.advertise)
+	}
+	if net.ParseIP(host) == nil {
+		return ""
+	}
+	scheme := "http://"
+	if s.trust != nil {
+		scheme = "https://" // the node's certificate (Run)
+	}
+	return scheme + net.JoinHostPort(host, port)
+}
+
+// capacity is what this node offers to replicas: all CPUs and all memory.
+func capacity() placement.Resources {
+	r := placement.Resources{MilliCPU: int64(runtime.NumCPU()) * 1000}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				r.MemoryBytes = kb * 1024
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+// Memory is a Store that keeps everything in memory and nothing on disk,
+// with the same rules (Apply writes only a winning record) and the same
+// change signal. It serves in-process simulations of many nodes (a
+// badger store per node would cost each its own goroutines and files),
+// and tests. It is safe for concurrent use.
+type Memory struct {
+	mu      sync.RWMutex
+	records crdt.Map
+	meta    map[string][]byte
+	changed chan struct{}
+	closed  bool
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{records: crdt.Map{}, meta: map[string][]byte{}, changed: make(chan struct{}, 1)}
+}
+
+// Changed is Store.Changed.
+func (m *Memory) Changed() <-chan struct{} { return m.changed }
+
+func (m *Memory) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Close is Store.Close.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		close(m.changed)
+	}
+	return nil
+}
+
+// Apply is Store.Apply.
+func (m *Memory) Apply(r crdt.Record) (bool, error) {
+	w, err := m.ApplyAll([]crdt.Record{r})
+	return len(w) > 0, err
+}
+
+// ApplyAll is Store.ApplyAll.
+func (m *Memory) ApplyAll(rs []crdt.Record) ([]crdt.Record, error) {
+	for _, r := range rs {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("apply %q: %w", r.Key, err)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	var written []crdt.Record
+	for _, r := range rs {
+		old, ok := m.records[r.Key]
+		if ok && !r.Wins(old) {
+			continue
+		}
+		r.Value, r.Signer, r.Sig = slices.Clone(r.Value), slices.Clone(r.Signer), slices.Clone(r.Sig)
+		m.records[r.Key] = r
+		written = append(written, r)
+	}
+	if len(written) > 0 {
+		m.notify()
+	}
+	return written, nil
+}
+
+// Get is Store.Get.
+func (m *Memory) Get(key string) (crdt.Record, bool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return crdt.Record{}, false, ErrClosed
+	}
+	r, ok := m.records[key]
+	return r, ok, nil
+}
+
+// List is Store.List: the records whose key starts with prefix, sorted.
+func (m *Memory) List(prefix string) ([]crdt.Record, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	var out []crdt.Record
+	for k, r := range m.records {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// Snapshot is Store.Snapshot.
+func (m *Memory) Snapshot() (crdt.Map, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	return maps.Clone(m.records), nil
+}
+
+// Purge is Store.Purge.
+func (m *Memory) Purge(now time.Time, ttl time.Duration) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for k, r := range m.records {
+		if r.Expired(now, ttl) {
+			delete(m.records, k)
+			n++
+		}
+	}
+	if n > 0 {
+		m.notify()
+	}
+	return n, nil
+}
+
+// GetMeta is Store.GetMeta.
+func (m *Memory) GetMeta(key string) ([]byte, bool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.meta[key]
+	return slices.Clone(v), ok, nil
+}
+
+// PutMeta is Store.PutMeta.
+func (m *Memory) PutMeta(key string, value []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.meta[key] = append([]byte{}, value...)
+	return nil
+}
+
+// DropRecords is Store.DropRecords.
+func (m *Memory) DropRecords() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.records = crdt.Map{}
+	m.notify()
+	return nil
+}
