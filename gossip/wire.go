@@ -158,13 +158,13 @@ func decodeRecords(b []byte) ([]crdt.Record, [][]byte, error) {
 	if err := checkType(b, msgRecords); err != nil {
 		return nil, nil, err
 	}
-	d := reader{b: b[1:]}
-	n := d.uvarint("record count", uint64(len(d.b)/(1+minEncodedRecordLen)))
+	d := newReader(b[1:])
+	n := d.Uvarint("record count", uint64(d.Len()/(1+minEncodedRecordLen)))
 	var recs []crdt.Record
 	var encs [][]byte
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		enc := d.bytes("record", crdt.MaxEncodedLen)
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		enc := d.Bytes("record", crdt.MaxEncodedLen)
+		if d.Err() != nil {
 			break
 		}
 		r, err := crdt.DecodeRecord(enc)
@@ -174,7 +174,7 @@ func decodeRecords(b []byte) ([]crdt.Record, [][]byte, error) {
 		recs = append(recs, r)
 		encs = append(encs, enc)
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return nil, nil, fmt.Errorf("records: %w", err)
 	}
 	return recs, encs, nil
@@ -194,7 +194,7 @@ func encodeDigest(d digest) []byte {
 // digestLen is the size of an encoded digest: it depends only on the sender's
 // name, never on the number of records.
 func digestLen(from string) int {
-	return 1 + uvarintLen(uint64(len(from))) + len(from) + uvarintLen(numBuckets) + 8*numBuckets
+	return 1 + crdt.UvarintLen(uint64(len(from))) + len(from) + crdt.UvarintLen(numBuckets) + 8*numBuckets
 }
 
 func decodeDigest(b []byte) (digest, error) {
@@ -202,17 +202,17 @@ func decodeDigest(b []byte) (digest, error) {
 	if err := checkType(b, msgDigest); err != nil {
 		return out, err
 	}
-	d := reader{b: b[1:]}
+	d := newReader(b[1:])
 	out.From = d.name("from")
-	if n := d.uvarint("bucket count", math.MaxUint32); d.err == nil && n != numBuckets {
+	if n := d.Uvarint("bucket count", math.MaxUint32); d.Err() == nil && n != numBuckets {
 		// A future version could change the bucket count; digests of
 		// different shapes cannot be compared.
 		return digest{}, fmt.Errorf("%w: digest has %d buckets, want %d", errMalformed, n, numBuckets)
 	}
 	for i := range out.Buckets {
-		out.Buckets[i] = d.uint64("bucket hash")
+		out.Buckets[i] = d.Uint64("bucket hash")
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return digest{}, fmt.Errorf("digest: %w", err)
 	}
 	return out, nil
@@ -220,8 +220,8 @@ func decodeDigest(b []byte) (digest, error) {
 
 // entryLen is the encoded size of e.
 func entryLen(e entry) int {
-	return uvarintLen(uint64(len(e.Key))) + len(e.Key) + 8 + uvarintLen(uint64(e.Version.Logical)) +
-		uvarintLen(uint64(len(e.Origin))) + len(e.Origin) + 1 + 8
+	return crdt.UvarintLen(uint64(len(e.Key))) + len(e.Key) + 8 + crdt.UvarintLen(uint64(e.Version.Logical)) +
+		crdt.UvarintLen(uint64(len(e.Origin))) + len(e.Origin) + 1 + 8
 }
 
 // encodeRequest encodes r; Buckets and Entries must be sorted (as index
@@ -257,20 +257,20 @@ func appendEntry(b []byte, e entry) []byte {
 }
 
 // entry reads one entry (appendEntry).
-func (d *reader) entry() entry {
+func (d reader) entry() entry {
 	var e entry
 	e.Key = d.key("key")
-	e.Version.Wall = int64(d.uint64("version wall"))
-	e.Version.Logical = uint32(d.uvarint("version logical", math.MaxUint32))
+	e.Version.Wall = int64(d.Uint64("version wall"))
+	e.Version.Logical = uint32(d.Uvarint("version logical", math.MaxUint32))
 	e.Origin = d.name("origin")
-	switch flags := d.byte("flags"); {
-	case d.err != nil:
+	switch flags := d.Byte("flags"); {
+	case d.Err() != nil:
 	case flags&^flagDeleted != 0:
-		d.fail(fmt.Sprintf("unknown entry flags %#x", flags))
+		d.Fail(fmt.Sprintf("unknown entry flags %#x", flags))
 	default:
 		e.Deleted = flags&flagDeleted != 0
 	}
-	e.Hash = d.uint64("hash")
+	e.Hash = d.Uint64("hash")
 	return e
 }
 
@@ -292,9 +292,9 @@ func decodeHave(b []byte) (have, error) {
 	if err := checkType(b, msgHave); err != nil {
 		return have{}, err
 	}
-	d := reader{b: b[1:]}
+	d := newReader(b[1:])
 	h := have{From: d.name("from"), E: d.entry()}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return have{}, fmt.Errorf("have: %w", err)
 	}
 	return h, nil
@@ -307,38 +307,38 @@ func decodeRequest(b []byte) (request, error) {
 	if err := checkType(b, msgRequest); err != nil {
 		return out, err
 	}
-	d := reader{b: b[1:]}
+	d := newReader(b[1:])
 	out.From = d.name("from")
-	nb := d.uvarint("bucket count", numBuckets)
+	nb := d.Uvarint("bucket count", numBuckets)
 	var listed [numBuckets]bool
-	for i := uint64(0); i < nb && d.err == nil; i++ {
-		bk := d.byte("bucket")
-		if d.err == nil && len(out.Buckets) > 0 && bk <= out.Buckets[len(out.Buckets)-1] {
-			d.fail("buckets not strictly increasing")
+	for i := uint64(0); i < nb && d.Err() == nil; i++ {
+		bk := d.Byte("bucket")
+		if d.Err() == nil && len(out.Buckets) > 0 && bk <= out.Buckets[len(out.Buckets)-1] {
+			d.Fail("buckets not strictly increasing")
 		}
 		out.Buckets = append(out.Buckets, bk)
 		listed[bk] = true
 	}
-	ne := d.uvarint("entry count", uint64(len(d.b)/minEntryLen))
-	if d.err == nil && ne > 0 {
+	ne := d.Uvarint("entry count", uint64(d.Len()/minEntryLen))
+	if d.Err() == nil && ne > 0 {
 		out.Entries = make([]entry, 0, ne)
 	}
-	for i := uint64(0); i < ne && d.err == nil; i++ {
+	for i := uint64(0); i < ne && d.Err() == nil; i++ {
 		e := d.entry()
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		if n := len(out.Entries); n > 0 && e.Key <= out.Entries[n-1].Key {
-			d.fail("entry keys not strictly increasing")
+			d.Fail("entry keys not strictly increasing")
 			break
 		}
 		if !listed[bucketOf(e.Key)] {
-			d.fail(fmt.Sprintf("entry %q is not in a listed bucket", e.Key))
+			d.Fail(fmt.Sprintf("entry %q is not in a listed bucket", e.Key))
 			break
 		}
 		out.Entries = append(out.Entries, e)
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return request{}, fmt.Errorf("request: %w", err)
 	}
 	return out, nil
@@ -380,22 +380,22 @@ func decodePull(b []byte) (pull, error) {
 	if err := checkType(b, msgPull); err != nil {
 		return out, err
 	}
-	d := reader{b: b[1:]}
+	d := newReader(b[1:])
 	out.From = d.name("from")
 	// The smallest key, "a/b/c", takes 6 bytes with its length.
-	n := d.uvarint("key count", uint64(len(d.b)/6))
-	for i := uint64(0); i < n && d.err == nil; i++ {
+	n := d.Uvarint("key count", uint64(d.Len()/6))
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
 		k := d.key("key")
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		if len(out.Keys) > 0 && k <= out.Keys[len(out.Keys)-1] {
-			d.fail("keys not strictly increasing")
+			d.Fail("keys not strictly increasing")
 			break
 		}
 		out.Keys = append(out.Keys, k)
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return pull{}, fmt.Errorf("pull: %w", err)
 	}
 	return out, nil
@@ -413,9 +413,9 @@ func decodeLeave(b []byte) (string, error) {
 	if err := checkType(b, msgLeave); err != nil {
 		return "", err
 	}
-	d := reader{b: b[1:]}
+	d := newReader(b[1:])
 	name := d.name("name")
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return "", fmt.Errorf("leave: %w", err)
 	}
 	return name, nil
@@ -433,112 +433,36 @@ func checkType(b []byte, want msgType) error {
 	return nil
 }
 
-// reader decodes fields; after the first error every read returns a zero
-// value and err keeps that first error.
-type reader struct {
-	b   []byte
-	err error
-}
+// reader is crdt.Reader with gossip's own fields (node names, record
+// keys); its errors wrap errMalformed.
+type reader struct{ *crdt.Reader }
 
-func (d *reader) fail(msg string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errMalformed, msg)
-	}
-}
-
-func (d *reader) byte(field string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("truncated " + field)
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *reader) uint64(field string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated " + field)
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *reader) uvarint(field string, limit uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	switch {
-	case n == 0:
-		d.fail("truncated " + field)
-	case n < 0:
-		d.fail(field + " overflows 64 bits")
-	case n != uvarintLen(v):
-		d.fail(field + " is not in shortest form")
-	case v > limit:
-		d.fail(fmt.Sprintf("%s %d exceeds %d", field, v, limit))
-	default:
-		d.b = d.b[n:]
-		return v
-	}
-	return 0
-}
-
-func (d *reader) bytes(field string, limit int) []byte {
-	n := d.uvarint(field+" length", uint64(limit))
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail(fmt.Sprintf("truncated %s: want %d bytes, have %d", field, n, len(d.b)))
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
+func newReader(b []byte) reader { return reader{crdt.NewReader(b, errMalformed)} }
 
 // name reads a node name (validateName).
-func (d *reader) name(field string) string {
-	v := d.bytes(field, crdt.MaxOriginLen)
-	if d.err != nil {
+func (d reader) name(field string) string {
+	v := d.Bytes(field, crdt.MaxOriginLen)
+	if d.Err() != nil {
 		return ""
 	}
 	if err := validateName(string(v)); err != nil {
-		d.fail(fmt.Sprintf("%s: %v", field, err))
+		d.Fail(fmt.Sprintf("%s: %v", field, err))
 		return ""
 	}
 	return string(v)
 }
 
 // key reads a record key (crdt.ValidateKey).
-func (d *reader) key(field string) string {
-	v := d.bytes(field, crdt.MaxKeyLen)
-	if d.err != nil {
+func (d reader) key(field string) string {
+	v := d.Bytes(field, crdt.MaxKeyLen)
+	if d.Err() != nil {
 		return ""
 	}
 	if err := crdt.ValidateKey(string(v)); err != nil {
-		d.fail(fmt.Sprintf("%s: %v", field, err))
+		d.Fail(fmt.Sprintf("%s: %v", field, err))
 		return ""
 	}
 	return string(v)
-}
-
-// finish returns the first error, or an error for trailing bytes.
-func (d *reader) finish() error {
-	if d.err == nil && len(d.b) > 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
-	}
-	return d.err
 }
 
 func appendBytes(b, v []byte) []byte {
@@ -546,7 +470,3 @@ func appendBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
-func uvarintLen(v uint64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(buf[:], v)
-}

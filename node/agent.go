@@ -185,8 +185,8 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.memoryStore {
-		a.store = store.NewMemory()
+	if cfg.store != nil {
+		a.store = cfg.store
 	} else if a.store, err = store.Open(cfg.DataDir + "/store"); err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}

@@ -148,9 +148,9 @@ type Config struct {
 
 	// dryRunOut receives the dry-run output (nil: stdout); for tests.
 	dryRunOut io.Writer
-	// memoryStore keeps the desired state in memory (store.Memory)
-	// instead of badger on disk; for in-process simulations.
-	memoryStore bool
+	// store, when set, is the store to use instead of badger in DataDir
+	// (in-process simulations keep store.Memory across restarts).
+	store Store
 	// tuneGossip, when set, adjusts the gossip configuration (in-process
 	// tests use it for loopback ports and fast timers).
 	tuneGossip func(*gossip.Config)

@@ -1,20 +1,13 @@
 package node
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 	"unicode/utf8"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/gossip/hlc"
-	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -346,186 +337,4 @@ func isHex(s string) bool {
 		}
 	}
 	return true
-}
-
-// maxRejectLogKeys bounds the (writer, reason) pairs remembered for
-// logging: writers' names come from peers, so the set must not grow
-// without bound.
-const maxRejectLogKeys = 1024
-
-// rejects checks records received from peers (checkRecord, then the
-// version against the clock, then checkSignature), counts the
-// refused ones by reason in starling_rejected_records_total and logs a
-// WARN once per writer and reason. It is safe for concurrent use.
-type rejects struct {
-	cluster netip.Prefix
-	certs   *certCache                       // the cluster CA's verifier; nil with --insecure
-	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
-	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
-	// keyOwner returns the node whose held, live status record is signed
-	// by key, if any (Agent.keyOwner).
-	keyOwner func(key []byte) (string, bool)
-	// heldStatus and heldStatuses read the node statuses this node holds
-	// (for checkTakeover); nil until setHeld.
-	heldStatus   func(name string) (NodeStatus, bool)
-	heldStatuses func() map[string]NodeStatus
-	// reserved reports whether a node's subnet claim still holds: the
-	// node is live, or down for less than --subnet-reclaim-after.
-	reserved func(name string) bool
-	// live reports whether a node is alive or suspect in this node's
-	// membership view; it is set once gossip runs (setLive) and, until
-	// then, every node counts as live.
-	live  atomic.Pointer[func(name string) bool]
-	log   *slog.Logger
-	count *prometheus.CounterVec
-	mu    sync.Mutex
-	seen  map[[2]string]bool
-	full  bool
-}
-
-func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
-	log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	var certs *certCache
-	if creds != nil {
-		certs = newCertCache(creds.CA)
-	}
-	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
-}
-
-// setHeld sets the lookups of the statuses this node holds and of
-// whether a node's claim is still reserved.
-func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus, reserved func(string) bool) {
-	x.heldStatus, x.heldStatuses, x.reserved = one, all, reserved
-}
-
-// setLive sets the membership lookup (once gossip runs).
-func (x *rejects) setLive(f func(string) bool) { x.live.Store(&f) }
-
-func (x *rejects) isLive(name string) bool {
-	f := x.live.Load()
-	return f == nil || (*f)(name)
-}
-
-// check is the gossip layer's Accept hook.
-func (x *rejects) check(r crdt.Record) error {
-	rj := checkRecordWith(r, x.cluster, x.checkStatus)
-	if limit := time.Now().Add(hlc.MaxOffset).UnixNano(); rj == nil && r.Version.Wall > limit {
-		// The gossip layer's clock would drop it too; refusing it here
-		// counts and names it like every other refusal.
-		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
-	}
-	if rj == nil {
-		rj = checkSignature(r, x.bound, x.revoked)
-	}
-	if rj == nil {
-		rj = x.checkIdentityChange(r)
-	}
-	if rj == nil {
-		return nil
-	}
-	x.note(r.Origin, rj)
-	return rj
-}
-
-// checkStatus checks what a node's status says against what this node
-// holds: in a secure cluster its certificate (issued by the CA for that
-// node and the record's signer), and a new or changed subnet claim
-// (checkTakeover).
-func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
-	if x.certs != nil {
-		if err := x.certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
-			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
-		}
-	}
-	if x.heldStatus == nil || s.PodSubnet == "" {
-		return nil
-	}
-	if held, ok := x.heldStatus(s.Name); ok && held.PodSubnet == s.PodSubnet && held.SubnetSince == s.SubnetSince {
-		return nil // the claim this node already holds: nothing new
-	}
-	return checkTakeover(s, x.heldStatuses(), x.reserved)
-}
-
-// checkTakeover refuses a new or changed subnet claim that would take a
-// subnet from another node whose claim on it has settled and is still
-// reserved (reserved: the node is live, or down for less than
-// --subnet-reclaim-after, as ipam counts it): one that overlaps that
-// claim and would beat it (ipam: the earlier claim wins).
-// A claim's time is what its writer says, so without this any node could
-// backdate a claim and win a live node's subnet. The price: when two
-// sides of a partition settle the same subnet (rare: each node starts
-// its search at a place derived from its name), each side keeps its own
-// claim after the heal, refuses the other's with a WARN, and the
-// operator must move one node ('starling node forget' it, remove its
-// data dir, join it again). Claims that have not settled resolve as
-// before, by time; a node that comes back with the claim it held is not
-// affected (checkStatus skips a claim already held).
-func checkTakeover(s NodeStatus, held map[string]NodeStatus, reserved func(string) bool) *rejection {
-	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
-	for name, h := range held {
-		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady || !reserved(name) {
-			continue
-		}
-		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
-		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost {
-			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
-				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
-		}
-	}
-	return nil
-}
-
-// checkIdentityChange guards the records that unbind a name: a node's
-// status record may be deleted (which frees the name) only by the node
-// itself or once the key it is bound to is revoked, which 'starling node
-// forget' writes first; a revocation is accepted only for a key that is
-// not a live node's, and never deleted.
-func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
-	kind, rest, _ := strings.Cut(r.Key, "/")
-	switch {
-	case kind == statusKind && r.Deleted:
-		name := strings.TrimPrefix(rest, "cluster/")
-		key, ok := x.bound(name)
-		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {
-			return reject(rejectIdentity, "%s: delete of node %q's record by %q without a revocation of its key (use 'starling node forget', which revokes it first)", r.Key, name, r.Origin)
-		}
-	case kind == revokedKind && r.Deleted:
-		return reject(rejectRevoked, "%s: revocations are never deleted", r.Key)
-	case kind == revokedKind:
-		var rv revocation
-		if json.Unmarshal(r.Value, &rv) != nil {
-			return reject(rejectMalformed, "%s: not a revocation", r.Key)
-		}
-		owner, bound := x.keyOwner(rv.Key)
-		if bound && x.isLive(owner) || x.isLive(rv.Name) {
-			// 'node forget' refuses a live node; a revocation of a
-			// live node's key is not an operator's.
-			return reject(rejectRevoked, "%s: revocation of the key of node %q, which is alive", r.Key, rv.Name)
-		}
-	}
-	return nil
-}
-
-// note counts a refusal and logs it if this writer has not been logged
-// for this reason before.
-func (x *rejects) note(writer string, rj *rejection) {
-	x.count.WithLabelValues(rj.reason).Inc()
-	k := [2]string{writer, rj.reason}
-	x.mu.Lock()
-	first := !x.seen[k] && len(x.seen) < maxRejectLogKeys
-	if first {
-		x.seen[k] = true
-	}
-	overflow := !first && !x.full && len(x.seen) >= maxRejectLogKeys
-	if overflow {
-		x.full = true
-	}
-	x.mu.Unlock()
-	switch {
-	case first:
-		x.log.Warn("refused a record from a peer (logged once per writer and reason; see starling_rejected_records_total)",
-			"writer", oneLine(writer), "reason", rj.reason, "err", oneLine(rj.err.Error()))
-	case overflow:
-		x.log.Warn("refused records from too many writers to log each; counting only (starling_rejected_records_total)")
-	}
 }

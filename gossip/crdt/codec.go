@@ -221,32 +221,26 @@ func DecodeRecord(b []byte) (Record, error) {
 	if b[1]&^flagDeleted != 0 {
 		return Record{}, fmt.Errorf("%w: unknown flags %#x", ErrMalformed, b[1])
 	}
-	d := decoder{b: b[headerLen:]}
+	d := NewReader(b[headerLen:], ErrMalformed)
 	r := Record{
 		Deleted: b[1]&flagDeleted != 0,
 		Version: hlc.Timestamp{Wall: int64(binary.BigEndian.Uint64(b[2:]))},
 	}
-	logical := d.uvarint("logical", math.MaxUint32)
+	logical := d.Uvarint("logical", math.MaxUint32)
 	r.Version.Logical = uint32(logical)
-	r.Key = string(d.bytes("key", MaxKeyLen))
-	r.Origin = string(d.bytes("origin", MaxOriginLen))
-	if v := d.bytes("value", MaxValueLen); len(v) > 0 {
+	r.Key = string(d.Bytes("key", MaxKeyLen))
+	r.Origin = string(d.Bytes("origin", MaxOriginLen))
+	if v := d.Bytes("value", MaxValueLen); len(v) > 0 {
 		r.Value = json.RawMessage(append([]byte(nil), v...))
 	}
-	if b[0] == formatV2 && d.err == nil {
-		if len(d.b) < ed25519.PublicKeySize+ed25519.SignatureSize {
-			d.err = fmt.Errorf("%w: truncated signature", ErrMalformed)
-		} else {
-			r.Signer = append([]byte(nil), d.b[:ed25519.PublicKeySize]...)
-			r.Sig = append([]byte(nil), d.b[ed25519.PublicKeySize:ed25519.PublicKeySize+ed25519.SignatureSize]...)
-			d.b = d.b[ed25519.PublicKeySize+ed25519.SignatureSize:]
+	if b[0] == formatV2 {
+		if sig := d.Next("signature", ed25519.PublicKeySize+ed25519.SignatureSize); sig != nil {
+			r.Signer = append([]byte(nil), sig[:ed25519.PublicKeySize]...)
+			r.Sig = append([]byte(nil), sig[ed25519.PublicKeySize:]...)
 		}
 	}
-	if d.err == nil && len(d.b) > 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(d.b))
-	}
-	if d.err != nil {
-		return Record{}, d.err
+	if err := d.Finish(); err != nil {
+		return Record{}, err
 	}
 	if err := r.Validate(); err != nil {
 		return Record{}, err
@@ -254,49 +248,3 @@ func DecodeRecord(b []byte) (Record, error) {
 	return r, nil
 }
 
-// decoder reads length-prefixed fields; after the first error every read
-// returns zero values and err keeps that first error.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint(field string, limit uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	switch {
-	case n == 0:
-		d.err = fmt.Errorf("%w: truncated %s", ErrMalformed, field)
-	case n < 0:
-		d.err = fmt.Errorf("%w: %s overflows 64 bits", ErrMalformed, field)
-	case n != uvarintLen(v):
-		d.err = fmt.Errorf("%w: %s is not in shortest form", ErrMalformed, field)
-	case v > limit:
-		d.err = fmt.Errorf("%w: %s %d exceeds %d", ErrMalformed, field, v, limit)
-	default:
-		d.b = d.b[n:]
-		return v
-	}
-	return 0
-}
-
-func (d *decoder) bytes(field string, limit int) []byte {
-	n := d.uvarint(field+" length", uint64(limit))
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = fmt.Errorf("%w: truncated %s: want %d bytes, have %d", ErrMalformed, field, n, len(d.b))
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func uvarintLen(v uint64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(buf[:], v)
-}

@@ -26,6 +26,7 @@ type Mem struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*MemTransport
+	ips    map[string]net.IP // a node keeps its address across restarts
 	group  map[string]int
 	cut    bool
 	next   int
@@ -36,7 +37,7 @@ const MemQueue = 4096
 
 // NewMem returns an empty in-memory network with the given one-way latency.
 func NewMem(latency time.Duration) *Mem {
-	return &Mem{Latency: latency, byAddr: map[string]*MemTransport{}, group: map[string]int{}}
+	return &Mem{Latency: latency, byAddr: map[string]*MemTransport{}, ips: map[string]net.IP{}, group: map[string]int{}}
 }
 
 // MemTransport is a memberlist.NodeAwareTransport on a Mem network. Its
@@ -58,13 +59,18 @@ type MemTransport struct {
 
 var _ memberlist.NodeAwareTransport = (*MemTransport)(nil)
 
-// Transport returns a new transport for node name. Create it inside the
+// Transport returns a new transport for node name, at the address name
+// had before if it had one (a node that restarts). Create it inside the
 // synctest bubble that runs the node (its channels must belong to it).
 func (m *Mem) Transport(name string) *MemTransport {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.next++
-	ip := net.IPv4(10, byte(m.next>>16), byte(m.next>>8), byte(m.next))
+	ip, ok := m.ips[name]
+	if !ok {
+		m.next++
+		ip = net.IPv4(10, byte(m.next>>16), byte(m.next>>8), byte(m.next))
+		m.ips[name] = ip
+	}
 	t := &MemTransport{
 		net:      m,
 		name:     name,

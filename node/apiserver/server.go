@@ -20,8 +20,8 @@ import (
 
 	"github.com/containerd/containerd/errdefs"
 	"github.com/dustin/go-humanize"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"github.com/opencontainers/go-digest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -129,7 +129,9 @@ func Handler(b Backend) http.Handler {
 	})
 	handle(api.RouteJoinTokens, s.joinToken)
 	handle(api.RouteClientConfig, func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, b.Admin.ClientConfig()) })
-	handle(api.RouteRotateKeys, func(w http.ResponseWriter, r *http.Request) { answer(w, http.StatusOK)(b.Admin.RotateKeys(r.Context())) })
+	handle(api.RouteRotateKeys, func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusOK)(b.Admin.RotateKeys(r.Context()))
+	})
 	handle(api.RouteLogs, s.logs)
 	handle(api.RouteImportImages, s.importImages)
 	handle(api.RouteImages, func(w http.ResponseWriter, r *http.Request) {

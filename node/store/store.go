@@ -517,4 +517,3 @@ func (s *Store) DropRecords() error {
 	s.notify()
 	return nil
 }
-

@@ -1,0 +1,209 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/testnet"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+func TestRestartFromDiskRejoinsWithoutSeed(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[0], "keep", 3, "img:v1")
+	waitFor(t, 15*time.Second, func() error { return runningEverywhere(nodes, "keep", 3) })
+	// Stop the seed and a2; restart a2 with no --join: it rejoins a1
+	// through the peers it stored, and keeps its desired state.
+	nodes[0].stop()
+	nodes[2].stop()
+	a2 := start(t, "a2", nodes[2].dir, nil)
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "keep")
+	if storedValue(a2, key) == "" {
+		t.Fatal("restarted node lost its desired state")
+	}
+	waitFor(t, 15*time.Second, func() error {
+		if got := a2.agent.cluster.NumMembers(); got != 2 {
+			return fmt.Errorf("a2 sees %d live members, want 2 (a1, a2)", got)
+		}
+		return nil
+	})
+	// The seed's replicas move to the two live nodes.
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere([]*testNode{nodes[1], a2}, "keep", 3) })
+}
+
+func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
+	ttl := func(c *Config) { c.TombstoneTTL = 1 * time.Second }
+	a0 := start(t, "a0", t.TempDir(), nil, ttl)
+	a1 := start(t, "a1", t.TempDir(), []string{a0.addr()}, ttl)
+	a2 := start(t, "a2", t.TempDir(), []string{a0.addr()}, ttl)
+	deploy(t, a0, "ghost", 1, "img:v1")
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "ghost")
+	waitFor(t, 10*time.Second, func() error {
+		if storedValue(a2, key) == "" {
+			return fmt.Errorf("a2 has not received the write")
+		}
+		return nil
+	})
+	a2.stop()
+	// Delete while a2 is away, then let the tombstone expire and be purged.
+	rec, _, _ := a0.agent.store.Get(key)
+	rec.Deleted, rec.Value, rec.Version, rec.Origin = true, nil, a0.agent.clock.Now(), "a0"
+	if err := a0.agent.publish(rec); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if r, ok, _ := a1.agent.store.Get(key); !ok || !r.Deleted {
+			return fmt.Errorf("a1 has not seen the delete")
+		}
+		return nil
+	})
+	time.Sleep(1500 * time.Millisecond)
+	a0.agent.members.purgeTombstones()
+	a1.agent.members.purgeTombstones()
+	// a2 comes back with its stale copy: it must drop it, not spread it.
+	back := start(t, "a2", a2.dir, []string{a0.addr()}, ttl)
+	time.Sleep(2 * time.Second)
+	for _, n := range []*testNode{a0, a1, back} {
+		if v := storedValue(n, key); v != "" {
+			t.Fatalf("%s: deleted object came back", n.name)
+		}
+	}
+	if ids := back.rt.ids(); len(ids) != 0 {
+		t.Fatalf("a2 runs %v for a deleted object", ids)
+	}
+}
+
+func TestStoppedAgentLeavesCleanly(t *testing.T) {
+	nodes := startCluster(t, 3)
+	nodes[2].stop() // what SIGTERM does: Run returns after leaving
+	waitFor(t, 10*time.Second, func() error {
+		for _, m := range nodes[0].agent.cluster.Members() {
+			if m.Name == "a2" && m.State != gossip.StateLeft {
+				return fmt.Errorf("a0 sees a2 %s, want left", m.State)
+			}
+		}
+		return nil
+	})
+}
+
+func TestPartitionedAgentsConvergeAfterHeal(t *testing.T) {
+	network := testnet.New()
+	var nodes []*testNode
+	for i := 0; i < 5; i++ {
+		name := fmt.Sprintf("p%d", i)
+		tr, err := network.Transport(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var join []string
+		if i > 0 {
+			join = []string{nodes[0].addr()}
+		}
+		nodes = append(nodes, start(t, name, t.TempDir(), join, func(c *Config) {
+			c.tuneGossip = func(g *gossip.Config) { fastGossip(g); g.Transport = tr }
+		}))
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if got := n.agent.cluster.NumMembers(); got != 5 {
+				return fmt.Errorf("%s sees %d members", n.name, got)
+			}
+		}
+		return nil
+	})
+	// Split 2 | 3 and write on both sides; each side runs what it sees.
+	network.Partition([]string{"p0", "p1"}, []string{"p2", "p3", "p4"})
+	deploy(t, nodes[0], "left", 2, "img:v1")
+	deploy(t, nodes[4], "right", 3, "img:v1")
+	waitFor(t, 30*time.Second, func() error { return runningEverywhere(nodes[:2], "left", 2) })
+	waitFor(t, 30*time.Second, func() error { return runningEverywhere(nodes[2:], "right", 3) })
+	// Heal: both writes reach every node and each replica runs exactly once.
+	network.Heal()
+	waitFor(t, 60*time.Second, func() error {
+		for _, key := range []string{"left", "right"} {
+			k := manifest.KeyFor(manifest.KindDeployment, "default", key)
+			for _, n := range nodes {
+				if storedValue(n, k) == "" {
+					return fmt.Errorf("%s lacks %s", n.name, key)
+				}
+			}
+		}
+		if err := runningEverywhere(nodes, "left", 2); err != nil {
+			return err
+		}
+		return runningEverywhere(nodes, "right", 3)
+	})
+}
+
+func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
+	nodes := startCluster(t, 5)
+	seen := map[string]string{}
+	for _, n := range nodes {
+		c := n.agent.subnets.current()
+		if c.Subnet == "" || !n.agent.subnets.isReady() {
+			t.Fatalf("%s has no settled subnet: %+v", n.name, c)
+		}
+		if other, dup := seen[c.Subnet]; dup {
+			t.Fatalf("%s and %s both hold %s", n.name, other, c.Subnet)
+		}
+		seen[c.Subnet] = n.name
+	}
+	before := nodes[3].agent.subnets.current()
+	nodes[3].stop()
+	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *Config) { c.SubnetSettle = 200 * time.Millisecond })
+	waitFor(t, 10*time.Second, func() error {
+		if !again.agent.subnets.isReady() {
+			return fmt.Errorf("restarted node has not settled its subnet")
+		}
+		return nil
+	})
+	if got := again.agent.subnets.current(); got.Subnet != before.Subnet {
+		t.Fatalf("restart changed the subnet: %s -> %s", before.Subnet, got.Subnet)
+	}
+}
+
+// TestForgottenNodesWritesStayWithTheCluster: a Deployment applied
+// through a node that is later forgotten (its key revoked) still reaches
+// a node that joins afterwards: forgetting adopts what the node wrote for
+// the cluster (written again under the forgetting node's key) before the
+// revocation, so the newcomer does not refuse it as signed by a revoked
+// key.
+func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[1], "via-forgotten", 2, "img:v1")
+	key := manifest.KeyFor(manifest.KindDeployment, "default", "via-forgotten")
+	waitFor(t, 10*time.Second, func() error {
+		for _, n := range nodes {
+			if storedValue(n, key) == "" {
+				return fmt.Errorf("%s lacks the Deployment", n.name)
+			}
+		}
+		return nil
+	})
+	nodes[1].stop() // leaves
+	waitFor(t, 10*time.Second, func() error {
+		for _, m := range nodes[0].agent.cluster.Members() {
+			if m.Name == nodes[1].name && m.State == "alive" {
+				return fmt.Errorf("%s still alive", m.Name)
+			}
+		}
+		return nil
+	})
+	if _, err := nodes[0].agent.info.forgetNode(nodes[1].name); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, _ := nodes[0].agent.store.Get(key)
+	if rec.Origin != nodes[0].name {
+		t.Fatalf("the Deployment is still %s's record", rec.Origin)
+	}
+	late := start(t, "late", t.TempDir(), []string{nodes[0].addr()})
+	waitFor(t, 15*time.Second, func() error {
+		if storedValue(late, key) == "" {
+			return errors.New("the node that joined after the forget lacks the Deployment")
+		}
+		return nil
+	})
+}

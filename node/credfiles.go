@@ -1,0 +1,177 @@
+package node
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The cluster credentials in a node's data dir (0600 files).
+
+// Credential files.
+
+func writePEM(path, typ string, der []byte) error {
+	return writePrivate(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+}
+
+// writePrivate writes a file readable by its owner only, atomically: a
+// new temporary file (O_EXCL, mode 0600) in the same directory, synced,
+// then renamed over path.
+func writePrivate(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// WritePrivateFile is writePrivate for the CLI (client configs).
+func WritePrivateFile(path string, b []byte) error { return writePrivate(path, b) }
+
+// saveCredentials writes creds into dataDir.
+func saveCredentials(dataDir string, creds *credentials) error {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(creds.CAKey)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name, typ string
+		der       []byte
+	}{
+		{caCertFile, "CERTIFICATE", creds.CA.Raw},
+		{caKeyFile, "PRIVATE KEY", keyDER},
+		{nodeCertFile, "CERTIFICATE", creds.NodeCert.Raw},
+	} {
+		if err := writePEM(filepath.Join(dataDir, f.name), f.typ, f.der); err != nil {
+			return fmt.Errorf("write %s: %w", f.name, err)
+		}
+	}
+	return saveGossipKeys(dataDir, creds.GossipKeys)
+}
+
+// saveGossipKeys writes the gossip keys, one base64 line each, the one
+// in use first.
+func saveGossipKeys(dataDir string, keys [][]byte) error {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	return writePrivate(filepath.Join(dataDir, gossipKeyFile), []byte(b.String()))
+}
+
+// loadCredentials reads the credentials in dataDir. It returns
+// os.ErrNotExist (wrapped) when the node has none (it never joined a
+// secure cluster), and an error naming the file when one is missing,
+// open to group or others, or malformed.
+func loadCredentials(dataDir string) (*credentials, error) {
+	read := func(name string) ([]byte, error) {
+		return readSecretFile(name, filepath.Join(dataDir, name))
+	}
+	fail := func(name string, err error) error {
+		// %v, not %w: a missing file here is damage, not "never joined".
+		return fmt.Errorf("%s: %v (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s, %s and %s from %s and join again with a new token)",
+			filepath.Join(dataDir, name), err, caCertFile, caKeyFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
+	}
+	caPEM, err := read(caCertFile)
+	if errors.Is(err, os.ErrNotExist) {
+		// Never joined, unless other credential files say otherwise.
+		for _, f := range []string{caKeyFile, nodeCertFile, gossipKeyFile} {
+			if _, serr := os.Stat(filepath.Join(dataDir, f)); serr == nil {
+				return nil, fail(caCertFile, err)
+			}
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	creds := &credentials{}
+	if creds.CA, err = parseCertPEM(caPEM); err != nil {
+		return nil, fail(caCertFile, err)
+	}
+	keyPEM, err := read(caKeyFile)
+	if err != nil {
+		return nil, fail(caKeyFile, err)
+	}
+	if creds.CAKey, err = parseKeyPEM(keyPEM); err != nil {
+		return nil, fail(caKeyFile, err)
+	}
+	if !creds.CAKey.Public().(ed25519.PublicKey).Equal(creds.CA.PublicKey) {
+		return nil, fail(caKeyFile, errors.New("the key is not the CA certificate's"))
+	}
+	certPEM, err := read(nodeCertFile)
+	if err != nil {
+		return nil, fail(nodeCertFile, err)
+	}
+	if creds.NodeCert, err = parseCertPEM(certPEM); err != nil {
+		return nil, fail(nodeCertFile, err)
+	}
+	gk, err := read(gossipKeyFile)
+	if err != nil {
+		return nil, fail(gossipKeyFile, err)
+	}
+	if creds.GossipKeys, err = parseGossipKeys(gk); err != nil {
+		return nil, fail(gossipKeyFile, err)
+	}
+	return creds, nil
+}
+
+// parseGossipKeys parses a gossip key file: one or more lines of 32
+// bytes in base64, the key in use first.
+func parseGossipKeys(b []byte) ([][]byte, error) {
+	var keys [][]byte
+	for _, line := range strings.Fields(string(b)) {
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil || len(k) != 32 {
+			return nil, errors.New("want lines of 32 bytes in base64, the key in use first")
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no key")
+	}
+	return keys, nil
+}
+
+func parseCertPEM(b []byte) (*x509.Certificate, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate")
+	}
+	return x509.ParseCertificate(blk.Bytes)
+}
+
+func parseKeyPEM(b []byte) (ed25519.PrivateKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, errors.New("no PEM private key")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, errors.New("not an Ed25519 key")
+	}
+	return ek, nil
+}
