@@ -71,12 +71,13 @@ test: deps
 
 # Runs each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
-GOSSIP_FUZZ := FuzzDecodeMessage FuzzDecodeDelta FuzzDecodeRecords FuzzDecodeDigest FuzzDecodeRequest FuzzDecodePull FuzzDecodeHave FuzzDecodeLeave FuzzDecodeCoordinate FuzzNotifyMsg
+GOSSIP_FUZZ := FuzzDecodeMessage FuzzDecodeDelta FuzzDecodeRecords FuzzDecodeDigest FuzzDecodeRequest FuzzDecodePull FuzzDecodeHave FuzzDecodeLeave FuzzDecodeQuestion FuzzDecodeCoordinate FuzzNotifyMsg
 fuzz:
 	$(GO) test ./node/manifest/ -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/manifest/ -run=NONE -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./gossip/crdt/ -run=NONE -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/ -run=NONE -fuzz='^FuzzStatusToDataplane$$' -fuzztime=$(FUZZTIME)
+	$(GO) test ./node/quorum/ -run=NONE -fuzz='^FuzzDecodeHist$$' -fuzztime=$(FUZZTIME)
 	@for f in $(GOSSIP_FUZZ); do \
 		$(GO) test ./gossip/ -run=NONE -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s -parallel=1 || exit 1; \
 	done

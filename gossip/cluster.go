@@ -55,6 +55,11 @@ const (
 // Cluster is a running member of a gossip cluster. Its methods are safe for
 // concurrent use.
 type Cluster struct {
+	// askMu guards asks, the questions waiting for answers (ask.go).
+	askMu  sync.Mutex
+	askSeq uint64
+	asks   map[uint64]pendingAsk
+
 	cfg      Config
 	log      *slog.Logger
 	state    State
@@ -160,6 +165,8 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		members:   map[string]*Member{},
 		resyncs:   map[string]int{},
 		pulling:   map[string]pending{},
+		asks:      map[uint64]pendingAsk{},
+		askSeq:    rand.Uint64(),
 		pullSem:   make(chan struct{}, maxPullsInFlight),
 		leaving:   map[string]time.Time{},
 		meta:      slices.Clone(cfg.Meta),

@@ -101,6 +101,12 @@ type Config struct {
 	// above checks a record against what its writer may say.
 	Accept func(crdt.Record) error
 
+	// Answer, when set, answers the questions of other members (Ask):
+	// from is the asker's name, q its payload; the answer's payload (at
+	// most 1 KiB; nil: no answer) goes back to it. It runs on
+	// memberlist's packet goroutine and must be quick. q is untrusted.
+	Answer func(from string, q []byte) []byte
+
 	// Logger receives the package's logs and memberlist's; nil means
 	// slog.Default().
 	Logger *slog.Logger

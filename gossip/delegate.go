@@ -86,6 +86,20 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		c.onHave(h)
+	case msgAsk:
+		q, err := decodeQuestion(b, msgAsk)
+		if err != nil {
+			c.dropped("question", err)
+			return
+		}
+		c.onAsk(q)
+	case msgAnswer:
+		q, err := decodeQuestion(b, msgAnswer)
+		if err != nil {
+			c.dropped("answer", err)
+			return
+		}
+		c.onAnswer(q)
 	case msgLeave:
 		name, err := decodeLeave(b)
 		if err != nil {

@@ -158,3 +158,15 @@ func FuzzNotifyMsg(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeQuestion(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, typ := range []msgType{msgAsk, msgAnswer} {
+			fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
+				q, err := decodeQuestion(b, typ)
+				return encodeQuestion(typ, q), err
+			})
+		}
+	})
+}

@@ -69,6 +69,8 @@ func validMessages() [][]byte {
 		encodePull(pull{From: "n00", Keys: []string{"test/ns/a", "test/ns/b"}}),
 		encodeLeave("n00"),
 		encodeHave(have{From: "n00", E: e}),
+		encodeQuestion(msgAsk, question{From: "n00", Seq: 7, Payload: []byte{3}}),
+		encodeQuestion(msgAnswer, question{From: "n01", Seq: 7, Payload: []byte{1, 0, 1}}),
 	}
 }
 

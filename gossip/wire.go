@@ -40,6 +40,8 @@ const (
 	msgPull    msgType = 5
 	msgLeave   msgType = 6
 	msgHave    msgType = 7
+	msgAsk     msgType = 8
+	msgAnswer  msgType = 9
 )
 
 func (t msgType) String() string {
@@ -58,6 +60,10 @@ func (t msgType) String() string {
 		return "leave"
 	case msgHave:
 		return "have"
+	case msgAsk:
+		return "ask"
+	case msgAnswer:
+		return "answer"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
@@ -469,4 +475,3 @@ func appendBytes(b, v []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(v)))
 	return append(b, v...)
 }
-

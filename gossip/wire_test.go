@@ -66,6 +66,12 @@ func decodeAny(b []byte) ([]byte, error) {
 			return nil, err
 		}
 		return encodeHave(h), nil
+	case msgAsk, msgAnswer:
+		q, err := decodeQuestion(b, msgType(b[0]))
+		if err != nil {
+			return nil, err
+		}
+		return encodeQuestion(msgType(b[0]), q), nil
 	}
 	return nil, errMalformed
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -59,7 +60,7 @@ type Agent struct {
 	subnets  *subnets
 	replicas *replicas
 	probes   *prober
-	quorum   *quorum
+	fence    *fence
 	lease    *lease
 	routes   *routes
 	services *services
@@ -69,6 +70,8 @@ type Agent struct {
 	images   *images
 	logs     *logs
 	peers    *peers
+	// answerer answers peers' quorum questions once wired.
+	answerer atomic.Pointer[fence]
 }
 
 // New checks the host's prerequisites (a *preflight.Error lists every
@@ -229,13 +232,13 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, log
 	a.views.selfStatus = func() NodeStatus { return a.status.status(nil) }
-	a.quorum = newQuorum(cfg, a.started, log)
-	a.quorum.cluster, a.quorum.members = a.cluster, a.members
-	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, quorum: a.quorum, log: log}
+	a.fence = newFence(cfg, a.started, log)
+	a.fence.cluster, a.fence.members = a.cluster, a.members
+	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}
 	a.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
-		rt: a.rt, views: a.views, acts: newActions(), quorum: a.quorum, lease: a.lease, status: a.status, subnets: a.subnets,
+		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
 		members: a.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
-	a.quorum.kick = a.replicas.requestReconcile
+	a.fence.kick = a.replicas.requestReconcile
 	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log,
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
@@ -263,6 +266,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 			a.replicas.requestReconcile()
 		}}
 	a.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.replicas, peers: a.peers, log: log}
+	a.answerer.Store(a.fence)
 }
 
 // closed is a closed channel: "ready now".
@@ -311,7 +315,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		// No reconcile or probes: only printing.
 		loops = append(loops, a.dry.loop)
 	} else {
-		loops = append(loops, func(ctx context.Context) { a.quorum.loop(ctx, a.members.synced) }, a.lease.loop, a.probes.loop, a.replicas.loop,
+		loops = append(loops, func(ctx context.Context) { a.fence.loop(ctx, a.members.synced) }, a.lease.loop, a.probes.loop, a.replicas.loop,
 			func(ctx context.Context) { a.rt.WatchExits(ctx, a.replicas.requestReconcile) })
 	}
 	var wg sync.WaitGroup

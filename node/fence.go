@@ -4,17 +4,19 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/quorum"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 // quorum is this node's knowledge of whether it sees a majority of the
 // known nodes (fencing), from its own pings, and the settling that follows
 // a gap (selfBack). It owns its lock.
-type quorum struct {
+type fence struct {
 	self            string
 	fenceTimeout    time.Duration
 	rejoinSettle    time.Duration
@@ -28,11 +30,19 @@ type quorum struct {
 
 	pinged chan struct{} // closed after the first round of pings
 
+	// questions counts the quorum questions this node sent.
+	questions atomic.Int64
+
 	mu sync.Mutex
-	// has is the last quorum state noted; acks are the peers' answers
-	// to the pings (loop).
-	has  bool
-	acks peerAcks
+	// has is the last quorum state noted; tracker holds the answers to
+	// this node's questions (loop) and computes its counts (node/quorum);
+	// skip rotates each depth's question past members that did not
+	// answer; round is the members of the last round, for capping
+	// answers.
+	has     bool
+	tracker *quorum.Tracker
+	skip    map[int]int
+	round   []quorum.Member
 	// selfBack is when this node came back to the cluster after its
 	// agent did not run for longer than --fence-timeout (stopped,
 	// starved: the ping loop saw the gap, or its fence lease ran out
@@ -45,9 +55,11 @@ type quorum struct {
 	leaseDeadline time.Time
 }
 
-func newQuorum(cfg Config, started time.Time, log *slog.Logger) *quorum {
-	return &quorum{self: cfg.Name, fenceTimeout: cfg.FenceTimeout, rejoinSettle: cfg.RejoinSettle, failoverTimeout: cfg.FailoverTimeout,
-		drainDelay: cfg.DrainDelay, started: started, log: log, pinged: make(chan struct{}), acks: newPeerAcks()}
+func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
+	self := quorum.Member{Name: cfg.Name, ID: quorum.IDOf(cfg.Name)}
+	return &fence{self: cfg.Name, fenceTimeout: cfg.FenceTimeout, rejoinSettle: cfg.RejoinSettle, failoverTimeout: cfg.FailoverTimeout,
+		drainDelay: cfg.DrainDelay, started: started, log: log, pinged: make(chan struct{}),
+		tracker: quorum.NewTracker(self, cfg.FenceTimeout, cfg.RejoinSettle), skip: map[int]int{}}
 }
 
 // fencing builds reconcile.Fence's input from this node's view.
@@ -73,20 +85,13 @@ func newQuorum(cfg Config, started time.Time, log *slog.Logger) *quorum {
 // member whose going down this agent has not recorded yet counts as down
 // since now; a node memberlist does not know at all, since this agent
 // started).
-func (q *quorum) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
+func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
 	known := map[string]bool{q.self: true}
 	for name := range v.statuses {
 		known[name] = true
 	}
 	up, member := map[string]bool{}, map[string]bool{}
-	seen := 1
 	members := q.cluster.Members()
-	settling := map[string]bool{}
-	for _, m := range members {
-		settling[m.Name] = q.members.settling(m.Name)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	for _, m := range members {
 		if m.Name == q.self {
 			continue
@@ -96,10 +101,11 @@ func (q *quorum) fencing(v *view, observed []reconcile.Container, now time.Time)
 			up[m.Name] = true
 			known[m.Name] = true
 		}
-		if m.State == gossip.StateAlive && !settling[m.Name] && q.acks.counts(m.Name, now, q.fenceTimeout, q.rejoinSettle) {
-			seen++
-		}
 	}
+	excluded := q.excluded(members)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seen := q.tracker.Seen(now, excluded)
 	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, len(known)), Held: map[string]map[int]bool{}, Observed: observed}
 	select {
 	case <-q.pinged:
@@ -143,7 +149,7 @@ func (q *quorum) fencing(v *view, observed []reconcile.Container, now time.Time)
 
 // noteQuorum records whether this node has a quorum (f, once known) and
 // logs its changes.
-func (q *quorum) note(f reconcile.Fencing, seen, known int) {
+func (q *fence) note(f reconcile.Fencing, seen, known int) {
 	if f.Unknown {
 		return
 	}
@@ -161,116 +167,145 @@ func (q *quorum) note(f reconcile.Fencing, seen, known int) {
 	}
 }
 
-// loop pings every live member once a second and records the acks
-// (see fencing); it asks for a reconcile when a member's answers start or
-// stop counting. It starts once the node has joined and synced, and its
-// first round decides whether the quorum is known.
-func (q *quorum) loop(ctx context.Context, synced <-chan struct{}) {
+// excluded is the direct answers that do not count: from members
+// memberlist does not call alive, or back from dead for less than
+// --rejoin-settle (members.settling).
+func (q *fence) excluded(members []gossip.Member) func(string) bool {
+	out := map[string]bool{}
+	for _, m := range members {
+		out[m.Name] = m.State != gossip.StateAlive || q.members.settling(m.Name)
+	}
+	return func(name string) bool { return out[name] }
+}
+
+// loop asks the questions of a round (quorum.Plan) every round period
+// (quorum.PeriodFor: 1 s in a cluster of at most quorum.LeafSize nodes,
+// which asks every member) and records the answers (see fencing); it
+// asks for a reconcile when a source's answers start or stop counting.
+// It starts once the node has joined and synced, and its first round
+// decides whether the quorum is known.
+func (q *fence) loop(ctx context.Context, synced <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-synced:
 	}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	fresh := map[string]bool{}
 	last := time.Now()
 	for first := true; ; first = false {
-		if gap := time.Since(last); gap > q.fenceTimeout+time.Second {
-			// This loop did not run: the agent was stopped or starved, and
-			// its peers may have started its StatefulSet replicas since.
-			q.mu.Lock()
-			q.noteBack(time.Now())
-			q.mu.Unlock()
-			q.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
-		}
-		last = time.Now()
-		var wg sync.WaitGroup
-		for _, m := range q.cluster.Members() {
-			if m.Name == q.self || !m.State.Up() {
-				continue
-			}
-			wg.Add(1)
-			go func(name string) {
-				defer wg.Done()
-				if _, err := q.cluster.Ping(name); err == nil {
-					q.mu.Lock()
-					// A member first heard of while this node has no
-					// quorum may be the majority it was cut off from
-					// (an agent restarted inside a partition).
-					if q.acks.ack(name, time.Now(), q.fenceTimeout, !first && !q.has) {
-						time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
-					}
-					q.mu.Unlock()
-				}
-			}(m.Name)
-		}
-		wg.Wait()
-		if first {
-			close(q.pinged)
-		}
-		now := time.Now()
-		changed := false
-		q.mu.Lock()
-		for name, at := range q.acks.last {
-			if f := now.Sub(at) < q.fenceTimeout; f != fresh[name] {
-				fresh[name], changed = f, true
-			}
-		}
-		q.mu.Unlock()
-		if changed || first {
-			q.kick()
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
+		}
+		start := time.Now()
+		period := q.round1(first, &last)
+		now := time.Now()
+		changed := false
+		q.mu.Lock()
+		for src, f := range q.tracker.Fresh(now) {
+			if f != fresh[src] {
+				fresh[src], changed = f, true
+			}
+		}
+		q.mu.Unlock()
+		if first {
+			close(q.pinged)
+		}
+		if changed || first {
+			q.kick()
+		}
+		timer.Reset(max(0, period-time.Since(start)))
+	}
+}
+
+// round1 runs one round: it plans the questions, asks them all at once
+// (each bounded by the round's period) and records the answers; it
+// returns the round's period. last is when the previous round began.
+func (q *fence) round1(first bool, last *time.Time) time.Duration {
+	var members []quorum.Member
+	for _, m := range q.cluster.Members() {
+		if m.State.Up() || m.Name == q.self {
+			members = append(members, quorum.Member{Name: m.Name, ID: quorum.IDOf(m.Name)})
 		}
 	}
-}
-
-// peerAcks are the answers of peers to this node's quorum pings. A peer
-// that did not answer for longer than the fence timeout was cut off from
-// this node (or this node from it): what either side wrote meanwhile has
-// not reached the other, so it counts again only once it has answered
-// for the settle time (--rejoin-settle), as a member back from dead does.
-// Not safe for concurrent use (quorum's mu guards it).
-type peerAcks struct {
-	last map[string]time.Time // last answer
-	back map[string]time.Time // when answers resumed after a silence
-}
-
-func newPeerAcks() peerAcks {
-	return peerAcks{last: map[string]time.Time{}, back: map[string]time.Time{}}
-}
-
-// ack records an answer of name at now and reports whether it ends a
-// silence longer than timeout; an answer from a peer never heard before
-// ends one when unheardIsSilence is set.
-func (p *peerAcks) ack(name string, now time.Time, timeout time.Duration, unheardIsSilence bool) bool {
-	prev, ok := p.last[name]
-	p.last[name] = now
-	if ok && now.Sub(prev) > timeout || !ok && unheardIsSilence {
-		p.back[name] = now
-		return true
+	q.mu.Lock()
+	leaf, qs := quorum.Plan(q.tracker.Self, members, q.skip)
+	q.tracker.SetLeaf(leaf, members)
+	q.round = members
+	noQuorum := !q.has
+	q.mu.Unlock()
+	period := quorum.PeriodFor(leaf, q.fenceTimeout)
+	if gap := time.Since(*last); !first && gap > q.fenceTimeout+period {
+		// This loop did not run: the agent was stopped or starved, and
+		// its peers may have started its StatefulSet replicas since.
+		q.mu.Lock()
+		q.noteBack(time.Now())
+		q.mu.Unlock()
+		q.log.Warn("this agent did not run for a while (stopped or starved): StatefulSet replicas start again only once the cluster's state is back (--rejoin-settle)", "gap", gap.Round(time.Millisecond))
 	}
-	return false
+	*last = time.Now()
+	var wg sync.WaitGroup
+	for _, qu := range qs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q.ask(qu, period, !first && noQuorum)
+		}()
+	}
+	wg.Wait()
+	return period
 }
 
-// counts reports whether name counts as seen at now: it answered within
-// timeout and, if its answers resumed after a silence, has answered for
-// settle since.
-func (p *peerAcks) counts(name string, now time.Time, timeout, settle time.Duration) bool {
-	if now.Sub(p.last[name]) >= timeout {
-		return false
+// ask asks one question and records its answer, or rotates the depth's
+// question to another member when none came.
+func (q *fence) ask(qu quorum.Question, timeout time.Duration, unheardIsSilence bool) {
+	q.questions.Add(1)
+	sent := time.Now()
+	b, _, err := q.cluster.Ask(qu.To, []byte{byte(qu.Depth)}, timeout)
+	var h quorum.Hist
+	if err == nil {
+		h, err = quorum.DecodeHist(b)
 	}
-	if back, ok := p.back[name]; ok {
-		if now.Sub(back) < settle {
-			return false
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
+		if qu.Depth != quorum.Self {
+			q.skip[qu.Depth]++
 		}
-		delete(p.back, name)
+		return
 	}
-	return true
+	// An answer counts at most the members this node knows in the
+	// range it is about.
+	known := 0
+	id := quorum.IDOf(qu.To)
+	for _, m := range q.round {
+		if quorum.SameRange(id, m.ID, qu.Depth) {
+			known++
+		}
+	}
+	if q.tracker.Answer(qu.Depth, qu.To, id, h.Cap(known), sent, time.Now(), unheardIsSilence) {
+		time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
+	}
+}
+
+// answer answers another node's question (gossip.Config.Answer): this
+// node's count of its range at the depth asked; nil for a malformed
+// question.
+func (q *fence) answer(from string, b []byte) []byte {
+	if len(b) != 1 || (b[0] < 1 || b[0] > 64) && b[0] != quorum.Self {
+		return nil
+	}
+	if b[0] == quorum.Self {
+		return quorum.EncodeHist(quorum.One())
+	}
+	excluded := q.excluded(q.cluster.Members())
+	q.mu.Lock()
+	h := q.tracker.Count(int(b[0]), time.Now(), excluded)
+	q.mu.Unlock()
+	return quorum.EncodeHist(h)
 }
 
 // statefulGrace bounds the grace period of a StatefulSet replica's stop:
@@ -278,21 +313,21 @@ func (p *peerAcks) counts(name string, now time.Time, timeout, settle time.Durat
 // side starts a replacement, which is at least --failover-timeout after
 // failure detection. It leaves --fence-timeout, --drain-delay and 2 s of
 // margin out of --failover-timeout.
-func (q *quorum) statefulGrace() time.Duration {
+func (q *fence) statefulGrace() time.Duration {
 	return max(0, q.failoverTimeout-q.fenceTimeout-q.drainDelay-2*time.Second)
 }
 
 // noteBack records that this node came back to the cluster at now (see
 // selfBack) and asks for a reconcile when the settling ends, so what
 // waited for it starts then. Called with q.mu held.
-func (q *quorum) noteBack(now time.Time) {
+func (q *fence) noteBack(now time.Time) {
 	q.selfBack = now
 	time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
 }
 
 // forLease is what a lease renewal at now needs: whether this node holds
 // the quorum (after looking for a lapsed lease, checkLeaseLapse).
-func (q *quorum) forLease(now time.Time) bool {
+func (q *fence) forLease(now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.checkLeaseLapse(now)
@@ -300,7 +335,7 @@ func (q *quorum) forLease(now time.Time) bool {
 }
 
 // leased records the deadline of the lease just written.
-func (q *quorum) leased(deadline time.Time) {
+func (q *fence) leased(deadline time.Time) {
 	q.mu.Lock()
 	q.leaseDeadline = deadline
 	q.mu.Unlock()
@@ -312,7 +347,7 @@ func (q *quorum) leased(deadline time.Time) {
 // its peers may have started them. Whoever looks first after such a gap
 // (a reconcile, or the renewal) sees it, before anything is started on a
 // view from before the gap. Called with q.mu held.
-func (q *quorum) checkLeaseLapse(now time.Time) {
+func (q *fence) checkLeaseLapse(now time.Time) {
 	if !q.leaseDeadline.IsZero() && now.After(q.leaseDeadline) {
 		q.leaseDeadline = time.Time{}
 		if !q.has {

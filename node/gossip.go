@@ -47,6 +47,13 @@ func (a *Agent) startGossip() error {
 	// seen: a delete after an apply is never older than the apply).
 	gc.Clock = a.clock
 	gc.Accept = a.rejects.check
+	// Quorum questions are answered once the fence is wired (wire).
+	gc.Answer = func(from string, q []byte) []byte {
+		if f := a.answerer.Load(); f != nil {
+			return f.answer(from, q)
+		}
+		return nil
+	}
 	if all, err := a.store.Snapshot(); err == nil {
 		for _, r := range all {
 			a.clock.Update(r.Version)

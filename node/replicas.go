@@ -27,7 +27,7 @@ type replicas struct {
 	views   *views
 	acts    *actions
 	probes  *prober
-	quorum  *quorum
+	fence   *fence
 	lease   *lease
 	status  *self
 	subnets *subnets
@@ -253,7 +253,7 @@ func (r *replicas) stopStateful() {
 		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
 			continue
 		}
-		c.GracePeriod = min(c.GracePeriod, r.quorum.statefulGrace())
+		c.GracePeriod = min(c.GracePeriod, r.fence.statefulGrace())
 		wg.Add(1)
 		go func(c reconcile.Container) {
 			defer wg.Done()

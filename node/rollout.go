@@ -106,8 +106,8 @@ func (r *replicas) localReady(c reconcile.Container, specs map[string]probe.Prob
 // snapshot v, its containers and the handoffs of the last pass. Reading
 // the quorum for it records and logs the quorum's changes (quorum.note).
 func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Time) reconcile.Decision {
-	f, seen, known := r.quorum.fencing(v, observed, now)
-	r.quorum.note(f, seen, known)
+	f, seen, known := r.fence.fencing(v, observed, now)
+	r.fence.note(f, seen, known)
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
 			Self: r.self, All: v.all, Owner: v.owner, Observed: observed,
@@ -117,6 +117,6 @@ func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Ti
 		Rollout:       r.rolloutInput(v, observed),
 		Fencing:       f,
 		Stateful:      v.statefulWorkloads(),
-		StatefulGrace: r.quorum.statefulGrace(),
+		StatefulGrace: r.fence.statefulGrace(),
 	}
 }

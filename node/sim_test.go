@@ -152,6 +152,15 @@ func (c *simCluster) bytes() (total, packets int64) {
 	return total, packets
 }
 
+// questions is the sum of every node's quorum questions.
+func (c *simCluster) questions() int64 {
+	var n int64
+	for _, nd := range c.nodes {
+		n += nd.agent.fence.questions.Load()
+	}
+	return n
+}
+
 // placements is the sum of every up node's placement computations.
 func (c *simCluster) placements() float64 {
 	sum := 0.0
@@ -288,8 +297,8 @@ func simulate(t *testing.T, n int) {
 	// Idle, no workload.
 	time.Sleep(30 * time.Second)
 	idle := c.measure(60 * time.Second)
-	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
-		idle.bytesPerNode, idle.packetsPerNode, idle.cpuPerNode*100)
+	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node",
+		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100)
 
 	// 10 replicas per node: n/10 Deployments of 100.
 	replicas := 10 * n
@@ -412,20 +421,25 @@ func simulate(t *testing.T, n int) {
 // figures are traffic and CPU over a window.
 type figures struct {
 	bytesPerNode, packetsPerNode, cpuPerNode float64
+	// questionsPerNode are the quorum questions a node asks a second
+	// (each answered: twice the packets).
+	questionsPerNode float64
 }
 
 // measure sleeps window (virtual) and returns the per node, per second
 // traffic and CPU over it.
 func (c *simCluster) measure(window time.Duration) figures {
 	b0, p0 := c.bytes()
+	q0 := c.questions()
 	cpu0 := cpuTime()
 	time.Sleep(window)
 	b1, p1 := c.bytes()
+	q1 := c.questions()
 	cpu := cpuTime() - cpu0
 	up := float64(len(c.up()))
 	secs := window.Seconds()
 	return figures{bytesPerNode: float64(b1-b0) / up / secs, packetsPerNode: float64(p1-p0) / up / secs,
-		cpuPerNode: cpu.Seconds() / up / secs}
+		cpuPerNode: cpu.Seconds() / up / secs, questionsPerNode: float64(q1-q0) / up / secs}
 }
 
 // realNow is the machine's monotonic clock, outside the bubble's.

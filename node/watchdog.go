@@ -73,7 +73,7 @@ type lease struct {
 	dataDir string
 	cfg     Config // for leaseDeadline
 	rt      Runtime
-	quorum  *quorum
+	fence   *fence
 	log     *slog.Logger
 
 	mu sync.Mutex
@@ -103,7 +103,7 @@ func (l *lease) renew() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	if !l.quorum.forLease(now) {
+	if !l.fence.forLease(now) {
 		return // fenced or not known yet: the watchdog may act
 	}
 	path := filepath.Join(l.dataDir, leaseFileName)
@@ -120,7 +120,7 @@ func (l *lease) renew() {
 		return
 	}
 	l.leased = slices.Clone(l.atMostOne)
-	l.quorum.leased(fl.Deadline)
+	l.fence.leased(fl.Deadline)
 	if err := ensureWatchdog(l.dataDir); err != nil {
 		l.log.Error("start the fence watchdog", "err", err)
 	}

@@ -247,4 +247,3 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	return r, nil
 }
-
