@@ -622,6 +622,21 @@ func (c *Cluster) Ping(name string) (time.Duration, error) {
 // Members returns every member this node has seen, with its state, sorted by
 // name, this node included. Dead and left members stay listed; one that comes
 // back is alive again.
+// Member returns member name as this node sees it (ok false when it is
+// not a member). It copies one entry, where Members copies and sorts
+// them all.
+func (c *Cluster) Member(name string) (Member, bool) {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	m, ok := c.members[name]
+	if !ok {
+		return Member{}, false
+	}
+	cp := *m
+	cp.Meta = slices.Clone(m.Meta)
+	return cp, true
+}
+
 func (c *Cluster) Members() []Member {
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()

@@ -269,13 +269,6 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.answerer.Store(a.fence)
 }
 
-// closed is a closed channel: "ready now".
-func closed() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
-
 // Run reconciles and serves the API until ctx is cancelled, then waits
 // for running actions and closes the store. Containers keep running.
 func (a *Agent) Run(ctx context.Context) error {
@@ -385,18 +378,4 @@ func (a *Agent) insecureWarnLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
-// Prefix for nil).
-func prefixOf(n *net.IPNet) netip.Prefix {
-	if n == nil {
-		return netip.Prefix{}
-	}
-	addr, ok := netip.AddrFromSlice(n.IP.To4())
-	if !ok {
-		return netip.Prefix{}
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(addr, ones).Masked()
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"net"
 	"net/netip"
 	"sort"
 	"time"
@@ -85,23 +86,13 @@ func winningClaims(statuses map[string]NodeStatus) map[string]bool {
 			claims = append(claims, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
 		}
 	}
-	out := map[string]bool{}
-	for name, s := range statuses {
-		if s.PodSubnet == "" {
-			continue
-		}
-		if _, lost := ipam.Lost(ipam.Claim{Node: name, Subnet: s.PodSubnet, Since: s.SubnetSince}, claims); !lost {
-			out[name] = true
-		}
-	}
-	return out
+	return ipam.Winners(claims)
 }
 
 // eligibleNodes returns the placement input: live members whose record
 // says their subnet claim has settled, sorted by name. Of two nodes
 // claiming one subnet only the winner is eligible.
-func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus) []placement.Node {
-	winners := winningClaims(statuses)
+func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus, winners map[string]bool) []placement.Node {
 	var nodes []placement.Node
 	for name, s := range statuses {
 		if !alive[name] || !s.SubnetReady || !winners[name] {
@@ -178,4 +169,25 @@ func heldStatuses(st Store, cluster netip.Prefix) map[string]NodeStatus {
 		return nil
 	}
 	return decodeStatuses(recs, cluster)
+}
+
+// prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
+// Prefix for nil).
+func prefixOf(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	addr, ok := netip.AddrFromSlice(n.IP.To4())
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(addr, ones).Masked()
+}
+
+// closed is a closed channel: "ready now".
+func closed() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

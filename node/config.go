@@ -236,8 +236,8 @@ func (c Config) validateRest() error {
 	if c.APIListen != "" && c.TokenFile == "" {
 		return fmt.Errorf("--api-listen %s: requires --token-file (TCP clients must present a bearer token)", c.APIListen)
 	}
-	if c.FenceTimeout < time.Second {
-		return fmt.Errorf("--fence-timeout %v: must be at least 1s (peers are pinged once a second)", c.FenceTimeout)
+	if c.FenceTimeout < time.Second || c.FenceTimeout > 10*time.Second {
+		return fmt.Errorf("--fence-timeout %v: must be between 1s (peers are asked once a second) and 10s (quorum evidence is told apart up to 12.75 s)", c.FenceTimeout)
 	}
 	if c.FailoverTimeout < c.FenceTimeout+5*time.Second {
 		return fmt.Errorf("--failover-timeout %v: must be at least --fence-timeout (%v) + 5s, so a cut-off node has fenced itself before its replicas start elsewhere", c.FailoverTimeout, c.FenceTimeout)

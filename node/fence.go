@@ -102,7 +102,7 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			known[m.Name] = true
 		}
 	}
-	excluded := q.excluded(members)
+	excluded := q.excluded()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	seen := q.tracker.Seen(now, excluded)
@@ -170,12 +170,11 @@ func (q *fence) note(f reconcile.Fencing, seen, known int) {
 // excluded is the direct answers that do not count: from members
 // memberlist does not call alive, or back from dead for less than
 // --rejoin-settle (members.settling).
-func (q *fence) excluded(members []gossip.Member) func(string) bool {
-	out := map[string]bool{}
-	for _, m := range members {
-		out[m.Name] = m.State != gossip.StateAlive || q.members.settling(m.Name)
+func (q *fence) excluded() func(string) bool {
+	return func(name string) bool {
+		m, ok := q.cluster.Member(name)
+		return !ok || m.State != gossip.StateAlive || q.members.settling(name)
 	}
-	return func(name string) bool { return out[name] }
 }
 
 // loop asks the questions of a round (quorum.Plan) every round period
@@ -301,7 +300,7 @@ func (q *fence) answer(from string, b []byte) []byte {
 	if b[0] == quorum.Self {
 		return quorum.EncodeHist(quorum.One())
 	}
-	excluded := q.excluded(q.cluster.Members())
+	excluded := q.excluded()
 	q.mu.Lock()
 	h := q.tracker.Count(int(b[0]), time.Now(), excluded)
 	q.mu.Unlock()

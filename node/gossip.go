@@ -47,12 +47,17 @@ func (a *Agent) startGossip() error {
 	// seen: a delete after an apply is never older than the apply).
 	gc.Clock = a.clock
 	gc.Accept = a.rejects.check
-	// Quorum questions are answered once the fence is wired (wire).
+	// Peers' questions (quorum counts, claim checks) are answered once
+	// the agent is wired (wire).
 	gc.Answer = func(from string, q []byte) []byte {
-		if f := a.answerer.Load(); f != nil {
-			return f.answer(from, q)
+		f := a.answerer.Load()
+		switch {
+		case f == nil || len(q) == 0:
+			return nil
+		case q[0] == claimQuestion:
+			return a.subnets.answerClaim(q[1:])
 		}
-		return nil
+		return f.answer(from, q)
 	}
 	if all, err := a.store.Snapshot(); err == nil {
 		for _, r := range all {

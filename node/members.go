@@ -267,16 +267,16 @@ func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
 	}
 }
 
-// alive returns the names of members that count for placement at now:
+// alive returns the names of the members of list (the membership) that
+// count for placement at now:
 // alive or suspect ("suspect" alone moves nothing), the local node always.
 //
 // Flap damping: a member this node saw dead or left, and that is back,
 // counts only once it has stayed back for --rejoin-settle. A node that
 // was declared dead falsely (a busy CPU, a flaky link) then does not pull
 // its replicas back and forth; failover itself is never delayed.
-func (m *members) alive(now time.Time) map[string]bool {
+func (m *members) alive(now time.Time, list []gossip.Member) map[string]bool {
 	alive := map[string]bool{m.self: true}
-	list := m.cluster.Members()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mem := range list {
@@ -323,22 +323,10 @@ func (m *members) settling(name string) bool {
 	return ok
 }
 
-// state is member name's state (empty when it is not a member).
-func (m *members) state(name string) gossip.MemberState {
-	for _, mem := range m.cluster.Members() {
-		if mem.Name == name {
-			return mem.State
-		}
-	}
-	return ""
-}
-
 // advertiseHost is the address peers know this node by.
 func (m *members) advertiseHost(fallback string) string {
-	for _, mem := range m.cluster.Members() {
-		if mem.Name == m.self {
-			return mem.Addr
-		}
+	if mem, ok := m.cluster.Member(m.self); ok {
+		return mem.Addr
 	}
 	return fallback
 }

@@ -37,7 +37,7 @@ type routes struct {
 func (rt *routes) desired() []route.Route {
 	v := rt.views.view()
 	statuses := v.statuses
-	winners := winningClaims(statuses)
+	winners := v.winners
 	var peers []route.Peer
 	for _, m := range v.members {
 		if m.Name == rt.self || !m.State.Up() {

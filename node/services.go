@@ -42,8 +42,7 @@ func serviceSpecs(svcs []manifest.Object) []service.Spec {
 // when its subnet claim is the winning one for its subnet and has settled,
 // and only addresses inside that subnet are taken: a node cannot make
 // another node's pods, or any other address, endpoints of a Service.
-func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus) map[string][]netip.Addr {
-	winners := winningClaims(statuses)
+func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winners map[string]bool) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name, s := range statuses {
 		if !alive[name] || !winners[name] || !s.SubnetReady {

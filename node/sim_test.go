@@ -7,17 +7,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
-	"unsafe"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
@@ -70,6 +65,9 @@ func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config
 	cfg.tuneGossip = func(g *gossip.Config) {
 		g.Transport = tr
 		g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if os.Getenv("STARLING_SIM_LOG") != "" {
+			g.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
 	}
 	return cfg
 }
@@ -108,7 +106,10 @@ func (c *simCluster) crash(n *simNode) {
 	n.down = true
 }
 
+// stopAll stops every node, then waits for what memberlist leaves
+// behind (a probe waiting for its timeout) to end on virtual time.
 func (c *simCluster) stopAll() {
+	defer time.Sleep(30 * time.Second)
 	for _, n := range c.nodes {
 		if !n.down {
 			n.cancel()
@@ -122,100 +123,6 @@ func (c *simCluster) stopAll() {
 			n.tr.Shutdown()
 		}
 	}
-}
-
-// cpuTime is the process's CPU time so far (user + system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// up returns the nodes not crashed.
-func (c *simCluster) up() []*simNode {
-	var out []*simNode
-	for _, n := range c.nodes {
-		if !n.down {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// bytes is what the transports of all nodes have sent so far.
-func (c *simCluster) bytes() (total, packets int64) {
-	for _, n := range c.nodes {
-		cn := n.tr.Counters()
-		total += cn.Total()
-		packets += cn.Packets
-	}
-	return total, packets
-}
-
-// questions is the sum of every node's quorum questions.
-func (c *simCluster) questions() int64 {
-	var n int64
-	for _, nd := range c.nodes {
-		n += nd.agent.fence.questions.Load()
-	}
-	return n
-}
-
-// placements is the sum of every up node's placement computations.
-func (c *simCluster) placements() float64 {
-	sum := 0.0
-	for _, n := range c.up() {
-		sum += testutil.ToFloat64(n.agent.metrics.placements)
-	}
-	return sum
-}
-
-// wait polls cond every step (virtual) until it holds or limit passes,
-// and returns how long it took.
-func wait(limit, step time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			return time.Since(start), false
-		}
-		time.Sleep(step)
-	}
-	return time.Since(start), true
-}
-
-// singleOwners reports whether, over the up nodes' runtimes, every
-// replica of the simulation's Deployments runs exactly once and want of
-// them run.
-func (c *simCluster) singleOwners(want int) bool {
-	seen := map[string]int{}
-	for _, n := range c.up() {
-		n.rt.mu.Lock()
-		for id, ct := range n.rt.containers {
-			if ct.State == reconcile.StateRunning && strings.HasPrefix(ct.Workload, "sim-") {
-				seen[id]++
-			}
-		}
-		n.rt.mu.Unlock()
-	}
-	if len(seen) != want {
-		return false
-	}
-	for _, k := range seen {
-		if k != 1 {
-			return false
-		}
-	}
-	return true
-}
-
-// percentile is the p-th percentile (0..100) of ds, sorted in place.
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := (len(ds)*p + 99) / 100
-	return ds[min(max(i-1, 0), len(ds)-1)]
 }
 
 func simDeployment(name string, replicas int) manifest.Object {
@@ -274,7 +181,7 @@ func simulate(t *testing.T, n int) {
 		}
 	}
 	defer c.stopAll()
-	took, ok := wait(10*time.Minute, 500*time.Millisecond, func() bool {
+	took, ok := wait(3*time.Minute, 500*time.Millisecond, func() bool {
 		for _, nd := range c.nodes {
 			v := nd.agent.views.view()
 			if nd.agent.cluster.NumMembers() != n || len(v.statuses) != n {
@@ -289,6 +196,49 @@ func simulate(t *testing.T, n int) {
 		return true
 	})
 	if !ok {
+		for _, nd := range c.nodes[:3] {
+			v := nd.agent.views.view()
+			notReady := 0
+			for _, s := range v.statuses {
+				if !s.SubnetReady {
+					notReady++
+				}
+			}
+			t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.statuses), notReady,
+				nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
+		}
+		v0 := c.nodes[0].agent.views.view()
+		for _, nd := range c.nodes {
+			if _, ok := v0.statuses[nd.name]; ok {
+				continue
+			}
+			rec, held, _ := nd.store.Get(statusKey(nd.name))
+			t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
+				nd.agent.cluster.NumMembers(), nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
+				held, len(rec.Value), rec.Version)
+			mine := nd.agent.subnets.current()
+			for other, st := range v0.statuses {
+				if st.PodSubnet == mine.Subnet {
+					seen, ok := heldStatus(nd.store, nd.agent.subnets.clusterCIDR, other)
+					t.Logf("   %s holds %s at n0000 (since %v ready %v); at %s: held %v since %v ready %v; mine since %v",
+						other, st.PodSubnet, st.SubnetSince, st.SubnetReady, nd.name, ok, seen.SubnetSince, seen.SubnetReady, mine.Since)
+				}
+			}
+		}
+		var dropped int64
+		for _, nd := range c.nodes {
+			dropped += nd.tr.Dropped()
+		}
+		t.Logf("packets dropped by full queues: %d", dropped)
+		if mfs, err := c.nodes[0].agent.metrics.reg.Gather(); err == nil {
+			for _, mf := range mfs {
+				if mf.GetName() == "starling_rejected_records_total" {
+					for _, m := range mf.GetMetric() {
+						t.Logf("n0000 rejected %v: %v", m.GetLabel(), m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
 		t.Fatalf("the cluster did not form in %v", took)
 	}
 	report("formed: every node sees %d members and %d ready node records %v after the last join (real %v, CPU %v)",
@@ -296,9 +246,18 @@ func simulate(t *testing.T, n int) {
 
 	// Idle, no workload.
 	time.Sleep(30 * time.Second)
-	idle := c.measure(60 * time.Second)
+	window := 60 * time.Second
+	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
+		window = 5 * time.Minute // most of a CPU profile of the run is then the idle cluster
+	}
+	idle := c.measure(window)
 	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node",
 		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100)
+	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
+		return // (profiling the idle cluster: go test -cpuprofile)
+	}
+
+	c.failAndReturn(rng, report, "no workload", 0, idle.bytesPerNode)
 
 	// 10 replicas per node: n/10 Deployments of 100.
 	replicas := 10 * n
@@ -323,7 +282,8 @@ func simulate(t *testing.T, n int) {
 	p0 = c.placements()
 	for w := range 20 {
 		nd := c.nodes[rng.IntN(n)]
-		obj := simDeployment(fmt.Sprintf("sim-%03d", w%deployments), 100+(w%2))
+		obj := simDeployment(fmt.Sprintf("sim-%03d", w%deployments), 100)
+		obj.Deployment.Annotations = map[string]string{"sim/spread": strconv.Itoa(w)}
 		if _, err := nd.agent.objects.store([]manifest.Object{obj}); err != nil {
 			t.Fatal(err)
 		}
@@ -367,35 +327,41 @@ func simulate(t *testing.T, n int) {
 	report("10 writes/s: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
 		busy.bytesPerNode, busy.packetsPerNode, busy.cpuPerNode*100)
 
-	// 1 % of the nodes fail (power cut: no leave, containers gone).
+	// 1 % of the nodes fail and return, with the workload running.
 	wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
+	c.failAndReturn(rng, report, "with 10 replicas a node", replicas, idleLoaded.bytesPerNode)
+	report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+}
+
+// failAndReturn crashes 1 % of the nodes (at least one: a power cut, no
+// leave, containers gone), measures detection and failover, brings them
+// back after 30 s (same names, addresses and stores) and measures their
+// return: the time until every replica has one owner again, and the
+// bytes the cluster sent over its idle traffic (idleBytes per node per
+// second) in the first minute.
+func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), label string, replicas int, idleBytes float64) {
+	n := len(c.nodes)
 	fail := max(1, n/100)
 	var failed []*simNode
 	for _, i := range rng.Perm(n)[:fail] {
 		failed = append(failed, c.nodes[i])
 	}
-	cut := time.Now()
 	for _, f := range failed {
 		c.crash(f)
 	}
 	detected, ok := wait(5*time.Minute, 100*time.Millisecond, func() bool {
 		for _, o := range c.up() {
-			for _, m := range o.agent.cluster.Members() {
-				for _, f := range failed {
-					if m.Name == f.name && m.State.Up() {
-						return false
-					}
+			for _, f := range failed {
+				if m, known := o.agent.cluster.Member(f.name); known && m.State.Up() {
+					return false
 				}
 			}
 		}
 		return true
 	})
 	took, ok2 := wait(5*time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
-	report("%d nodes failed: every node saw them dead %v after the cut (ok %v); every replica has exactly one owner %v after that (ok %v)",
-		fail, detected.Round(time.Millisecond), ok, took.Round(time.Millisecond), ok2)
-	_ = cut
-
-	// They return (same names, addresses and stores; no containers).
+	report("%s: %d nodes failed: every node saw them dead %v after the cut (ok %v); every replica has exactly one owner %v after that (ok %v)",
+		label, fail, detected.Round(time.Millisecond), ok, took.Round(time.Millisecond), ok2)
 	time.Sleep(30 * time.Second)
 	b0, _ := c.bytes()
 	back := time.Now()
@@ -412,41 +378,7 @@ func simulate(t *testing.T, n int) {
 	})
 	time.Sleep(time.Minute - time.Since(back))
 	b1, _ := c.bytes()
-	extra := float64(b1-b0) - idleLoaded.bytesPerNode*float64(n)*time.Minute.Seconds()
-	report("%d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over the idle traffic in the first minute (%.2f MB per node)",
-		fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail))
-	report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+	extra := float64(b1-b0) - idleBytes*float64(n)*time.Minute.Seconds()
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per node)",
+		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail))
 }
-
-// figures are traffic and CPU over a window.
-type figures struct {
-	bytesPerNode, packetsPerNode, cpuPerNode float64
-	// questionsPerNode are the quorum questions a node asks a second
-	// (each answered: twice the packets).
-	questionsPerNode float64
-}
-
-// measure sleeps window (virtual) and returns the per node, per second
-// traffic and CPU over it.
-func (c *simCluster) measure(window time.Duration) figures {
-	b0, p0 := c.bytes()
-	q0 := c.questions()
-	cpu0 := cpuTime()
-	time.Sleep(window)
-	b1, p1 := c.bytes()
-	q1 := c.questions()
-	cpu := cpuTime() - cpu0
-	up := float64(len(c.up()))
-	secs := window.Seconds()
-	return figures{bytesPerNode: float64(b1-b0) / up / secs, packetsPerNode: float64(p1-p0) / up / secs,
-		cpuPerNode: cpu.Seconds() / up / secs, questionsPerNode: float64(q1-q0) / up / secs}
-}
-
-// realNow is the machine's monotonic clock, outside the bubble's.
-func realNow() time.Duration {
-	var ts syscall.Timespec
-	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0)
-	return time.Duration(ts.Nano())
-}
-
-func realSince(t0 time.Duration) time.Duration { return realNow() - t0 }

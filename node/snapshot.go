@@ -160,7 +160,7 @@ func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
 	if vs.acks.due(now) {
 		return true
 	}
-	alive := vs.members.alive(now)
+	alive := vs.members.alive(now, vs.cluster.Members())
 	if len(alive) != len(v.alive) {
 		return true
 	}
@@ -234,17 +234,20 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		v.statuses[vs.self] = vs.selfStatus()
 	}
 	v.members = vs.cluster.Members()
-	v.alive = vs.members.alive(now)
+	v.alive = vs.members.alive(now, v.members)
 	v.excluded = vs.acks.excluded(now)
-	eligible := eligibleNodes(v.alive, v.statuses)
-	v.placementKey = v.objectsKey + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
+	v.winners = winningClaims(v.statuses)
+	eligible := eligibleNodes(v.alive, v.statuses, v.winners)
+	// Placement's own inputs, not the records': an annotation or an
+	// image change of a workload moves nothing.
+	v.placementKey = workloadsKey(v.workloads) + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
 	if prev != nil && prev.placementKey == v.placementKey {
 		v.placement, v.base, v.owner = prev.placement, prev.base, prev.owner
 	} else {
 		v.placement, v.base, v.owner = place(eligible, v.workloads, v.all, v.excluded)
 		vs.placements.Inc()
 	}
-	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses))
+	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).
@@ -355,4 +358,33 @@ func setKey(s map[string]bool) string {
 	}
 	sort.Strings(keys)
 	return strings.Join(keys, ",")
+}
+
+// workloadsKey identifies placement's workload input (workloadsOf) and
+// the replicas' IDs it maps (desiredReplicas): keys, replica counts,
+// requests, node selectors, spec hashes and UIDs.
+func workloadsKey(objs []manifest.Object) string {
+	var b strings.Builder
+	for _, w := range workloadsOf(objs) {
+		fmt.Fprintf(&b, "%s/%d/%d/%d/", w.Key, w.Replicas, w.Requests.MilliCPU, w.Requests.MemoryBytes)
+		keys := make([]string, 0, len(w.NodeSelector))
+		for k := range w.NodeSelector {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%s,", k, w.NodeSelector[k])
+		}
+		b.WriteByte(';')
+	}
+	for _, o := range objs {
+		if o.IsWorkload() {
+			b.WriteString(specHashOf(o))
+			if o.Deployment != nil {
+				b.WriteString(string(o.Deployment.UID))
+			}
+			b.WriteByte(';')
+		}
+	}
+	return b.String()
 }

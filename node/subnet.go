@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -67,7 +68,7 @@ func (sn *subnets) others() []ipam.Claim {
 		if !reserved(members[s.Name], r, sn.reclaimAfter) {
 			continue
 		}
-		out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince})
+		out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
 	}
 	return out
 }
@@ -87,13 +88,8 @@ func (sn *subnets) reservedFor(name string) bool {
 	if err != nil || !ok || rec.Deleted {
 		return false
 	}
-	var state gossip.MemberState
-	for _, m := range sn.gossip.Members() {
-		if m.Name == name {
-			state = m.State
-		}
-	}
-	return reserved(state, rec, sn.reclaimAfter)
+	m, _ := sn.gossip.Member(name)
+	return reserved(m.State, rec, sn.reclaimAfter)
 }
 
 // current is the claim this node holds (zero before it claimed).
@@ -145,6 +141,7 @@ func (sn *subnets) kept() ipam.Claim {
 // the same subnet appeared meanwhile it picks again.
 func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	claim := sn.kept()
+	avoid := map[string]bool{} // subnets peers said another node holds
 	// A claim kept from an earlier run has stood already: no settle wait.
 	settled := claim.Subnet != ""
 	if sn.fixed != "" && claim.Subnet != sn.fixed {
@@ -153,11 +150,22 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	}
 	for {
 		others := sn.others()
-		if who, lost := ipam.Lost(claim, others); claim.Subnet == "" || lost && sn.fixed == "" {
+		// A claim that stood (kept from an earlier run) loses only to an
+		// earlier one; a new one also yields to any settled claim, which
+		// peers would not let it take (ipam.Yields).
+		lose := ipam.Yields
+		if settled {
+			lose = ipam.Lost
+		}
+		if who, lost := lose(claim, others); claim.Subnet == "" || avoid[claim.Subnet] || lost && sn.fixed == "" {
 			if lost {
-				sn.log.Warn("subnet claimed earlier by another node; picking another", "subnet", claim.Subnet, "winner", who)
+				sn.log.Warn("subnet claimed earlier, or settled, by another node; picking another", "subnet", claim.Subnet, "winner", who)
 			}
-			sub, err := ipam.Pick(sn.cluster, sn.self, ipam.Taken(others))
+			taken := ipam.Taken(others)
+			for s := range avoid {
+				taken[s] = true
+			}
+			sub, err := ipam.Pick(sn.cluster, sn.self, taken)
 			if err != nil {
 				sn.log.Error("cannot claim a pod subnet", "err", err)
 				select {
@@ -183,8 +191,18 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 			return false
 		case <-time.After(sn.settle):
 		}
-		if _, lost := ipam.Lost(claim, sn.others()); !lost || sn.fixed != "" {
+		if sn.fixed != "" {
 			break
+		}
+		if _, lost := ipam.Yields(claim, sn.others()); !lost {
+			who, ok := sn.confirm(ctx, claim)
+			if ok {
+				break
+			}
+			if who != "" {
+				sn.log.Warn("peers hold another node's claim on the subnet this node claimed; picking another", "subnet", claim.Subnet, "holder", who)
+				avoid[claim.Subnet] = true
+			}
 		}
 	}
 	_, subnet, _ := net.ParseCIDR(claim.Subnet)
@@ -197,4 +215,109 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	close(sn.ready)
 	sn.log.Info("pod subnet claimed", "subnet", claim.Subnet, "since", claim.Since)
 	return true
+}
+
+// claimQuestion starts a claim check (askHolders): the rest of the
+// question is a subnet; the answer is the node the asked peer takes as
+// its holder ("" for none).
+const claimQuestion = 0xfe
+
+// holder is the node whose claim on subnet (or one overlapping it) this
+// node takes as the holder: among the claims it holds, its own included,
+// a settled one before any other (peers refuse any new claim on a
+// settled subnet), then the winner in ipam order; "" when it holds none.
+func (sn *subnets) holder(subnet string) string {
+	claims := sn.others()
+	if mine := sn.current(); mine.Subnet != "" {
+		mine.Settled = sn.isReady()
+		claims = append(claims, mine)
+	}
+	var best *ipam.Claim
+	for i := range claims {
+		c := &claims[i]
+		if !overlaps(c.Subnet, subnet) {
+			continue
+		}
+		if best == nil || c.Settled && !best.Settled || c.Settled == best.Settled && c.Beats(*best) {
+			best = c
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Node
+}
+
+// answerClaim answers a claim check: the holder of the subnet asked.
+func (sn *subnets) answerClaim(q []byte) []byte {
+	p, err := netip.ParsePrefix(string(q))
+	if err != nil || !sn.clusterCIDR.Contains(p.Addr()) {
+		return nil
+	}
+	return []byte(sn.holder(p.String()))
+}
+
+// confirm checks a claim with the cluster before it settles: peers
+// refuse, silently, a new claim on a subnet another node has settled,
+// whatever the claims' times, so a claimant whose claim reached the
+// cluster too late (nodes joining at once picked one subnet, and gossip
+// under the burst took longer than --subnet-settle) would keep a subnet
+// no peer accepts. So it asks up to claimCheckPeers live peers (at
+// random) which node holds the subnet. It reports ok once every peer
+// asked in a round names this node; who is the first other node named.
+// When some have not heard of the claim yet (no answer, or ""), another
+// round follows --subnet-settle later, up to claimCheckRounds; a node
+// without live peers is alone and confirms at once. Two nodes that picked
+// one subnet at once are then both confirmed only if every peer each
+// asked held its claim alone: peers that hold both name the same winner
+// (holder), and the other gives way.
+func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, ok bool) {
+	q := append([]byte{claimQuestion}, claim.Subnet...)
+	for round := 0; round < claimCheckRounds; round++ {
+		var peers []string
+		for _, m := range sn.gossip.Members() {
+			if m.Name != sn.self && m.State == gossip.StateAlive {
+				peers = append(peers, m.Name)
+			}
+		}
+		if len(peers) == 0 {
+			return "", true
+		}
+		rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+		asked := peers[:min(claimCheckPeers, len(peers))]
+		named := 0
+		for _, p := range asked {
+			b, _, err := sn.gossip.Ask(p, q, time.Second)
+			switch {
+			case err != nil || len(b) == 0 || len(b) > 255:
+			case string(b) == sn.self:
+				named++
+			default:
+				return oneLine(string(b)), false
+			}
+		}
+		if named == len(asked) {
+			return "", true
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-time.After(sn.settle):
+		}
+	}
+	return "", true // nobody objects: the claim stands
+}
+
+// claimCheckPeers is how many peers a new claim is checked with a round,
+// claimCheckRounds how many rounds at most.
+const (
+	claimCheckPeers  = 5
+	claimCheckRounds = 10
+)
+
+// overlaps reports whether two subnets share an address.
+func overlaps(a, b string) bool {
+	pa, errA := netip.ParsePrefix(a)
+	pb, errB := netip.ParsePrefix(b)
+	return errA == nil && errB == nil && pa.Overlaps(pb)
 }

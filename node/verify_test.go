@@ -221,7 +221,7 @@ func FuzzStatusToDataplane(f *testing.F) {
 		backdated := ok && b.SubnetSince.Compare(aStatus.SubnetSince) <= 0
 		alive := map[string]bool{"a": true, "b": true}
 		alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
-		ready := readyEndpoints(alive, statuses)
+		ready := readyEndpoints(alive, statuses, winningClaims(statuses))
 		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, ready)
 		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}, nil))
 		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
@@ -294,7 +294,7 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	svc, dep := mustParse(t, goodServiceYAML), mustParse(t, goodDeploymentYAML)
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
 	alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
-	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses))
+	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses, winningClaims(statuses)))
 	if len(ports) != 1 || len(ports[0].Endpoints) != 1 || ports[0].Endpoints[0].String() != "10.22.2.5:8080" {
 		t.Fatalf("ports = %+v, want one endpoint 10.22.2.5:8080", ports)
 	}
@@ -303,7 +303,7 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	loser.Name, loser.SubnetSince = "c", hlc.Timestamp{Wall: 5}
 	loser.Replicas[0].Node, loser.Replicas[0].PodIP = "c", "10.22.2.6"
 	statuses = decodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
-	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses)
+	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses, winningClaims(statuses))
 	if got := ready["default/web"]; len(got) != 1 || got[0].String() != "10.22.2.5" {
 		t.Fatalf("ready = %v, want only the winning claim's 10.22.2.5", got)
 	}

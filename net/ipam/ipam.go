@@ -27,6 +27,9 @@ type Claim struct {
 	Node   string
 	Subnet string        // CIDR, e.g. "10.22.7.0/24"
 	Since  hlc.Timestamp // when the claim was made
+	// Settled: the claim stood its settle time and its node runs pods
+	// on it.
+	Settled bool
 }
 
 // Beats reports whether c wins over d for the same subnet: the earlier
@@ -44,6 +47,25 @@ func (c Claim) Beats(d Claim) bool {
 func Lost(mine Claim, others []Claim) (string, bool) {
 	for _, o := range others {
 		if o.Node != mine.Node && overlap(o.Subnet, mine.Subnet) && o.Beats(mine) {
+			return o.Node, true
+		}
+	}
+	return "", false
+}
+
+// Yields reports whether mine, a claim that has not settled yet, must be
+// given up, and to whom: it Lost, or another node holds a settled claim
+// that overlaps it. Nodes refuse a new claim on a subnet another node has
+// settled, whatever the claims' times (a claim's time is its writer's
+// word: a backdated claim must not take a live node's subnet), so a
+// claimant that kept an earlier-timed claim against a settled one would
+// keep a subnet no peer accepts, and never learn it.
+func Yields(mine Claim, others []Claim) (string, bool) {
+	if who, lost := Lost(mine, others); lost {
+		return who, true
+	}
+	for _, o := range others {
+		if o.Node != mine.Node && o.Settled && overlap(o.Subnet, mine.Subnet) {
 			return o.Node, true
 		}
 	}
@@ -114,5 +136,62 @@ func Sorted(claims []Claim) []Claim {
 		}
 		return out[i].Beats(out[j])
 	})
+	return out
+}
+
+// Winners returns the nodes of claims whose claim wins its subnet: no
+// other node's overlapping claim Beats it (Lost for each, in one pass).
+// A claim whose subnet does not parse never wins. Subnets are parsed
+// once and compared only within their /24 (or, for the rare claim wider
+// than a /24, with every claim): O(n) for the usual /24 claims, where
+// Lost for each would be O(n²) parses.
+func Winners(claims []Claim) map[string]bool {
+	type parsed struct {
+		c Claim
+		p netip.Prefix
+	}
+	buckets := map[netip.Prefix][]parsed{} // by the /24 (or wider) holding the claim
+	var wide []parsed
+	for _, c := range claims {
+		p, err := netip.ParsePrefix(c.Subnet)
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		pc := parsed{c, p.Masked()}
+		if p.Bits() < SubnetBits {
+			wide = append(wide, pc)
+			continue
+		}
+		k := netip.PrefixFrom(p.Addr(), SubnetBits).Masked()
+		buckets[k] = append(buckets[k], pc)
+	}
+	out := map[string]bool{}
+	beaten := func(mine parsed, others []parsed) bool {
+		for _, o := range others {
+			if o.c.Node != mine.c.Node && o.p.Overlaps(mine.p) && o.c.Beats(mine.c) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, b := range buckets {
+		for _, mine := range b {
+			if !beaten(mine, b) && !beaten(mine, wide) {
+				out[mine.c.Node] = true
+			}
+		}
+	}
+	for _, mine := range wide {
+		lost := beaten(mine, wide)
+		for _, b := range buckets {
+			if lost {
+				break
+			}
+			lost = beaten(mine, b)
+		}
+		if !lost {
+			out[mine.c.Node] = true
+		}
+	}
 	return out
 }

@@ -82,3 +82,57 @@ func TestOverlappingClaimsConflict(t *testing.T) {
 		t.Fatal("a disjoint claim lost")
 	}
 }
+
+// A new claim gives way to a settled one on its subnet even when its own
+// time is earlier: peers refuse a new claim on a settled subnet (a
+// claim's time is its writer's word), so keeping it would leave the node
+// with a subnet no peer accepts. Found by the scale simulation: nodes
+// joining at once picked one subnet, and the one whose claim peers
+// refused kept it forever.
+func TestNewClaimYieldsToASettledOne(t *testing.T) {
+	settled := Claim{Node: "b", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 2}, Settled: true}
+	mine := Claim{Node: "a", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 1}}
+	if _, lost := Lost(mine, []Claim{settled}); lost {
+		t.Fatal("by time alone the earlier claim wins")
+	}
+	if who, yields := Yields(mine, []Claim{settled}); !yields || who != "b" {
+		t.Fatalf("Yields = %q %v, want b true", who, yields)
+	}
+	unsettled := settled
+	unsettled.Settled = false
+	if _, yields := Yields(mine, []Claim{unsettled}); yields {
+		t.Fatal("an earlier claim yields to a later one that has not settled")
+	}
+	elsewhere := Claim{Node: "c", Subnet: "10.22.6.0/24", Settled: true}
+	if _, yields := Yields(mine, []Claim{elsewhere}); yields {
+		t.Fatal("a settled claim on another subnet took mine")
+	}
+}
+
+// Winners agrees with Lost on every claim, overlaps of different sizes
+// included.
+func TestWinnersAgreesWithLost(t *testing.T) {
+	claims := []Claim{
+		{Node: "a", Subnet: "10.22.1.0/24", Since: hlc.Timestamp{Wall: 5}},
+		{Node: "b", Subnet: "10.22.1.0/24", Since: hlc.Timestamp{Wall: 3}},
+		{Node: "c", Subnet: "10.22.1.16/28", Since: hlc.Timestamp{Wall: 1}},
+		{Node: "d", Subnet: "10.22.2.0/24", Since: hlc.Timestamp{Wall: 9}},
+		{Node: "e", Subnet: "10.22.2.0/23", Since: hlc.Timestamp{Wall: 8}},
+		{Node: "f", Subnet: "10.22.9.0/24", Since: hlc.Timestamp{Wall: 1}},
+		{Node: "g", Subnet: "not a subnet", Since: hlc.Timestamp{Wall: 1}},
+		{Node: "h", Subnet: "10.22.9.0/24", Since: hlc.Timestamp{Wall: 1}},
+	}
+	w := Winners(claims)
+	for _, c := range claims {
+		if c.Node == "g" {
+			if w["g"] {
+				t.Fatal("a claim that does not parse won")
+			}
+			continue
+		}
+		_, lost := Lost(c, claims)
+		if w[c.Node] == lost {
+			t.Errorf("%s: Winners %v, Lost %v", c.Node, w[c.Node], lost)
+		}
+	}
+}

@@ -61,10 +61,11 @@ import (
 )
 
 // Quantum is the width of a histogram bucket; Buckets the number of
-// buckets: ages up to Quantum*Buckets (25.5 s) are told apart, older
-// evidence is dropped.
+// buckets: ages up to Quantum*Buckets (12.75 s) are told apart, older
+// evidence is dropped. Every hop rounds an age up to a quantum, so a
+// finer one keeps the count fresher at the top of a deep trie.
 const (
-	Quantum = 100 * time.Millisecond
+	Quantum = 50 * time.Millisecond
 	Buckets = 255
 )
 

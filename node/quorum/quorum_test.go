@@ -18,14 +18,15 @@ func members(n int, prefix string) []Member {
 }
 
 func TestHistAgesAddsAndCounts(t *testing.T) {
-	h := One().Plus(One().Shift(250 * time.Millisecond)) // ages <= 100 ms and <= 400 ms
-	if h.Total() != 2 || h.Fresh(100*time.Millisecond) != 1 || h.Fresh(400*time.Millisecond) != 2 || h.Fresh(350*time.Millisecond) != 1 {
-		t.Fatalf("hist %v: total %d, fresh %d/%d", h[:5], h.Total(), h.Fresh(100*time.Millisecond), h.Fresh(400*time.Millisecond))
+	q := Quantum
+	h := One().Plus(One().Shift(5 * q / 2)) // ages <= q and <= 4q
+	if h.Total() != 2 || h.Fresh(q) != 1 || h.Fresh(4*q) != 2 || h.Fresh(7*q/2) != 1 {
+		t.Fatalf("hist %v: total %d, fresh %d/%d/%d", h[:5], h.Total(), h.Fresh(q), h.Fresh(4*q), h.Fresh(7*q/2))
 	}
 	if g := h.Shift(Buckets * Quantum); g.Total() != 0 {
 		t.Fatalf("evidence past the horizon kept: %d", g.Total())
 	}
-	if c := h.Plus(h).Cap(3); c.Total() != 3 || c.Fresh(100*time.Millisecond) != 2 {
+	if c := h.Plus(h).Cap(3); c.Total() != 3 || c.Fresh(q) != 2 {
 		t.Fatalf("cap keeps the freshest: %v", c[:5])
 	}
 }

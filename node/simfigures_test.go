@@ -1,0 +1,140 @@
+package node
+
+import (
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// cpuTime is the process's CPU time so far (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// up returns the nodes not crashed.
+func (c *simCluster) up() []*simNode {
+	var out []*simNode
+	for _, n := range c.nodes {
+		if !n.down {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// bytes is what the transports of all nodes have sent so far.
+func (c *simCluster) bytes() (total, packets int64) {
+	for _, n := range c.nodes {
+		cn := n.tr.Counters()
+		total += cn.Total()
+		packets += cn.Packets
+	}
+	return total, packets
+}
+
+// questions is the sum of every node's quorum questions.
+func (c *simCluster) questions() int64 {
+	var n int64
+	for _, nd := range c.nodes {
+		n += nd.agent.fence.questions.Load()
+	}
+	return n
+}
+
+// placements is the sum of every up node's placement computations.
+func (c *simCluster) placements() float64 {
+	sum := 0.0
+	for _, n := range c.up() {
+		sum += testutil.ToFloat64(n.agent.metrics.placements)
+	}
+	return sum
+}
+
+// wait polls cond every step (virtual) until it holds or limit passes,
+// and returns how long it took.
+func wait(limit, step time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			return time.Since(start), false
+		}
+		time.Sleep(step)
+	}
+	return time.Since(start), true
+}
+
+// singleOwners reports whether, over the up nodes' runtimes, every
+// replica of the simulation's Deployments runs exactly once and want of
+// them run.
+func (c *simCluster) singleOwners(want int) bool {
+	seen := map[string]int{}
+	for _, n := range c.up() {
+		n.rt.mu.Lock()
+		for id, ct := range n.rt.containers {
+			if ct.State == reconcile.StateRunning && strings.HasPrefix(ct.Workload, "sim-") {
+				seen[id]++
+			}
+		}
+		n.rt.mu.Unlock()
+	}
+	if len(seen) != want {
+		return false
+	}
+	for _, k := range seen {
+		if k != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// percentile is the p-th percentile (0..100) of ds, sorted in place.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := (len(ds)*p + 99) / 100
+	return ds[min(max(i-1, 0), len(ds)-1)]
+}
+
+// figures are traffic and CPU over a window.
+type figures struct {
+	bytesPerNode, packetsPerNode, cpuPerNode float64
+	// questionsPerNode are the quorum questions a node asks a second
+	// (each answered: twice the packets).
+	questionsPerNode float64
+}
+
+// measure sleeps window (virtual) and returns the per node, per second
+// traffic and CPU over it.
+func (c *simCluster) measure(window time.Duration) figures {
+	b0, p0 := c.bytes()
+	q0 := c.questions()
+	cpu0 := cpuTime()
+	time.Sleep(window)
+	b1, p1 := c.bytes()
+	q1 := c.questions()
+	cpu := cpuTime() - cpu0
+	up := float64(len(c.up()))
+	secs := window.Seconds()
+	return figures{bytesPerNode: float64(b1-b0) / up / secs, packetsPerNode: float64(p1-p0) / up / secs,
+		cpuPerNode: cpu.Seconds() / up / secs, questionsPerNode: float64(q1-q0) / up / secs}
+}
+
+// realNow is the machine's monotonic clock, outside the bubble's.
+func realNow() time.Duration {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
+}
+
+func realSince(t0 time.Duration) time.Duration { return realNow() - t0 }

@@ -1,0 +1,157 @@
+// Package layers holds tests of the repository's structure: which
+// package may import which (docs/architecture.md), and the size of the
+// wiring layer's files and types.
+package layers
+
+import (
+	"bufio"
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/starling-orchestrator/starling/"
+
+// allowed maps each package (a prefix ending in "/" covers a tree) to the
+// Starling packages it may import; what is not listed may not be
+// imported. It is the table of docs/architecture.md.
+var allowed = map[string][]string{
+	"placement":      nil,
+	"gossip/hlc":     nil,
+	"gossip/crdt":    {"gossip/hlc"},
+	"gossip/testnet": nil,
+	"gossip":         {"gossip/crdt", "gossip/hlc"},
+	"net/":           {"gossip/hlc"},
+	"node/api":       nil,
+	"node/manifest":  nil,
+	"node/probe":     nil,
+	"node/logfile":   nil,
+	"node/preflight": nil,
+	"node/quorum":    {"gossip/crdt"},
+	"node/reconcile": {"placement"},
+	"node/rollout":   {"node/api", "node/manifest"},
+	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile"},
+	"node/store":     {"gossip/crdt"},
+	"node/client":    {"node/api"},
+	"node/apiserver": {"node/api", "node/manifest"},
+	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
+		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
+		"node/store", "placement"},
+	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout"},
+	"cmd/starling": {"cli", "node/logfile"},
+}
+
+// rule returns the import rule of pkg (the most specific entry).
+func rule(pkg string) ([]string, bool) {
+	if r, ok := allowed[pkg]; ok {
+		return r, true
+	}
+	best := ""
+	for p := range allowed {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(pkg, p) && len(p) > len(best) {
+			best = p
+		}
+	}
+	r, ok := allowed[best]
+	return r, ok && best != ""
+}
+
+func may(rules []string, imp string) bool {
+	for _, r := range rules {
+		if imp == r || strings.HasSuffix(r, "/") && strings.HasPrefix(imp, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPackagesImportOnlyWhatTheirLayerMay(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
+	cmd.Dir = root(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		if strings.HasPrefix(pkg, "test/") {
+			continue // tests and tools may use anything
+		}
+		rules, ok := rule(pkg)
+		if !ok {
+			t.Errorf("package %s has no rule in the layers table (test/layers and docs/architecture.md)", pkg)
+			continue
+		}
+		for _, imp := range f[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			if imp = strings.TrimPrefix(imp, module); !may(rules, imp) {
+				t.Errorf("%s imports %s, which its layer may not (docs/architecture.md)", pkg, imp)
+			}
+		}
+	}
+}
+
+// The wiring layer stays made of small parts: no file of package node
+// over 400 lines, no type with more than 30 methods.
+func TestNodeIsMadeOfSmallParts(t *testing.T) {
+	dir := filepath.Join(root(t), "node")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	methods := map[string]int{}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("\n")); n > 400 {
+			t.Errorf("%s has %d lines, over 400: split it", filepath.Base(path), n)
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, b, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) == 0 {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if s, ok := typ.(*ast.StarExpr); ok {
+				typ = s.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				methods[id.Name]++
+			}
+		}
+	}
+	for typ, n := range methods {
+		if n > 30 {
+			t.Errorf("type %s of package node has %d methods, over 30: give part of its work to a type of its own", typ, n)
+		}
+	}
+}
