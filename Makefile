@@ -86,11 +86,14 @@ fuzz:
 # latency to all of 5/20/50 nodes and idle traffic per node at 20 (memberlist
 # LAN defaults on loopback), and the figures of test/bench (root): node
 # (apply -> Running, agent RSS), Service rules, and cluster (3 nodes:
-# failover and rolling-update durations; about 10 minutes).
+# failover and rolling-update durations; about 10 minutes), then the scale
+# simulation at 100 and 300 nodes (node/sim_test.go; 1,000 nodes:
+# STARLING_SIM=1000 go test ./node -run TestScaleSimulation -v -timeout 4h).
 bench: deps
 	$(GO) test -run=NONE -bench=. -benchmem ./placement/ ./node/...
 	@set -o pipefail; GOSSIP_FIGURES=1 GOSSIP_FIGURES_WINDOW=20s $(GO) test ./gossip/ -run '^TestFigures$$' -v -count=1 -timeout 30m | grep -E 'figures_test|^(ok|FAIL|---)'
 	$(GO) run ./test/bench
+	@set -o pipefail; STARLING_SIM=100,300 $(GO) test ./node/ -run '^TestScaleSimulation$$' -v -count=1 -timeout 3h | grep -E 'sim[a-z]*_test|^(ok|FAIL|---)'
 
 # A three-node cluster in network namespaces, the main scenario and a summary
 # of checks. KEEP=1 leaves the cluster running for you to try the CLI

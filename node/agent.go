@@ -226,7 +226,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		func() map[string]NodeStatus { return heldStatuses(a.store, clusterCIDR) }, a.subnets.reservedFor)
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
-		subnets: a.subnets, publish: a.publish, log: log}
+		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
 	a.subnets.publish = func() { a.status.publishStatus(nil) }
 	a.views = newViews()
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
@@ -293,7 +293,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // they have.
 func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 	a.views.rebuild(time.Now())
-	loops := []func(context.Context){a.views.loop,
+	loops := []func(context.Context){a.views.loop, a.trimLoop,
 		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.changed) },
 		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
 		a.insecureWarnLoop,
@@ -357,6 +357,22 @@ func (a *Agent) publish(recs ...crdt.Record) error {
 		}
 	}
 	return nil
+}
+
+// trimLoop drops the agent's start-up pages from its resident set
+// (trimText) 30 s after start, once it has settled, and every hour.
+func (a *Agent) trimLoop(ctx context.Context) {
+	if a.cfg.keepText {
+		return
+	}
+	for wait := 30 * time.Second; ; wait = time.Hour {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		a.log.Debug("trimmed the agent's start-up pages", "bytes", trimText(a.log))
+	}
 }
 
 // insecureWarnInterval is how often an agent without a gossip key says so.

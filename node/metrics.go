@@ -17,6 +17,7 @@ type metrics struct {
 	probeFailures    *prometheus.CounterVec
 	rejectedRecords  *prometheus.CounterVec
 	placements       prometheus.Counter
+	statusWrites     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -40,8 +41,10 @@ func newMetrics() *metrics {
 			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
 		placements: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
+		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "starling_node_status_writes_total", Help: "Publications of this node's own record (its status and its replicas' statuses); a burst of replica changes is published at most every 250 ms."}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements, m.statusWrites,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -156,7 +156,9 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	if err := r.rt.CleanupSandboxes(ctx, observed, claimID); err != nil {
 		r.log.Warn("reconcile: sandbox cleanup", "err", err)
 	}
-	r.status.publishStatus(r.localReplicas(observed, out.Mine, r.probes.specs(v, observed)))
+	if wait := r.status.publishSoon(r.localReplicas(observed, out.Mine, r.probes.specs(v, observed)), time.Now()); wait > 0 && (requeue == 0 || wait < requeue) {
+		requeue = wait
+	}
 	if r.acts.creating() && (requeue == 0 || requeue > time.Second) {
 		requeue = time.Second // the progress of image transfers goes into the status every second
 	}

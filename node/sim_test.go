@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -37,14 +38,20 @@ import (
 
 // simNode is one agent of the simulation.
 type simNode struct {
-	name   string
-	tr     *testnet.MemTransport
-	rt     *fakeRuntime
-	store  *store.Memory
-	agent  *Agent
-	cancel context.CancelFunc
-	wg     *sync.WaitGroup
-	down   bool
+	name  string
+	tr    *testnet.MemTransport
+	rt    *fakeRuntime
+	store *store.Memory
+	dir   string // the data dir (identity key): kept across restarts
+	// prior is what the node's earlier transports (before restarts) sent.
+	prior testnet.Counters
+	// priorWrites is what the node's earlier agents (before restarts)
+	// counted in starling_node_status_writes_total.
+	priorWrites float64
+	agent       *Agent
+	cancel      context.CancelFunc
+	wg          *sync.WaitGroup
+	down        bool
 }
 
 // simCluster is the simulated cluster.
@@ -62,6 +69,7 @@ func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.Insecure = true
 	cfg.FenceWatchdog = false
+	cfg.keepText = true
 	cfg.tuneGossip = func(g *gossip.Config) {
 		g.Transport = tr
 		g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,8 +83,21 @@ func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config
 // startNode starts (or restarts, keeping its store) node n.
 func (c *simCluster) startNode(n *simNode, join []string) {
 	t := c.t
+	if n.tr != nil {
+		was := n.tr.Counters()
+		n.prior.PacketBytes += was.PacketBytes
+		n.prior.Packets += was.Packets
+		n.prior.StreamBytes += was.StreamBytes
+		n.prior.Streams += was.Streams
+	}
+	if n.agent != nil {
+		n.priorWrites += testutil.ToFloat64(n.agent.metrics.statusWrites)
+	}
 	n.tr = c.mem.Transport(n.name)
-	cfg := simConfig(n.name, t.TempDir(), join, n.tr)
+	if n.dir == "" {
+		n.dir = t.TempDir()
+	}
+	cfg := simConfig(n.name, n.dir, join, n.tr)
 	cfg.store = n.store
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("STARLING_SIM_LOG") != "" {
@@ -331,54 +352,4 @@ func simulate(t *testing.T, n int) {
 	wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
 	c.failAndReturn(rng, report, "with 10 replicas a node", replicas, idleLoaded.bytesPerNode)
 	report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
-}
-
-// failAndReturn crashes 1 % of the nodes (at least one: a power cut, no
-// leave, containers gone), measures detection and failover, brings them
-// back after 30 s (same names, addresses and stores) and measures their
-// return: the time until every replica has one owner again, and the
-// bytes the cluster sent over its idle traffic (idleBytes per node per
-// second) in the first minute.
-func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), label string, replicas int, idleBytes float64) {
-	n := len(c.nodes)
-	fail := max(1, n/100)
-	var failed []*simNode
-	for _, i := range rng.Perm(n)[:fail] {
-		failed = append(failed, c.nodes[i])
-	}
-	for _, f := range failed {
-		c.crash(f)
-	}
-	detected, ok := wait(5*time.Minute, 100*time.Millisecond, func() bool {
-		for _, o := range c.up() {
-			for _, f := range failed {
-				if m, known := o.agent.cluster.Member(f.name); known && m.State.Up() {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	took, ok2 := wait(5*time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
-	report("%s: %d nodes failed: every node saw them dead %v after the cut (ok %v); every replica has exactly one owner %v after that (ok %v)",
-		label, fail, detected.Round(time.Millisecond), ok, took.Round(time.Millisecond), ok2)
-	time.Sleep(30 * time.Second)
-	b0, _ := c.bytes()
-	back := time.Now()
-	for _, f := range failed {
-		c.startNode(f, []string{c.up()[0].tr.Addr()})
-	}
-	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
-		for _, o := range c.nodes {
-			if o.agent.cluster.NumMembers() != n {
-				return false
-			}
-		}
-		return c.singleOwners(replicas)
-	})
-	time.Sleep(time.Minute - time.Since(back))
-	b1, _ := c.bytes()
-	extra := float64(b1-b0) - idleBytes*float64(n)*time.Minute.Seconds()
-	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per node)",
-		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail))
 }

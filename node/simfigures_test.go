@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -32,12 +33,30 @@ func (c *simCluster) up() []*simNode {
 
 // bytes is what the transports of all nodes have sent so far.
 func (c *simCluster) bytes() (total, packets int64) {
+	s := c.sent()
+	return s.Total(), s.Packets
+}
+
+// sent is what the transports of all nodes have sent so far, those of
+// restarted nodes' earlier lives included.
+func (c *simCluster) sent() testnet.Counters {
+	var s testnet.Counters
 	for _, n := range c.nodes {
 		cn := n.tr.Counters()
-		total += cn.Total()
-		packets += cn.Packets
+		s.PacketBytes += cn.PacketBytes + n.prior.PacketBytes
+		s.Packets += cn.Packets + n.prior.Packets
+		s.StreamBytes += cn.StreamBytes + n.prior.StreamBytes
+		s.Streams += cn.Streams + n.prior.Streams
 	}
-	return total, packets
+	return s
+}
+
+// statusWrites is how many times the nodes published their own records.
+func (c *simCluster) statusWrites() (n float64) {
+	for _, o := range c.nodes {
+		n += o.priorWrites + testutil.ToFloat64(o.agent.metrics.statusWrites)
+	}
+	return n
 }
 
 // questions is the sum of every node's quorum questions.

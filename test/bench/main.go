@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +82,29 @@ func waitFor(timeout time.Duration, f func() (bool, error)) error {
 		return nil
 	})
 	return err
+}
+
+// rssParts is the anonymous and the file-backed part of a process's
+// resident set, in KiB (/proc/PID/smaps_rollup).
+func rssParts(pid int) (anon, file int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "Anonymous:":
+			anon = v
+		case "Rss:":
+			file = v
+		}
+	}
+	return anon, file - anon
 }
 
 func rssKiB(pid int) int {
@@ -216,11 +240,17 @@ func run(a artifacts, runs int) error {
 	if err := n.StartAgent(); err != nil {
 		return err
 	}
+	// Idle with no workload: settled, nothing imported yet; once before
+	// and once after the agent drops its start-up pages (30 s after
+	// start, node/trim.go).
+	time.Sleep(10 * time.Second)
+	startEmpty := rssKiB(n.AgentPID())
+	time.Sleep(35 * time.Second)
+	idleEmpty := rssKiB(n.AgentPID())
+	idleAnon, idleFile := rssParts(n.AgentPID())
 	if _, err := n.CLI("image", "import", a.echoTar); err != nil {
 		return err
 	}
-	time.Sleep(3 * time.Second)
-	idleEmpty := rssKiB(n.AgentPID())
 
 	fmt.Println("Starling node benchmark (1 node, real containerd, echo image)")
 	fmt.Printf("%-10s %-32s %s\n", "replicas", "apply -> all Running (median)", "runs")
@@ -259,6 +289,7 @@ func run(a artifacts, runs int) error {
 		}
 		fmt.Printf("%-10d %-32s %s\n", size, median(ds).Round(time.Millisecond), strings.Join(parts, " "))
 	}
-	fmt.Printf("idle agent RSS, no workload: %.1f MiB\n", float64(idleEmpty)/1024)
+	fmt.Printf("idle agent RSS, no workload: %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB); %.1f MiB 10 s after start\n",
+		float64(idleEmpty)/1024, float64(idleAnon)/1024, float64(idleFile)/1024, float64(startEmpty)/1024)
 	return nil
 }

@@ -1,0 +1,128 @@
+package node
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// failAndReturn crashes 1 % of the nodes (at least one: a power cut, no
+// leave, containers gone), measures detection and failover, brings them
+// back after 30 s (same names, addresses and stores) and measures their
+// return: the time until every replica has one owner again, and the
+// bytes the cluster sent over its idle traffic (idleBytes per node per
+// second) in the first minute.
+func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), label string, replicas int, idleBytes float64) {
+	n := len(c.nodes)
+	fail := max(1, n/100)
+	var failed []*simNode
+	for _, i := range rng.Perm(n)[:fail] {
+		failed = append(failed, c.nodes[i])
+	}
+	for _, f := range failed {
+		c.crash(f)
+	}
+	detected, ok := wait(5*time.Minute, 100*time.Millisecond, func() bool {
+		for _, o := range c.up() {
+			for _, f := range failed {
+				if m, known := o.agent.cluster.Member(f.name); known && m.State.Up() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	took, ok2 := wait(5*time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
+	if !ok2 {
+		c.explainOwners(report, replicas)
+	}
+	report("%s: %d nodes failed: every node saw them dead %v after the cut (ok %v); every replica has exactly one owner %v after that (ok %v)",
+		label, fail, detected.Round(time.Millisecond), ok, took.Round(time.Millisecond), ok2)
+	time.Sleep(30 * time.Second)
+	s0, w0 := c.sent(), c.statusWrites()
+	back := time.Now()
+	for _, f := range failed {
+		c.startNode(f, []string{c.up()[0].tr.Addr()})
+	}
+	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
+		for _, o := range c.nodes {
+			if o.agent.cluster.NumMembers() != n {
+				return false
+			}
+		}
+		return c.singleOwners(replicas)
+	})
+	time.Sleep(time.Minute - time.Since(back))
+	s1, w1 := c.sent(), c.statusWrites()
+	extra := float64(s1.Total()-s0.Total()) - idleBytes*float64(n)*time.Minute.Seconds()
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per returning node; of all bytes sent %.2f MB on %d connections, %.2f MB in %d packets; %.0f node records published)",
+		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail),
+		float64(s1.StreamBytes-s0.StreamBytes)/1e6, s1.Streams-s0.Streams, float64(s1.PacketBytes-s0.PacketBytes)/1e6, s1.Packets-s0.Packets, w1-w0)
+}
+
+// explainOwners reports why singleOwners does not hold.
+func (c *simCluster) explainOwners(report func(string, ...any), want int) {
+	seen := map[string][]string{}
+	for _, n := range c.up() {
+		n.rt.mu.Lock()
+		for id, ct := range n.rt.containers {
+			if ct.State == reconcile.StateRunning && strings.HasPrefix(ct.Workload, "sim-") {
+				seen[id] = append(seen[id], n.name)
+			}
+		}
+		n.rt.mu.Unlock()
+	}
+	dups := 0
+	for id, on := range seen {
+		if len(on) > 1 {
+			if dups < 3 {
+				var views []string
+				for _, name := range on {
+					for _, n := range c.up() {
+						if n.name == name {
+							v := n.agent.views.view()
+							views = append(views, fmt.Sprintf("%s places it on %q (base %q, %d workloads placed, %d alive, excluded %v)",
+								name, v.owner[id], v.base[id], len(v.placement.Owners), len(v.alive), v.excluded))
+						}
+					}
+				}
+				report("  %s runs on %v: %s", id, on, strings.Join(views, "; "))
+			}
+			dups++
+		}
+	}
+	v := c.up()[0].agent.views.view()
+	missing := 0
+	for _, r := range v.all {
+		if _, ok := seen[r.ID]; !ok {
+			if missing < 3 {
+				report("  %s (desired) runs nowhere; placed on %q", r.ID, v.owner[r.ID])
+			}
+			missing++
+		}
+	}
+	report("  %d replicas running, want %d: %d on two nodes or more, %d desired and running nowhere", len(seen), want, dups, missing)
+	for name := range v.excluded {
+		for _, n := range c.up() {
+			if n.name != name {
+				continue
+			}
+			own, _, _ := n.store.Get(statusKey(name))
+			held, _, _ := c.up()[0].store.Get(statusKey(name))
+			report("  %s's check of %s's record: %v", c.up()[0].name, name, c.up()[0].agent.rejects.check(own))
+			report("  excluded %s: its record %v (%d bytes), held by %s at %v; it lists %d replicas, placement gives it %d", name, own.Version, len(own.Value),
+				c.up()[0].name, held.Version, len(v.statuses[name].Replicas), func() int {
+					k := 0
+					for _, o := range v.base {
+						if o == name {
+							k++
+						}
+					}
+					return k
+				}())
+		}
+	}
+}
