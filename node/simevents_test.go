@@ -41,6 +41,9 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	report("%s: %d nodes failed: every node saw them dead %v after the cut (ok %v); every replica has exactly one owner %v after that (ok %v)",
 		label, fail, detected.Round(time.Millisecond), ok, took.Round(time.Millisecond), ok2)
+	if !ok || !ok2 {
+		c.t.Errorf("%s: after %d nodes failed, detected %v, every replica with one owner %v", label, fail, ok, ok2)
+	}
 	time.Sleep(30 * time.Second)
 	s0, w0 := c.sent(), c.statusWrites()
 	back := time.Now()
@@ -55,6 +58,10 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		}
 		return c.singleOwners(replicas)
 	})
+	if !ok {
+		c.explainOwners(report, replicas)
+		c.t.Errorf("%s: after %d nodes returned, the replicas do not each run exactly once after %v", label, fail, took)
+	}
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
 	extra := float64(s1.Total()-s0.Total()) - idleBytes*float64(n)*time.Minute.Seconds()
