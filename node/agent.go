@@ -293,7 +293,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // they have.
 func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 	a.views.rebuild(time.Now())
-	loops := []func(context.Context){a.views.loop, a.trimLoop,
+	loops := []func(context.Context){a.views.loop,
 		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.changed) },
 		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
 		a.insecureWarnLoop,
@@ -357,22 +357,6 @@ func (a *Agent) publish(recs ...crdt.Record) error {
 		}
 	}
 	return nil
-}
-
-// trimLoop drops the agent's start-up pages from its resident set
-// (trimText) 30 s after start, once it has settled, and every hour.
-func (a *Agent) trimLoop(ctx context.Context) {
-	if a.cfg.keepText {
-		return
-	}
-	for wait := 30 * time.Second; ; wait = time.Hour {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		a.log.Debug("trimmed the agent's start-up pages", "bytes", trimText(a.log))
-	}
 }
 
 // insecureWarnInterval is how often an agent without a gossip key says so.

@@ -154,9 +154,6 @@ type Config struct {
 	// tuneGossip, when set, adjusts the gossip configuration (in-process
 	// tests use it for loopback ports and fast timers).
 	tuneGossip func(*gossip.Config)
-	// keepText turns off trimText: in-process agents share one
-	// executable, which the process's own measurements account for.
-	keepText bool
 }
 
 // DefaultConfig returns the defaults documented in the README.

@@ -70,7 +70,6 @@ func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.Insecure = true
 	cfg.FenceWatchdog = false
-	cfg.keepText = true
 	cfg.tuneGossip = func(g *gossip.Config) {
 		g.Transport = tr
 		g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

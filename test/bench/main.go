@@ -240,12 +240,8 @@ func run(a artifacts, runs int) error {
 	if err := n.StartAgent(); err != nil {
 		return err
 	}
-	// Idle with no workload: settled, nothing imported yet; once before
-	// and once after the agent drops its start-up pages (30 s after
-	// start, node/trim.go).
-	time.Sleep(10 * time.Second)
-	startEmpty := rssKiB(n.AgentPID())
-	time.Sleep(35 * time.Second)
+	// Idle with no workload: settled, nothing imported yet.
+	time.Sleep(30 * time.Second)
 	idleEmpty := rssKiB(n.AgentPID())
 	idleAnon, idleFile := rssParts(n.AgentPID())
 	if _, err := n.CLI("image", "import", a.echoTar); err != nil {
@@ -289,7 +285,7 @@ func run(a artifacts, runs int) error {
 		}
 		fmt.Printf("%-10d %-32s %s\n", size, median(ds).Round(time.Millisecond), strings.Join(parts, " "))
 	}
-	fmt.Printf("idle agent RSS, no workload: %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB); %.1f MiB 10 s after start\n",
-		float64(idleEmpty)/1024, float64(idleAnon)/1024, float64(idleFile)/1024, float64(startEmpty)/1024)
+	fmt.Printf("idle agent RSS, no workload: %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB)\n",
+		float64(idleEmpty)/1024, float64(idleAnon)/1024, float64(idleFile)/1024)
 	return nil
 }
