@@ -71,7 +71,7 @@ test: deps
 
 # Runs each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
-GOSSIP_FUZZ := FuzzDecodeMessage FuzzDecodeDelta FuzzDecodeRecords FuzzDecodeDigest FuzzDecodeRequest FuzzDecodePull FuzzDecodeHave FuzzDecodeLeave FuzzDecodeQuestion FuzzDecodeCoordinate FuzzNotifyMsg
+GOSSIP_FUZZ := FuzzDecodeMessage FuzzDecodeDelta FuzzDecodeRecords FuzzDecodeRecordsZ FuzzDecodeDigest FuzzDecodeRequest FuzzDecodePull FuzzDecodeHave FuzzDecodeLeave FuzzDecodeQuestion FuzzDecodeCoordinate FuzzNotifyMsg
 fuzz:
 	$(GO) test ./node/manifest/ -run=NONE -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/manifest/ -run=NONE -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME)

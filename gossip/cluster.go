@@ -351,7 +351,7 @@ func (c *Cluster) pushToFew(key string, enc []byte) {
 	msg := encodeRecords([][]byte{enc})[0]
 	for _, p := range peers {
 		c.spawn(func() {
-			if err := c.ml.SendReliable(p, msg); err != nil {
+			if err := c.ml.SendReliable(p, forPeer(p, msg)); err != nil {
 				c.log.Debug("direct send failed; announcements and anti-entropy will repair", "key", key, "to", p.Name, "err", err)
 			}
 		})
@@ -587,7 +587,7 @@ func (c *Cluster) livePeers() []*memberlist.Node {
 	var out []*memberlist.Node
 	for _, m := range c.members {
 		if m.Name != c.cfg.Name && (m.State.Up()) {
-			out = append(out, &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port})
+			out = append(out, &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port, DMax: m.dmax})
 		}
 	}
 	return out
@@ -602,7 +602,7 @@ func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
 	if !ok || name == c.cfg.Name || !m.State.Up() {
 		return nil, false
 	}
-	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port}, true
+	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port, DMax: m.dmax}, true
 }
 
 // Ping sends one direct UDP ping (memberlist's probe message) to the named
@@ -679,6 +679,7 @@ func (c *Cluster) setMemberLocked(n *memberlist.Node, state MemberState) bool {
 	if !slices.Equal(m.Meta, n.Meta) {
 		m.Meta, changed = slices.Clone(n.Meta), true
 	}
+	m.dmax = n.DMax // what it reads, not a change of the member
 	if m.State != state {
 		m.State, m.Since, changed = state, time.Now(), true
 	}

@@ -110,6 +110,11 @@ type Config struct {
 	// Logger receives the package's logs and memberlist's; nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// wireV0 makes the node speak and read delegate protocol version 0
+	// only, like a node from before compressed records (tests of a mixed
+	// cluster).
+	wireV0 bool
 }
 
 // DefaultConfig returns the defaults: memberlist's DefaultLANConfig knobs,
@@ -243,6 +248,12 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 	// CPU than it saves bytes (the scale simulation spent 29 % of its CPU
 	// in it at 100 nodes), and large records are pulled once per node.
 	mc.EnableCompression = false
+	// This version reads compressed records (compress.go) and still
+	// speaks version 0, which every earlier node reads.
+	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, protoS2
+	if c.wireV0 {
+		mc.DelegateProtocolMax = 0
+	}
 	mc.Transport = c.Transport
 	if len(c.SecretKey) > 0 {
 		kr, err := memberlist.NewKeyring(c.ExtraKeys, c.SecretKey)

@@ -56,7 +56,18 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		c.receive(r, slices.Clone(enc), true)
-	case msgRecords:
+	case msgRecords, msgRecordsZ:
+		if t == msgRecordsZ && c.cfg.wireV0 {
+			c.dropped("message", errMalformed, "type", t.String(), "len", len(b))
+			return
+		}
+		if t == msgRecordsZ {
+			var err error
+			if b, err = decodeRecordsZ(b); err != nil {
+				c.dropped("records", err)
+				return
+			}
+		}
 		recs, encs, err := decodeRecords(b)
 		if err != nil {
 			c.dropped("records", err)
@@ -248,7 +259,7 @@ func (c *Cluster) sendRecords(to *memberlist.Node, keys []string) {
 	size := 0
 	flush := func() bool {
 		for _, msg := range encodeRecords(encs) {
-			if err := c.ml.SendReliable(to, msg); err != nil {
+			if err := c.ml.SendReliable(to, forPeer(to, msg)); err != nil {
 				c.log.Debug("sync send failed", "peer", to.Name, "err", err)
 				return false
 			}

@@ -99,6 +99,9 @@ type Member struct {
 	State MemberState
 	Meta  []byte    // the member's metadata (Config.Meta), at most 512 bytes
 	Since time.Time // when it entered State, by the local clock
+	// dmax is the highest delegate protocol version the member reads
+	// (memberlist.Node.DMax; protoS2: compressed records).
+	dmax uint8
 }
 
 // Errors returned (wrapped; match with errors.Is).

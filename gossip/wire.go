@@ -27,6 +27,7 @@ import (
 //	pull     5, string from, uvarint nk, nk × string key (strictly increasing)
 //	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
 //	have     7, string from, entry                         gossiped: from holds a record too large for a delta
+//	records  10, zstd frame of a records message           direct (TCP), to members that read it (compress.go)
 //
 //	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
 //	         string origin, byte flags (bit 0: deleted), uint64 record hash
@@ -42,6 +43,8 @@ const (
 	msgHave    msgType = 7
 	msgAsk     msgType = 8
 	msgAnswer  msgType = 9
+	// msgRecordsZ is a records message compressed (compress.go).
+	msgRecordsZ msgType = 10
 )
 
 func (t msgType) String() string {
@@ -64,6 +67,8 @@ func (t msgType) String() string {
 		return "ask"
 	case msgAnswer:
 		return "answer"
+	case msgRecordsZ:
+		return "records (compressed)"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
