@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"strconv"
@@ -107,7 +108,9 @@ func (m *members) markSeen() {
 	}
 }
 
-// targets are the seeds from --join plus the peers last seen alive.
+// targets are the seeds from --join, in order, then the peers last seen
+// alive, shuffled (joinSome asks a few at a time, so every restarted
+// node does not ask the same ones).
 func (m *members) targets() []string {
 	seen := map[string]bool{}
 	var out []string
@@ -123,12 +126,37 @@ func (m *members) targets() []string {
 	if b, ok, err := m.store.GetMeta(metaPeers); err == nil && ok {
 		var peers []string
 		if json.Unmarshal(b, &peers) == nil {
+			rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 			for _, p := range peers {
 				add(p)
 			}
 		}
 	}
 	return out
+}
+
+// joinFanout is how many targets a join exchanges state with at once.
+// memberlist's Join runs a full push/pull (every member and this node's
+// digest, both ways) with each address it is given: a restarted node of
+// a 300-node cluster that joined through every peer it had seen ran 299
+// of them, about 20 MB, where one brings the whole state. Three keep the
+// join going when a remembered peer is gone or slow.
+const joinFanout = 3
+
+// joinSome joins through targets joinFanout at a time, in order, until a
+// batch reaches at least one member; it returns how many it reached and
+// the errors of the batches that reached none (ErrNameTaken and
+// ErrKeyMismatch at once: the caller handles them).
+func joinSome(join func([]string) (int, error), targets []string) (int, error) {
+	var errs []error
+	for i := 0; i < len(targets); i += joinFanout {
+		n, err := join(targets[i:min(i+joinFanout, len(targets))])
+		if n > 0 || errors.Is(err, gossip.ErrNameTaken) || errors.Is(err, gossip.ErrKeyMismatch) {
+			return n, err
+		}
+		errs = append(errs, err)
+	}
+	return 0, errors.Join(errs...)
 }
 
 // joinLoop joins the cluster through any target, retrying with backoff
@@ -155,7 +183,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		return true
 	}
 	for {
-		n, err := m.cluster.Join(targets)
+		n, err := joinSome(m.cluster.Join, targets)
 		if errors.Is(err, gossip.ErrNameTaken) {
 			// Another node runs under this name: this one must not
 			// claim a subnet, publish a status or run replicas, so it

@@ -70,6 +70,9 @@ func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.Insecure = true
 	cfg.FenceWatchdog = false
+	// The default --cluster-cidr, a /16, holds 256 nodes' /24s; a /12
+	// holds 4,096.
+	cfg.ClusterCIDR = "10.64.0.0/12"
 	cfg.tuneGossip = func(g *gossip.Config) {
 		g.Transport = tr
 		g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
