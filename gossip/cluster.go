@@ -349,9 +349,14 @@ func (c *Cluster) pushToFew(key string, enc []byte) {
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	peers = peers[:min(directPeers, len(peers))]
 	msg := encodeRecords([][]byte{enc})[0]
+	z := forPeer(&memberlist.Node{DMax: protoS2}, msg) // compressed once
 	for _, p := range peers {
 		c.spawn(func() {
-			if err := c.ml.SendReliable(p, forPeer(p, msg)); err != nil {
+			out := msg
+			if p.DMax >= protoS2 {
+				out = z
+			}
+			if err := c.ml.SendReliable(p, out); err != nil {
 				c.log.Debug("direct send failed; announcements and anti-entropy will repair", "key", key, "to", p.Name, "err", err)
 			}
 		})

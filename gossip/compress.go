@@ -5,6 +5,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/klauspost/compress/s2"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 )
 
 // Records sent over TCP (pulls of announced records, anti-entropy
@@ -34,6 +36,21 @@ const protoS2 = 1
 // minCompressLen is the smallest records message worth compressing.
 const minCompressLen = 512
 
+// maxDecodedLen bounds what a compressed records message may expand to:
+// the largest records message this package writes (a batch of about
+// maxBatchLen, or one record larger than that alone). maxRatio bounds
+// the expansion itself, so a few bytes cannot make a node allocate
+// megabytes: a message that compresses better than that (a value of one
+// repeated byte) is sent plain.
+const (
+	maxDecodedLen = maxBatchLen + crdt.MaxEncodedLen + 64
+	maxRatio      = 64
+)
+
+// fitsRatio reports whether n decoded bytes may come from an encoded
+// block of z bytes.
+func fitsRatio(n, z int) bool { return n <= maxDecodedLen && n <= maxRatio*z+4096 }
+
 // forPeer returns msg (a records message) as to should receive it:
 // compressed when to reads msgRecordsZ and that makes it smaller.
 func forPeer(to *memberlist.Node, msg []byte) []byte {
@@ -41,16 +58,16 @@ func forPeer(to *memberlist.Node, msg []byte) []byte {
 		return msg
 	}
 	z := append([]byte{byte(msgRecordsZ)}, s2.EncodeBetter(nil, msg)...)
-	if len(z) >= len(msg) {
+	if len(z) >= len(msg) || !fitsRatio(len(msg), len(z)-1) {
 		return msg
 	}
 	return z
 }
 
 // decodeRecordsZ returns the records message a compressed records message
-// holds. It allocates at most maxMessageLen (memberlist's limit on a
-// stream message), and only after the block's header says it will hold
-// no more, and refuses anything but one S2 block of a records message.
+// holds. It allocates only after the block's header says it will hold no
+// more than fitsRatio allows (maxDecodedLen, and maxRatio times the
+// input), and refuses anything but one S2 block of a records message.
 func decodeRecordsZ(b []byte) ([]byte, error) {
 	if err := checkType(b, msgRecordsZ); err != nil {
 		return nil, err
@@ -59,8 +76,8 @@ func decodeRecordsZ(b []byte) ([]byte, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%w: compressed records: %v", errMalformed, err)
-	case n == 0 || n > maxMessageLen:
-		return nil, fmt.Errorf("%w: compressed records: %d bytes decompressed, want 1 to %d", errMalformed, n, maxMessageLen)
+	case n == 0 || !fitsRatio(n, len(b)-1):
+		return nil, fmt.Errorf("%w: compressed records: %d bytes decompressed from %d, want 1 to %d and at most %d times the input", errMalformed, n, len(b)-1, maxDecodedLen, maxRatio)
 	}
 	out, err := s2.Decode(make([]byte, n), b[1:])
 	if err != nil {

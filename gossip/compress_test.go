@@ -60,7 +60,8 @@ func TestRecordsCompressedRefusesHostileBlocks(t *testing.T) {
 	liar := z(statusLike(3))
 	liar[1]++ // the uvarint decoded length, one more
 	cases := map[string][]byte{
-		"expands past maxMessageLen": z(bomb),
+		"expands past maxDecodedLen": z(bomb),
+		"expands over maxRatio":      z(append([]byte{byte(msgRecords)}, make([]byte, 1<<20)...)),
 		"lies about its size":        liar,
 		"holds a pull":               z(encodePull(pull{From: "n00", Keys: []string{"a/b/c"}})),
 		"holds nothing":              z(nil),
@@ -110,4 +111,31 @@ func TestMixedWireVersionsConverge(t *testing.T) {
 	if m := tc.waitConverged(30 * time.Second); len(m) != 53 {
 		t.Fatalf("converged on %d records, want 53", len(m))
 	}
+}
+
+// A member's delegate protocol maximum follows its alive messages: one
+// that restarts on an earlier version (a rollback, before peers declared
+// it dead) is sent plain records again.
+func TestAliveMessageUpdatesWhatAMemberReads(t *testing.T) {
+	tc := newTCluster(t, 2, nil)
+	tc.joinAll()
+	c := tc.nodes[0].c
+	if p, ok := c.peer("n01"); !ok || p.DMax != protoS2 {
+		t.Fatalf("n01 reads delegate version %v (known %v), want %d", p, ok, protoS2)
+	}
+	(&delegate{c: c}).NotifyAlive(&memberlist.Node{Name: "n01", DMax: 0})
+	if p, _ := c.peer("n01"); p.DMax != 0 {
+		t.Fatalf("after an alive message of version 0, n01 reads %d", p.DMax)
+	}
+	if msg := statusLike(10); !bytes.Equal(forPeer(mustPeer(t, c, "n01"), msg), msg) {
+		t.Fatal("n01, now of version 0, is sent compressed records")
+	}
+}
+
+func mustPeer(t *testing.T, c *Cluster, name string) *memberlist.Node {
+	p, ok := c.peer(name)
+	if !ok {
+		t.Fatalf("%s is not a live peer", name)
+	}
+	return p
 }

@@ -266,6 +266,7 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 	}
 	mc.Delegate = d
 	mc.Events = d
+	mc.Alive = d // each member's delegate protocol maximum, as it restarts
 	mc.Ping = d
 	mc.Conflict = d
 	mc.Logger = log.New(logw, "", 0)

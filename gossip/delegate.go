@@ -430,6 +430,21 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
+// NotifyAlive (memberlist.AliveDelegate) keeps each known member's
+// delegate protocol maximum (which messages it reads: compress.go) as its
+// alive messages say: a member that restarts on another version before
+// it was declared dead refutes with a new alive message but triggers no
+// join or update. It refuses nothing.
+func (d *delegate) NotifyAlive(n *memberlist.Node) error {
+	c := d.c
+	c.membersMu.Lock()
+	if m, ok := c.members[n.Name]; ok {
+		m.dmax = n.DMax
+	}
+	c.membersMu.Unlock()
+	return nil
+}
+
 // NotifyUpdate records a member's new metadata or address; an update also
 // means it is alive (it refuted any suspicion).
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {

@@ -27,7 +27,7 @@ import (
 //	pull     5, string from, uvarint nk, nk × string key (strictly increasing)
 //	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
 //	have     7, string from, entry                         gossiped: from holds a record too large for a delta
-//	records  10, zstd frame of a records message           direct (TCP), to members that read it (compress.go)
+//	records  10, S2 block of a records message             direct (TCP), to members that read it (compress.go)
 //
 //	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
 //	         string origin, byte flags (bit 0: deleted), uint64 record hash

@@ -145,13 +145,15 @@ const joinFanout = 3
 
 // joinSome joins through targets joinFanout at a time, in order, until a
 // batch reaches at least one member; it returns how many it reached and
-// the errors of the batches that reached none (ErrNameTaken and
-// ErrKeyMismatch at once: the caller handles them).
+// the errors of the batches that reached none. ErrNameTaken ends it at
+// once; a key mismatch (one stale or foreign target marks its whole
+// batch) does not: the next batch may hold a member with the right key,
+// and the caller refreshes the keys only when none did.
 func joinSome(join func([]string) (int, error), targets []string) (int, error) {
 	var errs []error
 	for i := 0; i < len(targets); i += joinFanout {
 		n, err := join(targets[i:min(i+joinFanout, len(targets))])
-		if n > 0 || errors.Is(err, gossip.ErrNameTaken) || errors.Is(err, gossip.ErrKeyMismatch) {
+		if n > 0 || errors.Is(err, gossip.ErrNameTaken) {
 			return n, err
 		}
 		errs = append(errs, err)
