@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -336,14 +338,7 @@ func nodesKey(nodes []placement.Node) string {
 	var b strings.Builder
 	for _, n := range nodes {
 		fmt.Fprintf(&b, "%s/%d/%d/", n.Name, n.Allocatable.MilliCPU, n.Allocatable.MemoryBytes)
-		keys := make([]string, 0, len(n.Labels))
-		for k := range n.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s=%s,", k, n.Labels[k])
-		}
+		b.WriteString(labels.Set(n.Labels).String()) // sorted by key
 		b.WriteByte(';')
 	}
 	return b.String()
@@ -367,14 +362,7 @@ func workloadsKey(objs []manifest.Object) string {
 	var b strings.Builder
 	for _, w := range workloadsOf(objs) {
 		fmt.Fprintf(&b, "%s/%d/%d/%d/", w.Key, w.Replicas, w.Requests.MilliCPU, w.Requests.MemoryBytes)
-		keys := make([]string, 0, len(w.NodeSelector))
-		for k := range w.NodeSelector {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s=%s,", k, w.NodeSelector[k])
-		}
+		b.WriteString(labels.Set(w.NodeSelector).String())
 		b.WriteByte(';')
 	}
 	for _, o := range objs {
