@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -36,6 +38,7 @@ import (
 //	STARLING_SIM=100,300 go test ./node -run TestScaleSimulation -v -timeout 2h
 //
 // make bench runs N = 100 and 300; N = 1000 with STARLING_SIM=1000.
+// STARLING_SIM_PPROF=localhost:6060 serves pprof during a run.
 
 // simNode is one agent of the simulation.
 type simNode struct {
@@ -171,6 +174,11 @@ func TestScaleSimulation(t *testing.T) {
 	// Without STARLING_SIM, a cluster of 12 (about 10 s) keeps the
 	// simulation and what it asserts working.
 	spec := cmp.Or(os.Getenv("STARLING_SIM"), "12")
+	// STARLING_SIM_PPROF=localhost:6060 serves net/http/pprof (outside the
+	// bubble) to profile one phase of a long run while it runs.
+	if addr := os.Getenv("STARLING_SIM_PPROF"); addr != "" {
+		go http.ListenAndServe(addr, nil)
+	}
 	for _, f := range strings.Split(spec, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 3 {

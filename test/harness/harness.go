@@ -621,11 +621,13 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
-// BuildBinary builds cmd/starling from moduleDir into dir and returns its path.
+// BuildBinary builds cmd/starling from moduleDir into dir and returns its
+// path. It builds what `make build` ships: a static binary (CGO_ENABLED=0).
 func BuildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
 	out := filepath.Join(dir, "starling")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/starling")
 	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/starling: %v\n%s", err, b)
 	}
