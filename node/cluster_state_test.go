@@ -207,3 +207,30 @@ func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
 		return nil
 	})
 }
+
+// A node that restarts with its data acts first on a view that holds the
+// cluster it joined: a view built before the join holds this node alone
+// as live, and acting on it started every replica of the cluster on the
+// returning node (200 of 200 in the 20-node simulation).
+func TestReturningNodeActsOnlyOnTheJoinedView(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[0], "many", 30, "img:v1")
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "many", 30) })
+	nodes[2].stop()
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes[:2], "many", 30) })
+	back := start(t, "a2", nodes[2].dir, []string{nodes[0].addr()})
+	waitFor(t, 20*time.Second, func() error {
+		if n := len(back.rt.ids()); n < 5 {
+			return fmt.Errorf("the returning node runs %d replicas", n)
+		}
+		return runningEverywhere([]*testNode{nodes[0], nodes[1], back}, "many", 30)
+	})
+	back.rt.mu.Lock()
+	created := back.rt.created
+	back.rt.mu.Unlock()
+	// Its share is about 10; placement moves a few more on a return.
+	if created > 20 {
+		t.Fatalf("the returning node created %d of 30 replicas, want about its share (10)", created)
+	}
+	t.Logf("the returning node created %d of 30 replicas", created)
+}

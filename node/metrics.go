@@ -18,6 +18,7 @@ type metrics struct {
 	rejectedRecords  *prometheus.CounterVec
 	placements       prometheus.Counter
 	statusWrites     prometheus.Counter
+	viewBuilds       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -43,8 +44,10 @@ func newMetrics() *metrics {
 			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_node_status_writes_total", Help: "Publications of this node's own record (its status and its replicas' statuses); a burst of replica changes is published at most every 250 ms."}),
+		viewBuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "starling_view_builds_total", Help: "Snapshots of the cluster built by the view: one per burst of store or membership changes, at most one per 200 ms."}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements, m.statusWrites,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements, m.statusWrites, m.viewBuilds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -84,6 +84,11 @@ func (r *replicas) loop(ctx context.Context) {
 		return
 	}
 	r.status.forget() // republish with SubnetReady
+	// The first pass acts on a view built after the sync: one built
+	// before it (at start, before the join's push/pull) holds this node
+	// alone, and a node returning to a cluster of 20 started all 200 of
+	// its replicas from it.
+	r.views.rebuild(time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	changed := r.views.changed()
@@ -121,6 +126,9 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	start := time.Now()
 	defer func() { r.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
 	v := r.views.view()
+	if !v.synced {
+		return 0 // (the loop rebuilt it after the sync; a later view follows)
+	}
 	listed := r.acts.listEpoch()
 	observed, err := r.rt.List(ctx)
 	if err != nil {

@@ -45,7 +45,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		c.t.Errorf("%s: after %d nodes failed, detected %v, every replica with one owner %v", label, fail, ok, ok2)
 	}
 	time.Sleep(30 * time.Second)
-	s0, w0 := c.sent(), c.statusWrites()
+	s0, w0, k0 := c.sent(), c.statusWrites(), c.streamKinds()
 	back := time.Now()
 	for _, f := range failed {
 		c.startNode(f, []string{c.up()[0].tr.Addr()})
@@ -65,9 +65,9 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
 	extra := float64(s1.Total()-s0.Total()) - idleBytes*float64(n)*time.Minute.Seconds()
-	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per returning node; of all bytes sent %.2f MB on %d connections, %.2f MB in %d packets; %.0f node records published)",
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per returning node; of all bytes sent %.2f MB on %d connections [%s], %.2f MB in %d packets; %.0f node records published)",
 		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail),
-		float64(s1.StreamBytes-s0.StreamBytes)/1e6, s1.Streams-s0.Streams, float64(s1.PacketBytes-s0.PacketBytes)/1e6, s1.Packets-s0.Packets, w1-w0)
+		float64(s1.StreamBytes-s0.StreamBytes)/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), float64(s1.PacketBytes-s0.PacketBytes)/1e6, s1.Packets-s0.Packets, w1-w0)
 }
 
 // explainOwners reports why singleOwners does not hold.

@@ -1,6 +1,9 @@
 package node
 
 import (
+	"cmp"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"syscall"
@@ -49,6 +52,39 @@ func (c *simCluster) sent() testnet.Counters {
 		s.Streams += cn.Streams + n.prior.Streams
 	}
 	return s
+}
+
+// streamKinds is, by memberlist message type, the streams the nodes'
+// current transports dialled and their bytes both ways.
+func (c *simCluster) streamKinds() map[*testnet.MemTransport][2]map[byte]int64 {
+	out := map[*testnet.MemTransport][2]map[byte]int64{}
+	for _, n := range c.nodes {
+		count, bytes := n.tr.StreamKinds()
+		out[n.tr] = [2]map[byte]int64{count, bytes}
+	}
+	return out
+}
+
+// streamKindsSince describes the streams dialled since before (a
+// streamKinds), by kind: "push/pull 12 (1.2 MB), user 40 (0.3 MB)".
+func (c *simCluster) streamKindsSince(before map[*testnet.MemTransport][2]map[byte]int64) string {
+	count, bytes := map[byte]int64{}, map[byte]int64{}
+	for tr, now := range c.streamKinds() {
+		for k, v := range now[0] {
+			count[k] += v - before[tr][0][k]
+			bytes[k] += now[1][k] - before[tr][1][k]
+		}
+	}
+	names := map[byte]string{0: "tcp ping", 6: "push/pull", 8: "user message"}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		if count[k] == 0 {
+			continue
+		}
+		name := cmp.Or(names[k], fmt.Sprintf("type %d", k))
+		parts = append(parts, fmt.Sprintf("%s %d (%.2f MB)", name, count[k], float64(bytes[k])/1e6))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // statusWrites is how many times the nodes published their own records.

@@ -26,7 +26,7 @@ import (
 
 // The one view. One goroutine (viewLoop) rebuilds the node's view of the
 // cluster, an immutable snapshot, when the store or membership changes
-// (debounced by viewDebounce) and when what depends on time alone changes
+// (debounced by viewDebounce, at most one rebuild per viewGap) and when what depends on time alone changes
 // (flap damping, exclusions: checked every viewTick). Every loop and every
 // API read takes the latest snapshot (Agent.view); nothing else reads the
 // desired state for a decision or calls placement. A rebuild decodes only
@@ -38,6 +38,13 @@ const (
 	// viewDebounce gathers a burst of gossip (a push/pull, an apply of
 	// many objects) into one rebuild.
 	viewDebounce = 20 * time.Millisecond
+	// viewGap is the least time between two rebuilds. A rebuild and the
+	// loops it wakes cost O(nodes + replicas); without a gap, a cluster
+	// whose N nodes each publish a few status records as a workload
+	// moves has every node rebuild for each of them: O(N^2 (N + R))
+	// across the cluster. At 300 simulated nodes the view and the loops
+	// it woke took 60 % of the CPU while 3,000 replicas were placed.
+	viewGap = 200 * time.Millisecond
 	// viewTick is how often the inputs that change with time alone are
 	// looked at (a rebuild follows only when they changed).
 	viewTick = time.Second
@@ -55,6 +62,7 @@ type views struct {
 	serviceCIDR *net.IPNet
 	clusterCIDR netip.Prefix
 	placements  prometheus.Counter
+	builds      prometheus.Counter // snapshots built
 	log         *slog.Logger
 	// selfStatus is this node's record before it published one.
 	selfStatus func() NodeStatus
@@ -134,6 +142,7 @@ func (vs *views) view() *view {
 func (vs *views) loop(ctx context.Context) {
 	tick := time.NewTicker(viewTick)
 	defer tick.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,13 +154,21 @@ func (vs *views) loop(ctx context.Context) {
 				continue
 			}
 		}
-		// Debounce: the rest of a burst lands in this rebuild.
+		// Debounce: the rest of a burst lands in this rebuild; under a
+		// stream of changes (every node's status records while a
+		// workload moves), rebuilds come at most every viewGap.
+		wait := viewDebounce
+		if since := time.Since(last); since < viewGap {
+			wait = max(wait, viewGap-since)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(viewDebounce):
+		case <-time.After(wait):
 		}
 		vs.rebuild(time.Now())
+		vs.builds.Inc()
+		last = time.Now()
 	}
 }
 
@@ -198,7 +215,9 @@ func (vs *views) rebuild(now time.Time) {
 
 // buildView computes the snapshot after prev (nil for the first one).
 func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
-	v := &view{built: now}
+	// Read before the store and membership: a view marked synced holds
+	// at least the state of the sync.
+	v := &view{built: now, synced: vs.members.isSynced()}
 	var wrecs []crdt.Record
 	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
 		rs, err := vs.store.List(kindPrefix(kind))

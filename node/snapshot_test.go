@@ -57,3 +57,38 @@ func TestPlacementRunsOncePerChange(t *testing.T) {
 		}
 	}
 }
+
+// Under a stream of changes (every node's status records while a
+// workload moves across a large cluster), the view is rebuilt at most
+// every viewGap, not once per change: each rebuild, and each loop it
+// wakes, costs O(nodes + replicas).
+func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
+	n := start(t, "solo", t.TempDir(), nil)
+	waitFor(t, 20*time.Second, func() error {
+		if !n.agent.subnets.isReady() {
+			return fmt.Errorf("no subnet yet")
+		}
+		return nil
+	})
+	builds := func() float64 { return testutil.ToFloat64(n.agent.metrics.viewBuilds) }
+	before, t0 := builds(), time.Now()
+	// 100 writes, one every 30 ms (more than viewDebounce apart, so
+	// each would otherwise make a rebuild of its own).
+	for i := range 100 {
+		deploy(t, n, "stream", 1+i%3, "img:v1")
+		time.Sleep(30 * time.Millisecond)
+	}
+	took := time.Since(t0)
+	time.Sleep(2 * viewGap)
+	got := builds() - before
+	limit := took.Seconds()/0.2 + 3 // viewGap: 200 ms
+	t.Logf("100 writes over %v: %v view builds (at most %.0f)", took.Round(time.Millisecond), got, limit)
+	if got > limit {
+		t.Fatalf("%v view builds for 100 writes over %v, want at most %.0f (one per 200 ms)", got, took, limit)
+	}
+	if got < 2 {
+		t.Fatalf("%v view builds for 100 writes over %v: the view did not follow the writes", got, took)
+	}
+	// The last write is in the view.
+	waitFor(t, 5*time.Second, func() error { return runningEverywhere([]*testNode{n}, "stream", 1+99%3) })
+}

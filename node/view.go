@@ -21,6 +21,9 @@ import (
 // shared by every reader: never modify them.
 type view struct {
 	built time.Time
+	// synced: the node held the cluster's state (members.synced) when
+	// this view was built. The reconcile loop acts only on such views.
+	synced bool
 	// members is the membership as gossip gave it (routes follow it,
 	// without flap damping); alive the members that count for placement
 	// (members.alive).

@@ -55,6 +55,10 @@ type MemTransport struct {
 	once     sync.Once
 
 	packetBytes, packets, streamBytes, streams, dropped atomic.Int64
+	// kinds counts dialled streams by their first byte (memberlist's
+	// message type: 6 push/pull, 8 user message, 0 TCP ping), and
+	// kindBytes what they carried both ways.
+	kinds, kindBytes [256]atomic.Int64
 }
 
 var _ memberlist.NodeAwareTransport = (*MemTransport)(nil)
@@ -132,6 +136,19 @@ func (t *MemTransport) Counters() Counters {
 	}
 }
 
+// StreamKinds returns, by memberlist message type (the first byte the
+// dialler wrote), how many streams t dialled and the bytes they carried
+// both ways.
+func (t *MemTransport) StreamKinds() (count, bytes map[byte]int64) {
+	count, bytes = map[byte]int64{}, map[byte]int64{}
+	for i := range t.kinds {
+		if n := t.kinds[i].Load(); n > 0 {
+			count[byte(i)], bytes[byte(i)] = n, t.kindBytes[i].Load()
+		}
+	}
+	return count, bytes
+}
+
 // Dropped is the number of packets dropped because t's queue was full.
 func (t *MemTransport) Dropped() int64 { return t.dropped.Load() }
 
@@ -197,7 +214,9 @@ func (t *MemTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: dial %s timed out", a.Addr)}
 	}
 	t.streams.Add(1)
-	return &countingConn{Conn: &memConn{Conn: local, local: t.ip, remote: dest.ip}, n: &t.streamBytes}, nil
+	kc := &kindConn{Conn: &countingConn{Conn: &memConn{Conn: local, local: t.ip, remote: dest.ip}, n: &t.streamBytes}, t: t}
+	kc.kind.Store(-1)
+	return kc, nil
 }
 
 func (t *MemTransport) StreamCh() <-chan net.Conn { return t.streamCh }
@@ -213,6 +232,35 @@ func (t *MemTransport) Shutdown() error {
 		t.net.mu.Unlock()
 	})
 	return nil
+}
+
+// kindConn is a dialled stream that counts itself, on its first write,
+// under that write's first byte, and its bytes both ways under it.
+type kindConn struct {
+	net.Conn
+	t    *MemTransport
+	kind atomic.Int32 // -1 until the first write
+}
+
+func (c *kindConn) Write(b []byte) (int, error) {
+	if len(b) > 0 && c.kind.CompareAndSwap(-1, int32(b[0])) {
+		c.t.kinds[b[0]].Add(1)
+	}
+	n, err := c.Conn.Write(b)
+	c.count(n)
+	return n, err
+}
+
+func (c *kindConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.count(n)
+	return n, err
+}
+
+func (c *kindConn) count(n int) {
+	if k := c.kind.Load(); k >= 0 {
+		c.t.kindBytes[k].Add(int64(n))
+	}
 }
 
 // memConn is one end of a pipe with TCP addresses, which memberlist logs
