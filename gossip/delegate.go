@@ -345,6 +345,10 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 // exchange when one of them is slow or down too.
 const resyncPeers = 3
 
+// reconnectPeers is how many members try to reconnect to a dead member
+// (reconnectLoop).
+const reconnectPeers = 3
+
 // mix64 is splitmix64's finalizer (Steele, Lea and Flood 2014): FNV-1a
 // alone scores names that differ in their last characters too alike.
 func mix64(x uint64) uint64 {

@@ -181,3 +181,42 @@ func TestHealedPartitionResyncsEveryMemberByAFew(t *testing.T) {
 		}
 	}
 }
+
+// A dead member draws reconnect attempts from reconnectPeers members a
+// ReconnectInterval, not from every member (serf's way: N per interval,
+// and a push/pull from each member whose tick fell before it heard the
+// member was back, about 16 per return at 300 simulated nodes).
+func TestDeadMemberIsReconnectedByAFew(t *testing.T) {
+	tc := newTCluster(t, 10, nil)
+	tc.joinAll()
+	var rest []string
+	for _, n := range tc.nodes[1:] {
+		rest = append(rest, n.name)
+	}
+	tc.net.Partition([]string{"n00"}, rest)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		for _, nd := range tc.nodes[1:] {
+			if m, ok := nd.c.Member("n00"); !ok || m.State != StateDead {
+				return false, fmt.Sprintf("%s does not see n00 dead", nd.name)
+			}
+		}
+		return true, ""
+	})
+	attempts := func() (n int64) {
+		for _, nd := range tc.nodes[1:] {
+			n += nd.c.reconnects.Load()
+		}
+		return n
+	}
+	before, t0 := attempts(), time.Now()
+	time.Sleep(3 * time.Second)
+	got := attempts() - before
+	intervals := time.Since(t0).Seconds() / fastConfig("x").ReconnectInterval.Seconds()
+	t.Logf("%d reconnect attempts to one dead member by 9 members over %.0f intervals", got, intervals)
+	if limit := int64(reconnectPeers * (intervals + 1)); got > limit || got == 0 {
+		t.Fatalf("%d reconnect attempts over %.0f intervals, want 1 to %d (%d members each interval)", got, intervals, limit, reconnectPeers)
+	}
+	// The partition still heals.
+	tc.net.Heal()
+	tc.waitMembers(10, 20*time.Second)
+}
