@@ -38,7 +38,9 @@ import (
 //	STARLING_SIM=100,300 go test ./node -run TestScaleSimulation -v -timeout 2h
 //
 // make bench runs N = 100 and 300; N = 1000 with STARLING_SIM=1000.
-// STARLING_SIM_PPROF=localhost:6060 serves pprof during a run.
+// STARLING_SIM_PPROF=localhost:6060 serves pprof during a run;
+// STARLING_SIM_NO_WORKLOAD=1 stops after the phases without replicas
+// (formation, idle, failure and return, the spread of 20 writes).
 
 // simNode is one agent of the simulation.
 type simNode struct {
@@ -293,6 +295,13 @@ func simulate(t *testing.T, n int) {
 	// 10 replicas per node: n/10 Deployments of 100.
 	deployments := max(1, n/10)
 	replicas := 100 * deployments
+	if os.Getenv("STARLING_SIM_NO_WORKLOAD") != "" {
+		// (a run at 1,000 nodes in reach of 2 cores: the spread of
+		// writes of Deployments of no replicas, then stop)
+		c.writeSpread(rng, report, deployments, 0)
+		report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+		return
+	}
 	p0 := c.placements()
 	for d := range deployments {
 		if _, err := c.nodes[rng.IntN(n)].agent.objects.store([]manifest.Object{simDeployment(fmt.Sprintf("sim-%03d", d), 100)}); err != nil {
@@ -311,31 +320,7 @@ func simulate(t *testing.T, n int) {
 	report("idle, %d replicas: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
 		replicas, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100)
 
-	// One write's spread: 20 writes (a scale of one Deployment each), one
-	// at a time, from random nodes; the time until every node holds it.
-	var spread []time.Duration
-	p0 = c.placements()
-	for w := range 20 {
-		nd := c.nodes[rng.IntN(n)]
-		obj := simDeployment(fmt.Sprintf("sim-%03d", w%deployments), 100)
-		obj.Deployment.Annotations = map[string]string{"sim/spread": strconv.Itoa(w)}
-		if _, err := nd.agent.objects.store([]manifest.Object{obj}); err != nil {
-			t.Fatal(err)
-		}
-		rec, _, _ := nd.store.Get(obj.Key())
-		took, _ := wait(3*time.Minute, 10*time.Millisecond, func() bool {
-			for _, o := range c.nodes {
-				if r, ok, _ := o.store.Get(obj.Key()); !ok || r.Version.Compare(rec.Version) < 0 {
-					return false
-				}
-			}
-			return true
-		})
-		spread = append(spread, took)
-		time.Sleep(2 * time.Second)
-	}
-	report("one write to every node (20 writes): median %v, p99 %v; placements per node per write %.2f",
-		percentile(spread, 50).Round(time.Millisecond), percentile(spread, 99).Round(time.Millisecond), (c.placements()-p0)/float64(20*n))
+	c.writeSpread(rng, report, deployments, 100)
 
 	// Under 10 writes a second (scales of random Deployments).
 	stop := make(chan struct{})
@@ -366,4 +351,34 @@ func simulate(t *testing.T, n int) {
 	wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
 	c.failAndReturn(rng, report, "with 10 replicas a node", replicas, idleLoaded.bytesPerNode)
 	report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+}
+
+// writeSpread writes 20 Deployments of replicas replicas (a scale of one
+// of deployments each, with an annotation that changes), one at a time
+// from random nodes, and reports the time until every node holds each.
+func (c *simCluster) writeSpread(rng *rand.Rand, report func(string, ...any), deployments, replicas int) {
+	n := len(c.nodes)
+	var spread []time.Duration
+	p0 := c.placements()
+	for w := range 20 {
+		nd := c.nodes[rng.IntN(n)]
+		obj := simDeployment(fmt.Sprintf("sim-%03d", w%deployments), replicas)
+		obj.Deployment.Annotations = map[string]string{"sim/spread": strconv.Itoa(w)}
+		if _, err := nd.agent.objects.store([]manifest.Object{obj}); err != nil {
+			c.t.Fatal(err)
+		}
+		rec, _, _ := nd.store.Get(obj.Key())
+		took, _ := wait(3*time.Minute, 10*time.Millisecond, func() bool {
+			for _, o := range c.nodes {
+				if r, ok, _ := o.store.Get(obj.Key()); !ok || r.Version.Compare(rec.Version) < 0 {
+					return false
+				}
+			}
+			return true
+		})
+		spread = append(spread, took)
+		time.Sleep(2 * time.Second)
+	}
+	report("one write to every node (20 writes, Deployments of %d replicas): median %v, p99 %v; placements per node per write %.2f",
+		replicas, percentile(spread, 50).Round(time.Millisecond), percentile(spread, 99).Round(time.Millisecond), (c.placements()-p0)/float64(20*n))
 }
