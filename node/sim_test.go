@@ -214,7 +214,9 @@ func simulate(t *testing.T, n int) {
 		}
 	}
 	defer c.stopAll()
-	took, ok := wait(3*time.Minute, 500*time.Millisecond, func() bool {
+	// Claims settle in rounds that take longer as gossip carries more
+	// joins: 26 s at 100 nodes, 2m34s at 300.
+	took, ok := wait(max(3*time.Minute, time.Duration(n)*600*time.Millisecond), 500*time.Millisecond, func() bool {
 		for _, nd := range c.nodes {
 			v := nd.agent.views.view()
 			if nd.agent.cluster.NumMembers() != n || len(v.statuses) != n {
