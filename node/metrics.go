@@ -45,7 +45,7 @@ func newMetrics() *metrics {
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_node_status_writes_total", Help: "Publications of this node's own record (its status and its replicas' statuses); a burst of replica changes is published at most every 250 ms."}),
 		viewBuilds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "starling_view_builds_total", Help: "Snapshots of the cluster built by the view: one per burst of store or membership changes, at most one per 200 ms."}),
+			Name: "starling_view_builds_total", Help: "Snapshots of the cluster built by the view: one per burst of store or membership changes (at most one per 200 ms under a stream of them) and one per API write."}),
 	}
 	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements, m.statusWrites, m.viewBuilds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

@@ -86,8 +86,8 @@ func (r *replicas) loop(ctx context.Context) {
 	r.status.forget() // republish with SubnetReady
 	// The first pass acts on a view built after the sync: one built
 	// before it (at start, before the join's push/pull) holds this node
-	// alone, and a node returning to a cluster of 20 started all 200 of
-	// its replicas from it.
+	// alone as live, and from it a node returning to a cluster of 20
+	// started every replica of the cluster (200).
 	r.views.rebuild(time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -127,7 +127,10 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	defer func() { r.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
 	v := r.views.view()
 	if !v.synced {
-		return 0 // (the loop rebuilt it after the sync; a later view follows)
+		// Built before the sync (the loop's rebuild after it failed on a
+		// store error): build again, and come back soon.
+		r.views.rebuild(time.Now())
+		return time.Second
 	}
 	listed := r.acts.listEpoch()
 	observed, err := r.rt.List(ctx)

@@ -179,7 +179,7 @@ func TestScaleSimulation(t *testing.T) {
 	// STARLING_SIM_PPROF=localhost:6060 serves net/http/pprof (outside the
 	// bubble) to profile one phase of a long run while it runs.
 	if addr := os.Getenv("STARLING_SIM_PPROF"); addr != "" {
-		go http.ListenAndServe(addr, nil)
+		go func() { fmt.Fprintln(os.Stderr, "STARLING_SIM_PPROF:", http.ListenAndServe(addr, nil)) }()
 	}
 	for _, f := range strings.Split(spec, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

@@ -38,7 +38,8 @@ const (
 	// viewDebounce gathers a burst of gossip (a push/pull, an apply of
 	// many objects) into one rebuild.
 	viewDebounce = 20 * time.Millisecond
-	// viewGap is the least time between two rebuilds. A rebuild and the
+	// viewGap is the least time between two rebuilds by the view loop
+	// (an API write rebuilds at once, to read its write). A rebuild and the
 	// loops it wakes cost O(nodes + replicas); without a gap, a cluster
 	// whose N nodes each publish a few status records as a workload
 	// moves has every node rebuild for each of them: O(N^2 (N + R))
@@ -67,9 +68,10 @@ type views struct {
 	// selfStatus is this node's record before it published one.
 	selfStatus func() NodeStatus
 
-	cur  atomic.Pointer[view]
-	mu   sync.Mutex
-	next chan struct{} // closed when a newer snapshot is stored
+	cur     atomic.Pointer[view]
+	mu      sync.Mutex
+	next    chan struct{} // closed when a newer snapshot is stored
+	builtAt time.Time     // when the last rebuild ended
 
 	// Owned by the builder (viewLoop, or the first build before it
 	// runs; build serialises them).
@@ -142,7 +144,6 @@ func (vs *views) view() *view {
 func (vs *views) loop(ctx context.Context) {
 	tick := time.NewTicker(viewTick)
 	defer tick.Stop()
-	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -158,7 +159,7 @@ func (vs *views) loop(ctx context.Context) {
 		// stream of changes (every node's status records while a
 		// workload moves), rebuilds come at most every viewGap.
 		wait := viewDebounce
-		if since := time.Since(last); since < viewGap {
+		if since := time.Since(vs.lastBuilt()); since < viewGap {
 			wait = max(wait, viewGap-since)
 		}
 		select {
@@ -167,9 +168,14 @@ func (vs *views) loop(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		vs.rebuild(time.Now())
-		vs.builds.Inc()
-		last = time.Now()
 	}
+}
+
+// lastBuilt is when the last rebuild ended (zero before the first).
+func (vs *views) lastBuilt() time.Time {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.builtAt
 }
 
 // timeInputsChanged reports whether the members that count as alive or
@@ -211,12 +217,19 @@ func (vs *views) rebuild(now time.Time) {
 		return
 	}
 	vs.set(v)
+	if vs.builds != nil {
+		vs.builds.Inc()
+	}
+	vs.mu.Lock()
+	vs.builtAt = time.Now()
+	vs.mu.Unlock()
 }
 
 // buildView computes the snapshot after prev (nil for the first one).
 func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	// Read before the store and membership: a view marked synced holds
-	// at least the state of the sync.
+	// at least the membership the sync's join brought (records announced
+	// in its digests may still be arriving).
 	v := &view{built: now, synced: vs.members.isSynced()}
 	var wrecs []crdt.Record
 	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
