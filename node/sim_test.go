@@ -292,7 +292,7 @@ func simulate(t *testing.T, n int) {
 		return // (profiling the idle cluster: go test -cpuprofile)
 	}
 
-	c.failAndReturn(rng, report, "no workload", 0, idle.bytesPerNode)
+	c.failAndReturn(rng, report, "no workload", 0, idle)
 
 	// 10 replicas per node: n/10 Deployments of 100.
 	deployments := max(1, n/10)
@@ -351,7 +351,7 @@ func simulate(t *testing.T, n int) {
 
 	// 1 % of the nodes fail and return, with the workload running.
 	wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })
-	c.failAndReturn(rng, report, "with 10 replicas a node", replicas, idleLoaded.bytesPerNode)
+	c.failAndReturn(rng, report, "with 10 replicas a node", replicas, idleLoaded)
 	report("run: real %v, CPU %v", realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
 }
 

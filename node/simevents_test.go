@@ -15,7 +15,7 @@ import (
 // return: the time until every replica has one owner again, and the
 // bytes the cluster sent over its idle traffic (idleBytes per node per
 // second) in the first minute.
-func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), label string, replicas int, idleBytes float64) {
+func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), label string, replicas int, idle figures) {
 	n := len(c.nodes)
 	fail := max(1, n/100)
 	var failed []*simNode
@@ -64,10 +64,16 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
-	extra := float64(s1.Total()-s0.Total()) - idleBytes*float64(n)*time.Minute.Seconds()
-	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB over its idle traffic in their first minute (%.2f MB per returning node; of all bytes sent %.2f MB on %d connections [%s], %.2f MB in %d packets; %.0f node records published)",
+	// What the returns cost: the packets over the idle cluster's steady
+	// packet traffic, plus every stream of the minute (push/pulls of the
+	// idle cluster included: they come every few minutes a node, too
+	// unevenly to subtract), an upper bound.
+	packets := float64(s1.PacketBytes-s0.PacketBytes) - idle.packetBytesPerNode*float64(n)*time.Minute.Seconds()
+	streams := float64(s1.StreamBytes - s0.StreamBytes)
+	extra := packets + streams
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster at most %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle, %.2f MB on %d connections [%s]; %.0f node records published",
 		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail),
-		float64(s1.StreamBytes-s0.StreamBytes)/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), float64(s1.PacketBytes-s0.PacketBytes)/1e6, s1.Packets-s0.Packets, w1-w0)
+		packets/1e6, streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), w1-w0)
 }
 
 // explainOwners reports why singleOwners does not hold.
