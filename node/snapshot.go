@@ -2,18 +2,13 @@ package node
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
@@ -21,7 +16,6 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
-	"github.com/starling-orchestrator/starling/placement"
 )
 
 // The one view. One goroutine (viewLoop) rebuilds the node's view of the
@@ -351,60 +345,4 @@ func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus 
 		}
 	}
 	return out
-}
-
-// recordsKey identifies a set of records by keys, versions, origins and
-// a hash of their values.
-func recordsKey(recs []crdt.Record) string {
-	var b strings.Builder
-	for _, r := range recs {
-		h := fnv.New64a()
-		h.Write(r.Value)
-		fmt.Fprintf(&b, "%s@%d.%d.%s.%t.%x;", r.Key, r.Version.Wall, r.Version.Logical, r.Origin, r.Deleted, h.Sum64())
-	}
-	return b.String()
-}
-
-// nodesKey identifies placement's node input.
-func nodesKey(nodes []placement.Node) string {
-	var b strings.Builder
-	for _, n := range nodes {
-		fmt.Fprintf(&b, "%s/%d/%d/", n.Name, n.Allocatable.MilliCPU, n.Allocatable.MemoryBytes)
-		b.WriteString(labels.Set(n.Labels).String()) // sorted by key
-		b.WriteByte(';')
-	}
-	return b.String()
-}
-
-func setKey(s map[string]bool) string {
-	keys := make([]string, 0, len(s))
-	for k, in := range s {
-		if in {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, ",")
-}
-
-// workloadsKey identifies placement's workload input (workloadsOf) and
-// the replicas' IDs it maps (desiredReplicas): keys, replica counts,
-// requests, node selectors, spec hashes and UIDs.
-func workloadsKey(objs []manifest.Object) string {
-	var b strings.Builder
-	for _, w := range workloadsOf(objs) {
-		fmt.Fprintf(&b, "%s/%d/%d/%d/", w.Key, w.Replicas, w.Requests.MilliCPU, w.Requests.MemoryBytes)
-		b.WriteString(labels.Set(w.NodeSelector).String())
-		b.WriteByte(';')
-	}
-	for _, o := range objs {
-		if o.IsWorkload() {
-			b.WriteString(specHashOf(o))
-			if o.Deployment != nil {
-				b.WriteString(string(o.Deployment.UID))
-			}
-			b.WriteByte(';')
-		}
-	}
-	return b.String()
 }
