@@ -108,6 +108,9 @@ type Cluster struct {
 	// back (resyncWith), for tests.
 	resyncMu sync.Mutex
 	resyncs  map[string]int
+	// membersSnap is Members' sorted copy, nil after any change of
+	// members (set under membersMu).
+	membersSnap atomic.Pointer[[]Member]
 	// reconnects counts reconnectLoop's attempts, for tests.
 	reconnects atomic.Int64
 	// nameTakenBy is the address ("ip:port") of another node seen alive
@@ -650,12 +653,8 @@ func (c *Cluster) Ping(name string) (time.Duration, error) {
 	return c.ml.Ping(name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)})
 }
 
-// Members returns every member this node has seen, with its state, sorted by
-// name, this node included. Dead and left members stay listed; one that comes
-// back is alive again.
 // Member returns member name as this node sees it (ok false when it is
-// not a member). It copies one entry, where Members copies and sorts
-// them all.
+// not a member). It copies one entry.
 func (c *Cluster) Member(name string) (Member, bool) {
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()
@@ -668,9 +667,23 @@ func (c *Cluster) Member(name string) (Member, bool) {
 	return cp, true
 }
 
+// Members returns every member this node has seen, with its state, sorted by
+// name, this node included. Dead and left members stay listed; one that comes
+// back is alive again.
+//
+// The slice is a snapshot shared by every caller until the membership
+// changes: callers must not modify it or its members' Meta. (Every loop
+// of a node reads it, several times a second; at 1,000 simulated nodes
+// copying and sorting it per call was 30 % of the CPU.)
 func (c *Cluster) Members() []Member {
+	if p := c.membersSnap.Load(); p != nil {
+		return *p
+	}
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()
+	if p := c.membersSnap.Load(); p != nil {
+		return *p
+	}
 	out := make([]Member, 0, len(c.members))
 	for _, m := range c.members {
 		cp := *m
@@ -678,6 +691,7 @@ func (c *Cluster) Members() []Member {
 		out = append(out, cp)
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	c.membersSnap.Store(&out)
 	return out
 }
 
@@ -718,7 +732,10 @@ func (c *Cluster) setMemberLocked(n *memberlist.Node, state MemberState) bool {
 	return changed
 }
 
+// recountLocked follows a change of members: it counts the live ones and
+// drops the Members snapshot. Called with membersMu held.
 func (c *Cluster) recountLocked() {
+	c.membersSnap.Store(nil)
 	n := 0
 	for _, m := range c.members {
 		if m.State.Up() {
@@ -847,6 +864,7 @@ func (c *Cluster) observeLeave(name string, msg []byte) {
 	changed := false
 	if m, ok := c.members[name]; ok && m.State == StateDead {
 		m.State, m.Since, changed = StateLeft, now, true
+		c.membersSnap.Store(nil)
 	}
 	c.membersMu.Unlock()
 	c.queue.QueueBroadcast(&broadcast{key: leaveKey(name), msg: slices.Clone(msg)})

@@ -442,8 +442,9 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
 	c := d.c
 	c.membersMu.Lock()
-	if m, ok := c.members[n.Name]; ok {
+	if m, ok := c.members[n.Name]; ok && m.dmax != n.DMax {
 		m.dmax = n.DMax
+		c.membersSnap.Store(nil)
 	}
 	c.membersMu.Unlock()
 	return nil
