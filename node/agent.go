@@ -223,7 +223,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{})}
 	a.rejects.setHeld(func(name string) (NodeStatus, bool) { return heldStatus(a.store, clusterCIDR, name) },
-		func() map[string]NodeStatus { return heldStatuses(a.store, clusterCIDR) }, a.subnets.reservedFor)
+		func() map[string]NodeStatus { return a.views.heldStatuses() }, a.subnets.reservedFor)
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
 		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}

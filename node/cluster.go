@@ -162,15 +162,6 @@ func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) 
 	return s, ok
 }
 
-// heldStatuses are the node statuses st holds, by name.
-func heldStatuses(st Store, cluster netip.Prefix) map[string]NodeStatus {
-	recs, err := st.List(statusKind + "/")
-	if err != nil {
-		return nil
-	}
-	return decodeStatuses(recs, cluster)
-}
-
 // prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
 // Prefix for nil).
 func prefixOf(n *net.IPNet) netip.Prefix {

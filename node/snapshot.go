@@ -319,8 +319,23 @@ func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manif
 	return out
 }
 
+// heldStatuses are the node statuses the store holds now, by name,
+// decoded through the view's cache: only records that changed since the
+// last build are decoded. (Checking a new subnet claim decoded every
+// status record: at 1,000 simulated nodes forming, each node decoded
+// 1,000 records for each of 1,000 claims.)
+func (vs *views) heldStatuses() map[string]NodeStatus {
+	vs.build.Lock()
+	defer vs.build.Unlock()
+	recs, err := vs.store.List(statusKind + "/")
+	if err != nil {
+		return nil
+	}
+	return vs.decodeStatusesCached(recs)
+}
+
 // decodeStatusesCached is decodeStatuses over the cache of decoded
-// status records.
+// status records. Called with build held.
 func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	seen := map[string]bool{}
