@@ -636,7 +636,7 @@ func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
 	if !ok || name == c.cfg.Name || !m.State.Up() {
 		return nil, false
 	}
-	return &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port, DMax: m.dmax}, true
+	return &memberlist.Node{Name: m.Name, Addr: m.ip, Port: m.Port, DMax: m.dmax}, true
 }
 
 // Ping sends one direct UDP ping (memberlist's probe message) to the named
@@ -719,7 +719,7 @@ func (c *Cluster) setMemberLocked(n *memberlist.Node, state MemberState) bool {
 	}
 	changed := !ok
 	if addr := n.Addr.String(); m.Addr != addr || m.Port != n.Port {
-		m.Addr, m.Port, changed = addr, n.Port, true
+		m.Addr, m.Port, m.ip, changed = addr, n.Port, slices.Clone(n.Addr), true
 	}
 	if !slices.Equal(m.Meta, n.Meta) {
 		m.Meta, changed = slices.Clone(n.Meta), true

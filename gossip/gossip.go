@@ -36,6 +36,7 @@ package gossip
 
 import (
 	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -102,6 +103,8 @@ type Member struct {
 	// dmax is the highest delegate protocol version the member reads
 	// (memberlist.Node.DMax; protoS2: compressed records).
 	dmax uint8
+	// ip is Addr parsed (peer, on every question and ping).
+	ip net.IP
 }
 
 // Errors returned (wrapped; match with errors.Is).
