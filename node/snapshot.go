@@ -21,7 +21,8 @@ import (
 
 // The one view. One goroutine (viewLoop) rebuilds the node's view of the
 // cluster, an immutable snapshot, when the store or membership changes
-// (debounced by viewDebounce, at most one rebuild per viewGap) and when what depends on time alone changes
+// (debounced by viewDebounce, at most one rebuild per viewGap) and when
+// what depends on time alone changes
 // (flap damping, exclusions: checked every viewTick). Every loop and every
 // API read takes the latest snapshot (Agent.view); nothing else reads the
 // desired state for a decision or calls placement. A rebuild decodes only
@@ -63,10 +64,9 @@ type views struct {
 	// selfStatus is this node's record before it published one.
 	selfStatus func() NodeStatus
 
-	cur     atomic.Pointer[view]
-	mu      sync.Mutex
-	next    chan struct{} // closed when a newer snapshot is stored
-	builtAt time.Time     // when the last rebuild ended
+	cur  atomic.Pointer[view]
+	mu   sync.Mutex
+	next chan struct{} // closed when a newer snapshot is stored
 
 	// Owned by the builder (viewLoop, or the first build before it
 	// runs; build serialises them).
@@ -163,8 +163,8 @@ func (vs *views) loop(ctx context.Context) {
 		// stream of changes (every node's status records while a
 		// workload moves), rebuilds come at most every viewGap.
 		wait := viewDebounce
-		if since := time.Since(vs.lastBuilt()); since < viewGap {
-			wait = max(wait, viewGap-since)
+		if v := vs.load(); v != nil && time.Since(v.built) < viewGap {
+			wait = max(wait, viewGap-time.Since(v.built))
 		}
 		select {
 		case <-ctx.Done():
@@ -173,13 +173,6 @@ func (vs *views) loop(ctx context.Context) {
 		}
 		vs.rebuild(time.Now())
 	}
-}
-
-// lastBuilt is when the last rebuild ended (zero before the first).
-func (vs *views) lastBuilt() time.Time {
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	return vs.builtAt
 }
 
 // timeInputsChanged reports whether the members that count as alive or
@@ -224,9 +217,6 @@ func (vs *views) rebuild(now time.Time) {
 	if vs.builds != nil {
 		vs.builds.Inc()
 	}
-	vs.mu.Lock()
-	vs.builtAt = time.Now()
-	vs.mu.Unlock()
 }
 
 // buildView computes the snapshot after prev (nil for the first one).
