@@ -667,6 +667,18 @@ func (c *Cluster) Member(name string) (Member, bool) {
 	return cp, true
 }
 
+// State returns member name's state as this node sees it (ok false when
+// it is not a member). Unlike Member it copies nothing.
+func (c *Cluster) State(name string) (MemberState, bool) {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	m, ok := c.members[name]
+	if !ok {
+		return "", false
+	}
+	return m.State, true
+}
+
 // Members returns every member this node has seen, with its state, sorted by
 // name, this node included. Dead and left members stay listed; one that comes
 // back is alive again.

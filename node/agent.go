@@ -189,9 +189,13 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		return nil, err
 	}
 	if cfg.store != nil {
-		a.store = cfg.store
-	} else if a.store, err = store.Open(cfg.DataDir + "/store"); err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+		a.store = track(cfg.store)
+	} else {
+		disk, err := store.Open(cfg.DataDir + "/store")
+		if err != nil {
+			return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+		}
+		a.store = track(disk)
 	}
 	a.id = &identity{name: cfg.Name, key: key, store: a.store}
 	if creds != nil {
@@ -222,13 +226,15 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.acks = newAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{})}
-	a.rejects.setHeld(func(name string) (NodeStatus, bool) { return heldStatus(a.store, clusterCIDR, name) },
-		func() map[string]NodeStatus { return a.views.heldStatuses() }, a.subnets.reservedFor)
+	a.rejects.setHeld(func(f func(map[string]NodeStatus)) {
+		a.views.withHeld(func(held map[string]NodeStatus, _ func(string) hlc.Timestamp) { f(held) })
+	}, a.subnets.reservedFor)
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
 		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
 	a.subnets.publish = func() { a.status.publishStatus(nil) }
 	a.views = newViews()
+	a.subnets.withHeld = a.views.withHeld
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
 	a.views.selfStatus = func() NodeStatus { return a.status.status(nil) }

@@ -152,16 +152,6 @@ func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeSt
 	return out
 }
 
-// heldStatus is the node status st holds for name.
-func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
-	rec, ok, err := st.Get(statusKey(name))
-	if err != nil || !ok {
-		return NodeStatus{}, false
-	}
-	s, ok := decodeStatuses([]crdt.Record{rec}, cluster)[name]
-	return s, ok
-}
-
 // prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
 // Prefix for nil).
 func prefixOf(n *net.IPNet) netip.Prefix {

@@ -34,10 +34,10 @@ type rejects struct {
 	// keyOwner returns the node whose held, live status record is signed
 	// by key, if any (Agent.keyOwner).
 	keyOwner func(key []byte) (string, bool)
-	// heldStatus and heldStatuses read the node statuses this node holds
-	// (for checkTakeover); nil until setHeld.
-	heldStatus   func(name string) (NodeStatus, bool)
-	heldStatuses func() map[string]NodeStatus
+	// withHeld calls its argument with the node statuses this node
+	// holds, by name (for checkTakeover; the map is not to be kept or
+	// modified); nil until setHeld.
+	withHeld func(func(map[string]NodeStatus))
 	// reserved reports whether a node's subnet claim still holds: the
 	// node is live, or down for less than --subnet-reclaim-after.
 	reserved func(name string) bool
@@ -63,8 +63,8 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 
 // setHeld sets the lookups of the statuses this node holds and of
 // whether a node's claim is still reserved.
-func (x *rejects) setHeld(one func(string) (NodeStatus, bool), all func() map[string]NodeStatus, reserved func(string) bool) {
-	x.heldStatus, x.heldStatuses, x.reserved = one, all, reserved
+func (x *rejects) setHeld(withHeld func(func(map[string]NodeStatus)), reserved func(string) bool) {
+	x.withHeld, x.reserved = withHeld, reserved
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -106,13 +106,17 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
 		}
 	}
-	if x.heldStatus == nil || s.PodSubnet == "" {
+	if x.withHeld == nil || s.PodSubnet == "" {
 		return nil
 	}
-	if held, ok := x.heldStatus(s.Name); ok && held.PodSubnet == s.PodSubnet && held.SubnetSince == s.SubnetSince {
-		return nil // the claim this node already holds: nothing new
-	}
-	return checkTakeover(s, x.heldStatuses(), x.reserved)
+	var rj *rejection
+	x.withHeld(func(held map[string]NodeStatus) {
+		if h, ok := held[s.Name]; ok && h.PodSubnet == s.PodSubnet && h.SubnetSince == s.SubnetSince {
+			return // the claim this node already holds: nothing new
+		}
+		rj = checkTakeover(s, held, x.reserved)
+	})
+	return rj
 }
 
 // checkTakeover refuses a new or changed subnet claim that would take a
@@ -132,11 +136,11 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 func checkTakeover(s NodeStatus, held map[string]NodeStatus, reserved func(string) bool) *rejection {
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
 	for name, h := range held {
-		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady || !reserved(name) {
+		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady {
 			continue
 		}
 		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
-		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost {
+		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost && reserved(name) {
 			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
 				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
 		}

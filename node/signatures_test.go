@@ -148,7 +148,8 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	// node coming back), a changed one is checked.
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	x.setHeld(func(name string) (NodeStatus, bool) { return back, name == "evil" }, func() map[string]NodeStatus { return held }, live)
+	withBack := map[string]NodeStatus{"n2": n2, "evil": back}
+	x.setHeld(func(f func(map[string]NodeStatus)) { f(withBack) }, live)
 	x.setLive(live)
 	rec := func(s NodeStatus) crdt.Record {
 		for i := range s.Replicas {
@@ -184,7 +185,7 @@ func TestClaimOfADownNodeStaysReservedUntilReclaim(t *testing.T) {
 		{"dead", 25 * time.Hour, false},
 		{"", 25 * time.Hour, false},
 	} {
-		if got := reserved(tc.state, at(tc.ago), 24*time.Hour); got != tc.want {
+		if got := reserved(tc.state, at(tc.ago).Version, 24*time.Hour); got != tc.want {
 			t.Errorf("%s, last write %s ago: reserved = %v, want %v", tc.state, tc.ago, got, tc.want)
 		}
 	}

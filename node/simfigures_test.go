@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -200,3 +202,13 @@ func realNow() time.Duration {
 }
 
 func realSince(t0 time.Duration) time.Duration { return realNow() - t0 }
+
+// heldStatus is the node status st holds for name.
+func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
+	rec, ok, err := st.Get(statusKey(name))
+	if err != nil || !ok {
+		return NodeStatus{}, false
+	}
+	s, ok := decodeStatuses([]crdt.Record{rec}, cluster)[name]
+	return s, ok
+}

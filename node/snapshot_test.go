@@ -1,13 +1,19 @@
 package node
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // Placement runs once per change of its inputs on each node, and only in
@@ -94,5 +100,88 @@ func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
 	}
 	if got < 2 {
 		t.Fatalf("%v view builds for 100 records over %v: the view did not follow them", got, took)
+	}
+}
+
+// countingStore counts the records its reads return.
+type countingStore struct {
+	Store
+	gets, listed int
+}
+
+func (c *countingStore) Get(key string) (crdt.Record, bool, error) {
+	c.gets++
+	return c.Store.Get(key)
+}
+
+func (c *countingStore) List(prefix string) ([]crdt.Record, error) {
+	rs, err := c.Store.List(prefix)
+	c.listed += len(rs)
+	return rs, err
+}
+
+// The statuses the view holds follow the store's writes, reading only
+// the records that changed: a status record changed among 200 costs one
+// read, not 200 (each node's view and subnet-claim check did that for
+// every record received: O(N^2) per node in a forming cluster). A write,
+// a delete and a purge all show.
+func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
+	inner := &countingStore{Store: store.NewMemory()}
+	st := track(inner)
+	vs := newViews()
+	vs.store, vs.clusterCIDR, vs.log = st, testClusterCIDR, newTextLogger(io.Discard)
+	status := func(i, wall int) crdt.Record {
+		s := goodStatus()
+		s.Name, s.Replicas = fmt.Sprintf("n%03d", i), nil
+		s.PodSubnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 22, byte(i), 0}), 24).String()
+		r := statusRecord(t, s, s.Name)
+		r.Version.Wall = int64(wall)
+		return r
+	}
+	held := func() map[string]NodeStatus {
+		var out map[string]NodeStatus
+		vs.withHeld(func(m map[string]NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
+		return out
+	}
+	for i := range 200 {
+		if _, err := st.Apply(status(i, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(held()); got != 200 {
+		t.Fatalf("first look: %d statuses, want 200", got)
+	}
+	inner.gets, inner.listed = 0, 0
+	changed := status(7, 3)
+	var s NodeStatus
+	json.Unmarshal(changed.Value, &s)
+	s.SubnetReady = false
+	changed.Value, _ = json.Marshal(s)
+	if _, err := st.Apply(changed); err != nil {
+		t.Fatal(err)
+	}
+	h := held()
+	if h["n007"].SubnetReady || len(h) != 200 {
+		t.Fatalf("the changed status does not show: %+v (%d held)", h["n007"], len(h))
+	}
+	if inner.gets != 1 || inner.listed != 0 {
+		t.Fatalf("one changed record read %d records and listed %d, want 1 and 0", inner.gets, inner.listed)
+	}
+	if held(); inner.gets != 1 {
+		t.Fatalf("no change read %d records", inner.gets-1)
+	}
+	del := status(9, 4)
+	del.Deleted, del.Value = true, nil
+	if _, err := st.Apply(del); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := held()["n009"]; ok {
+		t.Fatal("a deleted status is still held")
+	}
+	if _, err := st.Purge(time.Now().Add(time.Hour), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if h := held(); len(h) != 199 {
+		t.Fatalf("after a purge: %d held, want 199", len(h))
 	}
 }

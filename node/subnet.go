@@ -7,11 +7,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
@@ -33,6 +34,9 @@ type subnets struct {
 	clock        *hlc.Clock
 	gossip       *gossip.Cluster
 	log          *slog.Logger
+	// withHeld calls its argument with the node statuses this node holds
+	// and their records' versions (views.withHeld).
+	withHeld func(func(held map[string]NodeStatus, version func(name string) hlc.Timestamp))
 	// publish gossips this node's record (self.publishStatus(nil)).
 	publish func()
 	// use configures the pod network for the claimed subnet; nil in
@@ -50,35 +54,41 @@ type subnets struct {
 // how long it has been gone). A claim whose node record is deleted
 // ("starling node forget") is free.
 func (sn *subnets) others() []ipam.Claim {
-	recs, err := sn.store.List(statusKind + "/")
-	if err != nil {
-		return nil
-	}
-	members := map[string]gossip.MemberState{}
-	for _, m := range sn.gossip.Members() {
-		members[m.Name] = m.State
-	}
-	statuses := decodeStatuses(recs, sn.clusterCIDR)
+	ms := sn.gossip.Members()
 	var out []ipam.Claim
-	for _, r := range recs {
-		s, ok := statuses[r.Origin]
-		if !ok || s.Name == sn.self || s.PodSubnet == "" || statusKey(s.Name) != r.Key {
-			continue
+	sn.withHeld(func(held map[string]NodeStatus, version func(string) hlc.Timestamp) {
+		for name, s := range held {
+			if name == sn.self || s.PodSubnet == "" {
+				continue
+			}
+			state, _ := memberState(ms, name)
+			if !reserved(state, version(name), sn.reclaimAfter) {
+				continue
+			}
+			out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
 		}
-		if !reserved(members[s.Name], r, sn.reclaimAfter) {
-			continue
-		}
-		out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
-	}
+	})
+	slices.SortFunc(out, func(a, b ipam.Claim) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
-// reserved reports whether the subnet claim in status record r still
-// holds, its node being in membership state state: a live node's does, a
-// down one's for reclaimAfter after its last write (a dead node stops
-// writing, so its record's age is how long it has been gone).
-func reserved(state gossip.MemberState, r crdt.Record, reclaimAfter time.Duration) bool {
-	return state.Up() || time.Since(time.Unix(0, r.Version.Wall)) <= reclaimAfter
+// reserved reports whether the subnet claim in a status record of
+// version v still holds, its node being in membership state state: a
+// live node's does, a down one's for reclaimAfter after its last write (a
+// dead node stops writing, so its record's age is how long it has been
+// gone).
+func reserved(state gossip.MemberState, v hlc.Timestamp, reclaimAfter time.Duration) bool {
+	return state.Up() || time.Since(time.Unix(0, v.Wall)) <= reclaimAfter
+}
+
+// memberState is the state of member name in ms, a membership sorted by
+// name (gossip.Cluster.Members); ok false when ms does not hold it.
+func memberState(ms []gossip.Member, name string) (gossip.MemberState, bool) {
+	i, ok := slices.BinarySearchFunc(ms, name, func(m gossip.Member, n string) int { return strings.Compare(m.Name, n) })
+	if !ok {
+		return "", false
+	}
+	return ms[i].State, true
 }
 
 // reservedFor is reserved for node name, from membership and the
@@ -89,7 +99,7 @@ func (sn *subnets) reservedFor(name string) bool {
 		return false
 	}
 	m, _ := sn.gossip.Member(name)
-	return reserved(m.State, rec, sn.reclaimAfter)
+	return reserved(m.State, rec.Version, sn.reclaimAfter)
 }
 
 // current is the claim this node holds (zero before it claimed).

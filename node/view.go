@@ -55,6 +55,10 @@ type view struct {
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.
 	objectsKey, placementKey string
+	// objGen and heldGen are the builder's counts of changes to the
+	// desired objects' and the status records when this view was built
+	// (views.sync): equal counts, unchanged records.
+	objGen, heldGen uint64
 }
 
 // place runs placement (rendezvous hashing with bounded loads, package

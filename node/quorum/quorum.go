@@ -53,6 +53,7 @@
 package quorum
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"math/bits"
@@ -174,9 +175,13 @@ type Member struct {
 }
 
 // Question is one question of a round: ask To for its count at Depth.
+// Known is how many of the members Plan was given lie in the range the
+// question is about (1 for a direct question): the caller caps the
+// answer at it.
 type Question struct {
 	Depth int
 	To    string
+	Known int
 }
 
 // Plan is one round of questions of node self (by name and ID), given
@@ -186,9 +191,10 @@ type Question struct {
 // chosen by rendezvous hashing (Thaler & Ravishankar 1998) of the pair,
 // skipping the first skip[depth] candidates (the caller rotates past
 // members that did not answer). Sibling ranges with no member get no
-// question.
+// question. It costs O(leaf * len(members)): no sort unless a depth
+// skips.
 func Plan(self Member, members []Member, skip map[int]int) (leaf int, qs []Question) {
-	var others []Member
+	others := make([]Member, 0, len(members))
 	for _, m := range members {
 		if m.Name != self.Name {
 			others = append(others, m)
@@ -197,11 +203,12 @@ func Plan(self Member, members []Member, skip map[int]int) (leaf int, qs []Quest
 	leaf = LeafDepth(self.ID, others)
 	for _, m := range others {
 		if SameRange(self.ID, m.ID, leaf) {
-			qs = append(qs, Question{Depth: Self, To: m.Name})
+			qs = append(qs, Question{Depth: Self, To: m.Name, Known: 1})
 		}
 	}
+	var cands []Member
 	for d := 1; d <= leaf; d++ {
-		var cands []Member
+		cands = cands[:0]
 		for _, m := range others {
 			if Sibling(self.ID, m.ID, d) {
 				cands = append(cands, m)
@@ -210,19 +217,33 @@ func Plan(self Member, members []Member, skip map[int]int) (leaf int, qs []Quest
 		if len(cands) == 0 {
 			continue
 		}
-		slices.SortFunc(cands, func(a, b Member) int {
-			ha, hb := rendezvous(self.ID, a.ID), rendezvous(self.ID, b.ID)
-			switch {
-			case ha > hb:
-				return -1
-			case ha < hb:
-				return 1
-			}
-			return 0
-		})
-		qs = append(qs, Question{Depth: d, To: cands[skip[d]%len(cands)].Name})
+		qs = append(qs, Question{Depth: d, To: heaviest(self.ID, cands, skip[d]%len(cands)).Name, Known: len(cands)})
 	}
 	return leaf, qs
+}
+
+// heaviest is the candidate of rank k (0: the heaviest) by rendezvous
+// weight for asker a.
+func heaviest(a ID, cands []Member, k int) Member {
+	if k == 0 {
+		best, bw := cands[0], rendezvous(a, cands[0].ID)
+		for _, c := range cands[1:] {
+			if w := rendezvous(a, c.ID); w > bw {
+				best, bw = c, w
+			}
+		}
+		return best
+	}
+	type weighted struct {
+		w uint64
+		i int
+	}
+	ws := make([]weighted, len(cands))
+	for i, c := range cands {
+		ws[i] = weighted{rendezvous(a, c.ID), i}
+	}
+	slices.SortFunc(ws, func(x, y weighted) int { return cmp.Compare(y.w, x.w) })
+	return cands[ws[k].i]
 }
 
 // LeafDepth is the smallest depth at which self's range holds at most
