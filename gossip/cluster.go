@@ -621,7 +621,7 @@ func (c *Cluster) livePeers() []*memberlist.Node {
 	var out []*memberlist.Node
 	for _, m := range c.members {
 		if m.Name != c.cfg.Name && (m.State.Up()) {
-			out = append(out, &memberlist.Node{Name: m.Name, Addr: net.ParseIP(m.Addr), Port: m.Port, DMax: m.dmax})
+			out = append(out, m.node)
 		}
 	}
 	return out
@@ -636,7 +636,7 @@ func (c *Cluster) peer(name string) (*memberlist.Node, bool) {
 	if !ok || name == c.cfg.Name || !m.State.Up() {
 		return nil, false
 	}
-	return &memberlist.Node{Name: m.Name, Addr: m.ip, Port: m.Port, DMax: m.dmax}, true
+	return m.node, true
 }
 
 // Ping sends one direct UDP ping (memberlist's probe message) to the named
@@ -730,17 +730,23 @@ func (c *Cluster) setMemberLocked(n *memberlist.Node, state MemberState) bool {
 		c.members[n.Name] = m
 	}
 	changed := !ok
-	if addr := n.Addr.String(); m.Addr != addr || m.Port != n.Port {
-		m.Addr, m.Port, m.ip, changed = addr, n.Port, slices.Clone(n.Addr), true
+	if addr := n.Addr.String(); m.Addr != addr || m.Port != n.Port || m.dmax != n.DMax || m.node == nil {
+		// dmax is what it reads, not a change of the member.
+		changed = changed || m.Addr != addr || m.Port != n.Port
+		m.Addr, m.Port, m.dmax = addr, n.Port, n.DMax
+		m.setNode(slices.Clone(n.Addr))
 	}
 	if !slices.Equal(m.Meta, n.Meta) {
 		m.Meta, changed = slices.Clone(n.Meta), true
 	}
-	m.dmax = n.DMax // what it reads, not a change of the member
 	if m.State != state {
 		m.State, m.Since, changed = state, time.Now(), true
 	}
-	c.recountLocked()
+	if changed {
+		// An alive message that changes nothing (gossip repeats each
+		// many times) keeps the Members snapshot.
+		c.recountLocked()
+	}
 	return changed
 }
 

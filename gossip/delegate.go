@@ -442,9 +442,9 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
 	c := d.c
 	c.membersMu.Lock()
-	if m, ok := c.members[n.Name]; ok && m.dmax != n.DMax {
+	if m, ok := c.members[n.Name]; ok && m.node != nil && m.dmax != n.DMax {
 		m.dmax = n.DMax
-		c.membersSnap.Store(nil)
+		m.setNode(m.node.Addr)
 	}
 	c.membersMu.Unlock()
 	return nil

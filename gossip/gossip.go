@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 )
 
@@ -103,8 +104,15 @@ type Member struct {
 	// dmax is the highest delegate protocol version the member reads
 	// (memberlist.Node.DMax; protoS2: compressed records).
 	dmax uint8
-	// ip is Addr parsed (peer, on every question and ping).
-	ip net.IP
+	// node is the member as memberlist sends to it (Addr parsed, Port,
+	// dmax), made again when one of them changes: peer returns it on
+	// every question and ping.
+	node *memberlist.Node
+}
+
+// setNode makes m.node from m's address, port and dmax.
+func (m *Member) setNode(ip net.IP) {
+	m.node = &memberlist.Node{Name: m.Name, Addr: ip, Port: m.Port, DMax: m.dmax}
 }
 
 // Errors returned (wrapped; match with errors.Is).

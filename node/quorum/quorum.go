@@ -102,6 +102,18 @@ func (h Hist) Shift(d time.Duration) Hist {
 	return out
 }
 
+// addShifted adds o aged by d (h = h.Plus(o.Shift(d))) without copying
+// either.
+func (h *Hist) addShifted(o *Hist, d time.Duration) {
+	k := 0
+	if d > 0 {
+		k = int((d + Quantum - 1) / Quantum)
+	}
+	for i := 0; i+k < Buckets; i++ {
+		h[i+k] += o[i]
+	}
+}
+
 // Plus returns the counts of h and o added (of disjoint ranges).
 func (h Hist) Plus(o Hist) Hist {
 	for i := range h {

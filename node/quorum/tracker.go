@@ -99,19 +99,19 @@ func (t *Tracker) usable(s *slot, now time.Time) bool {
 // settling reports true are left out), and below the leaf the usable
 // answers for each sibling range between depth d+1 and the leaf.
 func (t *Tracker) Count(d int, now time.Time, settling func(name string) bool) Hist {
-	if d >= t.leaf {
-		h := One()
-		for name, s := range t.direct {
-			if !t.usable(s, now) || !SameRange(t.Self.ID, s.id, d) || settling != nil && settling(name) {
-				continue
-			}
-			h = h.Plus(s.hist.Shift(now.Sub(s.sent)))
+	// Each answer is added aged in place (addShifted): a question is
+	// answered with a count, so this runs for every question received.
+	h := One()
+	for name, s := range t.direct {
+		if !t.usable(s, now) || !SameRange(t.Self.ID, s.id, max(d, t.leaf)) || settling != nil && settling(name) {
+			continue
 		}
-		return h
+		h.addShifted(&s.hist, now.Sub(s.sent))
 	}
-	h := t.Count(d+1, now, settling)
-	if s := &t.level[d+1]; t.usable(s, now) {
-		h = h.Plus(s.hist.Shift(now.Sub(s.sent)))
+	for l := d + 1; l <= t.leaf; l++ {
+		if s := &t.level[l]; t.usable(s, now) {
+			h.addShifted(&s.hist, now.Sub(s.sent))
+		}
 	}
 	return h
 }
