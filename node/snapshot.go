@@ -236,7 +236,9 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	// The statuses are shared with the previous view when no status
 	// record changed (and this node's own is held: until it is, the view
 	// shows what it would publish now).
-	if _, selfHeld := vs.held[vs.self]; prev != nil && prev.heldGen == v.heldGen && selfHeld {
+	_, selfHeld := vs.held[vs.self]
+	sameStatuses := prev != nil && prev.heldGen == v.heldGen && selfHeld
+	if sameStatuses {
 		v.statuses = prev.statuses
 	} else {
 		v.statuses = maps.Clone(vs.held)
@@ -247,8 +249,29 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	v.members = vs.cluster.Members()
 	v.alive = vs.members.alive(now, v.members)
 	v.excluded = vs.acks.excluded(now)
+	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) {
+		// Nothing the rest is computed from changed (a membership event
+		// that moved no one, a record of another kind).
+		v.winners, v.eligible, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.placementKey, prev.placement, prev.base, prev.owner
+		v.ports, v.unlisted = prev.ports, prev.unlisted
+	} else {
+		vs.derive(v, prev)
+	}
+	for _, x := range vs.acks.observe(now, v.unlisted, (v.eligible-1)/2) {
+		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
+			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
+	}
+	return v, nil
+}
+
+// derive computes what v holds from its statuses, workloads and
+// members: the winning subnet claims, placement (only when its own inputs
+// differ from prev's), the Services' ports and the nodes that do not list
+// the replicas placed on them.
+func (vs *views) derive(v, prev *view) {
 	v.winners = winningClaims(v.statuses)
 	eligible := eligibleNodes(v.alive, v.statuses, v.winners)
+	v.eligible = len(eligible)
 	// Placement's own inputs, not the records': an annotation or an
 	// image change of a workload moves nothing.
 	v.placementKey = workloadsKey(v.workloads) + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
@@ -263,16 +286,11 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).
 	// A node does not judge itself, and leaves at most a minority out.
-	unlisted := unreported(v.all, v.base, v.statuses)
-	delete(unlisted, vs.self)
+	v.unlisted = unreported(v.all, v.base, v.statuses)
+	delete(v.unlisted, vs.self)
 	if vs.acks.timeout <= 0 {
-		unlisted = nil // the check is off (--ack-timeout 0)
+		v.unlisted = nil // the check is off (--ack-timeout 0)
 	}
-	for _, x := range vs.acks.observe(now, unlisted, (len(eligible)-1)/2) {
-		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
-			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
-	}
-	return v, nil
 }
 
 // objectsInto sets v's desired objects and what is computed from them,

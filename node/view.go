@@ -55,6 +55,10 @@ type view struct {
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.
 	objectsKey, placementKey string
+	// eligible is the number of nodes placement may use; unlisted the
+	// nodes that do not list the replicas placed on them (unreported).
+	eligible int
+	unlisted map[string]bool
 	// objGen and heldGen are the builder's counts of changes to the
 	// desired objects' and the status records when this view was built
 	// (views.sync): equal counts, unchanged records.

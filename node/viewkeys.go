@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -29,13 +30,19 @@ func recordsKey(recs []crdt.Record) string {
 
 // nodesKey identifies placement's node input.
 func nodesKey(nodes []placement.Node) string {
-	var b strings.Builder
+	// Appended, not formatted: it runs on every rebuild, over every node.
+	var b []byte
 	for _, n := range nodes {
-		fmt.Fprintf(&b, "%s/%d/%d/", n.Name, n.Allocatable.MilliCPU, n.Allocatable.MemoryBytes)
-		b.WriteString(labels.Set(n.Labels).String()) // sorted by key
-		b.WriteByte(';')
+		b = append(b, n.Name...)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, n.Allocatable.MilliCPU, 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, n.Allocatable.MemoryBytes, 10)
+		b = append(b, '/')
+		b = append(b, labels.Set(n.Labels).String()...) // sorted by key
+		b = append(b, ';')
 	}
-	return b.String()
+	return string(b)
 }
 
 func setKey(s map[string]bool) string {
