@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"net/netip"
 	"sort"
@@ -47,6 +48,31 @@ type NodeStatus struct {
 	// cluster CA for Name and the key that signs this record; empty with
 	// --insecure. Peers refuse a status without a valid one (verify.go).
 	Cert []byte `json:"cert,omitempty"`
+
+	// subnet is PodSubnet parsed (decodeStatuses), for the checks that
+	// compare one claim with every node's.
+	subnet netip.Prefix
+}
+
+// sameClaim reports whether a and b make the same subnet claim.
+func sameClaim(a, b NodeStatus) bool {
+	return a.PodSubnet == b.PodSubnet && a.SubnetSince == b.SubnetSince
+}
+
+// samePlacement reports whether placement and the claims' resolution see
+// a and b alike: the same claim, readiness, capacity and labels.
+func samePlacement(a, b NodeStatus) bool {
+	return sameClaim(a, b) && a.SubnetReady == b.SubnetReady && a.Capacity == b.Capacity && maps.Equal(a.Labels, b.Labels)
+}
+
+// prefix is s's pod subnet parsed (ok false when it has none or it does
+// not parse).
+func (s NodeStatus) prefix() (netip.Prefix, bool) {
+	if s.subnet.IsValid() {
+		return s.subnet, true
+	}
+	p, err := netip.ParsePrefix(s.PodSubnet)
+	return p.Masked(), err == nil
 }
 
 // decodeStatuses returns the node status records in records, by name. A
@@ -67,9 +93,11 @@ func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]Node
 			continue
 		}
 		if s.PodSubnet != "" {
-			if p, err := netip.ParsePrefix(s.PodSubnet); err != nil || !insideCluster(p, cluster) {
+			p, err := netip.ParsePrefix(s.PodSubnet)
+			if err != nil || !insideCluster(p, cluster) {
 				continue
 			}
+			s.subnet = p.Masked()
 		}
 		out[s.Name] = s
 	}

@@ -134,13 +134,18 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 // before, by time; a node that comes back with the claim it held is not
 // affected (checkStatus skips a claim already held).
 func checkTakeover(s NodeStatus, held map[string]NodeStatus, reserved func(string) bool) *rejection {
+	// As ipam.Lost(other, mine) for each other claim, with subnets parsed
+	// once (this runs for each new claim received, over every node's).
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
+	mineP, mineOK := s.prefix()
 	for name, h := range held {
 		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady {
 			continue
 		}
 		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
-		if _, lost := ipam.Lost(other, []ipam.Claim{mine}); lost && reserved(name) {
+		otherP, otherOK := h.prefix()
+		overlaps := mineOK && otherOK && mineP.Overlaps(otherP) || (!mineOK || !otherOK) && h.PodSubnet == s.PodSubnet
+		if overlaps && mine.Beats(other) && reserved(name) {
 			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
 				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
 		}

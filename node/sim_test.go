@@ -217,19 +217,30 @@ func simulate(t *testing.T, n int) {
 	defer c.stopAll()
 	// Claims settle in rounds that take longer as gossip carries more
 	// joins: 26 s at 100 nodes, 2m34s at 300.
+	// Progress, every 30 s of the cluster's time: how many nodes see the
+	// whole cluster formed, and the fewest members and records one sees.
+	formed0, next := time.Now(), 30*time.Second
 	took, ok := wait(max(3*time.Minute, time.Duration(n)*600*time.Millisecond), 500*time.Millisecond, func() bool {
+		done, fewestMembers, fewestRecords := 0, n, n
 		for _, nd := range c.nodes {
 			v := nd.agent.views.view()
-			if nd.agent.cluster.NumMembers() != n || len(v.statuses) != n {
-				return false
-			}
+			members, ready := nd.agent.cluster.NumMembers(), 0
 			for _, s := range v.statuses {
-				if !s.SubnetReady {
-					return false
+				if s.SubnetReady {
+					ready++
 				}
 			}
+			fewestMembers, fewestRecords = min(fewestMembers, members), min(fewestRecords, ready)
+			if members == n && ready == n {
+				done++
+			}
 		}
-		return true
+		if time.Since(formed0) >= next {
+			next += 30 * time.Second
+			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d",
+				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords)
+		}
+		return done == n
 	})
 	if !ok {
 		for _, nd := range c.nodes[:3] {

@@ -82,6 +82,11 @@ type views struct {
 	statuses        map[string]cachedStatus
 	held            map[string]NodeStatus
 	heldGen, objGen uint64
+	// claimsGen and nodesGen count the changes to the held statuses'
+	// subnet claims, and to what placement reads of a node (claim,
+	// readiness, capacity, labels): a status that lists other replicas
+	// changes neither, and what is computed from them is kept.
+	claimsGen, nodesGen uint64
 }
 
 // cachedObject and cachedStatus are decoded records with what they were
@@ -229,7 +234,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	if err := vs.sync(); err != nil {
 		return nil, err
 	}
-	v.objGen, v.heldGen = vs.objGen, vs.heldGen
+	v.objGen, v.heldGen, v.claimsGen, v.nodesGen = vs.objGen, vs.heldGen, vs.claimsGen, vs.nodesGen
 	if err := vs.objectsInto(v, prev); err != nil {
 		return nil, err
 	}
@@ -247,17 +252,21 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		}
 	}
 	v.members = vs.cluster.Members()
-	v.alive = vs.members.alive(now, v.members)
+	if prev != nil && vs.members.aliveIs(now, v.members, prev.alive) {
+		v.alive = prev.alive
+	} else {
+		v.alive = vs.members.alive(now, v.members)
+	}
 	v.excluded = vs.acks.excluded(now)
 	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind).
-		v.winners, v.eligible, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.placementKey, prev.placement, prev.base, prev.owner
+		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
 		v.ports, v.unlisted = prev.ports, prev.unlisted
 	} else {
-		vs.derive(v, prev)
+		vs.derive(v, prev, selfHeld)
 	}
-	for _, x := range vs.acks.observe(now, v.unlisted, (v.eligible-1)/2) {
+	for _, x := range vs.acks.observe(now, v.unlisted, (len(v.eligible)-1)/2) {
 		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
 			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
 	}
@@ -265,20 +274,32 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 }
 
 // derive computes what v holds from its statuses, workloads and
-// members: the winning subnet claims, placement (only when its own inputs
-// differ from prev's), the Services' ports and the nodes that do not list
-// the replicas placed on them.
-func (vs *views) derive(v, prev *view) {
-	v.winners = winningClaims(v.statuses)
-	eligible := eligibleNodes(v.alive, v.statuses, v.winners)
-	v.eligible = len(eligible)
+// members: the winning subnet claims and the eligible nodes (kept from
+// prev when the claims, the nodes' placement fields and the live members
+// did not change, and gens says the statuses' change counts hold: this
+// node's own record is held), placement (only when its own inputs
+// differ from prev's), the Services' ports and the nodes that do not
+// list the replicas placed on them.
+func (vs *views) derive(v, prev *view, gens bool) {
+	sameClaims := gens && prev != nil && prev.claimsGen == v.claimsGen
+	if sameClaims {
+		v.winners = prev.winners
+	} else {
+		v.winners = winningClaims(v.statuses)
+	}
+	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) {
+		v.eligible, v.nodesKey = prev.eligible, prev.nodesKey
+	} else {
+		v.eligible = eligibleNodes(v.alive, v.statuses, v.winners)
+		v.nodesKey = nodesKey(v.eligible)
+	}
 	// Placement's own inputs, not the records': an annotation or an
 	// image change of a workload moves nothing.
-	v.placementKey = workloadsKey(v.workloads) + "|" + nodesKey(eligible) + "|" + setKey(v.excluded)
+	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.excluded)
 	if prev != nil && prev.placementKey == v.placementKey {
 		v.placement, v.base, v.owner = prev.placement, prev.base, prev.owner
 	} else {
-		v.placement, v.base, v.owner = place(eligible, v.workloads, v.all, v.excluded)
+		v.placement, v.base, v.owner = place(v.eligible, v.workloads, v.all, v.excluded)
 		vs.placements.Inc()
 	}
 	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
@@ -298,7 +319,7 @@ func (vs *views) derive(v, prev *view) {
 // changed keys, then by the records themselves).
 func (vs *views) objectsInto(v, prev *view) error {
 	if prev != nil && prev.objGen == v.objGen {
-		v.objectsKey = prev.objectsKey
+		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
 		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
 		return nil
 	}
@@ -316,6 +337,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 	}
 	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
 	if prev != nil && prev.objectsKey == v.objectsKey {
+		v.workloadsKey = prev.workloadsKey
 		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
 		return nil
 	}
@@ -330,6 +352,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 	v.all = desiredReplicas(v.workloads)
 	v.hashes, v.probes = currentProbes(v.workloads)
 	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
+	v.workloadsKey = workloadsKey(v.workloads)
 	return nil
 }
 
@@ -379,6 +402,8 @@ func (vs *views) sync() error {
 		vs.held = vs.decodeStatusesCached(recs)
 		vs.heldGen++
 		vs.objGen++
+		vs.claimsGen++
+		vs.nodesGen++
 		return nil
 	}
 	for _, k := range keys {
@@ -392,15 +417,25 @@ func (vs *views) sync() error {
 				return err
 			}
 			vs.heldGen++
-			if old, had := vs.statuses[k]; had && old.ok {
+			old, had := vs.statuses[k]
+			had = had && old.ok
+			if had {
 				delete(vs.held, old.status.Name)
 			}
-			if !ok {
+			var c cachedStatus
+			if ok {
+				c = vs.decodeStatus(r)
+			} else {
 				delete(vs.statuses, k)
-				continue
 			}
-			if c := vs.decodeStatus(r); c.ok {
+			if c.ok {
 				vs.held[c.status.Name] = c.status
+			}
+			if had != c.ok || had && !sameClaim(old.status, c.status) {
+				vs.claimsGen++
+			}
+			if had != c.ok || had && !samePlacement(old.status, c.status) {
+				vs.nodesGen++
 			}
 		}
 	}

@@ -185,3 +185,54 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 		t.Fatalf("after a purge: %d held, want 199", len(h))
 	}
 }
+
+// A change of what placement reads of a node (its labels here) reaches
+// the view's eligible nodes, and one that does not (its replica list)
+// keeps them: the view keeps the claims' winners and the eligible nodes
+// only while no held status changed them.
+func TestViewFollowsANodesPlacementFields(t *testing.T) {
+	nodes := startCluster(t, 2)
+	a := nodes[0].agent
+	eligible := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range a.views.view().eligible {
+			out[n.Name] = n.Labels["zone"]
+		}
+		return out
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if e := eligible(); len(e) != 2 {
+			return fmt.Errorf("eligible %v", e)
+		}
+		return nil
+	})
+	// n2's record as a newer write would carry it (the store under the
+	// view takes it as gossip's Accept hook passed it).
+	rewrite := func(change func(*NodeStatus)) {
+		t.Helper()
+		rec, ok, err := a.store.Get(statusKey(nodes[1].name))
+		if err != nil || !ok {
+			t.Fatalf("n2's record: %v %v", ok, err)
+		}
+		var s NodeStatus
+		if err := json.Unmarshal(rec.Value, &s); err != nil {
+			t.Fatal(err)
+		}
+		change(&s)
+		rec.Value, _ = json.Marshal(s)
+		rec.Version = a.clock.Now()
+		if _, err := a.store.Apply(rec); err != nil {
+			t.Fatal(err)
+		}
+		a.views.rebuild(time.Now())
+	}
+	before := a.views.view()
+	rewrite(func(s *NodeStatus) { s.Replicas = nil })
+	if after := a.views.view(); after.heldGen == before.heldGen || after.nodesGen != before.nodesGen {
+		t.Fatalf("a replica list change: held %d -> %d, nodes %d -> %d; want a held change only", before.heldGen, after.heldGen, before.nodesGen, after.nodesGen)
+	}
+	rewrite(func(s *NodeStatus) { s.Labels = map[string]string{"zone": "moved"} })
+	if got := eligible()[nodes[1].name]; got != "moved" {
+		t.Fatalf("n2's new label not in the view's eligible nodes: zone %q", got)
+	}
+}

@@ -55,14 +55,18 @@ type view struct {
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.
 	objectsKey, placementKey string
-	// eligible is the number of nodes placement may use; unlisted the
-	// nodes that do not list the replicas placed on them (unreported).
-	eligible int
+	// eligible are the nodes placement may use; unlisted the nodes that
+	// do not list the replicas placed on them (unreported).
+	eligible []placement.Node
 	unlisted map[string]bool
-	// objGen and heldGen are the builder's counts of changes to the
-	// desired objects' and the status records when this view was built
-	// (views.sync): equal counts, unchanged records.
-	objGen, heldGen uint64
+	// workloadsKey and nodesKey are placement's workload and node inputs
+	// (viewkeys.go), kept with the inputs they identify.
+	workloadsKey, nodesKey string
+	// objGen, heldGen, claimsGen and nodesGen are the builder's counts of
+	// changes to the desired objects' and the status records, the subnet
+	// claims and the nodes' placement fields when this view was built
+	// (views.sync): equal counts, unchanged inputs.
+	objGen, heldGen, claimsGen, nodesGen uint64
 }
 
 // place runs placement (rendezvous hashing with bounded loads, package
