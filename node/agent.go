@@ -226,9 +226,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.acks = newAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{})}
-	a.rejects.setHeld(func(f func(map[string]NodeStatus)) {
-		a.views.withHeld(func(held map[string]NodeStatus, _ func(string) hlc.Timestamp) { f(held) })
-	}, a.subnets.reservedFor)
+	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.claimsNear(s) }, a.subnets.reservedFor)
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
 		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}

@@ -34,10 +34,10 @@ type rejects struct {
 	// keyOwner returns the node whose held, live status record is signed
 	// by key, if any (Agent.keyOwner).
 	keyOwner func(key []byte) (string, bool)
-	// withHeld calls its argument with the node statuses this node
-	// holds, by name (for checkTakeover; the map is not to be kept or
-	// modified); nil until setHeld.
-	withHeld func(func(map[string]NodeStatus))
+	// claimsNear returns the node statuses this node holds whose subnet
+	// claims overlap the argument's (for checkTakeover); nil until
+	// setHeld.
+	claimsNear func(NodeStatus) []NodeStatus
 	// reserved reports whether a node's subnet claim still holds: the
 	// node is live, or down for less than --subnet-reclaim-after.
 	reserved func(name string) bool
@@ -63,8 +63,8 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 
 // setHeld sets the lookups of the statuses this node holds and of
 // whether a node's claim is still reserved.
-func (x *rejects) setHeld(withHeld func(func(map[string]NodeStatus)), reserved func(string) bool) {
-	x.withHeld, x.reserved = withHeld, reserved
+func (x *rejects) setHeld(claimsNear func(NodeStatus) []NodeStatus, reserved func(string) bool) {
+	x.claimsNear, x.reserved = claimsNear, reserved
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -106,17 +106,16 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
 		}
 	}
-	if x.withHeld == nil || s.PodSubnet == "" {
+	if x.claimsNear == nil || s.PodSubnet == "" {
 		return nil
 	}
-	var rj *rejection
-	x.withHeld(func(held map[string]NodeStatus) {
-		if h, ok := held[s.Name]; ok && h.PodSubnet == s.PodSubnet && h.SubnetSince == s.SubnetSince {
-			return // the claim this node already holds: nothing new
+	near := x.claimsNear(s)
+	for _, h := range near {
+		if h.Name == s.Name && sameClaim(h, s) {
+			return nil // the claim this node already holds: nothing new
 		}
-		rj = checkTakeover(s, held, x.reserved)
-	})
-	return rj
+	}
+	return checkTakeover(s, near, x.reserved)
 }
 
 // checkTakeover refuses a new or changed subnet claim that would take a
@@ -133,12 +132,13 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 // data dir, join it again). Claims that have not settled resolve as
 // before, by time; a node that comes back with the claim it held is not
 // affected (checkStatus skips a claim already held).
-func checkTakeover(s NodeStatus, held map[string]NodeStatus, reserved func(string) bool) *rejection {
+func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) *rejection {
 	// As ipam.Lost(other, mine) for each other claim, with subnets parsed
 	// once (this runs for each new claim received, over every node's).
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
 	mineP, mineOK := s.prefix()
-	for name, h := range held {
+	for _, h := range held {
+		name := h.Name
 		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady {
 			continue
 		}

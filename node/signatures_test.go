@@ -3,6 +3,8 @@ package node
 import (
 	"encoding/json"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +141,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 		{"against an unsettled claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"n2": func() NodeStatus { s := n2; s.SubnetReady = false; return s }()}, false},
 		{"against a claim no longer reserved", claim("10.22.2.0/24", 1), map[string]NodeStatus{"dead": func() NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
 	} {
-		rj := checkTakeover(tc.s, tc.held, live)
+		rj := checkTakeover(tc.s, slices.Collect(maps.Values(tc.held)), live)
 		if (rj != nil) != tc.refused || rj != nil && rj.reason != rejectSubnetTaken {
 			t.Errorf("%s: %v, refused want %v", tc.name, rj, tc.refused)
 		}
@@ -148,8 +150,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	// node coming back), a changed one is checked.
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	withBack := map[string]NodeStatus{"n2": n2, "evil": back}
-	x.setHeld(func(f func(map[string]NodeStatus)) { f(withBack) }, live)
+	x.setHeld(func(NodeStatus) []NodeStatus { return []NodeStatus{n2, back} }, live)
 	x.setLive(live)
 	rec := func(s NodeStatus) crdt.Record {
 		for i := range s.Replicas {

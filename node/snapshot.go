@@ -87,6 +87,8 @@ type views struct {
 	// readiness, capacity, labels): a status that lists other replicas
 	// changes neither, and what is computed from them is kept.
 	claimsGen, nodesGen uint64
+	// claims indexes held's subnet claims and their winners.
+	claims *claimIndex
 }
 
 // cachedObject and cachedStatus are decoded records with what they were
@@ -122,7 +124,8 @@ func (id recordID) same(r crdt.Record) bool {
 }
 
 func newViews() *views {
-	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{}}
+	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
+		claims: newClaimIndex()}
 }
 
 // load returns the current snapshot (nil before the first build).
@@ -282,10 +285,13 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 // list the replicas placed on them.
 func (vs *views) derive(v, prev *view, gens bool) {
 	sameClaims := gens && prev != nil && prev.claimsGen == v.claimsGen
-	if sameClaims {
+	switch {
+	case sameClaims:
 		v.winners = prev.winners
-	} else {
-		v.winners = winningClaims(v.statuses)
+	case gens:
+		v.winners = maps.Clone(vs.claims.winners)
+	default:
+		v.winners = winningClaims(v.statuses) // with this node's unpublished record
 	}
 	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) {
 		v.eligible, v.nodesKey = prev.eligible, prev.nodesKey
@@ -400,6 +406,10 @@ func (vs *views) sync() error {
 			return err
 		}
 		vs.held = vs.decodeStatusesCached(recs)
+		vs.claims = newClaimIndex()
+		for name, st := range vs.held {
+			vs.claims.set(name, st, true)
+		}
 		vs.heldGen++
 		vs.objGen++
 		vs.claimsGen++
@@ -433,6 +443,12 @@ func (vs *views) sync() error {
 			}
 			if had != c.ok || had && !sameClaim(old.status, c.status) {
 				vs.claimsGen++
+				if had {
+					vs.claims.set(old.status.Name, NodeStatus{}, false)
+				}
+				if c.ok {
+					vs.claims.set(c.status.Name, c.status, true)
+				}
 			}
 			if had != c.ok || had && !samePlacement(old.status, c.status) {
 				vs.nodesGen++
@@ -454,6 +470,35 @@ func (vs *views) withHeld(f func(held map[string]NodeStatus, version func(name s
 		vs.log.Error("read the node statuses", "err", err)
 	}
 	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[statusKey(name)].from.version })
+}
+
+// claimsNear returns the held statuses whose subnet claim overlaps s's
+// (s's own held one included), found through the claim index: a new
+// claim is checked against these, not against every node's.
+func (vs *views) claimsNear(s NodeStatus) []NodeStatus {
+	vs.build.Lock()
+	defer vs.build.Unlock()
+	if err := vs.sync(); err != nil {
+		vs.log.Error("read the node statuses", "err", err)
+	}
+	var out []NodeStatus
+	p, ok := s.prefix()
+	if !ok {
+		for _, h := range vs.held {
+			if h.PodSubnet == s.PodSubnet {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	vs.claims.near(p, func(name string) {
+		if h, ok := vs.held[name]; ok {
+			if hp, ok := h.prefix(); ok && hp.Overlaps(p) {
+				out = append(out, h)
+			}
+		}
+	})
+	return out
 }
 
 // decodeStatusesCached is decodeStatuses over the cache of decoded
