@@ -197,7 +197,7 @@ func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
 	if vs.acks.due(now) {
 		return true
 	}
-	if !vs.members.aliveIs(now, vs.cluster.Members(), v.alive) {
+	if _, same := vs.members.aliveAfter(now, vs.cluster.Members(), &v.aliveFrom); !same {
 		return true
 	}
 	ex := vs.acks.excluded(now)
@@ -255,11 +255,12 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		}
 	}
 	v.members = vs.cluster.Members()
-	if prev != nil && vs.members.aliveIs(now, v.members, prev.alive) {
-		v.alive = prev.alive
-	} else {
-		v.alive = vs.members.alive(now, v.members)
+	var prevAlive *aliveSnap
+	if prev != nil {
+		prevAlive = &prev.aliveFrom
 	}
+	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
+	v.alive = v.aliveFrom.set
 	v.excluded = vs.acks.excluded(now)
 	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) {
 		// Nothing the rest is computed from changed (a membership event

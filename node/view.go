@@ -27,9 +27,11 @@ type view struct {
 	// members is the membership as gossip gave it (routes follow it,
 	// without flap damping); alive the members that count for placement
 	// (members.alive).
-	members  []gossip.Member
-	alive    map[string]bool
-	statuses map[string]NodeStatus
+	members []gossip.Member
+	alive   map[string]bool
+	// aliveFrom is alive with what it was computed from (members.aliveAfter).
+	aliveFrom aliveSnap
+	statuses  map[string]NodeStatus
 	// winners are the nodes whose subnet claim wins (winningClaims): the
 	// only ones eligible, routed and taken as endpoints.
 	winners   map[string]bool
