@@ -234,3 +234,36 @@ func TestReturningNodeActsOnlyOnTheJoinedView(t *testing.T) {
 	}
 	t.Logf("the returning node created %d of 30 replicas", created)
 }
+
+// A node that restarts while no peer answers (after a power cut, its
+// switch or its peers still booting) does not start every replica of
+// the cluster at once, as the only live member of its view: it keeps
+// what it runs and acts on its local state alone only after
+// --failover-timeout without an answer; then it does (the cluster's work
+// keeps running when every peer is gone).
+func TestRestartWithNoPeerWaitsBeforeActingAlone(t *testing.T) {
+	nodes := startCluster(t, 3)
+	deploy(t, nodes[0], "many", 30, "img:v1")
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "many", 30) })
+	for _, n := range nodes {
+		n.stop()
+	}
+	const grace = 6 * time.Second
+	started := time.Now()
+	back := start(t, "a2", nodes[2].dir, []string{nodes[0].addr()}, func(c *Config) {
+		c.FenceTimeout, c.FailoverTimeout = time.Second, grace
+	})
+	created := func() int {
+		back.rt.mu.Lock()
+		defer back.rt.mu.Unlock()
+		return back.rt.created
+	}
+	for time.Since(started) < grace-time.Second {
+		if n := created(); n > 0 {
+			t.Fatalf("%v after restarting with no peer answering, the node created %d replicas", time.Since(started).Round(time.Millisecond), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere([]*testNode{back}, "many", 30) })
+	t.Logf("alone after %v: runs all 30 replicas", time.Since(started).Round(time.Millisecond))
+}

@@ -30,13 +30,16 @@ const (
 // for placement (flap damping). It owns its lock; nothing else reads or
 // writes memberDown and memberBack.
 type members struct {
-	self    string
-	join    []string // --join
-	settle  time.Duration
-	ttl     time.Duration // --tombstone-ttl
-	store   Store
-	cluster *gossip.Cluster
-	log     *slog.Logger
+	self   string
+	join   []string // --join
+	settle time.Duration
+	ttl    time.Duration // --tombstone-ttl
+	// bootGrace is how long failed joins last before the node acts on
+	// its local state alone (--failover-timeout).
+	bootGrace time.Duration
+	store     Store
+	cluster   *gossip.Cluster
+	log       *slog.Logger
 	// keys refreshes the gossip keys after a rotation this node missed
 	// (nil with --insecure).
 	keys *keyring
@@ -56,7 +59,7 @@ type members struct {
 }
 
 func newMembers(cfg Config, st Store, log *slog.Logger) *members {
-	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, store: st, log: log,
+	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, bootGrace: cfg.FailoverTimeout, store: st, log: log,
 		synced: make(chan struct{}), memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}}
 }
 
@@ -166,8 +169,9 @@ func joinSome(join func([]string) (int, error), targets []string) (int, error) {
 // joinLoop joins the cluster through any target, retrying with backoff
 // (1 s doubling to 30 s) until one answers. With no target the node starts
 // a cluster of its own. It closes synced once the node holds the
-// cluster's state (after the first successful join's push/pull, or at
-// once when there is nothing to join). changed wakes it while it waits
+// cluster's state (after the first successful join's push/pull, at once
+// when there is nothing to join, or after --failover-timeout of failed
+// joins when its local state is recent). changed wakes it while it waits
 // for the records a join brings (waitForState).
 func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) {
 	targets := m.targets()
@@ -185,6 +189,23 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		}
 		backoff = min(2*backoff, 30*time.Second)
 		return true
+	}
+	if !m.droppedState {
+		// Local state is recent enough to act on, but not at once: peers
+		// that are only slow to answer (a switch still booting after a
+		// power cut) would leave this node the only live member of its
+		// view, and it would start every replica of the cluster. It
+		// waits as long as its peers wait before taking a lost node's
+		// StatefulSet replicas (--failover-timeout), then runs with its
+		// local state while joining goes on: a node must keep the
+		// cluster's work running when every peer is gone.
+		grace := time.AfterFunc(m.bootGrace, func() {
+			if !m.isSynced() {
+				m.log.Warn("no peer answered since start; acting on this node's local state alone until one does", "after", m.bootGrace)
+				m.markSynced()
+			}
+		})
+		defer grace.Stop()
 	}
 	for {
 		n, err := joinSome(m.cluster.Join, targets)
@@ -207,12 +228,6 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 			}
 			m.markSynced()
 			return
-		}
-		if !m.droppedState {
-			// Local state is recent enough to act on: run with it while
-			// joining goes on (a node must keep its replicas running when
-			// every peer is gone).
-			m.markSynced()
 		}
 		if errors.Is(err, gossip.ErrKeyMismatch) && m.keys != nil {
 			// The cluster rotated its key while this node was away.
