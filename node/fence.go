@@ -49,6 +49,12 @@ type fence struct {
 	ids  map[string]quorum.ID
 	leaf int
 	qs   []quorum.Question
+	// knownOf is the last count of known nodes, with its inputs.
+	knownOf struct {
+		v       *view
+		members []gossip.Member
+		n       int
+	}
 	// selfBack is when this node came back to the cluster after its
 	// agent did not run for longer than --fence-timeout (stopped,
 	// starved: the ping loop saw the gap, or its fence lease ran out
@@ -96,15 +102,7 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 	// three of them: 10 % of the CPU of the simulation): members is
 	// sorted by name.
 	members := q.cluster.Members()
-	known := len(v.statuses)
-	if _, ok := v.statuses[q.self]; !ok {
-		known++
-	}
-	for _, m := range members {
-		if _, ok := v.statuses[m.Name]; !ok && m.Name != q.self && m.State.Up() {
-			known++
-		}
-	}
+	known := q.known(v, members)
 	excluded := q.excluded()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -120,7 +118,7 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 		f.Unknown = true // back from being cut off: the view is not the majority's yet
 	}
 	for name, s := range v.statuses {
-		if name == q.self {
+		if name == q.self || len(s.Replicas) == 0 {
 			continue
 		}
 		if st, member := memberState(members, name); !st.Up() {
@@ -148,6 +146,28 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 		}
 	}
 	return f, seen, known
+}
+
+// known is the number of known nodes (see fencing): v's statuses, this
+// node, and live members without a status. It is counted once per view
+// and membership snapshot.
+func (q *fence) known(v *view, members []gossip.Member) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.knownOf.v == v && sameSnapshot(q.knownOf.members, members) {
+		return q.knownOf.n
+	}
+	n := len(v.statuses)
+	if _, ok := v.statuses[q.self]; !ok {
+		n++
+	}
+	for _, m := range members {
+		if _, ok := v.statuses[m.Name]; !ok && m.Name != q.self && m.State.Up() {
+			n++
+		}
+	}
+	q.knownOf.v, q.knownOf.members, q.knownOf.n = v, members, n
+	return n
 }
 
 // noteQuorum records whether this node has a quorum (f, once known) and
