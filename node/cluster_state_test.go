@@ -267,3 +267,24 @@ func TestRestartWithNoPeerWaitsBeforeActingAlone(t *testing.T) {
 	waitFor(t, 20*time.Second, func() error { return runningEverywhere([]*testNode{back}, "many", 30) })
 	t.Logf("alone after %v: runs all 30 replicas", time.Since(started).Round(time.Millisecond))
 }
+
+// A node started under the name of a live node never acts, however long
+// its joins fail with the name taken: the wait before acting alone
+// (--failover-timeout) is for peers that do not answer, not for a name
+// the cluster refuses.
+func TestNodeWithATakenNameNeverActs(t *testing.T) {
+	nodes := startCluster(t, 2)
+	deploy(t, nodes[0], "few", 4, "img:v1")
+	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "few", 4) })
+	const grace = 6 * time.Second
+	twin := start(t, nodes[1].name, t.TempDir(), []string{nodes[0].addr()}, func(c *Config) {
+		c.FenceTimeout, c.FailoverTimeout = time.Second, grace
+	})
+	time.Sleep(grace + 2*time.Second)
+	twin.rt.mu.Lock()
+	created := twin.rt.created
+	twin.rt.mu.Unlock()
+	if twin.agent.members.isSynced() || created > 0 {
+		t.Fatalf("a node under a live node's name: synced %v, created %d replicas after %v", twin.agent.members.isSynced(), created, grace+2*time.Second)
+	}
+}

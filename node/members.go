@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -190,6 +191,9 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		backoff = min(2*backoff, 30*time.Second)
 		return true
 	}
+	// A node whose name a live node uses never acts (see below), grace
+	// or not.
+	var nameTaken atomic.Bool
 	if !m.droppedState {
 		// Local state is recent enough to act on, but not at once: peers
 		// that are only slow to answer (a switch still booting after a
@@ -200,7 +204,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		// local state while joining goes on: a node must keep the
 		// cluster's work running when every peer is gone.
 		grace := time.AfterFunc(m.bootGrace, func() {
-			if !m.isSynced() {
+			if !m.isSynced() && !nameTaken.Load() {
 				m.log.Warn("no peer answered since start; acting on this node's local state alone until one does", "after", m.bootGrace)
 				m.markSynced()
 			}
@@ -209,6 +213,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 	}
 	for {
 		n, err := joinSome(m.cluster.Join, targets)
+		nameTaken.Store(errors.Is(err, gossip.ErrNameTaken))
 		if errors.Is(err, gossip.ErrNameTaken) {
 			// Another node runs under this name: this one must not
 			// claim a subnet, publish a status or run replicas, so it
@@ -326,9 +331,10 @@ func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
 		}
 		sort.Strings(peers)
 		if b, _ := json.Marshal(peers); len(peers) > 0 && string(b) != lastPeers {
-			if err := m.store.PutMeta(metaPeers, b); err == nil {
-				lastPeers, written = string(b), time.Now()
+			if err := m.store.PutMeta(metaPeers, b); err != nil {
+				continue // tried again on the next change or tick
 			}
+			lastPeers, written = string(b), time.Now()
 		}
 		from = ms
 	}

@@ -398,13 +398,22 @@ func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manif
 func (vs *views) sync() error {
 	var keys []string
 	all := true
-	if t, ok := vs.store.(*tracked); ok {
+	t, _ := vs.store.(*tracked)
+	if t != nil {
 		keys, all = t.take()
+	}
+	// A read that fails leaves the changes unread: the next sync reads
+	// everything again.
+	failed := func(err error) error {
+		if t != nil {
+			t.setAll()
+		}
+		return err
 	}
 	if all {
 		recs, err := vs.store.List(statusKind + "/")
 		if err != nil {
-			return err
+			return failed(err)
 		}
 		vs.held = vs.decodeStatusesCached(recs)
 		vs.claims = newClaimIndex()
@@ -425,7 +434,7 @@ func (vs *views) sync() error {
 		case strings.HasPrefix(k, statusKind+"/"):
 			r, ok, err := vs.store.Get(k)
 			if err != nil {
-				return err
+				return failed(err)
 			}
 			vs.heldGen++
 			old, had := vs.statuses[k]

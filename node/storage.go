@@ -35,14 +35,25 @@ var (
 // record on each rebuild and on each subnet claim received was O(N) per
 // change, O(N^3) across a forming cluster of N nodes (a third of the CPU
 // of 1,000 simulated nodes).
+//
+// Its Changed channel is its own, signalled after the change is noted
+// (the wrapped store's fires before: a reader woken by it could take the
+// changed keys before this one is among them, and nothing would wake it
+// again).
 type tracked struct {
 	Store
-	mu    sync.Mutex
-	dirty map[string]struct{}
-	all   bool // a purge or drop: any record may have changed
+	changed chan struct{}
+	mu      sync.Mutex
+	dirty   map[string]struct{}
+	all     bool // a purge or drop: any record may have changed
 }
 
-func track(s Store) *tracked { return &tracked{Store: s, dirty: map[string]struct{}{}, all: true} }
+func track(s Store) *tracked {
+	return &tracked{Store: s, changed: make(chan struct{}, 1), dirty: map[string]struct{}{}, all: true}
+}
+
+// Changed receives a value after writes through t that changed records.
+func (t *tracked) Changed() <-chan struct{} { return t.changed }
 
 // Apply is Store.Apply, noting r's key when it changed anything (or
 // failed part way).
@@ -52,6 +63,7 @@ func (t *tracked) Apply(r crdt.Record) (bool, error) {
 		t.mu.Lock()
 		t.dirty[r.Key] = struct{}{}
 		t.mu.Unlock()
+		t.notify()
 	}
 	return changed, err
 }
@@ -72,10 +84,20 @@ func (t *tracked) DropRecords() error {
 	return err
 }
 
+// setAll notes that any record may have changed (a purge, a drop, or a
+// read of the changes that failed).
 func (t *tracked) setAll() {
 	t.mu.Lock()
 	t.all = true
 	t.mu.Unlock()
+	t.notify()
+}
+
+func (t *tracked) notify() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
 }
 
 // take returns the keys changed since the last take, or all when any
