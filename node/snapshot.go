@@ -1,24 +1,17 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/gossip/hlc"
-	"github.com/starling-orchestrator/starling/net/service"
-	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
 // The one view. One goroutine (viewLoop) rebuilds the node's view of the
@@ -89,38 +82,6 @@ type views struct {
 	claimsGen, nodesGen uint64
 	// claims indexes held's subnet claims and their winners.
 	claims *claimIndex
-}
-
-// cachedObject and cachedStatus are decoded records with what they were
-// decoded from: the version, origin and value (a tie or a reused version
-// with another value must not keep the old decoding).
-type cachedObject struct {
-	from recordID
-	obj  manifest.Object
-	ok   bool
-}
-
-type cachedStatus struct {
-	from   recordID
-	status NodeStatus
-	ok     bool
-}
-
-// recordID is what a cache entry was decoded from. The value is kept as
-// the record held it and compared byte for byte: converting it to a
-// string for each record on each rebuild copied every status record, 10
-// % of the CPU at 1,000 simulated nodes.
-type recordID struct {
-	version hlc.Timestamp
-	origin  string
-	value   []byte
-}
-
-func idOf(r crdt.Record) recordID { return recordID{r.Version, r.Origin, r.Value} }
-
-// same reports whether r is the record id was taken from.
-func (id recordID) same(r crdt.Record) bool {
-	return id.version == r.Version && id.origin == r.Origin && bytes.Equal(id.value, r.Value)
 }
 
 func newViews() *views {
@@ -319,228 +280,4 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	if vs.acks.timeout <= 0 {
 		v.unlisted = nil // the check is off (--ack-timeout 0)
 	}
-}
-
-// objectsInto sets v's desired objects and what is computed from them,
-// sharing prev's when none of their records changed (by the store's
-// changed keys, then by the records themselves).
-func (vs *views) objectsInto(v, prev *view) error {
-	if prev != nil && prev.objGen == v.objGen {
-		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
-		return nil
-	}
-	var wrecs []crdt.Record
-	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
-		rs, err := vs.store.List(kindPrefix(kind))
-		if err != nil {
-			return err
-		}
-		wrecs = append(wrecs, rs...)
-	}
-	srecs, err := vs.store.List(kindPrefix(manifest.KindService))
-	if err != nil {
-		return err
-	}
-	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
-	if prev != nil && prev.objectsKey == v.objectsKey {
-		v.workloadsKey = prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
-		return nil
-	}
-	seen := map[string]bool{}
-	v.workloads = vs.decodeObjects(wrecs, seen)
-	v.services = vs.decodeObjects(srecs, seen)
-	for k := range vs.objects {
-		if !seen[k] {
-			delete(vs.objects, k)
-		}
-	}
-	v.all = desiredReplicas(v.workloads)
-	v.hashes, v.probes = currentProbes(v.workloads)
-	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
-	v.workloadsKey = workloadsKey(v.workloads)
-	return nil
-}
-
-// decodeObjects returns the live objects of recs, sorted by key, decoding
-// only records whose version changed since the last build; it marks their
-// keys in seen. Objects that do not decode are logged once and skipped.
-func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
-	var out []manifest.Object
-	for _, r := range recs {
-		if r.Deleted {
-			continue
-		}
-		seen[r.Key] = true
-		c, ok := vs.objects[r.Key]
-		if !ok || !c.from.same(r) {
-			o, err := manifest.Decode(r.Value)
-			c = cachedObject{from: idOf(r), obj: o, ok: err == nil}
-			vs.objects[r.Key] = c
-			if err != nil {
-				vs.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
-			}
-		}
-		if c.ok {
-			out = append(out, c.obj)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
-	return out
-}
-
-// sync brings held (and the status cache) up to date with the store's
-// changed keys, and counts the changes to statuses and desired objects
-// (heldGen, objGen). Only the changed records are read and decoded; a
-// purge, a drop or the first sync relists them all. Called with build
-// held.
-func (vs *views) sync() error {
-	var keys []string
-	all := true
-	t, _ := vs.store.(*tracked)
-	if t != nil {
-		keys, all = t.take()
-	}
-	// A read that fails leaves the changes unread: the next sync reads
-	// everything again.
-	failed := func(err error) error {
-		if t != nil {
-			t.setAll()
-		}
-		return err
-	}
-	if all {
-		recs, err := vs.store.List(statusKind + "/")
-		if err != nil {
-			return failed(err)
-		}
-		vs.held = vs.decodeStatusesCached(recs)
-		vs.claims = newClaimIndex()
-		for name, st := range vs.held {
-			vs.claims.set(name, st, true)
-		}
-		vs.heldGen++
-		vs.objGen++
-		vs.claimsGen++
-		vs.nodesGen++
-		return nil
-	}
-	for _, k := range keys {
-		switch {
-		case strings.HasPrefix(k, kindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, kindPrefix(manifest.KindStatefulSet)),
-			strings.HasPrefix(k, kindPrefix(manifest.KindService)):
-			vs.objGen++
-		case strings.HasPrefix(k, statusKind+"/"):
-			r, ok, err := vs.store.Get(k)
-			if err != nil {
-				return failed(err)
-			}
-			vs.heldGen++
-			old, had := vs.statuses[k]
-			had = had && old.ok
-			if had {
-				delete(vs.held, old.status.Name)
-			}
-			var c cachedStatus
-			if ok {
-				c = vs.decodeStatus(r)
-			} else {
-				delete(vs.statuses, k)
-			}
-			if c.ok {
-				vs.held[c.status.Name] = c.status
-			}
-			if had != c.ok || had && !sameClaim(old.status, c.status) {
-				vs.claimsGen++
-				if had {
-					vs.claims.set(old.status.Name, NodeStatus{}, false)
-				}
-				if c.ok {
-					vs.claims.set(c.status.Name, c.status, true)
-				}
-			}
-			if had != c.ok || had && !samePlacement(old.status, c.status) {
-				vs.nodesGen++
-			}
-		}
-	}
-	return nil
-}
-
-// withHeld calls f with the node statuses the store holds now, by name,
-// and the versions of their records, decoding only the records that changed since the last look (checking
-// a new subnet claim against all of them listed and compared every
-// record: 1,000 claims x 1,000 records at each of 1,000 simulated nodes
-// forming). f must not keep or modify the map.
-func (vs *views) withHeld(f func(held map[string]NodeStatus, version func(name string) hlc.Timestamp)) {
-	vs.build.Lock()
-	defer vs.build.Unlock()
-	if err := vs.sync(); err != nil {
-		vs.log.Error("read the node statuses", "err", err)
-	}
-	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[statusKey(name)].from.version })
-}
-
-// claimsNear returns the held statuses whose subnet claim overlaps s's
-// (s's own held one included), found through the claim index: a new
-// claim is checked against these, not against every node's.
-func (vs *views) claimsNear(s NodeStatus) []NodeStatus {
-	vs.build.Lock()
-	defer vs.build.Unlock()
-	if err := vs.sync(); err != nil {
-		vs.log.Error("read the node statuses", "err", err)
-	}
-	var out []NodeStatus
-	p, ok := s.prefix()
-	if !ok {
-		for _, h := range vs.held {
-			if h.PodSubnet == s.PodSubnet {
-				out = append(out, h)
-			}
-		}
-		return out
-	}
-	vs.claims.near(p, func(name string) {
-		if h, ok := vs.held[name]; ok {
-			if hp, ok := h.prefix(); ok && hp.Overlaps(p) {
-				out = append(out, h)
-			}
-		}
-	})
-	return out
-}
-
-// decodeStatusesCached is decodeStatuses over the cache of decoded
-// status records. Called with build held.
-func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
-	out := map[string]NodeStatus{}
-	seen := map[string]bool{}
-	for _, r := range recs {
-		seen[r.Key] = true
-		if c := vs.decodeStatus(r); c.ok {
-			out[c.status.Name] = c.status
-		}
-	}
-	for k := range vs.statuses {
-		if !seen[k] {
-			delete(vs.statuses, k)
-		}
-	}
-	return out
-}
-
-// decodeStatus decodes status record r through the cache. Called with
-// build held.
-func (vs *views) decodeStatus(r crdt.Record) cachedStatus {
-	c, ok := vs.statuses[r.Key]
-	if ok && c.from.same(r) {
-		return c
-	}
-	c = cachedStatus{from: idOf(r)}
-	for _, s := range decodeStatuses([]crdt.Record{r}, vs.clusterCIDR) {
-		c.status, c.ok = s, true
-	}
-	vs.statuses[r.Key] = c
-	return c
 }
