@@ -113,6 +113,8 @@ type Cluster struct {
 	membersSnap atomic.Pointer[[]Member]
 	// reconnects counts reconnectLoop's attempts, for tests.
 	reconnects atomic.Int64
+	// pruned counts the deltas dropped from a full queue (DeltasPruned).
+	pruned atomic.Int64
 	// nameTakenBy is the address ("ip:port") of another node seen alive
 	// under this node's name; nil if none.
 	nameTakenBy atomic.Pointer[string]
@@ -420,8 +422,9 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 	case requeue:
 		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
 	}
-	if c.queue.NumQueued() > maxQueuedDeltas {
+	if n := c.queue.NumQueued(); n > maxQueuedDeltas {
 		c.queue.Prune(maxQueuedDeltas)
+		c.pruned.Add(int64(n - maxQueuedDeltas))
 	}
 	return true, nil
 }
@@ -666,6 +669,11 @@ func (c *Cluster) Member(name string) (Member, bool) {
 	cp.Meta = slices.Clone(m.Meta)
 	return cp, true
 }
+
+// DeltasPruned is the number of deltas this node dropped from its full
+// queue before sending them as often as it should (anti-entropy
+// delivers them later).
+func (c *Cluster) DeltasPruned() int64 { return c.pruned.Load() }
 
 // State returns member name's state as this node sees it (ok false when
 // it is not a member). Unlike Member it copies nothing.

@@ -237,55 +237,17 @@ func simulate(t *testing.T, n int) {
 		}
 		if time.Since(formed0) >= next {
 			next += 30 * time.Second
-			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d",
-				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords)
+			var pruned int64
+			for _, nd := range c.nodes {
+				pruned += nd.agent.cluster.DeltasPruned()
+			}
+			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d; deltas dropped from full queues %d",
+				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, pruned)
 		}
 		return done == n
 	})
 	if !ok {
-		for _, nd := range c.nodes[:3] {
-			v := nd.agent.views.view()
-			notReady := 0
-			for _, s := range v.statuses {
-				if !s.SubnetReady {
-					notReady++
-				}
-			}
-			t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.statuses), notReady,
-				nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
-		}
-		v0 := c.nodes[0].agent.views.view()
-		for _, nd := range c.nodes {
-			if _, ok := v0.statuses[nd.name]; ok {
-				continue
-			}
-			rec, held, _ := nd.store.Get(statusKey(nd.name))
-			t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
-				nd.agent.cluster.NumMembers(), nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
-				held, len(rec.Value), rec.Version)
-			mine := nd.agent.subnets.current()
-			for other, st := range v0.statuses {
-				if st.PodSubnet == mine.Subnet {
-					seen, ok := heldStatus(nd.store, nd.agent.subnets.clusterCIDR, other)
-					t.Logf("   %s holds %s at n0000 (since %v ready %v); at %s: held %v since %v ready %v; mine since %v",
-						other, st.PodSubnet, st.SubnetSince, st.SubnetReady, nd.name, ok, seen.SubnetSince, seen.SubnetReady, mine.Since)
-				}
-			}
-		}
-		var dropped int64
-		for _, nd := range c.nodes {
-			dropped += nd.tr.Dropped()
-		}
-		t.Logf("packets dropped by full queues: %d", dropped)
-		if mfs, err := c.nodes[0].agent.metrics.reg.Gather(); err == nil {
-			for _, mf := range mfs {
-				if mf.GetName() == "starling_rejected_records_total" {
-					for _, m := range mf.GetMetric() {
-						t.Logf("n0000 rejected %v: %v", m.GetLabel(), m.GetCounter().GetValue())
-					}
-				}
-			}
-		}
+		c.explainFormation()
 		t.Fatalf("the cluster did not form in %v", took)
 	}
 	report("formed: every node sees %d members and %d ready node records %v after the last join (real %v, CPU %v)",

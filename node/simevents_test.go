@@ -139,3 +139,72 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 		}
 	}
 }
+
+// explainFormation logs why the cluster did not form: what the first
+// nodes see, which records n0000 misses or holds stale, and the packets
+// and records dropped.
+func (c *simCluster) explainFormation() {
+	t := c.t
+	for _, nd := range c.nodes[:3] {
+		v := nd.agent.views.view()
+		notReady := 0
+		for _, s := range v.statuses {
+			if !s.SubnetReady {
+				notReady++
+			}
+		}
+		t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.statuses), notReady,
+			nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
+	}
+	v0 := c.nodes[0].agent.views.view()
+	for _, nd := range c.nodes {
+		if _, ok := v0.statuses[nd.name]; ok {
+			continue
+		}
+		rec, held, _ := nd.store.Get(statusKey(nd.name))
+		t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
+			nd.agent.cluster.NumMembers(), nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
+			held, len(rec.Value), rec.Version)
+		mine := nd.agent.subnets.current()
+		for other, st := range v0.statuses {
+			if st.PodSubnet == mine.Subnet {
+				seen, ok := heldStatus(nd.store, nd.agent.subnets.clusterCIDR, other)
+				t.Logf("   %s holds %s at n0000 (since %v ready %v); at %s: held %v since %v ready %v; mine since %v",
+					other, st.PodSubnet, st.SubnetSince, st.SubnetReady, nd.name, ok, seen.SubnetSince, seen.SubnetReady, mine.Since)
+			}
+		}
+	}
+	var dropped int64
+	for _, nd := range c.nodes {
+		dropped += nd.tr.Dropped()
+	}
+	t.Logf("packets dropped by full queues: %d", dropped)
+	if mfs, err := c.nodes[0].agent.metrics.reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "starling_rejected_records_total" {
+				for _, m := range mf.GetMetric() {
+					t.Logf("n0000 rejected %v: %v", m.GetLabel(), m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	// Records ready at their node but not in n0000's view: lost on the
+	// way (n0000's store has the old one) or not taken into the view
+	// (its store has the ready one).
+	inStore, lost := 0, 0
+	for _, nd := range c.nodes {
+		if s, ok := v0.statuses[nd.name]; ok && !s.SubnetReady && nd.agent.subnets.isReady() {
+			if held, ok := heldStatus(c.nodes[0].store, nd.agent.subnets.clusterCIDR, nd.name); ok && held.SubnetReady {
+				inStore++
+			} else {
+				lost++
+			}
+		}
+	}
+	t.Logf("n0000: %d records ready at their node are not ready in its view: %d of them ready in its store, %d not", inStore+lost, inStore, lost)
+	var pruned int64
+	for _, nd := range c.nodes {
+		pruned += nd.agent.cluster.DeltasPruned()
+	}
+	t.Logf("deltas dropped from full queues: %d", pruned)
+}
