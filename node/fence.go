@@ -287,7 +287,7 @@ func (q *fence) round1(first bool, last *time.Time) time.Duration {
 func (q *fence) roundMembers(ms []gossip.Member) []quorum.Member {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(ms) > 0 && len(q.from) == len(ms) && &q.from[0] == &ms[0] {
+	if q.from != nil && sameSnapshot(q.from, ms) {
 		return q.round
 	}
 	ids := make(map[string]quorum.ID, len(ms))

@@ -9,20 +9,7 @@ import (
 
 // Flap damping: which members count as alive for placement (members).
 
-// alive returns the names of the members of list (the membership) that
-// count for placement at now:
-// alive or suspect ("suspect" alone moves nothing), the local node always.
-//
-// Flap damping: a member this node saw dead or left, and that is back,
-// counts only once it has stayed back for --rejoin-settle. A node that
-// was declared dead falsely (a busy CPU, a flaky link) then does not pull
-// its replicas back and forth; failover itself is never delayed.
-func (m *members) alive(now time.Time, list []gossip.Member) map[string]bool {
-	a, _ := m.aliveAfter(now, list, nil)
-	return a.set
-}
-
-// aliveSnap is a set of live members (alive) with what it was computed
+// aliveSnap is a set of live members (aliveAfter) with what it was computed
 // from: the membership snapshot and the flap-damping state's generation.
 type aliveSnap struct {
 	set  map[string]bool
@@ -30,8 +17,18 @@ type aliveSnap struct {
 	gen  uint64
 }
 
-// aliveAfter returns alive(now, list), as prev's set itself when it is
-// equal (the view keeps it), and reports whether it is. When list is the
+// aliveAfter returns the names of the members of list (the membership)
+// that count for placement at now: alive or suspect ("suspect" alone
+// moves nothing), the local node always. prev (nil: none) is the last
+// answer: it returns prev's set itself when it is equal (the view keeps
+// it), and reports whether it is.
+//
+// Flap damping: a member this node saw dead or left, and that is back,
+// counts only once it has stayed back for --rejoin-settle. A node that
+// was declared dead falsely (a busy CPU, a flaky link) then does not pull
+// its replicas back and forth; failover itself is never delayed.
+//
+// When list is the
 // snapshot prev was computed from and the flap damping neither changed
 // since nor waits for a member to settle, the answer is prev's without a
 // walk: the view looks every second, and walking 1,000 members for
@@ -57,7 +54,7 @@ func sameSnapshot(a, b []gossip.Member) bool {
 }
 
 // walkAliveLocked calls f with every member of list that counts as alive
-// at now (see alive), recording the members' going down and coming back
+// at now (see aliveAfter), recording the members' going down and coming back
 // (each change counts in gen). Called with mu held.
 func (m *members) walkAliveLocked(now time.Time, list []gossip.Member, f func(name string)) {
 	for _, mem := range list {
@@ -98,7 +95,7 @@ func (m *members) downSince(name string) (time.Time, bool) {
 }
 
 // settling reports whether member name came back from down less than
-// --rejoin-settle ago (see alive).
+// --rejoin-settle ago (see aliveAfter).
 func (m *members) settling(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -51,7 +51,7 @@ type members struct {
 	syncOnce sync.Once
 
 	mu sync.Mutex
-	// Flap damping (alive): members seen down, since when, and when the
+	// Flap damping (aliveAfter): members seen down, since when, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time
 	memberBack map[string]time.Time
@@ -315,7 +315,7 @@ func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
 		}
 		ch = changed() // before the members are read
 		ms := m.cluster.Members()
-		if len(ms) == len(from) && len(ms) > 0 && &ms[0] == &from[0] {
+		if from != nil && sameSnapshot(from, ms) {
 			continue // the same membership snapshot
 		}
 		if wait := peersEvery - time.Since(written); lastPeers != "" && wait > 0 {

@@ -26,7 +26,7 @@ type view struct {
 	synced bool
 	// members is the membership as gossip gave it (routes follow it,
 	// without flap damping); alive the members that count for placement
-	// (members.alive).
+	// (members.aliveAfter).
 	members []gossip.Member
 	alive   map[string]bool
 	// aliveFrom is alive with what it was computed from (members.aliveAfter).
