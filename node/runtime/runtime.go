@@ -825,6 +825,16 @@ func (r *Runtime) Exec(ctx context.Context, id string, argv []string, timeout ti
 		if err != nil {
 			return -1, "", fmt.Errorf("exec in %s: %w", id, err)
 		}
+		// The shim copies the output to the file on its own and may
+		// still be copying when the exit arrives (a probe's reason then
+		// lost the command's message, now and then); deleting the
+		// process waits for that copy to end.
+		dctx, cancel := cleanupCtx()
+		_, derr := proc.Delete(dctx)
+		cancel()
+		if derr != nil && !errdefs.IsNotFound(derr) {
+			r.log.Warn("delete exec process", "container", id, "exec", execID, "err", derr)
+		}
 		return int(code), readHead(outPath, execOutputMax), nil
 	case <-timer.C:
 		cause = fmt.Errorf("exec in %s: command ran longer than %v: %w", id, timeout, context.DeadlineExceeded)
