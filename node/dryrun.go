@@ -254,7 +254,7 @@ func dryRunRoutes(rs []route.Route) string {
 
 // dryRunRules is the Service rules text a real agent would restore.
 func dryRunRules(ports []service.Port, cfg service.Config) string {
-	text := service.Rules(ports, cfg, nil)
+	text := service.Rules(ports, cfg)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Service rules this node would apply (%d service ports), with iptables-restore --noflush, after:\n", len(ports))
 	for _, j := range service.JumpCommands() {

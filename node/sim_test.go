@@ -220,9 +220,16 @@ func simulate(t *testing.T, n int) {
 	// Progress, every 30 s of the cluster's time: how many nodes see the
 	// whole cluster formed, and the fewest members and records one sees.
 	formed0, next := time.Now(), 30*time.Second
-	took, ok := wait(max(3*time.Minute, time.Duration(n)*600*time.Millisecond), 500*time.Millisecond, func() bool {
-		done, fewestMembers, fewestRecords := 0, n, n
+	formWait := max(3*time.Minute, time.Duration(n)*600*time.Millisecond)
+	if d, err := time.ParseDuration(os.Getenv("STARLING_SIM_FORM_WAIT")); err == nil {
+		formWait = d // to see explainFormation sooner
+	}
+	took, ok := wait(formWait, 500*time.Millisecond, func() bool {
+		done, fewestMembers, fewestRecords, selfReady := 0, n, n, 0
 		for _, nd := range c.nodes {
+			if nd.agent.subnets.isReady() {
+				selfReady++
+			}
 			v := nd.agent.views.view()
 			members, ready := nd.agent.cluster.NumMembers(), 0
 			for _, s := range v.statuses {
@@ -241,8 +248,8 @@ func simulate(t *testing.T, n int) {
 			for _, nd := range c.nodes {
 				pruned += nd.agent.cluster.DeltasPruned()
 			}
-			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d; deltas dropped from full queues %d",
-				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, pruned)
+			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d (ready at their own node %d); deltas dropped from full queues %d",
+				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, selfReady, pruned)
 		}
 		return done == n
 	})

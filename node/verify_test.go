@@ -223,7 +223,7 @@ func FuzzStatusToDataplane(f *testing.F) {
 		alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
 		ready := readyEndpoints(alive, statuses, winningClaims(statuses))
 		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, ready)
-		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}, nil))
+		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}))
 		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
 			if !ruleLine.MatchString(line) {
 				t.Fatalf("rule line outside the grammar: %q", line)

@@ -1,24 +1,20 @@
-// Package service turns Services and their endpoints into iptables rules,
-// following kube-proxy's iptables proxier with Starling's names: a
-// services dispatch chain, a chain per service port (STARLING-SVC-*), a
-// chain per endpoint (STARLING-SEP-*), a nodeports chain, a mark chain
-// that sets 0x4000/0x4000, and a postrouting chain that masquerades marked
-// packets. Endpoints are picked with `-m statistic --mode random
-// --probability 1/(n-i)`, which gives each of n endpoints 1/n.
+// Package service programs Services into the kernel: a ClusterIP (and a
+// NodePort) per Service port, balanced over its ready endpoints.
 //
-// Rules is a pure function of (service ports, config) to the text of one
-// iptables-restore --noflush call; Allocate assigns ClusterIPs and
-// NodePorts deterministically. The node applies the text atomically and
-// checks a canary chain every second (see Syncer).
+// Model holds the Service ports as they are programmed and turns each
+// update into a Change (ports added, updated, removed): a pure function of
+// (programmed, desired), whose cost is a lookup per port. Backends render
+// a Change alone, so a sync costs what changed, not the size of the table:
+// the iptables backend (iptables.go, after kube-proxy's iptables proxier)
+// applies it in one iptables-restore --noflush call (Syncer). Allocate
+// assigns ClusterIPs and NodePorts deterministically. Rules renders the
+// whole rule set (the dry run).
 package service
 
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"fmt"
 	"net/netip"
-	"slices"
-	"sort"
 	"strings"
 )
 
@@ -32,6 +28,7 @@ const (
 	ChainForward      = "STARLING-FORWARD"     // filter: FORWARD; accepts marked and established traffic
 	ChainCanary       = "STARLING-CANARY"      // nat and filter: gone means someone flushed the tables
 	svcPrefix         = "STARLING-SVC-"
+	extPrefix         = "STARLING-EXT-"
 	sepPrefix         = "STARLING-SEP-"
 	MasqMark          = "0x4000/0x4000"
 	masqMarkBit       = "0x4000"
@@ -63,8 +60,6 @@ const (
 	TCP Protocol = "TCP"
 	UDP Protocol = "UDP"
 )
-
-func (p Port) id() string { return p.Service + ":" + p.Name + "/" + string(p.Protocol) }
 
 // Config is what the rules depend on besides the Services.
 type Config struct {
@@ -106,127 +101,6 @@ func commentText(s string) string {
 	return shorten(s)
 }
 
-// Rules returns iptables-restore input (for --noflush) holding every
-// Starling rule of the nat and filter tables. Every chain it uses is
-// declared, so restoring it replaces those chains' contents; chains of
-// Services that are gone are listed in stale and deleted. Output is
-// deterministic: the same input gives the same bytes.
-func Rules(ports []Port, cfg Config, stale []string) []byte {
-	ps := make([]Port, 0, len(ports))
-	for _, p := range ports {
-		if p.valid() {
-			ps = append(ps, p)
-		}
-	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].id() < ps[j].id() })
-	var nat, natRules, filter, filterRules strings.Builder
-	declared := map[string]bool{}
-	declare := func(b *strings.Builder, chain string) {
-		if b == &nat {
-			declared[chain] = true
-		}
-		fmt.Fprintf(b, ":%s - [0:0]\n", chain)
-	}
-	rule := func(b *strings.Builder, format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
-
-	nat.WriteString("*nat\n")
-	for _, c := range []string{ChainServices, ChainNodePorts, ChainPostrouting, ChainMarkMasq, ChainCanary} {
-		declare(&nat, c)
-	}
-	// The canary rule: a flush of the table removes it (see Syncer.Healthy).
-	rule(&natRules, "-A %s -j RETURN", ChainCanary)
-	rule(&natRules, "-A %s -m mark ! --mark %s -j RETURN", ChainPostrouting, MasqMark)
-	rule(&natRules, "-A %s -j MARK --xor-mark %s", ChainPostrouting, masqMarkBit)
-	rule(&natRules, "-A %s -m comment --comment \"starling: service traffic that needs SNAT\" -j MASQUERADE --random-fully", ChainPostrouting)
-	rule(&natRules, "-A %s -j MARK --or-mark %s", ChainMarkMasq, masqMarkBit)
-
-	filter.WriteString("*filter\n")
-	for _, c := range []string{ChainFilter, ChainForward, ChainCanary} {
-		declare(&filter, c)
-	}
-	rule(&filterRules, "-A %s -j RETURN", ChainCanary)
-	rule(&filterRules, "-A %s -m mark --mark %s -m comment --comment \"starling: forward service traffic\" -j ACCEPT", ChainForward, MasqMark)
-	rule(&filterRules, "-A %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", ChainForward)
-
-	for _, p := range ps {
-		svc := chainName(svcPrefix, p.id())
-		comment := `"` + commentText(p.id()) + `"`
-		pr := proto(p.Protocol)
-		var eps []netip.AddrPort
-		for _, ep := range p.Endpoints {
-			if ep.Addr().Is4() && ep.Port() != 0 {
-				eps = append(eps, ep)
-			}
-		}
-		if len(eps) == 0 {
-			// No ready endpoint: refuse at once instead of letting the
-			// client time out.
-			rule(&filterRules, "-A %s -d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j REJECT --reject-with icmp-port-unreachable",
-				ChainFilter, p.ClusterIP, pr, pr, p.Port, comment)
-			if p.NodePort != 0 {
-				rule(&filterRules, "-A %s -m addrtype --dst-type LOCAL -p %s -m %s --dport %d -m comment --comment %s -j REJECT --reject-with icmp-port-unreachable",
-					ChainFilter, pr, pr, p.NodePort, comment)
-			}
-			continue
-		}
-		declare(&nat, svc)
-		rule(&natRules, "-A %s -d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j %s",
-			ChainServices, p.ClusterIP, pr, pr, p.Port, comment, svc)
-		if cfg.MasqueradeAll {
-			rule(&natRules, "-A %s -j %s", svc, ChainMarkMasq)
-		} else if cfg.ClusterCIDR.IsValid() {
-			rule(&natRules, "-A %s ! -s %s -j %s", svc, cfg.ClusterCIDR.Masked(), ChainMarkMasq)
-		}
-		if p.NodePort != 0 {
-			rule(&natRules, "-A %s -p %s -m %s --dport %d -m comment --comment %s -j %s",
-				ChainNodePorts, pr, pr, p.NodePort, comment, ChainMarkMasq)
-			rule(&natRules, "-A %s -p %s -m %s --dport %d -m comment --comment %s -j %s",
-				ChainNodePorts, pr, pr, p.NodePort, comment, svc)
-		}
-		slices.SortFunc(eps, func(a, b netip.AddrPort) int { return a.Compare(b) })
-		eps = slices.Compact(eps)
-		n := len(eps)
-		for i, ep := range eps {
-			sep := chainName(sepPrefix, p.id()+"/"+ep.String())
-			declare(&nat, sep)
-			if i < n-1 {
-				rule(&natRules, "-A %s -m statistic --mode random --probability %.10f -j %s", svc, 1/float64(n-i), sep)
-			} else {
-				rule(&natRules, "-A %s -j %s", svc, sep)
-			}
-			// Hairpin: an endpoint reaching itself through its Service
-			// must be masqueraded, or it would answer itself directly.
-			rule(&natRules, "-A %s -s %s/32 -j %s", sep, ep.Addr(), ChainMarkMasq)
-			rule(&natRules, "-A %s -p %s -m %s -j DNAT --to-destination %s", sep, pr, pr, ep)
-		}
-	}
-	// NodePorts: destinations local to this node, checked last.
-	rule(&natRules, "-A %s -m addrtype --dst-type LOCAL -j %s", ChainServices, ChainNodePorts)
-
-	// Chains of Services and endpoints that are gone: declared (which
-	// flushes them, so none references another) and deleted. Only names
-	// of Starling's per-Service chains are taken from stale.
-	var gone []string
-	sort.Strings(stale)
-	for _, c := range stale {
-		if isServiceChain(c) && !declared[c] {
-			gone = append(gone, c)
-			declare(&nat, c)
-		}
-	}
-	var out strings.Builder
-	out.WriteString(nat.String())
-	out.WriteString(natRules.String())
-	for _, c := range gone {
-		fmt.Fprintf(&out, "-X %s\n", c)
-	}
-	out.WriteString("COMMIT\n")
-	out.WriteString(filter.String())
-	out.WriteString(filterRules.String())
-	out.WriteString("COMMIT\n")
-	return []byte(out.String())
-}
-
 // isServiceChain reports whether c is a name chainName makes for a
 // Service or endpoint chain.
 func isServiceChain(c string) bool {
@@ -236,6 +110,8 @@ func isServiceChain(c string) bool {
 		h = c[len(svcPrefix):]
 	case strings.HasPrefix(c, sepPrefix):
 		h = c[len(sepPrefix):]
+	case strings.HasPrefix(c, extPrefix):
+		h = c[len(extPrefix):]
 	default:
 		return false
 	}
@@ -255,20 +131,4 @@ func shorten(s string) string {
 		return s[:commentMaxLen]
 	}
 	return s
-}
-
-// Chains returns the per-service and per-endpoint chains of the nat table
-// a Rules text declares (to find stale ones after the next sync).
-func Chains(rules []byte) []string {
-	var out []string
-	nat := false
-	for _, line := range strings.Split(string(rules), "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			nat = line == "*nat"
-		case nat && (strings.HasPrefix(line, ":"+svcPrefix) || strings.HasPrefix(line, ":"+sepPrefix)):
-			out = append(out, strings.Fields(line[1:])[0])
-		}
-	}
-	return out
 }

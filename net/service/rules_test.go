@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand"
 	"net"
@@ -26,7 +25,7 @@ func addrPorts(eps ...string) []netip.AddrPort {
 var clusterCIDR = netip.MustParsePrefix("10.22.0.0/16")
 
 func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
-	text := string(Rules([]Port{webPort("10.22.1.2:8080", "10.22.2.2:8080", "10.22.3.2:8080")}, Config{ClusterCIDR: clusterCIDR}, nil))
+	text := string(Rules([]Port{webPort("10.22.1.2:8080", "10.22.2.2:8080", "10.22.3.2:8080")}, Config{ClusterCIDR: clusterCIDR}))
 	for _, want := range []string{
 		"--probability 0.3333333333 -j STARLING-SEP-",
 		"--probability 0.5000000000 -j STARLING-SEP-",
@@ -50,7 +49,7 @@ func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 func TestRulesRejectServicesWithoutEndpoints(t *testing.T) {
 	p := webPort()
 	p.NodePort = 30080
-	text := string(Rules([]Port{p}, Config{ClusterCIDR: clusterCIDR}, nil))
+	text := string(Rules([]Port{p}, Config{ClusterCIDR: clusterCIDR}))
 	if strings.Contains(text, ":STARLING-SVC-") {
 		t.Errorf("a port without endpoints got a service chain:\n%s", text)
 	}
@@ -66,7 +65,7 @@ func TestRulesRejectServicesWithoutEndpoints(t *testing.T) {
 }
 
 func TestRulesMasqueradeAllMarksEveryServicePacket(t *testing.T) {
-	text := string(Rules([]Port{webPort("10.22.1.2:8080")}, Config{ClusterCIDR: clusterCIDR, MasqueradeAll: true}, nil))
+	text := string(Rules([]Port{webPort("10.22.1.2:8080")}, Config{ClusterCIDR: clusterCIDR, MasqueradeAll: true}))
 	if strings.Contains(text, "! -s 10.22.0.0/16") {
 		t.Error("masquerade-all must not exempt the cluster CIDR")
 	}
@@ -83,36 +82,19 @@ func TestRulesAreDeterministicAndChainNamesFit(t *testing.T) {
 		webPort("10.22.1.2:8080", "10.22.2.2:8080"),
 		{Service: "default/dns", Name: "dns", Protocol: UDP, ClusterIP: netip.MustParseAddr("10.23.0.53"), Port: 53, Endpoints: addrPorts("10.22.1.9:53")},
 	}
-	a := Rules(ports, Config{ClusterCIDR: clusterCIDR}, nil)
+	a := Rules(ports, Config{ClusterCIDR: clusterCIDR})
 	rev := []Port{ports[1], ports[0]}
 	rev[1].Endpoints = addrPorts("10.22.2.2:8080", "10.22.1.2:8080")
-	if b := Rules(rev, Config{ClusterCIDR: clusterCIDR}, nil); string(a) != string(b) {
+	if b := Rules(rev, Config{ClusterCIDR: clusterCIDR}); string(a) != string(b) {
 		t.Fatalf("input order changed the rules:\n%s\n---\n%s", a, b)
 	}
-	for _, c := range Chains(a) {
+	for _, c := range declaredChains(a) {
 		if len(c) > 28 {
 			t.Errorf("chain %s is %d characters, iptables allows 28", c, len(c))
 		}
 	}
 	if !strings.Contains(string(a), "-p udp -m udp --dport 53") {
 		t.Errorf("UDP port missing:\n%s", a)
-	}
-}
-
-func TestRulesDeleteChainsOfGoneServices(t *testing.T) {
-	old := Rules([]Port{webPort("10.22.1.2:8080")}, Config{}, nil)
-	stale := Chains(old)
-	if len(stale) != 2 {
-		t.Fatalf("want one SVC and one SEP chain, got %v", stale)
-	}
-	text := string(Rules(nil, Config{}, stale))
-	for _, c := range stale {
-		if !strings.Contains(text, ":"+c+" - [0:0]") || !strings.Contains(text, "-X "+c) {
-			t.Errorf("stale chain %s not flushed and deleted:\n%s", c, text)
-		}
-	}
-	if got := Chains([]byte(text)); len(got) != 2 {
-		t.Errorf("Chains of the cleanup text = %v", got)
 	}
 }
 
@@ -169,73 +151,20 @@ func BenchmarkRules(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx5", n), func(b *testing.B) {
 			var text []byte
 			for i := 0; i < b.N; i++ {
-				text = Rules(ports, Config{ClusterCIDR: clusterCIDR}, nil)
+				text = Rules(ports, Config{ClusterCIDR: clusterCIDR})
 			}
 			b.ReportMetric(float64(strings.Count(string(text), "\n-A ")), "rule-lines")
 		})
 	}
 }
 
-func TestPartialRewritesOnlyChangedChains(t *testing.T) {
-	cfg := Config{ClusterCIDR: clusterCIDR}
-	other := Port{Service: "default/other", Name: "x", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.20"), Port: 80, Endpoints: addrPorts("10.22.3.3:80")}
-	first := Rules([]Port{webPort("10.22.1.2:8080"), other}, cfg, nil)
-	fullBatches, applied := partial(first, nil, batchLines)
-	full := string(bytes.Join(fullBatches, nil))
-	for _, c := range Chains(first) {
-		if !strings.Contains(full, ":"+c+" ") {
-			t.Fatalf("full partial lacks %s", c)
+// declaredChains returns the chains a restore text declares, in order.
+func declaredChains(text []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(text), "\n") {
+		if strings.HasPrefix(line, ":") {
+			out = append(out, strings.Fields(line[1:])[0])
 		}
 	}
-	second := Rules([]Port{webPort("10.22.1.9:8080"), other}, cfg, Chains(first))
-	delta, _ := partial(second, applied, batchLines)
-	d := string(bytes.Join(delta, nil))
-	otherSVC := chainName(svcPrefix, other.id())
-	if strings.Contains(d, otherSVC) {
-		t.Errorf("the unchanged Service's chain was rewritten:\n%s", d)
-	}
-	if strings.Contains(d, ":STARLING-SERVICES ") {
-		t.Errorf("the dispatch chain did not change but was rewritten:\n%s", d)
-	}
-	for _, want := range []string{"--to-destination 10.22.1.9:8080", "-X " + chainName(sepPrefix, webPort().id()+"/10.22.1.2:8080"), "*filter"} {
-		if !strings.Contains(d, want) {
-			t.Errorf("delta lacks %q:\n%s", want, d)
-		}
-	}
-}
-
-func TestPartialBatchesKeepServiceChainsWithTheirEndpointsAndSwitchLast(t *testing.T) {
-	var ports []Port
-	for i := 0; i < 50; i++ {
-		ports = append(ports, Port{Service: fmt.Sprintf("default/s%d", i), Name: "p", Protocol: TCP,
-			ClusterIP: netip.MustParseAddr(fmt.Sprintf("10.23.0.%d", i+1)), Port: 80, Endpoints: addrPorts(fmt.Sprintf("10.22.1.%d:80", i+2), fmt.Sprintf("10.22.2.%d:80", i+2))})
-	}
-	batches, _ := partial(Rules(ports, Config{}, nil), nil, 30)
-	if len(batches) < 3 {
-		t.Fatalf("want several batches, got %d", len(batches))
-	}
-	declared := map[string]bool{}
-	for i, b := range batches {
-		text := string(b)
-		for _, line := range strings.Split(text, "\n") {
-			if strings.HasPrefix(line, ":") {
-				declared[strings.Fields(line[1:])[0]] = true
-			}
-		}
-		// Every jump target is declared in this batch or an earlier one.
-		for _, line := range strings.Split(text, "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "-A" {
-				target := f[len(f)-1]
-				if strings.HasPrefix(target, "STARLING-S") && !declared[target] {
-					t.Fatalf("batch %d jumps to %s before it exists", i, target)
-				}
-			}
-		}
-		if i < len(batches)-1 && strings.Contains(text, ":STARLING-SERVICES ") {
-			t.Fatalf("the dispatch chain is written before the last batch")
-		}
-	}
-	if !strings.Contains(string(batches[len(batches)-1]), ":STARLING-SERVICES ") {
-		t.Fatal("the last batch does not switch the dispatch chain")
-	}
+	return out
 }

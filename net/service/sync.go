@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
+	"maps"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,17 +30,30 @@ var jumps = []struct {
 	{"filter", "FORWARD", ChainForward, "starling: forward service traffic"},
 }
 
-// Syncer applies Rules to the kernel of the current network namespace.
-// It is not safe for concurrent use.
+// Syncer programs the model into the kernel of the current network
+// namespace. It is not safe for concurrent use.
 type Syncer struct {
-	ipt    *iptables.IPTables
-	last   []byte
-	chains []string            // per-service chains of the last applied rules
-	jumped bool                // jump rules known to be in place
-	udp    map[netip.Addr]bool // UDP endpoint IPs of the last applied rules
-	// applied holds, per nat chain, the rules last written to it, so a
-	// sync rewrites only chains that changed (kube-proxy's partial sync).
-	applied map[string]string
+	t       tables
+	model   Model              // what the kernel holds, as far as the last syncs went
+	synced  bool               // the kernel holds model: false at start and after a failure
+	started bool               // the first sync ran (it also cleans up after an earlier run)
+	udp     map[netip.Addr]int // UDP endpoint addresses: how many ports use each
+}
+
+// tables is the kernel as the Syncer uses it (iptables, or a test's
+// tables in memory).
+type tables interface {
+	// restore applies one iptables-restore --noflush input, atomically.
+	restore(ctx context.Context, text []byte) error
+	// natChains lists the nat table's chains.
+	natChains() ([]string, error)
+	// ensureJumps creates Starling's entry chains and the rules of the
+	// built-in chains that jump to them.
+	ensureJumps() error
+	// canary reports whether the canary rules are in place (iptablesTables.canary).
+	canary() bool
+	// forgetUDP deletes the UDP conntrack entries that match.
+	forgetUDP(match func(*netlink.ConntrackFlow) bool)
 }
 
 // NewSyncer finds iptables (the nft or legacy backend the host uses: the
@@ -52,175 +66,171 @@ func NewSyncer() (*Syncer, error) {
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		return nil, fmt.Errorf("iptables-restore: %w (install the Debian package iptables)", err)
 	}
-	return &Syncer{ipt: ipt}, nil
+	return &Syncer{t: iptablesTables{ipt}}, nil
 }
 
-// Sync writes the rules for ports in one atomic iptables-restore
-// --noflush call (after making sure the jump rules exist), unless they
-// equal what was applied last and the canary says nobody flushed them.
-// It reports whether it wrote anything.
-func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, error) {
-	text := Rules(ports, cfg, s.chains)
-	healthy := s.last != nil && s.Healthy()
-	if bytes.Equal(text, s.last) && healthy {
-		return false, nil
-	}
-	if !healthy || !s.jumped {
-		if err := s.ensureJumps(); err != nil {
-			return false, err
-		}
-	}
-	if !healthy {
-		s.applied = nil // someone flushed: write everything
-	}
-	batches, chains := partial(text, s.applied, batchLines)
+// iptablesTables is the kernel through the iptables commands.
+type iptablesTables struct{ ipt *iptables.IPTables }
+
+func (iptablesTables) restore(ctx context.Context, text []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	for _, b := range batches {
-		cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
-		cmd.Stdin = bytes.NewReader(b)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			s.applied = nil
-			return false, fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
-		}
+	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
+	cmd.Stdin = bytes.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	s.last, s.chains, s.applied = text, Chains(text), chains
-	s.forgetUDP(ports)
+	return nil
+}
+
+func (t iptablesTables) natChains() ([]string, error) { return t.ipt.ListChains("nat") }
+
+// Sync makes the kernel hold the rules of ports under cfg and reports
+// whether it wrote anything. It writes only what changed since the last
+// sync (one iptables-restore call), unless this is the first sync, the
+// last one failed, cfg changed or the canary shows that someone flushed
+// the tables: then it rewrites every Starling chain and deletes the
+// per-port chains no port uses, read from the kernel (what an earlier run
+// left behind, or a failed sync half-wrote).
+func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, error) {
+	if s.synced && !s.t.canary() {
+		s.synced = false
+	}
+	if !s.synced {
+		s.model = Model{}
+	}
+	prevUDP := s.udp
+	c := s.model.Update(ports, cfg)
+	if s.synced && c.Empty() {
+		return false, nil
+	}
+	err := s.write(ctx, c)
+	if err != nil {
+		s.synced = false
+		return false, err
+	}
+	s.synced = true
+	if !s.started || c.Config || prevUDP == nil || len(c.Added) == s.model.Len() {
+		s.udp = udpEndpoints(s.model.Ports())
+	} else {
+		s.udp = maps.Clone(prevUDP)
+		countUDP(s.udp, c)
+	}
+	s.forgetUDP(prevUDP, cfg)
+	s.started = true
 	return true, nil
 }
 
-// batchLines bounds the rule lines of one iptables-restore call: the nft
-// backend's time grows faster than linearly with the size of one
-// transaction (a single 170,000-line restore took over 5 min here).
+// write applies c: as a change on top of what the kernel holds, or
+// everything.
+func (s *Syncer) write(ctx context.Context, c Change) error {
+	if s.synced && !c.Config {
+		return s.t.restore(ctx, ChangeText(c, s.model.Config()))
+	}
+	if err := s.t.ensureJumps(); err != nil {
+		return err
+	}
+	kernel, err := s.t.natChains()
+	if err != nil {
+		return fmt.Errorf("list the nat table's chains: %w", err)
+	}
+	for _, text := range fullText(s.model.Ports(), s.model.Config(), kernel, batchLines) {
+		if err := s.t.restore(ctx, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchLines bounds the rule lines of one iptables-restore call in a full
+// sync: the nft backend's time grows faster than linearly with the size of
+// one transaction (a single 170,000-line restore took over 5 min here).
 const batchLines = 20000
 
-// partial reduces a full Rules text to what changed since applied (the
-// nat chains' rules last written): the nat chains whose rules differ, or
-// are new, are declared (flushed) and rewritten; unchanged ones are left
-// out, so iptables-restore --noflush keeps them as they are; deletions
-// and the (small) filter table are always written. With applied nil
-// everything is written.
-//
-// The result is split into iptables-restore texts of about maxLines rule
-// lines, cut only before a service chain (so a service chain and its
-// endpoint chains travel together); the entry chains (services dispatch
-// and nodeports), the deletions and the filter table come in the last
-// one, so traffic switches to the new chains in one step. It also returns
-// the rules per nat chain after all texts are applied.
-func partial(full []byte, applied map[string]string, maxLines int) ([][]byte, map[string]string) {
-	var order []string
-	rules := map[string]*strings.Builder{}
-	var deletes, filter []string
-	section := ""
-	for _, line := range strings.Split(string(full), "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			section = line
-			if section == "*filter" {
-				filter = append(filter, line)
+// udpEndpoints counts, per address, the UDP ports that have it as an
+// endpoint.
+func udpEndpoints(ports []Port) map[netip.Addr]int {
+	out := map[netip.Addr]int{}
+	for _, p := range ports {
+		if p.Protocol == UDP {
+			for _, ep := range p.Endpoints {
+				out[ep.Addr()]++
 			}
-		case section == "*filter":
-			filter = append(filter, line)
-		case strings.HasPrefix(line, ":"):
-			c := strings.Fields(line[1:])[0]
-			if rules[c] == nil {
-				rules[c] = &strings.Builder{}
-				order = append(order, c)
+		}
+	}
+	return out
+}
+
+// countUDP applies c to the counts of udpEndpoints.
+func countUDP(n map[netip.Addr]int, c Change) {
+	add := func(p Port, d int) {
+		if p.Protocol != UDP {
+			return
+		}
+		for _, ep := range p.Endpoints {
+			if n[ep.Addr()] += d; n[ep.Addr()] <= 0 {
+				delete(n, ep.Addr())
 			}
-		case strings.HasPrefix(line, "-A "):
-			c := strings.Fields(line)[1]
-			if rules[c] == nil {
-				rules[c] = &strings.Builder{}
-				order = append(order, c)
-			}
-			rules[c].WriteString(line + "\n")
-		case strings.HasPrefix(line, "-X "):
-			deletes = append(deletes, line)
 		}
 	}
-	now := map[string]string{}
-	var batches [][]byte
-	var decls, body strings.Builder
-	lines := 0
-	flush := func() {
-		if decls.Len() > 0 {
-			batches = append(batches, []byte("*nat\n"+decls.String()+body.String()+"COMMIT\n"))
-		}
-		decls.Reset()
-		body.Reset()
-		lines = 0
+	for _, p := range c.Added {
+		add(p, 1)
 	}
-	entry := map[string]bool{ChainServices: true, ChainNodePorts: true}
-	for _, c := range order {
-		r := rules[c].String()
-		now[c] = r
-		if prev, ok := applied[c]; ok && applied != nil && prev == r || entry[c] {
-			continue
-		}
-		if lines >= maxLines && strings.HasPrefix(c, svcPrefix) {
-			flush()
-		}
-		fmt.Fprintf(&decls, ":%s - [0:0]\n", c)
-		body.WriteString(r)
-		lines += strings.Count(r, "\n")
+	for _, u := range c.Updated {
+		add(u.Old, -1)
+		add(u.New, 1)
 	}
-	var last strings.Builder
-	last.WriteString("*nat\n")
-	var lastBody strings.Builder
-	// What is left goes with the switch: a small change is one call (each
-	// call costs the nft backend a read of the whole table).
-	last.WriteString(decls.String())
-	lastBody.WriteString(body.String())
-	for _, c := range []string{ChainServices, ChainNodePorts} {
-		r := rules[c].String()
-		if prev, ok := applied[c]; ok && applied != nil && prev == r {
-			continue
-		}
-		fmt.Fprintf(&last, ":%s - [0:0]\n", c)
-		lastBody.WriteString(r)
+	for _, p := range c.Removed {
+		add(p, -1)
 	}
-	last.WriteString(lastBody.String())
-	for _, d := range deletes {
-		last.WriteString(d + "\n")
-		delete(now, strings.TrimPrefix(d, "-X "))
-	}
-	last.WriteString("COMMIT\n")
-	for _, line := range filter {
-		if line != "" {
-			last.WriteString(line + "\n")
-		}
-	}
-	return append(batches, []byte(last.String())), now
 }
 
 // forgetUDP deletes the conntrack entries of UDP flows to endpoints that
 // are gone. UDP has no connection end: without this, a client that keeps
 // its socket keeps being NATed to the old endpoint's address (kube-proxy
-// does the same clean-up, kubernetes#59368).
-func (s *Syncer) forgetUDP(ports []Port) {
-	now := map[netip.Addr]bool{}
-	for _, p := range ports {
-		if p.Protocol != UDP {
-			continue
-		}
-		for _, ep := range p.Endpoints {
-			now[ep.Addr()] = true
+// does the same clean-up, kubernetes#59368). On the first sync, the
+// endpoints of before are not known (the agent restarted, and Services or
+// endpoints may have gone while it was down): every NATed UDP flow to an
+// address of the cluster CIDR that is no UDP endpoint now is deleted.
+func (s *Syncer) forgetUDP(prev map[netip.Addr]int, cfg Config) {
+	if !s.started {
+		cluster := cfg.ClusterCIDR
+		s.t.forgetUDP(func(f *netlink.ConntrackFlow) bool {
+			to, ok := netip.AddrFromSlice(f.Reverse.SrcIP)
+			if !ok {
+				return false
+			}
+			to = to.Unmap()
+			from, _ := netip.AddrFromSlice(f.Forward.DstIP)
+			natted := from.Unmap() != to
+			return natted && cluster.IsValid() && cluster.Contains(to) && s.udp[to] == 0
+		})
+		return
+	}
+	var gone []netip.Addr
+	for ip := range prev {
+		if s.udp[ip] == 0 {
+			gone = append(gone, ip)
 		}
 	}
-	for ip := range s.udp {
-		if now[ip] {
-			continue
-		}
-		f := &netlink.ConntrackFilter{}
-		if err := f.AddIP(netlink.ConntrackReplySrcIP, net.IP(ip.AsSlice())); err != nil {
-			continue
-		}
-		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
-			continue
-		}
-		netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+	if len(gone) == 0 {
+		return
 	}
-	s.udp = now
+	s.t.forgetUDP(func(f *netlink.ConntrackFlow) bool {
+		to, ok := netip.AddrFromSlice(f.Reverse.SrcIP)
+		return ok && slices.Contains(gone, to.Unmap())
+	})
+}
+
+// udpFlows matches UDP conntrack entries by a predicate.
+type udpFlows func(*netlink.ConntrackFlow) bool
+
+func (m udpFlows) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
+	return f.Forward.Protocol == unix.IPPROTO_UDP && m(f)
+}
+
+func (iptablesTables) forgetUDP(match func(*netlink.ConntrackFlow) bool) {
+	netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, udpFlows(match))
 }
 
 // ensureJumps creates Starling's entry chains and the jump rules into
@@ -236,33 +246,31 @@ func JumpCommands() []string {
 	return out
 }
 
-func (s *Syncer) ensureJumps() error {
-	s.jumped = false
+func (t iptablesTables) ensureJumps() error {
 	for _, j := range jumps {
-		if ok, err := s.ipt.ChainExists(j.table, j.target); err != nil {
+		if ok, err := t.ipt.ChainExists(j.table, j.target); err != nil {
 			return err
 		} else if !ok {
-			if err := s.ipt.NewChain(j.table, j.target); err != nil {
+			if err := t.ipt.NewChain(j.table, j.target); err != nil {
 				return fmt.Errorf("create %s %s: %w", j.table, j.target, err)
 			}
 		}
 	}
 	for _, j := range jumps {
-		if err := s.ipt.AppendUnique(j.table, j.chain, "-m", "comment", "--comment", j.comment, "-j", j.target); err != nil {
+		if err := t.ipt.AppendUnique(j.table, j.chain, "-m", "comment", "--comment", j.comment, "-j", j.target); err != nil {
 			return fmt.Errorf("jump %s %s -> %s: %w", j.table, j.chain, j.target, err)
 		}
 	}
-	s.jumped = true
 	return nil
 }
 
-// Healthy is the cheap check run every second (two iptables calls): the
+// canary is the cheap check run every second (two iptables calls): the
 // canary rule is still in its chain in the nat and filter tables. Flushing
 // a table (iptables -F, -t nat -F) or deleting the chain removes it;
 // kube-proxy's canary only notices deleted chains.
-func (s *Syncer) Healthy() bool {
+func (t iptablesTables) canary() bool {
 	for _, table := range []string{"nat", "filter"} {
-		if ok, err := s.ipt.Exists(table, ChainCanary, "-j", "RETURN"); err != nil || !ok {
+		if ok, err := t.ipt.Exists(table, ChainCanary, "-j", "RETURN"); err != nil || !ok {
 			return false
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -31,7 +32,7 @@ func rulesBench() error {
 	return cmd.Run()
 }
 
-func servicePorts(n int, gen int) []service.Port {
+func servicePorts(n int) []service.Port {
 	ports := make([]service.Port, n)
 	for i := range ports {
 		ports[i] = service.Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: service.TCP,
@@ -40,14 +41,15 @@ func servicePorts(n int, gen int) []service.Port {
 			ports[i].Endpoints = append(ports[i].Endpoints, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, byte(e), byte(i%250 + 2)}), 8080))
 		}
 	}
-	// gen changes one endpoint of one Service.
-	ports[0].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(gen%250 + 2)}), 8080)
 	return ports
 }
 
-// rulesChild measures, inside the bench namespace: rule lines, full sync
-// (fresh syncer: jump rules and the whole table) and one-Service-changed
-// sync, medians of 3.
+// rulesChild measures, inside the bench namespace, medians of 5 runs of
+// the agent's Syncer: a full sync (fresh syncer: jump rules and the whole
+// table), one Service changed (its port number: a dispatch rule replaced)
+// and one endpoint changed (an address replaced), end to end; and, for
+// the one-endpoint change, the time to find the change among all ports
+// (Model.Update) and to render it, without the kernel.
 func rulesChild(ns string) error {
 	// It flushes the nat table between runs: it must be in the test
 	// namespace it was given, never in the root one.
@@ -56,40 +58,49 @@ func rulesChild(ns string) error {
 		return fmt.Errorf("-rules-child must run inside the test network namespace it names (make bench does that)")
 	}
 	cfg := service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}
-	fmt.Println("Service rules (iptables-restore in a test namespace; medians of 3)")
-	fmt.Printf("%-14s %-12s %-16s %s\n", "services x eps", "rule lines", "full sync", "one Service changed")
+	fmt.Println("Service rules, iptables backend (iptables-restore --noflush in a test namespace; medians of 5)")
+	fmt.Printf("%-14s %-11s %-11s %-20s %-20s %s\n", "services x eps", "rule lines", "full sync", "one Service changed", "one endpoint changed", "generation (find + render)")
 	for _, n := range []int{100, 1000, 10000} {
-		var full, one []time.Duration
-		var lines int
+		var full, svc, ep []time.Duration
+		var find, render time.Duration
 		var failed error
-		for r := 0; r < 3 && failed == nil; r++ {
+		lines := strings.Count(string(service.Rules(servicePorts(n), cfg)), "\n-A ")
+		for r := 0; r < 5 && failed == nil; r++ {
 			s, err := service.NewSyncer()
 			if err != nil {
 				return err
 			}
-			ports := servicePorts(n, 0)
-			lines = strings.Count(string(service.Rules(ports, cfg, nil)), "\n-A ")
-			start := time.Now()
-			if _, failed = s.Sync(context.Background(), ports, cfg); failed != nil {
-				break
+			ports := servicePorts(n)
+			step := func(into *[]time.Duration) {
+				if failed != nil {
+					return
+				}
+				start := time.Now()
+				if _, failed = s.Sync(context.Background(), ports, cfg); failed == nil {
+					*into = append(*into, time.Since(start))
+				}
 			}
-			full = append(full, time.Since(start))
-			start = time.Now()
-			if _, failed = s.Sync(context.Background(), servicePorts(n, r+1), cfg); failed != nil {
-				break
+			step(&full)
+			ports[n/2].Port = 81
+			step(&svc)
+			ports[n/3].Endpoints = slices.Clone(ports[n/3].Endpoints)
+			ports[n/3].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(r + 2)}), 8080)
+			step(&ep)
+			if r == 0 {
+				ports[n/3].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, 200}), 8080)
+				find, render = generation(ports, cfg, n/3)
 			}
-			one = append(one, time.Since(start))
 			// Start the next run from empty tables.
 			exec.Command("iptables", "-t", "nat", "-F").Run()
 			exec.Command("iptables", "-t", "nat", "-X").Run()
 		}
 		if failed != nil {
-			fmt.Printf("%-14s %-12d did not finish: %v\n", fmt.Sprintf("%d x 5", n), lines, failed)
+			fmt.Printf("%-14s %-11d did not finish: %v\n", fmt.Sprintf("%d x 5", n), lines, failed)
 			exec.Command("iptables", "-t", "nat", "-F").Run()
 			exec.Command("iptables", "-t", "nat", "-X").Run()
 			continue
 		}
-		fmt.Printf("%-14s %-12d %-16s %s\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(one))
+		fmt.Printf("%-14s %-11d %-11s %-20s %-20s %v + %v\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(svc), med(ep), find, render)
 	}
 	return nil
 }
@@ -97,5 +108,32 @@ func rulesChild(ns string) error {
 func med(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2].Round(time.Millisecond)
+	return s[len(s)/2].Round(100 * time.Microsecond)
+}
+
+// generation times, without the kernel, the two parts of generating a
+// one-endpoint change of port i: finding it among all ports
+// (Model.Update, a lookup and a comparison per port) and rendering it
+// (service.ChangeText); medians of 9.
+func generation(ports []service.Port, cfg service.Config, i int) (find, render time.Duration) {
+	var finds, renders []time.Duration
+	for r := 0; r < 9; r++ {
+		var m service.Model
+		m.Update(ports, cfg)
+		ports[i].Endpoints = slices.Clone(ports[i].Endpoints)
+		ports[i].Endpoints[1] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 8, byte(r + 2)}), 8080)
+		start := time.Now()
+		c := m.Update(ports, cfg)
+		finds = append(finds, time.Since(start))
+		start = time.Now()
+		service.ChangeText(c, cfg)
+		renders = append(renders, time.Since(start))
+	}
+	return medExact(finds), medExact(renders)
+}
+
+func medExact(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2].Round(time.Microsecond)
 }

@@ -1,0 +1,156 @@
+package service
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+)
+
+// portKey identifies one Service port: what its chains and map entries are
+// named after. A struct, not a joined string, so looking a port up costs
+// no allocation.
+type portKey struct {
+	Service, Name string
+	Protocol      Protocol
+}
+
+func (k portKey) String() string { return k.Service + ":" + k.Name + "/" + string(k.Protocol) }
+
+func (p Port) key() portKey { return portKey{p.Service, p.Name, p.Protocol} }
+
+func comparePorts(a, b Port) int {
+	return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Protocol, b.Protocol))
+}
+
+// Model is the Service dataplane as this node programs it: every valid
+// Service port, by Service, port name and protocol, with its endpoints
+// checked (IPv4 with a port number), sorted and deduplicated. Backends
+// render a Change, never the whole model, except for a full sync, so the
+// cost of a sync follows what changed. The zero Model is empty and ready
+// to use. A Model is not safe for concurrent use.
+type Model struct {
+	cfg   Config
+	ports map[portKey]*modelPort
+	seen  uint64 // Update's generation, to find removed ports
+}
+
+type modelPort struct {
+	given []netip.AddrPort // the endpoints as last given, to see "unchanged" without sorting
+	port  Port             // canonical
+	seen  uint64
+}
+
+// Change is what one Update changed, each list sorted by Service, port
+// name and protocol. A Change with Config set changed what every port's
+// rules depend on: backends rewrite everything.
+type Change struct {
+	Added   []Port
+	Updated []Replaced
+	Removed []Port
+	Config  bool
+}
+
+// Replaced is one port whose address, NodePort or endpoints changed.
+type Replaced struct{ Old, New Port }
+
+// Empty reports whether c changes nothing.
+func (c Change) Empty() bool {
+	return len(c.Added) == 0 && len(c.Updated) == 0 && len(c.Removed) == 0 && !c.Config
+}
+
+// Update makes the model hold ports (invalid ones are left out: see
+// Port.valid) under cfg and returns what changed. Its cost is one map
+// lookup and one comparison per port, plus sorting the changed ones: no
+// rule is rendered for a port that did not change.
+func (m *Model) Update(ports []Port, cfg Config) Change {
+	if m.ports == nil {
+		m.ports = map[portKey]*modelPort{}
+	}
+	m.seen++
+	var c Change
+	if cfg != m.cfg {
+		c.Config = true
+		m.cfg = cfg
+	}
+	kept := 0
+	for _, p := range ports {
+		if !p.valid() {
+			continue
+		}
+		k := p.key()
+		mp, ok := m.ports[k]
+		if ok && mp.seen == m.seen {
+			// A port given twice: the first one counts, as before.
+			continue
+		}
+		if ok {
+			kept++
+			mp.seen = m.seen
+			if sameGiven(mp, p) {
+				continue
+			}
+			old := mp.port
+			mp.given, mp.port = p.Endpoints, canonical(p)
+			if !samePort(old, mp.port) {
+				c.Updated = append(c.Updated, Replaced{Old: old, New: mp.port})
+			}
+			continue
+		}
+		mp = &modelPort{given: p.Endpoints, port: canonical(p), seen: m.seen}
+		m.ports[k] = mp
+		c.Added = append(c.Added, mp.port)
+	}
+	if kept < len(m.ports)-len(c.Added) {
+		for k, mp := range m.ports {
+			if mp.seen != m.seen {
+				c.Removed = append(c.Removed, mp.port)
+				delete(m.ports, k)
+			}
+		}
+	}
+	slices.SortFunc(c.Added, comparePorts)
+	slices.SortFunc(c.Removed, comparePorts)
+	slices.SortFunc(c.Updated, func(a, b Replaced) int { return comparePorts(a.New, b.New) })
+	return c
+}
+
+// Ports returns every port of the model, sorted by Service, port name and
+// protocol (for a full sync, and the dry run).
+func (m *Model) Ports() []Port {
+	out := make([]Port, 0, len(m.ports))
+	for _, mp := range m.ports {
+		out = append(out, mp.port)
+	}
+	slices.SortFunc(out, comparePorts)
+	return out
+}
+
+// Config returns the configuration of the last Update.
+func (m *Model) Config() Config { return m.cfg }
+
+// Len returns the number of ports the model holds.
+func (m *Model) Len() int { return len(m.ports) }
+
+// sameGiven reports whether p is what mp was last given: the same
+// address, ports and endpoints in the same order.
+func sameGiven(mp *modelPort, p Port) bool {
+	return mp.port.ClusterIP == p.ClusterIP && mp.port.Port == p.Port && mp.port.NodePort == p.NodePort && slices.Equal(mp.given, p.Endpoints)
+}
+
+func samePort(a, b Port) bool {
+	return a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort && slices.Equal(a.Endpoints, b.Endpoints)
+}
+
+// canonical returns p with only usable endpoints (IPv4, a port number),
+// sorted and without duplicates, in a slice of its own.
+func canonical(p Port) Port {
+	eps := make([]netip.AddrPort, 0, len(p.Endpoints))
+	for _, ep := range p.Endpoints {
+		if ep.Addr().Is4() && ep.Port() != 0 {
+			eps = append(eps, ep)
+		}
+	}
+	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	p.Endpoints = slices.Compact(eps)
+	return p
+}
