@@ -55,7 +55,7 @@ func (a *Agent) startGossip() error {
 		case f == nil || len(q) == 0:
 			return nil
 		case q[0] == claimQuestion:
-			return a.subnets.answerClaim(q[1:])
+			return a.subnets.answerClaim(from, q[1:])
 		}
 		return f.answer(from, q)
 	}

@@ -226,9 +226,11 @@ func simulate(t *testing.T, n int) {
 	}
 	took, ok := wait(formWait, 500*time.Millisecond, func() bool {
 		done, fewestMembers, fewestRecords, selfReady := 0, n, n, 0
+		settled := map[string]int{}
 		for _, nd := range c.nodes {
 			if nd.agent.subnets.isReady() {
 				selfReady++
+				settled[nd.agent.subnets.current().Subnet]++
 			}
 			v := nd.agent.views.view()
 			members, ready := nd.agent.cluster.NumMembers(), 0
@@ -248,14 +250,22 @@ func simulate(t *testing.T, n int) {
 			for _, nd := range c.nodes {
 				pruned += nd.agent.cluster.DeltasPruned()
 			}
-			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d (ready at their own node %d); deltas dropped from full queues %d",
-				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, selfReady, pruned)
+			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d (ready at their own node %d, subnets settled twice %d); deltas dropped from full queues %d",
+				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, selfReady, selfReady-len(settled), pruned)
 		}
 		return done == n
 	})
 	if !ok {
 		c.explainFormation()
 		t.Fatalf("the cluster did not form in %v", took)
+	}
+	settled := map[string]string{}
+	for _, nd := range c.nodes {
+		sub := nd.agent.subnets.current().Subnet
+		if other, dup := settled[sub]; dup {
+			t.Errorf("%s and %s both settled on %s", other, nd.name, sub)
+		}
+		settled[sub] = nd.name
 	}
 	report("formed: every node sees %d members and %d ready node records %v after the last join (real %v, CPU %v)",
 		n, n, took.Round(time.Millisecond), realSince(real0).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))

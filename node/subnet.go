@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -46,6 +45,9 @@ type subnets struct {
 	mu    sync.Mutex
 	claim ipam.Claim
 	ready chan struct{} // closed once the claim settled and the network uses it
+	// asked holds, by subnet, the first node that asked this node to
+	// confirm a claim on it (see answerClaim).
+	asked map[netip.Prefix]askedClaim
 }
 
 // otherClaims returns the subnet claims of other nodes that still hold
@@ -226,104 +228,6 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	sn.log.Info("pod subnet claimed", "subnet", claim.Subnet, "since", claim.Since)
 	return true
 }
-
-// claimQuestion starts a claim check (askHolders): the rest of the
-// question is a subnet; the answer is the node the asked peer takes as
-// its holder ("" for none).
-const claimQuestion = 0xfe
-
-// holder is the node whose claim on subnet (or one overlapping it) this
-// node takes as the holder: among the claims it holds, its own included,
-// a settled one before any other (peers refuse any new claim on a
-// settled subnet), then the winner in ipam order; "" when it holds none.
-func (sn *subnets) holder(subnet string) string {
-	claims := sn.others()
-	if mine := sn.current(); mine.Subnet != "" {
-		mine.Settled = sn.isReady()
-		claims = append(claims, mine)
-	}
-	var best *ipam.Claim
-	for i := range claims {
-		c := &claims[i]
-		if !overlaps(c.Subnet, subnet) {
-			continue
-		}
-		if best == nil || c.Settled && !best.Settled || c.Settled == best.Settled && c.Beats(*best) {
-			best = c
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	return best.Node
-}
-
-// answerClaim answers a claim check: the holder of the subnet asked.
-func (sn *subnets) answerClaim(q []byte) []byte {
-	p, err := netip.ParsePrefix(string(q))
-	if err != nil || !sn.clusterCIDR.Contains(p.Addr()) {
-		return nil
-	}
-	return []byte(sn.holder(p.String()))
-}
-
-// confirm checks a claim with the cluster before it settles: peers
-// refuse, silently, a new claim on a subnet another node has settled,
-// whatever the claims' times, so a claimant whose claim reached the
-// cluster too late (nodes joining at once picked one subnet, and gossip
-// under the burst took longer than --subnet-settle) would keep a subnet
-// no peer accepts. So it asks up to claimCheckPeers live peers (at
-// random) which node holds the subnet. It reports ok once every peer
-// asked in a round names this node; who is the first other node named.
-// When some have not heard of the claim yet (no answer, or ""), another
-// round follows --subnet-settle later, up to claimCheckRounds; a node
-// without live peers is alone and confirms at once. Two nodes that picked
-// one subnet at once are then both confirmed only if every peer each
-// asked held its claim alone: peers that hold both name the same winner
-// (holder), and the other gives way.
-func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, ok bool) {
-	q := append([]byte{claimQuestion}, claim.Subnet...)
-	for round := 0; round < claimCheckRounds; round++ {
-		var peers []string
-		for _, m := range sn.gossip.Members() {
-			if m.Name != sn.self && m.State == gossip.StateAlive {
-				peers = append(peers, m.Name)
-			}
-		}
-		if len(peers) == 0 {
-			return "", true
-		}
-		rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-		asked := peers[:min(claimCheckPeers, len(peers))]
-		named := 0
-		for _, p := range asked {
-			b, _, err := sn.gossip.Ask(p, q, time.Second)
-			switch {
-			case err != nil || len(b) == 0 || len(b) > 255:
-			case string(b) == sn.self:
-				named++
-			default:
-				return oneLine(string(b)), false
-			}
-		}
-		if named == len(asked) {
-			return "", true
-		}
-		select {
-		case <-ctx.Done():
-			return "", false
-		case <-time.After(sn.settle):
-		}
-	}
-	return "", true // nobody objects: the claim stands
-}
-
-// claimCheckPeers is how many peers a new claim is checked with a round,
-// claimCheckRounds how many rounds at most.
-const (
-	claimCheckPeers  = 5
-	claimCheckRounds = 10
-)
 
 // overlaps reports whether two subnets share an address.
 func overlaps(a, b string) bool {
