@@ -256,8 +256,11 @@ func fullText(ports []Port, cfg Config, stale []string, maxLines int) [][]byte {
 	for _, d := range dispatch {
 		t.rule(&t.nat, "-A", ChainServices, d)
 	}
-	// NodePorts: destinations local to this node, checked last.
-	t.rule(&t.nat, "-A", ChainServices, "-m addrtype --dst-type LOCAL -j "+ChainNodePorts)
+	// NodePorts: destinations local to this node, checked last; not on
+	// 127.0.0.0/8, which the kernel will not route to a pod
+	// (route_localnet is off): a connection to localhost:NodePort finds
+	// no listener and is refused at once instead of hanging.
+	t.rule(&t.nat, "-A", ChainServices, "-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j "+ChainNodePorts)
 	for _, n := range nodePorts {
 		t.rule(&t.nat, "-A", ChainNodePorts, n)
 	}
@@ -274,8 +277,9 @@ func fullText(ports []Port, cfg Config, stale []string, maxLines int) [][]byte {
 		fmt.Fprintf(&t.filterDecl, ":%s - [0:0]\n", c)
 	}
 	t.rule(&t.filter, "-A", ChainCanary, "-j RETURN")
-	t.rule(&t.filter, "-A", ChainForward, `-m mark --mark `+MasqMark+` -m comment --comment "starling: forward service traffic" -j ACCEPT`)
-	t.rule(&t.filter, "-A", ChainForward, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+	for _, r := range forwardRules(cfg) {
+		t.rule(&t.filter, "-A", ChainForward, r)
+	}
 	for _, r := range rejects {
 		t.rule(&t.filter, "-A", ChainFilter, r)
 	}
@@ -290,4 +294,28 @@ func Rules(ports []Port, cfg Config) []byte {
 	var m Model
 	m.Update(ports, cfg)
 	return slices.Concat(fullText(m.Ports(), cfg, nil, 1<<62)...)
+}
+
+// forwardRules are the rules of STARLING-FORWARD (jumped to from FORWARD),
+// which make the forward path work whatever the host's FORWARD policy
+// (Docker sets DROP):
+//   - conntrack INVALID packets are dropped first, as kube-proxy does
+//     (kubernetes#74839): a TCP segment from a backend far outside the
+//     window is INVALID, skips the reverse NAT, and would reach the client
+//     from the backend's own address, which resets the connection;
+//   - marked Service traffic, and anything from or to the cluster CIDR
+//     (pod to pod across nodes; NodePort and node-to-ClusterIP traffic
+//     arriving, masqueraded, at the backend's node), is accepted;
+//   - so are replies of accepted connections.
+func forwardRules(cfg Config) []string {
+	out := []string{
+		`-m conntrack --ctstate INVALID -m comment --comment "starling: drop packets conntrack cannot match (kubernetes#74839)" -j DROP`,
+		`-m mark --mark ` + MasqMark + ` -m comment --comment "starling: forward service traffic" -j ACCEPT`,
+	}
+	if c := cfg.ClusterCIDR.Masked(); cfg.ClusterCIDR.IsValid() {
+		out = append(out,
+			fmt.Sprintf(`-s %s -m comment --comment "starling: forward pod traffic" -j ACCEPT`, c),
+			fmt.Sprintf(`-d %s -m comment --comment "starling: forward pod traffic" -j ACCEPT`, c))
+	}
+	return append(out, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
 }
