@@ -42,6 +42,41 @@ type replicas struct {
 
 	mu       sync.Mutex
 	observed []reconcile.Container // what the last pass saw
+	mine     []reconcile.Replica   // what it owned
+	down     bool                  // the runtime did not answer the last pass
+}
+
+// runtimeDown is a pass that could not list containers (containerd
+// unreachable). The containers keep running under their shims, and the
+// prober keeps probing them (HTTP, TCP and gRPC probes need no runtime),
+// so the status still follows the probes: it is published from the last
+// observation with today's readiness, so an endpoint that fails its probe
+// leaves every node's Service rules. It logs one warning per outage, and
+// retries every second.
+func (r *replicas) runtimeDown(v *view, err error) time.Duration {
+	r.mu.Lock()
+	first := !r.down
+	r.down = true
+	observed, mine := r.observed, r.mine
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("container runtime unreachable: replicas keep running, their readiness follows the probes; nothing is started or stopped until it answers (retrying every second)", "err", err)
+	}
+	if observed != nil {
+		r.status.publishSoon(r.localReplicas(observed, mine, r.probes.specs(v, observed)), time.Now())
+	}
+	return time.Second
+}
+
+// runtimeUp notes that the runtime answered, logging the end of an outage.
+func (r *replicas) runtimeUp() {
+	r.mu.Lock()
+	was := r.down
+	r.down = false
+	r.mu.Unlock()
+	if was {
+		r.log.Info("container runtime reachable again")
+	}
 }
 
 // requestReconcile asks the loop to run now (coalesced).
@@ -135,15 +170,15 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	listed := r.acts.listEpoch()
 	observed, err := r.rt.List(ctx)
 	if err != nil {
-		r.log.Error("reconcile: observe containers", "err", err)
-		return 0
+		return r.runtimeDown(v, err)
 	}
+	r.runtimeUp()
 	r.metrics.observe(observed)
 	r.probes.markUnhealthy(observed)
-	r.mu.Lock()
-	r.observed = observed
-	r.mu.Unlock()
 	out := reconcile.Decide(r.decision(v, observed, start), time.Now())
+	r.mu.Lock()
+	r.observed, r.mine = observed, out.Mine
+	r.mu.Unlock()
 	r.lease.set(atMostOneIDs(v, observed, out.Mine))
 	r.handoffs = out.Handoffs
 	r.acts.pruneFailures(out.Mine, observed)

@@ -1003,9 +1003,11 @@ func (r *Runtime) recordOOM(ctx context.Context, e *events.Envelope) {
 
 // WatchExits calls onExit whenever a task in Starling's namespace exits,
 // so a crashed replica is restarted at once instead of at the next resync.
-// It returns when ctx ends; a broken event stream is re-subscribed after a
+// It returns when ctx ends; a broken event stream is re-subscribed every
+// second, with one warning per outage (containerd down), not one a
 // second.
 func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
+	broken := false
 	for ctx.Err() == nil {
 		events, errs := r.client.Subscribe(r.ctx(ctx), `topic=="/tasks/exit"`, `topic=="/tasks/oom"`)
 	recv:
@@ -1014,14 +1016,23 @@ func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
 			case <-ctx.Done():
 				return
 			case e := <-events:
+				if broken {
+					r.log.Info("containerd event stream back")
+					broken = false
+				}
 				if e != nil && e.Topic == "/tasks/oom" {
 					r.recordOOM(ctx, e)
 				}
 				onExit()
 			case err := <-errs:
-				if ctx.Err() == nil {
-					r.log.Warn("containerd event stream broke; resubscribing", "err", err)
+				switch {
+				case ctx.Err() != nil:
+				case !broken:
+					r.log.Warn("containerd event stream broke; resubscribing every second", "err", err)
+				default:
+					r.log.Debug("containerd event stream still broken", "err", err)
 				}
+				broken = true
 				break recv
 			}
 		}

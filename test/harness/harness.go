@@ -215,6 +215,22 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	return fmt.Errorf("containerd for %s did not create %s within 20s (see %s)", n.Name, n.ContainerdSocket(), logf.Name())
 }
 
+// StopContainerd kills the node's containerd, as an outage of the
+// runtime: the shims, and so the containers, keep running.
+func (n *Node) StopContainerd() {
+	if n.containerd != nil && n.containerd.Process != nil {
+		n.containerd.Process.Kill()
+		<-n.containerdDone
+	}
+}
+
+// StartContainerd starts the node's containerd again (after
+// StopContainerd); it finds its containers through their shims.
+func (n *Node) StartContainerd() error {
+	os.Remove(n.ContainerdSocket()) // left by the kill; start waits for a new one
+	return n.startContainerd()
+}
+
 // AgentLogPath is where the agent's stderr goes (appended across restarts).
 func (n *Node) AgentLogPath() string { return filepath.Join(n.Dir, "agent.log") }
 
