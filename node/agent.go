@@ -104,7 +104,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	pn, err := podnet.New(podnet.Config{DataDir: cfg.DataDir, PodSubnet: pod, ClusterCIDR: cluster, PluginDirs: cfg.CNIPluginDirs})
+	ipt := iptablesBackend(ctx, log)
+	pn, err := podnet.New(podnet.Config{DataDir: cfg.DataDir, PodSubnet: pod, ClusterCIDR: cluster, PluginDirs: cfg.CNIPluginDirs, Iptables: ipt.Iptables})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	syncer, err := service.NewSyncer()
+	syncer, err := service.NewSyncer(ipt)
 	if err != nil {
 		rt.Close()
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -297,4 +298,20 @@ func withServiceLinks(v *view, acts []reconcile.Action) {
 		}
 		act.Replica.ServiceEnv = serviceLinks(v.services, v.alloc, act.Replica.Namespace)
 	}
+}
+
+// iptablesBackend chooses the iptables backend the host's firewall uses
+// (xtables.Detect), logs the choice, and removes Starling's chains from
+// the other backend, left there by a run that chose it (both would run).
+func iptablesBackend(ctx context.Context, log *slog.Logger) xtables.Backend {
+	b, why := xtables.Detect(ctx)
+	log.Info("iptables backend chosen", "backend", b.String(), "why", why)
+	if other := b.Other(); other != b {
+		if n, err := xtables.RemoveStarling(ctx, other); err != nil {
+			log.Warn("remove Starling's rules from the other iptables backend", "backend", other.String(), "err", err)
+		} else if n > 0 {
+			log.Info("removed Starling's chains from the other iptables backend", "backend", other.String(), "chains", n)
+		}
+	}
+	return b
 }

@@ -39,9 +39,13 @@ func (n *Network) PrepareHost() error {
 			return fmt.Errorf("sysctl %s: %w", path, err)
 		}
 	}
-	ipt, err := iptables.New(iptables.Timeout(5))
+	cmd := n.cfg.Iptables
+	if cmd == "" {
+		cmd = "iptables"
+	}
+	ipt, err := iptables.New(iptables.Path(cmd), iptables.Timeout(5))
 	if err != nil {
-		return fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
+		return fmt.Errorf("%s: %w (install the Debian package iptables)", cmd, err)
 	}
 	if ok, err := ipt.ChainExists("nat", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables nat %s: %w", MasqueradeChain, err)

@@ -41,6 +41,9 @@ type Config struct {
 	PluginDirs []string
 	// MTU of the bridge and pod interfaces (0: plugin default).
 	MTU int
+	// Iptables is the iptables command of the backend the host uses
+	// (net/xtables); "" for the plain "iptables".
+	Iptables string
 }
 
 // DefaultPluginDirs are where Debian (containernetworking-plugins) and the

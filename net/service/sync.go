@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-iptables/iptables"
+	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -56,29 +57,33 @@ type tables interface {
 	forgetUDP(match func(*netlink.ConntrackFlow) bool)
 }
 
-// NewSyncer finds iptables (the nft or legacy backend the host uses: the
-// iptables command's own choice). Errors name the package to install.
-func NewSyncer() (*Syncer, error) {
-	ipt, err := iptables.New(iptables.Timeout(5))
+// NewSyncer uses the iptables backend b (xtables.Detect: the one the
+// host's firewall is on). Errors name the package to install.
+func NewSyncer(b xtables.Backend) (*Syncer, error) {
+	ipt, err := iptables.New(iptables.Path(b.Iptables), iptables.Timeout(5))
 	if err != nil {
-		return nil, fmt.Errorf("iptables: %w (install the Debian package iptables)", err)
+		return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", b.Iptables, err)
 	}
-	if _, err := exec.LookPath("iptables-restore"); err != nil {
-		return nil, fmt.Errorf("iptables-restore: %w (install the Debian package iptables)", err)
+	if _, err := exec.LookPath(b.Restore); err != nil {
+		return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", b.Restore, err)
 	}
-	return &Syncer{t: iptablesTables{ipt}}, nil
+	return &Syncer{t: iptablesTables{ipt, b.Restore}}, nil
 }
 
-// iptablesTables is the kernel through the iptables commands.
-type iptablesTables struct{ ipt *iptables.IPTables }
+// iptablesTables is the kernel through the iptables commands of one
+// backend.
+type iptablesTables struct {
+	ipt        *iptables.IPTables
+	restoreCmd string // the backend's iptables-restore
+}
 
-func (iptablesTables) restore(ctx context.Context, text []byte) error {
+func (t iptablesTables) restore(ctx context.Context, text []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w", "5")
+	cmd := exec.CommandContext(ctx, t.restoreCmd, "--noflush", "-w", "5")
 	cmd.Stdin = bytes.NewReader(text)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s: %v: %s", t.restoreCmd, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

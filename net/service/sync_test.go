@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -82,7 +83,7 @@ func kernelPortChains(s *Syncer) (int, error) {
 func TestSyncerChainsFollowTheModelInTheKernel(t *testing.T) {
 	cfg := Config{ClusterCIDR: clusterCIDR}
 	inNewNetns(t, func() error {
-		s, err := NewSyncer()
+		s, err := NewSyncer(xtables.Plain)
 		if err != nil {
 			return err
 		}
@@ -143,7 +144,7 @@ func TestRestartedSyncerRemovesWhatWentAwayWhileDown(t *testing.T) {
 		dns := Port{Service: "kube-system/dns", Name: "dns", Protocol: UDP, ClusterIP: netip.MustParseAddr("10.23.0.53"), Port: 53,
 			Endpoints: addrPorts("10.22.1.5:53", "10.22.1.6:53")}
 		web := webPort("10.22.1.7:8080")
-		first, err := NewSyncer()
+		first, err := NewSyncer(xtables.Plain)
 		if err != nil {
 			return err
 		}
@@ -162,7 +163,7 @@ func TestRestartedSyncerRemovesWhatWentAwayWhileDown(t *testing.T) {
 		}
 		// The agent stops; 10.22.1.5 and the web Service go meanwhile.
 		dns.Endpoints = addrPorts("10.22.1.6:53")
-		again, err := NewSyncer()
+		again, err := NewSyncer(xtables.Plain)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/net/xtables"
 )
 
 // rulesBench runs the Service-rules figures in a network namespace of its
@@ -66,7 +67,7 @@ func rulesChild(ns string) error {
 		var failed error
 		lines := strings.Count(string(service.Rules(servicePorts(n), cfg)), "\n-A ")
 		for r := 0; r < 5 && failed == nil; r++ {
-			s, err := service.NewSyncer()
+			s, err := service.NewSyncer(xtables.Plain)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+// The agent writes its rules to the iptables backend the host's firewall
+// is on, says which, and leaves none in the other. Before, with the
+// host's rules on iptables-legacy (Docker on an older host, a firewall
+// script), it wrote to nft and said nothing: both sets ran, in an order
+// nobody chose.
+func TestRulesGoWhereTheHostsFirewallIs(t *testing.T) {
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: fw}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: fw}}
+  template:
+    metadata: {labels: {app: fw}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{name: http, containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: fw}
+spec:
+  selector: {app: fw}
+  ports: [{port: 80, targetPort: http}]
+`)
+	vip := clusterIP(t, n1, "fw")
+	starlingChains := func(save string) (int, bool, error) {
+		out, err := n1.Exec(t.Context(), save)
+		if err != nil {
+			return 0, false, err
+		}
+		return strings.Count(out, ":STARLING-"), strings.Contains(out, "-d "+vip+"/32"), nil
+	}
+	// No host rules anywhere: nft, the default.
+	if _, err := eventually(30*time.Second, func() error {
+		if _, err := harness.HTTPGet(n1.NetNS, "http://"+vip+"/", time.Second); err != nil {
+			return err
+		}
+		n, svc, err := starlingChains("iptables-nft-save")
+		if err != nil || n == 0 || !svc {
+			return fmt.Errorf("nft: %d Starling chains, Service rule %v, %v", n, svc, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The host's firewall, on legacy (as Docker on iptables-legacy):
+	// the restarted agent moves its rules there.
+	for _, rule := range [][]string{
+		{"-t", "nat", "-A", "POSTROUTING", "-s", "172.17.0.0/16", "!", "-o", "docker0", "-j", "MASQUERADE"},
+		{"-A", "INPUT", "-s", "203.0.113.0/24", "-j", "DROP"},
+	} {
+		if _, err := n1.Exec(t.Context(), "iptables-legacy", rule...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logBefore, _ := os.ReadFile(n1.AgentLogPath())
+	n1.KillAgent(syscall.SIGTERM)
+	if err := n1.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventually(30*time.Second, func() error {
+		if _, err := harness.HTTPGet(n1.NetNS, "http://"+vip+"/", time.Second); err != nil {
+			return err
+		}
+		n, svc, err := starlingChains("iptables-legacy-save")
+		if err != nil || n == 0 || !svc {
+			return fmt.Errorf("legacy: %d Starling chains, Service rule %v, %v", n, svc, err)
+		}
+		if n, _, err := starlingChains("iptables-nft-save"); err != nil || n != 0 {
+			return fmt.Errorf("nft still holds %d Starling chains (%v)", n, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	logAll, _ := os.ReadFile(n1.AgentLogPath())
+	if since := string(logAll[len(logBefore):]); !strings.Contains(since, `msg="iptables backend chosen" backend=iptables-legacy`) {
+		t.Fatalf("the agent did not log its choice of iptables-legacy:\n%s", since)
+	}
+}
