@@ -73,8 +73,11 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 		p("Created", d.CreationTimestamp.String())
 		p("Labels", labelString(d.Labels))
 		p("Selector", labelString(d.Spec.Selector.MatchLabels))
-		desired, ready, updated, available := deploymentStatus(d, reps)
-		p("Replicas", fmt.Sprintf("%d desired | %d updated | %d ready | %d available", desired, updated, ready, available))
+		st := deploymentStatus(d, reps)
+		p("Replicas", fmt.Sprintf("%d desired | %d updated | %d total | %d available | %d unavailable", o.Replicas(), st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, st.UnavailableReplicas))
+		for _, c := range st.Conditions {
+			p("Condition "+string(c.Type), fmt.Sprintf("%s (%s) %s", c.Status, c.Reason, c.Message))
+		}
 		p("Strategy", string(d.Spec.Strategy.Type))
 		if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil && ru.MaxSurge != nil {
 			p("RollingUpdate", fmt.Sprintf("maxUnavailable %s, maxSurge %s", ru.MaxUnavailable.String(), ru.MaxSurge.String()))

@@ -324,21 +324,15 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 	return t.flush()
 }
 
-// deploymentStatus counts a Deployment's replicas as rollout status does
-// (rollout.Count, by ordinal): desired; ready, the ordinals with a ready
-// copy of any revision (kubectl's READY: old copies that serve count);
-// up-to-date, the ordinals with a copy of the current spec; available,
-// as ready (minReadySeconds is not acted on).
-func deploymentStatus(d *appsv1.Deployment, reps []api.Replica) (desired, ready, updated, available int) {
-	if d.Spec.Replicas != nil {
-		desired = int(*d.Spec.Replicas)
-	}
-	c := rollout.Count(d.Namespace, d.Name, manifest.SpecHash(d), desired, reps)
-	return desired, c.Available, c.Updated, c.Available
+// deploymentStatus is d's status as Kubernetes defines it
+// (rollout.DeploymentStatus: counts over every copy of its replicas, with
+// the conditions Available and Progressing), as get and describe show it.
+func deploymentStatus(d *appsv1.Deployment, reps []api.Replica) appsv1.DeploymentStatus {
+	return rollout.DeploymentStatus(d, manifest.SpecHash(d), reps, time.Now())
 }
 
 func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api.Replica) error {
-	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": deploymentsOf(objs)}
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": deploymentsOf(objs, reps)}
 	if ok, err := structured(w, o.output, list); ok {
 		return err
 	}
@@ -352,8 +346,8 @@ func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api
 	t := newTable(w, header...)
 	for _, obj := range objs {
 		d := obj.Deployment
-		desired, ready, updated, available := deploymentStatus(d, reps)
-		row := []string{d.Name, fmt.Sprintf("%d/%d", ready, desired), strconv.Itoa(updated), strconv.Itoa(available), age(d.CreationTimestamp.Time)}
+		st := deploymentStatus(d, reps)
+		row := []string{d.Name, fmt.Sprintf("%d/%d", st.ReadyReplicas, obj.Replicas()), strconv.Itoa(int(st.UpdatedReplicas)), strconv.Itoa(int(st.AvailableReplicas)), age(d.CreationTimestamp.Time)}
 		if o.allNamespaces {
 			row = append([]string{d.Namespace}, row...)
 		}
@@ -404,10 +398,14 @@ func printStatefulSets(w io.Writer, o getOpts, objs []manifest.Object, reps []ap
 	return t.flush()
 }
 
-func deploymentsOf(objs []manifest.Object) []*appsv1.Deployment {
+// deploymentsOf returns the Deployments of objs with their status (copies:
+// objs are not changed).
+func deploymentsOf(objs []manifest.Object, reps []api.Replica) []*appsv1.Deployment {
 	out := []*appsv1.Deployment{}
 	for _, o := range objs {
-		out = append(out, o.Deployment)
+		d := o.Deployment.DeepCopy()
+		d.Status = deploymentStatus(o.Deployment, reps)
+		out = append(out, d)
 	}
 	return out
 }

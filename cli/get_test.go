@@ -1,6 +1,8 @@
 package cli
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
+
 	"strings"
 	"testing"
 	"time"
@@ -55,11 +57,13 @@ func TestUploadProgressRedrawsOneLine(t *testing.T) {
 	}
 }
 
-// get deployments and rollout status count alike (rollout.Count): during
-// a rollout whose new copy is not ready, the old copies that serve are
-// READY and AVAILABLE, and only the new one is UP-TO-DATE (issue 13: it
-// printed READY 6/6 UP-TO-DATE 6 AVAILABLE 0).
-func TestDeploymentCountsDuringAStalledRollout(t *testing.T) {
+// get deployments counts as Kubernetes does (DeploymentStatus over every
+// copy): during a rollout whose new copy is not ready, the old copies that
+// serve are READY and AVAILABLE, only the new one is UP-TO-DATE, and the
+// conditions say the Deployment is available and progressing, then, past
+// its progress deadline, that it timed out (issue 13: it printed READY 6/6
+// UP-TO-DATE 6 AVAILABLE 0, and -o json had no status).
+func TestDeploymentStatusDuringAStalledRollout(t *testing.T) {
 	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -79,9 +83,52 @@ spec:
 	for i := range 6 {
 		reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: i, SpecHash: "0ld0ld00", Phase: api.PhaseRunning, Ready: true})
 	}
-	reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: 0, SpecHash: manifest.SpecHash(d), Phase: api.PhaseRunning})
-	desired, ready, updated, available := deploymentStatus(d, reps)
-	if desired != 6 || ready != 6 || updated != 1 || available != 6 {
-		t.Fatalf("desired %d ready %d up-to-date %d available %d, want 6 6 1 6", desired, ready, updated, available)
+	reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: 0, SpecHash: manifest.SpecHash(d), Phase: api.PhaseRunning, Created: time.Now()})
+	st := deploymentStatus(d, reps)
+	if st.Replicas != 7 || st.ReadyReplicas != 6 || st.UpdatedReplicas != 1 || st.AvailableReplicas != 6 || st.UnavailableReplicas != 0 {
+		t.Fatalf("status %+v, want replicas 7, ready 6, updated 1, available 6", st)
+	}
+	cond := func(st appsv1.DeploymentStatus, typ appsv1.DeploymentConditionType) string {
+		for _, c := range st.Conditions {
+			if c.Type == typ {
+				return string(c.Status) + " " + c.Reason
+			}
+		}
+		return ""
+	}
+	if got := cond(st, appsv1.DeploymentAvailable); got != "True MinimumReplicasAvailable" {
+		t.Errorf("Available: %q", got)
+	}
+	if got := cond(st, appsv1.DeploymentProgressing); got != "True ReplicaSetUpdated" {
+		t.Errorf("Progressing: %q", got)
+	}
+	var out strings.Builder
+	if err := printDeployments(&out, getOpts{}, objs, reps); err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(strings.Split(out.String(), "\n")[1]); len(f) < 4 || f[1] != "6/6" || f[2] != "1" || f[3] != "6" {
+		t.Errorf("get deployments:\n%s", out.String())
+	}
+	out.Reset()
+	if err := printDeployments(&out, getOpts{output: "json"}, objs, reps); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"updatedReplicas": 1`, `"readyReplicas": 6`, `"reason": "ReplicaSetUpdated"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-o json lacks %s:\n%s", want, out.String())
+		}
+	}
+	// Past the progress deadline (600 s by default) with no progress.
+	reps[6].Created = time.Now().Add(-11 * time.Minute)
+	d.CreationTimestamp.Time = time.Now().Add(-time.Hour)
+	if got := cond(deploymentStatus(d, reps), appsv1.DeploymentProgressing); got != "False ProgressDeadlineExceeded" {
+		t.Errorf("Progressing after the deadline: %q", got)
+	}
+	// Three old copies stopped serving: below 6 - maxUnavailable (25%: 1).
+	for i := range 3 {
+		reps[i].Ready = false
+	}
+	if got := cond(deploymentStatus(d, reps), appsv1.DeploymentAvailable); got != "False MinimumReplicasUnavailable" {
+		t.Errorf("Available with 3 of 6: %q", got)
 	}
 }

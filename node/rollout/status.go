@@ -1,6 +1,15 @@
 package rollout
 
-import "github.com/starling-orchestrator/starling/node/api"
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/starling-orchestrator/starling/node/api"
+)
 
 // Count measures how far Deployment namespace/name has come towards spec
 // hash hash with replicas replicas, from reps: the replica copies that
@@ -54,4 +63,81 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// DeploymentStatus is d's status as Kubernetes defines it
+// (apps/v1 DeploymentStatus), counted over every copy of its replicas that
+// live nodes report in reps, whatever its spec hash (hash is d's current
+// one):
+//   - Replicas: copies that are not Terminating;
+//   - UpdatedReplicas: those of the current hash;
+//   - ReadyReplicas: copies Running and ready (old ones serve too);
+//   - AvailableReplicas: as ReadyReplicas (minReadySeconds is not acted
+//     on); UnavailableReplicas: desired minus available, at least 0;
+//   - conditions Available (True when available >= desired -
+//     maxUnavailable: MinimumReplicasAvailable, else
+//     MinimumReplicasUnavailable) and Progressing (True with
+//     NewReplicaSetAvailable once complete, True with ReplicaSetUpdated
+//     while copies of the current hash appeared or became ready within
+//     progressDeadlineSeconds (default 600) of now, False with
+//     ProgressDeadlineExceeded after).
+//
+// kubectl's READY is ReadyReplicas/spec.replicas, UP-TO-DATE
+// UpdatedReplicas, AVAILABLE AvailableReplicas.
+func DeploymentStatus(d *appsv1.Deployment, hash string, reps []api.Replica, now time.Time) appsv1.DeploymentStatus {
+	desired := 1
+	if d.Spec.Replicas != nil {
+		desired = max(int(*d.Spec.Replicas), 0)
+	}
+	st := appsv1.DeploymentStatus{ObservedGeneration: d.Generation}
+	lastProgress := d.CreationTimestamp.Time
+	for _, r := range reps {
+		if r.Namespace != d.Namespace || r.Workload != d.Name || r.Phase == api.PhaseTerminating {
+			continue
+		}
+		st.Replicas++
+		if r.SpecHash == hash {
+			st.UpdatedReplicas++
+			if r.Created.After(lastProgress) {
+				lastProgress = r.Created
+			}
+			if Ready(r) && r.Started.After(lastProgress) {
+				lastProgress = r.Started
+			}
+		}
+		if Ready(r) {
+			st.ReadyReplicas++
+		}
+	}
+	st.AvailableReplicas = st.ReadyReplicas
+	st.UnavailableReplicas = max(int32(desired)-st.AvailableReplicas, 0)
+	c := Count(d.Namespace, d.Name, hash, desired, reps)
+
+	maxUnavailable := 0
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		maxUnavailable, _ = intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, desired, false)
+	}
+	available := corev1.ConditionTrue
+	availableReason, availableMsg := "MinimumReplicasAvailable", "Deployment has minimum availability."
+	if int(st.AvailableReplicas) < desired-maxUnavailable {
+		available, availableReason, availableMsg = corev1.ConditionFalse, "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
+	}
+	deadline := 600 * time.Second
+	if d.Spec.ProgressDeadlineSeconds != nil {
+		deadline = time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second
+	}
+	progressing, progressReason := corev1.ConditionTrue, "ReplicaSetUpdated"
+	progressMsg := fmt.Sprintf("Deployment %q is progressing: %d of %d updated replicas are available.", d.Name, c.Ready, desired)
+	switch {
+	case Complete(c):
+		progressReason, progressMsg = "NewReplicaSetAvailable", fmt.Sprintf("Deployment %q has successfully progressed.", d.Name)
+	case !d.Spec.Paused && now.Sub(lastProgress) > deadline:
+		progressing, progressReason = corev1.ConditionFalse, "ProgressDeadlineExceeded"
+		progressMsg = fmt.Sprintf("Deployment %q has timed out progressing: no replica of the current spec appeared or became ready for %v.", d.Name, deadline)
+	}
+	st.Conditions = []appsv1.DeploymentCondition{
+		{Type: appsv1.DeploymentAvailable, Status: available, Reason: availableReason, Message: availableMsg},
+		{Type: appsv1.DeploymentProgressing, Status: progressing, Reason: progressReason, Message: progressMsg},
+	}
+	return st
 }
