@@ -73,7 +73,14 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
 		if t, busy := r.acts.busyAction(d.ID); busy {
-			item.Phase, item.Reason = api.PhaseContainerCreating, r.rt.ImageProgress(d.Spec.Image)
+			// A retry shows the image transfer's progress, or else the
+			// last failure until it clears: the reason of a replica
+			// whose image cannot be found showed only between retries.
+			reason := r.rt.ImageProgress(d.Spec.Image)
+			if msg, failed := r.acts.lastFailure(d.ID); failed && reason == "" {
+				reason = msg
+			}
+			item.Phase, item.Reason = api.PhaseContainerCreating, reason
 			if t == reconcile.Replace && slots[slotOf(d.Namespace, d.Workload, d.Ordinal)] {
 				// A Replace stops the old copy first.
 				item.Phase, item.Reason = api.PhasePending, "waiting for the old copy to stop"
