@@ -143,6 +143,9 @@ func New(cfg Config, state State) (*Cluster, error) {
 	}
 	c.ml, c.keyring = ml, mc.Keyring
 	c.spawn(c.reconnectLoop)
+	if c.cfg.DigestInterval > 0 {
+		c.spawn(c.digestLoop)
+	}
 	c.log.Info("gossip started", "addr", ml.LocalNode().Address(), "encrypted", len(c.cfg.SecretKey) > 0, "records", c.idx.len())
 	return c, nil
 }

@@ -67,6 +67,14 @@ type Config struct {
 	// 90 s at 100 nodes, 150 s at 500 and 180 s at 1,000, the wait for a
 	// lost delta's repair.
 	PushPullInterval time.Duration
+	// DigestInterval is the time between digest exchanges this node
+	// starts with a random live member, besides memberlist's push/pull:
+	// it sends its fixed-size digest (2 KiB, whatever the number of
+	// records) and the member syncs the buckets that differ (digest.go).
+	// It is not scaled with the cluster, so a lost delta is repaired in
+	// about this time at any size (memberlist's push/pull takes 180 s at
+	// 1,000 nodes). Negative turns the exchanges off.
+	DigestInterval time.Duration
 	// TCPTimeout bounds each reliable (TCP) exchange: push/pull, syncs and
 	// pulls of announced records.
 	TCPTimeout time.Duration
@@ -131,6 +139,7 @@ func DefaultConfig() Config {
 		GossipNodes:      lan.GossipNodes,
 		RetransmitMult:   lan.RetransmitMult,
 		PushPullInterval: lan.PushPullInterval,
+		DigestInterval:   10 * time.Second,
 		TCPTimeout:       lan.TCPTimeout,
 		UDPBufferSize:    lan.UDPBufferSize,
 		// serf's defaults (serf config.go): ReconnectInterval 30 s,
@@ -163,6 +172,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.GossipNodes, d.GossipNodes)
 	setInt(&c.RetransmitMult, d.RetransmitMult)
 	setDur(&c.PushPullInterval, d.PushPullInterval)
+	setDur(&c.DigestInterval, d.DigestInterval)
 	setDur(&c.TCPTimeout, d.TCPTimeout)
 	setInt(&c.UDPBufferSize, d.UDPBufferSize)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)

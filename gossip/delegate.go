@@ -3,6 +3,7 @@ package gossip
 import (
 	"cmp"
 	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -111,6 +112,18 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		c.onAnswer(q)
+	case msgDigest:
+		// A digest exchange (digestLoop): the receiver syncs.
+		remote, err := decodeDigest(b)
+		if err != nil {
+			c.dropped("digest", err)
+			return
+		}
+		if _, ok := c.peer(remote.From); !ok {
+			c.dropped("digest from a non-member", errMalformed, "from", remote.From)
+			return
+		}
+		c.syncDigest(remote)
 	case msgLeave:
 		name, err := decodeLeave(b)
 		if err != nil {
@@ -151,6 +164,12 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if remote.From == c.cfg.Name || c.cfg.Name > remote.From {
 		return
 	}
+	c.syncDigest(remote)
+}
+
+// syncDigest starts a sync of the buckets where remote, a peer's
+// digest, differs from ours, in the background (at most syncSem at once).
+func (c *Cluster) syncDigest(remote digest) {
 	local := c.idx.sums()
 	diff := diffBuckets(&local, &remote.Buckets)
 	if len(diff) == 0 {
@@ -505,4 +524,29 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	c.coordsMu.Lock()
 	c.coords[other.Name] = coord
 	c.coordsMu.Unlock()
+}
+
+// digestLoop sends this node's digest to a random live member every
+// DigestInterval (with up to a quarter of jitter, so nodes started together
+// do not send together); the member syncs what differs (syncDigest). This
+// is anti-entropy at a fixed pace whatever the cluster's size: memberlist
+// spaces its push/pulls out as the cluster grows.
+func (c *Cluster) digestLoop() {
+	for {
+		wait := c.cfg.DigestInterval + time.Duration(rand.Int64N(int64(c.cfg.DigestInterval)/4+1))
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		peers := c.livePeers()
+		if len(peers) == 0 {
+			continue
+		}
+		p := peers[rand.IntN(len(peers))]
+		msg := encodeDigest(digest{From: c.cfg.Name, Buckets: c.idx.sums()})
+		if err := c.ml.SendReliable(p, msg); err != nil {
+			c.log.Debug("digest exchange failed", "peer", p.Name, "err", err)
+		}
+	}
 }

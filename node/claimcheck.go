@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
 
@@ -56,22 +57,55 @@ type askedClaim struct {
 	at   time.Time
 }
 
-// askedFor is how long an arbiter names a subnet's first asker: the
-// longest a claim check can last.
+// askedFor is how long an arbiter names a subnet's first asker at least:
+// the longest a claim check can last. After that it names it as long as
+// the asker is up and does not claim another subnet (stillClaims): a
+// record can take minutes to reach every node while a thousand form, and
+// an arbiter that forgot a settled claimant before its record came named
+// the next asker, which settled the subnet a second time.
 func (sn *subnets) askedFor() time.Duration {
 	return claimCheckRounds * (sn.settle + claimCheckPeers*claimAskTimeout)
 }
 
-// firstAsker returns the node that asked about subnet p first, within
-// askedFor, recording node (at now) when none did.
+// stillClaims reports whether a, the first asker about subnet p, may still
+// hold or be checking its claim: its record, if this node holds it, claims
+// p (or nothing yet), and it asked within askedFor or is up.
+func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool {
+	moved := false
+	sn.withHeld(func(held map[string]NodeStatus, _ func(string) hlc.Timestamp) {
+		if s, ok := held[a.node]; ok && s.PodSubnet != "" {
+			q, err := netip.ParsePrefix(s.PodSubnet)
+			moved = err != nil || q.Masked() != p
+		}
+	})
+	if moved {
+		return false
+	}
+	if now.Sub(a.at) < sn.askedFor() {
+		return true
+	}
+	m, ok := sn.gossip.Member(a.node)
+	return ok && m.State.Up()
+}
+
+// firstAsker returns the node that asked about subnet p first and still
+// claims it (stillClaims), recording node (at now) when none does.
 func (sn *subnets) firstAsker(p netip.Prefix, node string, now time.Time) string {
+	sn.mu.Lock()
+	a, ok := sn.asked[p]
+	sn.mu.Unlock()
+	if ok && a.node != node && sn.stillClaims(p, a, now) {
+		return a.node
+	}
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	if sn.asked == nil {
 		sn.asked = map[netip.Prefix]askedClaim{}
 	}
-	if a, ok := sn.asked[p]; ok && now.Sub(a.at) < sn.askedFor() {
-		return a.node
+	if cur, ok := sn.asked[p]; ok && cur.node == node {
+		return node // keep the time of its first question
+	} else if ok && cur != a {
+		return cur.node // another asker came first meanwhile
 	}
 	if len(sn.asked) >= maxAsked {
 		for k, a := range sn.asked {

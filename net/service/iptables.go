@@ -309,7 +309,7 @@ func Rules(ports []Port, cfg Config) []byte {
 //   - so are replies of accepted connections.
 func forwardRules(cfg Config) []string {
 	out := []string{
-		`-m conntrack --ctstate INVALID -m comment --comment "starling: drop packets conntrack cannot match (kubernetes#74839)" -j DROP`,
+		`-m conntrack --ctstate INVALID -m comment --comment "starling: drop packets conntrack cannot match - kubernetes issue 74839" -j DROP`,
 		`-m mark --mark ` + MasqMark + ` -m comment --comment "starling: forward service traffic" -j ACCEPT`,
 	}
 	if c := cfg.ClusterCIDR.Masked(); cfg.ClusterCIDR.IsValid() {
