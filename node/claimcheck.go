@@ -72,8 +72,10 @@ func (sn *subnets) askedFor() time.Duration {
 // p (or nothing yet), and it asked within askedFor or is up.
 func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool {
 	moved := false
-	sn.withHeld(func(held map[string]NodeStatus, _ func(string) hlc.Timestamp) {
-		if s, ok := held[a.node]; ok && s.PodSubnet != "" {
+	sn.withHeld(func(held map[string]NodeStatus, version func(string) hlc.Timestamp) {
+		// A record written before the question may show the subnet the
+		// asker claimed before this one (it lost it and picked again).
+		if s, ok := held[a.node]; ok && s.PodSubnet != "" && time.Unix(0, version(a.node).Wall).After(a.at) {
 			q, err := netip.ParsePrefix(s.PodSubnet)
 			moved = err != nil || q.Masked() != p
 		}
@@ -206,18 +208,23 @@ func mix64(h uint64) uint64 {
 }
 
 // confirm checks a claim with its arbiters before it settles. It reports
-// ok once every arbiter asked in a round names this node; who is the
-// first other node named (this node's own memory of askers counts as an
-// arbiter's: a rival that asked it first wins). When some arbiters have
-// not answered, another round follows --subnet-settle later, up to
-// claimCheckRounds, with the arbiters of the membership then; a node
-// without live peers is alone and confirms at once.
+// ok once every arbiter asked in a round names this node (from the third
+// round, a majority of them); who is the first other node named (this
+// node's own memory of askers counts as an arbiter's: a rival that asked
+// it first wins). When too few have answered, another round follows
+// --subnet-settle later, up to claimCheckRounds, with the arbiters of the
+// membership then. A node without live peers, or whose arbiters never
+// answer, is alone and confirms; one whose arbiters answered too rarely
+// reports neither ok nor a rival, and checks again. (Before, a claim that
+// no peer objected to in ten rounds stood: under load, lost questions let
+// rivals settle one subnet twice.)
 func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, ok bool) {
 	p, err := netip.ParsePrefix(claim.Subnet)
 	if err != nil {
 		return "", false
 	}
 	q := append([]byte{claimQuestion}, p.Masked().String()...)
+	answered := false
 	for round := 0; round < claimCheckRounds; round++ {
 		if first := sn.firstAsker(p.Masked(), sn.self, time.Now()); first != sn.self {
 			return first, false
@@ -233,11 +240,15 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 			case err != nil || len(b) == 0 || len(b) > 255:
 			case string(b) == sn.self:
 				named++
+				answered = true
 			default:
 				return oneLine(string(b)), false
 			}
 		}
-		if named == len(asked) {
+		// Every arbiter; from the third round, when some stay silent
+		// (lost questions under load), a majority: two majorities of one
+		// set of arbiters share one, which names a single claimant.
+		if named == len(asked) || round >= 2 && 2*named > len(asked) {
 			return "", true
 		}
 		select {
@@ -246,5 +257,8 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 		case <-time.After(sn.settle):
 		}
 	}
-	return "", true // nobody objects: the claim stands
+	if !answered {
+		return "", true // no arbiter answers at all: alone, the claim stands
+	}
+	return "", false // answers, but never enough: the claimant checks again
 }
