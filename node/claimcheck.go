@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"slices"
@@ -208,8 +209,7 @@ func mix64(h uint64) uint64 {
 }
 
 // confirm checks a claim with its arbiters before it settles. It reports
-// ok once every arbiter asked in a round names this node (from the third
-// round, a majority of them); who is the first other node named (this
+// ok once every arbiter asked in a round names this node; who is the first other node named (this
 // node's own memory of askers counts as an arbiter's: a rival that asked
 // it first wins). When too few have answered, another round follows
 // --subnet-settle later, up to claimCheckRounds, with the arbiters of the
@@ -245,10 +245,8 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 				return oneLine(string(b)), false
 			}
 		}
-		// Every arbiter; from the third round, when some stay silent
-		// (lost questions under load), a majority: two majorities of one
-		// set of arbiters share one, which names a single claimant.
-		if named == len(asked) || round >= 2 && 2*named > len(asked) {
+		sn.noteCheck(fmt.Sprintf("round %d: %d of arbiters %v named it", round+1, named, asked))
+		if named == len(asked) {
 			return "", true
 		}
 		select {
@@ -258,7 +256,16 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 		}
 	}
 	if !answered {
-		return "", true // no arbiter answers at all: alone, the claim stands
+		sn.noteCheck("no arbiter answered in any round: alone, the claim stands")
+		return "", true
 	}
 	return "", false // answers, but never enough: the claimant checks again
+}
+
+// noteCheck keeps the last step of this node's claim check, for
+// diagnostics (the scale simulation prints it for subnets settled twice).
+func (sn *subnets) noteCheck(s string) {
+	sn.mu.Lock()
+	sn.lastCheck = s
+	sn.mu.Unlock()
 }

@@ -256,6 +256,21 @@ func simulate(t *testing.T, n int) {
 		return done == n
 	})
 	if !ok {
+		bySubnet := map[string][]*simNode{}
+		for _, nd := range c.nodes {
+			bySubnet[nd.agent.subnets.current().Subnet] = append(bySubnet[nd.agent.subnets.current().Subnet], nd)
+		}
+		for sub, nds := range bySubnet {
+			if len(nds) < 2 {
+				continue
+			}
+			for _, nd := range nds {
+				nd.agent.subnets.mu.Lock()
+				claim, check := nd.agent.subnets.claim, nd.agent.subnets.lastCheck
+				nd.agent.subnets.mu.Unlock()
+				t.Logf("%s settled twice: %s since %v, its check: %s", sub, nd.name, claim.Since, check)
+			}
+		}
 		c.explainFormation()
 		t.Fatalf("the cluster did not form in %v", took)
 	}

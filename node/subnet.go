@@ -47,7 +47,8 @@ type subnets struct {
 	ready chan struct{} // closed once the claim settled and the network uses it
 	// asked holds, by subnet, the first node that asked this node to
 	// confirm a claim on it (see answerClaim).
-	asked map[netip.Prefix]askedClaim
+	asked     map[netip.Prefix]askedClaim
+	lastCheck string // the last step of this node's claim check (noteCheck)
 }
 
 // otherClaims returns the subnet claims of other nodes that still hold
