@@ -93,3 +93,37 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 		seen[s] = n.name
 	}
 }
+
+// A cluster that grows keeps its claims' arbiters: they are chosen among
+// its oldest members, so a node that claims when the cluster has 150
+// members and one that claims at 800 ask the same ones. Metadata that
+// does not decode counts as the youngest.
+func TestArbitersStayAsTheClusterGrows(t *testing.T) {
+	members := func(n int) []gossip.Member {
+		var ms []gossip.Member
+		for i := range n {
+			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: encodeMemberMeta(int64(1000 + i))})
+		}
+		return ms
+	}
+	big := members(800)
+	for _, subnet := range []string{"10.64.1.0/24", "10.79.138.0/24", "10.68.123.0/24"} {
+		small, large := arbiters(subnet, "n0148", members(150)), arbiters(subnet, "n0827", big)
+		if len(small) != claimCheckPeers || fmt.Sprint(small) != fmt.Sprint(large) {
+			t.Errorf("%s: arbiters at 150 members %v, at 800 %v", subnet, small, large)
+		}
+	}
+	// A member whose metadata does not decode (forged, or an older
+	// agent) is never among the oldest.
+	for i := range arbiterPool + claimCheckPeers {
+		big[i].Meta = []byte("forged")
+	}
+	for _, a := range arbiters("10.64.1.0/24", "n0999", big) {
+		if a < fmt.Sprintf("n%04d", arbiterPool+claimCheckPeers) {
+			t.Errorf("arbiter %s has no member-since", a)
+		}
+	}
+	if _, ok := decodeMemberMeta([]byte{memberMetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0}); ok {
+		t.Error("a member-since beyond int64 decoded")
+	}
+}
