@@ -339,3 +339,50 @@ func decodeMemberMeta(b []byte) (int64, bool) {
 	}
 	return int64(v), true
 }
+
+// registerEvery is how often a node with a settled claim checks whether
+// its subnet's arbiters changed (registerFor after settling at most).
+const (
+	registerEvery = 10 * time.Second
+	registerFor   = 10 * time.Minute
+)
+
+// stayRegistered keeps this node the first asker of its settled claim's
+// arbiters while the cluster forms: when the arbiters change (the oldest
+// members were fewer than arbiterPool when it claimed, or one of them
+// died), it asks the new ones, which then name it to any later claimant
+// that has not heard of its claim yet. An arbiter that names another node
+// is logged: two nodes hold the subnet.
+func (sn *subnets) stayRegistered(ctx context.Context, claim ipam.Claim) {
+	p, err := netip.ParsePrefix(claim.Subnet)
+	if err != nil {
+		return
+	}
+	p = p.Masked()
+	q := append([]byte{claimQuestion}, p.String()...)
+	asked := map[string]bool{}
+	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
+		asked[a] = true // asked when the claim settled
+	}
+	end := time.Now().Add(registerFor)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(registerEvery):
+		}
+		for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
+			if asked[a] {
+				continue
+			}
+			b, _, err := sn.gossip.Ask(a, q, claimAskTimeout)
+			if err != nil || len(b) == 0 || len(b) > 255 {
+				continue
+			}
+			asked[a] = true
+			if who := string(b); who != sn.self {
+				sn.log.Error("an arbiter of this node's settled subnet names another node: two nodes hold it", "subnet", p, "arbiter", a, "holder", oneLine(who))
+			}
+		}
+	}
+}

@@ -227,6 +227,9 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	}
 	close(sn.ready)
 	sn.log.Info("pod subnet claimed", "subnet", claim.Subnet, "since", claim.Since)
+	if sn.fixed == "" {
+		go sn.stayRegistered(ctx, claim)
+	}
 	return true
 }
 
