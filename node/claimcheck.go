@@ -170,7 +170,8 @@ func (sn *subnets) answerClaim(from string, q []byte) []byte {
 // chosen from.
 const arbiterPool = 16
 
-// arbiters returns the claimCheckPeers live members other than this node
+// arbiters returns the claimCheckPeers members that are up (alive or
+// suspect) other than this node
 // with the highest rendezvous score for subnet, among the arbiterPool
 // oldest: a cluster that grows keeps its old members, so claimants that
 // joined minutes apart still ask the same arbiters. (Chosen among all
@@ -184,7 +185,10 @@ func arbiters(subnet, self string, members []gossip.Member) []string {
 	}
 	var pool []aged
 	for _, m := range members {
-		if m.Name == self || m.State != gossip.StateAlive {
+		// Suspects too: under load the oldest members, which answer
+		// most questions, are suspected now and then, and dropping them
+		// moved the arbiters (at N=1000 a claimant asked n0034..n0095).
+		if m.Name == self || !m.State.Up() {
 			continue
 		}
 		since, ok := decodeMemberMeta(m.Meta)
