@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/placement"
 )
 
 // Claim checks: before a new subnet claim settles, its node asks the
@@ -171,9 +171,8 @@ func (sn *subnets) answerClaim(from string, q []byte) []byte {
 const arbiterPool = 16
 
 // arbiters returns the claimCheckPeers members that are up (alive or
-// suspect) other than this node
-// with the highest rendezvous score for subnet, among the arbiterPool
-// oldest: a cluster that grows keeps its old members, so claimants that
+// suspect) other than this node first in rendezvous order for subnet
+// (placement.Rank), among the arbiterPool oldest: a cluster that grows keeps its old members, so claimants that
 // joined minutes apart still ask the same arbiters. (Chosen among all
 // members, the arbiters of a node that claimed when the cluster had 150
 // members and of one that claimed at 800 were disjoint, and both settled
@@ -203,46 +202,12 @@ func arbiters(subnet, self string, members []gossip.Member) []string {
 		}
 		return strings.Compare(a.name, b.name)
 	})
-	type scored struct {
-		name  string
-		score uint64
-	}
-	var all []scored
+	var nodes []placement.Node
 	for _, m := range pool[:min(arbiterPool, len(pool))] {
-		h := fnv.New64a()
-		h.Write([]byte(subnet))
-		h.Write([]byte{0})
-		h.Write([]byte(m.name))
-		all = append(all, scored{m.name, mix64(h.Sum64())})
+		nodes = append(nodes, placement.Node{Name: m.name})
 	}
-	slices.SortFunc(all, func(a, b scored) int {
-		if a.score != b.score {
-			if a.score > b.score {
-				return -1
-			}
-			return 1
-		}
-		if a.name < b.name {
-			return -1
-		}
-		return 1
-	})
-	out := make([]string, 0, claimCheckPeers)
-	for _, s := range all[:min(claimCheckPeers, len(all))] {
-		out = append(out, s.name)
-	}
-	return out
-}
-
-// mix64 is MurmurHash3's fmix64 finalizer (Appleby), spreading FNV-1a's
-// weakly mixed last bytes over all bits.
-func mix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+	ranked := placement.Rank(nodes, "subnet/"+subnet, 0)
+	return ranked[:min(claimCheckPeers, len(ranked))]
 }
 
 // confirm checks a claim with its arbiters before it settles. It reports
