@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -52,31 +51,9 @@ spec:
 `)
 	var target replica // the replica on n1
 	_, err := eventually(60*time.Second, func() error {
-		all, err := replicas(n2)
-		if err != nil {
-			return err
-		}
-		// Settled: one ready replica on each node and no other copy (a
-		// replica handed off from the first node to join is not a
-		// target).
-		ready, listed, nodes := 0, 0, map[string]bool{}
-		for _, r := range all {
-			if r.Workload != "outage" {
-				continue
-			}
-			listed++
-			if r.Ready && r.Phase == api.PhaseRunning {
-				ready++
-				nodes[r.Node] = true
-				if r.Node == n1.Name {
-					target = r
-				}
-			}
-		}
-		if ready != 2 || listed != 2 || len(nodes) != 2 {
-			return fmt.Errorf("%d of 2 replicas ready on %d nodes, %d listed", ready, len(nodes), listed)
-		}
-		return nil
+		byNode, err := readyOnePerNode(n2, "outage", 2)
+		target = byNode[n1.Name]
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)

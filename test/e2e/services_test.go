@@ -617,27 +617,11 @@ spec:
 		return nil
 	}
 	_, err := eventually(60*time.Second, func() error {
-		all, err := replicas(n1)
+		byNode, err := readyOnePerNode(n1, "probed", 2)
 		if err != nil {
 			return err
 		}
-		// Settled: one ready replica on each node and no other copy (a
-		// replica handed off from the first node to join is not a target).
-		ready, listed, nodes := 0, 0, map[string]bool{}
-		for _, r := range all {
-			if r.Workload != "probed" {
-				continue
-			}
-			listed++
-			if r.Ready && r.Phase == api.PhaseRunning {
-				ready++
-				nodes[r.Node] = true
-				target = r
-			}
-		}
-		if ready != 2 || listed != 2 || len(nodes) != 2 {
-			return fmt.Errorf("%d of 2 replicas ready on %d nodes, %d listed", ready, len(nodes), listed)
-		}
+		target = byNode[n1.Name]
 		return inRules(true)
 	})
 	if err != nil {
@@ -663,4 +647,28 @@ spec:
 		t.Fatal("passing readiness again: ", err)
 	}
 	t.Logf("ready again: back in both nodes' rules in %v", took.Round(time.Millisecond))
+}
+
+// readyOnePerNode returns workload's replicas by node once settled: want
+// copies listed in all, each Running and ready, on want distinct nodes (a
+// copy handed off from the first node to join is not one of them).
+func readyOnePerNode(n *harness.Node, workload string, want int) (map[string]replica, error) {
+	all, err := replicas(n)
+	if err != nil {
+		return nil, err
+	}
+	byNode, listed := map[string]replica{}, 0
+	for _, r := range all {
+		if r.Workload != workload {
+			continue
+		}
+		listed++
+		if r.Ready && r.Phase == api.PhaseRunning {
+			byNode[r.Node] = r
+		}
+	}
+	if listed != want || len(byNode) != want {
+		return nil, fmt.Errorf("%s: %d listed, ready on %d nodes, want %d on %d", workload, listed, len(byNode), want, want)
+	}
+	return byNode, nil
 }
