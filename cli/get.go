@@ -272,6 +272,10 @@ func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
 			// placement for a while.
 			state += ",unresponsive"
 		}
+		if n.DiskFull {
+			// Its data directory is full: it refuses writes.
+			state += ",disk-full"
+		}
 		row := []string{n.Name, state, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
 		if o.output == "wide" {
 			row = append(row, orNone(n.API), orNone(n.RTT))

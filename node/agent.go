@@ -86,7 +86,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	// Every prerequisite is checked, and all missing ones reported
 	// together, before anything on the host changes.
-	checkErr := preflight.Run(&preflight.System{}, preflight.Config{ContainerdAddress: cfg.ContainerdAddress, CNIPluginDirs: cfg.CNIPluginDirs})
+	host := &preflight.System{}
+	checkErr := preflight.Run(host, preflight.Config{ContainerdAddress: cfg.ContainerdAddress, CNIPluginDirs: cfg.CNIPluginDirs})
+	for _, w := range preflight.Warnings(host, preflight.Config{DataDir: cfg.DataDir}) {
+		log.Warn("preflight: "+w.What, "fix", w.Fix)
+	}
 	if cfg.DryRun {
 		a, err := newAgent(ctx, cfg, log, dryRuntime{}, nil)
 		if err != nil {
@@ -198,6 +202,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		}
 		a.store = track(disk)
 	}
+	a.metrics.reg.MustRegister(storeMetrics(a.store)...)
 	a.id = &identity{name: cfg.Name, key: key, store: a.store}
 	if creds != nil {
 		a.trust = newTrust(creds, key, a.id)
@@ -211,7 +216,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	}
 	if a.trust != nil {
 		a.join = &admission{store: a.store, id: a.id, trust: a.trust, clock: a.clock, self: cfg.Name,
-			publish: a.publish, keys: a.cluster.Keys, log: log}
+			publish: a.publishDurable, keys: a.cluster.Keys, log: log}
 		a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: cfg.DataDir, self: cfg.Name, log: log}
 		a.members.keys = a.keys
 	}
@@ -262,11 +267,11 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		a.routes.apply, a.services.rules, a.subnets.use = hn.routes, hn.rules, hn.useSubnet
 	}
 	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
-	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publish, log: log}
+	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
 	a.info = &info{self: cfg.Name, views: a.views, status: a.status, cluster: a.cluster, store: a.store, clock: a.clock, id: a.id,
-		publish: a.publish, join: a.join, keys: a.keys, log: log}
+		publish: a.publishDurable, join: a.join, keys: a.keys, log: log}
 	a.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
-		cluster: a.cluster, peers: a.peers, publish: a.publish, log: log, imported: func() {
+		cluster: a.cluster, peers: a.peers, publish: a.publishDurable, log: log, imported: func() {
 			a.replicas.acts.resetFailures()
 			a.replicas.requestReconcile()
 		}}
@@ -303,7 +308,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
 		a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
-		a.routes.loop, a.services.loop}
+		a.routes.loop, a.services.loop, a.diskLoop}
 	if a.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
 			a.trust.renewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)

@@ -44,6 +44,9 @@ type NodeStatus struct {
 	Replicas    []api.Replica       `json:"replicas"`
 	// Insecure: the node runs with --insecure and no gossip key.
 	Insecure bool `json:"insecure,omitempty"`
+	// DiskFull: the node's data directory is full; it refuses API writes
+	// and keeps running its replicas (store.Space).
+	DiskFull bool `json:"diskFull,omitempty"`
 	// Cert is the node's certificate (DER, base64 in JSON), issued by the
 	// cluster CA for Name and the key that signs this record; empty with
 	// --insecure. Peers refuse a status without a valid one (verify.go).

@@ -91,7 +91,7 @@ func (in *info) Nodes() []api.Node {
 	for _, m := range in.cluster.Members() {
 		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.excluded[m.Name]}
 		if s, ok := v.statuses[m.Name]; ok {
-			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure
+			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull
 			for _, rep := range s.Replicas {
 				if rep.Phase != api.PhaseTerminating {
 					n.Replicas++

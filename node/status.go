@@ -47,6 +47,8 @@ type self struct {
 	// local is the list of this node's replicas its last publication
 	// held (what get replicas serves for this node).
 	local atomic.Pointer[[]api.Replica]
+	// diskFull: the store's filesystem is full (diskLoop).
+	diskFull atomic.Bool
 
 	mu     sync.Mutex
 	last   string    // the record last published
@@ -80,6 +82,7 @@ func (s *self) status(replicas []api.Replica) NodeStatus {
 		Started:     s.started.UTC().Truncate(time.Second),
 		Replicas:    out,
 		Insecure:    s.insecure,
+		DiskFull:    s.diskFull.Load(),
 		Cert:        s.trust.certDER(),
 	}
 }

@@ -22,6 +22,9 @@ type Store interface {
 	GetMeta(key string) ([]byte, bool, error)
 	PutMeta(key string, value []byte) error
 	DropRecords() error
+	// Space checks the free space of the store's filesystem; while it is
+	// full, writes are held in memory (store.Store.Space).
+	Space() store.Space
 	Close() error
 }
 

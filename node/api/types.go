@@ -230,6 +230,9 @@ type Node struct {
 	// status for longer than the acknowledgement timeout (30 s), so this
 	// node's placement leaves it out for a while (node/unresponsive.go).
 	Unresponsive bool `json:"unresponsive,omitempty"`
+	// DiskFull: the node's data directory is full (below 64 MiB free); it
+	// refuses API writes and keeps running its replicas.
+	DiskFull bool `json:"diskFull,omitempty"`
 }
 
 // NodeList answers /v1/nodes.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,23 @@ type System struct {
 }
 
 var _ Host = (*System)(nil)
+
+// FreeBytes is Host.FreeBytes: statfs of path, or of its nearest
+// existing parent (the data directory may not exist yet).
+func (s *System) FreeBytes(path string) (uint64, error) {
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(path, &st)
+		if err == nil {
+			return st.Bavail * uint64(st.Bsize), nil
+		}
+		parent := filepath.Dir(path)
+		if err != unix.ENOENT || parent == path {
+			return 0, err
+		}
+		path = parent
+	}
+}
 
 func (s *System) IsRoot() bool { return os.Geteuid() == 0 }
 

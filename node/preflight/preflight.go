@@ -32,6 +32,9 @@ type Host interface {
 	Sysctl(path string) (exists, writable bool)
 	// Kernel reports the state of a kernel feature.
 	Kernel(f Feature) KernelState
+	// FreeBytes reports the free space (bytes, statfs f_bavail) of the
+	// filesystem that holds path.
+	FreeBytes(path string) (uint64, error)
 }
 
 // KernelState is what a Host can tell of a kernel feature.
@@ -96,7 +99,16 @@ type Config struct {
 	ContainerdAddress string
 	// CNIPluginDirs are searched for CNIPlugins; nil skips the check.
 	CNIPluginDirs []string
+	// DataDir is the agent's --data-dir (its store, pod logs and pod
+	// files); "" skips the free-space warning.
+	DataDir string
 }
+
+// LowFreeSpace is the free space of the data directory's filesystem
+// (bytes) below which Warnings warns: the store stops writing at 64 MiB
+// free (node/store.MinFree), and pod logs and files share the
+// filesystem.
+const LowFreeSpace = 1 << 30
 
 // Problem is one missing prerequisite.
 type Problem struct {
@@ -191,6 +203,23 @@ func Check(h Host, cfg Config) []Problem {
 		// A missing bridge sysctl is br_netfilter not loaded, reported above.
 	}
 	return out
+}
+
+// Warnings returns what the agent can start without but should be
+// fixed: today, less than LowFreeSpace free in the data directory's
+// filesystem.
+func Warnings(h Host, cfg Config) []Problem {
+	if cfg.DataDir == "" {
+		return nil
+	}
+	free, err := h.FreeBytes(cfg.DataDir)
+	if err != nil || free >= LowFreeSpace {
+		return nil
+	}
+	return []Problem{{
+		What: fmt.Sprintf("the filesystem of data directory %s has %.0f MiB free (less than %d MiB)", cfg.DataDir, float64(free)/(1<<20), LowFreeSpace>>20),
+		Fix:  "below 128 MiB free the agent refuses API writes (ENOSPC) until space returns; free space there, or point --data-dir at a larger filesystem",
+	}}
 }
 
 // Run checks and returns an *Error listing every problem, or nil.

@@ -15,6 +15,7 @@ type fakeHost struct {
 	kernel     map[string]KernelState
 	sysctlGone map[string]bool
 	sysctlRO   bool
+	free       uint64 // bytes free in the data directory; 0: plenty
 }
 
 func (f fakeHost) IsRoot() bool                { return !f.notRoot }
@@ -26,6 +27,12 @@ func (f fakeHost) Sysctl(path string) (bool, bool) {
 		return false, false
 	}
 	return true, !f.sysctlRO
+}
+func (f fakeHost) FreeBytes(string) (uint64, error) {
+	if f.free == 0 {
+		return 100 << 30, nil
+	}
+	return f.free, nil
 }
 func (f fakeHost) Kernel(ft Feature) KernelState {
 	if st, ok := f.kernel[ft.Module]; ok {
@@ -116,5 +123,24 @@ func TestEveryProblemIsReportedInOneErrorOneLineEach(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%s", w, err)
 		}
+	}
+}
+
+func TestWarningsNameTheDataDirectoryWhenItsFilesystemIsLow(t *testing.T) {
+	c := Config{DataDir: "/var/lib/starling"}
+	if w := Warnings(fakeHost{}, c); len(w) != 0 {
+		t.Errorf("plenty of space: %v", w)
+	}
+	w := Warnings(fakeHost{free: 300 << 20}, c)
+	if len(w) != 1 {
+		t.Fatalf("300 MiB free: %d warnings, want 1", len(w))
+	}
+	for _, want := range []string{"/var/lib/starling", "300 MiB free", "ENOSPC", "--data-dir"} {
+		if !strings.Contains(w[0].String(), want) {
+			t.Errorf("warning %q lacks %q", w[0], want)
+		}
+	}
+	if w := Warnings(fakeHost{free: 300 << 20}, Config{}); len(w) != 0 {
+		t.Errorf("no data directory given: %v", w)
 	}
 }

@@ -163,3 +163,6 @@ func (m *Memory) DropRecords() error {
 	m.notify()
 	return nil
 }
+
+// Space is Store.Space: memory is never full.
+func (m *Memory) Space() Space { return Space{} }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +64,23 @@ var (
 // one directory. It is safe for concurrent use. Close it when done.
 type Store struct {
 	db      *badger.DB
+	dir     string
+	log     *slog.Logger
 	changed chan struct{}
+	statfs  func(dir string) (uint64, error)
+
+	// Free space (space.go): full stops writes to disk; free is the
+	// last statfs.
+	spaceMu sync.Mutex
+	full    bool
+	free    uint64
+
+	// Records written while full, held in memory (space.go), with their
+	// encoded sizes.
+	heldMu    sync.Mutex
+	held      map[string]crdt.Record
+	heldSize  map[string]int
+	heldBytes int
 
 	// mu is held shared by every operation and exclusively by Close, so that
 	// no operation touches a closed badger DB or sends on a closed channel.
@@ -76,16 +93,22 @@ type Store struct {
 // holds a lock file and Open fails while another holder has it. badger's own
 // log messages of level warning and above go to slog.Default() with
 // component=badger.
+//
+// On a full filesystem (below MinFree bytes free) Open succeeds and the
+// store starts full: see Space.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	log := slog.Default().With("component", "badger", "dir", dir)
-	db, err := badger.Open(badgerOptions(dir, log))
+	s := &Store{dir: dir, log: slog.Default().With("component", "store", "dir", dir), changed: make(chan struct{}, 1),
+		statfs: freeBytes, held: map[string]crdt.Record{}, heldSize: map[string]int{}}
+	s.openSpace()
+	db, err := badger.Open(badgerOptions(dir, slog.Default().With("component", "badger", "dir", dir)))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db, changed: make(chan struct{}, 1)}, nil
+	s.db = db
+	return s, nil
 }
 
 // badgerOptions tunes badger for a small edge node holding at most some
@@ -144,11 +167,17 @@ func (slogLogger) Debugf(string, ...any) {}
 
 // Close flushes and closes the store and closes the Changed channel. Later
 // calls to any method return ErrClosed; a second Close returns nil.
+// Records held in memory because the filesystem is full are written if
+// it has room now, and lost otherwise (peers send them again).
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
+	}
+	s.checkSpace()
+	if sp := s.spaceState(); sp.Held > 0 {
+		s.log.Warn("closing with records held in memory on a full filesystem; peers send them again after the restart", "held", sp.Held)
 	}
 	s.closed = true
 	close(s.changed)
@@ -208,6 +237,12 @@ func (s *Store) Apply(r crdt.Record) (bool, error) {
 // for their key after the batch, one per key, in order of first write; nil if
 // nothing changed. Errors are those of Apply, plus ErrBatchTooLarge when the
 // batch exceeds one transaction (about 2.4 MiB of encoded records).
+//
+// While the filesystem is full (Space), the records are held in memory
+// instead, with the same rule, and written to disk when space returns;
+// reads see them. Past 64 MiB held, ApplyAll fails with a *NoSpaceError
+// (ErrNoSpace). A caller that promises durability (the API) checks Space
+// first.
 func (s *Store) ApplyAll(rs []crdt.Record) ([]crdt.Record, error) {
 	// Encode, and so validate, before touching the database: an invalid
 	// record fails the whole batch without a write.
@@ -226,18 +261,31 @@ func (s *Store) ApplyAll(rs []crdt.Record) ([]crdt.Record, error) {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	var written []crdt.Record
+	var err error
+	if s.checkSpace() {
+		written, err = s.applyDisk(rs, enc)
+	} else {
+		written, err = s.hold(rs, enc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply %d records: %w", len(rs), err)
+	}
+	if len(written) > 0 {
+		s.notify()
+	}
+	return written, nil
+}
+
+// applyDisk writes rs to badger in one transaction, retried on conflict.
+// Called with s.mu held (shared).
+func (s *Store) applyDisk(rs []crdt.Record, enc [][]byte) ([]crdt.Record, error) {
 	for attempt := 0; ; attempt++ {
 		written, err := s.tryApply(rs, enc)
 		if errors.Is(err, badger.ErrConflict) && attempt < maxConflictRetries {
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("apply %d records: %w", len(rs), err)
-		}
-		if len(written) > 0 {
-			s.notify()
-		}
-		return written, nil
+		return written, err
 	}
 }
 
@@ -321,14 +369,23 @@ func (s *Store) Get(key string) (r crdt.Record, ok bool, err error) {
 		return crdt.Record{}, false, err
 	}
 	defer s.mu.RUnlock()
+	r, ok, err = s.getStored(key)
+	if err != nil {
+		return crdt.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	if h, held := s.heldRecord(key); held && (!ok || h.Wins(r)) {
+		return h, true, nil
+	}
+	return r, ok, nil
+}
+
+// getStored reads key's record from badger. Called with s.mu held.
+func (s *Store) getStored(key string) (r crdt.Record, ok bool, err error) {
 	err = s.db.View(func(txn *badger.Txn) error {
 		r, ok, err = getRecord(txn, []byte(recordPrefix+key))
 		return err
 	})
-	if err != nil {
-		return crdt.Record{}, false, fmt.Errorf("get %q: %w", key, err)
-	}
-	return r, ok, nil
+	return r, ok, err
 }
 
 // List returns every record whose Key starts with prefix, tombstones
@@ -354,12 +411,43 @@ func (s *Store) Snapshot() (crdt.Map, error) {
 	return m, nil
 }
 
-// scan calls fn for each record whose Key starts with prefix, in Key order.
+// scan calls fn for each record whose Key starts with prefix, in Key
+// order; a record held in memory (space.go) replaces the stored one it
+// wins over.
 func (s *Store) scan(prefix string, fn func(crdt.Record)) error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	held := s.heldWithPrefix(prefix)
+	if len(held) == 0 {
+		return s.scanStored(prefix, fn)
+	}
+	slices.SortFunc(held, func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
+	err := s.scanStored(prefix, func(r crdt.Record) {
+		for len(held) > 0 && held[0].Key < r.Key {
+			fn(held[0])
+			held = held[1:]
+		}
+		if len(held) > 0 && held[0].Key == r.Key {
+			if held[0].Wins(r) {
+				r = held[0]
+			}
+			held = held[1:]
+		}
+		fn(r)
+	})
+	if err != nil {
+		return err
+	}
+	for _, h := range held {
+		fn(h)
+	}
+	return nil
+}
+
+// scanStored is scan of the records in badger. Called with s.mu held.
+func (s *Store) scanStored(prefix string, fn func(crdt.Record)) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = []byte(recordPrefix + prefix)
@@ -384,6 +472,9 @@ func (s *Store) scan(prefix string, fn func(crdt.Record)) error {
 // done. Purge also lets badger reclaim value-log space. Errors wrap
 // ErrCorrupt (naming the key; nothing is deleted then), ErrClosed, or a
 // badger I/O error.
+//
+// While the filesystem is full only the records held in memory are
+// purged: a delete is a write.
 func (s *Store) Purge(now time.Time, ttl time.Duration) (int, error) {
 	var expired [][]byte
 	err := s.scan("", func(r crdt.Record) {
@@ -398,7 +489,13 @@ func (s *Store) Purge(now time.Time, ttl time.Duration) (int, error) {
 		return 0, err
 	}
 	defer s.mu.RUnlock()
-	purged := 0
+	purged := s.purgeHeld(func(r crdt.Record) bool { return r.Expired(now, ttl) })
+	if purged > 0 {
+		s.notify()
+	}
+	if !s.checkSpace() {
+		return purged, nil
+	}
 	for len(expired) > 0 {
 		batch := expired[:min(purgeBatch, len(expired))]
 		n, err := s.purgeBatch(batch, now, ttl)
@@ -484,7 +581,8 @@ func (s *Store) GetMeta(key string) (value []byte, ok bool, err error) {
 // PutMeta stores value under the node-local key (non-empty), replacing any
 // previous value, durably before return. Meta values are meant to be small
 // (node identity, peer addresses, an HLC high-water mark); badger bounds them
-// at about 1 MiB. Errors wrap ErrClosed or a badger I/O error.
+// at about 1 MiB. Errors wrap ErrClosed, ErrNoSpace (the filesystem is
+// full, see Space) or a badger I/O error.
 func (s *Store) PutMeta(key string, value []byte) error {
 	if key == "" {
 		return errors.New("put meta: empty key")
@@ -493,6 +591,9 @@ func (s *Store) PutMeta(key string, value []byte) error {
 		return err
 	}
 	defer s.mu.RUnlock()
+	if !s.checkSpace() {
+		return fmt.Errorf("put meta %q: %w", key, s.noSpace("put meta"))
+	}
 	v := append([]byte(nil), value...) // badger keeps the slice until commit
 	if err := s.db.Update(func(txn *badger.Txn) error {
 		return txn.Set([]byte(metaPrefix+key), v)
@@ -505,12 +606,19 @@ func (s *Store) PutMeta(key string, value []byte) error {
 // DropRecords deletes every record (meta is kept). A node that was away
 // longer than the tombstone TTL calls it before rejoining, so that objects
 // deleted meanwhile (whose tombstones peers have purged) cannot come back
-// from its stale copy. Errors wrap ErrClosed or a badger I/O error.
+// from its stale copy. Errors wrap ErrClosed, ErrNoSpace (the filesystem
+// is full, see Space; the records held in memory are dropped all the
+// same) or a badger I/O error.
 func (s *Store) DropRecords() error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	s.purgeHeld(func(crdt.Record) bool { return true })
+	if !s.checkSpace() {
+		s.notify()
+		return fmt.Errorf("drop records: %w", s.noSpace("drop records"))
+	}
 	if err := s.db.DropPrefix([]byte(recordPrefix)); err != nil {
 		return fmt.Errorf("drop records: %w", err)
 	}

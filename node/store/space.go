@@ -1,0 +1,341 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+)
+
+// A full filesystem must not crash the node. badger writes its memtable
+// and its tables through mmap of files it created sparse, so a write that
+// finds no free block ends in SIGBUS, a fatal fault (not an error), in
+// badger's own goroutines, and again at every restart while the replay
+// of the memtable is flushed. The store therefore never lets badger write
+// below MinFree bytes free, and keeps a ballast file that it deletes when
+// the filesystem fills, so that what badger has started (a flush, a
+// compaction, the replay at open, the flush at close) finds room even
+// when another writer (container logs, images) took every block. This is
+// CockroachDB's ballast (cockroach debug ballast), sized for badger as
+// configured in badgerOptions.
+const (
+	// MinFree is the free space (bytes, statfs f_bavail) below which the
+	// store stops writing to disk: a new memtable file (2 x 16 MiB, badger
+	// writes it through mmap) and the flush of the current one (16 MiB).
+	MinFree = 64 << 20
+	// BallastSize is the size of the ballast file (bytes): room for
+	// badger to flush both memtables and compact once.
+	BallastSize = 64 << 20
+	// maxHeldBytes bounds the encoded records held in memory while the
+	// filesystem is full; past it Apply fails with ErrNoSpace.
+	maxHeldBytes = 64 << 20
+	// ballastName is the ballast file's name in the store's directory.
+	ballastName = "ballast"
+)
+
+// ErrNoSpace: the filesystem that holds the store is full (below MinFree
+// bytes free), so the store does not write to disk. Errors that wrap it
+// are *NoSpaceError and also match syscall.ENOSPC.
+var ErrNoSpace = errors.New("no space left on device")
+
+// NoSpaceError is returned (wrapped) when the store does not write
+// because its filesystem is full.
+type NoSpaceError struct {
+	// Op is what was refused ("put meta", "drop records", "hold records").
+	Op string
+	// Dir is the store's directory.
+	Dir string
+	// Free is the free space found (bytes).
+	Free uint64
+}
+
+func (e *NoSpaceError) Error() string {
+	return fmt.Sprintf("%s: the filesystem of data directory %s is full (ENOSPC: %s free; the store writes again once %s are free); free space there (container logs, images, other files) and writes resume by themselves",
+		e.Op, e.Dir, mib(e.Free), mib(MinFree+BallastSize))
+}
+
+// Is makes errors.Is(err, ErrNoSpace) and errors.Is(err, syscall.ENOSPC)
+// true.
+func (e *NoSpaceError) Is(target error) bool {
+	return target == ErrNoSpace || target == syscall.ENOSPC
+}
+
+// mib prints n bytes in MiB, one decimal.
+func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// Space is the state of the filesystem that holds the store.
+type Space struct {
+	// Dir is the store's directory.
+	Dir string
+	// Free is the free space found at the last check (bytes, statfs
+	// f_bavail x f_bsize; the ballast, when present, is not free).
+	Free uint64
+	// Full: the store does not write to disk. It became full when Free
+	// fell below MinFree, and stays full until MinFree plus BallastSize
+	// are free, so that it can put its ballast back.
+	Full bool
+	// Held is how many records are held in memory only, written to disk
+	// once the filesystem has room again (lost if the process stops
+	// before: peers send them again, as after any restart).
+	Held int
+}
+
+// freeBytes returns the free space of the filesystem holding dir.
+func freeBytes(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// Space checks the free space of the store's filesystem now (one statfs),
+// changes state if it crossed a threshold, and returns the state. Calling
+// it periodically lets the store drop its ballast and resume writes
+// without waiting for a write.
+func (s *Store) Space() Space {
+	if s.lock() != nil {
+		return Space{Dir: s.dir}
+	}
+	defer s.mu.RUnlock()
+	s.checkSpace()
+	return s.spaceState()
+}
+
+func (s *Store) spaceState() Space {
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return Space{Dir: s.dir, Free: s.free, Full: s.full, Held: len(s.held)}
+}
+
+// checkSpace updates s.full from the free space and reports whether the
+// store may write to disk. On the way to full it deletes the ballast; on
+// the way back it re-creates the ballast and writes the held records.
+// Called with s.mu held (shared).
+func (s *Store) checkSpace() bool {
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	free, err := s.statfs(s.dir)
+	if err != nil {
+		// Not knowing is not full: badger reports real I/O errors.
+		return !s.full
+	}
+	s.free = free
+	switch {
+	case !s.full && free < MinFree:
+		s.full = true
+		s.dropBallast()
+		s.log.Error("the data directory's filesystem is full: the store writes nothing to disk and holds records from peers in memory; writes through the API are refused until space returns",
+			"free", mib(free), "resumes at", mib(MinFree+BallastSize))
+	case s.full && free >= MinFree+BallastSize:
+		if err := s.makeBallast(); err != nil {
+			s.log.Warn("space returned but the ballast file cannot be made; the store stays full", "err", err)
+			return false
+		}
+		s.full = false
+		s.free, _ = s.statfs(s.dir)
+		n, err := s.writeHeld()
+		if err != nil {
+			s.log.Error("space returned but writing the records held in memory failed; they stay held", "err", err)
+		}
+		s.log.Info("the data directory's filesystem has room again: the store writes to disk", "free", mib(s.free), "held records written", n)
+	}
+	return !s.full
+}
+
+// openSpace sets the initial state before badger opens: with less than
+// MinFree free (counting the ballast as free) the store starts full and
+// deletes its ballast first, so that badger's replay finds room.
+func (s *Store) openSpace() {
+	free, err := s.statfs(s.dir)
+	if err != nil {
+		return
+	}
+	ballast := int64(0)
+	if st, err := os.Stat(filepath.Join(s.dir, ballastName)); err == nil {
+		ballast = st.Size()
+	}
+	switch {
+	case ballast > 0 && free < MinFree:
+		s.full = true
+		s.dropBallast()
+	case ballast == 0 && free >= MinFree+BallastSize:
+		if err := s.makeBallast(); err != nil {
+			s.log.Warn("cannot make the ballast file", "err", err)
+		}
+	case ballast == 0:
+		s.full = true
+	}
+	s.free, _ = s.statfs(s.dir)
+	if s.full {
+		s.log.Error("the data directory's filesystem is full at start: the store writes nothing to disk until space returns",
+			"free", mib(s.free), "resumes at", mib(MinFree+BallastSize))
+	}
+}
+
+// makeBallast allocates the ballast file (fallocate, so its blocks are
+// taken now, not when written).
+func (s *Store) makeBallast() error {
+	path := filepath.Join(s.dir, ballastName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, BallastSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("ballast %s: %w", path, err)
+	}
+	return nil
+}
+
+func (s *Store) dropBallast() {
+	if err := os.Remove(filepath.Join(s.dir, ballastName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("cannot remove the ballast file", "err", err)
+	}
+}
+
+// noSpace is the error for op refused on a full filesystem.
+func (s *Store) noSpace(op string) error {
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	return &NoSpaceError{Op: op, Dir: s.dir, Free: s.free}
+}
+
+// hold applies rs (encoded as enc) to the records held in memory, with
+// the CRDT rule against both the held and the stored record of each key.
+// All or nothing: past maxHeldBytes it holds nothing and fails with a
+// *NoSpaceError.
+func (s *Store) hold(rs []crdt.Record, enc [][]byte) ([]crdt.Record, error) {
+	size := 0
+	for _, b := range enc {
+		size += len(b)
+	}
+	w, over, err := s.tryHold(rs, enc, size)
+	if over > 0 {
+		// s.noSpace takes s.spaceMu, which is never taken inside s.heldMu.
+		return nil, s.noSpace(fmt.Sprintf("hold %d records in memory (%s held already)", len(rs), mib(uint64(over))))
+	}
+	return w, err
+}
+
+// tryHold is hold under s.heldMu; when the records do not fit it holds
+// nothing and returns the bytes held already as over.
+func (s *Store) tryHold(rs []crdt.Record, enc [][]byte, size int) (written []crdt.Record, over int, err error) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.heldBytes+size > maxHeldBytes {
+		return nil, max(s.heldBytes, 1), nil
+	}
+	for i, r := range rs {
+		cur, ok := s.held[r.Key]
+		if !ok {
+			var err error
+			if cur, ok, err = s.getStored(r.Key); err != nil {
+				return nil, 0, err
+			}
+		}
+		if ok && !r.Wins(cur) {
+			continue
+		}
+		if old, ok := s.heldSize[r.Key]; ok {
+			s.heldBytes -= old
+		}
+		r.Value, r.Signer, r.Sig = slices.Clone(r.Value), slices.Clone(r.Signer), slices.Clone(r.Sig)
+		s.held[r.Key] = r
+		s.heldSize[r.Key] = len(enc[i])
+		s.heldBytes += len(enc[i])
+		if j := slices.IndexFunc(written, func(w crdt.Record) bool { return w.Key == r.Key }); j >= 0 {
+			written[j] = r
+		} else {
+			written = append(written, r)
+		}
+	}
+	return written, 0, nil
+}
+
+// writeHeld writes the held records to disk (the CRDT rule applies, as
+// for any write) and forgets them; it returns how many it wrote.
+// Called with s.mu held (shared) and s.spaceMu.
+func (s *Store) writeHeld() (int, error) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	keys := slices.Sorted(maps.Keys(s.held))
+	written := 0
+	for len(keys) > 0 {
+		// Batches well below one transaction's limit (ErrBatchTooLarge).
+		var rs []crdt.Record
+		var enc [][]byte
+		size := 0
+		for len(keys) > 0 && (len(rs) == 0 || size+s.heldSize[keys[0]] < 1<<20) {
+			r := s.held[keys[0]]
+			b, err := crdt.EncodeRecord(r)
+			if err != nil {
+				return written, err
+			}
+			rs, enc, size = append(rs, r), append(enc, b), size+len(b)
+			keys = keys[1:]
+		}
+		w, err := s.applyDisk(rs, enc)
+		if err != nil {
+			return written, err
+		}
+		written += len(w)
+		for _, r := range rs {
+			delete(s.held, r.Key)
+			s.heldBytes -= s.heldSize[r.Key]
+			delete(s.heldSize, r.Key)
+		}
+	}
+	return written, nil
+}
+
+// heldRecord returns the record held in memory for key, if any.
+func (s *Store) heldRecord(key string) (crdt.Record, bool) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	r, ok := s.held[key]
+	return r, ok
+}
+
+// heldWithPrefix returns the held records whose key starts with prefix.
+func (s *Store) heldWithPrefix(prefix string) []crdt.Record {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	var out []crdt.Record
+	for k, r := range s.held {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// purgeHeld deletes the held tombstones expired for ttl at now.
+func (s *Store) purgeHeld(expired func(crdt.Record) bool) int {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	n := 0
+	for k, r := range s.held {
+		if expired(r) {
+			delete(s.held, k)
+			s.heldBytes -= s.heldSize[k]
+			delete(s.heldSize, k)
+			n++
+		}
+	}
+	return n
+}
