@@ -15,7 +15,7 @@ LDFLAGS      := -X github.com/starling-orchestrator/starling/node.Version=$(VERS
 # A static binary: it runs on any distribution, and without cgo's runtime
 # and libc mapped the idle agent's RSS is 33 MiB, not 45 (make bench).
 export CGO_ENABLED := 0
-DEB_PACKAGES := containerd runc iptables containernetworking-plugins iproute2 util-linux busybox-static
+DEB_PACKAGES := containerd runc iptables nftables containernetworking-plugins iproute2 util-linux busybox-static
 DEMO_DIR     ?= /var/tmp/starling-demo
 # Real server software for the end-to-end tests, downloaded (never
 # installed) from Debian: test/imagebuild packs it into images.
@@ -57,14 +57,20 @@ vet:
 # prerequisite into a failure instead of a skip. The packages' own tests
 # run first and the end-to-end tests after them, not beside them: the
 # in-process cluster tests (20 agents on 2 cores) bound convergence times
-# that assume the cores are theirs. The last line counts tests: "N
+# that assume the cores are theirs. The agent picks the nftables
+# backend for Service rules here; the Service tests then run again on the
+# iptables backend (DATAPLANE_E2E). The last line counts tests: "N
 # passed, N failed, N skipped".
+DATAPLANE_E2E := ^(TestServices|TestServiceNetwork|TestUDPService|TestReadinessDrivesEndpoints|TestReadinessFollowsTheProbe|TestOutOfWindowSegment|TestHostilePeerChangesNothing|TestRulesGoWhere|TestExecReadinessProbe)
 test: deps
 	@set -o pipefail; \
 	if [ "$$(id -u)" = 0 ]; then export STARLING_E2E_REQUIRED=1; else echo "not root: end-to-end tests will be skipped"; fi; \
 	log=$$(mktemp); \
 	{ $(GO) test -count=1 -timeout 20m -v $$($(GO) list ./... | grep -v '/test/e2e$$'); unit=$$?; \
-	  $(GO) test -count=1 -timeout 40m -v ./test/e2e; e2e=$$?; exit $$((unit | e2e)); } 2>&1 | tee $$log | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|(ok|FAIL|PASS)\b|panic:|e2e: |\s+\S+_test\.go:[0-9]+:)' | grep -v '^=== RUN'; \
+	  $(GO) test -count=1 -timeout 40m -v ./test/e2e; e2e=$$?; \
+	  echo "e2e: the Service tests again, on the iptables backend"; \
+	  STARLING_E2E_PROXY_MODE=iptables $(GO) test -count=1 -timeout 20m -v -run '$(DATAPLANE_E2E)' ./test/e2e; ipt=$$?; \
+	  exit $$((unit | e2e | ipt)); } 2>&1 | tee $$log | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|(ok|FAIL|PASS)\b|panic:|e2e: |\s+\S+_test\.go:[0-9]+:)' | grep -v '^=== RUN'; \
 	status=$$?; \
 	passed=$$(grep -cE '^\s*--- PASS' $$log); failed=$$(grep -cE '^\s*--- FAIL' $$log); skipped=$$(grep -cE '^\s*--- SKIP' $$log); \
 	if [ $$status != 0 ]; then echo "==== full output of the failed run ===="; grep -v '^=== RUN' $$log; fi; \

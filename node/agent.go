@@ -17,7 +17,6 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
-	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -126,7 +125,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	syncer, err := service.NewSyncer(ipt)
+	syncer, err := serviceSyncer(ctx, cfg.ProxyMode, ipt, log)
 	if err != nil {
 		rt.Close()
 		return nil, err
@@ -259,6 +258,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		// Nothing on the host changes: the route and rule loops print
 		// what they would apply, once the dry run's first look is done.
 		p := newPrinter(cfg.dryRunOut)
+		p.nft = dryRunNFT(context.Background(), cfg.ProxyMode)
 		a.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.members,
 			subnets: a.subnets, status: a.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
 		a.routes.apply, a.routes.ready = p.routes, a.dry.ready

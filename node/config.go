@@ -31,6 +31,9 @@ type Config struct {
 	ContainerdAddress string
 	// Snapshotter for container root filesystems.
 	Snapshotter string
+	// ProxyMode is how Service rules are written: ProxyAuto (""),
+	// ProxyIptables or ProxyNftables (services.go, serviceSyncer).
+	ProxyMode string
 	// CgroupParent is the cgroup under which each replica's container gets
 	// its own; default /starling/<name>.
 	CgroupParent string
@@ -224,6 +227,11 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 }
 
 func (c Config) validateRest() error {
+	switch c.ProxyMode {
+	case ProxyAuto, ProxyIptables, ProxyNftables:
+	default:
+		return fmt.Errorf("--proxy-mode %q: use nftables, iptables, or leave it empty to choose by the host", c.ProxyMode)
+	}
 	if _, n, err := net.ParseCIDR(c.ServiceCIDR); err != nil || n.IP.To4() == nil {
 		return fmt.Errorf("--service-cidr %q: must be an IPv4 CIDR such as 10.23.0.0/16", c.ServiceCIDR)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -70,6 +71,7 @@ func (dryRuntime) CleanupSandboxes(context.Context, []reconcile.Container, func(
 // loops that apply routes and rules on a real node print them here.
 type printer struct {
 	out  io.Writer
+	nft  bool // print the Service rules as the nftables table
 	mu   sync.Mutex
 	last map[string]string
 }
@@ -101,8 +103,29 @@ func (p *printer) routes(rs []route.Route) (route.Change, error) {
 
 // Sync is the rule syncer of a dry run: it prints the rules.
 func (p *printer) Sync(_ context.Context, ports []service.Port, cfg service.Config) (bool, error) {
+	if p.nft {
+		p.print("rules", fmt.Sprintf("Service rules this node would apply (%d service ports), over netlink as this nftables table (nft -f syntax):\n%s",
+			len(ports), service.NFTText(ports, cfg)))
+		return false, nil
+	}
 	p.print("rules", dryRunRules(ports, cfg))
 	return false, nil
+}
+
+// dryRunNFT reports whether a real start with proxy mode would write
+// nftables rules (serviceSyncer), asking the host without changing it.
+func dryRunNFT(ctx context.Context, mode string) bool {
+	switch mode {
+	case ProxyNftables:
+		return true
+	case ProxyIptables:
+		return false
+	}
+	if !service.NFTAvailable() {
+		return false
+	}
+	b, _ := xtables.Detect(ctx)
+	return b.Mode != "legacy"
 }
 
 // bridgeNFLoaded reports whether br_netfilter is loaded: where it is, a

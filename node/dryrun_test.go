@@ -2,13 +2,16 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -54,7 +57,7 @@ spec:
 	}
 
 	out := &syncBuffer{}
-	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
+	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, ProxyIptables })
 	a0Subnet := a0.agent.subnets.current().Subnet
 	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
@@ -140,4 +143,23 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// In nftables mode the dry run prints the table the agent would write,
+// in nft syntax.
+func TestDryRunPrintsTheNFTablesTableInNftablesMode(t *testing.T) {
+	out := &syncBuffer{}
+	p := newPrinter(out)
+	p.nft = dryRunNFT(context.Background(), ProxyNftables)
+	ports := []service.Port{{Service: "default/web", Name: "http", Protocol: service.TCP, ClusterIP: netip.MustParseAddr("10.23.0.10"), Port: 80,
+		NodePort: 30080, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.22.1.5:8080")}}}
+	if _, err := p.Sync(context.Background(), ports, service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"over netlink as this nftables table", "table ip starling {", "10.23.0.10 . tcp . 80 : goto service-",
+		"tcp . 30080 : goto external-", "meta l4proto tcp dnat to 10.22.1.5:8080", "ip saddr != 10.22.0.0/16 jump mark-for-masquerade"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("dry run lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -298,6 +299,54 @@ func withServiceLinks(v *view, acts []reconcile.Action) {
 		}
 		act.Replica.ServiceEnv = serviceLinks(v.services, v.alloc, act.Replica.Namespace)
 	}
+}
+
+// Proxy modes (--proxy-mode): how Service rules are written.
+const (
+	ProxyAuto     = ""         // nftables where the kernel takes it, else iptables
+	ProxyIptables = "iptables" // iptables-restore, in the host's iptables backend
+	ProxyNftables = "nftables" // the ip starling table, over netlink
+)
+
+// serviceSyncer chooses how Service rules are written, as kube-proxy
+// does: mode, or with ProxyAuto nftables where the kernel takes it
+// unless the host's firewall is on iptables-legacy (its rules and ours
+// would run in two stacks); it logs the choice and removes what a run in
+// the other mode left. ipt is the host's iptables backend
+// (iptablesBackend): with nftables, the forward accept rules stay there.
+func serviceSyncer(ctx context.Context, mode string, ipt xtables.Backend, log *slog.Logger) (*service.Syncer, error) {
+	why := "--proxy-mode " + mode
+	if mode == ProxyAuto {
+		switch err := service.NFTSupported(); {
+		case ipt.Mode == "legacy":
+			mode, why = ProxyIptables, "the host's firewall is on iptables-legacy"
+		case err != nil:
+			mode, why = ProxyIptables, fmt.Sprintf("the kernel does not take nftables rules (%v)", err)
+		default:
+			mode, why = ProxyNftables, "the kernel takes nftables rules"
+		}
+	}
+	log.Info("service proxy mode chosen", "mode", mode, "why", why)
+	if mode == ProxyNftables {
+		s, err := service.NewNFTSyncer(&ipt)
+		if err != nil {
+			return nil, err
+		}
+		// The iptables Service chains of a run in iptables mode; the pod
+		// masquerade and the forward accept rules stay in iptables.
+		if n, err := xtables.RemoveStarling(ctx, ipt, podnet.MasqueradeChain, service.ChainForward); err != nil {
+			log.Warn("remove Starling's iptables Service rules", "backend", ipt.String(), "err", err)
+		} else if n > 0 {
+			log.Info("removed Starling's iptables Service chains (now in nftables)", "backend", ipt.String(), "chains", n)
+		}
+		return s, nil
+	}
+	if had, err := service.RemoveNFT(); err != nil {
+		log.Warn("remove Starling's nftables table", "table", "ip "+service.NFTTable, "err", err)
+	} else if had {
+		log.Info("removed Starling's nftables table (now in iptables)", "table", "ip "+service.NFTTable)
+	}
+	return service.NewSyncer(ipt)
 }
 
 // iptablesBackend chooses the iptables backend the host's firewall uses

@@ -390,7 +390,7 @@ func (f *fakeTables) forgetUDP(func(*netlink.ConntrackFlow) bool) {}
 func TestSyncerWritesChangesAndRepairsAfterFailureOrFlush(t *testing.T) {
 	cfg := Config{ClusterCIDR: clusterCIDR}
 	f := &fakeTables{k: kernel{}}
-	s := &Syncer{t: f}
+	s := &Syncer{b: xt{t: f}}
 	ports := benchPorts(50)
 	check := func(step string, wantFull bool) {
 		t.Helper()

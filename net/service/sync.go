@@ -32,17 +32,73 @@ var jumps = []struct {
 }
 
 // Syncer programs the model into the kernel of the current network
-// namespace. It is not safe for concurrent use.
+// namespace through a backend (iptables or nftables). It is not safe for
+// concurrent use.
 type Syncer struct {
-	t       tables
+	b       backend
 	model   Model              // what the kernel holds, as far as the last syncs went
 	synced  bool               // the kernel holds model: false at start and after a failure
 	started bool               // the first sync ran (it also cleans up after an earlier run)
 	udp     map[netip.Addr]int // UDP endpoint addresses: how many ports use each
 }
 
-// tables is the kernel as the Syncer uses it (iptables, or a test's
-// tables in memory).
+// backend writes the model into the kernel: a Change on top of what the
+// kernel holds, or everything.
+type backend interface {
+	// change applies c (not a Config change) on top of the rules of the
+	// model before c, as one transaction.
+	change(ctx context.Context, c Change, cfg Config) error
+	// full makes the kernel hold exactly the rules of ports under cfg,
+	// removing whatever else of Starling's it finds (an earlier run's
+	// Services, a half-written sync).
+	full(ctx context.Context, ports []Port, cfg Config) error
+	// intact is the cheap check run before every sync: false means
+	// someone flushed or deleted Starling's rules.
+	intact() bool
+	// forgetUDP deletes the UDP conntrack entries that match.
+	forgetUDP(match func(*netlink.ConntrackFlow) bool)
+	// name is the backend's name for logs ("iptables-nft", "nftables").
+	name() string
+}
+
+// Backend names the backend the Syncer writes with ("iptables-nft",
+// "iptables-legacy", "iptables", "nftables").
+func (s *Syncer) Backend() string { return s.b.name() }
+
+// xt is the iptables backend, through iptables-restore (tables).
+type xt struct {
+	t    tables
+	mode string
+}
+
+func (x xt) name() string { return x.mode }
+
+func (x xt) change(ctx context.Context, c Change, cfg Config) error {
+	return x.t.restore(ctx, ChangeText(c, cfg))
+}
+
+func (x xt) full(ctx context.Context, ports []Port, cfg Config) error {
+	if err := x.t.ensureJumps(); err != nil {
+		return err
+	}
+	kernel, err := x.t.natChains()
+	if err != nil {
+		return fmt.Errorf("list the nat table's chains: %w", err)
+	}
+	for _, text := range fullText(ports, cfg, kernel, batchLines) {
+		if err := x.t.restore(ctx, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x xt) intact() bool { return x.t.canary() }
+
+func (x xt) forgetUDP(match func(*netlink.ConntrackFlow) bool) { x.t.forgetUDP(match) }
+
+// tables is the kernel as the iptables backend uses it (iptables, or a
+// test's tables in memory).
 type tables interface {
 	// restore applies one iptables-restore --noflush input, atomically.
 	restore(ctx context.Context, text []byte) error
@@ -67,7 +123,7 @@ func NewSyncer(b xtables.Backend) (*Syncer, error) {
 	if _, err := exec.LookPath(b.Restore); err != nil {
 		return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", b.Restore, err)
 	}
-	return &Syncer{t: iptablesTables{ipt, b.Restore}}, nil
+	return &Syncer{b: xt{t: iptablesTables{ipt, b.Restore}, mode: b.String()}}, nil
 }
 
 // iptablesTables is the kernel through the iptables commands of one
@@ -98,7 +154,7 @@ func (t iptablesTables) natChains() ([]string, error) { return t.ipt.ListChains(
 // per-port chains no port uses, read from the kernel (what an earlier run
 // left behind, or a failed sync half-wrote).
 func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, error) {
-	if s.synced && !s.t.canary() {
+	if s.synced && !s.b.intact() {
 		s.synced = false
 	}
 	if !s.synced {
@@ -130,21 +186,9 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 // everything.
 func (s *Syncer) write(ctx context.Context, c Change) error {
 	if s.synced && !c.Config {
-		return s.t.restore(ctx, ChangeText(c, s.model.Config()))
+		return s.b.change(ctx, c, s.model.Config())
 	}
-	if err := s.t.ensureJumps(); err != nil {
-		return err
-	}
-	kernel, err := s.t.natChains()
-	if err != nil {
-		return fmt.Errorf("list the nat table's chains: %w", err)
-	}
-	for _, text := range fullText(s.model.Ports(), s.model.Config(), kernel, batchLines) {
-		if err := s.t.restore(ctx, text); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.b.full(ctx, s.model.Ports(), s.model.Config())
 }
 
 // batchLines bounds the rule lines of one iptables-restore call in a full
@@ -200,7 +244,7 @@ func countUDP(n map[netip.Addr]int, c Change) {
 func (s *Syncer) forgetUDP(prev map[netip.Addr]int, cfg Config) {
 	if !s.started {
 		cluster := cfg.ClusterCIDR
-		s.t.forgetUDP(func(f *netlink.ConntrackFlow) bool {
+		s.b.forgetUDP(func(f *netlink.ConntrackFlow) bool {
 			to, ok := netip.AddrFromSlice(f.Reverse.SrcIP)
 			if !ok {
 				return false
@@ -221,7 +265,7 @@ func (s *Syncer) forgetUDP(prev map[netip.Addr]int, cfg Config) {
 	if len(gone) == 0 {
 		return
 	}
-	s.t.forgetUDP(func(f *netlink.ConntrackFlow) bool {
+	s.b.forgetUDP(func(f *netlink.ConntrackFlow) bool {
 		to, ok := netip.AddrFromSlice(f.Reverse.SrcIP)
 		return ok && slices.Contains(gone, to.Unmap())
 	})

@@ -66,7 +66,7 @@ func inNewNetns(t *testing.T, f func() error) {
 
 // kernelPortChains counts the per-port chains of the nat table.
 func kernelPortChains(s *Syncer) (int, error) {
-	chains, err := s.t.natChains()
+	chains, err := s.b.(xt).t.natChains()
 	n := 0
 	for _, c := range chains {
 		if isServiceChain(c) {

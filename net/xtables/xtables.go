@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -102,13 +103,14 @@ func save(ctx context.Context, b Backend) ([]byte, error) {
 // RemoveStarling deletes Starling's chains and jump rules from backend b
 // (left there by an agent that chose b before), in one restore per table,
 // and reports how many chains it removed. Only chains named STARLING- and
-// rules in built-in chains that jump to one are touched.
-func RemoveStarling(ctx context.Context, b Backend) (int, error) {
+// rules in built-in chains that jump to one are touched; the chains named
+// in keep, and the rules that jump to them, stay.
+func RemoveStarling(ctx context.Context, b Backend, keep ...string) (int, error) {
 	out, err := save(ctx, b)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", b.Save, err)
 	}
-	text, chains := removalText(out)
+	text, chains := removalText(out, keep...)
 	if chains == 0 {
 		return 0, nil
 	}
@@ -125,7 +127,7 @@ func RemoveStarling(ctx context.Context, b Backend) (int, error) {
 // removalText turns iptables-save output into the restore input that
 // deletes Starling's jump rules from built-in chains, then flushes and
 // deletes Starling's chains, and counts those chains.
-func removalText(saved []byte) ([]byte, int) {
+func removalText(saved []byte, keep ...string) ([]byte, int) {
 	var out bytes.Buffer
 	chains := 0
 	var table string
@@ -155,12 +157,16 @@ func removalText(saved []byte) ([]byte, int) {
 		case strings.HasPrefix(line, "*"):
 			flush()
 			table = line[1:]
+		case strings.HasPrefix(line, ":STARLING-") && len(f) > 0 && slices.Contains(keep, f[0][1:]):
 		case strings.HasPrefix(line, ":STARLING-") && len(f) > 0:
 			name := f[0][1:]
 			decl = append(decl, ":"+name+" - [0:0]")
 			del = append(del, "-X "+name)
 			chains++
 		case len(f) > 1 && f[0] == "-A" && !strings.HasPrefix(f[1], "STARLING-") && strings.Contains(line, "-j STARLING-"):
+			if i := slices.Index(f, "-j"); i >= 0 && i+1 < len(f) && slices.Contains(keep, f[i+1]) {
+				continue
+			}
 			jumps = append(jumps, "-D"+line[2:])
 		}
 	}

@@ -67,3 +67,20 @@ func TestCountingLeavesStarlingsRulesOut(t *testing.T) {
 		t.Fatalf("%d host rules, want 3 (the DOCKER jump, the masquerade, DOCKER-USER)", n)
 	}
 }
+
+// With the nftables backend, the agent removes its iptables Service
+// chains but keeps the chains it still writes there (STARLING-FORWARD)
+// and the jumps to them.
+func TestRemovalTextKeepsTheChainsAskedFor(t *testing.T) {
+	text, chains := removalText([]byte(saved), "STARLING-FORWARD")
+	if chains != 2 {
+		t.Fatalf("%d chains, want 2", chains)
+	}
+	got := string(text)
+	if strings.Contains(got, "STARLING-FORWARD") {
+		t.Errorf("removal touches a kept chain:\n%s", got)
+	}
+	if !strings.Contains(got, "-X STARLING-SERVICES") {
+		t.Errorf("removal lacks the Service chains:\n%s", got)
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/starling-orchestrator/starling/test/harness"
@@ -19,27 +18,18 @@ func takeCensus(nodes []*harness.Node, workload string) (harness.Census, error) 
 	return cs, nil
 }
 
-// natRules returns `iptables-save -t nat` of node n, run in its network
-// namespace.
-func natRules(ctx context.Context, n *harness.Node) (string, error) {
-	out, err := n.Exec(ctx, "iptables-save", "-t", "nat")
-	if err != nil {
-		return "", fmt.Errorf("nat rules of %s: %w", n.Name, err)
-	}
-	return out, nil
-}
-
 // endpointsInRules reports, for every node, which of the endpoints
-// (IP:port) its nat rules send traffic to (DNAT targets).
+// (IP:port) its Service rules send traffic to (DNAT targets), in either
+// proxy mode.
 func endpointsInRules(ctx context.Context, nodes []*harness.Node, endpoints []string) (map[string][]string, error) {
 	found := map[string][]string{}
 	for _, n := range nodes {
-		rules, err := natRules(ctx, n)
+		dest, err := n.ServiceDestinations(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, ep := range endpoints {
-			if strings.Contains(rules, "--to-destination "+ep+"\n") || strings.Contains(rules, "--to-destination "+ep+" ") {
+			if dest[ep] {
 				found[n.Name] = append(found[n.Name], ep)
 			}
 		}

@@ -59,15 +59,36 @@ func rulesChild(ns string) error {
 		return fmt.Errorf("-rules-child must run inside the test network namespace it names (make bench does that)")
 	}
 	cfg := service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}
-	fmt.Println("Service rules, iptables backend (iptables-restore --noflush in a test namespace; medians of 5)")
+	if err := rulesFigures("iptables", "iptables-restore --noflush", cfg); err != nil {
+		return err
+	}
+	fmt.Println()
+	return rulesFigures("nftables", "the ip starling table over netlink", cfg)
+}
+
+// rulesFigures prints the figures of one backend.
+func rulesFigures(backend, how string, cfg service.Config) error {
+	newSyncer := func() (*service.Syncer, error) { return service.NewSyncer(xtables.Plain) }
+	clean := func() {
+		exec.Command("iptables", "-t", "nat", "-F").Run()
+		exec.Command("iptables", "-t", "nat", "-X").Run()
+	}
+	if backend == "nftables" {
+		newSyncer = func() (*service.Syncer, error) { return service.NewNFTSyncer(nil) }
+		clean = func() { service.RemoveNFT() }
+	}
+	fmt.Printf("Service rules, %s backend (%s in a test namespace; medians of 5)\n", backend, how)
 	fmt.Printf("%-14s %-11s %-11s %-20s %-20s %s\n", "services x eps", "rule lines", "full sync", "one Service changed", "one endpoint changed", "generation (find + render)")
 	for _, n := range []int{100, 1000, 10000} {
 		var full, svc, ep []time.Duration
 		var find, render time.Duration
 		var failed error
 		lines := strings.Count(string(service.Rules(servicePorts(n), cfg)), "\n-A ")
+		if backend == "nftables" {
+			lines = nftRuleLines(service.NFTText(servicePorts(n), cfg))
+		}
 		for r := 0; r < 5 && failed == nil; r++ {
-			s, err := service.NewSyncer(xtables.Plain)
+			s, err := newSyncer()
 			if err != nil {
 				return err
 			}
@@ -92,18 +113,33 @@ func rulesChild(ns string) error {
 				find, render = generation(ports, cfg, n/3)
 			}
 			// Start the next run from empty tables.
-			exec.Command("iptables", "-t", "nat", "-F").Run()
-			exec.Command("iptables", "-t", "nat", "-X").Run()
+			clean()
 		}
 		if failed != nil {
 			fmt.Printf("%-14s %-11d did not finish: %v\n", fmt.Sprintf("%d x 5", n), lines, failed)
-			exec.Command("iptables", "-t", "nat", "-F").Run()
-			exec.Command("iptables", "-t", "nat", "-X").Run()
+			clean()
 			continue
 		}
 		fmt.Printf("%-14s %-11d %-11s %-20s %-20s %v + %v\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(svc), med(ep), find, render)
 	}
 	return nil
+}
+
+// nftRuleLines counts the rules of a table in nft syntax: the lines of
+// its chains, base chain declarations aside.
+func nftRuleLines(text []byte) int {
+	n, inChain := 0, false
+	for _, line := range strings.Split(string(text), "\n") {
+		switch t := strings.TrimSpace(line); {
+		case strings.HasPrefix(t, "chain "):
+			inChain = true
+		case t == "}":
+			inChain = false
+		case inChain && t != "" && !strings.HasPrefix(t, "type "):
+			n++
+		}
+	}
+	return n
 }
 
 func med(ds []time.Duration) time.Duration {

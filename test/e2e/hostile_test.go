@@ -42,9 +42,14 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		for i, n := range honest {
 			dp := dataplane(t, n)
 			other := honest[1-i]
-			// Both tables' canaries: the nat and filter rules are in
-			// place (a first sync can be seen between the two).
-			if !strings.Contains(dp, other.PodSubnet+" via "+other.IP) || strings.Count(dp, "STARLING-CANARY -j RETURN") != 2 {
+			// The Service rules are in place: both iptables tables'
+			// canaries (a first sync can be seen between the two), or
+			// the nftables table with its forward accept rules.
+			inPlace := strings.Count(dp, "STARLING-CANARY -j RETURN") == 2
+			if n.ProxyMode() == "nftables" {
+				inPlace = strings.Contains(dp, "vmap @service-ips") && strings.Contains(dp, "STARLING-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+			}
+			if !strings.Contains(dp, other.PodSubnet+" via "+other.IP) || !inPlace {
 				return fmt.Errorf("%s has not settled:\n%s", n.Name, dp)
 			}
 			before[n.Name] = dp
@@ -134,7 +139,8 @@ func startHostile(t *testing.T, c *harness.Cluster, name string, i int, args ...
 }
 
 // dataplane returns what a node programmed: its nat and filter rules
-// (counters stripped) and its routes.
+// (counters stripped), its nftables table in nftables mode, and its
+// routes.
 func dataplane(t *testing.T, n *harness.Node) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -151,6 +157,13 @@ func dataplane(t *testing.T, n *harness.Node) string {
 			}
 			b.WriteString(line + "\n")
 		}
+	}
+	if n.ProxyMode() == "nftables" {
+		s, err := n.Exec(ctx, "nft", "list", "table", "ip", "starling")
+		if err != nil {
+			s = "no table ip starling: " + err.Error() + "\n" // not written yet
+		}
+		b.WriteString(s)
 	}
 	routes, err := n.Exec(ctx, "ip", "route")
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 )
 
 // The agent writes its rules to the iptables backend the host's firewall
-// is on, says which, and leaves none in the other. Before, with the
+// is on, says which, and leaves none in the other (nor in nftables: two
+// stacks would both run). Before, with the
 // host's rules on iptables-legacy (Docker on an older host, a firewall
 // script), it wrote to nft and said nothing: both sets ran, in an order
 // nobody chose.
@@ -52,12 +53,22 @@ spec:
 		}
 		return strings.Count(out, ":STARLING-"), strings.Contains(out, "-d "+vip+"/32"), nil
 	}
-	// No host rules anywhere: nft, the default.
+	// No host rules anywhere: nftables (the ip starling table, with the
+	// forward accept rules in iptables-nft), or with --proxy-mode
+	// iptables, iptables-nft.
 	if _, err := eventually(30*time.Second, func() error {
 		if _, err := harness.HTTPGet(n1.NetNS, "http://"+vip+"/", time.Second); err != nil {
 			return err
 		}
 		n, svc, err := starlingChains("iptables-nft-save")
+		if n1.ProxyMode() == "nftables" {
+			rules, nerr := n1.ServiceRules(t.Context())
+			if err != nil || nerr != nil || n == 0 || svc || !strings.Contains(rules, vip+" . tcp . 80 : goto service-") {
+				return fmt.Errorf("nftables: Service in the table %v; iptables-nft: %d Starling chains, Service rule %v (%v, %v)",
+					strings.Contains(rules, vip), n, svc, err, nerr)
+			}
+			return nil
+		}
 		if err != nil || n == 0 || !svc {
 			return fmt.Errorf("nft: %d Starling chains, Service rule %v, %v", n, svc, err)
 		}
@@ -91,12 +102,16 @@ spec:
 		if n, _, err := starlingChains("iptables-nft-save"); err != nil || n != 0 {
 			return fmt.Errorf("nft still holds %d Starling chains (%v)", n, err)
 		}
+		if out, err := n1.Exec(t.Context(), "nft", "list", "tables"); err != nil || strings.Contains(out, "ip starling") {
+			return fmt.Errorf("the nftables table is still there: %s %v", out, err)
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	logAll, _ := os.ReadFile(n1.AgentLogPath())
-	if since := string(logAll[len(logBefore):]); !strings.Contains(since, `msg="iptables backend chosen" backend=iptables-legacy`) {
-		t.Fatalf("the agent did not log its choice of iptables-legacy:\n%s", since)
+	if since := string(logAll[len(logBefore):]); !strings.Contains(since, `msg="iptables backend chosen" backend=iptables-legacy`) ||
+		!strings.Contains(since, `msg="service proxy mode chosen" mode=iptables`) {
+		t.Fatalf("the agent did not log its choice of iptables-legacy for its Service rules:\n%s", since)
 	}
 }

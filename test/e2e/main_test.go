@@ -162,6 +162,10 @@ func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// STARLING_E2E_PROXY_MODE=iptables runs the suite on the iptables
+	// backend (make test runs the Service tests so too); unset, the agent
+	// chooses (nftables here).
+	c.ProxyMode = os.Getenv("STARLING_E2E_PROXY_MODE")
 	t.Cleanup(func() {
 		if t.Failed() {
 			keep := os.Getenv("STARLING_E2E_KEEP_LOGS")

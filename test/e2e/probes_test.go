@@ -134,11 +134,11 @@ spec:
 `)
 	inRules := func(ip string, want bool) error {
 		for _, n := range c.Nodes {
-			out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
+			dest, err := n.ServiceDestinations(t.Context())
 			if err != nil {
 				return err
 			}
-			if has := strings.Contains(out, "--to-destination "+ip+":8080"); has != want {
+			if has := dest[ip+":8080"]; has != want {
 				return fmt.Errorf("%s: endpoint %s in rules = %v, want %v", n.Name, ip, has, want)
 			}
 		}

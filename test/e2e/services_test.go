@@ -276,8 +276,12 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 		t.Fatalf("service without endpoints from the node: err %v after %v, want connection refused at once", err, time.Since(start))
 	}
 
-	// Flushed nat and filter tables are repaired within 2 s.
-	for _, flush := range [][]string{{"iptables", "-t", "nat", "-F"}, {"iptables", "-F"}} {
+	// Flushed or deleted rules are repaired within 2 s.
+	flushes := [][]string{{"iptables", "-t", "nat", "-F"}, {"iptables", "-F"}}
+	if n1.ProxyMode() == "nftables" {
+		flushes = [][]string{{"nft", "flush", "table", "ip", "starling"}, {"nft", "delete", "table", "ip", "starling"}, {"nft", "flush", "ruleset"}}
+	}
+	for _, flush := range flushes {
 		if _, err := n1.Exec(t.Context(), flush[0], flush[1:]...); err != nil {
 			t.Fatal(err)
 		}
@@ -449,8 +453,8 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 		if gone.IsZero() {
 			still := false
 			for _, n := range []*harness.Node{n1, n2} {
-				out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
-				if err != nil || strings.Contains(out, "--to-destination "+n3IP+":") {
+				out, err := n.ServiceRules(t.Context())
+				if err != nil || strings.Contains(out, "--to-destination "+n3IP+":") || strings.Contains(out, "dnat to "+n3IP+":") {
 					still = true
 				}
 			}
@@ -606,11 +610,11 @@ spec:
 	var target replica
 	inRules := func(want bool) error {
 		for _, n := range []*harness.Node{n1, n2} {
-			out, err := n.Exec(t.Context(), "iptables-save", "-t", "nat")
+			dest, err := n.ServiceDestinations(t.Context())
 			if err != nil {
 				return err
 			}
-			if has := strings.Contains(out, "--to-destination "+target.PodIP+":8080"); has != want {
+			if has := dest[target.PodIP+":8080"]; has != want {
 				return fmt.Errorf("%s: endpoint %s in rules = %v, want %v", n.Name, target.PodIP, has, want)
 			}
 		}

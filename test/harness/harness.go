@@ -57,6 +57,9 @@ type Cluster struct {
 	TokenFile string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
+	// ProxyMode is given to every agent as --proxy-mode ("": the agent
+	// chooses).
+	ProxyMode string
 
 	mu     sync.Mutex
 	closed bool
@@ -307,6 +310,9 @@ func (n *Node) StartAgent(extra ...string) error {
 	if n.PodSubnet != "" {
 		args = append(args, "--pod-subnet", n.PodSubnet)
 	}
+	if n.c.ProxyMode != "" && !slices.Contains(extra, "--proxy-mode") {
+		args = append(args, "--proxy-mode", n.c.ProxyMode)
+	}
 	args = append(args, extra...)
 	n.agentArgs = args
 	return n.startAgent()
@@ -488,7 +494,7 @@ func (n *Node) Diagnostics() string {
 	defer cancel()
 	var b strings.Builder
 	fmt.Fprintf(&b, "==== node %s (netns %s) agent log ====\n%s\n", n.Name, n.NetNS, n.Tail(60))
-	for _, cmd := range [][]string{{"ip", "-br", "addr"}, {"ip", "route"}, {"iptables-save"}} {
+	for _, cmd := range [][]string{{"ip", "-br", "addr"}, {"ip", "route"}, {"iptables-save"}, {"nft", "list", "table", "ip", "starling"}} {
 		out, _ := n.Exec(ctx, cmd[0], cmd[1:]...)
 		fmt.Fprintf(&b, "---- %s ----\n%s\n", strings.Join(cmd, " "), out)
 	}

@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -134,22 +136,57 @@ func Sample(nodes []*Node, namespace, workload string, interval time.Duration) *
 func (s *Sampler) Stop() { close(s.stop); <-s.done }
 
 // ServiceDestinations returns the set of DNAT destinations ("IP:port")
-// in the node's nat table: the Service endpoints its rules send to.
+// of the node's Service rules, whichever the agent's proxy mode: the
+// endpoints its rules send to.
 func (n *Node) ServiceDestinations(ctx context.Context) (map[string]bool, error) {
-	out, err := n.Exec(ctx, "iptables-save", "-t", "nat")
+	out, err := n.ServiceRules(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("iptables-save on %s: %w", n.Name, err)
+		return nil, err
 	}
 	dest := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		for i := 0; i+1 < len(f); i++ {
-			if f[i] == "--to-destination" {
+			switch {
+			case f[i] == "--to-destination":
 				dest[f[i+1]] = true
+			case f[i] == "dnat" && f[i+1] == "to" && i+2 < len(f):
+				dest[f[i+2]] = true
 			}
 		}
 	}
 	return dest, nil
+}
+
+// ProxyMode is the proxy mode the agent last said it chose
+// ("nftables", "iptables"; "" before it said).
+func (n *Node) ProxyMode() string {
+	b, _ := os.ReadFile(n.AgentLogPath())
+	const key = `msg="service proxy mode chosen" mode=`
+	i := bytes.LastIndex(b, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := b[i+len(key):]
+	if j := bytes.IndexAny(rest, " \n"); j >= 0 {
+		rest = rest[:j]
+	}
+	return string(rest)
+}
+
+// ServiceRules returns the node's Service rules as text: the nat table
+// (iptables-save) in iptables mode, the ip starling table (nft list) in
+// nftables mode.
+func (n *Node) ServiceRules(ctx context.Context) (string, error) {
+	cmd := []string{"iptables-save", "-t", "nat"}
+	if n.ProxyMode() == "nftables" {
+		cmd = []string{"nft", "list", "table", "ip", "starling"}
+	}
+	out, err := n.Exec(ctx, cmd[0], cmd[1:]...)
+	if err != nil {
+		return "", fmt.Errorf("%s on %s: %w", strings.Join(cmd, " "), n.Name, err)
+	}
+	return out, nil
 }
 
 // Poll calls f every interval, at once first, until it returns nil or

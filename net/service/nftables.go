@@ -1,0 +1,737 @@
+package service
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/starling-orchestrator/starling/net/xtables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The nftables rendering of the model, after kube-proxy's nftables
+// proxier, written over netlink (github.com/google/nftables; no nft
+// binary) into a table of its own, ip starling:
+//
+//	map service-ips        ClusterIP . protocol . port : goto service-<H>
+//	map service-nodeports  protocol . NodePort         : goto external-<H>
+//	map no-endpoint-services / no-endpoint-nodeports   : goto reject-chain
+//	chain services         ip daddr . meta l4proto . th dport vmap @service-ips
+//	                       fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
+//	chain service-<H>      ip saddr != <cluster CIDR> jump mark-for-masquerade
+//	                       numgen random mod N vmap { 0 : goto endpoint-<H0>, ... }
+//	chain endpoint-<H>     ip saddr <endpoint> jump mark-for-masquerade   (hairpin)
+//	                       meta l4proto tcp dnat to <endpoint>:<port>
+//	chain external-<H>     jump mark-for-masquerade; goto service-<H>
+//	chain masquerading     (postrouting) masquerade what carries 0x4000
+//	base chains            nat prerouting/output -> services; nat
+//	                       postrouting -> masquerading; filter input/
+//	                       forward/output: new connections to a port
+//	                       without endpoints are rejected at once;
+//	                       forward drops conntrack-INVALID packets
+//	                       (kubernetes#74839).
+//
+// Dispatch is one map lookup whatever the number of Services, so a
+// Service or endpoint change touches its own chains and map elements
+// alone: the kernel does not re-read 10,000 rules of a shared chain as
+// iptables-nft does. Chain names are hashes of the port's key: nothing a
+// peer says reaches a name.
+//
+// An accept in one table does not override a drop in another, so the
+// accept rules that make a FORWARD policy of DROP (Docker's) harmless
+// stay in the host's iptables: STARLING-FORWARD, jumped to from FORWARD,
+// as the iptables backend writes it (forwardRules), kept and repaired
+// with the table.
+
+// NFTTable is the nftables table (family ip) the backend owns.
+const NFTTable = "starling"
+
+// Names in the table.
+const (
+	nftServices            = "services"
+	nftMarkMasq            = "mark-for-masquerade"
+	nftMasquerading        = "masquerading"
+	nftRejectChain         = "reject-chain"
+	nftEndpointsCheck      = "endpoints-check"
+	nftServiceIPs          = "service-ips"
+	nftServiceNodePorts    = "service-nodeports"
+	nftNoEndpointServices  = "no-endpoint-services"
+	nftNoEndpointNodePorts = "no-endpoint-nodeports"
+	nftSvcPrefix           = "service-"
+	nftExtPrefix           = "external-"
+	nftSepPrefix           = "endpoint-"
+	masqBit                = 0x4000
+	rtnLocal               = 2 // RTN_LOCAL: fib daddr type local
+)
+
+// nftRule is one rule of a per-port chain, as parsed values. String gives
+// it in nft syntax: what changes compare, and what logs and tests show.
+type nftRule struct {
+	kind   ruleKind
+	addr   netip.AddrPort // markFrom: the address; dnat: the endpoint
+	cidr   netip.Prefix   // markUnless
+	proto  Protocol       // dnat
+	chains []string       // balance: endpoint chains; gotoChain: one
+}
+
+type ruleKind uint8
+
+const (
+	markAll    ruleKind = iota // jump mark-for-masquerade
+	markUnless                 // ip saddr != cidr jump mark-for-masquerade
+	markFrom                   // ip saddr addr jump mark-for-masquerade
+	dnat                       // meta l4proto p dnat to addr
+	balance                    // numgen random mod N vmap { i : goto chains[i] }
+	gotoChain                  // goto chains[0]
+)
+
+func (r nftRule) String() string {
+	switch r.kind {
+	case markAll:
+		return "jump " + nftMarkMasq
+	case markUnless:
+		return fmt.Sprintf("ip saddr != %s jump %s", r.cidr, nftMarkMasq)
+	case markFrom:
+		return fmt.Sprintf("ip saddr %s jump %s", r.addr.Addr(), nftMarkMasq)
+	case dnat:
+		return fmt.Sprintf("meta l4proto %s dnat to %s", proto(r.proto), r.addr)
+	case balance:
+		var b strings.Builder
+		fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(r.chains))
+		for i, c := range r.chains {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d : goto %s", i, c)
+		}
+		b.WriteString(" }")
+		return b.String()
+	case gotoChain:
+		return "goto " + r.chains[0]
+	}
+	return "?"
+}
+
+// nftChain is one per-port chain.
+type nftChain struct {
+	name  string
+	rules []nftRule
+}
+
+func (c nftChain) sameRules(o nftChain) bool {
+	return slices.EqualFunc(c.rules, o.rules, func(a, b nftRule) bool { return a.String() == b.String() })
+}
+
+// nftElem is one map element: key (the map's key bytes) : goto chain;
+// show is the key in nft syntax ("10.23.0.10 . tcp . 80").
+type nftElem struct {
+	set, key, chain, show string
+}
+
+// nftPort is what one port puts into the table.
+type nftPort struct {
+	chains []nftChain // endpoints first, then the chains that jump to them
+	elems  []nftElem
+}
+
+func protoNum(p Protocol) byte {
+	if p == UDP {
+		return unix.IPPROTO_UDP
+	}
+	return unix.IPPROTO_TCP
+}
+
+// ipKey is the key of service-ips and no-endpoint-services: address .
+// protocol . port, each field padded to 4 bytes (nftables concatenation).
+func ipKey(a netip.Addr, p Protocol, port uint16) string {
+	k := make([]byte, 12)
+	copy(k, a.AsSlice())
+	k[4] = protoNum(p)
+	binary.BigEndian.PutUint16(k[8:], port)
+	return string(k)
+}
+
+// nodePortKey is the key of service-nodeports and no-endpoint-nodeports.
+func nodePortKey(p Protocol, port uint16) string {
+	k := make([]byte, 8)
+	k[0] = protoNum(p)
+	binary.BigEndian.PutUint16(k[4:], port)
+	return string(k)
+}
+
+func ipShow(p Port) string {
+	return fmt.Sprintf("%s . %s . %d", p.ClusterIP, proto(p.Protocol), p.Port)
+}
+
+func nodePortShow(p Port) string { return fmt.Sprintf("%s . %d", proto(p.Protocol), p.NodePort) }
+
+// renderNFT returns what one canonical port (see Model) puts into the
+// table.
+func renderNFT(p Port, cfg Config) nftPort {
+	var r nftPort
+	id := p.key().String()
+	if len(p.Endpoints) == 0 {
+		r.elems = append(r.elems, nftElem{nftNoEndpointServices, ipKey(p.ClusterIP, p.Protocol, p.Port), nftRejectChain, ipShow(p)})
+		if p.NodePort != 0 {
+			r.elems = append(r.elems, nftElem{nftNoEndpointNodePorts, nodePortKey(p.Protocol, p.NodePort), nftRejectChain, nodePortShow(p)})
+		}
+		return r
+	}
+	svc := nftChain{name: chainName(nftSvcPrefix, id)}
+	if cfg.MasqueradeAll {
+		svc.rules = append(svc.rules, nftRule{kind: markAll})
+	} else if cfg.ClusterCIDR.IsValid() {
+		svc.rules = append(svc.rules, nftRule{kind: markUnless, cidr: cfg.ClusterCIDR.Masked()})
+	}
+	var seps []string
+	for _, ep := range p.Endpoints {
+		sep := nftChain{name: chainName(nftSepPrefix, id+"/"+ep.String()), rules: []nftRule{
+			{kind: markFrom, addr: ep},
+			{kind: dnat, addr: ep, proto: p.Protocol},
+		}}
+		r.chains = append(r.chains, sep)
+		seps = append(seps, sep.name)
+	}
+	svc.rules = append(svc.rules, nftRule{kind: balance, chains: seps})
+	r.chains = append(r.chains, svc)
+	r.elems = append(r.elems, nftElem{nftServiceIPs, ipKey(p.ClusterIP, p.Protocol, p.Port), svc.name, ipShow(p)})
+	if p.NodePort != 0 {
+		ext := nftChain{name: chainName(nftExtPrefix, id), rules: []nftRule{{kind: markAll}, {kind: gotoChain, chains: []string{svc.name}}}}
+		r.chains = append(r.chains, ext)
+		r.elems = append(r.elems, nftElem{nftServiceNodePorts, nodePortKey(p.Protocol, p.NodePort), ext.name, nodePortShow(p)})
+	}
+	return r
+}
+
+// nftBackend writes the model with nftables over one netlink socket kept
+// open.
+type nftBackend struct {
+	conn  *nftables.Conn
+	table *nftables.Table
+	sets  map[string]*nftables.Set
+	fwd   *iptablesTables // the host's iptables, for STARLING-FORWARD; nil: none
+}
+
+// NewNFTSyncer returns a Syncer that writes the ip starling table with
+// nftables (netlink) in the current network namespace, and with forward
+// set, STARLING-FORWARD in that iptables backend (the host's firewall,
+// xtables.Detect). It fails when the kernel lacks nf_tables (the error
+// says so) or forward's commands are missing.
+func NewNFTSyncer(forward *xtables.Backend) (*Syncer, error) {
+	b, err := newNFTBackend()
+	if err != nil {
+		return nil, err
+	}
+	if forward != nil {
+		ipt, err := iptables.New(iptables.Path(forward.Iptables), iptables.Timeout(5))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", forward.Iptables, err)
+		}
+		b.fwd = &iptablesTables{ipt, forward.Restore}
+	}
+	return &Syncer{b: b}, nil
+}
+
+func newNFTBackend() (*nftBackend, error) {
+	conn, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	b := &nftBackend{conn: conn, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: NFTTable}}
+	three := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	two := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	b.sets = map[string]*nftables.Set{}
+	for name, key := range map[string]nftables.SetDatatype{nftServiceIPs: three, nftNoEndpointServices: three, nftServiceNodePorts: two, nftNoEndpointNodePorts: two} {
+		b.sets[name] = &nftables.Set{Table: b.table, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
+	}
+	// Does the kernel take an nftables table? A list answers without
+	// changing anything.
+	if _, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4); err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("nftables: the kernel does not answer (module nf_tables, CONFIG_NF_TABLES): %w", err)
+	}
+	return b, nil
+}
+
+func (*nftBackend) name() string { return "nftables" }
+
+// NFTSupported reports whether the kernel of the current network
+// namespace takes nftables rules: a table is created and deleted in one
+// transaction, which leaves nothing behind.
+func NFTSupported() error {
+	conn, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "starling-probe"})
+	conn.AddChain(&nftables.Chain{Name: "probe", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	conn.DelTable(t)
+	return conn.Flush()
+}
+
+// change applies c on top of the table as one transaction.
+func (b *nftBackend) change(_ context.Context, c Change, cfg Config) error {
+	var tx nftTx
+	for _, p := range c.Added {
+		tx.replace(nftPort{}, renderNFT(p, cfg))
+	}
+	for _, u := range c.Updated {
+		tx.replace(renderNFT(u.Old, cfg), renderNFT(u.New, cfg))
+	}
+	for _, p := range c.Removed {
+		tx.replace(renderNFT(p, cfg), nftPort{})
+	}
+	return b.apply(&tx)
+}
+
+// nftTx collects a change in the order the kernel needs it: new chains
+// (endpoints before the chains that jump to them), rewritten chains, map
+// elements deleted then added, and the chains no longer used, flushed
+// then deleted.
+type nftTx struct {
+	add, rewrite []nftChain
+	delElems     []nftElem
+	addElems     []nftElem
+	gone         []string
+}
+
+func (tx *nftTx) replace(old, new nftPort) {
+	have := map[string]nftChain{}
+	for _, c := range old.chains {
+		have[c.name] = c
+	}
+	for _, c := range new.chains {
+		o, ok := have[c.name]
+		switch {
+		case !ok:
+			tx.add = append(tx.add, c)
+		case !o.sameRules(c):
+			tx.rewrite = append(tx.rewrite, c)
+		}
+		delete(have, c.name)
+	}
+	for _, c := range old.chains {
+		if _, ok := have[c.name]; ok {
+			tx.gone = append(tx.gone, c.name)
+		}
+	}
+	for _, e := range old.elems {
+		if !slices.Contains(new.elems, e) {
+			tx.delElems = append(tx.delElems, e)
+		}
+	}
+	for _, e := range new.elems {
+		if !slices.Contains(old.elems, e) {
+			tx.addElems = append(tx.addElems, e)
+		}
+	}
+}
+
+func (b *nftBackend) apply(tx *nftTx) error {
+	for _, c := range tx.add {
+		if err := b.addChain(c); err != nil {
+			return err
+		}
+	}
+	for _, c := range tx.rewrite {
+		ch := &nftables.Chain{Table: b.table, Name: c.name}
+		b.conn.FlushChain(ch)
+		if err := b.addRules(ch, c.rules); err != nil {
+			return err
+		}
+	}
+	if err := b.elements(tx.delElems, b.conn.SetDeleteElements); err != nil {
+		return err
+	}
+	if err := b.elements(tx.addElems, b.conn.SetAddElements); err != nil {
+		return err
+	}
+	for _, name := range tx.gone {
+		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
+	}
+	for _, name := range tx.gone {
+		b.conn.DelChain(&nftables.Chain{Table: b.table, Name: name})
+	}
+	if err := b.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	return nil
+}
+
+func (b *nftBackend) addChain(c nftChain) error {
+	ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: c.name})
+	return b.addRules(ch, c.rules)
+}
+
+func (b *nftBackend) addRules(ch *nftables.Chain, rules []nftRule) error {
+	for _, r := range rules {
+		ex, err := b.exprs(r)
+		if err != nil {
+			return err
+		}
+		b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: ch, Exprs: ex})
+	}
+	return nil
+}
+
+// elements adds or deletes elems, grouped by map.
+func (b *nftBackend) elements(elems []nftElem, op func(*nftables.Set, []nftables.SetElement) error) error {
+	by := map[string][]nftables.SetElement{}
+	for _, e := range elems {
+		by[e.set] = append(by[e.set], nftables.SetElement{Key: []byte(e.key), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.chain}})
+	}
+	for _, name := range slices.Sorted(maps.Keys(by)) {
+		if err := op(b.sets[name], by[name]); err != nil {
+			return fmt.Errorf("nftables %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// full replaces the table with one holding exactly ports, in one
+// transaction: add (so that the delete finds it), delete, add again.
+// Whatever an earlier run left (Services gone while the agent was down)
+// goes with the old table.
+func (b *nftBackend) full(ctx context.Context, ports []Port, cfg Config) error {
+	b.conn.AddTable(b.table)
+	b.conn.DelTable(b.table)
+	b.conn.AddTable(b.table)
+	for _, name := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
+		s := *b.sets[name]
+		s.ID = 0 // a new set in this transaction
+		b.sets[name] = &s
+		if err := b.conn.AddSet(&s, nil); err != nil {
+			return fmt.Errorf("nftables set %s: %w", name, err)
+		}
+	}
+	if err := b.fixedChains(); err != nil {
+		return err
+	}
+	var tx nftTx
+	for _, p := range ports {
+		tx.replace(nftPort{}, renderNFT(p, cfg))
+	}
+	if err := b.apply(&tx); err != nil {
+		return err
+	}
+	return b.writeForward(ctx, cfg)
+}
+
+// writeForward writes STARLING-FORWARD and the jump to it from FORWARD in
+// the host's iptables.
+func (b *nftBackend) writeForward(ctx context.Context, cfg Config) error {
+	if b.fwd == nil {
+		return nil
+	}
+	var t restoreText
+	fmt.Fprintf(&t.filterDecl, ":%s - [0:0]\n", ChainForward)
+	for _, r := range forwardRules(cfg) {
+		t.rule(&t.filter, "-A", ChainForward, r)
+	}
+	if err := b.fwd.restore(ctx, t.bytes()); err != nil {
+		return err
+	}
+	return b.fwd.ipt.AppendUnique("filter", "FORWARD", forwardJump...)
+}
+
+// forwardJump is the rule of FORWARD that jumps to STARLING-FORWARD.
+var forwardJump = []string{"-m", "comment", "--comment", "starling: forward service traffic", "-j", ChainForward}
+
+// fixedChains adds the chains every port uses and the base chains.
+func (b *nftBackend) fixedChains() error {
+	add := func(name string, rules ...[]expr.Any) *nftables.Chain {
+		ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: name})
+		for _, r := range rules {
+			b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: ch, Exprs: r})
+		}
+		return ch
+	}
+	mark := func(mask, xor uint32) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(xor)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+		}
+	}
+	add(nftMarkMasq, mark(^uint32(masqBit), masqBit))
+	add(nftMasquerading,
+		[]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(masqBit), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+			&expr.Verdict{Kind: expr.VerdictReturn},
+		},
+		mark(^uint32(0), masqBit),
+		[]expr.Any{&expr.Masq{FullyRandom: true}},
+	)
+	add(nftRejectChain, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* ICMP port unreachable */}})
+	add(nftServices, dispatchByAddr(nftServiceIPs), dispatchByNodePort(nftServiceNodePorts))
+	add(nftEndpointsCheck, dispatchByAddr(nftNoEndpointServices), dispatchByNodePort(nftNoEndpointNodePorts))
+
+	jump := func(to string) []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: to}} }
+	ctState := func(bits uint32, v expr.Any) []expr.Any {
+		return []expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			v,
+		}
+	}
+	newConn := ctState(expr.CtStateBitNEW, &expr.Verdict{Kind: expr.VerdictJump, Chain: nftEndpointsCheck})
+	filterPrio := nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 10)
+	for _, base := range []struct {
+		name  string
+		typ   nftables.ChainType
+		hook  *nftables.ChainHook
+		prio  *nftables.ChainPriority
+		rules [][]expr.Any
+	}{
+		{"nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest, [][]expr.Any{jump(nftServices)}},
+		{"nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, nftables.ChainPriorityNATDest, [][]expr.Any{jump(nftServices)}},
+		{"nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource, [][]expr.Any{jump(nftMasquerading)}},
+		{"filter-input", nftables.ChainTypeFilter, nftables.ChainHookInput, filterPrio, [][]expr.Any{newConn}},
+		{"filter-forward", nftables.ChainTypeFilter, nftables.ChainHookForward, filterPrio, [][]expr.Any{
+			ctState(expr.CtStateBitINVALID, &expr.Verdict{Kind: expr.VerdictDrop}), newConn}},
+		{"filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, filterPrio, [][]expr.Any{newConn}},
+	} {
+		ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: base.name, Type: base.typ, Hooknum: base.hook, Priority: base.prio})
+		for _, r := range base.rules {
+			b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: ch, Exprs: r})
+		}
+	}
+	return nil
+}
+
+// dispatchByAddr is `ip daddr . meta l4proto . th dport vmap @set`.
+func dispatchByAddr(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9},
+		&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: set, DestRegister: 0, IsDestRegSet: true},
+	}
+}
+
+// dispatchByNodePort is `fib daddr type local ip daddr != 127.0.0.0/8
+// meta l4proto . th dport vmap @set`: NodePorts on the node's own
+// addresses, not on loopback, which the kernel will not route to a pod
+// (route_localnet stays off, CVE-2020-8558): a connection to
+// localhost:NodePort is refused at once instead of hanging.
+func dispatchByNodePort(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(rtnLocal)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{127, 0, 0, 0}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: set, DestRegister: 0, IsDestRegSet: true},
+	}
+}
+
+// exprs is r as nftables expressions. A balance rule's map is an
+// anonymous constant map added to the transaction here.
+func (b *nftBackend) exprs(r nftRule) ([]expr.Any, error) {
+	jumpMark := &expr.Verdict{Kind: expr.VerdictJump, Chain: nftMarkMasq}
+	saddr := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+	switch r.kind {
+	case markAll:
+		return []expr.Any{jumpMark}, nil
+	case markUnless:
+		return []expr.Any{saddr,
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net4Mask(r.cidr.Bits()), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: r.cidr.Masked().Addr().AsSlice()},
+			jumpMark}, nil
+	case markFrom:
+		return []expr.Any{saddr, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: r.addr.Addr().AsSlice()}, jumpMark}, nil
+	case dnat:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{protoNum(r.proto)}},
+			&expr.Immediate{Register: 1, Data: r.addr.Addr().AsSlice()},
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(r.addr.Port())},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
+		}, nil
+	case balance:
+		// numgen writes a host-order integer.
+		set := &nftables.Set{Table: b.table, Anonymous: true, Constant: true, IsMap: true, KeyType: nftables.TypeInteger,
+			KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeVerdict}
+		elems := make([]nftables.SetElement, len(r.chains))
+		for i, c := range r.chains {
+			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
+		}
+		if err := b.conn.AddSet(set, elems); err != nil {
+			return nil, fmt.Errorf("nftables: %w", err)
+		}
+		return []expr.Any{
+			&expr.Numgen{Register: 1, Modulus: uint32(len(r.chains)), Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID, DestRegister: 0, IsDestRegSet: true},
+		}, nil
+	case gotoChain:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]}}, nil
+	}
+	return nil, fmt.Errorf("nftables: unknown rule kind %d", r.kind)
+}
+
+func net4Mask(bits int) []byte {
+	m := make([]byte, 4)
+	binary.BigEndian.PutUint32(m, ^uint32(0)<<(32-bits))
+	if bits == 0 {
+		clear(m)
+	}
+	return m
+}
+
+// intact reports whether the services chain still holds its two dispatch
+// rules (`nft flush ruleset`, a deleted table or a flushed table all
+// remove them), and STARLING-FORWARD its last rule and FORWARD the jump
+// to it.
+func (b *nftBackend) intact() bool {
+	rules, err := b.conn.GetRules(b.table, &nftables.Chain{Table: b.table, Name: nftServices})
+	if err != nil || len(rules) != 2 {
+		return false
+	}
+	if b.fwd == nil {
+		return true
+	}
+	ok, err := b.fwd.ipt.Exists("filter", "FORWARD", forwardJump...)
+	if err != nil || !ok {
+		return false
+	}
+	ok, err = b.fwd.ipt.Exists("filter", ChainForward, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+	return err == nil && ok
+}
+
+func (*nftBackend) forgetUDP(match func(*netlink.ConntrackFlow) bool) {
+	netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, udpFlows(match))
+}
+
+// RemoveNFT deletes the ip starling table if present (the agent switched
+// to the iptables backend). It reports whether there was one.
+func RemoveNFT() (bool, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	if _, err := conn.ListTableOfFamily(NFTTable, nftables.TableFamilyIPv4); err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	conn.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: NFTTable})
+	return true, conn.Flush()
+}
+
+// nftFixed is the part of the table every port uses, in nft syntax: what
+// fixedChains writes.
+const nftFixed = `	chain mark-for-masquerade {
+		meta mark set meta mark | 0x00004000
+	}
+	chain masquerading {
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
+		masquerade fully-random
+	}
+	chain reject-chain {
+		reject
+	}
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+		fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
+	}
+	chain endpoints-check {
+		ip daddr . meta l4proto . th dport vmap @no-endpoint-services
+		fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain nat-output {
+		type nat hook output priority -100; policy accept;
+		jump services
+	}
+	chain nat-postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}
+	chain filter-input {
+		type filter hook input priority filter - 10; policy accept;
+		ct state new jump endpoints-check
+	}
+	chain filter-forward {
+		type filter hook forward priority filter - 10; policy accept;
+		ct state invalid drop
+		ct state new jump endpoints-check
+	}
+	chain filter-output {
+		type filter hook output priority filter - 10; policy accept;
+		ct state new jump endpoints-check
+	}
+`
+
+// NFTText returns the table a full sync of ports writes, in nft syntax
+// (what `nft -f` reads and `nft list table ip starling` prints, but for
+// element order): for the dry run and for reading. Output is
+// deterministic.
+func NFTText(ports []Port, cfg Config) []byte {
+	var m Model
+	m.Update(ports, cfg)
+	elems := map[string][]string{}
+	var chains strings.Builder
+	for _, p := range m.Ports() {
+		r := renderNFT(p, cfg)
+		for _, c := range r.chains {
+			fmt.Fprintf(&chains, "\tchain %s {\n", c.name)
+			for _, rule := range c.rules {
+				fmt.Fprintf(&chains, "\t\t%s\n", rule)
+			}
+			chains.WriteString("\t}\n")
+		}
+		for _, e := range r.elems {
+			elems[e.set] = append(elems[e.set], e.show+" : goto "+e.chain)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table ip %s {\n", NFTTable)
+	for _, set := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
+		typ := "ipv4_addr . inet_proto . inet_service"
+		if set == nftServiceNodePorts || set == nftNoEndpointNodePorts {
+			typ = "inet_proto . inet_service"
+		}
+		fmt.Fprintf(&b, "\tmap %s {\n\t\ttype %s : verdict\n", set, typ)
+		if len(elems[set]) > 0 {
+			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(elems[set], ",\n\t\t\t     "))
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString(nftFixed)
+	b.WriteString(chains.String())
+	b.WriteString("}\n")
+	return []byte(b.String())
+}
+
+// NFTAvailable reports whether the kernel of the current network
+// namespace answers nftables requests, changing nothing (a list): the dry
+// run's view of NFTSupported.
+func NFTAvailable() bool {
+	conn, err := nftables.New()
+	if err != nil {
+		return false
+	}
+	_, err = conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	return err == nil
+}

@@ -1,0 +1,346 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// nftKernel is what the ip starling table holds: its chains, and the
+// elements (key -> goto chain) of its maps.
+type nftKernel struct {
+	chains []string
+	elems  map[string]map[string]string
+}
+
+func readNFT(b *nftBackend) (nftKernel, error) {
+	var k nftKernel
+	chains, err := b.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return k, err
+	}
+	for _, c := range chains {
+		if c.Table.Name == NFTTable {
+			k.chains = append(k.chains, c.Name)
+		}
+	}
+	slices.Sort(k.chains)
+	k.elems = map[string]map[string]string{}
+	for name, set := range b.sets {
+		els, err := b.conn.GetSetElements(set)
+		if err != nil {
+			return k, fmt.Errorf("elements of %s: %w", name, err)
+		}
+		m := map[string]string{}
+		for _, e := range els {
+			m[string(e.Key)] = verdictChain(e.Val)
+		}
+		k.elems[name] = m
+	}
+	return k, nil
+}
+
+// verdictChain is the chain of a verdict element's data as the library
+// returns it (NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN attributes).
+func verdictChain(b []byte) string {
+	ad, err := mdnetlink.NewAttributeDecoder(b)
+	if err != nil {
+		return ""
+	}
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_VERDICT_CHAIN {
+			return ad.String()
+		}
+	}
+	return ""
+}
+
+// wantNFT is what the table must hold for the ports of m.
+func wantNFT(m *Model) nftKernel {
+	k := nftKernel{elems: map[string]map[string]string{nftServiceIPs: {}, nftServiceNodePorts: {}, nftNoEndpointServices: {}, nftNoEndpointNodePorts: {}}}
+	k.chains = []string{nftServices, nftMarkMasq, nftMasquerading, nftRejectChain, nftEndpointsCheck,
+		"nat-prerouting", "nat-output", "nat-postrouting", "filter-input", "filter-forward", "filter-output"}
+	for _, p := range m.Ports() {
+		r := renderNFT(p, m.Config())
+		for _, c := range r.chains {
+			k.chains = append(k.chains, c.name)
+		}
+		for _, e := range r.elems {
+			k.elems[e.set][e.key] = e.chain
+		}
+	}
+	slices.Sort(k.chains)
+	return k
+}
+
+func (k nftKernel) diff(want nftKernel) error {
+	if !slices.Equal(k.chains, want.chains) {
+		return fmt.Errorf("chains: the table holds %d, the model %d (%v vs %v)", len(k.chains), len(want.chains), firstDiff(k.chains, want.chains), firstDiff(want.chains, k.chains))
+	}
+	for set, w := range want.elems {
+		g := k.elems[set]
+		if len(g) != len(w) {
+			return fmt.Errorf("map %s: %d elements, the model %d", set, len(g), len(w))
+		}
+		for key, chain := range w {
+			if g[key] != chain {
+				return fmt.Errorf("map %s: element %x goes to %q, want %q", set, key, g[key], chain)
+			}
+		}
+	}
+	return nil
+}
+
+func firstDiff(a, b []string) string {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return x
+		}
+	}
+	return "-"
+}
+
+// nftDump is `nft list table ip starling` when the nft tool is there
+// (for failure messages only).
+func nftDump() string {
+	out, err := exec.Command("nft", "list", "table", "ip", NFTTable).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("(nft: %v)", err)
+	}
+	return string(out)
+}
+
+// In a real kernel, over netlink: the table holds exactly the chains and
+// map elements of the model after every sync, across 1,000 cycles of
+// creating and deleting a Service, endpoint changes, a Service losing
+// and regaining its endpoints, a deleted table (repaired on the next
+// sync) and a restart (a new Syncer removes what the old one programmed
+// and no port uses any more).
+func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	inNewNetns(t, func() error {
+		s, err := NewNFTSyncer(nil)
+		if err != nil {
+			return err
+		}
+		b := s.b.(*nftBackend)
+		check := func(step string) error {
+			k, err := readNFT(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", step, err)
+			}
+			if err := k.diff(wantNFT(&s.model)); err != nil {
+				return fmt.Errorf("%s: %w\n%s", step, err, nftDump())
+			}
+			return nil
+		}
+		base := benchPorts(3)
+		base[2].Endpoints = nil // a Service without endpoints
+		for cycle := 0; cycle < 1000; cycle++ {
+			extra := Port{Service: fmt.Sprintf("default/cycle%d", cycle), Name: "p", Protocol: UDP, ClusterIP: netip.MustParseAddr("10.23.1.1"), Port: 53,
+				NodePort: 31000, Endpoints: addrPorts(fmt.Sprintf("10.22.3.%d:53", 2+cycle%200), "10.22.4.2:53")}
+			changed := slices.Clone(base)
+			changed[0].Endpoints = changed[0].Endpoints[:1+cycle%5]
+			if cycle%7 == 0 {
+				changed[1].Endpoints = nil
+			}
+			for _, ports := range [][]Port{append(changed, extra), base} {
+				if _, err := s.Sync(context.Background(), ports, cfg); err != nil {
+					return fmt.Errorf("cycle %d: %w\n%s", cycle, err, nftDump())
+				}
+				if cycle%50 == 0 {
+					if err := check(fmt.Sprintf("cycle %d", cycle)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := check("after 1,000 cycles"); err != nil {
+			return err
+		}
+
+		// Someone deletes the table: the next sync restores it.
+		conn, _ := nftables.New()
+		conn.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: NFTTable})
+		if err := conn.Flush(); err != nil {
+			return err
+		}
+		if b.intact() {
+			return fmt.Errorf("intact after the table was deleted")
+		}
+		if wrote, err := s.Sync(context.Background(), base, cfg); err != nil || !wrote {
+			return fmt.Errorf("sync after the table was deleted: wrote %v, %v", wrote, err)
+		}
+		if err := check("after the table was deleted"); err != nil {
+			return err
+		}
+
+		// A restart: the old run's Services that are gone go too.
+		s2, err := NewNFTSyncer(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := s2.Sync(context.Background(), base[:1], cfg); err != nil {
+			return err
+		}
+		k, err := readNFT(s2.b.(*nftBackend))
+		if err != nil {
+			return err
+		}
+		return k.diff(wantNFT(&s2.model))
+	})
+}
+
+// Traffic through the table: a ClusterIP reaches its endpoints (spread
+// over all of them), a NodePort on the node's address too, a Service
+// without endpoints refuses at once, and a NodePort on 127.0.0.1 is
+// refused, never hangs.
+func TestNFTSyncerServesClusterIPsAndNodePorts(t *testing.T) {
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	inNewNetns(t, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "pods"}, PeerName: "pods1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		for _, name := range []string{"pods", "pods1"} {
+			l, err := netlink.LinkByName(name)
+			if err == nil {
+				err = netlink.LinkSetUp(l)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		d, err := netlink.LinkByName("pods")
+		if err != nil {
+			return err
+		}
+		for _, a := range []string{"10.22.1.1/24", "10.22.1.2/32", "10.22.1.3/32"} {
+			addr, _ := netlink.ParseAddr(a)
+			if err := netlink.AddrAdd(d, addr); err != nil {
+				return err
+			}
+		}
+		_, svcNet, _ := net.ParseCIDR("10.23.0.0/16")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: d.Attrs().Index, Dst: svcNet}); err != nil {
+			return err
+		}
+		// Three "pods": listeners that answer with their address.
+		var eps []netip.AddrPort
+		for _, a := range []string{"10.22.1.1", "10.22.1.2", "10.22.1.3"} {
+			l, err := net.Listen("tcp", a+":8080")
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			eps = append(eps, netip.MustParseAddrPort(a+":8080"))
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					io.WriteString(c, a)
+					c.Close()
+				}
+			}()
+		}
+		ports := []Port{
+			{Service: "default/web", Name: "http", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.10"), Port: 80, NodePort: 30080, Endpoints: eps},
+			{Service: "default/empty", Name: "http", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.11"), Port: 80, NodePort: 30081},
+		}
+		s, err := NewNFTSyncer(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Sync(context.Background(), ports, cfg); err != nil {
+			return fmt.Errorf("%w\n%s", err, nftDump())
+		}
+		get := func(addr string) (string, error) {
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			b, err := io.ReadAll(c)
+			return string(b), err
+		}
+		for _, target := range []string{"10.23.0.10:80", "10.22.1.1:30080"} {
+			seen := map[string]int{}
+			for range 60 {
+				got, err := get(target)
+				if err != nil {
+					return fmt.Errorf("%s: %w\n%s", target, err, nftDump())
+				}
+				seen[got]++
+			}
+			if len(seen) != 3 {
+				return fmt.Errorf("%s reached %v, want all 3 endpoints", target, seen)
+			}
+		}
+		for _, target := range []string{"10.23.0.11:80", "10.22.1.1:30081", "127.0.0.1:30080"} {
+			start := time.Now()
+			_, err := get(target)
+			if err == nil || !strings.Contains(err.Error(), "refused") && !isRefused(err) {
+				return fmt.Errorf("%s: %v, want connection refused", target, err)
+			}
+			if took := time.Since(start); took > time.Second {
+				return fmt.Errorf("%s: refused after %v", target, took)
+			}
+		}
+		// The dry run's text of the table is valid nft input that says
+		// the same (nft checks it without applying, where installed).
+		if _, err := exec.LookPath("nft"); err == nil {
+			cmd := exec.Command("nft", "-c", "-f", "-")
+			cmd.Stdin = strings.NewReader("delete table ip starling\n" + string(NFTText(ports, cfg)))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("nft -c -f refuses NFTText: %v: %s\n%s", err, out, NFTText(ports, cfg))
+			}
+		}
+		// One endpoint goes: it is never chosen again.
+		ports[0].Endpoints = eps[:2]
+		if _, err := s.Sync(context.Background(), ports, cfg); err != nil {
+			return err
+		}
+		for range 30 {
+			got, err := get("10.23.0.10:80")
+			if err != nil {
+				return err
+			}
+			if got == "10.22.1.3" {
+				return fmt.Errorf("a removed endpoint answered")
+			}
+		}
+		return nil
+	})
+}
+
+func isRefused(err error) bool {
+	var se syscall.Errno
+	for e := err; e != nil; {
+		if x, ok := e.(syscall.Errno); ok {
+			se = x
+			break
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	return se == syscall.ECONNREFUSED || se == syscall.EHOSTUNREACH
+}
