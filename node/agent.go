@@ -41,6 +41,9 @@ type Agent struct {
 	metrics *metrics
 	token   string
 	started time.Time
+	// keepHost repairs the pod network's host rules (hostNetwork); nil
+	// without one.
+	keepHost func() (bool, error)
 
 	cluster *gossip.Cluster
 	id      *identity
@@ -143,12 +146,44 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			}
 			return nil
 		},
+		keepHost: pn.KeepHost,
 	}
 	if a, err = newAgent(ctx, cfg, log, rt, &hn); err != nil {
 		rt.Close()
 		return nil, err
 	}
 	return a, nil
+}
+
+// hostLoop puts the pod masquerade rule back within a second when someone
+// removed it (iptables -t nat -F, nft flush ruleset): the Service rules
+// and routes are repaired by their own loops, and this rule is what pods
+// need to reach anything outside the cluster.
+func (a *Agent) hostLoop(ctx context.Context) {
+	if a.keepHost == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		repaired, err := a.keepHost()
+		switch {
+		case err != nil && !warned:
+			a.log.Warn("check the pod masquerade rule", "err", err)
+			warned = true
+		case err == nil && repaired:
+			a.log.Warn("the pod masquerade rule was gone (a flush of the nat table?); put back")
+			warned = false
+		case err == nil:
+			warned = false
+		}
+	}
 }
 
 // hostNetwork is what changes the node's network namespace: routes to
@@ -158,6 +193,9 @@ type hostNetwork struct {
 	routes    routeApplier
 	rules     ruleSyncer
 	useSubnet func(*net.IPNet) error
+	// keepHost checks the pod masquerade rule and puts it back when it
+	// is gone (podnet.Network.KeepHost).
+	keepHost func() (bool, error)
 }
 
 // newAgent builds an agent on a given runtime and host network (nil:
@@ -264,7 +302,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		a.routes.apply, a.routes.ready = p.routes, a.dry.ready
 		a.services.rules, a.services.ready, a.services.bridgeNF = p, a.dry.ready, bridgeNFLoaded
 	case hn != nil:
-		a.routes.apply, a.services.rules, a.subnets.use = hn.routes, hn.rules, hn.useSubnet
+		a.routes.apply, a.services.rules, a.subnets.use, a.keepHost = hn.routes, hn.rules, hn.useSubnet, hn.keepHost
 	}
 	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
 	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
@@ -308,7 +346,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
 		a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
-		a.routes.loop, a.services.loop, a.diskLoop}
+		a.routes.loop, a.services.loop, a.diskLoop, a.hostLoop}
 	if a.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
 			a.trust.renewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)

@@ -39,13 +39,9 @@ func (n *Network) PrepareHost() error {
 			return fmt.Errorf("sysctl %s: %w", path, err)
 		}
 	}
-	cmd := n.cfg.Iptables
-	if cmd == "" {
-		cmd = "iptables"
-	}
-	ipt, err := iptables.New(iptables.Path(cmd), iptables.Timeout(5))
+	ipt, err := n.iptables()
 	if err != nil {
-		return fmt.Errorf("%s: %w (install the Debian package iptables)", cmd, err)
+		return err
 	}
 	if ok, err := ipt.ChainExists("nat", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables nat %s: %w", MasqueradeChain, err)
@@ -54,22 +50,68 @@ func (n *Network) PrepareHost() error {
 			return fmt.Errorf("iptables create nat %s: %w", MasqueradeChain, err)
 		}
 	}
-	n.mu.Lock()
-	subnet := n.cfg.PodSubnet
-	n.mu.Unlock()
-	if subnet == nil {
-		return errors.New("podnet: the node has no pod subnet yet")
+	rule, err := n.masqueradeRule()
+	if err != nil {
+		return err
 	}
-	rule := []string{"-s", subnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
-		"-m", "comment", "--comment", MasqueradeComment, "-j", "MASQUERADE"}
 	if err := ipt.ClearChain("nat", MasqueradeChain); err != nil {
 		return fmt.Errorf("iptables flush nat %s: %w", MasqueradeChain, err)
 	}
 	if err := ipt.Append("nat", MasqueradeChain, rule...); err != nil {
 		return fmt.Errorf("iptables nat %s masquerade rule: %w", MasqueradeChain, err)
 	}
-	if err := ipt.AppendUnique("nat", "POSTROUTING", "-m", "comment", "--comment", "starling: pod masquerade", "-j", MasqueradeChain); err != nil {
+	if err := ipt.AppendUnique("nat", "POSTROUTING", masqueradeJump...); err != nil {
 		return fmt.Errorf("iptables nat POSTROUTING jump: %w", err)
 	}
 	return nil
+}
+
+var masqueradeJump = []string{"-m", "comment", "--comment", "starling: pod masquerade", "-j", MasqueradeChain}
+
+func (n *Network) iptables() (*iptables.IPTables, error) {
+	cmd := n.cfg.Iptables
+	if cmd == "" {
+		cmd = "iptables"
+	}
+	ipt, err := iptables.New(iptables.Path(cmd), iptables.Timeout(5))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", cmd, err)
+	}
+	return ipt, nil
+}
+
+// masqueradeRule is the rule of MasqueradeChain for the node's subnet.
+func (n *Network) masqueradeRule() ([]string, error) {
+	n.mu.Lock()
+	subnet := n.cfg.PodSubnet
+	n.mu.Unlock()
+	if subnet == nil {
+		return nil, errors.New("podnet: the node has no pod subnet yet")
+	}
+	return []string{"-s", subnet.String(), "!", "-d", n.cfg.ClusterCIDR.String(),
+		"-m", "comment", "--comment", MasqueradeComment, "-j", "MASQUERADE"}, nil
+}
+
+// KeepHost checks (two iptables calls) that the masquerade rule and the
+// jump to it are still in place, and runs PrepareHost again when they
+// are not (someone flushed the nat table, or `nft flush ruleset` ran).
+// It reports whether it repaired anything. Before the node has a subnet
+// it does nothing.
+func (n *Network) KeepHost() (bool, error) {
+	rule, err := n.masqueradeRule()
+	if err != nil {
+		return false, nil
+	}
+	ipt, err := n.iptables()
+	if err != nil {
+		return false, err
+	}
+	ok, err := ipt.Exists("nat", MasqueradeChain, rule...)
+	if err == nil && ok {
+		ok, err = ipt.Exists("nat", "POSTROUTING", masqueradeJump...)
+	}
+	if err == nil && ok {
+		return false, nil
+	}
+	return true, n.PrepareHost()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,9 @@ import (
 //	chain services         ip daddr . meta l4proto . th dport vmap @service-ips
 //	                       fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
 //	chain service-<H>      ip saddr != <cluster CIDR> jump mark-for-masquerade
-//	                       numgen random mod N vmap { 0 : goto endpoint-<H0>, ... }
+//	                       numgen random mod N == 0 goto endpoint-<H0>
+//	                       numgen random mod N-1 == 0 goto endpoint-<H1> ...
+//	                       goto endpoint-<Hn-1>
 //	chain endpoint-<H>     ip saddr <endpoint> jump mark-for-masquerade   (hairpin)
 //	                       meta l4proto tcp dnat to <endpoint>:<port>
 //	chain external-<H>     jump mark-for-masquerade; goto service-<H>
@@ -41,6 +44,13 @@ import (
 //	                       without endpoints are rejected at once;
 //	                       forward drops conntrack-INVALID packets
 //	                       (kubernetes#74839).
+//
+// Endpoints are chosen as kube-proxy's iptables mode does (endpoint i
+// with probability 1/(n-i) once the ones before were passed: 1/n each),
+// not with kube-proxy nftables mode's `numgen random mod N vmap { ... }`:
+// each such map is an anonymous set, and the kernel names every new one
+// by scanning the table's sets, which made a full sync of 10,000
+// Services take 14.9 s against 6.1 s (make bench).
 //
 // Dispatch is one map lookup whatever the number of Services, so a
 // Service or endpoint change touches its own chains and map elements
@@ -82,7 +92,8 @@ type nftRule struct {
 	addr   netip.AddrPort // markFrom: the address; dnat: the endpoint
 	cidr   netip.Prefix   // markUnless
 	proto  Protocol       // dnat
-	chains []string       // balance: endpoint chains; gotoChain: one
+	chains []string       // gotoChain, pick: the chain
+	mod    uint32         // pick
 }
 
 type ruleKind uint8
@@ -92,8 +103,8 @@ const (
 	markUnless                 // ip saddr != cidr jump mark-for-masquerade
 	markFrom                   // ip saddr addr jump mark-for-masquerade
 	dnat                       // meta l4proto p dnat to addr
-	balance                    // numgen random mod N vmap { i : goto chains[i] }
 	gotoChain                  // goto chains[0]
+	pick                       // numgen random mod m == 0 goto chains[0]
 )
 
 func (r nftRule) String() string {
@@ -106,19 +117,10 @@ func (r nftRule) String() string {
 		return fmt.Sprintf("ip saddr %s jump %s", r.addr.Addr(), nftMarkMasq)
 	case dnat:
 		return fmt.Sprintf("meta l4proto %s dnat to %s", proto(r.proto), r.addr)
-	case balance:
-		var b strings.Builder
-		fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(r.chains))
-		for i, c := range r.chains {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%d : goto %s", i, c)
-		}
-		b.WriteString(" }")
-		return b.String()
 	case gotoChain:
 		return "goto " + r.chains[0]
+	case pick:
+		return fmt.Sprintf("numgen random mod %d == 0 goto %s", r.mod, r.chains[0])
 	}
 	return "?"
 }
@@ -203,7 +205,16 @@ func renderNFT(p Port, cfg Config) nftPort {
 		r.chains = append(r.chains, sep)
 		seps = append(seps, sep.name)
 	}
-	svc.rules = append(svc.rules, nftRule{kind: balance, chains: seps})
+	// Endpoint i of n is taken with probability 1/(n-i) once the ones
+	// before it were not: each endpoint gets 1/n (the iptables proxier's
+	// statistic rules).
+	for i, sep := range seps {
+		if i == len(seps)-1 {
+			svc.rules = append(svc.rules, nftRule{kind: gotoChain, chains: []string{sep}})
+		} else {
+			svc.rules = append(svc.rules, nftRule{kind: pick, mod: uint32(len(seps) - i), chains: []string{sep}})
+		}
+	}
 	r.chains = append(r.chains, svc)
 	r.elems = append(r.elems, nftElem{nftServiceIPs, ipKey(p.ClusterIP, p.Protocol, p.Port), svc.name, ipShow(p)})
 	if p.NodePort != 0 {
@@ -244,7 +255,7 @@ func NewNFTSyncer(forward *xtables.Backend) (*Syncer, error) {
 }
 
 func newNFTBackend() (*nftBackend, error) {
-	conn, err := nftables.New(nftables.AsLasting())
+	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(bigBuffers))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -265,6 +276,37 @@ func newNFTBackend() (*nftBackend, error) {
 }
 
 func (*nftBackend) name() string { return "nftables" }
+
+// nlBuffer is the send and receive buffer of the netlink socket (bytes):
+// one transaction is one sendmsg, which must fit the send buffer (a full
+// sync of 10,000 Services is about 10 MB), and the kernel's answers to it
+// the receive buffer. SO_*BUFFORCE goes past net.core.wmem_max (root);
+// the kernel allocates only what a message uses.
+const nlBuffer = 64 << 20
+
+// bigBuffers sets nlBuffer on the socket, and asks for acknowledgements
+// without a copy of each request (NETLINK_CAP_ACK).
+func bigBuffers(c *mdnetlink.Conn) error {
+	if err := c.SetOption(mdnetlink.CapAcknowledge, true); err != nil {
+		return err
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, nlBuffer); e != nil && serr == nil {
+				serr = fmt.Errorf("netlink socket buffer: %w", e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
 
 // NFTSupported reports whether the kernel of the current network
 // namespace takes nftables rules: a table is created and deleted in one
@@ -338,9 +380,17 @@ func (tx *nftTx) replace(old, new nftPort) {
 	}
 }
 
+// apply writes tx: as one transaction when it is small (any change of a
+// few ports), else in transactions of about txMessages messages, cut
+// only where every chain is whole and no element is missing (a replaced
+// element is deleted and added in one).
 func (b *nftBackend) apply(tx *nftTx) error {
+	t := &batcher{b: b}
 	for _, c := range tx.add {
 		if err := b.addChain(c); err != nil {
+			return err
+		}
+		if err := t.add(1 + 2*len(c.rules)); err != nil {
 			return err
 		}
 	}
@@ -350,23 +400,55 @@ func (b *nftBackend) apply(tx *nftTx) error {
 		if err := b.addRules(ch, c.rules); err != nil {
 			return err
 		}
+		if err := t.add(1 + 2*len(c.rules)); err != nil {
+			return err
+		}
 	}
-	if err := b.elements(tx.delElems, b.conn.SetDeleteElements); err != nil {
-		return err
+	type unit struct{ del, add []nftElem }
+	units := map[[2]string]*unit{}
+	for _, e := range tx.delElems {
+		k := [2]string{e.set, e.key}
+		if units[k] == nil {
+			units[k] = &unit{}
+		}
+		units[k].del = append(units[k].del, e)
 	}
-	if err := b.elements(tx.addElems, b.conn.SetAddElements); err != nil {
-		return err
+	for _, e := range tx.addElems {
+		k := [2]string{e.set, e.key}
+		if units[k] == nil {
+			units[k] = &unit{}
+		}
+		units[k].add = append(units[k].add, e)
+	}
+	keys := slices.SortedFunc(maps.Keys(units), func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
+	for chunk := range slices.Chunk(keys, elemChunk) {
+		var del, add []nftElem
+		for _, k := range chunk {
+			del, add = append(del, units[k].del...), append(add, units[k].add...)
+		}
+		if err := b.elements(del, b.conn.SetDeleteElements); err != nil {
+			return err
+		}
+		if err := b.elements(add, b.conn.SetAddElements); err != nil {
+			return err
+		}
+		if err := t.add(len(chunk)); err != nil {
+			return err
+		}
 	}
 	for _, name := range tx.gone {
 		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
+		if err := t.add(1); err != nil {
+			return err
+		}
 	}
 	for _, name := range tx.gone {
 		b.conn.DelChain(&nftables.Chain{Table: b.table, Name: name})
+		if err := t.add(1); err != nil {
+			return err
+		}
 	}
-	if err := b.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	return nil
+	return t.flush()
 }
 
 func (b *nftBackend) addChain(c nftChain) error {
@@ -392,24 +474,84 @@ func (b *nftBackend) elements(elems []nftElem, op func(*nftables.Set, []nftables
 		by[e.set] = append(by[e.set], nftables.SetElement{Key: []byte(e.key), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.chain}})
 	}
 	for _, name := range slices.Sorted(maps.Keys(by)) {
-		if err := op(b.sets[name], by[name]); err != nil {
-			return fmt.Errorf("nftables %s: %w", name, err)
+		// One message per elemChunk elements: the element list is one
+		// netlink attribute, whose length field has 16 bits (a longer
+		// list is cut short, and elements go missing).
+		for chunk := range slices.Chunk(by[name], elemChunk) {
+			if err := op(b.sets[name], chunk); err != nil {
+				return fmt.Errorf("nftables %s: %w", name, err)
+			}
 		}
 	}
 	return nil
 }
 
-// full replaces the table with one holding exactly ports, in one
-// transaction: add (so that the delete finds it), delete, add again.
-// Whatever an earlier run left (Services gone while the agent was down)
-// goes with the old table.
+// elemChunk is the most map elements put in one netlink message: each
+// takes under 100 bytes, and the list must stay below 64 KiB.
+const elemChunk = 400
+
+// full makes the table hold exactly ports, in place: traffic keeps
+// flowing through the old rules of a port until its own are written. It
+// runs as several transactions of at most txMessages netlink messages
+// (each message is acknowledged, and the answers to one transaction must
+// fit the socket's receive buffer), each leaving every chain whole:
+//  1. the table, its maps, and the fixed and base chains (rewritten);
+//  2. every port's chains, created or flushed and rewritten;
+//  3. the map elements, diffed against what the kernel holds (a
+//     replaced element is deleted and added in one transaction);
+//  4. the per-port chains no port uses (an earlier run's, or a
+//     half-written sync's), flushed, then deleted.
+//
+// If that fails (a map of another type, left by another version), the
+// table is deleted and written again.
 func (b *nftBackend) full(ctx context.Context, ports []Port, cfg Config) error {
-	b.conn.AddTable(b.table)
-	b.conn.DelTable(b.table)
+	if err := b.fullInPlace(ports, cfg); err != nil {
+		b.conn.AddTable(b.table)
+		b.conn.DelTable(b.table)
+		if derr := b.conn.Flush(); derr != nil {
+			return errors.Join(err, derr)
+		}
+		if err := b.fullInPlace(ports, cfg); err != nil {
+			return err
+		}
+	}
+	return b.writeForward(ctx, cfg)
+}
+
+// txMessages bounds the netlink messages of one transaction of a full
+// sync.
+const txMessages = 16000
+
+// batcher sends the queued messages as a transaction once there are
+// txMessages of them; flush sends the rest.
+type batcher struct {
+	b *nftBackend
+	n int
+}
+
+// add counts k queued messages and sends them when there are enough.
+// Call it only where the table is consistent (between chains).
+func (t *batcher) add(k int) error {
+	if t.n += k; t.n >= txMessages {
+		return t.flush()
+	}
+	return nil
+}
+
+func (t *batcher) flush() error {
+	t.n = 0
+	if err := t.b.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	return nil
+}
+
+func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
+	t := &batcher{b: b}
 	b.conn.AddTable(b.table)
 	for _, name := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
 		s := *b.sets[name]
-		s.ID = 0 // a new set in this transaction
+		s.ID = 0 // a set of this transaction, if it is new
 		b.sets[name] = &s
 		if err := b.conn.AddSet(&s, nil); err != nil {
 			return fmt.Errorf("nftables set %s: %w", name, err)
@@ -418,14 +560,159 @@ func (b *nftBackend) full(ctx context.Context, ports []Port, cfg Config) error {
 	if err := b.fixedChains(); err != nil {
 		return err
 	}
-	var tx nftTx
-	for _, p := range ports {
-		tx.replace(nftPort{}, renderNFT(p, cfg))
-	}
-	if err := b.apply(&tx); err != nil {
+	if err := t.flush(); err != nil {
 		return err
 	}
-	return b.writeForward(ctx, cfg)
+	have, err := b.chains()
+	if err != nil {
+		return err
+	}
+	want := map[string]map[string]string{}
+	used := map[string]bool{}
+	for _, p := range ports {
+		r := renderNFT(p, cfg)
+		for _, c := range r.chains {
+			ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: c.name})
+			if have[c.name] {
+				b.conn.FlushChain(ch)
+			}
+			if err := b.addRules(ch, c.rules); err != nil {
+				return err
+			}
+			used[c.name] = true
+			if err := t.add(2 + 2*len(c.rules)); err != nil {
+				return err
+			}
+		}
+		for _, e := range r.elems {
+			if want[e.set] == nil {
+				want[e.set] = map[string]string{}
+			}
+			want[e.set][e.key] = e.chain
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(b.sets)) {
+		if err := b.syncElements(t, name, want[name]); err != nil {
+			return err
+		}
+	}
+	var stale []string
+	for name := range have {
+		if isNFTPortChain(name) && !used[name] {
+			stale = append(stale, name)
+		}
+	}
+	slices.Sort(stale)
+	for _, name := range stale {
+		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
+		if err := t.add(1); err != nil {
+			return err
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, name := range stale {
+		b.conn.DelChain(&nftables.Chain{Table: b.table, Name: name})
+		if err := t.add(1); err != nil {
+			return err
+		}
+	}
+	return t.flush()
+}
+
+// chains lists the chains of the table.
+func (b *nftBackend) chains() (map[string]bool, error) {
+	all, err := b.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list chains: %w", err)
+	}
+	out := map[string]bool{}
+	for _, c := range all {
+		if c.Table != nil && c.Table.Name == NFTTable {
+			out[c.Name] = true
+		}
+	}
+	return out, nil
+}
+
+// syncElements makes map name hold exactly want (key -> chain), changing
+// only the elements that differ.
+func (b *nftBackend) syncElements(t *batcher, name string, want map[string]string) error {
+	set := b.sets[name]
+	held, err := b.conn.GetSetElements(set)
+	if err != nil {
+		return fmt.Errorf("nftables: elements of %s: %w", name, err)
+	}
+	have := map[string]string{}
+	for _, e := range held {
+		have[string(e.Key)] = verdictChain(e.Val)
+	}
+	// A replaced element is deleted and added in one transaction, so it
+	// is never missing between two: keys go in chunks, each with its
+	// deletion and its addition.
+	keys := map[string]bool{}
+	for key, chain := range have {
+		if want[key] != chain {
+			keys[key] = true
+		}
+	}
+	for key, chain := range want {
+		if have[key] != chain {
+			keys[key] = true
+		}
+	}
+	for chunk := range slices.Chunk(slices.Sorted(maps.Keys(keys)), elemChunk) {
+		var del, add []nftElem
+		for _, key := range chunk {
+			if _, ok := have[key]; ok {
+				del = append(del, nftElem{set: name, key: key})
+			}
+			if chain, ok := want[key]; ok {
+				add = append(add, nftElem{set: name, key: key, chain: chain})
+			}
+		}
+		if err := b.elements(del, b.conn.SetDeleteElements); err != nil {
+			return err
+		}
+		if err := b.elements(add, b.conn.SetAddElements); err != nil {
+			return err
+		}
+		if err := t.add(len(chunk)); err != nil {
+			return err
+		}
+	}
+	return t.flush()
+}
+
+// isNFTPortChain reports whether c is a name renderNFT gives a per-port
+// chain.
+func isNFTPortChain(c string) bool {
+	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftSepPrefix} {
+		if h, ok := strings.CutPrefix(c, p); ok && len(h) == chainNameHashLen {
+			return true
+		}
+	}
+	return false
+}
+
+// verdictChain is the chain of a verdict map element's data as
+// google/nftables returns it (the NFTA_VERDICT_CODE and
+// NFTA_VERDICT_CHAIN attributes); "" for another verdict.
+func verdictChain(b []byte) string {
+	ad, err := mdnetlink.NewAttributeDecoder(b)
+	if err != nil {
+		return ""
+	}
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_VERDICT_CHAIN {
+			return strings.TrimRight(ad.String(), "\x00")
+		}
+	}
+	return ""
 }
 
 // writeForward writes STARLING-FORWARD and the jump to it from FORWARD in
@@ -448,10 +735,12 @@ func (b *nftBackend) writeForward(ctx context.Context, cfg Config) error {
 // forwardJump is the rule of FORWARD that jumps to STARLING-FORWARD.
 var forwardJump = []string{"-m", "comment", "--comment", "starling: forward service traffic", "-j", ChainForward}
 
-// fixedChains adds the chains every port uses and the base chains.
+// fixedChains adds (or flushes and rewrites) the chains every port uses
+// and the base chains.
 func (b *nftBackend) fixedChains() error {
 	add := func(name string, rules ...[]expr.Any) *nftables.Chain {
 		ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: name})
+		b.conn.FlushChain(ch) // a full sync rewrites it in place
 		for _, r := range rules {
 			b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: ch, Exprs: r})
 		}
@@ -506,6 +795,7 @@ func (b *nftBackend) fixedChains() error {
 		{"filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, filterPrio, [][]expr.Any{newConn}},
 	} {
 		ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: base.name, Type: base.typ, Hooknum: base.hook, Priority: base.prio})
+		b.conn.FlushChain(ch)
 		for _, r := range base.rules {
 			b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: ch, Exprs: r})
 		}
@@ -541,8 +831,7 @@ func dispatchByNodePort(set string) []expr.Any {
 	}
 }
 
-// exprs is r as nftables expressions. A balance rule's map is an
-// anonymous constant map added to the transaction here.
+// exprs is r as nftables expressions.
 func (b *nftBackend) exprs(r nftRule) ([]expr.Any, error) {
 	jumpMark := &expr.Verdict{Kind: expr.VerdictJump, Chain: nftMarkMasq}
 	saddr := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
@@ -564,23 +853,14 @@ func (b *nftBackend) exprs(r nftRule) ([]expr.Any, error) {
 			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(r.addr.Port())},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
 		}, nil
-	case balance:
-		// numgen writes a host-order integer.
-		set := &nftables.Set{Table: b.table, Anonymous: true, Constant: true, IsMap: true, KeyType: nftables.TypeInteger,
-			KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeVerdict}
-		elems := make([]nftables.SetElement, len(r.chains))
-		for i, c := range r.chains {
-			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-		}
-		if err := b.conn.AddSet(set, elems); err != nil {
-			return nil, fmt.Errorf("nftables: %w", err)
-		}
-		return []expr.Any{
-			&expr.Numgen{Register: 1, Modulus: uint32(len(r.chains)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID, DestRegister: 0, IsDestRegSet: true},
-		}, nil
 	case gotoChain:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]}}, nil
+	case pick:
+		return []expr.Any{
+			&expr.Numgen{Register: 1, Modulus: r.mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
+		}, nil
 	}
 	return nil, fmt.Errorf("nftables: unknown rule kind %d", r.kind)
 }

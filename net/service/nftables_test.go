@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // nftKernel is what the ip starling table holds: its chains, and the
@@ -51,21 +49,6 @@ func readNFT(b *nftBackend) (nftKernel, error) {
 		k.elems[name] = m
 	}
 	return k, nil
-}
-
-// verdictChain is the chain of a verdict element's data as the library
-// returns it (NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN attributes).
-func verdictChain(b []byte) string {
-	ad, err := mdnetlink.NewAttributeDecoder(b)
-	if err != nil {
-		return ""
-	}
-	for ad.Next() {
-		if ad.Type() == unix.NFTA_VERDICT_CHAIN {
-			return ad.String()
-		}
-	}
-	return ""
 }
 
 // wantNFT is what the table must hold for the ports of m.
@@ -128,7 +111,8 @@ func nftDump() string {
 // creating and deleting a Service, endpoint changes, a Service losing
 // and regaining its endpoints, a deleted table (repaired on the next
 // sync) and a restart (a new Syncer removes what the old one programmed
-// and no port uses any more).
+// and no port uses any more); then tables of 1,500 Services, larger than
+// one netlink attribute and one transaction.
 func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
 	cfg := Config{ClusterCIDR: clusterCIDR}
 	inNewNetns(t, func() error {
@@ -200,7 +184,46 @@ func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return k.diff(wantNFT(&s2.model))
+		if err := k.diff(wantNFT(&s2.model)); err != nil {
+			return fmt.Errorf("after a restart: %w", err)
+		}
+
+		// Large tables: more elements than one netlink attribute holds
+		// (they used to go missing), and changes and full syncs larger
+		// than one transaction.
+		big := benchPorts(1500)
+		for _, step := range []struct {
+			name  string
+			ports func() []Port
+			fresh bool
+		}{
+			{"1,500 Services added at once", func() []Port { return big }, false},
+			{"every endpoint of 1,500 Services replaced", func() []Port {
+				for i := range big {
+					big[i].Endpoints = slices.Clone(big[i].Endpoints)
+					big[i].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(i%250 + 2)}), 9090)
+				}
+				return big
+			}, false},
+			{"a restart with 700 of them", func() []Port { return big[:700] }, true},
+		} {
+			if step.fresh {
+				if s2, err = NewNFTSyncer(nil); err != nil {
+					return err
+				}
+			}
+			if _, err := s2.Sync(context.Background(), step.ports(), cfg); err != nil {
+				return fmt.Errorf("%s: %w", step.name, err)
+			}
+			k, err := readNFT(s2.b.(*nftBackend))
+			if err != nil {
+				return err
+			}
+			if err := k.diff(wantNFT(&s2.model)); err != nil {
+				return fmt.Errorf("%s: %w", step.name, err)
+			}
+		}
+		return nil
 	})
 }
 
@@ -343,4 +366,37 @@ func isRefused(err error) bool {
 		e = u.Unwrap()
 	}
 	return se == syscall.ECONNREFUSED || se == syscall.EHOSTUNREACH
+}
+
+// Each of n endpoints is chosen with probability 1/n: the rules of a
+// Service chain take endpoint i with 1/(n-i) once the ones before were
+// passed.
+func TestNFTRulesSpreadEvenlyOverEndpoints(t *testing.T) {
+	for n := 1; n <= 7; n++ {
+		var eps []netip.AddrPort
+		for i := range n {
+			eps = append(eps, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 1, byte(i + 2)}), 80))
+		}
+		r := renderNFT(canonical(Port{Service: "default/s", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.1"), Port: 80, Endpoints: eps}), Config{})
+		svc := r.chains[len(r.chains)-1]
+		pass, got := 1.0, map[string]float64{}
+		for _, rule := range svc.rules {
+			switch rule.kind {
+			case pick:
+				got[rule.chains[0]] += pass / float64(rule.mod)
+				pass *= 1 - 1/float64(rule.mod)
+			case gotoChain:
+				got[rule.chains[0]] += pass
+				pass = 0
+			}
+		}
+		if len(got) != n || pass != 0 {
+			t.Fatalf("n=%d: %d endpoints reachable, %v left over: %v", n, len(got), pass, svc.rules)
+		}
+		for c, p := range got {
+			if d := p - 1/float64(n); d > 1e-12 || d < -1e-12 {
+				t.Errorf("n=%d: %s taken with %v, want %v", n, c, p, 1/float64(n))
+			}
+		}
+	}
 }

@@ -136,6 +136,7 @@ func main() {
 	failoverRuns := flag.Int("failover-runs", 5, "cluster group: failover runs")
 	rolloutRuns := flag.Int("rollout-runs", 3, "cluster group: rolling updates per strategy")
 	child := flag.String("rules-child", "", "internal: measure Service rules inside this test network namespace")
+	flag.StringVar(&rulesBackends, "rules-backends", "iptables,nftables", "rules group: the Service rule backends to measure")
 	only := flag.String("only", "", "run one group: "+strings.Join(groups, ", "))
 	copyRecvAddr := flag.String("copy-recv", "", "internal (image group): receive one TCP copy on this address")
 	copyOut := flag.String("copy-out", "/dev/null", "internal (image group): where -copy-recv writes")

@@ -28,7 +28,7 @@ func rulesBench() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, self, "-rules-child", ns)
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, self, "-rules-child", ns, "-rules-backends", rulesBackends)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }
@@ -59,12 +59,23 @@ func rulesChild(ns string) error {
 		return fmt.Errorf("-rules-child must run inside the test network namespace it names (make bench does that)")
 	}
 	cfg := service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}
-	if err := rulesFigures("iptables", "iptables-restore --noflush", cfg); err != nil {
-		return err
+	how := map[string]string{"iptables": "iptables-restore --noflush", "nftables": "the ip starling table over netlink"}
+	for i, b := range strings.Split(rulesBackends, ",") {
+		if how[b] == "" {
+			return fmt.Errorf("-rules-backends: %q is not iptables or nftables", b)
+		}
+		if i > 0 {
+			fmt.Println()
+		}
+		if err := rulesFigures(b, how[b], cfg); err != nil {
+			return err
+		}
 	}
-	fmt.Println()
-	return rulesFigures("nftables", "the ip starling table over netlink", cfg)
+	return nil
 }
+
+// rulesBackends are the backends the rules group measures (-rules-backends).
+var rulesBackends string
 
 // rulesFigures prints the figures of one backend.
 func rulesFigures(backend, how string, cfg service.Config) error {
@@ -120,7 +131,11 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 			clean()
 			continue
 		}
-		fmt.Printf("%-14s %-11d %-11s %-20s %-20s %v + %v\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(svc), med(ep), find, render)
+		gen := fmt.Sprintf("%v + %v", find, render)
+		if backend == "nftables" {
+			gen = fmt.Sprintf("%v + (netlink messages, not timed apart)", find)
+		}
+		fmt.Printf("%-14s %-11d %-11s %-20s %-20s %s\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(svc), med(ep), gen)
 	}
 	return nil
 }

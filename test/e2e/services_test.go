@@ -276,7 +276,15 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 		t.Fatalf("service without endpoints from the node: err %v after %v, want connection refused at once", err, time.Since(start))
 	}
 
-	// Flushed or deleted rules are repaired within 2 s.
+	// Flushed or deleted rules are repaired within 2 s: the Service
+	// rules, and the pod masquerade (pod to outside the cluster CIDR
+	// leaves with the node's address), which used to stay gone after a
+	// flush of the nat table.
+	srv, err := harness.ServeIn(c.LAN, harness.LANPrefix+".254:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
 	flushes := [][]string{{"iptables", "-t", "nat", "-F"}, {"iptables", "-F"}}
 	if n1.ProxyMode() == "nftables" {
 		flushes = [][]string{{"nft", "flush", "table", "ip", "starling"}, {"nft", "delete", "table", "ip", "starling"}, {"nft", "flush", "ruleset"}}
@@ -286,8 +294,14 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 			t.Fatal(err)
 		}
 		took, err := eventually(3*time.Second, func() error {
-			_, err := n1.PodHTTPGet("default", mine.Name, "http://"+vip+"/", 500*time.Millisecond)
-			return err
+			if _, err := n1.PodHTTPGet("default", mine.Name, "http://"+vip+"/", 500*time.Millisecond); err != nil {
+				return err
+			}
+			body, err := n1.PodHTTPGet("default", mine.Name, "http://"+harness.LANPrefix+".254:9000/", 500*time.Millisecond)
+			if err != nil || !strings.Contains(body, "remote="+n1.IP+":") {
+				return fmt.Errorf("pod -> outside: %q %v, want the node address %s as source", body, err, n1.IP)
+			}
+			return nil
 		})
 		if err != nil || took > 2*time.Second {
 			t.Fatalf("after %v: service back after %v: %v", flush, took, err)
