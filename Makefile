@@ -61,7 +61,7 @@ vet:
 # backend for Service rules here; the Service tests then run again on the
 # iptables backend (DATAPLANE_E2E). The last line counts tests: "N
 # passed, N failed, N skipped".
-DATAPLANE_E2E := ^(TestServices|TestServiceNetwork|TestUDPService|TestReadinessDrivesEndpoints|TestReadinessFollowsTheProbe|TestOutOfWindowSegment|TestHostilePeerChangesNothing|TestRulesGoWhere|TestExecReadinessProbe)
+DATAPLANE_E2E := ^(TestServices|TestUDPService|TestReadinessDrivesEndpoints|TestOutOfWindowSegment|TestRulesGoWhere)
 test: deps
 	@set -o pipefail; \
 	if [ "$$(id -u)" = 0 ]; then export STARLING_E2E_REQUIRED=1; else echo "not root: end-to-end tests will be skipped"; fi; \

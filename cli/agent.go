@@ -90,7 +90,7 @@ its first real start.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the store, logs, sandboxes and the API socket")
 	f.StringVar(&cfg.ContainerdAddress, "containerd-address", cfg.ContainerdAddress, "containerd's gRPC socket")
 	f.StringVar(&cfg.Snapshotter, "snapshotter", cfg.Snapshotter, "containerd snapshotter for container root filesystems")
-	f.StringVar(&cfg.ProxyMode, "proxy-mode", cfg.ProxyMode, `how Service rules are written: "nftables" (the ip starling table), "iptables", or "" to choose as kube-proxy does (nftables unless the kernel lacks it or the host's firewall is on iptables-legacy)`)
+	f.StringVar(&cfg.ProxyMode, "proxy-mode", cfg.ProxyMode, `how Service rules are written: "nftables" (the ip starling table), "iptables", or "" to choose by the host (nftables, unless the kernel lacks it or is older than 5.13, or the host's firewall is on iptables-legacy)`)
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup under which each replica gets its own (default /starling/<name>)")
 	f.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory for this node's containers (default /run/starling/<name>/runc)")
 	f.StringVar(&cfg.PodSubnet, "pod-subnet", "", "this node's pod address range, a /24 inside --cluster-cidr (default: claim a free /24 and keep it)")

@@ -202,10 +202,19 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				if name != "" && len(objs) == 0 {
 					return fmt.Errorf("%s %q not found in namespace %q", kind, name, g.namespace)
 				}
+				var reps api.ReplicaList
+				if kind != "service" {
+					if reps.Items, err = c.Replicas(ctx); err != nil {
+						return err
+					}
+				}
 				if name != "" && (o.output == "json" || o.output == "yaml") {
-					// One named object prints as itself, not as a List.
-					var v any = objs[0].Deployment
+					// One named object prints as itself, not as a List,
+					// a Deployment with its status.
+					var v any
 					switch kind {
+					case "deployment":
+						v = deploymentsOf(objs, reps.Items)[0]
 					case "service":
 						v = objs[0].Service
 					case "statefulset":
@@ -216,10 +225,6 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				}
 				if kind == "service" {
 					return printServices(g.stdout, o, objs)
-				}
-				var reps api.ReplicaList
-				if reps.Items, err = c.Replicas(ctx); err != nil {
-					return err
 				}
 				if kind == "statefulset" {
 					return printStatefulSets(g.stdout, o, objs, reps.Items)

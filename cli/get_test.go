@@ -84,9 +84,14 @@ spec:
 		reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: i, SpecHash: "0ld0ld00", Phase: api.PhaseRunning, Ready: true})
 	}
 	reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: 0, SpecHash: manifest.SpecHash(d), Phase: api.PhaseRunning, Created: time.Now()})
+	// The other ordinals' new copies wait for the rollout gate: listed
+	// Pending, but Kubernetes would not have created them.
+	for i := 1; i < 6; i++ {
+		reps = append(reps, api.Replica{Namespace: "default", Workload: "web", Ordinal: i, SpecHash: manifest.SpecHash(d), Phase: api.PhasePending})
+	}
 	st := deploymentStatus(d, reps)
-	if st.Replicas != 7 || st.ReadyReplicas != 6 || st.UpdatedReplicas != 1 || st.AvailableReplicas != 6 || st.UnavailableReplicas != 0 {
-		t.Fatalf("status %+v, want replicas 7, ready 6, updated 1, available 6", st)
+	if st.Replicas != 7 || st.ReadyReplicas != 6 || st.UpdatedReplicas != 1 || st.AvailableReplicas != 6 || st.UnavailableReplicas != 1 {
+		t.Fatalf("status %+v, want replicas 7, ready 6, updated 1, available 6, unavailable 1", st)
 	}
 	cond := func(st appsv1.DeploymentStatus, typ appsv1.DeploymentConditionType) string {
 		for _, c := range st.Conditions {

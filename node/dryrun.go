@@ -121,11 +121,13 @@ func dryRunNFT(ctx context.Context, mode string) bool {
 	case ProxyIptables:
 		return false
 	}
+	var nftErr error
 	if !service.NFTAvailable() {
-		return false
+		nftErr = errors.New("no answer")
 	}
 	b, _ := xtables.Detect(ctx)
-	return b.Mode != "legacy"
+	mode, _ = autoProxyMode(ctx, b, nftErr)
+	return mode == ProxyNftables
 }
 
 // bridgeNFLoaded reports whether br_netfilter is loaded: where it is, a

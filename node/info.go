@@ -69,14 +69,25 @@ func (in *info) Replicas() []api.Replica {
 			reported[r.Namespace+"/"+r.Name] = true
 		}
 	}
+	// Ordinals that run a copy somewhere, with its spec.
+	running := map[string]string{}
+	for _, r := range items {
+		running[slotOf(r.Namespace, r.Workload, r.Ordinal)] = r.SpecHash
+	}
 	for _, d := range v.all {
 		if reported[d.Namespace+"/"+d.Name] {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
 			Node: v.owner[d.ID], SpecHash: d.SpecHash, Phase: api.PhasePending}
-		if item.Node == "" {
+		switch spec, ok := running[slotOf(d.Namespace, d.Workload, d.Ordinal)]; {
+		case item.Node == "":
 			item.Reason = v.placement.Pending[reconcile.WorkloadKey(d.Namespace, d.Workload)][d.Ordinal]
+		case ok && spec != d.SpecHash:
+			// Its owner keeps the copy of the other spec: the rolling
+			// update's budget (maxSurge, maxUnavailable, in ordinal
+			// order) has not reached this ordinal.
+			item.Reason = "waiting for the rolling update to reach this ordinal"
 		}
 		items = append(items, item)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -308,23 +309,22 @@ const (
 	ProxyNftables = "nftables" // the ip starling table, over netlink
 )
 
-// serviceSyncer chooses how Service rules are written, as kube-proxy
-// does: mode, or with ProxyAuto nftables where the kernel takes it
-// unless the host's firewall is on iptables-legacy (its rules and ours
-// would run in two stacks); it logs the choice and removes what a run in
-// the other mode left. ipt is the host's iptables backend
-// (iptablesBackend): with nftables, the forward accept rules stay there.
+// nftMinKernel is the oldest kernel (major, minor) the nftables proxy
+// mode is chosen on by default: kube-proxy's floor for its nftables mode
+// (5.13), older kernels lacking what its layout relies on.
+var nftMinKernel = [2]int{5, 13}
+
+// serviceSyncer chooses how Service rules are written: mode, or with
+// ProxyAuto nftables where the kernel takes it and is at least
+// nftMinKernel, unless the host's firewall is on iptables-legacy (its
+// rules and ours would run in two stacks); it logs the choice and
+// removes what a run in the other mode left. ipt is the host's iptables
+// backend (iptablesBackend): with nftables, the forward accept rules
+// stay there.
 func serviceSyncer(ctx context.Context, mode string, ipt xtables.Backend, log *slog.Logger) (*service.Syncer, error) {
 	why := "--proxy-mode " + mode
 	if mode == ProxyAuto {
-		switch err := service.NFTSupported(); {
-		case ipt.Mode == "legacy":
-			mode, why = ProxyIptables, "the host's firewall is on iptables-legacy"
-		case err != nil:
-			mode, why = ProxyIptables, fmt.Sprintf("the kernel does not take nftables rules (%v)", err)
-		default:
-			mode, why = ProxyNftables, "the kernel takes nftables rules"
-		}
+		mode, why = autoProxyMode(ctx, ipt, service.NFTSupported())
 	}
 	log.Info("service proxy mode chosen", "mode", mode, "why", why)
 	if mode == ProxyNftables {
@@ -347,6 +347,36 @@ func serviceSyncer(ctx context.Context, mode string, ipt xtables.Backend, log *s
 		log.Info("removed Starling's nftables table (now in iptables)", "table", "ip "+service.NFTTable)
 	}
 	return service.NewSyncer(ipt)
+}
+
+// autoProxyMode is the mode ProxyAuto stands for on this host, and why:
+// nftables unless the host's firewall is on iptables-legacy, the kernel
+// is older than nftMinKernel, or nftErr says it does not take nftables
+// rules.
+func autoProxyMode(ctx context.Context, ipt xtables.Backend, nftErr error) (mode, why string) {
+	switch {
+	case ipt.Mode == "legacy" || ipt.Mode == "" && !xtables.IsNFT(ctx, ipt):
+		return ProxyIptables, "the host's firewall is on iptables-legacy"
+	case kernelBefore(nftMinKernel):
+		return ProxyIptables, fmt.Sprintf("the kernel is older than %d.%d", nftMinKernel[0], nftMinKernel[1])
+	case nftErr != nil:
+		return ProxyIptables, fmt.Sprintf("the kernel does not take nftables rules (%v)", nftErr)
+	}
+	return ProxyNftables, "the kernel takes nftables rules"
+}
+
+// kernelBefore reports whether the running kernel's version is below v
+// (major, minor); an unreadable version counts as recent.
+func kernelBefore(v [2]int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major < v[0] || major == v[0] && minor < v[1]
 }
 
 // iptablesBackend chooses the iptables backend the host's firewall uses

@@ -31,6 +31,14 @@ const MasqueradeComment = "starling: pod traffic leaving the cluster CIDR"
 // name the sysctl or iptables call that failed; a missing
 // /proc/sys/net/bridge means br_netfilter is not loaded.
 func (n *Network) PrepareHost() error {
+	n.hostMu.Lock()
+	defer n.hostMu.Unlock()
+	err := n.prepareHost()
+	n.prepared = n.prepared || err == nil
+	return err
+}
+
+func (n *Network) prepareHost() error {
 	for path, val := range hostSysctls {
 		if err := os.WriteFile(path, []byte(val), 0o644); err != nil {
 			if os.IsNotExist(err) && path != "/proc/sys/net/ipv4/ip_forward" {
@@ -96,8 +104,13 @@ func (n *Network) masqueradeRule() ([]string, error) {
 // jump to it are still in place, and runs PrepareHost again when they
 // are not (someone flushed the nat table, or `nft flush ruleset` ran).
 // It reports whether it repaired anything. Before the node has a subnet
-// it does nothing.
+// it does nothing, and so before PrepareHost first succeeded.
 func (n *Network) KeepHost() (bool, error) {
+	n.hostMu.Lock()
+	defer n.hostMu.Unlock()
+	if !n.prepared {
+		return false, nil
+	}
 	rule, err := n.masqueradeRule()
 	if err != nil {
 		return false, nil
@@ -113,5 +126,5 @@ func (n *Network) KeepHost() (bool, error) {
 	if err == nil && ok {
 		return false, nil
 	}
-	return true, n.PrepareHost()
+	return true, n.prepareHost()
 }

@@ -58,6 +58,11 @@ type Network struct {
 
 	mu     sync.Mutex
 	bridge *libcni.NetworkConfigList // nil until the pod subnet is known
+
+	// hostMu serializes PrepareHost and KeepHost (they create and
+	// rewrite the same chain); prepared: PrepareHost succeeded once.
+	hostMu   sync.Mutex
+	prepared bool
 }
 
 const networkName = "starling"

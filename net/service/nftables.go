@@ -247,6 +247,7 @@ func NewNFTSyncer(forward *xtables.Backend) (*Syncer, error) {
 	if forward != nil {
 		ipt, err := iptables.New(iptables.Path(forward.Iptables), iptables.Timeout(5))
 		if err != nil {
+			b.conn.CloseLasting()
 			return nil, fmt.Errorf("%s: %w (install the Debian package iptables)", forward.Iptables, err)
 		}
 		b.fwd = &iptablesTables{ipt, forward.Restore}
@@ -322,8 +323,13 @@ func NFTSupported() error {
 	return conn.Flush()
 }
 
-// change applies c on top of the table as one transaction.
+// change applies c on top of the table (apply).
 func (b *nftBackend) change(_ context.Context, c Change, cfg Config) error {
+	tx := nftChangeTx(c, cfg)
+	return b.apply(&tx)
+}
+
+func nftChangeTx(c Change, cfg Config) nftTx {
 	var tx nftTx
 	for _, p := range c.Added {
 		tx.replace(nftPort{}, renderNFT(p, cfg))
@@ -334,7 +340,16 @@ func (b *nftBackend) change(_ context.Context, c Change, cfg Config) error {
 	for _, p := range c.Removed {
 		tx.replace(renderNFT(p, cfg), nftPort{})
 	}
-	return b.apply(&tx)
+	return tx
+}
+
+// NFTChange renders c (not a Config change) as the nftables backend does
+// before sending it, and returns how many chains it writes and map
+// elements it changes: what a sync of c costs besides the kernel (the
+// bench times it).
+func NFTChange(c Change, cfg Config) (chains, elems int) {
+	tx := nftChangeTx(c, cfg)
+	return len(tx.add) + len(tx.rewrite) + len(tx.gone), len(tx.delElems) + len(tx.addElems)
 }
 
 // nftTx collects a change in the order the kernel needs it: new chains
@@ -502,10 +517,14 @@ const elemChunk = 400
 //  4. the per-port chains no port uses (an earlier run's, or a
 //     half-written sync's), flushed, then deleted.
 //
-// If that fails (a map of another type, left by another version), the
-// table is deleted and written again.
+// If the first step fails (a map of another type, left by another
+// version), the table is deleted and written again; any other error is
+// returned, and the next sync tries again in place.
 func (b *nftBackend) full(ctx context.Context, ports []Port, cfg Config) error {
 	if err := b.fullInPlace(ports, cfg); err != nil {
+		if !errors.Is(err, errLayout) {
+			return err
+		}
 		b.conn.AddTable(b.table)
 		b.conn.DelTable(b.table)
 		if derr := b.conn.Flush(); derr != nil {
@@ -517,6 +536,10 @@ func (b *nftBackend) full(ctx context.Context, ports []Port, cfg Config) error {
 	}
 	return b.writeForward(ctx, cfg)
 }
+
+// errLayout: the table's maps and fixed chains could not be written in
+// place.
+var errLayout = errors.New("the table's layout cannot be updated in place")
 
 // txMessages bounds the netlink messages of one transaction of a full
 // sync.
@@ -561,7 +584,7 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 		return err
 	}
 	if err := t.flush(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errLayout, err)
 	}
 	have, err := b.chains()
 	if err != nil {
@@ -594,7 +617,11 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	for _, name := range slices.Sorted(maps.Keys(b.sets)) {
+	// Dispatch maps first: a port that gains endpoints is in
+	// service-ips before it leaves no-endpoint-services (both at once
+	// is harmless: the reject matches the ClusterIP, which DNAT has
+	// replaced by then; neither would leave new connections hanging).
+	for _, name := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
 		if err := b.syncElements(t, name, want[name]); err != nil {
 			return err
 		}

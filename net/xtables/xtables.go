@@ -73,6 +73,19 @@ func Detect(ctx context.Context) (b Backend, why string) {
 	return NFT, fmt.Sprintf("iptables-nft: %d of the host's rules there, %d with legacy", nft, legacy)
 }
 
+// IsNFT reports whether b's iptables is the nf_tables variant
+// (`iptables --version` says "(nf_tables)"), for Plain, whose variant the
+// command's name does not tell.
+func IsNFT(ctx context.Context, b Backend) bool {
+	if b.Mode != "" {
+		return b.Mode == "nft"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, b.Iptables, "--version").Output()
+	return err == nil && bytes.Contains(out, []byte("nf_tables"))
+}
+
 // countRules counts the rules b holds that are not Starling's.
 func countRules(ctx context.Context, b Backend) int {
 	out, _ := save(ctx, b)

@@ -91,8 +91,21 @@ func DeploymentStatus(d *appsv1.Deployment, hash string, reps []api.Replica, now
 	}
 	st := appsv1.DeploymentStatus{ObservedGeneration: d.Generation}
 	lastProgress := d.CreationTimestamp.Time
+	// A copy of the current spec with no container yet, on an ordinal
+	// that still runs a copy of another spec, waits for the rollout gate:
+	// Kubernetes' controller would not have created its pod, so it counts
+	// in neither replicas nor updatedReplicas.
+	held := map[int]bool{}
+	for _, r := range reps {
+		if r.Namespace == d.Namespace && r.Workload == d.Name && r.SpecHash != hash && r.Phase != api.PhasePending && r.Phase != api.PhaseTerminating {
+			held[r.Ordinal] = true
+		}
+	}
 	for _, r := range reps {
 		if r.Namespace != d.Namespace || r.Workload != d.Name || r.Phase == api.PhaseTerminating {
+			continue
+		}
+		if r.SpecHash == hash && r.Phase == api.PhasePending && held[r.Ordinal] {
 			continue
 		}
 		st.Replicas++
@@ -110,7 +123,9 @@ func DeploymentStatus(d *appsv1.Deployment, hash string, reps []api.Replica, now
 		}
 	}
 	st.AvailableReplicas = st.ReadyReplicas
-	st.UnavailableReplicas = max(int32(desired)-st.AvailableReplicas, 0)
+	// Kubernetes: the replicas of every ReplicaSet, surges included,
+	// less the available ones.
+	st.UnavailableReplicas = max(max(int32(desired), st.Replicas)-st.AvailableReplicas, 0)
 	c := Count(d.Namespace, d.Name, hash, desired, reps)
 
 	maxUnavailable := 0

@@ -191,3 +191,30 @@ func TestCloseAndOpenOnAFilesystemFilledWhileIdle(t *testing.T) {
 		t.Errorf("Space() after space returned = %+v", st)
 	}
 }
+
+// Records held by a write that raced with the return of space (the
+// store was found not full between its check and its hold) are written
+// by the next check, not kept in memory for ever.
+func TestRecordsHeldAcrossTheReturnOfSpaceAreWritten(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	free := uint64(10 << 30)
+	s.statfs = func(string) (uint64, error) { return free, nil }
+	free = 1 << 20
+	mustApply(t, s, rec("cm/a/x", 1, "n1", value(1, 10)), true)
+	if st := s.Space(); !st.Full || st.Held != 1 {
+		t.Fatalf("Space() = %+v, want full with 1 held", st)
+	}
+	// The race: space is back and the store marked not full while a
+	// record is still held.
+	free = 10 << 30
+	s.spaceMu.Lock()
+	s.full = false
+	s.spaceMu.Unlock()
+	if st := s.Space(); st.Full || st.Held != 0 {
+		t.Fatalf("Space() = %+v, want not full, nothing held", st)
+	}
+	if r, ok, err := s.getStored("cm/a/x"); err != nil || !ok || !strings.Contains(string(r.Value), "000001") {
+		t.Fatalf("the held record is not on disk: %v %v %s", ok, err, r.Value)
+	}
+}

@@ -132,6 +132,12 @@ func (s *Store) checkSpace() bool {
 	}
 	s.free = free
 	switch {
+	case !s.full && free >= MinFree && s.heldCount() > 0:
+		// Records held by a write that raced with the return of space,
+		// or left by a failed writeHeld: written now.
+		if _, err := s.writeHeld(); err != nil {
+			s.log.Error("writing the records held in memory failed; they stay held", "err", err)
+		}
 	case !s.full && free < MinFree:
 		s.full = true
 		s.dropBallast()
@@ -184,7 +190,8 @@ func (s *Store) openSpace() {
 }
 
 // makeBallast allocates the ballast file (fallocate, so its blocks are
-// taken now, not when written).
+// taken now, not when written; zeros written where the filesystem has no
+// fallocate, as ZFS before 2.2 or NFSv3).
 func (s *Store) makeBallast() error {
 	path := filepath.Join(s.dir, ballastName)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
@@ -192,6 +199,9 @@ func (s *Store) makeBallast() error {
 		return err
 	}
 	err = unix.Fallocate(int(f.Fd()), 0, 0, BallastSize)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = writeZeros(f, BallastSize)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -200,6 +210,19 @@ func (s *Store) makeBallast() error {
 		return fmt.Errorf("ballast %s: %w", path, err)
 	}
 	return nil
+}
+
+// writeZeros writes n zero bytes to f and syncs it.
+func writeZeros(f *os.File, n int) error {
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k, err := f.Write(buf[:min(n, len(buf))])
+		if err != nil {
+			return err
+		}
+		n -= k
+	}
+	return f.Sync()
 }
 
 func (s *Store) dropBallast() {
@@ -301,6 +324,12 @@ func (s *Store) writeHeld() (int, error) {
 		}
 	}
 	return written, nil
+}
+
+func (s *Store) heldCount() int {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return len(s.held)
 }
 
 // heldRecord returns the record held in memory for key, if any.

@@ -473,8 +473,9 @@ func (s *Store) scanStored(prefix string, fn func(crdt.Record)) error {
 // ErrCorrupt (naming the key; nothing is deleted then), ErrClosed, or a
 // badger I/O error.
 //
-// While the filesystem is full only the records held in memory are
-// purged: a delete is a write.
+// While the filesystem is full nothing is purged: a delete is a write,
+// and a held tombstone may hide a stored record that purging it would
+// bring back. Held records are never purged (they are written first).
 func (s *Store) Purge(now time.Time, ttl time.Duration) (int, error) {
 	var expired [][]byte
 	err := s.scan("", func(r crdt.Record) {
@@ -489,12 +490,9 @@ func (s *Store) Purge(now time.Time, ttl time.Duration) (int, error) {
 		return 0, err
 	}
 	defer s.mu.RUnlock()
-	purged := s.purgeHeld(func(r crdt.Record) bool { return r.Expired(now, ttl) })
-	if purged > 0 {
-		s.notify()
-	}
+	purged := 0
 	if !s.checkSpace() {
-		return purged, nil
+		return 0, nil
 	}
 	for len(expired) > 0 {
 		batch := expired[:min(purgeBatch, len(expired))]

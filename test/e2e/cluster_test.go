@@ -45,6 +45,7 @@ func fmtCounts(m map[string]int) string {
 // for the whole cluster, a lost node's replicas move to the others, and a
 // returning node takes its share back make-before-break.
 func TestThreeNodeClusterPlacementFailoverAndRejoin(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 3)
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	// The image is imported on n1 only: the others fetch it from a peer.
@@ -181,6 +182,12 @@ func TestThreeNodeClusterPlacementFailoverAndRejoin(t *testing.T) {
 	// settled exactly 6 containers run.
 	if err := n3.Reconnect(); err != nil {
 		t.Fatal(err)
+	}
+	// Like a host whose link came back, n3 has its default route again
+	// (the demo left node3 without one: node -> ClusterIP failed there
+	// with "Network is unreachable").
+	if out, err := n3.Exec(t.Context(), "ip", "route", "show", "default"); err != nil || !strings.Contains(out, "via "+harness.LANPrefix+".254") {
+		t.Fatalf("n3 after reconnecting: default route %q %v", out, err)
 	}
 	took, err = eventually(120*time.Second, func() error {
 		counts, _, err := perNode(n2, "spread")

@@ -224,6 +224,7 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 // layer is refused, no image is created, and once an honest copy is
 // available the replicas run it.
 func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	// echo:v1 is recorded (imported on n1); the spy gets its manifest and

@@ -21,6 +21,7 @@ import (
 // name. An image no node has gets an error that names it as written and
 // says how to get it onto a node.
 func TestShortImageNamesMatch(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 2)
 	n1 := c.Nodes[0]
 	waitReadyNodes(t, n1, 2)

@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,10 +89,15 @@ type Node struct {
 }
 
 // New creates the LAN namespace and returns an empty cluster. dir must
-// exist; binary is the starling binary to run.
+// exist; binary is the starling binary to run. Every cluster of a
+// process gets a namespace and cgroup prefix of its own ("st<pid>c<n>-",
+// none a prefix of another), so clusters of parallel tests never meet.
 func New(dir, binary string, log io.Writer) (*Cluster, error) {
-	return NewNamed(dir, fmt.Sprintf("st%d-", os.Getpid()), binary, log)
+	return NewNamed(dir, fmt.Sprintf("st%dc%d-", os.Getpid(), clusters.Add(1)), binary, log)
 }
+
+// clusters counts the clusters New made in this process.
+var clusters atomic.Int64
 
 // NewNamed is New with a chosen namespace prefix (the demo uses a fixed
 // one so `make demo-down` can find what a previous run left).
@@ -688,9 +694,14 @@ func (n *Node) CutOff() error {
 	return nil
 }
 
-// Reconnect brings the node's LAN link back and restarts its agent.
+// Reconnect brings the node's LAN link back, with the default route the
+// link's going down removed (a host's network configuration would put it
+// back too), and restarts its agent.
 func (n *Node) Reconnect() error {
 	if err := run("ip", "-n", n.NetNS, "link", "set", "eth0", "up"); err != nil {
+		return err
+	}
+	if err := run("ip", "-n", n.NetNS, "route", "replace", "default", "via", LANPrefix+".254"); err != nil {
 		return err
 	}
 	return n.RestartAgent()
