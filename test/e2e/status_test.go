@@ -67,7 +67,7 @@ func TestStalledRolloutShowsKubernetesStatusAndTheReasonEveryTime(t *testing.T) 
 	type condition struct{ Type, Status, Reason string }
 	var status struct {
 		Replicas, UpdatedReplicas, ReadyReplicas, AvailableReplicas, UnavailableReplicas int
-		Conditions                                                                    []condition
+		Conditions                                                                       []condition
 	}
 	waitFor(t, 60*time.Second, func() error {
 		out, err := n2.CLI("get", "deployments", "stall", "-o", "json")
