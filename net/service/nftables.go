@@ -419,37 +419,8 @@ func (b *nftBackend) apply(tx *nftTx) error {
 			return err
 		}
 	}
-	type unit struct{ del, add []nftElem }
-	units := map[[2]string]*unit{}
-	for _, e := range tx.delElems {
-		k := [2]string{e.set, e.key}
-		if units[k] == nil {
-			units[k] = &unit{}
-		}
-		units[k].del = append(units[k].del, e)
-	}
-	for _, e := range tx.addElems {
-		k := [2]string{e.set, e.key}
-		if units[k] == nil {
-			units[k] = &unit{}
-		}
-		units[k].add = append(units[k].add, e)
-	}
-	keys := slices.SortedFunc(maps.Keys(units), func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
-	for chunk := range slices.Chunk(keys, elemChunk) {
-		var del, add []nftElem
-		for _, k := range chunk {
-			del, add = append(del, units[k].del...), append(add, units[k].add...)
-		}
-		if err := b.elements(del, b.conn.SetDeleteElements); err != nil {
-			return err
-		}
-		if err := b.elements(add, b.conn.SetAddElements); err != nil {
-			return err
-		}
-		if err := t.add(len(chunk)); err != nil {
-			return err
-		}
+	if err := b.replaceElements(t, tx.delElems, tx.addElems); err != nil {
+		return err
 	}
 	for _, name := range tx.gone {
 		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
@@ -464,6 +435,46 @@ func (b *nftBackend) apply(tx *nftTx) error {
 		}
 	}
 	return t.flush()
+}
+
+// replaceElements deletes del and adds add, in chunks of elemChunk keys
+// with each key's deletion and addition in one chunk (so in one
+// transaction: a replaced element is never missing), counted in t.
+func (b *nftBackend) replaceElements(t *batcher, del, add []nftElem) error {
+	type unit struct{ del, add []nftElem }
+	units := map[[2]string]*unit{}
+	get := func(e nftElem) *unit {
+		k := [2]string{e.set, e.key}
+		if units[k] == nil {
+			units[k] = &unit{}
+		}
+		return units[k]
+	}
+	for _, e := range del {
+		u := get(e)
+		u.del = append(u.del, e)
+	}
+	for _, e := range add {
+		u := get(e)
+		u.add = append(u.add, e)
+	}
+	keys := slices.SortedFunc(maps.Keys(units), func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
+	for chunk := range slices.Chunk(keys, elemChunk) {
+		var d, a []nftElem
+		for _, k := range chunk {
+			d, a = append(d, units[k].del...), append(a, units[k].add...)
+		}
+		if err := b.elements(d, b.conn.SetDeleteElements); err != nil {
+			return err
+		}
+		if err := b.elements(a, b.conn.SetAddElements); err != nil {
+			return err
+		}
+		if err := t.add(len(chunk)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *nftBackend) addChain(c nftChain) error {
@@ -678,39 +689,19 @@ func (b *nftBackend) syncElements(t *batcher, name string, want map[string]strin
 	for _, e := range held {
 		have[string(e.Key)] = verdictChain(e.Val)
 	}
-	// A replaced element is deleted and added in one transaction, so it
-	// is never missing between two: keys go in chunks, each with its
-	// deletion and its addition.
-	keys := map[string]bool{}
+	var del, add []nftElem
 	for key, chain := range have {
 		if want[key] != chain {
-			keys[key] = true
+			del = append(del, nftElem{set: name, key: key})
 		}
 	}
 	for key, chain := range want {
 		if have[key] != chain {
-			keys[key] = true
+			add = append(add, nftElem{set: name, key: key, chain: chain})
 		}
 	}
-	for chunk := range slices.Chunk(slices.Sorted(maps.Keys(keys)), elemChunk) {
-		var del, add []nftElem
-		for _, key := range chunk {
-			if _, ok := have[key]; ok {
-				del = append(del, nftElem{set: name, key: key})
-			}
-			if chain, ok := want[key]; ok {
-				add = append(add, nftElem{set: name, key: key, chain: chain})
-			}
-		}
-		if err := b.elements(del, b.conn.SetDeleteElements); err != nil {
-			return err
-		}
-		if err := b.elements(add, b.conn.SetAddElements); err != nil {
-			return err
-		}
-		if err := t.add(len(chunk)); err != nil {
-			return err
-		}
+	if err := b.replaceElements(t, del, add); err != nil {
+		return err
 	}
 	return t.flush()
 }
