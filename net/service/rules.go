@@ -5,8 +5,10 @@
 // update into a Change (ports added, updated, removed): a pure function of
 // (programmed, desired), whose cost is a lookup per port. Backends render
 // a Change alone, so a sync costs what changed, not the size of the table:
-// the iptables backend (iptables.go, after kube-proxy's iptables proxier)
-// applies it in one iptables-restore --noflush call (Syncer). Allocate
+// the nftables backend (nftables.go, after kube-proxy's nftables proxier)
+// in one netlink transaction, the iptables backend (iptables.go, after
+// kube-proxy's iptables proxier) in one iptables-restore --noflush call;
+// Syncer drives either. Allocate
 // assigns ClusterIPs and NodePorts deterministically. Rules renders the
 // whole rule set (the dry run).
 package service

@@ -131,7 +131,7 @@ func missingPrereq() string {
 	if os.Geteuid() != 0 {
 		return "not root"
 	}
-	for _, bin := range []string{"containerd", "runc", "ip", "nsenter", "iptables"} {
+	for _, bin := range []string{"containerd", "runc", "ip", "nsenter", "iptables", "nft"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return bin + " not found (make deps installs it)"
 		}
