@@ -113,13 +113,18 @@ func TestStalledRolloutShowsKubernetesStatusAndTheReasonEveryTime(t *testing.T) 
 	if len(want) > 0 {
 		t.Errorf("conditions %+v lack %v", status.Conditions, want)
 	}
-	out, err := n1.CLI("get", "deployments", "stall")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1]); f[1] != "4/4" || f[2] != "1" || f[3] != "4" {
-		t.Errorf("get deployments: READY UP-TO-DATE AVAILABLE = %v, want 4/4 1 4:\n%s", f[1:4], out)
-	}
+	// The table, through the other node (its view may lag n2's for a
+	// moment: a peer's record in flight).
+	waitFor(t, 15*time.Second, func() error {
+		out, err := n1.CLI("get", "deployments", "stall")
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1]); f[1] != "4/4" || f[2] != "1" || f[3] != "4" {
+			return fmt.Errorf("get deployments: READY UP-TO-DATE AVAILABLE = %v, want 4/4 1 4:\n%s", f[1:4], out)
+		}
+		return nil
+	})
 
 	// The new replica's reason (its image is nowhere), from its first
 	// failure on, in every poll for 5 s; the copies the rolling update
@@ -181,7 +186,7 @@ spec:
         image: starling.local/echo:v1
         env:
 %s`, env.String())
-	_, err = n1.CLIInput(strings.NewReader(huge), "apply", "-f", "-")
+	_, err := n1.CLIInput(strings.NewReader(huge), "apply", "-f", "-")
 	if err == nil || !strings.Contains(err.Error(), "Deployment default/huge") || !strings.Contains(err.Error(), "limit") {
 		t.Fatalf("apply of a 1.1 MiB Deployment: %v, want an error naming Deployment default/huge and the limit", err)
 	}
