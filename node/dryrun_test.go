@@ -157,7 +157,7 @@ func TestDryRunPrintsTheNFTablesTableInNftablesMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"over netlink as this nftables table", "table ip starling {", "10.23.0.10 . tcp . 80 : goto service-",
-		"tcp . 30080 : goto external-", "meta l4proto tcp dnat to 10.22.1.5:8080", "ip saddr != 10.22.0.0/16 jump mark-for-masquerade"} {
+		"tcp . 30080 : goto external-", "10.23.0.10 . tcp . 80 . 0 : 10.22.1.5 . 8080", "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @service-endpoints", "ip saddr != 10.22.0.0/16 jump mark-for-masquerade"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dry run lacks %q:\n%s", want, out)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -28,16 +29,19 @@ import (
 //	map service-ips        ClusterIP . protocol . port : goto service-<H>
 //	map service-nodeports  protocol . NodePort         : goto external-<H>
 //	map no-endpoint-services / no-endpoint-nodeports   : goto reject-chain
+//	map service-endpoints  ClusterIP . protocol . port . i : endpoint i's address . port
+//	map nodeport-endpoints protocol . NodePort . i          : the same
+//	set hairpin            endpoint address . the same address
 //	chain services         ip daddr . meta l4proto . th dport vmap @service-ips
 //	                       fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
 //	chain service-<H>      ip saddr != <cluster CIDR> jump mark-for-masquerade
-//	                       numgen random mod N == 0 goto endpoint-<H0>
-//	                       numgen random mod N-1 == 0 goto endpoint-<H1> ...
-//	                       goto endpoint-<Hn-1>
-//	chain endpoint-<H>     ip saddr <endpoint> jump mark-for-masquerade   (hairpin)
-//	                       meta l4proto tcp dnat to <endpoint>:<port>
-//	chain external-<H>     jump mark-for-masquerade; goto service-<H>
-//	chain masquerading     (postrouting) masquerade what carries 0x4000
+//	                       goto pick-<N>
+//	chain external-<H>     jump mark-for-masquerade; goto pick-nodeport-<N>
+//	chain pick-<N>         dnat ip to ip daddr . meta l4proto . th dport . numgen random mod N map @service-endpoints
+//	chain pick-nodeport-<N> dnat ip to meta l4proto . th dport . numgen random mod N map @nodeport-endpoints
+//	chain masquerading     (postrouting) masquerade DNATed packets whose
+//	                       source is their destination (hairpin), and
+//	                       what carries 0x4000
 //	base chains            nat prerouting/output -> services; nat
 //	                       postrouting -> masquerading; filter input/
 //	                       forward/output: new connections to a port
@@ -45,12 +49,26 @@ import (
 //	                       forward drops conntrack-INVALID packets
 //	                       (kubernetes#74839).
 //
-// Endpoints are chosen as kube-proxy's iptables mode does (endpoint i
-// with probability 1/(n-i) once the ones before were passed: 1/n each),
-// not with kube-proxy nftables mode's `numgen random mod N vmap { ... }`:
-// each such map is an anonymous set, and the kernel names every new one
-// by scanning the table's sets, which made a full sync of 10,000
-// Services take 14.9 s against 6.1 s (make bench).
+// This takes one step past kube-proxy's layout, which gives every
+// endpoint a chain (hairpin mark, DNAT) and picks one with `numgen random
+// mod N vmap { ... }`: here a port's endpoints are elements of one data
+// map, keyed by the port and an index 0..N-1, and its chain goes to the
+// chain shared by all ports with N endpoints, which looks the endpoint up
+// with a random index below N, so each endpoint gets 1/N. An endpoint
+// replaced by another changes one map element and no chain (no rule, no
+// jump: the kernel does not walk the table to validate it), and a full
+// sync writes one or two chains per port instead of N+1 (make bench).
+// The lookups sit in the few shared pick chains, not in each port's
+// chain, because the kernel walks every element of a map each time a
+// rule in a chain new to it starts looking it up: a lookup per port made
+// a full sync of 10,000 Services take 30 s. A NodePort's packet carries
+// the node's address, not the ClusterIP, so NodePorts have their own
+// endpoint map, keyed by protocol and NodePort. A pod that reaches itself through its Service is
+// masqueraded in postrouting, where after DNAT its source is its
+// destination: the hairpin set holds "a . a" for every endpoint address
+// a, counted over the ports that use it. Clients from outside the
+// cluster CIDR are marked in the port's chain as before, so both
+// hairpin and client-address rules stay what kube-proxy's are.
 //
 // Dispatch is one map lookup whatever the number of Services, so a
 // Service or endpoint change touches its own chains and map elements
@@ -78,33 +96,47 @@ const (
 	nftServiceNodePorts    = "service-nodeports"
 	nftNoEndpointServices  = "no-endpoint-services"
 	nftNoEndpointNodePorts = "no-endpoint-nodeports"
+	nftServiceEndpoints    = "service-endpoints"
+	nftNodePortEndpoints   = "nodeport-endpoints"
+	nftHairpin             = "hairpin"
 	nftSvcPrefix           = "service-"
 	nftExtPrefix           = "external-"
-	nftSepPrefix           = "endpoint-"
+	nftPickPrefix          = "pick-"
+	nftPickNodePortPrefix  = "pick-nodeport-"
+	nftSepPrefix           = "endpoint-" // chains of earlier versions, removed by a full sync
 	masqBit                = 0x4000
-	rtnLocal               = 2 // RTN_LOCAL: fib daddr type local
+	rtnLocal               = 2    // RTN_LOCAL: fib daddr type local
+	ipsDstNAT              = 0x20 // IPS_DST_NAT: ct status dnat
 )
+
+// nftSets are the table's maps and sets, in the order a full sync
+// writes their elements.
+var nftSets = []string{nftServiceEndpoints, nftNodePortEndpoints, nftHairpin, nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts}
+
+// nftVerdictMap reports whether set maps keys to chains (the dispatch
+// maps); the others map keys to data (the endpoint maps) or are plain
+// sets (hairpin).
+func nftVerdictMap(set string) bool {
+	return set != nftServiceEndpoints && set != nftNodePortEndpoints && set != nftHairpin
+}
 
 // nftRule is one rule of a per-port chain, as parsed values. String gives
 // it in nft syntax: what changes compare, and what logs and tests show.
 type nftRule struct {
-	kind   ruleKind
-	addr   netip.AddrPort // markFrom: the address; dnat: the endpoint
-	cidr   netip.Prefix   // markUnless
-	proto  Protocol       // dnat
-	chains []string       // gotoChain, pick: the chain
-	mod    uint32         // pick
+	kind  ruleKind
+	cidr  netip.Prefix // markUnless
+	chain string       // gotoChain
+	mod   uint32       // dnatMap, dnatNodePortMap: the number of endpoints
 }
 
 type ruleKind uint8
 
 const (
-	markAll    ruleKind = iota // jump mark-for-masquerade
-	markUnless                 // ip saddr != cidr jump mark-for-masquerade
-	markFrom                   // ip saddr addr jump mark-for-masquerade
-	dnat                       // meta l4proto p dnat to addr
-	gotoChain                  // goto chains[0]
-	pick                       // numgen random mod m == 0 goto chains[0]
+	markAll         ruleKind = iota // jump mark-for-masquerade
+	markUnless                      // ip saddr != cidr jump mark-for-masquerade
+	gotoChain                       // goto chain
+	dnatMap                         // dnat to the endpoint at a random index below mod, by ClusterIP
+	dnatNodePortMap                 // the same by NodePort
 )
 
 func (r nftRule) String() string {
@@ -113,14 +145,12 @@ func (r nftRule) String() string {
 		return "jump " + nftMarkMasq
 	case markUnless:
 		return fmt.Sprintf("ip saddr != %s jump %s", r.cidr, nftMarkMasq)
-	case markFrom:
-		return fmt.Sprintf("ip saddr %s jump %s", r.addr.Addr(), nftMarkMasq)
-	case dnat:
-		return fmt.Sprintf("meta l4proto %s dnat to %s", proto(r.proto), r.addr)
 	case gotoChain:
-		return "goto " + r.chains[0]
-	case pick:
-		return fmt.Sprintf("numgen random mod %d == 0 goto %s", r.mod, r.chains[0])
+		return "goto " + r.chain
+	case dnatMap:
+		return fmt.Sprintf("dnat ip to ip daddr . meta l4proto . th dport . numgen random mod %d map @%s", r.mod, nftServiceEndpoints)
+	case dnatNodePortMap:
+		return fmt.Sprintf("dnat ip to meta l4proto . th dport . numgen random mod %d map @%s", r.mod, nftNodePortEndpoints)
 	}
 	return "?"
 }
@@ -131,19 +161,19 @@ type nftChain struct {
 	rules []nftRule
 }
 
-func (c nftChain) sameRules(o nftChain) bool {
-	return slices.EqualFunc(c.rules, o.rules, func(a, b nftRule) bool { return a.String() == b.String() })
-}
+func (c nftChain) sameRules(o nftChain) bool { return slices.Equal(c.rules, o.rules) }
 
-// nftElem is one map element: key (the map's key bytes) : goto chain;
-// show is the key in nft syntax ("10.23.0.10 . tcp . 80").
+// nftElem is one element of set: its key bytes, its value (the chain of
+// a verdict map's goto, the data bytes of service-endpoints, "" in the
+// hairpin set), and show, the element in nft syntax
+// ("10.23.0.10 . tcp . 80 : goto service-...").
 type nftElem struct {
-	set, key, chain, show string
+	set, key, val, show string
 }
 
 // nftPort is what one port puts into the table.
 type nftPort struct {
-	chains []nftChain // endpoints first, then the chains that jump to them
+	chains []nftChain // the chains that jump to others last
 	elems  []nftElem
 }
 
@@ -164,6 +194,33 @@ func ipKey(a netip.Addr, p Protocol, port uint16) string {
 	return string(k)
 }
 
+// endpointKey is the key of service-endpoints: ipKey . index, the index
+// in host byte order (numgen's register).
+func endpointKey(a netip.Addr, p Protocol, port uint16, i int) string {
+	return string(binary.NativeEndian.AppendUint32([]byte(ipKey(a, p, port)), uint32(i)))
+}
+
+// nodePortEndpointKey is the key of nodeport-endpoints: nodePortKey .
+// index.
+func nodePortEndpointKey(p Protocol, port uint16, i int) string {
+	return string(binary.NativeEndian.AppendUint32([]byte(nodePortKey(p, port)), uint32(i)))
+}
+
+// endpointVal is the data of a service-endpoints element: address .
+// port, the port padded to 4 bytes.
+func endpointVal(ep netip.AddrPort) string {
+	v := make([]byte, 8)
+	copy(v, ep.Addr().AsSlice())
+	binary.BigEndian.PutUint16(v[4:], ep.Port())
+	return string(v)
+}
+
+// hairpinElem is the hairpin set's element for endpoint address a.
+func hairpinElem(a netip.Addr) nftElem {
+	k := a.As4()
+	return nftElem{set: nftHairpin, key: string(k[:]) + string(k[:]), show: a.String() + " . " + a.String()}
+}
+
 // nodePortKey is the key of service-nodeports and no-endpoint-nodeports.
 func nodePortKey(p Protocol, port uint16) string {
 	k := make([]byte, 8)
@@ -179,14 +236,15 @@ func ipShow(p Port) string {
 func nodePortShow(p Port) string { return fmt.Sprintf("%s . %d", proto(p.Protocol), p.NodePort) }
 
 // renderNFT returns what one canonical port (see Model) puts into the
-// table.
+// table, but for the hairpin set, which is counted over all ports
+// (hairpinChange).
 func renderNFT(p Port, cfg Config) nftPort {
 	var r nftPort
 	id := p.key().String()
 	if len(p.Endpoints) == 0 {
-		r.elems = append(r.elems, nftElem{nftNoEndpointServices, ipKey(p.ClusterIP, p.Protocol, p.Port), nftRejectChain, ipShow(p)})
+		r.elems = append(r.elems, nftElem{nftNoEndpointServices, ipKey(p.ClusterIP, p.Protocol, p.Port), nftRejectChain, ipShow(p) + " : goto " + nftRejectChain})
 		if p.NodePort != 0 {
-			r.elems = append(r.elems, nftElem{nftNoEndpointNodePorts, nodePortKey(p.Protocol, p.NodePort), nftRejectChain, nodePortShow(p)})
+			r.elems = append(r.elems, nftElem{nftNoEndpointNodePorts, nodePortKey(p.Protocol, p.NodePort), nftRejectChain, nodePortShow(p) + " : goto " + nftRejectChain})
 		}
 		return r
 	}
@@ -196,42 +254,67 @@ func renderNFT(p Port, cfg Config) nftPort {
 	} else if cfg.ClusterCIDR.IsValid() {
 		svc.rules = append(svc.rules, nftRule{kind: markUnless, cidr: cfg.ClusterCIDR.Masked()})
 	}
-	var seps []string
-	for _, ep := range p.Endpoints {
-		sep := nftChain{name: chainName(nftSepPrefix, id+"/"+ep.String()), rules: []nftRule{
-			{kind: markFrom, addr: ep},
-			{kind: dnat, addr: ep, proto: p.Protocol},
-		}}
-		r.chains = append(r.chains, sep)
-		seps = append(seps, sep.name)
-	}
-	// Endpoint i of n is taken with probability 1/(n-i) once the ones
-	// before it were not: each endpoint gets 1/n (the iptables proxier's
-	// statistic rules).
-	for i, sep := range seps {
-		if i == len(seps)-1 {
-			svc.rules = append(svc.rules, nftRule{kind: gotoChain, chains: []string{sep}})
-		} else {
-			svc.rules = append(svc.rules, nftRule{kind: pick, mod: uint32(len(seps) - i), chains: []string{sep}})
-		}
+	n := uint32(len(p.Endpoints))
+	svc.rules = append(svc.rules, nftRule{kind: gotoChain, chain: pickChain(n, false).name})
+	for i, ep := range p.Endpoints {
+		r.elems = append(r.elems, nftElem{nftServiceEndpoints, endpointKey(p.ClusterIP, p.Protocol, p.Port, i), endpointVal(ep),
+			fmt.Sprintf("%s . %d : %s . %d", ipShow(p), i, ep.Addr(), ep.Port())})
 	}
 	r.chains = append(r.chains, svc)
-	r.elems = append(r.elems, nftElem{nftServiceIPs, ipKey(p.ClusterIP, p.Protocol, p.Port), svc.name, ipShow(p)})
+	r.elems = append(r.elems, nftElem{nftServiceIPs, ipKey(p.ClusterIP, p.Protocol, p.Port), svc.name, ipShow(p) + " : goto " + svc.name})
 	if p.NodePort != 0 {
-		ext := nftChain{name: chainName(nftExtPrefix, id), rules: []nftRule{{kind: markAll}, {kind: gotoChain, chains: []string{svc.name}}}}
+		ext := nftChain{name: chainName(nftExtPrefix, id), rules: []nftRule{{kind: markAll}, {kind: gotoChain, chain: pickChain(n, true).name}}}
+		for i, ep := range p.Endpoints {
+			r.elems = append(r.elems, nftElem{nftNodePortEndpoints, nodePortEndpointKey(p.Protocol, p.NodePort, i), endpointVal(ep),
+				fmt.Sprintf("%s . %d : %s . %d", nodePortShow(p), i, ep.Addr(), ep.Port())})
+		}
 		r.chains = append(r.chains, ext)
-		r.elems = append(r.elems, nftElem{nftServiceNodePorts, nodePortKey(p.Protocol, p.NodePort), ext.name, nodePortShow(p)})
+		r.elems = append(r.elems, nftElem{nftServiceNodePorts, nodePortKey(p.Protocol, p.NodePort), ext.name, nodePortShow(p) + " : goto " + ext.name})
 	}
 	return r
+}
+
+// pickChain is the chain that DNATs to one of n endpoints, chosen at
+// random, of the port a packet is for: by ClusterIP, or with nodePort by
+// NodePort.
+func pickChain(n uint32, nodePort bool) nftChain {
+	if nodePort {
+		return nftChain{name: fmt.Sprintf("%s%d", nftPickNodePortPrefix, n), rules: []nftRule{{kind: dnatNodePortMap, mod: n}}}
+	}
+	return nftChain{name: fmt.Sprintf("%s%d", nftPickPrefix, n), rules: []nftRule{{kind: dnatMap, mod: n}}}
+}
+
+// pickNames lists the pick chains p's chains go to.
+func pickNames(p Port) []string {
+	if len(p.Endpoints) == 0 {
+		return nil
+	}
+	n := uint32(len(p.Endpoints))
+	if p.NodePort == 0 {
+		return []string{pickChain(n, false).name}
+	}
+	return []string{pickChain(n, false).name, pickChain(n, true).name}
+}
+
+// pickFor is the pick chain named name, one of pickNames.
+func pickFor(name string) nftChain {
+	if s, ok := strings.CutPrefix(name, nftPickNodePortPrefix); ok {
+		n, _ := strconv.ParseUint(s, 10, 32)
+		return pickChain(uint32(n), true)
+	}
+	n, _ := strconv.ParseUint(strings.TrimPrefix(name, nftPickPrefix), 10, 32)
+	return pickChain(uint32(n), false)
 }
 
 // nftBackend writes the model with nftables over one netlink socket kept
 // open.
 type nftBackend struct {
-	conn  *nftables.Conn
-	table *nftables.Table
-	sets  map[string]*nftables.Set
-	fwd   *iptablesTables // the host's iptables, for STARLING-FORWARD; nil: none
+	conn    *nftables.Conn
+	table   *nftables.Table
+	sets    map[string]*nftables.Set
+	fwd     *iptablesTables    // the host's iptables, for STARLING-FORWARD; nil: none
+	hairpin map[netip.Addr]int // endpoint addresses in the hairpin set: how many ports use each
+	picks   map[string]int     // the pick chains in the table: how many ports go to each
 }
 
 // NewNFTSyncer returns a Syncer that writes the ip starling table with
@@ -265,8 +348,21 @@ func newNFTBackend() (*nftBackend, error) {
 	two := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 	b.sets = map[string]*nftables.Set{}
 	for name, key := range map[string]nftables.SetDatatype{nftServiceIPs: three, nftNoEndpointServices: three, nftServiceNodePorts: two, nftNoEndpointNodePorts: two} {
-		b.sets[name] = &nftables.Set{Table: b.table, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
+		b.sets[name] = &nftables.Set{Table: b.table, Name: name, IsMap: true, KeyType: key, DataType: nftables.TypeVerdict}
 	}
+	// The endpoint maps' index is numgen's 32-bit integer. nft declares
+	// it with typeof (NFTText), which it records in the set's user data;
+	// without that record, nft cannot size a plain integer in a
+	// concatenation and aborts listing the table, so the kernel's set
+	// calls it a mark (4 bytes too), and `nft list` shows the index as a
+	// mark (0x00000000).
+	endpoint := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
+	b.sets[nftServiceEndpoints] = &nftables.Set{Table: b.table, Name: nftServiceEndpoints, IsMap: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark), DataType: endpoint}
+	b.sets[nftNodePortEndpoints] = &nftables.Set{Table: b.table, Name: nftNodePortEndpoints, IsMap: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark), DataType: endpoint}
+	b.sets[nftHairpin] = &nftables.Set{Table: b.table, Name: nftHairpin,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)}
 	// Does the kernel take an nftables table? A list answers without
 	// changing anything.
 	if _, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4); err != nil {
@@ -325,11 +421,22 @@ func NFTSupported() error {
 
 // change applies c on top of the table (apply).
 func (b *nftBackend) change(_ context.Context, c Change, cfg Config) error {
-	tx := nftChangeTx(c, cfg)
+	if b.hairpin == nil {
+		b.hairpin = map[netip.Addr]int{}
+	}
+	if b.picks == nil {
+		b.picks = map[string]int{}
+	}
+	tx := nftChangeTx(c, cfg, b.hairpin, b.picks)
 	return b.apply(&tx)
 }
 
-func nftChangeTx(c Change, cfg Config) nftTx {
+// nftChangeTx renders c, counting its endpoint addresses in hairpin
+// (address -> ports that use it) and its pick chains in picks (name ->
+// ports that go to it), both of which it updates: the hairpin elements
+// and pick chains that come into use are added, those that go out of use
+// deleted.
+func nftChangeTx(c Change, cfg Config, hairpin map[netip.Addr]int, picks map[string]int) nftTx {
 	var tx nftTx
 	for _, p := range c.Added {
 		tx.replace(nftPort{}, renderNFT(p, cfg))
@@ -340,28 +447,51 @@ func nftChangeTx(c Change, cfg Config) nftTx {
 	for _, p := range c.Removed {
 		tx.replace(renderNFT(p, cfg), nftPort{})
 	}
+	add, del := recount(hairpin, c, endpointAddrs)
+	slices.SortFunc(add, netip.Addr.Compare)
+	slices.SortFunc(del, netip.Addr.Compare)
+	for _, a := range add {
+		tx.early.add = append(tx.early.add, hairpinElem(a))
+	}
+	for _, a := range del {
+		tx.late = append(tx.late, hairpinElem(a))
+	}
+	newPicks, unused := recount(picks, c, pickNames)
+	slices.Sort(newPicks)
+	slices.Sort(unused)
+	for _, name := range newPicks {
+		tx.picks = append(tx.picks, pickFor(name))
+	}
+	tx.gone = append(tx.gone, unused...) // after the chains that went to them
 	return tx
 }
 
 // NFTChange renders c (not a Config change) as the nftables backend does
-// before sending it, and returns how many chains it writes and map
-// elements it changes: what a sync of c costs besides the kernel (the
-// bench times it).
+// before sending it, and returns how many chains it writes and elements
+// it changes: what a sync of c costs besides the kernel (the bench times
+// it).
 func NFTChange(c Change, cfg Config) (chains, elems int) {
-	tx := nftChangeTx(c, cfg)
-	return len(tx.add) + len(tx.rewrite) + len(tx.gone), len(tx.delElems) + len(tx.addElems)
+	tx := nftChangeTx(c, cfg, map[netip.Addr]int{}, map[string]int{})
+	return len(tx.picks) + len(tx.add) + len(tx.rewrite) + len(tx.gone), len(tx.early.del) + len(tx.early.add) + len(tx.dispatch.del) + len(tx.dispatch.add) + len(tx.late)
 }
 
-// nftTx collects a change in the order the kernel needs it: new chains
-// (endpoints before the chains that jump to them), rewritten chains, map
-// elements deleted then added, and the chains no longer used, flushed
-// then deleted.
+// nftTx collects a change in the order that never leaves a packet
+// without its way: elements of the endpoint maps and hairpin added or
+// replaced (before a chain looks for them), new pick chains, new chains,
+// rewritten chains, dispatch map elements deleted and added, the
+// elements no chain uses any more, and the chains no longer used,
+// flushed then deleted (pick chains stay until a full sync).
 type nftTx struct {
+	early        elemOps
+	picks        []nftChain
 	add, rewrite []nftChain
-	delElems     []nftElem
-	addElems     []nftElem
+	dispatch     elemOps
+	late         []nftElem
 	gone         []string
 }
+
+// elemOps deletes del and adds add; a key in both is replaced.
+type elemOps struct{ del, add []nftElem }
 
 func (tx *nftTx) replace(old, new nftPort) {
 	have := map[string]nftChain{}
@@ -383,14 +513,34 @@ func (tx *nftTx) replace(old, new nftPort) {
 			tx.gone = append(tx.gone, c.name)
 		}
 	}
+	type id struct{ set, key string }
+	olds := make(map[id]nftElem, len(old.elems))
 	for _, e := range old.elems {
-		if !slices.Contains(new.elems, e) {
-			tx.delElems = append(tx.delElems, e)
-		}
+		olds[id{e.set, e.key}] = e
 	}
 	for _, e := range new.elems {
-		if !slices.Contains(old.elems, e) {
-			tx.addElems = append(tx.addElems, e)
+		o, had := olds[id{e.set, e.key}]
+		delete(olds, id{e.set, e.key})
+		if had && o == e {
+			continue
+		}
+		ops := &tx.early
+		if nftVerdictMap(e.set) {
+			ops = &tx.dispatch
+		}
+		if had {
+			ops.del = append(ops.del, o)
+		}
+		ops.add = append(ops.add, e)
+	}
+	for _, e := range old.elems {
+		if _, gone := olds[id{e.set, e.key}]; !gone {
+			continue
+		}
+		if nftVerdictMap(e.set) {
+			tx.dispatch.del = append(tx.dispatch.del, e)
+		} else {
+			tx.late = append(tx.late, e)
 		}
 	}
 }
@@ -401,7 +551,10 @@ func (tx *nftTx) replace(old, new nftPort) {
 // element is deleted and added in one).
 func (b *nftBackend) apply(tx *nftTx) error {
 	t := &batcher{b: b}
-	for _, c := range tx.add {
+	if err := b.replaceElements(t, tx.early.del, tx.early.add); err != nil {
+		return err
+	}
+	for _, c := range slices.Concat(tx.picks, tx.add) {
 		if err := b.addChain(c); err != nil {
 			return err
 		}
@@ -419,7 +572,10 @@ func (b *nftBackend) apply(tx *nftTx) error {
 			return err
 		}
 	}
-	if err := b.replaceElements(t, tx.delElems, tx.addElems); err != nil {
+	if err := b.replaceElements(t, tx.dispatch.del, tx.dispatch.add); err != nil {
+		return err
+	}
+	if err := b.replaceElements(t, tx.late, nil); err != nil {
 		return err
 	}
 	for _, name := range tx.gone {
@@ -493,11 +649,18 @@ func (b *nftBackend) addRules(ch *nftables.Chain, rules []nftRule) error {
 	return nil
 }
 
-// elements adds or deletes elems, grouped by map.
+// elements adds or deletes elems, grouped by set.
 func (b *nftBackend) elements(elems []nftElem, op func(*nftables.Set, []nftables.SetElement) error) error {
 	by := map[string][]nftables.SetElement{}
 	for _, e := range elems {
-		by[e.set] = append(by[e.set], nftables.SetElement{Key: []byte(e.key), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.chain}})
+		se := nftables.SetElement{Key: []byte(e.key)}
+		switch {
+		case nftVerdictMap(e.set):
+			se.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.val}
+		case e.val != "":
+			se.Val = []byte(e.val)
+		}
+		by[e.set] = append(by[e.set], se)
 	}
 	for _, name := range slices.Sorted(maps.Keys(by)) {
 		// One message per elemChunk elements: the element list is one
@@ -512,7 +675,7 @@ func (b *nftBackend) elements(elems []nftElem, op func(*nftables.Set, []nftables
 	return nil
 }
 
-// elemChunk is the most map elements put in one netlink message: each
+// elemChunk is the most set elements put in one netlink message: each
 // takes under 100 bytes, and the list must stay below 64 KiB.
 const elemChunk = 400
 
@@ -521,12 +684,17 @@ const elemChunk = 400
 // runs as several transactions of at most txMessages netlink messages
 // (each message is acknowledged, and the answers to one transaction must
 // fit the socket's receive buffer), each leaving every chain whole:
-//  1. the table, its maps, and the fixed and base chains (rewritten);
-//  2. every port's chains, created or flushed and rewritten;
-//  3. the map elements, diffed against what the kernel holds (a
+//  1. the table, its maps and sets, and the fixed and base chains
+//     (rewritten);
+//  2. the elements of service-endpoints and hairpin that are missing or
+//     differ, diffed against what the kernel holds;
+//  3. the pick chains, then every port's chains, created or flushed and
+//     rewritten;
+//  4. the dispatch maps' elements, diffed against the kernel (a
 //     replaced element is deleted and added in one transaction);
-//  4. the per-port chains no port uses (an earlier run's, or a
-//     half-written sync's), flushed, then deleted.
+//  5. the elements of step 2's sets that no port uses;
+//  6. the per-port chains no port uses (an earlier run's, an earlier
+//     version's, or a half-written sync's), flushed, then deleted.
 //
 // If the first step fails (a map of another type, left by another
 // version), the table is deleted and written again; any other error is
@@ -583,7 +751,7 @@ func (t *batcher) flush() error {
 func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 	t := &batcher{b: b}
 	b.conn.AddTable(b.table)
-	for _, name := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
+	for _, name := range nftSets {
 		s := *b.sets[name]
 		s.ID = 0 // a set of this transaction, if it is new
 		b.sets[name] = &s
@@ -602,9 +770,46 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 		return err
 	}
 	want := map[string]map[string]string{}
-	used := map[string]bool{}
+	for _, name := range nftSets {
+		want[name] = map[string]string{}
+	}
+	rendered := make([]nftPort, 0, len(ports))
 	for _, p := range ports {
 		r := renderNFT(p, cfg)
+		rendered = append(rendered, r)
+		for _, e := range r.elems {
+			want[e.set][e.key] = e.val
+		}
+	}
+	hairpin := count(ports, endpointAddrs)
+	for a := range hairpin {
+		want[nftHairpin][hairpinElem(a).key] = ""
+	}
+	var unused []nftElem
+	for _, name := range []string{nftServiceEndpoints, nftNodePortEndpoints, nftHairpin} {
+		del, err := b.syncElements(t, name, want[name], false)
+		if err != nil {
+			return err
+		}
+		unused = append(unused, del...)
+	}
+	used := map[string]bool{}
+	picks := count(ports, pickNames)
+	for _, name := range slices.Sorted(maps.Keys(picks)) {
+		c := pickFor(name)
+		used[name] = true
+		ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: c.name})
+		if have[c.name] {
+			b.conn.FlushChain(ch)
+		}
+		if err := b.addRules(ch, c.rules); err != nil {
+			return err
+		}
+	}
+	if err := t.add(3 * len(picks)); err != nil {
+		return err
+	}
+	for _, r := range rendered {
 		for _, c := range r.chains {
 			ch := b.conn.AddChain(&nftables.Chain{Table: b.table, Name: c.name})
 			if have[c.name] {
@@ -618,12 +823,6 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 				return err
 			}
 		}
-		for _, e := range r.elems {
-			if want[e.set] == nil {
-				want[e.set] = map[string]string{}
-			}
-			want[e.set][e.key] = e.chain
-		}
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -633,9 +832,12 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 	// is harmless: the reject matches the ClusterIP, which DNAT has
 	// replaced by then; neither would leave new connections hanging).
 	for _, name := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
-		if err := b.syncElements(t, name, want[name]); err != nil {
+		if _, err := b.syncElements(t, name, want[name], true); err != nil {
 			return err
 		}
+	}
+	if err := b.replaceElements(t, unused, nil); err != nil {
+		return err
 	}
 	var stale []string
 	for name := range have {
@@ -659,7 +861,11 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 			return err
 		}
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	b.hairpin, b.picks = hairpin, picks
+	return nil
 }
 
 // chains lists the chains of the table.
@@ -677,38 +883,60 @@ func (b *nftBackend) chains() (map[string]bool, error) {
 	return out, nil
 }
 
-// syncElements makes map name hold exactly want (key -> chain), changing
-// only the elements that differ.
-func (b *nftBackend) syncElements(t *batcher, name string, want map[string]string) error {
-	set := b.sets[name]
-	held, err := b.conn.GetSetElements(set)
+// syncElements makes set name hold want (key -> value, as nftElem.val),
+// changing only the elements that differ: it adds the missing ones and
+// replaces those whose value differs, and deletes the ones want lacks if
+// deleteNow, else returns them for the caller to delete later.
+func (b *nftBackend) syncElements(t *batcher, name string, want map[string]string, deleteNow bool) (unused []nftElem, err error) {
+	have, err := b.held(name)
 	if err != nil {
-		return fmt.Errorf("nftables: elements of %s: %w", name, err)
-	}
-	have := map[string]string{}
-	for _, e := range held {
-		have[string(e.Key)] = verdictChain(e.Val)
+		return nil, err
 	}
 	var del, add []nftElem
-	for key, chain := range have {
-		if want[key] != chain {
+	for key, val := range have {
+		w, ok := want[key]
+		switch {
+		case !ok && !deleteNow:
+			unused = append(unused, nftElem{set: name, key: key})
+		case !ok || w != val:
 			del = append(del, nftElem{set: name, key: key})
 		}
 	}
-	for key, chain := range want {
-		if have[key] != chain {
-			add = append(add, nftElem{set: name, key: key, chain: chain})
+	for key, val := range want {
+		if v, ok := have[key]; !ok || v != val {
+			add = append(add, nftElem{set: name, key: key, val: val})
 		}
 	}
 	if err := b.replaceElements(t, del, add); err != nil {
-		return err
+		return nil, err
 	}
-	return t.flush()
+	return unused, t.flush()
+}
+
+// held reads the elements of set name from the kernel: key -> value, as
+// nftElem.val.
+func (b *nftBackend) held(name string) (map[string]string, error) {
+	els, err := b.conn.GetSetElements(b.sets[name])
+	if err != nil {
+		return nil, fmt.Errorf("nftables: elements of %s: %w", name, err)
+	}
+	have := make(map[string]string, len(els))
+	for _, e := range els {
+		if nftVerdictMap(name) {
+			have[string(e.Key)] = verdictChain(e.Val)
+		} else {
+			have[string(e.Key)] = string(e.Val)
+		}
+	}
+	return have, nil
 }
 
 // isNFTPortChain reports whether c is a name renderNFT gives a per-port
-// chain.
+// or pick chain (or an earlier version gave a per-endpoint chain).
 func isNFTPortChain(c string) bool {
+	if strings.HasPrefix(c, nftPickPrefix) {
+		return true
+	}
 	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftSepPrefix} {
 		if h, ok := strings.CutPrefix(c, p); ok && len(h) == chainNameHashLen {
 			return true
@@ -773,6 +1001,16 @@ func (b *nftBackend) fixedChains() error {
 	}
 	add(nftMarkMasq, mark(^uint32(masqBit), masqBit))
 	add(nftMasquerading,
+		// ct status dnat ip saddr . ip daddr @hairpin masquerade
+		[]expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: nftHairpin},
+			&expr.Masq{FullyRandom: true},
+		},
 		[]expr.Any{
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(masqBit), Xor: make([]byte, 4)},
@@ -852,32 +1090,36 @@ func dispatchByNodePort(set string) []expr.Any {
 // exprs is r as nftables expressions.
 func (b *nftBackend) exprs(r nftRule) ([]expr.Any, error) {
 	jumpMark := &expr.Verdict{Kind: expr.VerdictJump, Chain: nftMarkMasq}
-	saddr := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
 	switch r.kind {
 	case markAll:
 		return []expr.Any{jumpMark}, nil
 	case markUnless:
-		return []expr.Any{saddr,
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net4Mask(r.cidr.Bits()), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: r.cidr.Masked().Addr().AsSlice()},
 			jumpMark}, nil
-	case markFrom:
-		return []expr.Any{saddr, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: r.addr.Addr().AsSlice()}, jumpMark}, nil
-	case dnat:
+	case gotoChain:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chain}}, nil
+	case dnatMap:
+		// The key in registers 1 (32-bit 8), 9, 10, 11: address,
+		// protocol, port, a random index below mod; the endpoint's
+		// address and port come back in 8 and 9.
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9},
+			&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Numgen{Register: 11, Modulus: r.mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: 1, SetName: nftServiceEndpoints, DestRegister: 1, IsDestRegSet: true},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 9},
+		}, nil
+	case dnatNodePortMap:
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{protoNum(r.proto)}},
-			&expr.Immediate{Register: 1, Data: r.addr.Addr().AsSlice()},
-			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(r.addr.Port())},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
-		}, nil
-	case gotoChain:
-		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]}}, nil
-	case pick:
-		return []expr.Any{
-			&expr.Numgen{Register: 1, Modulus: r.mod, Type: unix.NFT_NG_RANDOM},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
+			&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Numgen{Register: 10, Modulus: r.mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: 1, SetName: nftNodePortEndpoints, DestRegister: 1, IsDestRegSet: true},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 9},
 		}, nil
 	}
 	return nil, fmt.Errorf("nftables: unknown rule kind %d", r.kind)
@@ -939,6 +1181,7 @@ const nftFixed = `	chain mark-for-masquerade {
 		meta mark set meta mark | 0x00004000
 	}
 	chain masquerading {
+		ct status dnat ip saddr . ip daddr @hairpin masquerade fully-random
 		meta mark & 0x00004000 == 0x00000000 return
 		meta mark set meta mark ^ 0x00004000
 		masquerade fully-random
@@ -990,27 +1233,44 @@ func NFTText(ports []Port, cfg Config) []byte {
 	m.Update(ports, cfg)
 	elems := map[string][]string{}
 	var chains strings.Builder
+	writeChain := func(c nftChain) {
+		fmt.Fprintf(&chains, "\tchain %s {\n", c.name)
+		for _, rule := range c.rules {
+			fmt.Fprintf(&chains, "\t\t%s\n", rule)
+		}
+		chains.WriteString("\t}\n")
+	}
+	for _, name := range slices.Sorted(maps.Keys(count(m.Ports(), pickNames))) {
+		writeChain(pickFor(name))
+	}
 	for _, p := range m.Ports() {
 		r := renderNFT(p, cfg)
 		for _, c := range r.chains {
-			fmt.Fprintf(&chains, "\tchain %s {\n", c.name)
-			for _, rule := range c.rules {
-				fmt.Fprintf(&chains, "\t\t%s\n", rule)
-			}
-			chains.WriteString("\t}\n")
+			writeChain(c)
 		}
 		for _, e := range r.elems {
-			elems[e.set] = append(elems[e.set], e.show+" : goto "+e.chain)
+			elems[e.set] = append(elems[e.set], e.show)
 		}
+	}
+	addrs := slices.SortedFunc(maps.Keys(count(m.Ports(), endpointAddrs)), netip.Addr.Compare)
+	for _, a := range addrs {
+		elems[nftHairpin] = append(elems[nftHairpin], hairpinElem(a).show)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "table ip %s {\n", NFTTable)
-	for _, set := range []string{nftServiceIPs, nftServiceNodePorts, nftNoEndpointServices, nftNoEndpointNodePorts} {
-		typ := "ipv4_addr . inet_proto . inet_service"
-		if set == nftServiceNodePorts || set == nftNoEndpointNodePorts {
-			typ = "inet_proto . inet_service"
+	for _, set := range nftSets {
+		switch set {
+		case nftServiceEndpoints:
+			fmt.Fprintf(&b, "\tmap %s {\n\t\ttypeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport\n", set)
+		case nftNodePortEndpoints:
+			fmt.Fprintf(&b, "\tmap %s {\n\t\ttypeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport\n", set)
+		case nftHairpin:
+			fmt.Fprintf(&b, "\tset %s {\n\t\ttype ipv4_addr . ipv4_addr\n", set)
+		case nftServiceNodePorts, nftNoEndpointNodePorts:
+			fmt.Fprintf(&b, "\tmap %s {\n\t\ttype inet_proto . inet_service : verdict\n", set)
+		default:
+			fmt.Fprintf(&b, "\tmap %s {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n", set)
 		}
-		fmt.Fprintf(&b, "\tmap %s {\n\t\ttype %s : verdict\n", set, typ)
 		if len(elems[set]) > 0 {
 			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(elems[set], ",\n\t\t\t     "))
 		}

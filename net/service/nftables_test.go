@@ -44,7 +44,11 @@ func readNFT(b *nftBackend) (nftKernel, error) {
 		}
 		m := map[string]string{}
 		for _, e := range els {
-			m[string(e.Key)] = verdictChain(e.Val)
+			if nftVerdictMap(name) {
+				m[string(e.Key)] = verdictChain(e.Val)
+			} else {
+				m[string(e.Key)] = string(e.Val)
+			}
 		}
 		k.elems[name] = m
 	}
@@ -53,7 +57,10 @@ func readNFT(b *nftBackend) (nftKernel, error) {
 
 // wantNFT is what the table must hold for the ports of m.
 func wantNFT(m *Model) nftKernel {
-	k := nftKernel{elems: map[string]map[string]string{nftServiceIPs: {}, nftServiceNodePorts: {}, nftNoEndpointServices: {}, nftNoEndpointNodePorts: {}}}
+	k := nftKernel{elems: map[string]map[string]string{}}
+	for _, set := range nftSets {
+		k.elems[set] = map[string]string{}
+	}
 	k.chains = []string{nftServices, nftMarkMasq, nftMasquerading, nftRejectChain, nftEndpointsCheck,
 		"nat-prerouting", "nat-output", "nat-postrouting", "filter-input", "filter-forward", "filter-output"}
 	for _, p := range m.Ports() {
@@ -62,8 +69,14 @@ func wantNFT(m *Model) nftKernel {
 			k.chains = append(k.chains, c.name)
 		}
 		for _, e := range r.elems {
-			k.elems[e.set][e.key] = e.chain
+			k.elems[e.set][e.key] = e.val
 		}
+		for _, ep := range p.Endpoints {
+			k.elems[nftHairpin][hairpinElem(ep.Addr()).key] = ""
+		}
+	}
+	for name := range count(m.Ports(), pickNames) {
+		k.chains = append(k.chains, name)
 	}
 	slices.Sort(k.chains)
 	return k
@@ -80,7 +93,7 @@ func (k nftKernel) diff(want nftKernel) error {
 		}
 		for key, chain := range w {
 			if g[key] != chain {
-				return fmt.Errorf("map %s: element %x goes to %q, want %q", set, key, g[key], chain)
+				return fmt.Errorf("map %s: element %x holds %q, want %q", set, key, g[key], chain)
 			}
 		}
 	}
@@ -368,35 +381,37 @@ func isRefused(err error) bool {
 	return se == syscall.ECONNREFUSED || se == syscall.EHOSTUNREACH
 }
 
-// Each of n endpoints is chosen with probability 1/n: the rules of a
-// Service chain take endpoint i with 1/(n-i) once the ones before were
-// passed.
+// Each of n endpoints is chosen with probability 1/n: the port's chain
+// draws an index below n, and indices 0..n-1 each map to one endpoint.
 func TestNFTRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 	for n := 1; n <= 7; n++ {
 		var eps []netip.AddrPort
 		for i := range n {
 			eps = append(eps, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 1, byte(i + 2)}), 80))
 		}
-		r := renderNFT(canonical(Port{Service: "default/s", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.1"), Port: 80, Endpoints: eps}), Config{})
-		svc := r.chains[len(r.chains)-1]
-		pass, got := 1.0, map[string]float64{}
-		for _, rule := range svc.rules {
-			switch rule.kind {
-			case pick:
-				got[rule.chains[0]] += pass / float64(rule.mod)
-				pass *= 1 - 1/float64(rule.mod)
-			case gotoChain:
-				got[rule.chains[0]] += pass
-				pass = 0
+		p := canonical(Port{Service: "default/s", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.1"), Port: 80, Endpoints: eps})
+		r := renderNFT(p, Config{})
+		svc := r.chains[0]
+		last := svc.rules[len(svc.rules)-1]
+		if last.kind != gotoChain || len(pickFor(last.chain).rules) != 1 {
+			t.Fatalf("n=%d: the chain ends with %v, want a goto to a pick chain", n, last)
+		}
+		if pick := pickFor(last.chain).rules[0]; pick.kind != dnatMap || pick.mod != uint32(n) {
+			t.Fatalf("n=%d: %s holds %v, want a draw below %d", n, last.chain, pick, n)
+		}
+		got := map[string]string{}
+		for _, e := range r.elems {
+			if e.set == nftServiceEndpoints {
+				got[e.key] = e.val
 			}
 		}
-		if len(got) != n || pass != 0 {
-			t.Fatalf("n=%d: %d endpoints reachable, %v left over: %v", n, len(got), pass, svc.rules)
-		}
-		for c, p := range got {
-			if d := p - 1/float64(n); d > 1e-12 || d < -1e-12 {
-				t.Errorf("n=%d: %s taken with %v, want %v", n, c, p, 1/float64(n))
+		for i, ep := range p.Endpoints {
+			if v := got[endpointKey(p.ClusterIP, TCP, 80, i)]; v != endpointVal(ep) {
+				t.Errorf("n=%d: index %d maps to %x, want %v", n, i, v, ep)
 			}
+		}
+		if len(got) != n {
+			t.Errorf("n=%d: %d endpoint elements", n, len(got))
 		}
 	}
 }

@@ -172,10 +172,10 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 	}
 	s.synced = true
 	if !s.started || c.Config || prevUDP == nil || len(c.Added) == s.model.Len() {
-		s.udp = udpEndpoints(s.model.Ports())
+		s.udp = count(s.model.Ports(), udpEndpointAddrs)
 	} else {
 		s.udp = maps.Clone(prevUDP)
-		countUDP(s.udp, c)
+		recount(s.udp, c, udpEndpointAddrs)
 	}
 	s.forgetUDP(prevUDP, cfg)
 	s.started = true
@@ -196,42 +196,69 @@ func (s *Syncer) write(ctx context.Context, c Change) error {
 // one transaction (a single 170,000-line restore took over 5 min here).
 const batchLines = 20000
 
-// udpEndpoints counts, per address, the UDP ports that have it as an
-// endpoint.
-func udpEndpoints(ports []Port) map[netip.Addr]int {
-	out := map[netip.Addr]int{}
+// count counts, per key, the ports of ports that have it (keys(p) lists
+// p's keys; a key listed twice counts twice).
+func count[K comparable](ports []Port, keys func(Port) []K) map[K]int {
+	out := map[K]int{}
 	for _, p := range ports {
-		if p.Protocol == UDP {
-			for _, ep := range p.Endpoints {
-				out[ep.Addr()]++
-			}
+		for _, k := range keys(p) {
+			out[k]++
 		}
 	}
 	return out
 }
 
-// countUDP applies c to the counts of udpEndpoints.
-func countUDP(n map[netip.Addr]int, c Change) {
-	add := func(p Port, d int) {
-		if p.Protocol != UDP {
-			return
-		}
-		for _, ep := range p.Endpoints {
-			if n[ep.Addr()] += d; n[ep.Addr()] <= 0 {
-				delete(n, ep.Addr())
+// recount applies c to n, counts that count made, and returns the keys
+// c brought into use and those no port uses any more (in no order). A
+// key no port uses leaves n.
+func recount[K comparable](n map[K]int, c Change, keys func(Port) []K) (add, del []K) {
+	before := map[K]int{}
+	apply := func(p Port, d int) {
+		for _, k := range keys(p) {
+			if _, ok := before[k]; !ok {
+				before[k] = n[k]
+			}
+			if n[k] += d; n[k] <= 0 {
+				delete(n, k)
 			}
 		}
 	}
 	for _, p := range c.Added {
-		add(p, 1)
+		apply(p, 1)
 	}
 	for _, u := range c.Updated {
-		add(u.Old, -1)
-		add(u.New, 1)
+		apply(u.Old, -1)
+		apply(u.New, 1)
 	}
 	for _, p := range c.Removed {
-		add(p, -1)
+		apply(p, -1)
 	}
+	for k, was := range before {
+		switch now := n[k]; {
+		case was <= 0 && now > 0:
+			add = append(add, k)
+		case was > 0 && now <= 0:
+			del = append(del, k)
+		}
+	}
+	return add, del
+}
+
+// endpointAddrs lists p's endpoint addresses.
+func endpointAddrs(p Port) []netip.Addr {
+	out := make([]netip.Addr, len(p.Endpoints))
+	for i, ep := range p.Endpoints {
+		out[i] = ep.Addr()
+	}
+	return out
+}
+
+// udpEndpointAddrs lists p's endpoint addresses if p is a UDP port.
+func udpEndpointAddrs(p Port) []netip.Addr {
+	if p.Protocol != UDP {
+		return nil
+	}
+	return endpointAddrs(p)
 }
 
 // forgetUDP deletes the conntrack entries of UDP flows to endpoints that

@@ -38,6 +38,9 @@ func servicePorts(n int) []service.Port {
 	for i := range ports {
 		ports[i] = service.Port{Service: fmt.Sprintf("default/s%d", i), Name: "http", Protocol: service.TCP,
 			ClusterIP: netip.AddrFrom4([4]byte{10, 23, byte(i / 250), byte(i%250 + 1)}), Port: 80}
+		if i%10 == 0 { // one in ten is a NodePort Service
+			ports[i].NodePort = uint16(30000 + i/10)
+		}
 		for e := 0; e < 5; e++ {
 			ports[i].Endpoints = append(ports[i].Endpoints, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, byte(e), byte(i%250 + 2)}), 8080))
 		}
@@ -46,8 +49,9 @@ func servicePorts(n int) []service.Port {
 }
 
 // rulesChild measures, inside the bench namespace, medians of 5 runs of
-// the agent's Syncer: a full sync (fresh syncer: jump rules and the whole
-// table), one Service changed (its port number: a dispatch rule replaced)
+// the agent's Syncer over servicePorts (one in ten with a NodePort): a
+// full sync (fresh syncer: jump rules and the whole table), a restart (a
+// new Syncer's full sync over the same table), one Service changed (its port number: a dispatch rule replaced)
 // and one endpoint changed (an address replaced), end to end; and, for
 // the one-endpoint change, the time to find the change among all ports
 // (Model.Update) and to render it, without the kernel.
@@ -89,9 +93,9 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 		clean = func() { service.RemoveNFT() }
 	}
 	fmt.Printf("Service rules, %s backend (%s in a test namespace; medians of 5)\n", backend, how)
-	fmt.Printf("%-14s %-11s %-11s %-20s %-20s %s\n", "services x eps", "rule lines", "full sync", "one Service changed", "one endpoint changed", "generation (find + render)")
+	fmt.Printf("%-14s %-11s %-11s %-11s %-20s %-20s %s\n", "services x eps", "rule lines", "full sync", "restart", "one Service changed", "one endpoint changed", "generation (find + render)")
 	for _, n := range []int{100, 1000, 10000} {
-		var full, svc, ep []time.Duration
+		var full, restart, svc, ep []time.Duration
 		var find, render time.Duration
 		var failed error
 		lines := strings.Count(string(service.Rules(servicePorts(n), cfg)), "\n-A ")
@@ -114,6 +118,12 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 				}
 			}
 			step(&full)
+			// A restarted agent: a new Syncer's first sync over the
+			// same table, in place.
+			if s, err = newSyncer(); err != nil {
+				return err
+			}
+			step(&restart)
 			ports[n/2].Port = 81
 			step(&svc)
 			ports[n/3].Endpoints = slices.Clone(ports[n/3].Endpoints)
@@ -132,7 +142,7 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 			continue
 		}
 		gen := fmt.Sprintf("%v + %v", find, render)
-		fmt.Printf("%-14s %-11d %-11s %-20s %-20s %s\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(svc), med(ep), gen)
+		fmt.Printf("%-14s %-11d %-11s %-11s %-20s %-20s %s\n", fmt.Sprintf("%d x 5", n), lines, med(full), med(restart), med(svc), med(ep), gen)
 	}
 	return nil
 }

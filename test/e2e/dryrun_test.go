@@ -93,7 +93,7 @@ spec:
 		// The endpoint, in the rules of the proxy mode a real start
 		// would choose.
 		if !strings.Contains(string(log), "-j DNAT --to-destination "+reps[0].PodIP+":8080") &&
-			!strings.Contains(string(log), "dnat to "+reps[0].PodIP+":8080") {
+			!strings.Contains(string(log), " : "+reps[0].PodIP+" . 8080") {
 			return fmt.Errorf("dry-run output lacks a DNAT to %s:8080", reps[0].PodIP)
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -147,16 +148,22 @@ func (n *Node) ServiceDestinations(ctx context.Context) (map[string]bool, error)
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		for i := 0; i+1 < len(f); i++ {
-			switch {
-			case f[i] == "--to-destination":
+			if f[i] == "--to-destination" {
 				dest[f[i+1]] = true
-			case f[i] == "dnat" && f[i+1] == "to" && i+2 < len(f):
-				dest[f[i+2]] = true
 			}
+		}
+		// nftables: the elements of the endpoint maps,
+		// "... : 10.22.1.5 . 8080".
+		for _, m := range nftEndpoint.FindAllStringSubmatch(line, -1) {
+			dest[m[1]+":"+m[2]] = true
 		}
 	}
 	return dest, nil
 }
+
+// nftEndpoint is the endpoint of an element of the ip starling table's
+// endpoint maps, as nft lists it.
+var nftEndpoint = regexp.MustCompile(`: (\d+\.\d+\.\d+\.\d+) \. (\d+)\b`)
 
 // ProxyMode is the proxy mode the agent last said it chose
 // ("nftables", "iptables"; "" before it said).
