@@ -55,9 +55,10 @@ import (
 // map, keyed by the port and an index 0..N-1, and its chain goes to the
 // chain shared by all ports with N endpoints, which looks the endpoint up
 // with a random index below N, so each endpoint gets 1/N. An endpoint
-// replaced by another changes one map element and no chain (no rule, no
-// jump: the kernel does not walk the table to validate it), and a full
-// sync writes one or two chains per port instead of N+1 (make bench).
+// replaced by another changes one map element (and the hairpin set's)
+// and no chain (no rule, no jump: the kernel does not walk the table to
+// validate it), and a full sync writes one or two chains per port
+// instead of N+1 (make bench).
 // The lookups sit in the few shared pick chains, not in each port's
 // chain, because the kernel walks every element of a map each time a
 // rule in a chain new to it starts looking it up: a lookup per port made
@@ -173,7 +174,7 @@ type nftElem struct {
 
 // nftPort is what one port puts into the table.
 type nftPort struct {
-	chains []nftChain // the chains that jump to others last
+	chains []nftChain // the external chain, then the port's chain
 	elems  []nftElem
 }
 
@@ -260,7 +261,6 @@ func renderNFT(p Port, cfg Config) nftPort {
 		r.elems = append(r.elems, nftElem{nftServiceEndpoints, endpointKey(p.ClusterIP, p.Protocol, p.Port, i), endpointVal(ep),
 			fmt.Sprintf("%s . %d : %s . %d", ipShow(p), i, ep.Addr(), ep.Port())})
 	}
-	r.chains = append(r.chains, svc)
 	r.elems = append(r.elems, nftElem{nftServiceIPs, ipKey(p.ClusterIP, p.Protocol, p.Port), svc.name, ipShow(p) + " : goto " + svc.name})
 	if p.NodePort != 0 {
 		ext := nftChain{name: chainName(nftExtPrefix, id), rules: []nftRule{{kind: markAll}, {kind: gotoChain, chain: pickChain(n, true).name}}}
@@ -268,9 +268,13 @@ func renderNFT(p Port, cfg Config) nftPort {
 			r.elems = append(r.elems, nftElem{nftNodePortEndpoints, nodePortEndpointKey(p.Protocol, p.NodePort, i), endpointVal(ep),
 				fmt.Sprintf("%s . %d : %s . %d", nodePortShow(p), i, ep.Addr(), ep.Port())})
 		}
+		// Before the port's chain: an earlier version's external
+		// chain went to it, and a full sync cut between the two would
+		// send NodePort packets to a lookup by ClusterIP.
 		r.chains = append(r.chains, ext)
 		r.elems = append(r.elems, nftElem{nftServiceNodePorts, nodePortKey(p.Protocol, p.NodePort), ext.name, nodePortShow(p) + " : goto " + ext.name})
 	}
+	r.chains = append(r.chains, svc)
 	return r
 }
 
@@ -447,6 +451,7 @@ func nftChangeTx(c Change, cfg Config, hairpin map[netip.Addr]int, picks map[str
 	for _, p := range c.Removed {
 		tx.replace(renderNFT(p, cfg), nftPort{})
 	}
+	tx.handOver()
 	add, del := recount(hairpin, c, endpointAddrs)
 	slices.SortFunc(add, netip.Addr.Compare)
 	slices.SortFunc(del, netip.Addr.Compare)
@@ -480,7 +485,7 @@ func NFTChange(c Change, cfg Config) (chains, elems int) {
 // replaced (before a chain looks for them), new pick chains, new chains,
 // rewritten chains, dispatch map elements deleted and added, the
 // elements no chain uses any more, and the chains no longer used,
-// flushed then deleted (pick chains stay until a full sync).
+// flushed then deleted (pick chains last).
 type nftTx struct {
 	early        elemOps
 	picks        []nftChain
@@ -542,6 +547,38 @@ func (tx *nftTx) replace(old, new nftPort) {
 		} else {
 			tx.late = append(tx.late, e)
 		}
+	}
+}
+
+// handOver turns an endpoint-map key that one port of the change gives
+// up and another takes (a port renamed, a ClusterIP or NodePort taken by
+// another Service) into one replacement, or into nothing when the value
+// is the same. replace sees one port at a time: it would add the key
+// early (refused, or a no-op, as the old element is there) and delete it
+// late, taking the new port's element with it.
+func (tx *nftTx) handOver() {
+	type id struct{ set, key string }
+	added := map[id]int{}
+	for i, e := range tx.early.add {
+		added[id{e.set, e.key}] = i
+	}
+	same := map[int]bool{}
+	late := tx.late[:0]
+	for _, e := range tx.late {
+		i, ok := added[id{e.set, e.key}]
+		switch {
+		case !ok:
+			late = append(late, e)
+		case tx.early.add[i].val == e.val:
+			same[i] = true
+		default:
+			tx.early.del = append(tx.early.del, e)
+		}
+	}
+	tx.late = late
+	if len(same) > 0 {
+		i := 0
+		tx.early.add = slices.DeleteFunc(tx.early.add, func(nftElem) bool { i++; return same[i-1] })
 	}
 }
 

@@ -219,6 +219,23 @@ func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
 				return big
 			}, false},
 			{"a restart with 700 of them", func() []Port { return big[:700] }, true},
+			// Map keys that pass from one port to another in one
+			// change: a renamed port (same ClusterIP, port, NodePort
+			// and endpoints), and a Service removed while another
+			// takes its ClusterIP and NodePort with other endpoints.
+			// (The new port's elements were deleted as the old port's,
+			// or refused as existing.)
+			{"a port renamed", func() []Port {
+				big = big[:700]
+				big[0].Name = "renamed"
+				return big
+			}, false},
+			{"a Service's ClusterIP and NodePort taken by another", func() []Port {
+				taker := big[1]
+				taker.Service, taker.Endpoints = "default/taker", addrPorts("10.22.7.2:80", "10.22.7.3:80", "10.22.7.4:80")
+				big = append(big[:1], big[2:]...)
+				return append(big, taker)
+			}, false},
 		} {
 			if step.fresh {
 				if s2, err = NewNFTSyncer(nil); err != nil {
