@@ -432,3 +432,40 @@ func TestNFTRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// An agent upgraded from the layout with a chain per endpoint (the table
+// an earlier version wrote for one port, testdata/nft-endpoint-chains.nft)
+// converges on its first sync: the endpoint chains go, the maps and pick
+// chains come, and nothing else is left.
+func TestNFTSyncerUpgradesTheEndpointChainLayout(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs the nft tool to write the old table")
+	}
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	inNewNetns(t, func() error {
+		if out, err := exec.Command("nft", "-f", "testdata/nft-endpoint-chains.nft").CombinedOutput(); err != nil {
+			return fmt.Errorf("nft -f: %v: %s", err, out)
+		}
+		before, _ := exec.Command("nft", "list", "table", "ip", NFTTable).CombinedOutput()
+		if !strings.Contains(string(before), "endpoint-C4YJSLPGAG4J") {
+			return fmt.Errorf("the old table lacks its endpoint chain:\n%s", before)
+		}
+		ports := []Port{{Service: "default/web", Name: "http", Protocol: TCP, ClusterIP: netip.MustParseAddr("10.23.0.10"), Port: 80, NodePort: 30080,
+			Endpoints: addrPorts("10.22.1.1:8080", "10.22.1.2:8080")}}
+		s, err := NewNFTSyncer(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Sync(context.Background(), ports, cfg); err != nil {
+			return fmt.Errorf("first sync over the old table: %w\n%s", err, nftDump())
+		}
+		k, err := readNFT(s.b.(*nftBackend))
+		if err != nil {
+			return err
+		}
+		if err := k.diff(wantNFT(&s.model)); err != nil {
+			return fmt.Errorf("after the first sync: %w\n%s", err, nftDump())
+		}
+		return nil
+	})
+}
