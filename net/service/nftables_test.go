@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 )
 
@@ -22,6 +23,13 @@ import (
 type nftKernel struct {
 	chains []string
 	elems  map[string]map[string]string
+	rules  map[string]string // per-port and pick chain -> ruleShape
+}
+
+// ruleShape sums up a chain's rules: how many, where the last one goes,
+// and the modulus of a numgen in it ("2 rules, goto pick-5, mod 0").
+func ruleShape(n int, target string, mod uint32) string {
+	return fmt.Sprintf("%d rules, goto %s, mod %d", n, target, mod)
 }
 
 func readNFT(b *nftBackend) (nftKernel, error) {
@@ -36,6 +44,31 @@ func readNFT(b *nftBackend) (nftKernel, error) {
 		}
 	}
 	slices.Sort(k.chains)
+	k.rules = map[string]string{}
+	for _, name := range k.chains {
+		if !isNFTPortChain(name) {
+			continue
+		}
+		rules, err := b.conn.GetRules(b.table, &nftables.Chain{Table: b.table, Name: name})
+		if err != nil {
+			return k, fmt.Errorf("rules of %s: %w", name, err)
+		}
+		var target string
+		var mod uint32
+		for _, r := range rules {
+			for _, e := range r.Exprs {
+				switch e := e.(type) {
+				case *expr.Verdict:
+					if e.Kind == expr.VerdictGoto {
+						target = e.Chain
+					}
+				case *expr.Numgen:
+					mod = e.Modulus
+				}
+			}
+		}
+		k.rules[name] = ruleShape(len(rules), target, mod)
+	}
 	k.elems = map[string]map[string]string{}
 	for name, set := range b.sets {
 		els, err := b.conn.GetSetElements(set)
@@ -57,7 +90,20 @@ func readNFT(b *nftBackend) (nftKernel, error) {
 
 // wantNFT is what the table must hold for the ports of m.
 func wantNFT(m *Model) nftKernel {
-	k := nftKernel{elems: map[string]map[string]string{}}
+	k := nftKernel{elems: map[string]map[string]string{}, rules: map[string]string{}}
+	shape := func(c nftChain) {
+		var target string
+		var mod uint32
+		for _, r := range c.rules {
+			if r.kind == gotoChain {
+				target = r.chain
+			}
+			if r.kind == dnatMap || r.kind == dnatNodePortMap {
+				mod = r.mod
+			}
+		}
+		k.rules[c.name] = ruleShape(len(c.rules), target, mod)
+	}
 	for _, set := range nftSets {
 		k.elems[set] = map[string]string{}
 	}
@@ -67,6 +113,7 @@ func wantNFT(m *Model) nftKernel {
 		r := renderNFT(p, m.Config())
 		for _, c := range r.chains {
 			k.chains = append(k.chains, c.name)
+			shape(c)
 		}
 		for _, e := range r.elems {
 			k.elems[e.set][e.key] = e.val
@@ -77,6 +124,7 @@ func wantNFT(m *Model) nftKernel {
 	}
 	for name := range count(m.Ports(), pickNames) {
 		k.chains = append(k.chains, name)
+		shape(pickFor(name))
 	}
 	slices.Sort(k.chains)
 	return k
@@ -85,6 +133,11 @@ func wantNFT(m *Model) nftKernel {
 func (k nftKernel) diff(want nftKernel) error {
 	if !slices.Equal(k.chains, want.chains) {
 		return fmt.Errorf("chains: the table holds %d, the model %d (%v vs %v)", len(k.chains), len(want.chains), firstDiff(k.chains, want.chains), firstDiff(want.chains, k.chains))
+	}
+	for chain, w := range want.rules {
+		if g := k.rules[chain]; g != w {
+			return fmt.Errorf("chain %s: %s, want %s", chain, g, w)
+		}
 	}
 	for set, w := range want.elems {
 		g := k.elems[set]
