@@ -291,9 +291,10 @@ func simulate(t *testing.T, n int) {
 	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
 		window = 5 * time.Minute // most of a CPU profile of the run is then the idle cluster
 	}
+	k0 := c.streamKinds()
 	idle := c.measure(window)
-	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node",
-		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100)
+	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node; streams in %v: %s",
+		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100, window, c.streamKindsSince(k0))
 	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
 		return // (profiling the idle cluster: go test -cpuprofile)
 	}

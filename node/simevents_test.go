@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +47,23 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	time.Sleep(30 * time.Second)
 	s0, w0, k0 := c.sent(), c.statusWrites(), c.streamKinds()
+	// The streams of the return are those with a returning node at one
+	// end: the stayers' own push/pulls come in bursts (memberlist
+	// staggers them over its base interval, then ticks every node at the
+	// scaled one: at 300 nodes all 300 within 30 s every 150 s), so a
+	// minute of them is anywhere from 0 to 17 MB.
+	toReturners := func() (b int64) {
+		for _, o := range c.nodes {
+			if slices.Contains(failed, o) {
+				continue // counted as the returners' own
+			}
+			for _, f := range failed {
+				b += o.tr.StreamBytesTo(f.tr.Addr())
+			}
+		}
+		return b
+	}
+	with0 := toReturners()
 	back := time.Now()
 	for _, f := range failed {
 		c.startNode(f, []string{c.up()[0].tr.Addr()})
@@ -65,15 +83,20 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
 	// What the returns cost: the packets over the idle cluster's steady
-	// packet traffic, plus every stream of the minute (push/pulls of the
-	// idle cluster included: they come every few minutes a node, too
-	// unevenly to subtract), an upper bound.
+	// packet traffic, plus the streams with a returning node at one end
+	// (what they sent, and what the others sent them). Every stream of
+	// the minute gives an upper bound.
 	packets := float64(s1.PacketBytes-s0.PacketBytes) - idle.packetBytesPerNode*float64(n)*time.Minute.Seconds()
 	streams := float64(s1.StreamBytes - s0.StreamBytes)
 	extra := packets + streams
-	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster at most %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle, %.2f MB on %d connections [%s]; %.0f node records published",
-		label, fail, took.Round(time.Millisecond), ok, extra/1e6, extra/1e6/float64(fail),
-		packets/1e6, streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), w1-w0)
+	with := float64(toReturners() - with0)
+	for _, f := range failed {
+		with += float64(f.tr.Counters().StreamBytes) // a new transport: this minute's
+	}
+	cost := packets + with
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle and %.2f MB on streams with the returning nodes; all streams of the minute, the stayers' own included: %.2f MB on %d connections [%s] (at most %.2f MB with them); %.0f node records published",
+		label, fail, took.Round(time.Millisecond), ok, cost/1e6, cost/1e6/float64(fail), packets/1e6, with/1e6,
+		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0)
 }
 
 // explainOwners reports why singleOwners does not hold.

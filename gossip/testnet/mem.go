@@ -60,7 +60,20 @@ type MemTransport struct {
 	// encryption or a label every stream is 10 or 244), and kindBytes
 	// what they carried both ways.
 	kinds, kindBytes [256]atomic.Int64
+	// sentTo counts the stream bytes t wrote, by the peer's address
+	// (*atomic.Int64).
+	sentTo sync.Map
 }
+
+// to is the counter of the stream bytes t writes to the node at addr.
+func (t *MemTransport) to(addr string) *atomic.Int64 {
+	c, _ := t.sentTo.LoadOrStore(addr, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// StreamBytesTo is how many bytes t wrote on streams (dialled or
+// accepted) with the node at addr (its Addr).
+func (t *MemTransport) StreamBytesTo(addr string) int64 { return t.to(addr).Load() }
 
 var _ memberlist.NodeAwareTransport = (*MemTransport)(nil)
 
@@ -204,7 +217,7 @@ func (t *MemTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case dest.streamCh <- &countingConn{Conn: &memConn{Conn: remote, local: dest.ip, remote: t.ip}, n: &dest.streamBytes}:
+	case dest.streamCh <- &countingConn{Conn: &memConn{Conn: remote, local: dest.ip, remote: t.ip}, n: &dest.streamBytes, to: dest.to(t.addr)}:
 	case <-dest.done:
 		local.Close()
 		remote.Close()
@@ -215,7 +228,7 @@ func (t *MemTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: dial %s timed out", a.Addr)}
 	}
 	t.streams.Add(1)
-	kc := &kindConn{Conn: &countingConn{Conn: &memConn{Conn: local, local: t.ip, remote: dest.ip}, n: &t.streamBytes}, t: t}
+	kc := &kindConn{Conn: &countingConn{Conn: &memConn{Conn: local, local: t.ip, remote: dest.ip}, n: &t.streamBytes, to: t.to(dest.addr)}, t: t}
 	kc.kind.Store(-1)
 	return kc, nil
 }

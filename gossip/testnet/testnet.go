@@ -219,11 +219,15 @@ func (t *Transport) Shutdown() error {
 
 type countingConn struct {
 	net.Conn
-	n *atomic.Int64
+	n  *atomic.Int64
+	to *atomic.Int64 // also counts here, if set: the writer's bytes to this peer
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.n.Add(int64(n))
+	if c.to != nil {
+		c.to.Add(int64(n))
+	}
 	return n, err
 }

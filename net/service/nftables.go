@@ -59,17 +59,20 @@ import (
 // and no chain (no rule, no jump: the kernel does not walk the table to
 // validate it), and a full sync writes one or two chains per port
 // instead of N+1 (make bench).
+//
 // The lookups sit in the few shared pick chains, not in each port's
 // chain, because the kernel walks every element of a map each time a
-// rule in a chain new to it starts looking it up: a lookup per port made
-// a full sync of 10,000 Services take 30 s. A NodePort's packet carries
-// the node's address, not the ClusterIP, so NodePorts have their own
-// endpoint map, keyed by protocol and NodePort. A pod that reaches itself through its Service is
-// masqueraded in postrouting, where after DNAT its source is its
-// destination: the hairpin set holds "a . a" for every endpoint address
-// a, counted over the ports that use it. Clients from outside the
-// cluster CIDR are marked in the port's chain as before, so both
-// hairpin and client-address rules stay what kube-proxy's are.
+// rule in a chain new to it starts looking it up (nf_tables_bind_set): a
+// lookup per port made a full sync of 10,000 Services take 30 s. A
+// NodePort's packet carries the node's address, not the ClusterIP, so
+// NodePorts have their own endpoint map, keyed by protocol and NodePort.
+//
+// A pod that reaches itself through its Service is masqueraded in
+// postrouting, where after DNAT its source is its destination: the
+// hairpin set holds "a . a" for every endpoint address a, counted over
+// the ports that use it. Clients from outside the cluster CIDR are
+// marked in the port's chain as before, so both hairpin and
+// client-address rules stay what kube-proxy's are.
 //
 // Dispatch is one map lookup whatever the number of Services, so a
 // Service or endpoint change touches its own chains and map elements
@@ -615,19 +618,25 @@ func (b *nftBackend) apply(tx *nftTx) error {
 	if err := b.replaceElements(t, tx.late, nil); err != nil {
 		return err
 	}
-	for _, name := range tx.gone {
-		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
-		if err := t.add(1); err != nil {
-			return err
-		}
-	}
-	for _, name := range tx.gone {
-		b.conn.DelChain(&nftables.Chain{Table: b.table, Name: name})
-		if err := t.add(1); err != nil {
-			return err
-		}
+	if err := b.dropChains(t, tx.gone); err != nil {
+		return err
 	}
 	return t.flush()
+}
+
+// dropChains flushes the chains names, then deletes them: a chain can go
+// only once no rule goes to it, and chains that go to one another go
+// together. Counted in t.
+func (b *nftBackend) dropChains(t *batcher, names []string) error {
+	for _, op := range []func(*nftables.Chain){b.conn.FlushChain, b.conn.DelChain} {
+		for _, name := range names {
+			op(&nftables.Chain{Table: b.table, Name: name})
+			if err := t.add(1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // replaceElements deletes del and adds add, in chunks of elemChunk keys
@@ -883,20 +892,8 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 		}
 	}
 	slices.Sort(stale)
-	for _, name := range stale {
-		b.conn.FlushChain(&nftables.Chain{Table: b.table, Name: name})
-		if err := t.add(1); err != nil {
-			return err
-		}
-	}
-	if err := t.flush(); err != nil {
+	if err := b.dropChains(t, stale); err != nil {
 		return err
-	}
-	for _, name := range stale {
-		b.conn.DelChain(&nftables.Chain{Table: b.table, Name: name})
-		if err := t.add(1); err != nil {
-			return err
-		}
 	}
 	if err := t.flush(); err != nil {
 		return err
