@@ -67,6 +67,18 @@ func (c *simCluster) streamKinds() map[*testnet.MemTransport][2]map[byte]int64 {
 	return out
 }
 
+// userMessageStream is memberlist's userMsg type, a stream's first byte.
+const userMessageStream = 8
+
+// kindBytesSince is the bytes both ways of the streams of kind dialled
+// since before (a streamKinds).
+func (c *simCluster) kindBytesSince(before map[*testnet.MemTransport][2]map[byte]int64, kind byte) (n int64) {
+	for tr, now := range c.streamKinds() {
+		n += now[1][kind] - before[tr][1][kind]
+	}
+	return n
+}
+
 // streamKindsSince describes the streams dialled since before (a
 // streamKinds), by kind: "push/pull 12 (1.2 MB), user 40 (0.3 MB)".
 func (c *simCluster) streamKindsSince(before map[*testnet.MemTransport][2]map[byte]int64) string {
@@ -170,6 +182,10 @@ type figures struct {
 	// (steady); the rest went on streams (push/pulls every few minutes
 	// a node: a minute's worth varies by a few MB at 300 nodes).
 	packetBytesPerNode float64
+	// userStreamBytesPerNode is what went on streams of user messages
+	// (digests, sync requests, large records), both ways: steady, unlike
+	// push/pulls.
+	userStreamBytesPerNode float64
 	// questionsPerNode are the quorum questions a node asks a second
 	// (each answered: twice the packets).
 	questionsPerNode float64
@@ -180,6 +196,7 @@ type figures struct {
 func (c *simCluster) measure(window time.Duration) figures {
 	b0, p0 := c.bytes()
 	s0 := c.sent()
+	k0 := c.streamKinds()
 	q0 := c.questions()
 	cpu0 := cpuTime()
 	time.Sleep(window)
@@ -191,7 +208,8 @@ func (c *simCluster) measure(window time.Duration) figures {
 	secs := window.Seconds()
 	return figures{bytesPerNode: float64(b1-b0) / up / secs, packetsPerNode: float64(p1-p0) / up / secs,
 		cpuPerNode: cpu.Seconds() / up / secs, questionsPerNode: float64(q1-q0) / up / secs,
-		packetBytesPerNode: float64(s1.PacketBytes-s0.PacketBytes) / up / secs}
+		packetBytesPerNode:     float64(s1.PacketBytes-s0.PacketBytes) / up / secs,
+		userStreamBytesPerNode: float64(c.kindBytesSince(k0, userMessageStream)) / up / secs}
 }
 
 // realNow is the machine's monotonic clock, outside the bubble's.
