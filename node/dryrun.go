@@ -112,6 +112,11 @@ func (p *printer) Sync(_ context.Context, ports []service.Port, cfg service.Conf
 	return false, nil
 }
 
+// SyncServices is Sync over every port: a dry run prints the whole table.
+func (p *printer) SyncServices(ctx context.Context, _ map[string][]service.Port, all func() []service.Port, cfg service.Config) (bool, error) {
+	return p.Sync(ctx, all(), cfg)
+}
+
 // dryRunNFT reports whether a real start with proxy mode would write
 // nftables rules (serviceSyncer), asking the host without changing it.
 func dryRunNFT(ctx context.Context, mode string) bool {

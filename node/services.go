@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/service"
@@ -40,95 +39,13 @@ func serviceSpecs(svcs []manifest.Object) []service.Spec {
 	return specs
 }
 
-// readyEndpoints returns the addresses of the ready, running replicas of
-// live nodes, by workload ("namespace/name"). A node's replicas count only
-// when its subnet claim is the winning one for its subnet and has settled,
-// and only addresses inside that subnet are taken: a node cannot make
-// another node's pods, or any other address, endpoints of a Service.
-func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winners map[string]bool) map[string][]netip.Addr {
-	out := map[string][]netip.Addr{}
-	for name, s := range statuses {
-		if !alive[name] || !winners[name] || !s.SubnetReady {
-			continue
-		}
-		subnet, err := netip.ParsePrefix(s.PodSubnet)
-		if err != nil {
-			continue
-		}
-		for _, r := range s.Replicas {
-			if !r.Ready || r.Phase != api.PhaseRunning {
-				continue
-			}
-			ip, err := netip.ParseAddr(r.PodIP)
-			if err != nil || !subnet.Contains(ip) {
-				continue
-			}
-			k := reconcile.WorkloadKey(r.Namespace, r.Workload)
-			out[k] = append(out[k], ip)
-		}
-	}
-	return out
-}
-
-// servicePorts builds the dataplane input: every port of every Service
-// with an allocated ClusterIP, and as endpoints the ready addresses of the
-// workloads its selector matches, at the resolved target port.
-func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []manifest.Object, ready map[string][]netip.Addr) []service.Port {
-	var ports []service.Port
-	for _, o := range svcs {
-		s := o.Service
-		key := o.Namespace + "/" + o.Name
-		ip, ok := alloc.ClusterIPs[key]
-		if !ok {
-			continue
-		}
-		for _, sp := range s.Spec.Ports {
-			p := service.Port{Service: key, Name: sp.Name, Protocol: service.Protocol(sp.Protocol), ClusterIP: ip, Port: uint16(sp.Port),
-				NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name])}
-			if len(s.Spec.Selector) > 0 {
-				sel := labels.SelectorFromSet(s.Spec.Selector)
-				for _, d := range workloads {
-					if d.Namespace != o.Namespace || !sel.Matches(labels.Set(d.PodTemplate().Labels)) {
-						continue
-					}
-					target, ok := targetPort(sp, d)
-					if !ok || target <= 0 || target > 65535 {
-						continue
-					}
-					for _, podIP := range ready[reconcile.WorkloadKey(d.Namespace, d.Name)] {
-						p.Endpoints = append(p.Endpoints, netip.AddrPortFrom(podIP, uint16(target)))
-					}
-				}
-			}
-			ports = append(ports, p)
-		}
-	}
-	return ports
-}
-
-// targetPort resolves a Service port's targetPort against a workload's
-// container: a number is used as is, a name must be a container port name.
-func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
-	if sp.TargetPort.Type == 0 { // intstr.Int
-		if sp.TargetPort.IntVal == 0 {
-			return sp.Port, true
-		}
-		return sp.TargetPort.IntVal, true
-	}
-	for _, c := range d.PodTemplate().Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
-				return cp.ContainerPort, true
-			}
-		}
-	}
-	return 0, false
-}
-
-// ruleSyncer applies Service rules: service.Syncer (iptables), or the
-// dry run's printer. Sync reports whether it wrote anything.
+// ruleSyncer applies Service rules: service.Syncer, or the dry run's
+// printer. Sync is given every port, SyncServices the ports of the
+// Services that changed (and every port, on demand, for a full sync);
+// both report whether they wrote anything.
 type ruleSyncer interface {
 	Sync(ctx context.Context, ports []service.Port, cfg service.Config) (bool, error)
+	SyncServices(ctx context.Context, changed map[string][]service.Port, all func() []service.Port, cfg service.Config) (bool, error)
 }
 
 // services keeps this node's Service rules following the view. It owns
@@ -162,11 +79,26 @@ func (sv *services) loop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		changed := sv.views.changed()
-		ports := sv.views.view().ports
+		// The Services noted before the view is read: a view built in
+		// between is read with keys of the one before, which sync to
+		// its ports as well, and its own keys come with the next pass.
+		keys, all := sv.views.svcChanges.take()
+		v := sv.views.view()
+		cfg := service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
 		start := time.Now()
-		wrote, err := sv.rules.Sync(ctx, ports, service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()})
+		var wrote bool
+		var err error
+		if all {
+			wrote, err = sv.rules.Sync(ctx, v.allPorts(), cfg)
+		} else {
+			svcs := make(map[string][]service.Port, len(keys))
+			for _, k := range keys {
+				svcs[k] = v.svcPorts.get(k)
+			}
+			wrote, err = sv.rules.SyncServices(ctx, svcs, v.allPorts, cfg)
+		}
 		if wrote {
-			sv.log.Info("service rules synced", "ports", len(ports), "took", time.Since(start).Round(time.Millisecond))
+			sv.log.Info("service rules synced", "services", v.svcPorts.len(), "changed", len(keys), "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err != nil {
 			sv.log.Warn("sync service rules", "err", err)

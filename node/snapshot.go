@@ -82,6 +82,12 @@ type views struct {
 	claimsGen, nodesGen uint64
 	// claims indexes held's subnet claims and their winners.
 	claims *claimIndex
+
+	// endpoints indexes the ready endpoints of the views derived;
+	// svcChanges gathers the Services whose ports changed, for the
+	// services loop (serviceview.go).
+	endpoints  endpointIndex
+	svcChanges serviceChanges
 }
 
 func newViews() *views {
@@ -227,7 +233,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind).
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
-		v.ports, v.unlisted = prev.ports, prev.unlisted
+		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
 		vs.derive(v, prev, selfHeld)
 	}
@@ -270,7 +276,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 		v.placement, v.base, v.owner = place(v.eligible, v.workloads, v.all, v.excluded)
 		vs.placements.Inc()
 	}
-	v.ports = servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
+	vs.servicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).

@@ -49,10 +49,12 @@ type view struct {
 	hashes map[string]string
 	probes map[string]probe.Probes
 	// services are the Services, alloc their ClusterIPs and NodePorts,
-	// ports the dataplane input (serviceView).
+	// svcIndex the workloads they select, svcPorts the dataplane input
+	// by Service key (serviceview.go).
 	services []manifest.Object
 	alloc    service.Allocation
-	ports    []service.Port
+	svcIndex serviceIndex
+	svcPorts *portShards
 	// objectsKey and placementKey identify the inputs the desired
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.

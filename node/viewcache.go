@@ -53,7 +53,7 @@ func (id recordID) same(r crdt.Record) bool {
 func (vs *views) objectsInto(v, prev *view) error {
 	if prev != nil && prev.objGen == v.objGen {
 		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
+		v.workloads, v.all, v.services, v.alloc, v.svcIndex, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.svcIndex, prev.hashes, prev.probes
 		return nil
 	}
 	var wrecs []crdt.Record
@@ -71,7 +71,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
 	if prev != nil && prev.objectsKey == v.objectsKey {
 		v.workloadsKey = prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.hashes, prev.probes
+		v.workloads, v.all, v.services, v.alloc, v.svcIndex, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.svcIndex, prev.hashes, prev.probes
 		return nil
 	}
 	seen := map[string]bool{}
@@ -85,6 +85,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 	v.all = desiredReplicas(v.workloads)
 	v.hashes, v.probes = currentProbes(v.workloads)
 	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
+	v.svcIndex = newServiceIndex(v.services, v.workloads)
 	v.workloadsKey = workloadsKey(v.workloads)
 	return nil
 }

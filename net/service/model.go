@@ -32,6 +32,9 @@ type Model struct {
 	cfg   Config
 	ports map[portKey]*modelPort
 	seen  uint64 // Update's generation, to find removed ports
+	// bySvc lists each Service's ports (UpdateServices). Built on first
+	// use from ports; an Update that adds or removes ports drops it.
+	bySvc map[string][]portKey
 }
 
 type modelPort struct {
@@ -108,10 +111,85 @@ func (m *Model) Update(ports []Port, cfg Config) Change {
 			}
 		}
 	}
+	if len(c.Added) > 0 || len(c.Removed) > 0 {
+		m.bySvc = nil
+	}
+	c.sort()
+	return c
+}
+
+// UpdateServices makes the model hold, for each Service key of svcs, the
+// given ports and no others (an empty list: the Service has none), under
+// cfg, and returns what changed. Services not in svcs keep their ports:
+// its cost follows the ports given, not the size of the model (after the
+// first call following an Update that added or removed ports, which
+// indexes the model by Service once). Invalid ports (Port.valid), ports
+// of another Service than their key and a port given twice (the first
+// counts) are left out, as Update does.
+func (m *Model) UpdateServices(svcs map[string][]Port, cfg Config) Change {
+	if m.ports == nil {
+		m.ports = map[portKey]*modelPort{}
+	}
+	if m.bySvc == nil {
+		m.bySvc = map[string][]portKey{}
+		for k := range m.ports {
+			m.bySvc[k.Service] = append(m.bySvc[k.Service], k)
+		}
+	}
+	var c Change
+	if cfg != m.cfg {
+		c.Config = true
+		m.cfg = cfg
+	}
+	for svc, ports := range svcs {
+		var keys []portKey
+		for _, p := range ports {
+			if !p.valid() || p.Service != svc {
+				continue
+			}
+			k := p.key()
+			if slices.Contains(keys, k) {
+				continue
+			}
+			keys = append(keys, k)
+			mp, ok := m.ports[k]
+			if !ok {
+				mp = &modelPort{given: p.Endpoints, port: canonical(p), seen: m.seen}
+				m.ports[k] = mp
+				c.Added = append(c.Added, mp.port)
+				continue
+			}
+			mp.seen = m.seen
+			if sameGiven(mp, p) {
+				continue
+			}
+			old := mp.port
+			mp.given, mp.port = p.Endpoints, canonical(p)
+			if !samePort(old, mp.port) {
+				c.Updated = append(c.Updated, Replaced{Old: old, New: mp.port})
+			}
+		}
+		for _, k := range m.bySvc[svc] {
+			if !slices.Contains(keys, k) {
+				c.Removed = append(c.Removed, m.ports[k].port)
+				delete(m.ports, k)
+			}
+		}
+		if len(keys) == 0 {
+			delete(m.bySvc, svc)
+		} else {
+			m.bySvc[svc] = keys
+		}
+	}
+	c.sort()
+	return c
+}
+
+// sort orders c's lists by Service, port name and protocol.
+func (c *Change) sort() {
 	slices.SortFunc(c.Added, comparePorts)
 	slices.SortFunc(c.Removed, comparePorts)
 	slices.SortFunc(c.Updated, func(a, b Replaced) int { return comparePorts(a.New, b.New) })
-	return c
 }
 
 // Ports returns every port of the model, sorted by Service, port name and

@@ -331,20 +331,33 @@ func benchPorts(n int) []Port {
 }
 
 // BenchmarkChange measures generating one endpoint change among n
-// Services x 5 endpoints: Model.Update over all ports (a lookup and a
-// comparison each) and rendering the change.
+// Services x 5 endpoints, as the agent does: Model.UpdateServices given
+// the one changed Service, then rendering the change for each backend
+// (iptables text, nftables chains and elements). Its time and
+// allocations per change should not grow with n.
 func BenchmarkChange(b *testing.B) {
 	cfg := Config{ClusterCIDR: clusterCIDR}
-	for _, n := range []int{100, 1000, 10000} {
-		b.Run(fmt.Sprintf("%dx5", n), func(b *testing.B) {
-			ports := benchPorts(n)
-			var m Model
-			m.Update(ports, cfg)
-			for i := 0; i < b.N; i++ {
-				ports[n/2].Endpoints = []netip.AddrPort{ports[n/2].Endpoints[0], netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(i)}), 8080)}
-				ChangeText(m.Update(ports, cfg), cfg)
-			}
-		})
+	for _, backend := range []string{"iptables", "nftables"} {
+		for _, n := range []int{100, 1000, 10000} {
+			b.Run(fmt.Sprintf("%s/%dx5", backend, n), func(b *testing.B) {
+				ports := benchPorts(n)
+				var m Model
+				m.Update(ports, cfg)
+				m.UpdateServices(nil, cfg)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p := ports[n/2]
+					p.Endpoints = []netip.AddrPort{p.Endpoints[0], netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(i)}), 8080)}
+					c := m.UpdateServices(map[string][]Port{p.Service: {p}}, cfg)
+					if backend == "nftables" {
+						NFTChange(c, cfg)
+					} else {
+						ChangeText(c, cfg)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -431,4 +444,160 @@ func TestSyncerWritesChangesAndRepairsAfterFailureOrFlush(t *testing.T) {
 	check("after a flush", true)
 	cfg.MasqueradeAll = true
 	check("new configuration", true)
+}
+
+// byService groups ports by Service key, with an entry (maybe empty) for
+// each of keys.
+func byService(ports []Port, keys []string) map[string][]Port {
+	out := map[string][]Port{}
+	for _, k := range keys {
+		out[k] = nil
+	}
+	for _, p := range ports {
+		if _, ok := out[p.Service]; ok {
+			out[p.Service] = append(out[p.Service], p)
+		}
+	}
+	return out
+}
+
+// A model fed Service by Service (UpdateServices, given only the Services
+// that changed) holds what a model fed every port each time (Update)
+// holds, and reports the same changes; Services it is not given keep
+// their ports. Mixed with full Updates, both stay equal.
+func TestUpdateServicesFollowsUpdate(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	for run := 0; run < 50; run++ {
+		var full, inc Model
+		var ports []Port
+		for step := 0; step < 40; step++ {
+			next := randomPorts(rng, 8)
+			// Some Services keep their ports exactly.
+			for _, p := range ports {
+				if rng.Intn(2) == 0 {
+					next = slices.DeleteFunc(next, func(q Port) bool { return q.Service == p.Service })
+				}
+			}
+			kept := map[string]bool{}
+			for _, p := range ports {
+				if _, seen := kept[p.Service]; !seen && !slices.ContainsFunc(next, func(q Port) bool { return q.Service == p.Service }) {
+					kept[p.Service] = rng.Intn(2) == 0
+				}
+				if kept[p.Service] {
+					next = append(next, p) // every port of a kept Service
+				}
+			}
+			// Changed: every Service of the old or new list not kept,
+			// with a second port of another protocol now and then.
+			var changed []string
+			for _, p := range append(slices.Clone(ports), next...) {
+				if !kept[p.Service] && !slices.Contains(changed, p.Service) {
+					changed = append(changed, p.Service)
+				}
+			}
+			if len(next) > 0 && rng.Intn(4) == 0 {
+				q := next[0]
+				q.Name, q.NodePort = "q", 0
+				next = append(next, q)
+				if !slices.Contains(changed, q.Service) {
+					changed = append(changed, q.Service)
+				}
+			}
+			want := full.Update(next, cfg)
+			var got Change
+			if rng.Intn(5) == 0 {
+				got = inc.Update(next, cfg)
+			} else {
+				got = inc.UpdateServices(byService(next, changed), cfg)
+			}
+			if !reflectEqualChanges(got, want) {
+				t.Fatalf("run %d step %d: UpdateServices(%v) = %+v\nUpdate = %+v", run, step, changed, got, want)
+			}
+			if !slices.EqualFunc(inc.Ports(), full.Ports(), func(a, b Port) bool { return comparePorts(a, b) == 0 && samePort(a, b) }) {
+				t.Fatalf("run %d step %d: the models differ:\n%+v\n%+v", run, step, inc.Ports(), full.Ports())
+			}
+			ports = next
+		}
+	}
+}
+
+func reflectEqualChanges(a, b Change) bool {
+	same := func(x, y Port) bool { return comparePorts(x, y) == 0 && samePort(x, y) }
+	return a.Config == b.Config && slices.EqualFunc(a.Added, b.Added, same) && slices.EqualFunc(a.Removed, b.Removed, same) &&
+		slices.EqualFunc(a.Updated, b.Updated, func(x, y Replaced) bool { return same(x.Old, y.Old) && same(x.New, y.New) })
+}
+
+// Finding a one-Service change with UpdateServices costs the same at 100
+// and at 10,000 Services (allocations counted, not time: the model looks
+// at the Service given only).
+func TestUpdateServicesCostFollowsTheChange(t *testing.T) {
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	allocs := map[int]float64{}
+	for _, n := range []int{100, 10000} {
+		ports := benchPorts(n)
+		var m Model
+		m.Update(ports, cfg)
+		m.UpdateServices(nil, cfg) // index by Service once
+		i := 0
+		allocs[n] = testing.AllocsPerRun(50, func() {
+			i++
+			p := ports[n/2]
+			p.Endpoints = slices.Clone(p.Endpoints)
+			p.Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(i)}), 8080)
+			if c := m.UpdateServices(map[string][]Port{p.Service: {p}}, cfg); len(c.Updated) != 1 {
+				t.Fatalf("change %+v, want one port updated", c)
+			}
+		})
+	}
+	if allocs[10000] > allocs[100] {
+		t.Errorf("allocations per one-Service change: %v at 100 Services, %v at 10,000", allocs[100], allocs[10000])
+	}
+}
+
+// SyncServices writes the given Services' change alone, asking for every
+// port only when a full sync is due (first sync, after a failed restore,
+// after a flush), and leaves the kernel as a full sync of every port
+// would.
+func TestSyncServicesAsksForEveryPortOnlyForAFullSync(t *testing.T) {
+	cfg := Config{ClusterCIDR: clusterCIDR}
+	f := &fakeTables{k: kernel{}}
+	s := &Syncer{b: xt{t: f}}
+	ports := benchPorts(50)
+	asked := 0
+	all := func() []Port { asked++; return ports }
+	step := func(name string, changed map[string][]Port, wantAsked int) {
+		t.Helper()
+		if _, err := s.SyncServices(context.Background(), changed, all, cfg); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if asked != wantAsked {
+			t.Fatalf("%s: every port asked for %d times, want %d", name, asked, wantAsked)
+		}
+		want := fullKernel(t, ports, cfg)
+		for table, chains := range want {
+			for c, rules := range chains {
+				if !sameRules(c, f.k[table][c], rules) {
+					t.Fatalf("%s: %s %s = %q, want %q", name, table, c, f.k[table][c], rules)
+				}
+			}
+		}
+		if got, want := f.k.portChains(), want.portChains(); got != want {
+			t.Fatalf("%s: %d per-port chains, want %d", name, got, want)
+		}
+	}
+	step("first sync", nil, 1)
+	ports[3].Endpoints = ports[3].Endpoints[:2]
+	step("one endpoint fewer", map[string][]Port{ports[3].Service: {ports[3]}}, 1)
+	gone := ports[7].Service
+	ports = slices.Delete(ports, 7, 8)
+	step("a Service gone", map[string][]Port{gone: nil}, 1)
+	f.fail = true
+	ports = ports[1:]
+	if _, err := s.SyncServices(context.Background(), map[string][]Port{benchPorts(50)[0].Service: nil}, all, cfg); err == nil {
+		t.Fatal("the failed restore was not reported")
+	}
+	step("after a failed restore", nil, 2)
+	f.k["nat"][ChainCanary] = nil // iptables -t nat -F
+	step("after a flush", nil, 3)
 }

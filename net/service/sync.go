@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -154,14 +153,36 @@ func (t iptablesTables) natChains() ([]string, error) { return t.ipt.ListChains(
 // per-port chains no port uses, read from the kernel (what an earlier run
 // left behind, or a failed sync half-wrote).
 func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, error) {
+	return s.sync(ctx, func(bool) Change { return s.model.Update(ports, cfg) })
+}
+
+// SyncServices is Sync for a change of some Services: changed holds, by
+// Service key ("namespace/name"), each changed Service's ports (none: it
+// has no port now, or is gone); every other Service keeps what the last
+// sync gave it. Finding what to write costs in proportion to changed
+// (Model.UpdateServices), not to the table. all returns every port; it
+// is called only when a full sync is due (the first one, after a failed
+// one, when the canary shows a flush).
+func (s *Syncer) SyncServices(ctx context.Context, changed map[string][]Port, all func() []Port, cfg Config) (bool, error) {
+	return s.sync(ctx, func(full bool) Change {
+		if full {
+			return s.model.Update(all(), cfg)
+		}
+		return s.model.UpdateServices(changed, cfg)
+	})
+}
+
+// sync applies the change update makes to the model: on top of what the
+// kernel holds, or everything when full (update is then given a new,
+// empty model to fill).
+func (s *Syncer) sync(ctx context.Context, update func(full bool) Change) (bool, error) {
 	if s.synced && !s.b.intact() {
 		s.synced = false
 	}
 	if !s.synced {
 		s.model = Model{}
 	}
-	prevUDP := s.udp
-	c := s.model.Update(ports, cfg)
+	c := update(!s.synced)
 	if s.synced && c.Empty() {
 		return false, nil
 	}
@@ -171,13 +192,21 @@ func (s *Syncer) Sync(ctx context.Context, ports []Port, cfg Config) (bool, erro
 		return false, err
 	}
 	s.synced = true
-	if !s.started || c.Config || prevUDP == nil || len(c.Added) == s.model.Len() {
+	// The UDP endpoint addresses no port uses any more: counted again
+	// after a full sync, followed through the change otherwise.
+	var gone []netip.Addr
+	if !s.started || c.Config || s.udp == nil || len(c.Added) == s.model.Len() {
+		was := s.udp
 		s.udp = count(s.model.Ports(), udpEndpointAddrs)
+		for ip := range was {
+			if s.udp[ip] == 0 {
+				gone = append(gone, ip)
+			}
+		}
 	} else {
-		s.udp = maps.Clone(prevUDP)
-		recount(s.udp, c, udpEndpointAddrs)
+		_, gone = recount(s.udp, c, udpEndpointAddrs)
 	}
-	s.forgetUDP(prevUDP, cfg)
+	s.forgetUDP(gone, s.model.Config())
 	s.started = true
 	return true, nil
 }
@@ -262,13 +291,13 @@ func udpEndpointAddrs(p Port) []netip.Addr {
 }
 
 // forgetUDP deletes the conntrack entries of UDP flows to endpoints that
-// are gone. UDP has no connection end: without this, a client that keeps
+// are gone (the addresses of gone). UDP has no connection end: without this, a client that keeps
 // its socket keeps being NATed to the old endpoint's address (kube-proxy
 // does the same clean-up, kubernetes#59368). On the first sync, the
 // endpoints of before are not known (the agent restarted, and Services or
 // endpoints may have gone while it was down): every NATed UDP flow to an
 // address of the cluster CIDR that is no UDP endpoint now is deleted.
-func (s *Syncer) forgetUDP(prev map[netip.Addr]int, cfg Config) {
+func (s *Syncer) forgetUDP(gone []netip.Addr, cfg Config) {
 	if !s.started {
 		cluster := cfg.ClusterCIDR
 		s.b.forgetUDP(func(f *netlink.ConntrackFlow) bool {
@@ -282,12 +311,6 @@ func (s *Syncer) forgetUDP(prev map[netip.Addr]int, cfg Config) {
 			return natted && cluster.IsValid() && cluster.Contains(to) && s.udp[to] == 0
 		})
 		return
-	}
-	var gone []netip.Addr
-	for ip := range prev {
-		if s.udp[ip] == 0 {
-			gone = append(gone, ip)
-		}
 	}
 	if len(gone) == 0 {
 		return

@@ -51,10 +51,12 @@ func servicePorts(n int) []service.Port {
 // rulesChild measures, inside the bench namespace, medians of 5 runs of
 // the agent's Syncer over servicePorts (one in ten with a NodePort): a
 // full sync (fresh syncer: jump rules and the whole table), a restart (a
-// new Syncer's full sync over the same table), one Service changed (its port number: a dispatch rule replaced)
-// and one endpoint changed (an address replaced), end to end; and, for
-// the one-endpoint change, the time to find the change among all ports
-// (Model.Update) and to render it, without the kernel.
+// new Syncer's full sync over the same table), one Service changed (its
+// port number: a dispatch rule replaced) and one endpoint changed (an
+// address replaced), end to end through SyncServices given the changed
+// Service, as the agent's services loop calls it; and, for the
+// one-endpoint change, the time to find the change (Model.UpdateServices)
+// and to render it, without the kernel.
 func rulesChild(ns string) error {
 	// It flushes the nat table between runs: it must be in the test
 	// namespace it was given, never in the root one.
@@ -108,12 +110,18 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 				return err
 			}
 			ports := servicePorts(n)
-			step := func(into *[]time.Duration) {
+			// As the agent's services loop does: the changed Services
+			// (nil on a full sync), every port when a full sync is due.
+			step := func(into *[]time.Duration, changed ...int) {
 				if failed != nil {
 					return
 				}
+				svcs := map[string][]service.Port{}
+				for _, i := range changed {
+					svcs[ports[i].Service] = []service.Port{ports[i]}
+				}
 				start := time.Now()
-				if _, failed = s.Sync(context.Background(), ports, cfg); failed == nil {
+				if _, failed = s.SyncServices(context.Background(), svcs, func() []service.Port { return ports }, cfg); failed == nil {
 					*into = append(*into, time.Since(start))
 				}
 			}
@@ -125,10 +133,10 @@ func rulesFigures(backend, how string, cfg service.Config) error {
 			}
 			step(&restart)
 			ports[n/2].Port = 81
-			step(&svc)
+			step(&svc, n/2)
 			ports[n/3].Endpoints = slices.Clone(ports[n/3].Endpoints)
 			ports[n/3].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, byte(r + 2)}), 8080)
-			step(&ep)
+			step(&ep, n/3)
 			if r == 0 {
 				ports[n/3].Endpoints[0] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 9, 200}), 8080)
 				find, render = generation(ports, cfg, n/3, backend)
@@ -171,19 +179,21 @@ func med(ds []time.Duration) time.Duration {
 }
 
 // generation times, without the kernel, the two parts of generating a
-// one-endpoint change of port i: finding it among all ports
-// (Model.Update, a lookup and a comparison per port) and rendering it
-// (service.ChangeText, or service.NFTChange: the chains and elements the
-// netlink messages are made from); medians of 9.
+// one-endpoint change of port i: finding it (Model.UpdateServices given
+// the changed Service, as the agent's services loop gives it) and
+// rendering it (service.ChangeText, or service.NFTChange: the chains and
+// elements the netlink messages are made from); medians of 21 changes
+// to one long-lived model, as the agent keeps one.
 func generation(ports []service.Port, cfg service.Config, i int, backend string) (find, render time.Duration) {
 	var finds, renders []time.Duration
-	for r := 0; r < 9; r++ {
-		var m service.Model
-		m.Update(ports, cfg)
+	var m service.Model
+	m.Update(ports, cfg)
+	m.UpdateServices(nil, cfg) // the model's index by Service, as after the agent's first change
+	for r := 0; r < 21; r++ {
 		ports[i].Endpoints = slices.Clone(ports[i].Endpoints)
 		ports[i].Endpoints[1] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 22, 8, byte(r + 2)}), 8080)
 		start := time.Now()
-		c := m.Update(ports, cfg)
+		c := m.UpdateServices(map[string][]service.Port{ports[i].Service: {ports[i]}}, cfg)
 		finds = append(finds, time.Since(start))
 		start = time.Now()
 		if backend == "nftables" {

@@ -1,0 +1,432 @@
+package node
+
+import (
+	"hash/fnv"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// The Services' ports as the view computes them: by Service, each
+// recomputed only when what it is made of changed (its Service, the
+// workloads it selects, their ready endpoints), and the keys of the
+// Services whose ports changed handed to the services loop, which gives
+// only those to the rule syncer (service.Syncer.SyncServices).
+
+// serviceIndex is what the Services' ports are computed from that
+// changes only with the desired objects: the workloads each Service's
+// selector matches (by Service key), and the Services that select each
+// workload (by workload key). Built once per change of the objects:
+// O(Services x workloads of their namespace).
+type serviceIndex struct {
+	byKey     map[string]manifest.Object
+	matches   map[string][]manifest.Object
+	selectors map[string][]string
+}
+
+func newServiceIndex(svcs, workloads []manifest.Object) serviceIndex {
+	idx := serviceIndex{byKey: map[string]manifest.Object{}, matches: map[string][]manifest.Object{}, selectors: map[string][]string{}}
+	byNS := map[string][]manifest.Object{}
+	for _, d := range workloads {
+		byNS[d.Namespace] = append(byNS[d.Namespace], d)
+	}
+	for _, o := range svcs {
+		key := o.Namespace + "/" + o.Name
+		idx.byKey[key] = o
+		if len(o.Service.Spec.Selector) == 0 {
+			continue
+		}
+		sel := labels.SelectorFromSet(o.Service.Spec.Selector)
+		for _, d := range byNS[o.Namespace] {
+			if sel.Matches(labels.Set(d.PodTemplate().Labels)) {
+				idx.matches[key] = append(idx.matches[key], d)
+				w := reconcile.WorkloadKey(d.Namespace, d.Name)
+				idx.selectors[w] = append(idx.selectors[w], key)
+			}
+		}
+	}
+	return idx
+}
+
+// servicePortsOf is the dataplane input of Service o: each of its ports
+// if it has an allocated ClusterIP, with as endpoints the ready addresses
+// of the workloads its selector matches (matches), at the resolved
+// target port.
+func servicePortsOf(o manifest.Object, alloc service.Allocation, matches []manifest.Object, ready map[string][]netip.Addr) []service.Port {
+	key := o.Namespace + "/" + o.Name
+	ip, ok := alloc.ClusterIPs[key]
+	if !ok {
+		return nil
+	}
+	var ports []service.Port
+	for _, sp := range o.Service.Spec.Ports {
+		p := service.Port{Service: key, Name: sp.Name, Protocol: service.Protocol(sp.Protocol), ClusterIP: ip, Port: uint16(sp.Port),
+			NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name])}
+		for _, d := range matches {
+			target, ok := targetPort(sp, d)
+			if !ok || target <= 0 || target > 65535 {
+				continue
+			}
+			for _, podIP := range ready[reconcile.WorkloadKey(d.Namespace, d.Name)] {
+				p.Endpoints = append(p.Endpoints, netip.AddrPortFrom(podIP, uint16(target)))
+			}
+		}
+		ports = append(ports, p)
+	}
+	return ports
+}
+
+// targetPort resolves a Service port's targetPort against a workload's
+// container: a number is used as is, a name must be a container port name.
+func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
+	if sp.TargetPort.Type == 0 { // intstr.Int
+		if sp.TargetPort.IntVal == 0 {
+			return sp.Port, true
+		}
+		return sp.TargetPort.IntVal, true
+	}
+	for _, c := range d.PodTemplate().Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// servicesInto sets v's ports by Service from prev's and the builder's
+// endpoint index (which it brings up to v's statuses): after a change of
+// the desired objects every Service's ports are computed again;
+// otherwise only those of the Services that select a workload whose
+// ready endpoints changed, at a cost that follows the change (the nodes
+// whose record or standing changed, the workloads they run, the
+// Services selecting those) plus one look at each node. The keys of the
+// Services whose ports differ from prev's are noted for the services
+// loop (svcChanges). Called with build held, for each view derived.
+func (vs *views) servicesInto(v, prev *view) {
+	changedW := vs.endpoints.update(v)
+	if prev == nil || prev.svcPorts == nil || prev.objGen != v.objGen {
+		ports := map[string][]service.Port{}
+		for _, o := range v.services {
+			key := o.Namespace + "/" + o.Name
+			if ps := servicePortsOf(o, v.alloc, v.svcIndex.matches[key], vs.endpoints.ready); len(ps) > 0 {
+				ports[key] = ps
+			}
+		}
+		v.svcPorts = newPortShards(ports)
+		if prev == nil || prev.svcPorts == nil {
+			vs.svcChanges.noteAll()
+			return
+		}
+		var changed []string
+		for key, ps := range ports {
+			if !samePorts(ps, prev.svcPorts.get(key)) {
+				changed = append(changed, key)
+			}
+		}
+		prev.svcPorts.each(func(key string, _ []service.Port) {
+			if _, ok := ports[key]; !ok {
+				changed = append(changed, key)
+			}
+		})
+		vs.svcChanges.note(changed)
+		return
+	}
+	v.svcPorts = prev.svcPorts
+	var affected []string
+	for _, w := range changedW {
+		affected = append(affected, v.svcIndex.selectors[w]...)
+	}
+	if len(affected) == 0 {
+		return
+	}
+	slices.Sort(affected)
+	next := map[string][]service.Port{}
+	for _, key := range slices.Compact(affected) {
+		ps := servicePortsOf(v.svcIndex.byKey[key], v.alloc, v.svcIndex.matches[key], vs.endpoints.ready)
+		if !samePorts(ps, prev.svcPorts.get(key)) {
+			next[key] = ps
+		}
+	}
+	v.svcPorts = prev.svcPorts.with(next)
+	vs.svcChanges.note(slices.Collect(maps.Keys(next)))
+}
+
+// endpointIndex is the view builder's index of ready endpoints, kept up
+// to date with the views it derives (update): what each node contributes
+// and, by workload, the sorted addresses of every node's contribution.
+type endpointIndex struct {
+	nodes map[string]nodeEndpoints
+	ready map[string][]netip.Addr
+	// from is, by workload, the nodes contributing to it.
+	from map[string]map[string]bool
+}
+
+// nodeEndpoints is one node's contribution and what it was computed
+// from: its standing (alive, winning its claim, subnet ready), its
+// subnet and its replica list (the decoded record's slice: a changed
+// record is decoded into a new one; the pointer held keeps the old array
+// alive, so its address is never reused for another list).
+type nodeEndpoints struct {
+	eligible bool
+	subnet   string
+	replicas *api.Replica
+	n        int
+	eps      map[string][]netip.Addr
+}
+
+// update brings the index to v's statuses and standing and returns the
+// workloads whose ready endpoints changed. Each node is looked at once;
+// only those whose record or standing changed are read.
+func (e *endpointIndex) update(v *view) (changed []string) {
+	if e.nodes == nil {
+		e.nodes, e.ready, e.from = map[string]nodeEndpoints{}, map[string][]netip.Addr{}, map[string]map[string]bool{}
+	}
+	set := func(old, now map[string][]netip.Addr) {
+		for w, ips := range now {
+			if !slices.Equal(ips, old[w]) {
+				changed = append(changed, w)
+			}
+		}
+		for w := range old {
+			if _, ok := now[w]; !ok {
+				changed = append(changed, w)
+			}
+		}
+	}
+	before := len(changed)
+	var touched []string
+	for name, s := range v.statuses {
+		eligible := v.alive[name] && v.winners[name] && s.SubnetReady
+		old, ok := e.nodes[name]
+		if ok && old.eligible == eligible && old.subnet == s.PodSubnet && old.replicas == unsafe.SliceData(s.Replicas) && old.n == len(s.Replicas) {
+			continue
+		}
+		now := nodeEndpoints{eligible: eligible, subnet: s.PodSubnet, replicas: unsafe.SliceData(s.Replicas), n: len(s.Replicas)}
+		if eligible {
+			now.eps = nodeReady(s)
+		}
+		set(old.eps, now.eps)
+		e.nodes[name] = now
+		touched = append(touched, name)
+	}
+	for name, old := range e.nodes {
+		if _, ok := v.statuses[name]; !ok {
+			set(old.eps, nil)
+			delete(e.nodes, name)
+			touched = append(touched, name)
+		}
+	}
+	if len(changed) == before {
+		return nil
+	}
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
+	for _, w := range changed {
+		nodes := e.from[w]
+		if nodes == nil {
+			nodes = map[string]bool{}
+			e.from[w] = nodes
+		}
+		for _, name := range touched {
+			if len(e.nodes[name].eps[w]) > 0 {
+				nodes[name] = true
+			} else {
+				delete(nodes, name)
+			}
+		}
+		var ips []netip.Addr
+		for name := range nodes {
+			ips = append(ips, e.nodes[name].eps[w]...)
+		}
+		slices.SortFunc(ips, netip.Addr.Compare)
+		if len(ips) == 0 {
+			delete(e.ready, w)
+			delete(e.from, w)
+		} else {
+			e.ready[w] = ips
+		}
+	}
+	return changed
+}
+
+// nodeReady is what status s contributes to the ready endpoints: the
+// addresses of its ready, running replicas inside its subnet, by
+// workload, each list sorted.
+func nodeReady(s NodeStatus) map[string][]netip.Addr {
+	subnet, err := netip.ParsePrefix(s.PodSubnet)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]netip.Addr{}
+	for _, r := range s.Replicas {
+		if !r.Ready || r.Phase != api.PhaseRunning {
+			continue
+		}
+		ip, err := netip.ParseAddr(r.PodIP)
+		if err != nil || !subnet.Contains(ip) {
+			continue
+		}
+		k := reconcile.WorkloadKey(r.Namespace, r.Workload)
+		out[k] = append(out[k], ip)
+	}
+	for _, ips := range out {
+		slices.SortFunc(ips, netip.Addr.Compare)
+	}
+	return out
+}
+
+// samePorts reports whether a and b are the same ports with the same
+// endpoints in the same order.
+func samePorts(a, b []service.Port) bool {
+	return slices.EqualFunc(a, b, func(x, y service.Port) bool {
+		return x.Service == y.Service && x.Name == y.Name && x.Protocol == y.Protocol && x.ClusterIP == y.ClusterIP &&
+			x.Port == y.Port && x.NodePort == y.NodePort && slices.Equal(x.Endpoints, y.Endpoints)
+	})
+}
+
+// allPorts returns every port of v's Services, sorted by Service key.
+func (v *view) allPorts() []service.Port {
+	var keys []string
+	v.svcPorts.each(func(key string, _ []service.Port) { keys = append(keys, key) })
+	slices.Sort(keys)
+	var out []service.Port
+	for _, key := range keys {
+		out = append(out, v.svcPorts.get(key)...)
+	}
+	return out
+}
+
+// portShards holds ports by Service key in shards, copied on write
+// (with): a view that changes a few Services copies their shards, not
+// every Service's entry. Never modified once built; the nil *portShards
+// holds nothing.
+type portShards [256]map[string][]service.Port
+
+func shardOf(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(portShards{})))
+}
+
+func newPortShards(ports map[string][]service.Port) *portShards {
+	var s portShards
+	for k, ps := range ports {
+		i := shardOf(k)
+		if s[i] == nil {
+			s[i] = map[string][]service.Port{}
+		}
+		s[i][k] = ps
+	}
+	return &s
+}
+
+// get returns the ports of Service key (none: no such Service, or no
+// allocated ClusterIP).
+func (s *portShards) get(key string) []service.Port {
+	if s == nil {
+		return nil
+	}
+	return s[shardOf(key)][key]
+}
+
+// each calls f for every Service with ports, in no order.
+func (s *portShards) each(f func(key string, ports []service.Port)) {
+	if s == nil {
+		return
+	}
+	for _, m := range s {
+		for k, ps := range m {
+			f(k, ps)
+		}
+	}
+}
+
+// len returns the number of Services with ports.
+func (s *portShards) len() int {
+	n := 0
+	if s != nil {
+		for _, m := range s {
+			n += len(m)
+		}
+	}
+	return n
+}
+
+// with returns s with the Services of changes given their ports (none:
+// removed), copying only the shards they fall in.
+func (s *portShards) with(changes map[string][]service.Port) *portShards {
+	if len(changes) == 0 {
+		return s
+	}
+	var out portShards
+	if s != nil {
+		out = *s
+	}
+	copied := map[int]bool{}
+	for k, ps := range changes {
+		i := shardOf(k)
+		if !copied[i] {
+			out[i], copied[i] = maps.Clone(out[i]), true
+			if out[i] == nil {
+				out[i] = map[string][]service.Port{}
+			}
+		}
+		if len(ps) == 0 {
+			delete(out[i], k)
+		} else {
+			out[i][k] = ps
+		}
+	}
+	return &out
+}
+
+// serviceChanges gathers the keys of the Services whose ports changed in
+// the views built since the services loop last took them (all: every
+// Service may have).
+type serviceChanges struct {
+	mu   sync.Mutex
+	keys map[string]bool
+	all  bool
+}
+
+func (c *serviceChanges) note(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[string]bool{}
+	}
+	for _, k := range keys {
+		c.keys[k] = true
+	}
+}
+
+func (c *serviceChanges) noteAll() {
+	c.mu.Lock()
+	c.all = true
+	c.mu.Unlock()
+}
+
+// take returns and forgets the keys noted (all: every Service may have
+// changed).
+func (c *serviceChanges) take() (keys []string, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys, all = slices.Collect(maps.Keys(c.keys)), c.all
+	c.keys, c.all = nil, false
+	return keys, all
+}

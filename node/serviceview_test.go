@@ -1,0 +1,231 @@
+package node
+
+import (
+	"fmt"
+	"maps"
+	"math/rand"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// readyEndpoints (the reference the view's endpoint index is checked
+// against) returns the addresses of the ready, running replicas of
+// live nodes, by workload ("namespace/name"), each list sorted. A node's
+// replicas count only when its subnet claim is the winning one for its
+// subnet and has settled, and only addresses inside that subnet are
+// taken: a node cannot make another node's pods, or any other address,
+// endpoints of a Service.
+func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winners map[string]bool) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for name, s := range statuses {
+		if !alive[name] || !winners[name] || !s.SubnetReady {
+			continue
+		}
+		for w, ips := range nodeReady(s) {
+			out[w] = append(out[w], ips...)
+		}
+	}
+	for _, ips := range out {
+		slices.SortFunc(ips, netip.Addr.Compare)
+	}
+	return out
+}
+
+// servicePorts (the reference the view's ports are checked against)
+// builds the dataplane input of every Service (a Service
+// without an allocated ClusterIP has none).
+func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []manifest.Object, ready map[string][]netip.Addr) []service.Port {
+	idx := newServiceIndex(svcs, workloads)
+	var ports []service.Port
+	for _, o := range svcs {
+		ports = append(ports, servicePortsOf(o, alloc, idx.matches[o.Namespace+"/"+o.Name], ready)...)
+	}
+	return ports
+}
+
+// The services loop gives the rule syncer only the Services the views
+// noted as changed. Over random changes of replicas, node liveness and
+// the desired objects, a model fed only those (Model.UpdateServices, as
+// service.Syncer.SyncServices does) stays equal to one fed every port
+// computed from scratch, and no Service is noted whose ports did not
+// change.
+func TestViewNotesTheServicesWhosePortsChanged(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	objects := func(port int) (svcs, workloads []manifest.Object) {
+		for w := 0; w < 10; w++ {
+			workloads = append(workloads, mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: w%d}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: w%d}}
+  template:
+    metadata: {labels: {app: w%d}}
+    spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
+`, w, w, w)))
+		}
+		for s := 0; s < 30; s++ {
+			p := 80
+			if s == 0 {
+				p = port // the object change: Service s0's port
+			}
+			svcs = append(svcs, mustParse(t, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: s%02d}
+spec:
+  selector: {app: w%d}
+  ports: [{name: web, port: %d, targetPort: http}]
+`, s, s%10, p)))
+		}
+		return svcs, workloads
+	}
+	names := []string{"a", "b", "c", "d", "e"}
+	statuses := map[string]NodeStatus{}
+	for i, n := range names {
+		statuses[n] = NodeStatus{Name: n, PodSubnet: fmt.Sprintf("10.22.%d.0/24", i+1), SubnetReady: true}
+	}
+	alive := map[string]bool{"a": true, "b": true, "c": true, "d": true, "e": true}
+	vs := newViews()
+	var prev *view
+	var model, full service.Model
+	cfg := service.Config{ClusterCIDR: testClusterCIDR}
+	port, objGen := 80, uint64(1)
+	for step := 0; step < 300; step++ {
+		what := rng.Intn(10)
+		switch {
+		case step > 0 && what == 0: // an object change
+			port, objGen = 80+rng.Intn(3), objGen+1
+		case what == 1: // a node dies or returns
+			n := names[rng.Intn(len(names))]
+			alive[n] = !alive[n]
+		default: // one node's replicas change
+			i := rng.Intn(len(names))
+			s := statuses[names[i]]
+			s.Replicas = nil
+			for r := rng.Intn(4); r > 0; r-- {
+				s.Replicas = append(s.Replicas, api.Replica{Name: fmt.Sprintf("r%d", r), Namespace: "default", Workload: fmt.Sprintf("w%d", rng.Intn(10)),
+					Phase: api.PhaseRunning, Ready: rng.Intn(4) > 0, PodIP: fmt.Sprintf("10.22.%d.%d", i+1, 2+rng.Intn(5))})
+			}
+			statuses[names[i]] = s
+		}
+		v := &view{alive: maps.Clone(alive), statuses: maps.Clone(statuses), winners: alive, objGen: objGen}
+		if prev != nil && prev.objGen == objGen {
+			v.services, v.workloads, v.alloc, v.svcIndex = prev.services, prev.workloads, prev.alloc, prev.svcIndex
+		} else {
+			v.services, v.workloads = objects(port)
+			v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
+			v.svcIndex = newServiceIndex(v.services, v.workloads)
+		}
+		vs.servicesInto(v, prev)
+		want := servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
+		if got := v.allPorts(); !samePorts(got, want) {
+			t.Fatalf("step %d: the view's ports\n%+v\nwant\n%+v", step, got, want)
+		}
+		keys, all := vs.svcChanges.take()
+		if all {
+			model.Update(v.allPorts(), cfg)
+		} else {
+			svcs := map[string][]service.Port{}
+			for _, k := range keys {
+				svcs[k] = v.svcPorts.get(k)
+			}
+			model.UpdateServices(svcs, cfg)
+		}
+		full.Update(want, cfg)
+		if !samePorts(model.Ports(), full.Ports()) {
+			t.Fatalf("step %d: fed the noted Services %v, the model holds\n%+v\nwant\n%+v", step, keys, model.Ports(), full.Ports())
+		}
+		if prev != nil {
+			for _, k := range keys {
+				if samePorts(v.svcPorts.get(k), prev.svcPorts.get(k)) {
+					t.Fatalf("step %d: %s noted with unchanged ports", step, k)
+				}
+			}
+		}
+		prev = v
+	}
+	if !slices.ContainsFunc(full.Ports(), func(p service.Port) bool { return len(p.Endpoints) > 0 }) {
+		t.Fatal("no port ever had an endpoint: the test shows nothing")
+	}
+}
+
+// BenchmarkViewServices measures what the view spends on the Services'
+// ports when one replica of one node becomes ready or unready, with n
+// Services each selecting its own Deployment of 3 replicas, on n/10
+// nodes of 30 replicas each: the changed node's contribution read again,
+// the Services of its changed workload recomputed, the shard of the
+// ports holding them copied, and one look at each node (the only part
+// that grows: with the nodes, not the Services).
+func BenchmarkViewServices(b *testing.B) {
+	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("%d", n), func(b *testing.B) {
+			nodes := n / 10
+			v := &view{alive: map[string]bool{}, statuses: map[string]NodeStatus{}, winners: map[string]bool{}, objGen: 1}
+			for w := 0; w < n; w++ {
+				v.workloads = append(v.workloads, mustParse(b, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: w%d}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: w%d}}
+  template:
+    metadata: {labels: {app: w%d}}
+    spec: {containers: [{name: c, image: x}]}
+`, w, w, w)))
+				v.services = append(v.services, mustParse(b, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: s%d}
+spec:
+  selector: {app: w%d}
+  ports: [{name: web, port: 80, targetPort: 8080}]
+`, w, w)))
+			}
+			v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
+			v.svcIndex = newServiceIndex(v.services, v.workloads)
+			for i := 0; i < nodes; i++ {
+				name := fmt.Sprintf("n%d", i)
+				v.alive[name], v.winners[name] = true, true
+				v.statuses[name] = NodeStatus{Name: name, PodSubnet: fmt.Sprintf("10.%d.%d.0/24", 22+i/256, i%256), SubnetReady: true}
+			}
+			for w := 0; w < n; w++ {
+				for r := 0; r < 3; r++ {
+					i := (w*3 + r) % nodes
+					s := v.statuses[fmt.Sprintf("n%d", i)]
+					s.Replicas = append(s.Replicas, api.Replica{Name: fmt.Sprintf("w%d-%d", w, r), Namespace: "default", Workload: fmt.Sprintf("w%d", w),
+						Phase: api.PhaseRunning, Ready: true, PodIP: fmt.Sprintf("10.%d.%d.%d", 22+i/256, i%256, 2+len(s.Replicas))})
+					v.statuses[s.Name] = s
+				}
+			}
+			vs := newViews()
+			vs.servicesInto(v, nil)
+			// Two views that differ in one replica's readiness, taken in
+			// turn.
+			views := [2]*view{v, nil}
+			next := *v
+			next.statuses = maps.Clone(v.statuses)
+			s := next.statuses["n7"]
+			s.Replicas = slices.Clone(s.Replicas)
+			s.Replicas[0].Ready = false
+			next.statuses["n7"] = s
+			views[1] = &next
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				cur, prev := *views[(i+1)%2], views[i%2]
+				vs.servicesInto(&cur, prev)
+				if keys, _ := vs.svcChanges.take(); len(keys) != 1 {
+					b.Fatalf("changed %v, want one Service", keys)
+				}
+				views[(i+1)%2] = &cur
+			}
+		})
+	}
+}
