@@ -79,30 +79,7 @@ func (sv *services) loop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		changed := sv.views.changed()
-		// The Services noted before the view is read: a view built in
-		// between is read with keys of the one before, which sync to
-		// its ports as well, and its own keys come with the next pass.
-		keys, all := sv.views.svcChanges.take()
-		v := sv.views.view()
-		cfg := service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
-		start := time.Now()
-		var wrote bool
-		var err error
-		if all {
-			wrote, err = sv.rules.Sync(ctx, v.allPorts(), cfg)
-		} else {
-			svcs := make(map[string][]service.Port, len(keys))
-			for _, k := range keys {
-				svcs[k] = v.svcPorts.get(k)
-			}
-			wrote, err = sv.rules.SyncServices(ctx, svcs, v.allPorts, cfg)
-		}
-		if wrote {
-			sv.log.Info("service rules synced", "services", v.svcPorts.len(), "changed", len(keys), "took", time.Since(start).Round(time.Millisecond))
-		}
-		if err != nil {
-			sv.log.Warn("sync service rules", "err", err)
-		}
+		sv.sync(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -114,6 +91,40 @@ func (sv *services) loop(ctx context.Context) {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+	}
+}
+
+// sync brings the rules to the current view: the Services noted as
+// changed since the last pass, or every port (the first view, or when
+// the syncer finds a full sync due). Call it after taking the channel of
+// the next view (views.changed), so a view stored meanwhile wakes the
+// next pass.
+func (sv *services) sync(ctx context.Context) {
+	// The changed Services are taken before the view is loaded:
+	// they are those of views already stored (serviceChanges), so
+	// the view loaded is theirs or a newer one, whose ports for
+	// them are as right; keys stored after the take come with the
+	// next pass, which the closed channel brings.
+	keys, all := sv.views.svcChanges.take()
+	v := sv.views.view()
+	cfg := service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
+	start := time.Now()
+	var wrote bool
+	var err error
+	if all {
+		wrote, err = sv.rules.Sync(ctx, v.allPorts(), cfg)
+	} else {
+		svcs := make(map[string][]service.Port, len(keys))
+		for _, k := range keys {
+			svcs[k] = v.svcPorts.get(k)
+		}
+		wrote, err = sv.rules.SyncServices(ctx, svcs, v.allPorts, cfg)
+	}
+	if wrote {
+		sv.log.Info("service rules synced", "services", v.svcPorts.len(), "changed", len(keys), "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		sv.log.Warn("sync service rules", "err", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -112,8 +111,9 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 // ready endpoints changed, at a cost that follows the change (the nodes
 // whose record or standing changed, the workloads they run, the
 // Services selecting those) plus one look at each node. The keys of the
-// Services whose ports differ from prev's are noted for the services
-// loop (svcChanges). Called with build held, for each view derived.
+// Services whose ports differ from prev's are kept in v (svcChanged,
+// svcAll), noted for the services loop when v is stored (views.set).
+// Called with build held, for each view derived.
 func (vs *views) servicesInto(v, prev *view) {
 	changedW := vs.endpoints.update(v)
 	if prev == nil || prev.svcPorts == nil || prev.objGen != v.objGen {
@@ -126,7 +126,7 @@ func (vs *views) servicesInto(v, prev *view) {
 		}
 		v.svcPorts = newPortShards(ports)
 		if prev == nil || prev.svcPorts == nil {
-			vs.svcChanges.noteAll()
+			v.svcAll = true
 			return
 		}
 		var changed []string
@@ -140,7 +140,7 @@ func (vs *views) servicesInto(v, prev *view) {
 				changed = append(changed, key)
 			}
 		})
-		vs.svcChanges.note(changed)
+		v.svcChanged = changed
 		return
 	}
 	v.svcPorts = prev.svcPorts
@@ -160,7 +160,7 @@ func (vs *views) servicesInto(v, prev *view) {
 		}
 	}
 	v.svcPorts = prev.svcPorts.with(next)
-	vs.svcChanges.note(slices.Collect(maps.Keys(next)))
+	v.svcChanged = slices.Collect(maps.Keys(next))
 }
 
 // endpointIndex is the view builder's index of ready endpoints, kept up
@@ -175,9 +175,11 @@ type endpointIndex struct {
 
 // nodeEndpoints is one node's contribution and what it was computed
 // from: its standing (alive, winning its claim, subnet ready), its
-// subnet and its replica list (the decoded record's slice: a changed
-// record is decoded into a new one; the pointer held keeps the old array
-// alive, so its address is never reused for another list).
+// subnet and its replica list, by identity: the decoded record's slice,
+// which is never modified in place (a changed record is decoded into a
+// new one; the pointer held keeps the old array alive, so its address is
+// not reused for another list; empty lists may share an address, and
+// the length is compared too).
 type nodeEndpoints struct {
 	eligible bool
 	subnet   string
@@ -314,10 +316,13 @@ func (v *view) allPorts() []service.Port {
 // holds nothing.
 type portShards [256]map[string][]service.Port
 
+// shardOf is key's shard: FNV-1a (Fowler, Noll and Vo) of the key.
 func shardOf(key string) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(portShards{})))
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return int(h % uint32(len(portShards{})))
 }
 
 func newPortShards(ports map[string][]service.Port) *portShards {
@@ -393,8 +398,11 @@ func (s *portShards) with(changes map[string][]service.Port) *portShards {
 }
 
 // serviceChanges gathers the keys of the Services whose ports changed in
-// the views built since the services loop last took them (all: every
-// Service may have).
+// the views stored since the services loop last took them (all: every
+// Service may have). Keys are noted as their view is stored, before the
+// loop is woken: the loop, which takes them after it has the channel of
+// the next view and before it loads the current one, only ever reads
+// them with their view or a newer one.
 type serviceChanges struct {
 	mu   sync.Mutex
 	keys map[string]bool

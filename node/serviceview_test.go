@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand"
 	"net"
@@ -124,6 +126,7 @@ spec:
 			v.svcIndex = newServiceIndex(v.services, v.workloads)
 		}
 		vs.servicesInto(v, prev)
+		vs.set(v)
 		want := servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
 		if got := v.allPorts(); !samePorts(got, want) {
 			t.Fatalf("step %d: the view's ports\n%+v\nwant\n%+v", step, got, want)
@@ -221,11 +224,66 @@ spec:
 			for i := 0; i < b.N; i++ {
 				cur, prev := *views[(i+1)%2], views[i%2]
 				vs.servicesInto(&cur, prev)
-				if keys, _ := vs.svcChanges.take(); len(keys) != 1 {
-					b.Fatalf("changed %v, want one Service", keys)
+				if len(cur.svcChanged) != 1 {
+					b.Fatalf("changed %v, want one Service", cur.svcChanged)
 				}
 				views[(i+1)%2] = &cur
 			}
 		})
+	}
+}
+
+// modelSyncer is a rule syncer that keeps a service.Model, as
+// service.Syncer does, without a kernel.
+type modelSyncer struct{ m service.Model }
+
+func (s *modelSyncer) Sync(_ context.Context, ports []service.Port, cfg service.Config) (bool, error) {
+	return !s.m.Update(ports, cfg).Empty(), nil
+}
+
+func (s *modelSyncer) SyncServices(_ context.Context, changed map[string][]service.Port, _ func() []service.Port, cfg service.Config) (bool, error) {
+	return !s.m.UpdateServices(changed, cfg).Empty(), nil
+}
+
+// A services pass that runs while a view is derived but not yet stored
+// does not lose that view's changed Services: the next pass, which its
+// storing wakes, syncs them (they were taken by the pass in between, read
+// against the older view, and never synced again).
+func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
+	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
+	svc := mustParse(t, goodServiceYAML)
+	dep := mustParse(t, goodDeploymentYAML)
+	vs := newViews()
+	rules := &modelSyncer{}
+	sv := &services{views: vs, clusterCIDR: testClusterCIDR, rules: rules, bridgeNF: func() bool { return true }, log: newTextLogger(io.Discard)}
+	build := func(prev *view, ready bool) *view {
+		s := goodStatus()
+		s.Replicas[0].Ready = ready
+		v := &view{alive: map[string]bool{"b": true}, winners: map[string]bool{"b": true}, statuses: map[string]NodeStatus{"b": s}, objGen: 1,
+			services: []manifest.Object{svc}, workloads: []manifest.Object{dep}}
+		v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
+		v.svcIndex = newServiceIndex(v.services, v.workloads)
+		vs.servicesInto(v, prev)
+		return v
+	}
+	endpoints := func() int {
+		n := 0
+		for _, p := range rules.m.Ports() {
+			n += len(p.Endpoints)
+		}
+		return n
+	}
+	v1 := build(nil, false)
+	vs.set(v1)
+	sv.sync(context.Background())
+	if rules.m.Len() == 0 || endpoints() != 0 {
+		t.Fatalf("first view: %d ports, %d endpoints; want the Service's ports without endpoints", rules.m.Len(), endpoints())
+	}
+	v2 := build(v1, true)         // the replica is ready: one endpoint per port
+	sv.sync(context.Background()) // a pass before v2 is stored
+	vs.set(v2)
+	sv.sync(context.Background()) // the pass v2's storing wakes
+	if got, want := endpoints(), rules.m.Len(); got != want {
+		t.Fatalf("after the ready replica's view: %d endpoints in the rules, want %d (one per port)", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -46,7 +47,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		c.t.Errorf("%s: after %d nodes failed, detected %v, every replica with one owner %v", label, fail, ok, ok2)
 	}
 	time.Sleep(30 * time.Second)
-	s0, w0, k0 := c.sent(), c.statusWrites(), c.streamKinds()
+	s0, w0, k0, by0 := c.sent(), c.statusWrites(), c.streamKinds(), c.writesBy()
 	// The streams of the return are those with a returning node at one
 	// end: the stayers' own push/pulls come in bursts (memberlist
 	// staggers them over its base interval, then ticks every node at the
@@ -82,6 +83,28 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
+	// The size of a node record as a stayer holds it (a returning
+	// node's, with its replicas back), and its size compressed as
+	// streams carry it.
+	var recBytes, recZ int
+	if rec, ok, _ := c.up()[0].store.Get(statusKey(failed[0].name)); ok {
+		recBytes, recZ = len(rec.Value), len(s2.Encode(nil, rec.Value))
+	}
+	// Who published: the returning nodes, and the stayers that did.
+	var returners, stayers, busiest float64
+	publishers := 0
+	for name, w := range c.writesBy() {
+		d := w - by0[name]
+		if slices.ContainsFunc(failed, func(f *simNode) bool { return f.name == name }) {
+			returners += d
+			continue
+		}
+		if d > 0 {
+			stayers += d
+			publishers++
+			busiest = max(busiest, d)
+		}
+	}
 	// What the returns cost: the packets over the idle cluster's steady
 	// packet traffic, plus the streams with a returning node at one end
 	// (what they sent, and what the others sent them). Every stream of
@@ -99,9 +122,9 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	// messages with the returning nodes twice (a bound a little high).
 	users := float64(c.kindBytesSince(k0, userMessageStream)) - idle.userStreamBytesPerNode*float64(n)*time.Minute.Seconds()
 	cost := packets + max(users, 0) + with
-	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle, %.2f MB of user-message streams over idle and %.2f MB on streams with the returning nodes; all streams of the minute, the stayers' own included: %.2f MB on %d connections [%s] (at most %.2f MB with them); %.0f node records published",
+	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle, %.2f MB of user-message streams over idle and %.2f MB on streams with the returning nodes; all streams of the minute, the stayers' own included: %.2f MB on %d connections [%s] (at most %.2f MB with them); %.0f node records published (%.0f by the returning nodes, %.0f by %d stayers, at most %.0f by one); a returning node's record is %d bytes (%d compressed)",
 		label, fail, took.Round(time.Millisecond), ok, cost/1e6, cost/1e6/float64(fail), packets/1e6, max(users, 0)/1e6, with/1e6,
-		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0)
+		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0, returners, stayers, publishers, busiest, recBytes, recZ)
 }
 
 // explainOwners reports why singleOwners does not hold.

@@ -109,6 +109,15 @@ func (c *simCluster) statusWrites() (n float64) {
 	return n
 }
 
+// writesBy is how many times each node published its own record.
+func (c *simCluster) writesBy() map[string]float64 {
+	out := map[string]float64{}
+	for _, o := range c.nodes {
+		out[o.name] = o.priorWrites + testutil.ToFloat64(o.agent.metrics.statusWrites)
+	}
+	return out
+}
+
 // questions is the sum of every node's quorum questions.
 func (c *simCluster) questions() int64 {
 	var n int64

@@ -109,6 +109,12 @@ func (vs *views) changed() <-chan struct{} {
 func (vs *views) set(v *view) {
 	vs.cur.Store(v)
 	vs.mu.Lock()
+	// The view's changed Services are noted once it is the current
+	// one, before anyone is woken (serviceChanges).
+	if v.svcAll {
+		vs.svcChanges.noteAll()
+	}
+	vs.svcChanges.note(v.svcChanged)
 	close(vs.next)
 	vs.next = make(chan struct{})
 	vs.mu.Unlock()

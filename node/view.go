@@ -55,6 +55,10 @@ type view struct {
 	alloc    service.Allocation
 	svcIndex serviceIndex
 	svcPorts *portShards
+	// svcChanged are the Services whose ports differ from the previous
+	// view's; svcAll: this is the first view with ports.
+	svcChanged []string
+	svcAll     bool
 	// objectsKey and placementKey identify the inputs the desired
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.

@@ -175,7 +175,8 @@ func nftDump() string {
 // In a real kernel, over netlink: the table holds exactly the chains and
 // map elements of the model after every sync, across 1,000 cycles of
 // creating and deleting a Service, endpoint changes, a Service losing
-// and regaining its endpoints, a deleted table (repaired on the next
+// and regaining its endpoints (every other cycle given as the changed
+// Services alone, as the agent's services loop gives them), a deleted table (repaired on the next
 // sync) and a restart (a new Syncer removes what the old one programmed
 // and no port uses any more); then tables of 1,500 Services, larger than
 // one netlink attribute and one transaction.
@@ -208,7 +209,16 @@ func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
 				changed[1].Endpoints = nil
 			}
 			for _, ports := range [][]Port{append(changed, extra), base} {
-				if _, err := s.Sync(context.Background(), ports, cfg); err != nil {
+				// Every other cycle as the agent's services loop syncs:
+				// given the Services that changed.
+				var err error
+				if cycle%2 == 0 {
+					_, err = s.Sync(context.Background(), ports, cfg)
+				} else {
+					svcs := byService(ports, []string{base[0].Service, base[1].Service, extra.Service})
+					_, err = s.SyncServices(context.Background(), svcs, func() []Port { return ports }, cfg)
+				}
+				if err != nil {
 					return fmt.Errorf("cycle %d: %w\n%s", cycle, err, nftDump())
 				}
 				if cycle%50 == 0 {
