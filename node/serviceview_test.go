@@ -51,6 +51,21 @@ func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []
 	return ports
 }
 
+// appDeployment is Deployment name of replicas, its pods labelled
+// app=name, with a container port named http (8080).
+func appDeployment(t testing.TB, name string, replicas int) manifest.Object {
+	return mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s}
+spec:
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
+`, name, replicas))
+}
+
 // The services loop gives the rule syncer only the Services the views
 // noted as changed. Over random changes of replicas, node liveness and
 // the desired objects, a model fed only those (Model.UpdateServices, as
@@ -62,16 +77,7 @@ func TestViewNotesTheServicesWhosePortsChanged(t *testing.T) {
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
 	objects := func(port int) (svcs, workloads []manifest.Object) {
 		for w := 0; w < 10; w++ {
-			workloads = append(workloads, mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: w%d}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: w%d}}
-  template:
-    metadata: {labels: {app: w%d}}
-    spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
-`, w, w, w)))
+			workloads = append(workloads, appDeployment(t, fmt.Sprintf("w%d", w), 1))
 		}
 		for s := 0; s < 30; s++ {
 			p := 80
@@ -173,16 +179,7 @@ func BenchmarkViewServices(b *testing.B) {
 			nodes := n / 10
 			v := &view{alive: map[string]bool{}, statuses: map[string]NodeStatus{}, winners: map[string]bool{}, objGen: 1}
 			for w := 0; w < n; w++ {
-				v.workloads = append(v.workloads, mustParse(b, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: w%d}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: w%d}}
-  template:
-    metadata: {labels: {app: w%d}}
-    spec: {containers: [{name: c, image: x}]}
-`, w, w, w)))
+				v.workloads = append(v.workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
 				v.services = append(v.services, mustParse(b, fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata: {name: s%d}

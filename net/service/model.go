@@ -80,28 +80,13 @@ func (m *Model) Update(ports []Port, cfg Config) Change {
 		if !p.valid() {
 			continue
 		}
-		k := p.key()
-		mp, ok := m.ports[k]
-		if ok && mp.seen == m.seen {
+		if mp, ok := m.ports[p.key()]; ok && mp.seen == m.seen {
 			// A port given twice: the first one counts, as before.
 			continue
 		}
-		if ok {
+		if m.put(p, &c) {
 			kept++
-			mp.seen = m.seen
-			if sameGiven(mp, p) {
-				continue
-			}
-			old := mp.port
-			mp.given, mp.port = p.Endpoints, canonical(p)
-			if !samePort(old, mp.port) {
-				c.Updated = append(c.Updated, Replaced{Old: old, New: mp.port})
-			}
-			continue
 		}
-		mp = &modelPort{given: p.Endpoints, port: canonical(p), seen: m.seen}
-		m.ports[k] = mp
-		c.Added = append(c.Added, mp.port)
 	}
 	if kept < len(m.ports)-len(c.Added) {
 		for k, mp := range m.ports {
@@ -152,22 +137,7 @@ func (m *Model) UpdateServices(svcs map[string][]Port, cfg Config) Change {
 				continue
 			}
 			keys = append(keys, k)
-			mp, ok := m.ports[k]
-			if !ok {
-				mp = &modelPort{given: p.Endpoints, port: canonical(p), seen: m.seen}
-				m.ports[k] = mp
-				c.Added = append(c.Added, mp.port)
-				continue
-			}
-			mp.seen = m.seen
-			if sameGiven(mp, p) {
-				continue
-			}
-			old := mp.port
-			mp.given, mp.port = p.Endpoints, canonical(p)
-			if !samePort(old, mp.port) {
-				c.Updated = append(c.Updated, Replaced{Old: old, New: mp.port})
-			}
+			m.put(p, &c)
 		}
 		for _, k := range m.bySvc[svc] {
 			if !slices.Contains(keys, k) {
@@ -183,6 +153,31 @@ func (m *Model) UpdateServices(svcs map[string][]Port, cfg Config) Change {
 	}
 	c.sort()
 	return c
+}
+
+// put makes the model hold p (valid, not given before in this update)
+// and records in c what that changed: p added, or its port updated when
+// its address, NodePort or endpoints differ. It reports whether p's key
+// was held already.
+func (m *Model) put(p Port, c *Change) (held bool) {
+	k := p.key()
+	mp, ok := m.ports[k]
+	if !ok {
+		mp = &modelPort{given: p.Endpoints, port: canonical(p), seen: m.seen}
+		m.ports[k] = mp
+		c.Added = append(c.Added, mp.port)
+		return false
+	}
+	mp.seen = m.seen
+	if sameGiven(mp, p) {
+		return true
+	}
+	old := mp.port
+	mp.given, mp.port = p.Endpoints, canonical(p)
+	if !samePort(old, mp.port) {
+		c.Updated = append(c.Updated, Replaced{Old: old, New: mp.port})
+	}
+	return true
 }
 
 // sort orders c's lists by Service, port name and protocol.

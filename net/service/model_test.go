@@ -397,6 +397,24 @@ func (f *fakeTables) canary() bool {
 }
 func (f *fakeTables) forgetUDP(func(*netlink.ConntrackFlow) bool) {}
 
+// holdsAFullSyncOf fails t unless f holds what a full sync of ports
+// under cfg writes: the same rules in every chain, and as many per-port
+// chains.
+func (f *fakeTables) holdsAFullSyncOf(t *testing.T, step string, ports []Port, cfg Config) {
+	t.Helper()
+	want := fullKernel(t, ports, cfg)
+	for table, chains := range want {
+		for c, rules := range chains {
+			if !sameRules(c, f.k[table][c], rules) {
+				t.Fatalf("%s: %s %s = %q, want %q", step, table, c, f.k[table][c], rules)
+			}
+		}
+	}
+	if got, want := f.k.portChains(), want.portChains(); got != want {
+		t.Fatalf("%s: %d per-port chains, want %d", step, got, want)
+	}
+}
+
 // The Syncer writes a change alone while the kernel holds what it
 // programmed, and everything (deleting what no port uses) after a failed
 // restore, a flushed table or a new configuration.
@@ -414,17 +432,7 @@ func TestSyncerWritesChangesAndRepairsAfterFailureOrFlush(t *testing.T) {
 		if full := strings.Contains(last, ":"+ChainCanary); full != wantFull {
 			t.Fatalf("%s: full rewrite %v, want %v:\n%s", step, full, wantFull, last)
 		}
-		want := fullKernel(t, ports, s.model.Config())
-		for table, chains := range want {
-			for c, rules := range chains {
-				if !sameRules(c, f.k[table][c], rules) {
-					t.Fatalf("%s: %s %s = %q, want %q", step, table, c, f.k[table][c], rules)
-				}
-			}
-		}
-		if got, want := f.k.portChains(), want.portChains(); got != want {
-			t.Fatalf("%s: %d per-port chains, want %d", step, got, want)
-		}
+		f.holdsAFullSyncOf(t, step, ports, s.model.Config())
 	}
 	check("first sync", true)
 	ports[3].Endpoints = ports[3].Endpoints[:2]
@@ -574,17 +582,7 @@ func TestSyncServicesAsksForEveryPortOnlyForAFullSync(t *testing.T) {
 		if asked != wantAsked {
 			t.Fatalf("%s: every port asked for %d times, want %d", name, asked, wantAsked)
 		}
-		want := fullKernel(t, ports, cfg)
-		for table, chains := range want {
-			for c, rules := range chains {
-				if !sameRules(c, f.k[table][c], rules) {
-					t.Fatalf("%s: %s %s = %q, want %q", name, table, c, f.k[table][c], rules)
-				}
-			}
-		}
-		if got, want := f.k.portChains(), want.portChains(); got != want {
-			t.Fatalf("%s: %d per-port chains, want %d", name, got, want)
-		}
+		f.holdsAFullSyncOf(t, name, ports, cfg)
 	}
 	step("first sync", nil, 1)
 	ports[3].Endpoints = ports[3].Endpoints[:2]
