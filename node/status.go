@@ -51,9 +51,8 @@ type self struct {
 	diskFull atomic.Bool
 
 	mu     sync.Mutex
-	last   string        // the record last published
-	lastAt time.Time     // when
-	gap    time.Duration // the least time until the next (publishSoon)
+	last   string    // the record last published
+	lastAt time.Time // when
 }
 
 // status is this node's record with the given replica statuses. It says
@@ -89,19 +88,12 @@ func (s *self) status(replicas []api.Replica) NodeStatus {
 }
 
 // publishGap is the least time between two publications of this node's
-// record by the reconcile loop (publishSoon), and maxPublishGap what it
-// grows to within a burst: each publication that follows the one before
-// by less than twice the gap doubles it, and one after a quiet spell
-// sets it back. Every record goes to every node, so a burst of replica
-// changes (a node's return moves replicas, each action's end runs a
-// pass) costs the cluster O(log) records over its first seconds, then
-// one every maxPublishGap, where every pass published one (at 20 nodes
-// with 10 replicas each, a node's return published 238 records in its
-// first minute), while a lone change is published at once.
-const (
-	publishGap    = 250 * time.Millisecond
-	maxPublishGap = 2 * time.Second
-)
+// record by the reconcile loop (publishSoon). A burst of replica changes
+// (a node's return moves replicas, each action's end runs a pass) then
+// costs the cluster one record of a few KB per node every publishGap,
+// where every pass published one: at 20 nodes with 10 replicas each, a
+// node's return published 238 records in its first minute.
+const publishGap = 250 * time.Millisecond
 
 // publishStatus gossips this node's record when it changed since the last
 // publication, or when the stored record is not the one this node wrote
@@ -114,10 +106,9 @@ func (s *self) publishStatus(local []api.Replica) {
 }
 
 // publishSoon is publishStatus for the reconcile loop: a change found
-// sooner than the gap (publishGap, doubling within a burst up to
-// maxPublishGap) after the last publication is not published but left
-// for a later pass, whose time it returns (0: nothing left to publish).
-// A zero now publishes at once.
+// less than publishGap after the last publication is not published but
+// left for a later pass, whose time it returns (0: nothing left to
+// publish). A zero now publishes at once.
 func (s *self) publishSoon(local []api.Replica, now time.Time) time.Duration {
 	status := s.status(local)
 	b, err := json.Marshal(status)
@@ -137,7 +128,7 @@ func (s *self) publishSoon(local []api.Replica, now time.Time) time.Duration {
 				"key", keyID(rec.Signer), "deleted", rec.Deleted)
 			s.clock.Update(rec.Version)
 		}
-	} else if wait := s.lastAt.Add(max(s.gap, publishGap)).Sub(now); !now.IsZero() && wait > 0 {
+	} else if wait := s.lastAt.Add(publishGap).Sub(now); !now.IsZero() && wait > 0 {
 		return wait
 	}
 	s.local.Store(&status.Replicas)
@@ -146,16 +137,7 @@ func (s *self) publishSoon(local []api.Replica, now time.Time) time.Duration {
 		s.log.Warn("publish node status", "err", err)
 		return 0
 	}
-	at := now
-	if at.IsZero() {
-		at = time.Now()
-	}
-	if at.Sub(s.lastAt) < 2*max(s.gap, publishGap) {
-		s.gap = min(2*max(s.gap, publishGap), maxPublishGap) // a burst goes on
-	} else {
-		s.gap = publishGap
-	}
-	s.last, s.lastAt = string(b), at
+	s.last, s.lastAt = string(b), time.Now()
 	s.writes.Inc()
 	return 0
 }
