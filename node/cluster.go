@@ -163,20 +163,25 @@ func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
 	return out
 }
 
-// readyAtOwner lists the replica IDs whose placed owner, another live
-// node, reports its own copy Running and ready. Another old copy being
-// ready does not count: two old owners must not both let go before the
-// new one is up.
-func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeStatus, owner map[string]string) map[string]bool {
+// readyAtOwner lists, of the containers observed on this node, the IDs
+// whose placed owner, another live node, reports its own copy Running and
+// ready: what make-before-break waits for (reconcile.Owned asks only
+// about replicas this node runs). Another old copy being ready does not
+// count: two old owners must not both let go before the new one is up.
+// It reads the owners' records of this node's containers only, so a pass
+// costs O(its containers x replicas a node), not O(every replica of the
+// cluster).
+func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeStatus, owner map[string]string, observed []reconcile.Container) map[string]bool {
 	out := map[string]bool{}
-	for name, s := range statuses {
-		if name == self || !alive[name] {
+	for _, c := range observed {
+		node := owner[c.ID]
+		if node == "" || node == self || !alive[node] || out[c.ID] {
 			continue
 		}
-		for _, r := range s.Replicas {
-			id := reconcile.ContainerID(r.Namespace, r.Name)
-			if r.Ready && r.Phase == api.PhaseRunning && owner[id] == name {
-				out[id] = true
+		for _, r := range statuses[node].Replicas {
+			if r.Name == c.Name && r.Ready && r.Phase == api.PhaseRunning && reconcile.ContainerID(r.Namespace, r.Name) == c.ID {
+				out[c.ID] = true
+				break
 			}
 		}
 	}

@@ -91,7 +91,8 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 // unhealthy node) makes of it, and well before the majority side has
 // declared it dead and waited --failover-timeout.
 //
-// Held ordinals: copies reported by a node memberlist calls alive or
+// Held ordinals (of StatefulSets: reconcile.Fence reads no others):
+// copies reported by a node memberlist calls alive or
 // suspect, and those of a node down (dead or left) for less than
 // --failover-timeout, counted from when this agent first saw it down (a
 // member whose going down this agent has not recorded yet counts as down
@@ -117,8 +118,15 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 	if !q.selfBack.IsZero() && now.Sub(q.selfBack) < q.rejoinSettle {
 		f.Unknown = true // back from being cut off: the view is not the majority's yet
 	}
+	// reconcile.Fence reads Held for StatefulSet replicas only.
+	stateful := map[[2]string]bool{}
+	for _, o := range v.workloads {
+		if o.StatefulSet != nil {
+			stateful[[2]string{o.Namespace, o.Name}] = true
+		}
+	}
 	for name, s := range v.statuses {
-		if name == q.self || len(s.Replicas) == 0 {
+		if name == q.self || len(s.Replicas) == 0 || len(stateful) == 0 {
 			continue
 		}
 		if st, member := memberState(members, name); !st.Up() {
@@ -135,8 +143,8 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 			}
 		}
 		for _, r := range s.Replicas {
-			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
-				continue // no container
+			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff || !stateful[[2]string{r.Namespace, r.Workload}] {
+				continue // no container, or not an at-most-one replica
 			}
 			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
 			if f.Held[key] == nil {

@@ -50,9 +50,13 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 }
 
 // rolloutInput builds reconcile.Gate's input but for the owned replicas
-// (Decide adds them): the strategies of all Deployments, and every copy
-// the cluster view knows (this node's from its own observation, live
-// peers' from their status records).
+// (Decide adds them): the strategies of the Deployments Gate may be asked
+// about, and every copy of them the cluster view knows (this node's from
+// its own observation, live peers' from their status records). Gate asks
+// only about this node's replicas, each owned by placement or kept from a
+// container observed here, so only their workloads are read: a pass
+// costs O(replicas of the cluster) map lookups, without building a copy
+// of every workload on every node.
 func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconcile.Rollout {
 	specs := r.probes.specs(v, observed)
 	ready := map[string]bool{}
@@ -64,13 +68,30 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
 	}
+	own := v.ownWork
+	if own == nil { // a view not built by views.derive
+		own = ownWorkloads(r.self, v.all, v.owner)
+	}
+	// Wanted workloads by namespace and name: no key is built for the
+	// replicas of the others.
+	type ref struct{ namespace, name string }
+	wanted := map[ref]string{}
 	for _, o := range v.workloads {
-		if o.IsWorkload() {
-			in.Strategies[reconcile.WorkloadKey(o.Namespace, o.Name)] = strategyOf(o)
+		key := reconcile.WorkloadKey(o.Namespace, o.Name)
+		if o.IsWorkload() && own[key] {
+			wanted[ref{o.Namespace, o.Name}] = key
 		}
 	}
 	for _, c := range observed {
-		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
+		wanted[ref{c.Namespace, c.Workload}] = reconcile.WorkloadKey(c.Namespace, c.Workload)
+	}
+	for _, o := range v.workloads {
+		if key, ok := wanted[ref{o.Namespace, o.Name}]; ok && o.IsWorkload() {
+			in.Strategies[key] = strategyOf(o)
+		}
+	}
+	for _, c := range observed {
+		key := wanted[ref{c.Namespace, c.Workload}]
 		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: r.self, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
 	}
 	for name, s := range v.statuses {
@@ -78,10 +99,10 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 			continue
 		}
 		for _, rep := range s.Replicas {
-			if rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
-				continue // no container: not a copy
+			key, ok := wanted[ref{rep.Namespace, rep.Workload}]
+			if !ok || rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
+				continue // not asked about; or no container: not a copy
 			}
-			key := reconcile.WorkloadKey(rep.Namespace, rep.Workload)
 			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: rep.Ordinal, SpecHash: rep.SpecHash,
 				Ready: rep.Available()})
 		}
@@ -111,7 +132,7 @@ func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Ti
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
 			Self: r.self, All: v.all, Owner: v.owner, Observed: observed,
-			ReadyElsewhere: readyAtOwner(r.self, v.alive, v.statuses, v.owner),
+			ReadyElsewhere: readyAtOwner(r.self, v.alive, v.statuses, v.owner, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
 		Rollout:       r.rolloutInput(v, observed),

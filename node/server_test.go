@@ -42,12 +42,13 @@ func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
 	}
 	alive := map[string]bool{"a": true, "b": true, "c": true}
 	owner := map[string]string{r.ID: "c"}
+	observed := []reconcile.Container{{ID: r.ID, Name: r.Name, Namespace: "default", State: reconcile.StateRunning}}
 	// a and b both run an old copy: neither may count it as the new one.
-	if got := readyAtOwner("a", alive, statuses, owner); got[r.ID] {
+	if got := readyAtOwner("a", alive, statuses, owner, observed); got[r.ID] {
 		t.Fatal("b's old copy counted as the new owner's")
 	}
 	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
-	if got := readyAtOwner("a", alive, statuses, owner); !got[r.ID] {
+	if got := readyAtOwner("a", alive, statuses, owner, observed); !got[r.ID] {
 		t.Fatal("the new owner's ready copy was not counted")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -37,11 +38,11 @@ import (
 //
 //	STARLING_SIM=100,300 go test ./node -run TestScaleSimulation -v -timeout 2h
 //
-// make bench runs N = 100, and 300 without workload (3,000 replicas do
-// not converge on 2 cores yet); N = 1000 with STARLING_SIM=1000.
-// STARLING_SIM_PPROF=localhost:6060 serves pprof during a run;
-// STARLING_SIM_NO_WORKLOAD=1 stops after the phases without replicas
-// (formation, idle, failure and return, the spread of 20 writes).
+// make bench runs N = 100 and 300, each with its workload; N = 1000 with
+// STARLING_SIM=1000. STARLING_SIM_PPROF=localhost:6060 serves pprof
+// during a run; STARLING_SIM_NO_WORKLOAD=1 stops after the phases
+// without replicas (formation, idle, failure and return, the spread of 20
+// writes); STARLING_SIM_SKIP leaves phases out (simSkip).
 
 // simNode is one agent of the simulation.
 type simNode struct {
@@ -66,6 +67,8 @@ type simCluster struct {
 	t     *testing.T
 	mem   *testnet.Mem
 	nodes []*simNode
+	// pubs classifies the node records published (simpubs_test.go).
+	pubs *simPubs
 }
 
 // simConfig is an agent's configuration in the simulation: production
@@ -118,6 +121,13 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	}
 	n.agent, n.down = a, false
 	n.rt.subnet = func() string { return a.subnets.current().Subnet }
+	if c.pubs != nil {
+		publish := a.status.publish
+		a.status.publish = func(recs ...crdt.Record) error {
+			c.pubs.observe(n.name, recs)
+			return publish(recs...)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.wg = a.start(ctx)
@@ -193,7 +203,7 @@ func TestScaleSimulation(t *testing.T) {
 
 // simulate runs the scenario on n nodes and logs its figures.
 func simulate(t *testing.T, n int) {
-	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond)}
+	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pubs: newSimPubs()}
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	cpu0, real0 := cpuTime(), realNow()
 	report := func(format string, args ...any) {
@@ -299,7 +309,9 @@ func simulate(t *testing.T, n int) {
 		return // (profiling the idle cluster: go test -cpuprofile)
 	}
 
-	c.failAndReturn(rng, report, "no workload", 0, idle)
+	if !simSkip("fail") {
+		c.failAndReturn(rng, report, "no workload", 0, idle)
+	}
 
 	// 10 replicas per node: n/10 Deployments of 100.
 	deployments := max(1, n/10)
@@ -329,32 +341,12 @@ func simulate(t *testing.T, n int) {
 	report("idle, %d replicas: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
 		replicas, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100)
 
-	c.writeSpread(rng, report, deployments, 100)
-
-	// Under 10 writes a second (scales of random Deployments).
-	stop := make(chan struct{})
-	var writers sync.WaitGroup
-	writers.Add(1)
-	go func() {
-		defer writers.Done()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			obj := simDeployment(fmt.Sprintf("sim-%03d", i%deployments), 100)
-			obj.Deployment.Annotations = map[string]string{"sim/write": strconv.Itoa(i)}
-			c.nodes[i%n].agent.objects.store([]manifest.Object{obj})
-		}
-	}()
-	busy := c.measure(60 * time.Second)
-	close(stop)
-	writers.Wait()
-	report("10 writes/s: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
-		busy.bytesPerNode, busy.packetsPerNode, busy.cpuPerNode*100)
+	if !simSkip("spread") {
+		c.writeSpread(rng, report, deployments, 100)
+	}
+	if !simSkip("busy") {
+		c.busy(report, deployments)
+	}
 
 	// 1 % of the nodes fail and return, with the workload running.
 	wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) })

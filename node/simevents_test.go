@@ -3,11 +3,15 @@ package node
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
+	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -47,7 +51,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		c.t.Errorf("%s: after %d nodes failed, detected %v, every replica with one owner %v", label, fail, ok, ok2)
 	}
 	time.Sleep(30 * time.Second)
-	s0, w0, k0, by0 := c.sent(), c.statusWrites(), c.streamKinds(), c.writesBy()
+	s0, w0, k0, by0, pubs0 := c.sent(), c.statusWrites(), c.streamKinds(), c.writesBy(), c.pubs.counts()
 	// The streams of the return are those with a returning node at one
 	// end: the stayers' own push/pulls come in bursts (memberlist
 	// staggers them over its base interval, then ticks every node at the
@@ -125,6 +129,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	report("%s: %d nodes returned: every replica has exactly one owner again %v later (ok %v); the returns cost the cluster %.2f MB in their first minute (%.2f MB per returning node): %.2f MB of packets over idle, %.2f MB of user-message streams over idle and %.2f MB on streams with the returning nodes; all streams of the minute, the stayers' own included: %.2f MB on %d connections [%s] (at most %.2f MB with them); %.0f node records published (%.0f by the returning nodes, %.0f by %d stayers, at most %.0f by one); a returning node's record is %d bytes (%d compressed)",
 		label, fail, took.Round(time.Millisecond), ok, cost/1e6, cost/1e6/float64(fail), packets/1e6, max(users, 0)/1e6, with/1e6,
 		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0, returners, stayers, publishers, busiest, recBytes, recZ)
+	report("%s: the node records of the returns' first minute by what changed in their replicas: %s", label, c.pubs.since(pubs0))
 }
 
 // explainOwners reports why singleOwners does not hold.
@@ -258,4 +263,42 @@ func (c *simCluster) explainFormation() {
 		pruned += nd.agent.cluster.DeltasPruned()
 	}
 	t.Logf("deltas dropped from full queues: %d", pruned)
+}
+
+// simSkip reports whether STARLING_SIM_SKIP (a comma-separated list)
+// names phase: "fail" (the failure and return without workload),
+// "spread" (the spread of 20 writes with workload), "busy" (10 writes a
+// second). At 1,000 nodes on 2 cores the busy phase alone would take
+// hours of real time.
+func simSkip(phase string) bool {
+	return slices.Contains(strings.Split(os.Getenv("STARLING_SIM_SKIP"), ","), phase)
+}
+
+// busy measures the cluster under 10 writes a second (scales of
+// Deployments, each with an annotation that changes) for a minute.
+func (c *simCluster) busy(report func(string, ...any), deployments int) {
+	n := len(c.nodes)
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			obj := simDeployment(fmt.Sprintf("sim-%03d", i%deployments), 100)
+			obj.Deployment.Annotations = map[string]string{"sim/write": strconv.Itoa(i)}
+			c.nodes[i%n].agent.objects.store([]manifest.Object{obj})
+		}
+	}()
+	busy := c.measure(60 * time.Second)
+	close(stop)
+	writers.Wait()
+	report("10 writes/s: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
+		busy.bytesPerNode, busy.packetsPerNode, busy.cpuPerNode*100)
 }

@@ -239,6 +239,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind).
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
+		v.given, v.ownWork = prev.given, prev.ownWork
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
 		vs.derive(v, prev, selfHeld)
@@ -277,9 +278,10 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// image change of a workload moves nothing.
 	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.excluded)
 	if prev != nil && prev.placementKey == v.placementKey {
-		v.placement, v.base, v.owner = prev.placement, prev.base, prev.owner
+		v.placement, v.base, v.owner, v.given, v.ownWork = prev.placement, prev.base, prev.owner, prev.given, prev.ownWork
 	} else {
 		v.placement, v.base, v.owner = place(v.eligible, v.workloads, v.all, v.excluded)
+		v.given, v.ownWork = givenSlots(v.all, v.base), ownWorkloads(vs.self, v.all, v.owner)
 		vs.placements.Inc()
 	}
 	vs.servicesInto(v, prev)
@@ -287,7 +289,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).
 	// A node does not judge itself, and leaves at most a minority out.
-	v.unlisted = unreported(v.all, v.base, v.statuses)
+	v.unlisted = unreported(v.given, v.statuses)
 	delete(v.unlisted, vs.self)
 	if vs.acks.timeout <= 0 {
 		v.unlisted = nil // the check is off (--ack-timeout 0)

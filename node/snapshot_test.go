@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,8 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/store"
 )
 
@@ -248,5 +253,56 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 	rewrite(func(s *NodeStatus) { s.Labels = map[string]string{"zone": "moved"} })
 	if got := eligible()[nodes[1].name]; got != "moved" {
 		t.Fatalf("n2's new label not in the view's eligible nodes: zone %q", got)
+	}
+}
+
+// The view's desired replicas, built from each workload's cached
+// expansion (allReplicas), equal desiredReplicas of every workload over
+// random writes: scales, new images, deletions and new workloads, with
+// names chosen so that IDs of different workloads interleave.
+func TestAllReplicasFollowsEveryWrite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	names := []string{"a", "a-b", "a-c", "ab", "b", "web", "web-1", "w"}
+	objs := map[string]manifest.Object{}
+	version := int64(0)
+	recs := map[string]crdt.Record{}
+	vs := newViews()
+	for step := range 300 {
+		name := names[rng.IntN(len(names))]
+		o := mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s}
+spec:
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec: {containers: [{name: c, image: "x:%[3]d"}]}
+`, name, rng.IntN(13), rng.IntN(3)))
+		version++
+		b, err := manifest.Encode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := crdt.Record{Key: o.Key(), Value: b, Version: hlc.Timestamp{Wall: version}, Origin: "n"}
+		if rng.IntN(5) == 0 {
+			rec.Deleted, rec.Value = true, nil
+			delete(objs, o.Key())
+		} else {
+			objs[o.Key()] = o
+		}
+		recs[o.Key()] = rec
+		list := slices.SortedFunc(maps.Values(recs), func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
+		decoded := vs.decodeObjects(list, map[string]bool{})
+		got := vs.allReplicas(list)
+		want := desiredReplicas(decoded)
+		if len(decoded) != len(objs) {
+			t.Fatalf("step %d: decoded %d objects, want %d", step, len(decoded), len(objs))
+		}
+		if !slices.EqualFunc(got, want, func(a, b reconcile.Replica) bool {
+			return a.ID == b.ID && a.SpecHash == b.SpecHash && a.Ordinal == b.Ordinal
+		}) {
+			t.Fatalf("step %d: allReplicas gives %d replicas, desiredReplicas %d", step, len(got), len(want))
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -30,9 +31,40 @@ const (
 	strikeMemory = 10 * time.Minute
 )
 
-// unreported returns the nodes that own, by owner (replica ID -> node),
-// Deployment replicas in all while their status in statuses lists a
-// replica of none of those slots (namespace, workload, ordinal). None,
+// given is, for one placement, the slot (namespace, workload, ordinal)
+// of every Deployment replica with the node that owns it, and the nodes
+// that own one: what unreported checks the records against. It is built
+// once per placement (givenSlots), not on every view.
+type given struct {
+	slots map[slot]string
+	nodes map[string]bool
+}
+
+// slot is one ordinal of a workload, whatever its spec.
+type slot struct {
+	namespace, workload string
+	ordinal             int
+}
+
+// givenSlots indexes the Deployment replicas of all by slot, with their
+// owner (replica ID -> node). StatefulSet replicas do not count (see
+// unreported).
+func givenSlots(all []reconcile.Replica, owner map[string]string) given {
+	g := given{slots: make(map[slot]string, len(all)), nodes: map[string]bool{}}
+	for _, r := range all {
+		node := owner[r.ID]
+		if r.AtMostOne || node == "" {
+			continue
+		}
+		g.slots[slot{r.Namespace, r.Workload, r.Ordinal}] = node
+		g.nodes[node] = true
+	}
+	return g
+}
+
+// unreported returns the nodes that own Deployment replicas (g) while
+// their status in statuses lists a replica of none of those slots
+// (namespace, workload, ordinal). None,
 // not one: an honest node whose view lags or differs (a Deployment it
 // has not received yet, membership it sees otherwise, exclusions of its
 // own that move a replica elsewhere) still lists most of what it is
@@ -40,35 +72,16 @@ const (
 // name: during a rolling update the replica of the new spec is held back
 // while the old one still runs, and the node rightly lists the old one.
 // StatefulSet replicas do not count: a fenced node stops listing them,
-// rightly, and they never move off a live node (readView).
-func unreported(all []reconcile.Replica, owner map[string]string, statuses map[string]NodeStatus) map[string]bool {
-	type slot struct {
-		namespace, workload string
-		ordinal             int
-	}
-	listed := map[string]map[slot]bool{}
-	for name, s := range statuses {
-		l := make(map[slot]bool, len(s.Replicas))
-		for _, r := range s.Replicas {
-			l[slot{r.Namespace, r.Workload, r.Ordinal}] = true
-		}
-		listed[name] = l
-	}
-	given := map[string]bool{}   // owns a Deployment replica
-	answers := map[string]bool{} // lists one of them
-	for _, r := range all {
-		node := owner[r.ID]
-		if r.AtMostOne || node == "" {
-			continue
-		}
-		given[node] = true
-		if listed[node][slot{r.Namespace, r.Workload, r.Ordinal}] {
-			answers[node] = true
-		}
-	}
+// rightly, and they never move off a live node (readView). It reads each
+// owner's record up to its first listed slot: O(nodes) on a cluster that
+// agrees, where building every record's slots cost O(replicas) in
+// allocations on every view.
+func unreported(g given, statuses map[string]NodeStatus) map[string]bool {
 	out := map[string]bool{}
-	for node := range given {
-		if !answers[node] {
+	for node := range g.nodes {
+		if !slices.ContainsFunc(statuses[node].Replicas, func(r api.Replica) bool {
+			return g.slots[slot{r.Namespace, r.Workload, r.Ordinal}] == node
+		}) {
 			out[node] = true
 		}
 	}

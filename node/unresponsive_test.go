@@ -35,7 +35,7 @@ func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 		"d":    {},
 		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: api.PhaseRunning}}},
 	}
-	got := unreported(all, owner, statuses)
+	got := unreported(givenSlots(all, owner), statuses)
 	if len(got) != 2 || !got["b"] || !got["fake"] {
 		t.Fatalf("unreported = %v, want b and fake", got)
 	}

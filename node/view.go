@@ -41,6 +41,11 @@ type view struct {
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
+	// given indexes base by slot (givenSlots), for unreported; ownWork
+	// are the workloads (WorkloadKey) with a replica owner gives this
+	// node. Both are computed with placement.
+	given    given
+	ownWork  map[string]bool
 	// excluded are the nodes left out of placement for not listing the
 	// replicas placed on them (unresponsive.go).
 	excluded map[string]bool
@@ -100,6 +105,18 @@ func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Repli
 		}
 	}
 	return p, base, owner
+}
+
+// ownWorkloads is the set of workloads (WorkloadKey) with a replica in
+// all that owner (replica ID -> node) gives to self.
+func ownWorkloads(self string, all []reconcile.Replica, owner map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range all {
+		if owner[r.ID] == self {
+			out[reconcile.WorkloadKey(r.Namespace, r.Workload)] = true
+		}
+	}
+	return out
 }
 
 // liveReplicas is every replica copy that live nodes report in their

@@ -9,6 +9,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 // The view builder's caches: decoded records by key, the statuses held
@@ -22,6 +23,10 @@ type cachedObject struct {
 	from recordID
 	obj  manifest.Object
 	ok   bool
+	// replicas are obj's replicas (desiredReplicas), sorted by ID, once
+	// expanded is set (allReplicas).
+	replicas []reconcile.Replica
+	expanded bool
 }
 
 type cachedStatus struct {
@@ -82,12 +87,79 @@ func (vs *views) objectsInto(v, prev *view) error {
 			delete(vs.objects, k)
 		}
 	}
-	v.all = desiredReplicas(v.workloads)
+	v.all = vs.allReplicas(wrecs)
 	v.hashes, v.probes = currentProbes(v.workloads)
 	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
 	v.svcIndex = newServiceIndex(v.services, v.workloads)
 	v.workloadsKey = workloadsKey(v.workloads)
 	return nil
+}
+
+// allReplicas is desiredReplicas of the workloads decoded from recs (by
+// decodeObjects, just before), from the expansion cached with each
+// object: a write expands only its own workload's replicas, and the
+// others are merged in, in ID order.
+func (vs *views) allReplicas(recs []crdt.Record) []reconcile.Replica {
+	var parts [][]reconcile.Replica
+	total := 0
+	for _, r := range recs {
+		c, ok := vs.objects[r.Key]
+		if r.Deleted || !ok || !c.ok || !c.obj.IsWorkload() {
+			continue
+		}
+		if !c.expanded {
+			c.replicas, c.expanded = desiredReplicas([]manifest.Object{c.obj}), true
+			vs.objects[r.Key] = c
+		}
+		parts = append(parts, c.replicas)
+		total += len(c.replicas)
+	}
+	return mergeByID(parts, total)
+}
+
+// mergeByID merges slices each sorted by ID into one sorted by ID (total
+// elements): a k-way merge through a heap of the slices' heads, O(total
+// log k) comparisons and one copy of each replica.
+func mergeByID(parts [][]reconcile.Replica, total int) []reconcile.Replica {
+	if total == 0 {
+		return nil
+	}
+	out := make([]reconcile.Replica, 0, total)
+	h := make([][]reconcile.Replica, 0, len(parts))
+	for _, p := range parts {
+		if len(p) > 0 {
+			h = append(h, p)
+		}
+	}
+	less := func(i, j int) bool { return h[i][0].ID < h[j][0].ID }
+	down := func(i int) {
+		for {
+			l, m := 2*i+1, i
+			if l < len(h) && less(l, m) {
+				m = l
+			}
+			if r := l + 1; r < len(h) && less(r, m) {
+				m = r
+			}
+			if m == i {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for len(h) > 0 {
+		out = append(out, h[0][0])
+		if h[0] = h[0][1:]; len(h[0]) == 0 {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
+	}
+	return out
 }
 
 // decodeObjects returns the live objects of recs, sorted by key, decoding
