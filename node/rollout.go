@@ -68,10 +68,7 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
 	}
-	own := v.ownWork
-	if own == nil { // a view not built by views.derive
-		own = ownWorkloads(r.self, v.all, v.owner)
-	}
+	own := v.ownedBy(r.self).workloads
 	// Wanted workloads by namespace and name: no key is built for the
 	// replicas of the others.
 	type ref struct{ namespace, name string }
@@ -131,7 +128,7 @@ func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Ti
 	r.fence.note(f, seen, known)
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
-			Self: r.self, All: v.all, Owner: v.owner, Observed: observed,
+			Self: r.self, All: v.candidates(r.self, observed), Owner: v.owner, Observed: observed,
 			ReadyElsewhere: readyAtOwner(r.self, v.alive, v.statuses, v.owner, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},

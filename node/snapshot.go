@@ -239,7 +239,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind).
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
-		v.given, v.ownWork = prev.given, prev.ownWork
+		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
 		vs.derive(v, prev, selfHeld)
@@ -278,10 +278,15 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// image change of a workload moves nothing.
 	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.excluded)
 	if prev != nil && prev.placementKey == v.placementKey {
-		v.placement, v.base, v.owner, v.given, v.ownWork = prev.placement, prev.base, prev.owner, prev.given, prev.ownWork
+		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
+		if prev.objectsKey != v.objectsKey {
+			// Same placement, other objects (an annotation): this
+			// node's replicas are the new expansions.
+			v.own = ownedBy(vs.self, v.all, v.owner)
+		}
 	} else {
 		v.placement, v.base, v.owner = place(v.eligible, v.workloads, v.all, v.excluded)
-		v.given, v.ownWork = givenSlots(v.all, v.base), ownWorkloads(vs.self, v.all, v.owner)
+		v.given, v.own = givenSlots(v.all, v.base), ownedBy(vs.self, v.all, v.owner)
 		vs.placements.Inc()
 	}
 	vs.servicesInto(v, prev)

@@ -306,3 +306,52 @@ spec:
 		}
 	}
 }
+
+// reconcile.Owned given only a view's candidates for a node (what
+// placement gives it and the replicas of its containers) decides what it
+// decides given every desired replica, over random placements,
+// containers and handoffs.
+func TestCandidatesDecideAsEveryReplica(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	nodes := []string{"self", "a", "b", ""}
+	for step := range 500 {
+		var all []reconcile.Replica
+		for w := range 1 + rng.IntN(4) {
+			for ord := range rng.IntN(6) {
+				r := reconcile.NewReplica("default", fmt.Sprintf("w%d", w), "aaaaaaaa", "", ord, reconcile.Spec{})
+				if rng.IntN(4) == 0 {
+					r = reconcile.NewStatefulReplica("default", fmt.Sprintf("s%d", w), "bbbbbbbb", ord, reconcile.Spec{})
+				}
+				all = append(all, r)
+			}
+		}
+		slices.SortFunc(all, func(a, b reconcile.Replica) int { return strings.Compare(a.ID, b.ID) })
+		all = slices.CompactFunc(all, func(a, b reconcile.Replica) bool { return a.ID == b.ID })
+		owner := map[string]string{}
+		ready, since := map[string]bool{}, map[string]time.Time{}
+		var observed []reconcile.Container
+		now := time.Unix(1000, 0)
+		for _, r := range all {
+			owner[r.ID] = nodes[rng.IntN(len(nodes))]
+			if rng.IntN(2) == 0 {
+				observed = append(observed, reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
+					Ordinal: r.Ordinal, State: reconcile.StateRunning})
+			}
+			ready[r.ID] = rng.IntN(3) == 0
+			if rng.IntN(3) == 0 {
+				since[r.ID] = now.Add(-time.Duration(rng.IntN(90)) * time.Second)
+			}
+		}
+		observed = append(observed, reconcile.Container{ID: "default_gone-0", Name: "gone-0", Namespace: "default", State: reconcile.StateRunning})
+		v := &view{all: all, owner: owner}
+		in := reconcile.Ownership{Self: "self", All: all, Owner: owner, Observed: observed, ReadyElsewhere: ready,
+			HandoffSince: since, Now: now, Timeout: time.Minute}
+		wantMine, wantHandoffs := reconcile.Owned(in)
+		in.All = v.candidates("self", observed)
+		gotMine, gotHandoffs := reconcile.Owned(in)
+		if !slices.EqualFunc(gotMine, wantMine, func(a, b reconcile.Replica) bool { return a.ID == b.ID }) || !maps.Equal(gotHandoffs, wantHandoffs) {
+			t.Fatalf("step %d: from the candidates Owned gives %d replicas and %v, from every replica %d and %v",
+				step, len(gotMine), gotHandoffs, len(wantMine), wantHandoffs)
+		}
+	}
+}

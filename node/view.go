@@ -3,6 +3,7 @@ package node
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -41,11 +42,11 @@ type view struct {
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
-	// given indexes base by slot (givenSlots), for unreported; ownWork
-	// are the workloads (WorkloadKey) with a replica owner gives this
-	// node. Both are computed with placement.
-	given    given
-	ownWork  map[string]bool
+	// given indexes base by slot (givenSlots), for unreported; own is
+	// what owner gives this node (ownedBy). Both are computed with
+	// placement.
+	given given
+	own   *owned
 	// excluded are the nodes left out of placement for not listing the
 	// replicas placed on them (unresponsive.go).
 	excluded map[string]bool
@@ -107,13 +108,48 @@ func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Repli
 	return p, base, owner
 }
 
-// ownWorkloads is the set of workloads (WorkloadKey) with a replica in
-// all that owner (replica ID -> node) gives to self.
-func ownWorkloads(self string, all []reconcile.Replica, owner map[string]string) map[string]bool {
-	out := map[string]bool{}
+// owned is what placement gives one node: its replicas (of the view's
+// desired replicas, in ID order) and their workloads (WorkloadKey).
+type owned struct {
+	replicas  []reconcile.Replica
+	workloads map[string]bool
+}
+
+// ownedBy is what owner (replica ID -> node) gives self of all.
+func ownedBy(self string, all []reconcile.Replica, owner map[string]string) *owned {
+	o := &owned{workloads: map[string]bool{}}
 	for _, r := range all {
 		if owner[r.ID] == self {
-			out[reconcile.WorkloadKey(r.Namespace, r.Workload)] = true
+			o.replicas = append(o.replicas, r)
+			o.workloads[reconcile.WorkloadKey(r.Namespace, r.Workload)] = true
+		}
+	}
+	return o
+}
+
+// ownedBy is what v's placement gives self (computed with placement on
+// views the builder derives).
+func (v *view) ownedBy(self string) *owned {
+	if v.own != nil {
+		return v.own
+	}
+	return ownedBy(self, v.all, v.owner)
+}
+
+// candidates are the desired replicas reconcile.Owned may return for
+// self: those placement gives it and those of its containers (a
+// make-before-break handoff keeps one); Owned passes over every other.
+// O(owned + containers x log replicas), where all of them cost
+// O(replicas of the cluster) on every pass.
+func (v *view) candidates(self string, observed []reconcile.Container) []reconcile.Replica {
+	own := v.ownedBy(self).replicas
+	out := slices.Clip(own)
+	for _, c := range observed {
+		if v.owner[c.ID] == self {
+			continue // in own
+		}
+		if i, ok := slices.BinarySearchFunc(v.all, c.ID, func(r reconcile.Replica, id string) int { return strings.Compare(r.ID, id) }); ok {
+			out = append(out, v.all[i])
 		}
 	}
 	return out
