@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -299,9 +300,7 @@ spec:
 		if len(decoded) != len(objs) {
 			t.Fatalf("step %d: decoded %d objects, want %d", step, len(decoded), len(objs))
 		}
-		if !slices.EqualFunc(got, want, func(a, b reconcile.Replica) bool {
-			return a.ID == b.ID && a.SpecHash == b.SpecHash && a.Ordinal == b.Ordinal
-		}) {
+		if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: allReplicas gives %d replicas, desiredReplicas %d", step, len(got), len(want))
 		}
 	}

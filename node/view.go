@@ -94,10 +94,10 @@ type view struct {
 func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool) (p placement.Placement, base, owner map[string]string) {
 	p = placement.Assign(nodes, workloadsOf(objs), placement.Options{})
 	base = owners(all, p)
-	owner = maps.Clone(base)
 	if len(excluded) == 0 {
-		return p, base, owner
+		return p, base, base // one map: views never modify them
 	}
+	owner = maps.Clone(base)
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
 	without := placement.Assign(kept, workloadsOf(objs), placement.Options{})
 	for _, r := range all {

@@ -23,10 +23,39 @@ type cachedObject struct {
 	from recordID
 	obj  manifest.Object
 	ok   bool
-	// replicas are obj's replicas (desiredReplicas), sorted by ID, once
-	// expanded is set (allReplicas).
-	replicas []reconcile.Replica
+	// replicas are obj's replicas (desiredReplicas), once expanded is
+	// set (allReplicas).
+	replicas expansion
 	expanded bool
+}
+
+// expansion is one workload's replicas in compact form: what they all
+// share (tmpl, a Replica without ID, Name and Ordinal) and, sorted by ID,
+// what each has of its own. A replica costs 40 bytes in it, where a
+// reconcile.Replica is about 500 (its Spec): a cache of every workload's
+// Replicas would double what a node holds of the cluster's replicas.
+type expansion struct {
+	tmpl reconcile.Replica
+	refs []replicaRef
+}
+
+type replicaRef struct {
+	id, name string
+	ordinal  int
+}
+
+// expand is desiredReplicas of o alone, in compact form.
+func expand(o manifest.Object) expansion {
+	rs := desiredReplicas([]manifest.Object{o})
+	e := expansion{refs: make([]replicaRef, len(rs))}
+	for i, r := range rs {
+		e.refs[i] = replicaRef{r.ID, r.Name, r.Ordinal}
+	}
+	if len(rs) > 0 {
+		e.tmpl = rs[0]
+		e.tmpl.ID, e.tmpl.Name, e.tmpl.Ordinal = "", "", 0
+	}
+	return e
 }
 
 type cachedStatus struct {
@@ -100,7 +129,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 // object: a write expands only its own workload's replicas, and the
 // others are merged in, in ID order.
 func (vs *views) allReplicas(recs []crdt.Record) []reconcile.Replica {
-	var parts [][]reconcile.Replica
+	var parts []expansion
 	total := 0
 	for _, r := range recs {
 		c, ok := vs.objects[r.Key]
@@ -108,30 +137,30 @@ func (vs *views) allReplicas(recs []crdt.Record) []reconcile.Replica {
 			continue
 		}
 		if !c.expanded {
-			c.replicas, c.expanded = desiredReplicas([]manifest.Object{c.obj}), true
+			c.replicas, c.expanded = expand(c.obj), true
 			vs.objects[r.Key] = c
 		}
 		parts = append(parts, c.replicas)
-		total += len(c.replicas)
+		total += len(c.replicas.refs)
 	}
 	return mergeByID(parts, total)
 }
 
-// mergeByID merges slices each sorted by ID into one sorted by ID (total
-// elements): a k-way merge through a heap of the slices' heads, O(total
-// log k) comparisons and one copy of each replica.
-func mergeByID(parts [][]reconcile.Replica, total int) []reconcile.Replica {
+// mergeByID merges expansions into one slice of total replicas sorted by
+// ID: a k-way merge through a heap of the expansions' heads, O(total log
+// k) comparisons and one write of each replica.
+func mergeByID(parts []expansion, total int) []reconcile.Replica {
 	if total == 0 {
 		return nil
 	}
 	out := make([]reconcile.Replica, 0, total)
-	h := make([][]reconcile.Replica, 0, len(parts))
+	h := make([]expansion, 0, len(parts))
 	for _, p := range parts {
-		if len(p) > 0 {
+		if len(p.refs) > 0 {
 			h = append(h, p)
 		}
 	}
-	less := func(i, j int) bool { return h[i][0].ID < h[j][0].ID }
+	less := func(i, j int) bool { return h[i].refs[0].id < h[j].refs[0].id }
 	down := func(i int) {
 		for {
 			l, m := 2*i+1, i
@@ -152,8 +181,10 @@ func mergeByID(parts [][]reconcile.Replica, total int) []reconcile.Replica {
 		down(i)
 	}
 	for len(h) > 0 {
-		out = append(out, h[0][0])
-		if h[0] = h[0][1:]; len(h[0]) == 0 {
+		r, ref := h[0].tmpl, h[0].refs[0]
+		r.ID, r.Name, r.Ordinal = ref.id, ref.name, ref.ordinal
+		out = append(out, r)
+		if h[0].refs = h[0].refs[1:]; len(h[0].refs) == 0 {
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
 		}
