@@ -179,7 +179,7 @@ func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeSt
 			continue
 		}
 		for _, r := range statuses[node].Replicas {
-			if r.Name == c.Name && r.Ready && r.Phase == api.PhaseRunning && reconcile.ContainerID(r.Namespace, r.Name) == c.ID {
+			if r.Ready && r.Phase == api.PhaseRunning && reconcile.ContainerID(r.Namespace, r.Name) == c.ID {
 				out[c.ID] = true
 				break
 			}

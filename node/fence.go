@@ -126,7 +126,10 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 		}
 	}
 	for name, s := range v.statuses {
-		if name == q.self || len(s.Replicas) == 0 || len(stateful) == 0 {
+		if len(stateful) == 0 {
+			break
+		}
+		if name == q.self || len(s.Replicas) == 0 {
 			continue
 		}
 		if st, member := memberState(members, name); !st.Up() {

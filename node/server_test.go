@@ -51,6 +51,23 @@ func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
 	if got := readyAtOwner("a", alive, statuses, owner, observed); !got[r.ID] {
 		t.Fatal("the new owner's ready copy was not counted")
 	}
+	// A container without its name label (only its ID) is matched by ID.
+	unlabelled := []reconcile.Container{{ID: r.ID, State: reconcile.StateRunning}}
+	if got := readyAtOwner("a", alive, statuses, owner, unlabelled); !got[r.ID] {
+		t.Fatal("the new owner's ready copy was not counted for a container without labels")
+	}
+	// A dead owner, this node as the owner, or no owner: nothing counts.
+	alive["c"] = false
+	if got := readyAtOwner("a", alive, statuses, owner, observed); got[r.ID] {
+		t.Fatal("a dead owner's copy counted")
+	}
+	alive["c"] = true
+	if got := readyAtOwner("c", alive, statuses, owner, observed); got[r.ID] {
+		t.Fatal("this node's own copy counted as another owner's")
+	}
+	if got := readyAtOwner("a", alive, statuses, map[string]string{}, observed); got[r.ID] {
+		t.Fatal("a copy counted for a replica without an owner")
+	}
 }
 
 // TestTailOfALogWrittenBeforeTheCRIFormat: a log file of raw lines (a

@@ -70,6 +70,55 @@ func TestPlacementRunsOncePerChange(t *testing.T) {
 			t.Errorf("%s computed %v placements for one Deployment applied (and its 6 replicas started), want 1", nodes[i].name, after[i]-idle[i])
 		}
 	}
+	ownedAsPlaced(t, nodes)
+	// An annotation changes the object, not placement's inputs: placement
+	// is kept, and what it gives each node is listed again from the new
+	// objects.
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, annotations: {note: changed}}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: "img:v1"}]
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].agent.objects.store(objs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if v := n.agent.views.view(); !slices.ContainsFunc(v.workloads, func(o manifest.Object) bool { return o.Deployment.Annotations["note"] == "changed" }) {
+				return fmt.Errorf("%s has not the annotated Deployment", n.name)
+			}
+		}
+		return nil
+	})
+	if got := quiet(); fmt.Sprint(got) != fmt.Sprint(after) {
+		t.Errorf("an annotation computed placements: %v -> %v", after, got)
+	}
+	ownedAsPlaced(t, nodes)
+}
+
+// ownedAsPlaced checks that each node's view lists as its own (what a
+// reconcile pass starts from) exactly what the view's placement gives it
+// over the view's replicas, however many views reused it.
+func ownedAsPlaced(t *testing.T, nodes []*testNode) {
+	t.Helper()
+	for _, n := range nodes {
+		v := n.agent.views.view()
+		if v.own == nil || v.own.node != n.name {
+			t.Fatalf("%s: the view holds no list of what placement gives it", n.name)
+		}
+		if want := ownedBy(n.name, v.all, v.owner); !reflect.DeepEqual(v.own, want) {
+			t.Fatalf("%s: the view says it owns %d replicas, placement over its replicas gives %d", n.name, len(v.own.replicas), len(want.replicas))
+		}
+	}
 }
 
 // Under a stream of changes (every node's status records while a

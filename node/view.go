@@ -111,13 +111,14 @@ func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Repli
 // owned is what placement gives one node: its replicas (of the view's
 // desired replicas, in ID order) and their workloads (WorkloadKey).
 type owned struct {
+	node      string
 	replicas  []reconcile.Replica
 	workloads map[string]bool
 }
 
 // ownedBy is what owner (replica ID -> node) gives self of all.
 func ownedBy(self string, all []reconcile.Replica, owner map[string]string) *owned {
-	o := &owned{workloads: map[string]bool{}}
+	o := &owned{node: self, workloads: map[string]bool{}}
 	for _, r := range all {
 		if owner[r.ID] == self {
 			o.replicas = append(o.replicas, r)
@@ -130,7 +131,7 @@ func ownedBy(self string, all []reconcile.Replica, owner map[string]string) *own
 // ownedBy is what v's placement gives self (computed with placement on
 // views the builder derives).
 func (v *view) ownedBy(self string) *owned {
-	if v.own != nil {
+	if v.own != nil && v.own.node == self {
 		return v.own
 	}
 	return ownedBy(self, v.all, v.owner)
