@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -110,8 +111,15 @@ func TestDriveAndReadJoinLongLines(t *testing.T) {
 		fmt.Fprint(errW, "oops\n")
 		errW.Close()
 	}()
+	// Drive reads stdout and stderr concurrently: the clock is shared.
+	var mu sync.Mutex
 	tick := t0
-	now := func() time.Time { tick = tick.Add(time.Second); return tick }
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		tick = tick.Add(time.Second)
+		return tick
+	}
 	if err := Drive(context.Background(), outR, errR, w, now); err != nil {
 		t.Fatal(err)
 	}
@@ -207,5 +215,51 @@ func TestFollowThroughRotationToTheEnd(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != 101 || lines[0] != "start" || lines[100] != "line 099" {
 		t.Fatalf("followed %d lines (%q ... %q), want all 101 through the rotations", len(lines), lines[0], lines[len(lines)-1])
+	}
+}
+
+// A long line's pieces are joined within their own stream: a line the
+// other stream writes between them comes out whole, before it, and the
+// long line whole when its last piece comes; with --tail too, and a line
+// left unfinished at the end of the log still comes out.
+func TestLongLinesJoinWithinTheirStream(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.log")
+	w, err := NewWriter(path, DefaultMaxSize, DefaultMaxFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := t0
+	for _, e := range []Entry{
+		{Stream: "stdout", Partial: true, Content: []byte("long-")},
+		{Stream: "stderr", Content: []byte("oops")},
+		{Stream: "stdout", Partial: true, Content: []byte("line-")},
+		{Stream: "stderr", Partial: true, Content: []byte("unfinished-")},
+		{Stream: "stdout", Content: []byte("end")},
+		{Stream: "stderr", Partial: true, Content: []byte("to the end")},
+	} {
+		at = at.Add(time.Second)
+		e.Time = at
+		if err := w.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	for _, tc := range []struct {
+		o    ReadOptions
+		want string
+	}{
+		{ReadOptions{Tail: -1}, "oops\nlong-line-end\nunfinished-to the end"},
+		{ReadOptions{Tail: 1}, "long-line-end\nunfinished-to the end"},
+		{ReadOptions{Tail: -1, Timestamps: true}, t0.Add(2*time.Second).UTC().Format(time.RFC3339Nano) + " oops\n" +
+			t0.Add(time.Second).UTC().Format(time.RFC3339Nano) + " long-line-end\n" +
+			t0.Add(4*time.Second).UTC().Format(time.RFC3339Nano) + " unfinished-to the end"},
+	} {
+		var out bytes.Buffer
+		if err := Read(context.Background(), path, tc.o, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("%+v: read %q, want %q", tc.o, out.String(), tc.want)
+		}
 	}
 }

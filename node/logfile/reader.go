@@ -3,10 +3,13 @@ package logfile
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -33,7 +36,9 @@ type ReadOptions struct {
 
 // Read sends the log at path (its rotated files first) to out as plain
 // lines, without the CRI prefix: stdout and stderr interleaved in the
-// order written, partial pieces joined. ErrNoLog when there is none.
+// order written, the partial pieces of a long line joined within their
+// stream (a line goes out when its last piece comes). ErrNoLog when
+// there is none.
 func Read(ctx context.Context, path string, o ReadOptions, out io.Writer) error {
 	files := Files(path)
 	if len(files) == 0 {
@@ -58,7 +63,10 @@ func Read(ctx context.Context, path string, o ReadOptions, out io.Writer) error 
 		if err := p.rest(br); err != nil {
 			return err
 		}
-		return p.flushRing()
+		if err := p.flushRing(); err != nil {
+			return err
+		}
+		return p.finish()
 	}
 	if err := p.lines(br); err != nil {
 		return err
@@ -110,7 +118,10 @@ func Read(ctx context.Context, path string, o ReadOptions, out io.Writer) error 
 					quiet = 0
 				}
 			}
-			return p.rest(br)
+			if err := p.rest(br); err != nil {
+				return err
+			}
+			return p.finish()
 		}
 		select {
 		case <-ctx.Done():
@@ -134,10 +145,18 @@ type printer struct {
 	out     io.Writer
 	ring    *ring
 	pending []byte // an unterminated line read at the end of a file
-	mid     bool   // the last entry sent was partial
 	read    int64  // bytes read so far
-	line    []byte // the line being assembled for the ring
+	// open holds, by stream, the line whose partial pieces have come so
+	// far (its timestamp first): a long line is joined from the pieces
+	// of its own stream, whatever the other stream wrote between them.
+	// A stream is present while it is in the middle of a line.
+	open map[string][]byte
 }
+
+// maxJoined bounds a line joined from partial pieces: a longer one goes
+// out in pieces of about this size (unterminated but for the last), so a
+// program that never ends its line cannot hold a reader's memory.
+const maxJoined = 64 * MaxLineBytes
 
 func (p *printer) file(path string) error {
 	f, err := os.Open(path)
@@ -196,25 +215,35 @@ func (p *printer) entry(line []byte) error {
 	if !p.o.Since.IsZero() && !e.Time.IsZero() && e.Time.Before(p.o.Since) {
 		return nil
 	}
-	var b []byte
-	if p.o.Timestamps && !p.mid {
+	b, mid := p.open[e.Stream]
+	if p.o.Timestamps && !mid {
 		b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, ' ')
 	}
 	b = append(b, e.Content...)
-	if !e.Partial {
-		b = append(b, '\n')
+	if e.Partial {
+		if p.open == nil {
+			p.open = map[string][]byte{}
+		}
+		if len(b) < maxJoined {
+			p.open[e.Stream] = b
+			return nil
+		}
+		p.open[e.Stream] = []byte{} // still in the line; its time is out
+		return p.emit(b)
 	}
-	p.mid = e.Partial
+	delete(p.open, e.Stream)
+	return p.emit(append(b, '\n'))
+}
+
+// emit sends b (a line, or a piece of one over maxJoined) to out, or to
+// the ring while the tail is being found.
+func (p *printer) emit(b []byte) error {
 	if p.ring == nil {
 		_, err := p.out.Write(b)
 		return err
 	}
-	p.line = append(p.line, b...)
-	if !e.Partial {
-		p.ring.push(p.line)
-		p.line = nil
-	}
+	p.ring.push(b)
 	return nil
 }
 
@@ -227,12 +256,28 @@ func (p *printer) flushRing() error {
 			return err
 		}
 	}
-	if len(p.line) > 0 {
-		if _, err := p.out.Write(p.line); err != nil {
-			return err
+	p.ring = nil
+	return nil
+}
+
+// finish sends the lines left unterminated at the end of the log (the
+// writer stopped in the middle of them), stdout's first.
+func (p *printer) finish() error {
+	rank := func(s string) int {
+		if s == "stdout" {
+			return 0
 		}
+		return 1
 	}
-	p.ring, p.line = nil, nil
+	streams := slices.SortedFunc(maps.Keys(p.open), func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
+	for _, s := range streams {
+		if b := p.open[s]; len(b) > 0 {
+			if _, err := p.out.Write(b); err != nil {
+				return err
+			}
+		}
+		delete(p.open, s)
+	}
 	return nil
 }
 
