@@ -1,0 +1,115 @@
+package node
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// The view's desired replicas, built from each workload's cached
+// expansion (allReplicas), equal desiredReplicas of every workload over
+// random writes: scales, new images, deletions and new workloads, with
+// names chosen so that IDs of different workloads interleave.
+func TestAllReplicasFollowsEveryWrite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	names := []string{"a", "a-b", "a-c", "ab", "b", "web", "web-1", "w"}
+	objs := map[string]manifest.Object{}
+	version := int64(0)
+	recs := map[string]crdt.Record{}
+	vs := newViews()
+	for step := range 300 {
+		name := names[rng.IntN(len(names))]
+		o := mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s}
+spec:
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec: {containers: [{name: c, image: "x:%[3]d"}]}
+`, name, rng.IntN(13), rng.IntN(3)))
+		version++
+		b, err := manifest.Encode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := crdt.Record{Key: o.Key(), Value: b, Version: hlc.Timestamp{Wall: version}, Origin: "n"}
+		if rng.IntN(5) == 0 {
+			rec.Deleted, rec.Value = true, nil
+			delete(objs, o.Key())
+		} else {
+			objs[o.Key()] = o
+		}
+		recs[o.Key()] = rec
+		list := slices.SortedFunc(maps.Values(recs), func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
+		decoded := vs.decodeObjects(list, map[string]bool{})
+		got := vs.allReplicas(list)
+		want := desiredReplicas(decoded)
+		if len(decoded) != len(objs) {
+			t.Fatalf("step %d: decoded %d objects, want %d", step, len(decoded), len(objs))
+		}
+		if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: allReplicas gives %d replicas, desiredReplicas %d", step, len(got), len(want))
+		}
+	}
+}
+
+// reconcile.Owned given only a view's candidates for a node (what
+// placement gives it and the replicas of its containers) decides what it
+// decides given every desired replica, over random placements,
+// containers and handoffs.
+func TestCandidatesDecideAsEveryReplica(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	nodes := []string{"self", "a", "b", ""}
+	for step := range 500 {
+		var all []reconcile.Replica
+		for w := range 1 + rng.IntN(4) {
+			for ord := range rng.IntN(6) {
+				r := reconcile.NewReplica("default", fmt.Sprintf("w%d", w), "aaaaaaaa", "", ord, reconcile.Spec{})
+				if rng.IntN(4) == 0 {
+					r = reconcile.NewStatefulReplica("default", fmt.Sprintf("s%d", w), "bbbbbbbb", ord, reconcile.Spec{})
+				}
+				all = append(all, r)
+			}
+		}
+		slices.SortFunc(all, func(a, b reconcile.Replica) int { return strings.Compare(a.ID, b.ID) })
+		all = slices.CompactFunc(all, func(a, b reconcile.Replica) bool { return a.ID == b.ID })
+		owner := map[string]string{}
+		ready, since := map[string]bool{}, map[string]time.Time{}
+		var observed []reconcile.Container
+		now := time.Unix(1000, 0)
+		for _, r := range all {
+			owner[r.ID] = nodes[rng.IntN(len(nodes))]
+			if rng.IntN(2) == 0 {
+				observed = append(observed, reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
+					Ordinal: r.Ordinal, State: reconcile.StateRunning})
+			}
+			ready[r.ID] = rng.IntN(3) == 0
+			if rng.IntN(3) == 0 {
+				since[r.ID] = now.Add(-time.Duration(rng.IntN(90)) * time.Second)
+			}
+		}
+		observed = append(observed, reconcile.Container{ID: "default_gone-0", Name: "gone-0", Namespace: "default", State: reconcile.StateRunning})
+		v := &view{all: all, owner: owner}
+		in := reconcile.Ownership{Self: "self", All: all, Owner: owner, Observed: observed, ReadyElsewhere: ready,
+			HandoffSince: since, Now: now, Timeout: time.Minute}
+		wantMine, wantHandoffs := reconcile.Owned(in)
+		in.All = v.candidates("self", observed)
+		gotMine, gotHandoffs := reconcile.Owned(in)
+		if !slices.EqualFunc(gotMine, wantMine, func(a, b reconcile.Replica) bool { return a.ID == b.ID }) || !maps.Equal(gotHandoffs, wantHandoffs) {
+			t.Fatalf("step %d: from the candidates Owned gives %d replicas and %v, from every replica %d and %v",
+				step, len(gotMine), gotHandoffs, len(wantMine), wantHandoffs)
+		}
+	}
+}
