@@ -225,17 +225,21 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
 	a.acks = newAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{})}
+		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
 	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.claimsNear(s) }, a.subnets.reservedFor)
+	a.rejects.rival = a.subnets.noteRival
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
 		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
-	a.subnets.publish = func() { a.status.publishStatus(nil) }
+	// With the replicas of the last publication: a claim that moves
+	// keeps them listed (their addresses hidden) until the next pass.
+	a.subnets.publish = func() { r, _ := a.status.replicas(); a.status.publishStatus(r) }
 	a.views = newViews()
-	a.subnets.withHeld = a.views.withHeld
+	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.withHeld, a.views.claimsNear, a.views.changed
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
 	a.views.selfStatus = func() NodeStatus { return a.status.status(nil) }
+	a.views.reclaimAfter = cfg.SubnetReclaimAfter
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members = a.cluster, a.members
 	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}

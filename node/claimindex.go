@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"net/netip"
 
 	"github.com/starling-orchestrator/starling/net/ipam"
@@ -115,4 +116,54 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 	for name := range ix.wide {
 		f(name)
 	}
+}
+
+// reclaimedWinners returns v.winners with the nodes added whose claim
+// loses only to claims that no longer hold (reserved: their node is down
+// and its record older than --subnet-reclaim-after). Such a subnet is
+// free: the claim of a new node on it was let settle (subnets.others
+// leaves those claims out), so it must also be routed and placed on.
+// Left out, the new holder of a dead node's subnet was never eligible
+// while the dead node's record stayed. winners itself is returned when
+// nothing is added (and is never written). Called with build held.
+func (vs *views) reclaimedWinners(v *view) map[string]bool {
+	out, cloned := v.winners, false
+	for name, s := range v.statuses {
+		p, ok := s.prefix()
+		if out[name] || s.PodSubnet == "" || !ok {
+			continue
+		}
+		mine := ipam.Claim{Node: name, Subnet: s.PodSubnet, Since: s.SubnetSince}
+		beaten := false
+		check := func(other string) {
+			o, held := v.statuses[other]
+			op, ok := o.prefix()
+			if beaten || other == name || !held || !ok || !op.Overlaps(p) {
+				return
+			}
+			if (ipam.Claim{Node: other, Subnet: o.PodSubnet, Since: o.SubnetSince}).Beats(mine) && vs.reserved(v, other) {
+				beaten = true
+			}
+		}
+		vs.claims.near(p, check)
+		check(vs.self) // its unpublished claim is not in the index
+		if beaten {
+			continue
+		}
+		if !cloned {
+			out, cloned = maps.Clone(v.winners), true
+		}
+		out[name] = true
+	}
+	return out
+}
+
+// reserved is subnets.reserved for node name as v and the records held
+// show it; this node's own claim always holds.
+func (vs *views) reserved(v *view, name string) bool {
+	if name == vs.self {
+		return true
+	}
+	state, _ := memberState(v.members, name)
+	return reserved(state, vs.statuses[statusKey(name)].from.version, vs.reclaimAfter)
 }

@@ -5,8 +5,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
@@ -49,5 +53,43 @@ func TestClaimIndexFollowsIpamWinners(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A node's claim on a subnet whose earlier claimant is down past
+// --subnet-reclaim-after holds it: the claimant let it settle (the
+// earlier claim no longer counted), so every node routes to it and
+// places on it. An earlier claim that still holds (its node up, or down
+// for less than --subnet-reclaim-after) keeps winning.
+func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
+	now := time.Now()
+	vs := newViews()
+	vs.self, vs.reclaimAfter = "me", time.Minute
+	v := &view{statuses: map[string]NodeStatus{}}
+	claim := func(name, subnet string, since, wrote time.Time, state gossip.MemberState) {
+		s := NodeStatus{Name: name, PodSubnet: subnet, SubnetSince: hlc.Timestamp{Wall: since.UnixNano()}, SubnetReady: true}
+		v.statuses[name] = s
+		vs.claims.set(name, s, true)
+		vs.statuses[statusKey(name)] = cachedStatus{from: recordID{version: hlc.Timestamp{Wall: wrote.UnixNano()}}, status: s, ok: true}
+		v.members = append(v.members, gossip.Member{Name: name, State: state})
+	}
+	hour := -time.Hour
+	claim("gone", "10.22.1.0/24", now.Add(hour), now.Add(-2*time.Minute), gossip.StateDead) // reclaimable
+	claim("new", "10.22.1.0/24", now.Add(-time.Minute), now, gossip.StateAlive)
+	claim("away", "10.22.2.0/24", now.Add(hour), now.Add(-30*time.Second), gossip.StateDead) // still reserved
+	claim("taker", "10.22.2.0/24", now.Add(-time.Minute), now, gossip.StateAlive)
+	claim("back", "10.22.3.0/24", now.Add(hour), now.Add(-2*time.Minute), gossip.StateAlive) // up again
+	claim("later", "10.22.3.0/24", now.Add(-time.Minute), now, gossip.StateAlive)
+	claim("third", "10.22.1.0/24", now.Add(-time.Second), now, gossip.StateAlive) // loses to new
+	slices.SortFunc(v.members, func(a, b gossip.Member) int { return strings.Compare(a.Name, b.Name) })
+	v.winners = maps.Clone(vs.claims.winners)
+	before := maps.Clone(v.winners)
+	got := vs.reclaimedWinners(v)
+	want := map[string]bool{"gone": true, "new": true, "away": true, "back": true}
+	if !maps.Equal(got, want) {
+		t.Fatalf("winners %v, want %v", got, want)
+	}
+	if !maps.Equal(v.winners, before) {
+		t.Fatal("reclaimedWinners wrote the view's winners")
 	}
 }

@@ -41,6 +41,9 @@ type rejects struct {
 	// reserved reports whether a node's subnet claim still holds: the
 	// node is live, or down for less than --subnet-reclaim-after.
 	reserved func(name string) bool
+	// rival is told the claim of each verified record refused as a
+	// takeover of a settled subnet (subnets.noteRival); nil: nobody.
+	rival func(ipam.Claim)
 	// live reports whether a node is alive or suspect in this node's
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
@@ -91,6 +94,9 @@ func (x *rejects) check(r crdt.Record) error {
 	}
 	if rj == nil {
 		return nil
+	}
+	if rj.rival != nil && x.rival != nil && checkSignature(r, x.bound, x.revoked) == nil && x.checkIdentityChange(r) == nil {
+		x.rival(*rj.rival)
 	}
 	x.note(r.Origin, rj)
 	return rj
@@ -146,8 +152,10 @@ func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) 
 		otherP, otherOK := h.prefix()
 		overlaps := mineOK && otherOK && mineP.Overlaps(otherP) || (!mineOK || !otherOK) && h.PodSubnet == s.PodSubnet
 		if overlaps && mine.Beats(other) && reserved(name) {
-			return reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
+			rj := reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
 				s.Name, s.PodSubnet, s.SubnetSince, name, h.SubnetSince)
+			rj.rival = &ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady}
+			return rj
 		}
 	}
 	return nil

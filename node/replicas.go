@@ -173,6 +173,7 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 		return r.runtimeDown(v, err)
 	}
 	r.runtimeUp()
+	markOutsideSubnet(observed, r.subnets.current(), r.subnets.isReady())
 	r.metrics.observe(observed)
 	r.probes.markUnhealthy(observed)
 	out := reconcile.Decide(r.decision(v, observed, start), time.Now())

@@ -58,6 +58,9 @@ type views struct {
 	log         *slog.Logger
 	// selfStatus is this node's record before it published one.
 	selfStatus func() NodeStatus
+	// reclaimAfter is --subnet-reclaim-after: how long a down node's
+	// subnet claim still counts after its last record (reclaimedWinners).
+	reclaimAfter time.Duration
 
 	cur  atomic.Pointer[view]
 	mu   sync.Mutex
@@ -92,7 +95,7 @@ type views struct {
 
 func newViews() *views {
 	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
-		claims: newClaimIndex()}
+		claims: newClaimIndex(), reclaimAfter: DefaultConfig().SubnetReclaimAfter}
 }
 
 // load returns the current snapshot (nil before the first build).
@@ -268,6 +271,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	default:
 		v.winners = winningClaims(v.statuses) // with this node's unpublished record
 	}
+	v.winners = vs.reclaimedWinners(v)
 	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) {
 		v.eligible, v.nodesKey = prev.eligible, prev.nodesKey
 	} else {

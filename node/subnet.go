@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -42,9 +43,24 @@ type subnets struct {
 	// in-process tests.
 	use func(*net.IPNet) error
 
+	// claimsNear returns the held statuses whose subnet claims overlap
+	// the argument's (views.claimsNear); changed is the view's change
+	// channel (views.changed). They feed the check for a displaced claim
+	// (subnetmove.go).
+	claimsNear func(NodeStatus) []NodeStatus
+	changed    func() <-chan struct{}
+
+	// settled: the claim settled and the pod network uses it; false
+	// while a displaced claim moves (subnetmove.go).
+	settled atomic.Bool
+
 	mu    sync.Mutex
 	claim ipam.Claim
-	ready chan struct{} // closed once the claim settled and the network uses it
+	ready chan struct{} // closed once the first claim settled and the network uses it
+	// rivals are settled claims that beat this node's, from records this
+	// node refused (noteRival), by node; rivalKick wakes the check.
+	rivals    map[string]ipam.Claim
+	rivalKick chan struct{}
 	// asked holds, by subnet, the first node that asked this node to
 	// confirm a claim on it (see answerClaim).
 	asked     map[netip.Prefix]askedClaim
@@ -128,14 +144,7 @@ func (sn *subnets) set(c ipam.Claim, persist bool) {
 }
 
 // isReady reports whether the claim settled and pods may run on it.
-func (sn *subnets) isReady() bool {
-	select {
-	case <-sn.ready:
-		return true
-	default:
-		return false
-	}
-}
+func (sn *subnets) isReady() bool { return sn.settled.Load() }
 
 // kept is the claim this node persisted in an earlier run (zero if none).
 func (sn *subnets) kept() ipam.Claim {
@@ -149,18 +158,37 @@ func (sn *subnets) kept() ipam.Claim {
 // claimSubnet gives the node its pod subnet before any pod runs, and
 // reports false if ctx ended first. With --pod-subnet the choice is the
 // operator's. Otherwise the node keeps the subnet it claimed before (kept
-// in badger) unless another node's claim beats it, or picks a free /24;
-// it publishes the claim and waits SubnetSettle; if a winning claim for
-// the same subnet appeared meanwhile it picks again.
+// in badger) unless another node's claim beats it, or picks a free /24
+// (settleClaim); then, for as long as it runs, it moves to another subnet
+// if an earlier settled claim displaces its own (keepClaim).
 func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	claim := sn.kept()
-	avoid := map[string]bool{} // subnets peers said another node holds
 	// A claim kept from an earlier run has stood already: no settle wait.
 	settled := claim.Subnet != ""
 	if sn.fixed != "" && claim.Subnet != sn.fixed {
 		claim = ipam.Claim{Node: sn.self, Subnet: sn.fixed, Since: sn.clock.Now()}
 		settled = false
 	}
+	claim, ok := sn.settleClaim(ctx, claim, settled, map[string]bool{})
+	if !ok || !sn.useClaim(claim) {
+		return false
+	}
+	close(sn.ready)
+	if sn.fixed == "" {
+		go sn.keepClaim(ctx, claim)
+	}
+	return true
+}
+
+// settleClaim settles claim (zero: none yet) and returns it, or reports
+// false if ctx ended first: it keeps claim unless another node's claim
+// beats it or it is in avoid (subnets peers said another node holds),
+// else picks a free /24; it publishes the claim and waits SubnetSettle,
+// then checks it with the subnet's arbiters (confirm); if a winning claim
+// for the same subnet appeared meanwhile it picks again. A claim that
+// stood already (settled: kept from an earlier run) is kept at once
+// unless an earlier claim beats it.
+func (sn *subnets) settleClaim(ctx context.Context, claim ipam.Claim, settled bool, avoid map[string]bool) (ipam.Claim, bool) {
 	for {
 		others := sn.others()
 		// A claim that stood (kept from an earlier run) loses only to an
@@ -183,7 +211,7 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 				sn.log.Error("cannot claim a pod subnet", "err", err)
 				select {
 				case <-ctx.Done():
-					return false
+					return ipam.Claim{}, false
 				case <-time.After(10 * time.Second):
 				}
 				continue
@@ -196,21 +224,21 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 		claim.Node = sn.self
 		sn.set(claim, true)
 		if settled {
-			break
+			return claim, true
 		}
 		sn.publish()
 		select {
 		case <-ctx.Done():
-			return false
+			return ipam.Claim{}, false
 		case <-time.After(sn.settle):
 		}
 		if sn.fixed != "" {
-			break
+			return claim, true
 		}
 		if _, lost := ipam.Yields(claim, sn.others()); !lost {
 			who, ok := sn.confirm(ctx, claim)
 			if ok {
-				break
+				return claim, true
 			}
 			if who != "" {
 				sn.log.Warn("peers hold another node's claim on the subnet this node claimed; picking another", "subnet", claim.Subnet, "holder", who)
@@ -218,6 +246,11 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 			}
 		}
 	}
+}
+
+// useClaim configures the pod network for a settled claim and marks it
+// ready for pods; false when the network could not be configured.
+func (sn *subnets) useClaim(claim ipam.Claim) bool {
 	_, subnet, _ := net.ParseCIDR(claim.Subnet)
 	if sn.use != nil {
 		if err := sn.use(subnet); err != nil {
@@ -225,11 +258,8 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 			return false
 		}
 	}
-	close(sn.ready)
+	sn.settled.Store(true)
 	sn.log.Info("pod subnet claimed", "subnet", claim.Subnet, "since", claim.Since)
-	if sn.fixed == "" {
-		go sn.stayRegistered(ctx, claim)
-	}
 	return true
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/starling-orchestrator/starling/net/ipam"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -70,6 +72,10 @@ const (
 type rejection struct {
 	reason string
 	err    error
+	// rival is, for rejectSubnetTaken, the refused record's claim (with
+	// whether it settled): the node it would displace may have to move
+	// (subnetmove.go).
+	rival *ipam.Claim
 }
 
 func (r *rejection) Error() string { return r.reason + ": " + r.err.Error() }

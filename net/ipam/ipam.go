@@ -72,6 +72,23 @@ func Yields(mine Claim, others []Claim) (string, bool) {
 	return "", false
 }
 
+// Displaced reports whether mine, a claim that has settled (its node runs
+// pods on it), must move, and to whom: another node's settled claim
+// overlaps it and Beats it. Two claims settle on one subnet only when
+// their nodes could not hear each other while they claimed (a partition,
+// or nodes forming faster than records spread); once they do, every node
+// takes the earlier claim as the holder (Winners), so the later one's
+// node has pods no peer routes to, and must claim again. A rival that has
+// not settled never displaces a settled claim: it yields itself (Yields).
+func Displaced(mine Claim, others []Claim) (string, bool) {
+	for _, o := range others {
+		if o.Node != mine.Node && o.Settled && overlap(o.Subnet, mine.Subnet) && o.Beats(mine) {
+			return o.Node, true
+		}
+	}
+	return "", false
+}
+
 // overlap reports whether two subnets share an address (equal strings
 // when either does not parse).
 func overlap(a, b string) bool {

@@ -109,6 +109,35 @@ func TestNewClaimYieldsToASettledOne(t *testing.T) {
 	}
 }
 
+// Two settled claims on one subnet: the later one's node moves, to the
+// earlier settled one only, and agrees with Winners on who keeps it.
+func TestSettledClaimIsDisplacedOnlyByAnEarlierSettledOne(t *testing.T) {
+	early := Claim{Node: "y", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 1}, Settled: true}
+	mine := Claim{Node: "x", Subnet: "10.22.5.0/24", Since: hlc.Timestamp{Wall: 2}, Settled: true}
+	if who, moved := Displaced(mine, []Claim{early}); !moved || who != "y" {
+		t.Fatalf("Displaced = %q %v, want y true", who, moved)
+	}
+	if _, moved := Displaced(early, []Claim{mine}); moved {
+		t.Fatal("the earlier settled claim was displaced by a later one")
+	}
+	unsettled := early
+	unsettled.Settled = false
+	if _, moved := Displaced(mine, []Claim{unsettled}); moved {
+		t.Fatal("a claim that has not settled displaced a settled one (it yields itself)")
+	}
+	inside := Claim{Node: "z", Subnet: "10.22.5.16/28", Since: hlc.Timestamp{Wall: 1}, Settled: true}
+	if who, moved := Displaced(mine, []Claim{inside}); !moved || who != "z" {
+		t.Fatalf("an overlapping /28: Displaced = %q %v, want z true", who, moved)
+	}
+	elsewhere := Claim{Node: "w", Subnet: "10.22.6.0/24", Since: hlc.Timestamp{Wall: 1}, Settled: true}
+	if _, moved := Displaced(mine, []Claim{elsewhere}); moved {
+		t.Fatal("a claim on another subnet displaced mine")
+	}
+	if w := Winners([]Claim{early, mine}); !w["y"] || w["x"] {
+		t.Fatalf("Winners = %v, want y alone: the displaced node is the one Winners passes over", w)
+	}
+}
+
 // Winners agrees with Lost on every claim, overlaps of different sizes
 // included.
 func TestWinnersAgreesWithLost(t *testing.T) {

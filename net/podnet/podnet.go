@@ -96,7 +96,7 @@ func New(cfg Config) (*Network, error) {
 		loopback: loopback,
 	}
 	if cfg.PodSubnet != nil {
-		if err := n.SetSubnet(cfg.PodSubnet); err != nil {
+		if _, err := n.setSubnet(cfg.PodSubnet); err != nil {
 			return nil, err
 		}
 	}
@@ -104,11 +104,28 @@ func New(cfg Config) (*Network, error) {
 }
 
 // SetSubnet sets the node's pod subnet (its /24) and builds the bridge
-// network configuration for it.
+// network configuration for it. When the node bridge exists with another
+// address (the node's claim was displaced, net/ipam.Displaced, or lost
+// while it was down), it moves the bridge to the new subnet's gateway;
+// sandboxes attached before keep their old addresses until they are
+// rebuilt.
 func (n *Network) SetSubnet(subnet *net.IPNet) error {
+	gw, err := n.setSubnet(subnet)
+	if err != nil {
+		return err
+	}
+	// A restarted node whose kept claim lost finds its bridge on the old
+	// subnet too.
+	ones, _ := subnet.Mask.Size()
+	return readdressBridge(n.cfg.Bridge, &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(ones, 32)})
+}
+
+// setSubnet builds the bridge configuration for subnet and returns its
+// gateway address, touching nothing on the host.
+func (n *Network) setSubnet(subnet *net.IPNet) (netip.Addr, error) {
 	network, ok := netip.AddrFromSlice(subnet.IP.Mask(subnet.Mask).To4())
 	if !ok {
-		return fmt.Errorf("pod subnet %s: not IPv4", subnet)
+		return netip.Addr{}, fmt.Errorf("pod subnet %s: not IPv4", subnet)
 	}
 	gw := network.Next() // the bridge's address: the subnet's first
 	bridgeConf := map[string]any{
@@ -119,6 +136,9 @@ func (n *Network) SetSubnet(subnet *net.IPNet) error {
 			"bridge":      n.cfg.Bridge,
 			"isGateway":   true,
 			"hairpinMode": true,
+			// The bridge may still hold the gateway of a subnet the
+			// node moved from: the plugin replaces it.
+			"forceAddress": true,
 			"ipMasq":      false,
 			"mtu":         n.cfg.MTU,
 			"ipam": map[string]any{
@@ -132,12 +152,12 @@ func (n *Network) SetSubnet(subnet *net.IPNet) error {
 	raw, _ := json.Marshal(bridgeConf)
 	bridge, err := libcni.ConfListFromBytes(raw)
 	if err != nil {
-		return fmt.Errorf("podnet: bridge network config: %w", err)
+		return netip.Addr{}, fmt.Errorf("podnet: bridge network config: %w", err)
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.cfg.PodSubnet, n.bridge = subnet, bridge
-	return nil
+	n.mu.Unlock()
+	return gw, nil
 }
 
 func (n *Network) bridgeConf() (*libcni.NetworkConfigList, error) {

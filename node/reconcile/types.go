@@ -192,6 +192,10 @@ type Container struct {
 	// PodIP is the address CNI gave the replica; empty means the sandbox
 	// setup did not finish (the agent died half-way), so it is rebuilt.
 	PodIP string
+	// OutsideSubnet: PodIP lies outside the node's pod subnet, which
+	// moved since the sandbox was set up (net/ipam.Displaced); no peer
+	// routes that address here any more, so it is rebuilt.
+	OutsideSubnet bool
 	// Restarts counts restarts since creation (shown to users).
 	Restarts int
 	// BackoffStep counts consecutive quick crashes: the next restart waits

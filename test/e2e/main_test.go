@@ -148,6 +148,23 @@ func missingPrereq() string {
 // when the test ends (also on failure, after printing diagnostics).
 func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
 	t.Helper()
+	c := emptyCluster(t)
+	for i := 1; i <= n; i++ {
+		node, err := c.AddNode(fmt.Sprintf("n%d", i), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.StartAgent(agentArgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// emptyCluster is a LAN with no node yet, torn down (its nodes' logs
+// shown on failure) when the test ends.
+func emptyCluster(t *testing.T) *harness.Cluster {
+	t.Helper()
 	if skipWhy != "" {
 		t.Skip("e2e prerequisites missing: " + skipWhy)
 	}
@@ -180,15 +197,6 @@ func newCluster(t *testing.T, n int, agentArgs ...string) *harness.Cluster {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	for i := 1; i <= n; i++ {
-		node, err := c.AddNode(fmt.Sprintf("n%d", i), i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := node.StartAgent(agentArgs...); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return c
 }
 

@@ -1,0 +1,175 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+
+	"github.com/starling-orchestrator/starling/net/ipam"
+)
+
+// A settled claim that is displaced moves.
+//
+// Two nodes settle one subnet when they could not hear each other while
+// they claimed it: the two sides of a partition, a node down longer than
+// --subnet-reclaim-after whose subnet a new node took, or, while hundreds
+// of nodes form, two claimants whose records had not reached each other
+// (at 1,000 simulated nodes, one subnet in most runs). Once they hear each
+// other, every node takes the earlier claim as the holder (ipam.Winners):
+// it routes the subnet to that node, and the other is not eligible for
+// replicas. The later claim's node therefore gives its subnet up, claims
+// another the way a new node does, and rebuilds its pods' sandboxes on it
+// (reconcile.Container.OutsideSubnet); meanwhile its record says it is not
+// ready, so its replicas run elsewhere and no peer routes to it.
+//
+// It learns of the earlier claim from the records it holds or, when it
+// refused that record (checkTakeover refuses a claim that would take a
+// settled subnet, this node's own included), from the refusal
+// (noteRival). Peers keep refusing the earlier claim while the later one
+// still holds the subnet in their view, so traffic keeps one destination
+// until the move is published. Only a settled claim of a live member,
+// in a record whose signature and certificate verified, makes a node
+// move: a member could say it claimed a subnet earlier than it did and so
+// make its holder move (and restart its pods), which is no more than what
+// a member, which may write any object, can do already.
+
+// keepCheckEvery is how often a settled claim is checked against the
+// claims held, besides every view change and every refusal that names a
+// rival.
+const keepCheckEvery = 5 * time.Second
+
+// maxRivals bounds the rival claims remembered from refused records (the
+// names come from peers).
+const maxRivals = 16
+
+// keepClaim watches this node's settled claim for as long as ctx lasts,
+// and moves it when an earlier settled claim displaces it.
+func (sn *subnets) keepClaim(ctx context.Context, claim ipam.Claim) {
+	for {
+		regCtx, stop := context.WithCancel(ctx)
+		go sn.stayRegistered(regCtx, claim)
+		who, ok := sn.awaitDisplaced(ctx, claim)
+		stop()
+		if !ok {
+			return
+		}
+		sn.log.Warn("another node settled this node's pod subnet earlier (a partition, or nodes that claimed before they heard each other); moving this node and its pods to another subnet",
+			"subnet", claim.Subnet, "holder", who)
+		sn.settled.Store(false)
+		sn.publish() // not ready: peers stop placing replicas here
+		next, ok := sn.settleClaim(ctx, ipam.Claim{}, false, map[string]bool{claim.Subnet: true})
+		if !ok {
+			return
+		}
+		for !sn.useClaim(next) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+		}
+		sn.mu.Lock()
+		sn.rivals = nil
+		sn.mu.Unlock()
+		sn.publish()
+		claim = next
+	}
+}
+
+// awaitDisplaced waits until claim is displaced (displaced) and returns
+// by whom; ok false when ctx ended first.
+func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string, bool) {
+	tick := time.NewTicker(keepCheckEvery)
+	defer tick.Stop()
+	for {
+		var changed <-chan struct{}
+		if sn.changed != nil {
+			changed = sn.changed()
+		}
+		if who, moved := sn.displaced(claim); moved {
+			return who, true
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-changed:
+		case <-sn.rivalKick:
+		case <-tick.C:
+		}
+	}
+}
+
+// displaced reports whether mine, this node's settled claim, must move
+// (ipam.Displaced), and to whom: against the overlapping claims held of
+// nodes whose claims are still reserved, and the rivals noted from
+// refused records of members that are up.
+func (sn *subnets) displaced(mine ipam.Claim) (string, bool) {
+	mine.Settled = true
+	var others []ipam.Claim
+	if sn.claimsNear != nil {
+		for _, h := range sn.claimsNear(NodeStatus{Name: sn.self, PodSubnet: mine.Subnet}) {
+			if h.Name != sn.self && sn.reservedFor(h.Name) {
+				others = append(others, ipam.Claim{Node: h.Name, Subnet: h.PodSubnet, Since: h.SubnetSince, Settled: h.SubnetReady})
+			}
+		}
+	}
+	sn.mu.Lock()
+	rivals := make([]ipam.Claim, 0, len(sn.rivals))
+	for _, c := range sn.rivals {
+		rivals = append(rivals, c)
+	}
+	sn.mu.Unlock()
+	for _, c := range rivals {
+		if m, ok := sn.gossip.Member(c.Node); ok && m.State.Up() {
+			others = append(others, c)
+		}
+	}
+	return ipam.Displaced(mine, others)
+}
+
+// noteRival is told of each status record this node refused as a
+// takeover of a settled subnet, once its signature and certificate
+// verified: c is the refused record's claim. A settled claim that
+// displaces this node's settled one is remembered, and the check woken.
+// It runs in the gossip layer's accept hook: it only takes sn.mu.
+func (sn *subnets) noteRival(c ipam.Claim) {
+	mine := sn.current()
+	if !c.Settled || c.Node == sn.self || mine.Subnet == "" || !sn.isReady() {
+		return
+	}
+	mine.Settled = true
+	if _, moved := ipam.Displaced(mine, []ipam.Claim{c}); !moved {
+		return
+	}
+	sn.mu.Lock()
+	if _, ok := sn.rivals[c.Node]; ok || len(sn.rivals) < maxRivals {
+		if sn.rivals == nil {
+			sn.rivals = map[string]ipam.Claim{}
+		}
+		sn.rivals[c.Node] = c
+	}
+	sn.mu.Unlock()
+	select {
+	case sn.rivalKick <- struct{}{}:
+	default:
+	}
+}
+
+// markOutsideSubnet marks the observed containers whose address lies
+// outside claim, this node's subnet, once it settled (settled): their
+// sandboxes were set up before the claim moved, so Plan rebuilds them on
+// the new subnet. Before it settles nothing is marked: a sandbox built
+// then would get an address of the old subnet again.
+func markOutsideSubnet(observed []reconcile.Container, claim ipam.Claim, settled bool) {
+	p, err := netip.ParsePrefix(claim.Subnet)
+	if !settled || err != nil {
+		return
+	}
+	for i := range observed {
+		if ip, err := netip.ParseAddr(observed[i].PodIP); err == nil && !p.Contains(ip) {
+			observed[i].OutsideSubnet = true
+		}
+	}
+}

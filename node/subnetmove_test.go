@@ -1,0 +1,112 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// TestDisplacedSettledClaimMoves: two nodes that could not hear each other
+// settled the same subnet, each running pods on it (the two sides of a
+// partition, or nodes forming faster than records spread). When they
+// meet, the node whose claim is later refuses the earlier one's record
+// (it would take its settled subnet) and learns from that refusal that
+// it lost: it moves to another subnet, rebuilds its pods there, and both
+// nodes end up ready and eligible in both views. Before settled claims
+// could move, both kept the subnet for good and each refused the other.
+func TestDisplacedSettledClaimMoves(t *testing.T) {
+	early, late := collidingNames(256) // the default --cluster-cidr, a /16
+	a := start(t, early, t.TempDir(), nil)
+	waitFor(t, 10*time.Second, func() error { return settledOn(a) })
+	// A cluster of its own: it cannot hear a. Its label keeps the
+	// "pinned" replicas on it alone, so they run on through the move.
+	b := start(t, late, t.TempDir(), nil, func(c *Config) { c.Labels = map[string]string{"pin": "b"} })
+	waitFor(t, 10*time.Second, func() error { return settledOn(b) })
+	shared := a.agent.subnets.current().Subnet
+	if got := b.agent.subnets.current().Subnet; got != shared {
+		t.Fatalf("the two nodes claimed %s and %s: the names do not collide", shared, got)
+	}
+	deploy(t, b, "before", 3, "img:v1")
+	deployPinned(t, b, "pinned", 2)
+	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "before", 3) })
+	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "pinned", 2) })
+
+	if _, err := b.agent.cluster.Join([]string{a.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() error {
+		if err := settledOn(b); err != nil {
+			return err
+		}
+		if got := b.agent.subnets.current().Subnet; got == shared {
+			return fmt.Errorf("%s still holds %s, settled earlier by %s", b.name, got, a.name)
+		}
+		for _, n := range []*testNode{a, b} {
+			v := n.agent.views.view()
+			for _, m := range []*testNode{a, b} {
+				s, ok := v.statuses[m.name]
+				if !ok || !s.SubnetReady || !v.winners[m.name] || s.PodSubnet != m.agent.subnets.current().Subnet {
+					return fmt.Errorf("%s's view of %s: %+v (winner %v)", n.name, m.name, s.PodSubnet, v.winners[m.name])
+				}
+			}
+		}
+		return nil
+	})
+	if got := a.agent.subnets.current().Subnet; got != shared {
+		t.Fatalf("%s, whose claim was earlier, moved: %s -> %s", a.name, shared, got)
+	}
+	// Every pod of the moved node has an address of its new subnet: the
+	// ones set up on the old one were rebuilt.
+	moved := netip.MustParsePrefix(b.agent.subnets.current().Subnet)
+	waitFor(t, 30*time.Second, func() error {
+		if err := runningEverywhere([]*testNode{a, b}, "before", 3); err != nil {
+			return err
+		}
+		if err := runningEverywhere([]*testNode{b}, "pinned", 2); err != nil {
+			return err
+		}
+		cs, _ := b.rt.List(context.Background())
+		for _, c := range cs {
+			if ip, err := netip.ParseAddr(c.PodIP); err != nil || !moved.Contains(ip) {
+				return fmt.Errorf("%s runs %s at %s, outside its subnet %s", b.name, c.ID, c.PodIP, moved)
+			}
+		}
+		return nil
+	})
+}
+
+// settledOn fails until n's pod subnet claim settled.
+func settledOn(n *testNode) error {
+	if c := n.agent.subnets.current(); c.Subnet == "" || !n.agent.subnets.isReady() {
+		return fmt.Errorf("%s has no settled subnet yet (%+v)", n.name, c)
+	}
+	return nil
+}
+
+// deployPinned applies a Deployment whose replicas only nodes labelled
+// pin=b may run.
+func deployPinned(t *testing.T, n *testNode, name string, replicas int) {
+	t.Helper()
+	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      nodeSelector: {pin: b}
+      containers: [{name: c, image: img:v1}]
+`, name, replicas, name, name)), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.agent.objects.store(objs); err != nil {
+		t.Fatal(err)
+	}
+}
