@@ -20,8 +20,8 @@ import (
 // the earlier claim, n3's, as its holder and routes the subnet to n3, so
 // m gives the subnet up, claims another, and rebuilds its pods there: in
 // the end every replica answers at an address of its own node's subnet,
-// reached from another node, and m's bridge keeps nothing of the old
-// subnet. Before, a settled claim never moved: m kept running pods at
+// reached from another node and from m (whose route to its old subnet now
+// leads to n3), and m's bridge keeps nothing of the old subnet. Before, a settled claim never moved: m kept running pods at
 // addresses no peer routed to it, and was never eligible again.
 func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 	t.Parallel() // mostly waiting for failure detection: runs beside another such test
@@ -38,7 +38,7 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.PodSubnet = "" // claims a /24 by itself
-		if err := n.StartAgent(flags...); err != nil {
+		if err := n.StartAgent(append(flags, "--node-label=zone="+n.Name)...); err != nil {
 			t.Fatal(err)
 		}
 		claimed = time.Now()
@@ -49,6 +49,9 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 	}
 	waitReadyNodes(t, n1, 3)
 	held := n3.PodSubnet
+	// A replica that runs on n3 through the cut and after.
+	apply(t, n1, strings.Replace(deployment("pinned", 1, "pinned"), "      terminationGracePeriodSeconds", "      nodeSelector: {zone: n3}\n      terminationGracePeriodSeconds", 1))
+	waitFor(t, 60*time.Second, func() error { _, err := readyOnePerNode(n1, "pinned", 1); return err })
 
 	if err := c.Partition([]*harness.Node{n3}); err != nil {
 		t.Fatal(err)
@@ -127,15 +130,16 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 	}
 
 	// Every replica runs once, ready, at an address of its node's subnet,
-	// and answers there from n1: routes and sandboxes follow the move.
+	// and answers there from n1 and m: routes and sandboxes follow the
+	// move. n3 runs pinned (and maybe some of moved) on the subnet m left.
 	waitFor(t, 120*time.Second, func() error {
 		rs, err := replicas(n1)
 		if err != nil {
 			return err
 		}
-		ready, onMoved := 0, 0
+		ready, onMoved, onHolder := 0, 0, 0
 		for _, r := range rs {
-			if r.Workload != "moved" {
+			if r.Workload != "moved" && r.Workload != "pinned" {
 				continue
 			}
 			if r.Phase != api.PhaseRunning || !r.Ready {
@@ -146,20 +150,27 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 			if err != nil || !sub.Contains(ip) {
 				return fmt.Errorf("%s on %s at %q, outside %s", r.Name, r.Node, r.PodIP, sub)
 			}
-			body, err := harness.HTTPGet(n1.NetNS, "http://"+r.PodIP+":8080/", 2*time.Second)
-			if err != nil {
-				return fmt.Errorf("%s on %s at %s from n1: %v", r.Name, r.Node, r.PodIP, err)
-			}
-			if got := field(body, "podIP"); got != r.PodIP {
-				return fmt.Errorf("%s answered from %s, want %s (routed to the wrong node?)", r.PodIP, got, r.PodIP)
+			// From n1, and from the moved node, whose route to its old
+			// subnet must now lead to n3.
+			for _, from := range []*harness.Node{n1, m} {
+				body, err := harness.HTTPGet(from.NetNS, "http://"+r.PodIP+":8080/", 2*time.Second)
+				if err != nil {
+					return fmt.Errorf("%s on %s at %s from %s: %v", r.Name, r.Node, r.PodIP, from.Name, err)
+				}
+				if got := field(body, "podIP"); got != r.PodIP {
+					return fmt.Errorf("%s from %s: answered by %s (routed to the wrong node?)", r.PodIP, from.Name, got)
+				}
 			}
 			ready++
-			if r.Node == m.Name {
+			switch r.Node {
+			case m.Name:
 				onMoved++
+			case n3.Name:
+				onHolder++
 			}
 		}
-		if ready != 6 || onMoved == 0 {
-			return fmt.Errorf("%d of 6 replicas ready and answering, %d on %s", ready, onMoved, m.Name)
+		if ready != 7 || onMoved == 0 || onHolder == 0 {
+			return fmt.Errorf("%d of 7 replicas ready and answering, %d on %s, %d on n3", ready, onMoved, m.Name, onHolder)
 		}
 		return nil
 	})
@@ -171,7 +182,7 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 	if strings.Contains(out, " "+old.Addr().Next().String()+"/") {
 		t.Fatalf("%s's bridge still holds the gateway of %s:\n%s", m.Name, held, out)
 	}
-	t.Logf("all 6 replicas answer at their node's subnet from n1, %v after the heal", time.Since(healed).Round(time.Millisecond))
+	t.Logf("all 7 replicas answer at their node's subnet from n1 and the moved node, %v after the heal", time.Since(healed).Round(time.Millisecond))
 }
 
 // nodeItem is a node as `get nodes -o json` shows it.
