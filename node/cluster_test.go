@@ -167,6 +167,13 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 
 func deploy(t *testing.T, n *testNode, name string, replicas int, image string) {
 	t.Helper()
+	deployPod(t, n, name, replicas, image, "")
+}
+
+// deployPod is deploy with podSpec: lines of the pod spec (indented six
+// spaces, each ending in a newline) besides its container.
+func deployPod(t *testing.T, n *testNode, name string, replicas int, image, podSpec string) {
+	t.Helper()
 	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: %s}
@@ -176,8 +183,8 @@ spec:
   template:
     metadata: {labels: {app: %s}}
     spec:
-      containers: [{name: c, image: %q}]
-`, name, replicas, name, name, image)), "test")
+%s      containers: [{name: c, image: %q}]
+`, name, replicas, name, name, podSpec, image)), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

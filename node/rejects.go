@@ -130,14 +130,13 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 // --subnet-reclaim-after, as ipam counts it): one that overlaps that
 // claim and would beat it (ipam: the earlier claim wins).
 // A claim's time is what its writer says, so without this any node could
-// backdate a claim and win a live node's subnet. The price: when two
-// sides of a partition settle the same subnet (rare: each node starts
-// its search at a place derived from its name), each side keeps its own
-// claim after the heal, refuses the other's with a WARN, and the
-// operator must move one node ('starling node forget' it, remove its
-// data dir, join it again). Claims that have not settled resolve as
-// before, by time; a node that comes back with the claim it held is not
-// affected (checkStatus skips a claim already held).
+// backdate a claim and make peers route a live node's subnet to itself.
+// When two sides of a partition settle the same subnet, each side keeps
+// refusing the other's claim until the node whose claim is later moves
+// (the settled node it would displace learns of it from this refusal:
+// rejection.rival, subnetmove.go). Claims that have not settled resolve
+// as before, by time; a node that comes back with the claim it held is
+// not affected (checkStatus skips a claim already held).
 func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) *rejection {
 	// As ipam.Lost(other, mine) for each other claim, with subnets parsed
 	// once (this runs for each new claim received, over every node's).

@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
 // TestDisplacedSettledClaimMoves: two nodes that could not hear each other
@@ -31,7 +29,7 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 		t.Fatalf("the two nodes claimed %s and %s: the names do not collide", shared, got)
 	}
 	deploy(t, b, "before", 3, "img:v1")
-	deployPinned(t, b, "pinned", 2)
+	deployPod(t, b, "pinned", 2, "img:v1", "      nodeSelector: {pin: b}\n")
 	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "before", 3) })
 	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "pinned", 2) })
 
@@ -85,28 +83,4 @@ func settledOn(n *testNode) error {
 		return fmt.Errorf("%s has no settled subnet yet (%+v)", n.name, c)
 	}
 	return nil
-}
-
-// deployPinned applies a Deployment whose replicas only nodes labelled
-// pin=b may run.
-func deployPinned(t *testing.T, n *testNode, name string, replicas int) {
-	t.Helper()
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      nodeSelector: {pin: b}
-      containers: [{name: c, image: img:v1}]
-`, name, replicas, name, name)), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.agent.objects.store(objs); err != nil {
-		t.Fatal(err)
-	}
 }
