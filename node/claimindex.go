@@ -118,16 +118,16 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 	}
 }
 
-// reclaimedWinners returns v.winners with the nodes added whose claim
+// reclaimedWinners returns v.claimWinners with the nodes added whose claim
 // loses only to claims that no longer hold (reserved: their node is down
 // and its record older than --subnet-reclaim-after). Such a subnet is
 // free: the claim of a new node on it was let settle (subnets.others
 // leaves those claims out), so it must also be routed and placed on.
 // Left out, the new holder of a dead node's subnet was never eligible
-// while the dead node's record stayed. winners itself is returned when
-// nothing is added (and is never written). Called with build held.
+// while the dead node's record stayed. claimWinners itself is returned
+// when nothing is added (and is never written). Called with build held.
 func (vs *views) reclaimedWinners(v *view) map[string]bool {
-	out, cloned := v.winners, false
+	out, cloned := v.claimWinners, false
 	for name, s := range v.statuses {
 		p, ok := s.prefix()
 		if out[name] || s.PodSubnet == "" || !ok {
@@ -151,7 +151,7 @@ func (vs *views) reclaimedWinners(v *view) map[string]bool {
 			continue
 		}
 		if !cloned {
-			out, cloned = maps.Clone(v.winners), true
+			out, cloned = maps.Clone(v.claimWinners), true
 		}
 		out[name] = true
 	}

@@ -82,14 +82,25 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	claim("later", "10.22.3.0/24", now.Add(-time.Minute), now, gossip.StateAlive)
 	claim("third", "10.22.1.0/24", now.Add(-time.Second), now, gossip.StateAlive) // loses to new
 	slices.SortFunc(v.members, func(a, b gossip.Member) int { return strings.Compare(a.Name, b.Name) })
-	v.winners = maps.Clone(vs.claims.winners)
-	before := maps.Clone(v.winners)
+	v.claimWinners = maps.Clone(vs.claims.winners)
+	before := maps.Clone(v.claimWinners)
 	got := vs.reclaimedWinners(v)
 	want := map[string]bool{"gone": true, "new": true, "away": true, "back": true}
 	if !maps.Equal(got, want) {
 		t.Fatalf("winners %v, want %v", got, want)
 	}
-	if !maps.Equal(v.winners, before) {
-		t.Fatal("reclaimedWinners wrote the view's winners")
+	if !maps.Equal(v.claimWinners, before) {
+		t.Fatal("reclaimedWinners wrote the claims' winners")
+	}
+	// The dead node comes back: its claim holds again, and the node that
+	// took its subnet no longer wins (it moves: subnetmove.go).
+	for i := range v.members {
+		if v.members[i].Name == "gone" {
+			v.members[i].State = gossip.StateAlive
+		}
+	}
+	v.winners = got
+	if got := vs.reclaimedWinners(v); got["new"] {
+		t.Fatalf("winners %v: new still wins the subnet of gone, which is back", got)
 	}
 }

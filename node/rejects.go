@@ -81,7 +81,8 @@ func (x *rejects) isLive(name string) bool {
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
 	rj := checkRecordWith(r, x.cluster, x.checkStatus)
-	if limit := time.Now().Add(hlc.MaxOffset).UnixNano(); rj == nil && r.Version.Wall > limit {
+	inTime := r.Version.Wall <= time.Now().Add(hlc.MaxOffset).UnixNano()
+	if rj == nil && !inTime {
 		// The gossip layer's clock would drop it too; refusing it here
 		// counts and names it like every other refusal.
 		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
@@ -95,7 +96,10 @@ func (x *rejects) check(r crdt.Record) error {
 	if rj == nil {
 		return nil
 	}
-	if rj.rival != nil && x.rival != nil && checkSignature(r, x.bound, x.revoked) == nil && x.checkIdentityChange(r) == nil {
+	// A claim that only failed the takeover check (its time, signature
+	// and certificate pass) is a rival the node it would displace must
+	// weigh (subnetmove.go).
+	if rj.rival != nil && x.rival != nil && inTime && checkSignature(r, x.bound, x.revoked) == nil && x.checkIdentityChange(r) == nil {
 		x.rival(*rj.rival)
 	}
 	x.note(r.Origin, rj)

@@ -241,6 +241,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind).
+		v.claimWinners = prev.claimWinners
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
 		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
@@ -265,14 +266,16 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	sameClaims := gens && prev != nil && prev.claimsGen == v.claimsGen
 	switch {
 	case sameClaims:
-		v.winners = prev.winners
+		v.claimWinners = prev.claimWinners
 	case gens:
-		v.winners = maps.Clone(vs.claims.winners)
+		v.claimWinners = maps.Clone(vs.claims.winners)
 	default:
-		v.winners = winningClaims(v.statuses) // with this node's unpublished record
+		v.claimWinners = winningClaims(v.statuses) // with this node's unpublished record
 	}
+	// From the claims' winners each time, never from prev.winners: a node
+	// that took a dead node's subnet stops winning when that node is back.
 	v.winners = vs.reclaimedWinners(v)
-	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) {
+	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.winners, v.winners) {
 		v.eligible, v.nodesKey = prev.eligible, prev.nodesKey
 	} else {
 		v.eligible = eligibleNodes(v.alive, v.statuses, v.winners)

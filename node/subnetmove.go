@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -30,15 +31,29 @@ import (
 // (noteRival). Peers keep refusing the earlier claim while the later one
 // still holds the subnet in their view, so traffic keeps one destination
 // until the move is published. Only a settled claim of a live member,
-// in a record whose signature and certificate verified, makes a node
-// move: a member could say it claimed a subnet earlier than it did and so
-// make its holder move (and restart its pods), which is no more than what
-// a member, which may write any object, can do already.
+// in a record whose time, signature and certificate verified, makes a
+// node move. A claim known only from a refusal must also be named as the
+// holder by one of the subnet's arbiters other than its claimant
+// (arbitersName): after a partition heals, the earlier claimant's side
+// holds both claims and names it; a claim backdated by a member to take
+// a live node's subnet is refused by every honest node, and none names
+// it. (In a cluster of two there is no third node to ask, and the
+// earlier claim is taken at its word.) A node displaced again within
+// moveBackoffWindow of its last move waits, longer each time, and says
+// so: something claims the subnets it moves to.
 
 // keepCheckEvery is how often a settled claim is checked against the
 // claims held, besides every view change and every refusal that names a
 // rival.
 const keepCheckEvery = 5 * time.Second
+
+// A node displaced again within moveBackoffWindow of its last move waits
+// moveBackoffMin, doubling to moveBackoffMax, before it moves.
+const (
+	moveBackoffWindow = 10 * time.Minute
+	moveBackoffMin    = 10 * time.Second
+	moveBackoffMax    = 5 * time.Minute
+)
 
 // maxRivals bounds the rival claims remembered from refused records (the
 // names come from peers).
@@ -47,6 +62,8 @@ const maxRivals = 16
 // keepClaim watches this node's settled claim for as long as ctx lasts,
 // and moves it when an earlier settled claim displaces it.
 func (sn *subnets) keepClaim(ctx context.Context, claim ipam.Claim) {
+	var lastMove time.Time
+	var gap time.Duration
 	for {
 		regCtx, stop := context.WithCancel(ctx)
 		go sn.stayRegistered(regCtx, claim)
@@ -55,6 +72,19 @@ func (sn *subnets) keepClaim(ctx context.Context, claim ipam.Claim) {
 		if !ok {
 			return
 		}
+		if !lastMove.IsZero() && time.Since(lastMove) < moveBackoffWindow {
+			gap = min(max(2*gap, moveBackoffMin), moveBackoffMax)
+			sn.log.Error("this node's pod subnet was displaced again soon after it moved; waiting before it moves again (does a node claim subnets it does not hold?)",
+				"subnet", claim.Subnet, "holder", who, "lastMove", lastMove, "wait", gap)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(gap):
+			}
+		} else {
+			gap = 0
+		}
+		lastMove = time.Now()
 		sn.log.Warn("another node settled this node's pod subnet earlier (a partition, or nodes that claimed before they heard each other); moving this node and its pods to another subnet",
 			"subnet", claim.Subnet, "holder", who)
 		sn.settled.Store(false)
@@ -88,7 +118,7 @@ func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string
 		if sn.changed != nil {
 			changed = sn.changed()
 		}
-		if who, moved := sn.displaced(claim); moved {
+		if who, held, moved := sn.displaced(claim); moved && (held || sn.arbitersName(claim, who)) {
 			return who, true
 		}
 		select {
@@ -103,9 +133,9 @@ func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string
 
 // displaced reports whether mine, this node's settled claim, must move
 // (ipam.Displaced), and to whom: against the overlapping claims held of
-// nodes whose claims are still reserved, and the rivals noted from
-// refused records of members that are up.
-func (sn *subnets) displaced(mine ipam.Claim) (string, bool) {
+// nodes whose claims are still reserved (held true), else the rivals
+// noted from refused records of members that are up (held false).
+func (sn *subnets) displaced(mine ipam.Claim) (who string, held, moved bool) {
 	mine.Settled = true
 	var others []ipam.Claim
 	if sn.claimsNear != nil {
@@ -115,6 +145,10 @@ func (sn *subnets) displaced(mine ipam.Claim) (string, bool) {
 			}
 		}
 	}
+	if who, moved := ipam.Displaced(mine, others); moved {
+		return who, true, true
+	}
+	others = others[:0]
 	sn.mu.Lock()
 	rivals := make([]ipam.Claim, 0, len(sn.rivals))
 	for _, c := range sn.rivals {
@@ -126,7 +160,40 @@ func (sn *subnets) displaced(mine ipam.Claim) (string, bool) {
 			others = append(others, c)
 		}
 	}
-	return ipam.Displaced(mine, others)
+	who, moved = ipam.Displaced(mine, others)
+	return who, false, moved
+}
+
+// arbitersName reports whether one of the arbiters of claim's subnet
+// other than who names who as its holder (claimQuestion), or whether no
+// node but who and this one is up to ask.
+func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
+	p, err := netip.ParsePrefix(claim.Subnet)
+	if err != nil {
+		return false
+	}
+	p = p.Masked()
+	q := append([]byte{claimQuestion}, p.String()...)
+	asked := 0
+	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
+		if a == who {
+			continue
+		}
+		asked++
+		if b, _, err := sn.gossip.Ask(a, q, claimAskTimeout); err == nil && string(b) == who {
+			return true
+		}
+	}
+	if asked == 0 {
+		for _, m := range sn.gossip.Members() {
+			if m.State.Up() && m.Name != sn.self && m.Name != who {
+				return false // up, but not among the arbiters: ask again later
+			}
+		}
+		return true
+	}
+	sn.noteCheck(fmt.Sprintf("a refused claim of %s on this node's subnet %s: no arbiter named it", oneLine(who), p))
+	return false
 }
 
 // noteRival is told of each status record this node refused as a

@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/ipam"
 )
 
 // TestDisplacedSettledClaimMoves: two nodes that could not hear each other
@@ -83,4 +86,36 @@ func settledOn(n *testNode) error {
 		return fmt.Errorf("%s has no settled subnet yet (%+v)", n.name, c)
 	}
 	return nil
+}
+
+// A member that says it settled a live node's subnet earlier (a
+// backdated claim) does not make that node move: every honest node
+// refuses the claim, and none of the subnet's arbiters names its
+// claimant. Without the arbiters' word the victim moved, and the
+// claimant then held its subnet.
+func TestBackdatedClaimDoesNotMoveItsVictim(t *testing.T) {
+	nodes := startCluster(t, 4)
+	victim, evil := nodes[1], nodes[3]
+	mine := victim.agent.subnets.current()
+	forged := ipam.Claim{Node: evil.name, Subnet: mine.Subnet, Since: hlc.Timestamp{Wall: mine.Since.Wall - int64(time.Hour)}}
+	evil.agent.subnets.set(forged, false)
+	evil.agent.subnets.publish()
+	waitFor(t, 10*time.Second, func() error {
+		victim.agent.subnets.mu.Lock()
+		_, noted := victim.agent.subnets.rivals[evil.name]
+		victim.agent.subnets.mu.Unlock()
+		if !noted {
+			return fmt.Errorf("%s has not refused %s's claim on its subnet yet", victim.name, evil.name)
+		}
+		return nil
+	})
+	time.Sleep(2 * keepCheckEvery) // checks on the refusal and on the tick
+	if got := victim.agent.subnets.current(); got.Subnet != mine.Subnet || !victim.agent.subnets.isReady() {
+		t.Fatalf("%s moved from %s to %+v on a backdated claim", victim.name, mine.Subnet, got)
+	}
+	for _, n := range nodes[:3] {
+		if s := n.agent.views.view().statuses[evil.name]; s.PodSubnet == mine.Subnet {
+			t.Fatalf("%s holds %s's backdated claim", n.name, evil.name)
+		}
+	}
 }

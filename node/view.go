@@ -36,6 +36,10 @@ type view struct {
 	// winners are the nodes whose subnet claim wins (winningClaims): the
 	// only ones eligible, routed and taken as endpoints.
 	winners   map[string]bool
+	// claimWinners are the winners by claims alone (ipam.Winners);
+	// winners adds those whose only rivals no longer hold their claims
+	// (reclaimedWinners), recomputed on every derive.
+	claimWinners map[string]bool
 	workloads []manifest.Object // Deployments and StatefulSets
 	all       []reconcile.Replica
 	placement placement.Placement
