@@ -35,14 +35,14 @@ type view struct {
 	statuses  map[string]NodeStatus
 	// winners are the nodes whose subnet claim wins (winningClaims): the
 	// only ones eligible, routed and taken as endpoints.
-	winners   map[string]bool
+	winners map[string]bool
 	// claimWinners are the winners by claims alone (ipam.Winners);
 	// winners adds those whose only rivals no longer hold their claims
 	// (reclaimedWinners), recomputed on every derive.
 	claimWinners map[string]bool
-	workloads []manifest.Object // Deployments and StatefulSets
-	all       []reconcile.Replica
-	placement placement.Placement
+	workloads    []manifest.Object // Deployments and StatefulSets
+	all          []reconcile.Replica
+	placement    placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string

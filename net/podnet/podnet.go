@@ -139,8 +139,8 @@ func (n *Network) setSubnet(subnet *net.IPNet) (netip.Addr, error) {
 			// The bridge may still hold the gateway of a subnet the
 			// node moved from: the plugin replaces it.
 			"forceAddress": true,
-			"ipMasq":      false,
-			"mtu":         n.cfg.MTU,
+			"ipMasq":       false,
+			"mtu":          n.cfg.MTU,
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"ranges":  [][]map[string]string{{{"subnet": subnet.String(), "gateway": gw.String()}}},
