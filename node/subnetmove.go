@@ -113,13 +113,22 @@ func (sn *subnets) keepClaim(ctx context.Context, claim ipam.Claim) {
 func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string, bool) {
 	tick := time.NewTicker(keepCheckEvery)
 	defer tick.Stop()
+	var asked time.Time // the arbiters were last asked about a rival
 	for {
 		var changed <-chan struct{}
 		if sn.changed != nil {
 			changed = sn.changed()
 		}
-		if who, held, moved := sn.displaced(claim); moved && (held || sn.arbitersName(claim, who)) {
+		who, held, moved := sn.displaced(claim)
+		if moved && held {
 			return who, true
+		}
+		// A rival known from a refusal: its arbiters are asked at most
+		// once every keepCheckEvery, not on every view change.
+		if moved && time.Since(asked) >= keepCheckEvery {
+			if asked = time.Now(); sn.arbitersName(claim, who) {
+				return who, true
+			}
 		}
 		select {
 		case <-ctx.Done():
