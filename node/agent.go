@@ -233,13 +233,13 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
 	// With the replicas of the last publication: a claim that moves
 	// keeps them listed (their addresses hidden) until the next pass.
-	a.subnets.publish = func() { r, _ := a.status.replicas(); a.status.publishStatus(r) }
+	a.subnets.publish = a.status.republish
 	a.views = newViews()
 	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.withHeld, a.views.claimsNear, a.views.changed
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
 	a.views.selfStatus = func() NodeStatus { return a.status.status(nil) }
-	a.views.reclaimAfter = cfg.SubnetReclaimAfter
+	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members = a.cluster, a.members
 	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}

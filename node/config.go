@@ -157,6 +157,9 @@ type Config struct {
 	// tuneGossip, when set, adjusts the gossip configuration (in-process
 	// tests use it for loopback ports and fast timers).
 	tuneGossip func(*gossip.Config)
+	// shareDecodes, when set, is shared by the agents of one process
+	// (the scale simulation) to decode identical records once.
+	shareDecodes *decodeShare
 }
 
 // DefaultConfig returns the defaults documented in the README.

@@ -43,6 +43,10 @@ import (
 // during a run; STARLING_SIM_NO_WORKLOAD=1 stops after the phases
 // without replicas (formation, idle, failure and return, the spread of 20
 // writes); STARLING_SIM_SKIP leaves phases out (simSkip).
+// STARLING_SIM_SHARE=1 has the agents decode identical records once for
+// all (decodeshare.go): the workload of 1,000 agents then fits in 24 GB,
+// and their CPU figures leave out all but one decoding of each desired
+// object's replicas and of each node record.
 
 // simNode is one agent of the simulation.
 type simNode struct {
@@ -69,6 +73,10 @@ type simCluster struct {
 	nodes []*simNode
 	// pubs classifies the node records published (simpubs_test.go).
 	pubs *simPubs
+	// pool holds the record bytes the nodes' stores share, and share
+	// what the agents decode from them (decodeshare.go).
+	pool  *store.Pool
+	share *decodeShare
 }
 
 // simConfig is an agent's configuration in the simulation: production
@@ -110,7 +118,7 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 		n.dir = t.TempDir()
 	}
 	cfg := simConfig(n.name, n.dir, join, n.tr)
-	cfg.store = n.store
+	cfg.store, cfg.shareDecodes = n.store, c.share
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("STARLING_SIM_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -203,7 +211,10 @@ func TestScaleSimulation(t *testing.T) {
 
 // simulate runs the scenario on n nodes and logs its figures.
 func simulate(t *testing.T, n int) {
-	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pubs: newSimPubs()}
+	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pubs: newSimPubs(), pool: store.NewPool()}
+	if os.Getenv("STARLING_SIM_SHARE") != "" {
+		c.share = newDecodeShare()
+	}
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	cpu0, real0 := cpuTime(), realNow()
 	report := func(format string, args ...any) {
@@ -213,7 +224,7 @@ func simulate(t *testing.T, n int) {
 	// (one seed for a thousand joins at once would only measure its
 	// queue).
 	for i := range n {
-		nd := &simNode{name: fmt.Sprintf("n%04d", i), rt: newFakeRuntime(), store: store.NewMemory()}
+		nd := &simNode{name: fmt.Sprintf("n%04d", i), rt: newFakeRuntime(), store: store.NewMemoryPooled(c.pool)}
 		var join []string
 		if i > 0 {
 			join = []string{c.nodes[rng.IntN(i)].tr.Addr()}

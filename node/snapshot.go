@@ -61,6 +61,9 @@ type views struct {
 	// reclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
 	reclaimAfter time.Duration
+	// share is what agents of one process decode once for all (nil
+	// but in the scale simulation: decodeshare.go).
+	share *decodeShare
 
 	cur  atomic.Pointer[view]
 	mu   sync.Mutex

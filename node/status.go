@@ -109,14 +109,32 @@ func (s *self) publishStatus(local []api.Replica) {
 // less than publishGap after the last publication is not published but
 // left for a later pass, whose time it returns (0: nothing left to
 // publish). A zero now publishes at once.
+//
+// The record is built under the lock: two callers (the reconcile loop,
+// a subnet claim that moved) cannot publish in the opposite order of
+// what they read, leaving the record of an earlier claim last.
 func (s *self) publishSoon(local []api.Replica, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publishLocked(local, now)
+}
+
+// republish is publishStatus with the replicas of the last publication,
+// read under the same lock (a subnet claim that moved).
+func (s *self) republish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	local, _ := s.replicas()
+	s.publishLocked(local, time.Time{})
+}
+
+// publishLocked is publishSoon with mu held.
+func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 	status := s.status(local)
 	b, err := json.Marshal(status)
 	if err != nil {
 		return 0
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if string(b) == s.last {
 		rec, ok, err := s.store.Get(statusKey(s.name))
 		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.public())

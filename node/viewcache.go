@@ -116,7 +116,11 @@ func (vs *views) objectsInto(v, prev *view) error {
 			delete(vs.objects, k)
 		}
 	}
-	v.all = vs.allReplicas(wrecs)
+	if vs.share != nil {
+		v.all = vs.share.replicaSet(recordsKey(wrecs), func() []reconcile.Replica { return vs.allReplicas(wrecs) })
+	} else {
+		v.all = vs.allReplicas(wrecs)
+	}
 	v.hashes, v.probes = currentProbes(v.workloads)
 	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
 	v.svcIndex = newServiceIndex(v.services, v.workloads)
@@ -367,10 +371,15 @@ func (vs *views) decodeStatus(r crdt.Record) cachedStatus {
 	if ok && c.from.same(r) {
 		return c
 	}
+	if c, ok := vs.share.status(r); ok {
+		vs.statuses[r.Key] = c
+		return c
+	}
 	c = cachedStatus{from: idOf(r)}
 	for _, s := range decodeStatuses([]crdt.Record{r}, vs.clusterCIDR) {
 		c.status, c.ok = s, true
 	}
 	vs.statuses[r.Key] = c
+	vs.share.putStatus(r, c)
 	return c
 }

@@ -22,11 +22,94 @@ type Memory struct {
 	meta    map[string][]byte
 	changed chan struct{}
 	closed  bool
+	pool    *Pool // nil: each record's bytes are copied
 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
 	return &Memory{records: crdt.Map{}, meta: map[string][]byte{}, changed: make(chan struct{}, 1)}
+}
+
+// NewMemoryPooled returns an empty in-memory store that keeps the bytes
+// of its records (value, signer, signature) in pool, shared with the
+// other stores of the pool: the stores of a simulation's nodes, which all
+// hold the same records, keep one copy of each instead of one per node
+// (at 1,000 nodes of 1,000 node records of 3 KB, 3 MB instead of 3 GB).
+func NewMemoryPooled(pool *Pool) *Memory {
+	m := NewMemory()
+	m.pool = pool
+	return m
+}
+
+// Pool holds byte strings shared by the in-memory stores made with it,
+// each once, counted by how many records in those stores use it. It is
+// safe for concurrent use.
+type Pool struct {
+	mu sync.Mutex
+	m  map[string]*pooled
+}
+
+type pooled struct {
+	b    []byte
+	refs int
+}
+
+// NewPool returns an empty pool.
+func NewPool() *Pool { return &Pool{m: map[string]*pooled{}} }
+
+// hold returns the pool's copy of b (nil for an empty b), counting one
+// more user of it.
+func (p *Pool) hold(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.m[string(b)]; ok {
+		e.refs++
+		return e.b
+	}
+	c := slices.Clone(b)
+	p.m[string(c)] = &pooled{b: c, refs: 1}
+	return c
+}
+
+// release counts one user of b fewer, forgetting b when none is left.
+func (p *Pool) release(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.m[string(b)]; ok {
+		if e.refs--; e.refs == 0 {
+			delete(p.m, string(b))
+		}
+	}
+}
+
+// keep stores r under its key, replacing (and releasing) what was there.
+// Called with mu held.
+func (m *Memory) keep(r crdt.Record) crdt.Record {
+	if m.pool == nil {
+		r.Value, r.Signer, r.Sig = slices.Clone(r.Value), slices.Clone(r.Signer), slices.Clone(r.Sig)
+	} else {
+		r.Value, r.Signer, r.Sig = m.pool.hold(r.Value), m.pool.hold(r.Signer), m.pool.hold(r.Sig)
+		if old, ok := m.records[r.Key]; ok {
+			m.forget(old)
+		}
+	}
+	m.records[r.Key] = r
+	return r
+}
+
+// forget releases the pooled bytes of r. Called with mu held.
+func (m *Memory) forget(r crdt.Record) {
+	if m.pool != nil {
+		m.pool.release(r.Value)
+		m.pool.release(r.Signer)
+		m.pool.release(r.Sig)
+	}
 }
 
 // Changed is Store.Changed.
@@ -74,9 +157,7 @@ func (m *Memory) ApplyAll(rs []crdt.Record) ([]crdt.Record, error) {
 		if ok && !r.Wins(old) {
 			continue
 		}
-		r.Value, r.Signer, r.Sig = slices.Clone(r.Value), slices.Clone(r.Signer), slices.Clone(r.Sig)
-		m.records[r.Key] = r
-		written = append(written, r)
+		written = append(written, m.keep(r))
 	}
 	if len(written) > 0 {
 		m.notify()
@@ -129,6 +210,7 @@ func (m *Memory) Purge(now time.Time, ttl time.Duration) (int, error) {
 	n := 0
 	for k, r := range m.records {
 		if r.Expired(now, ttl) {
+			m.forget(r)
 			delete(m.records, k)
 			n++
 		}
@@ -159,6 +241,9 @@ func (m *Memory) PutMeta(key string, value []byte) error {
 func (m *Memory) DropRecords() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for _, r := range m.records {
+		m.forget(r)
+	}
 	m.records = crdt.Map{}
 	m.notify()
 	return nil

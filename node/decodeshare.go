@@ -1,0 +1,86 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// decodeShare lets the agents of one process share what they decode
+// from identical records, as the stores of a simulation share their
+// bytes (store.Pool): the scale simulation's agents all hold the same
+// desired objects and node records, and at 1,000 nodes of 10 replicas
+// each, every agent's own copy of the 10,000 desired replicas (about
+// 500 bytes each) and of 1,000 decoded node records came to about 10 GB.
+// A real agent has none (Config.shareDecodes is nil): it is alone in its
+// process. Shared values are read only, as everything in a view is.
+type decodeShare struct {
+	mu sync.Mutex
+	// statuses holds, by record key, the newest version decoded by any
+	// agent: an agent holding an older one decodes it itself.
+	statuses map[string]cachedStatus
+	// replicas holds the desired replicas (allReplicas) of the last
+	// few sets of workload records, by recordsKey.
+	replicas     map[string][]reconcile.Replica
+	replicaOrder []string
+}
+
+// sharedReplicaSets is how many sets of desired replicas decodeShare
+// keeps: agents converge on the same workload records, and those that
+// lag a write or two behind find theirs too.
+const sharedReplicaSets = 8
+
+func newDecodeShare() *decodeShare {
+	return &decodeShare{statuses: map[string]cachedStatus{}, replicas: map[string][]reconcile.Replica{}}
+}
+
+// status returns the shared decoding of r, if an agent decoded it (never
+// on a nil s).
+func (s *decodeShare) status(r crdt.Record) (cachedStatus, bool) {
+	if s == nil {
+		return cachedStatus{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.statuses[r.Key]
+	return c, ok && c.from.same(r)
+}
+
+// putStatus shares c, decoded from r, unless a newer version of r's key
+// is shared. A nil s shares nothing.
+func (s *decodeShare) putStatus(r crdt.Record, c cachedStatus) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.statuses[r.Key]; ok && old.from.version.Compare(r.Version) > 0 {
+		return
+	}
+	s.statuses[r.Key] = c
+}
+
+// replicaSet returns the shared desired replicas of the workload records
+// identified by key (recordsKey), computing and sharing them with
+// compute when no agent has.
+func (s *decodeShare) replicaSet(key string, compute func() []reconcile.Replica) []reconcile.Replica {
+	s.mu.Lock()
+	rs, ok := s.replicas[key]
+	s.mu.Unlock()
+	if ok {
+		return rs
+	}
+	rs = compute()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.replicas[key]; !ok {
+		s.replicas[key] = rs
+		s.replicaOrder = append(s.replicaOrder, key)
+		if len(s.replicaOrder) > sharedReplicaSets {
+			delete(s.replicas, s.replicaOrder[0])
+			s.replicaOrder = s.replicaOrder[1:]
+		}
+	}
+	return rs
+}
