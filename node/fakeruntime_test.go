@@ -77,7 +77,7 @@ func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
 	run := func(r reconcile.Replica) {
 		f.created++
 		c := reconcile.Container{ID: r.ID, Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
-			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: f.podIP(f.created), StartedAt: time.Now()}
+			Ordinal: r.Ordinal, SpecHash: r.SpecHash, State: reconcile.StateRunning, PodIP: f.podIP(f.created), StartedAt: time.Now(), CreatedAt: time.Now()}
 		if f.createLag != nil {
 			c.State, c.StartedAt = reconcile.StateCreated, time.Time{}
 			f.containers[r.ID] = c

@@ -246,6 +246,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		// that moved no one, a record of another kind).
 		v.claimWinners = prev.claimWinners
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
+		v.plain, v.plainWithout, v.held, v.heldKey = prev.plain, prev.plainWithout, prev.held, prev.heldKey
 		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
@@ -287,7 +288,18 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// Placement's own inputs, not the records': an annotation or an
 	// image change of a workload moves nothing.
 	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.excluded)
-	if prev != nil && prev.placementKey == v.placementKey {
+	sameInputs := prev != nil && prev.placementKey == v.placementKey
+	if sameInputs {
+		v.plain, v.plainWithout = prev.plain, prev.plainWithout
+	} else {
+		v.plain, v.plainWithout = assign(v.eligible, v.workloads, v.excluded)
+		vs.placements.Inc()
+	}
+	// What the nodes run away from placement's choice stays there
+	// (placement.Keep): read from the records on every derive.
+	v.held = heldElsewhere(v.plain, v.plainWithout, v.eligible, v.statuses)
+	v.heldKey = holdersKey(v.held)
+	if sameInputs && prev.heldKey == v.heldKey {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
@@ -295,9 +307,8 @@ func (vs *views) derive(v, prev *view, gens bool) {
 			v.own = ownedBy(vs.self, v.all, v.owner)
 		}
 	} else {
-		v.placement, v.base, v.owner = place(v.eligible, v.workloads, v.all, v.excluded)
+		v.placement, v.base, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.held)
 		v.given, v.own = givenSlots(v.all, v.base), ownedBy(vs.self, v.all, v.owner)
-		vs.placements.Inc()
 	}
 	vs.servicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is

@@ -145,8 +145,11 @@ spec:
 		nodes = append(nodes, placement.Node{Name: n, Allocatable: placement.Resources{MilliCPU: 64000, MemoryBytes: 1 << 40}})
 	}
 	all := desiredReplicas(objs)
-	_, _, before := place(nodes, objs, all, nil)
-	_, base, after := place(nodes, objs, all, map[string]bool{"fake": true})
+	p, _ := assign(nodes, objs, nil)
+	_, _, before := place(p, p, nodes, objs, all, nil, nil)
+	ex := map[string]bool{"fake": true}
+	p, without := assign(nodes, objs, ex)
+	_, base, after := place(p, without, nodes, objs, all, ex, nil)
 	if fmt.Sprint(base) != fmt.Sprint(before) {
 		t.Fatal("the base placement depends on exclusions")
 	}

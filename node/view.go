@@ -42,7 +42,13 @@ type view struct {
 	claimWinners map[string]bool
 	workloads    []manifest.Object // Deployments and StatefulSets
 	all          []reconcile.Replica
-	placement    placement.Placement
+	// plain and plainWithout are placement's (assign), before the
+	// replicas held elsewhere (held, identified by heldKey) are kept
+	// where they run; placement is after.
+	plain, plainWithout placement.Placement
+	held                []placement.Holder
+	heldKey             string
+	placement           placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
@@ -87,23 +93,38 @@ type view struct {
 	objGen, heldGen, claimsGen, nodesGen uint64
 }
 
-// place runs placement (rendezvous hashing with bounded loads, package
-// placement) over the eligible nodes and returns it with each replica's
-// owner (replica ID -> node) before (base) and after (owner) leaving out
-// the excluded nodes. Nodes in excluded (they do not list what
-// they are given: unresponsive.go) are left out of Deployments' placement
-// only: a StatefulSet replica (at most one copy) must not move off a live
-// node on this node's judgement, which others may not share yet, and a
-// fenced node rightly stops listing its StatefulSet replicas.
-func place(nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool) (p placement.Placement, base, owner map[string]string) {
-	p = placement.Assign(nodes, workloadsOf(objs), placement.Options{})
+// assign runs placement (rendezvous hashing with bounded loads, package
+// placement) over the eligible nodes, and again without the excluded
+// nodes when there are any (without is p when there are none).
+func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]bool) (p, without placement.Placement) {
+	ws := workloadsOf(objs)
+	p = placement.Assign(nodes, ws, placement.Options{})
+	if len(excluded) == 0 {
+		return p, p
+	}
+	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
+	return p, placement.Assign(kept, ws, placement.Options{})
+}
+
+// place returns assign's placements with the replicas held elsewhere
+// kept where they run (placement.Keep: a node that returns takes back
+// only what its peers cannot keep under their load bound), p, with each
+// replica's owner (replica ID -> node) before (base) and after (owner)
+// leaving out the excluded nodes. Nodes in excluded (they do not list
+// what they are given: unresponsive.go) are left out of Deployments'
+// placement only: a StatefulSet replica (at most one copy) must not move
+// off a live node on this node's judgement, which others may not share
+// yet, and a fenced node rightly stops listing its StatefulSet replicas.
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, base, owner map[string]string) {
+	ws := workloadsOf(objs)
+	p = placement.Keep(plain, nodes, ws, held, placement.Options{})
 	base = owners(all, p)
 	if len(excluded) == 0 {
 		return p, base, base // one map: views never modify them
 	}
 	owner = maps.Clone(base)
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
-	without := placement.Assign(kept, workloadsOf(objs), placement.Options{})
+	without := placement.Keep(plainWithout, kept, ws, held, placement.Options{})
 	for _, r := range all {
 		if !r.AtMostOne {
 			owner[r.ID] = without.Owner(reconcile.WorkloadKey(r.Namespace, r.Workload), r.Ordinal)

@@ -225,7 +225,7 @@ func Assign(nodes []Node, workloads []Workload, opts Options) Placement {
 		}
 		st := &states[wi]
 		st.sel = s.selector(w.NodeSelector)
-		st.req = Resources{MilliCPU: max(w.Requests.MilliCPU, 0), MemoryBytes: max(w.Requests.MemoryBytes, 0)}
+		st.req = requests(w)
 		k := min(n, len(ns))
 		st.holders, st.counts = holderBuf[:0:k], holderBuf[k:k:2*k]
 		holderBuf = holderBuf[2*k:]
