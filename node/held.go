@@ -13,7 +13,8 @@ import (
 
 // heldElsewhere lists, for each replica that an eligible node runs while
 // placement (p, or without: see place) gives it to another node, every
-// copy of it the eligible nodes report running (not Terminating), with
+// copy of it the eligible nodes report running (a container that is not
+// being stopped: not Terminating, Pending or CreateBackOff), with
 // when it was created: what placement.Keep leaves where it runs. Sorted
 // by workload key, ordinal, node. O(replicas the eligible nodes list).
 func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
@@ -26,8 +27,9 @@ func heldElsewhere(p, without placement.Placement, eligible []placement.Node, st
 	away := map[slot]bool{}
 	for _, n := range eligible {
 		for _, r := range statuses[n.Name].Replicas {
-			if r.Phase == api.PhaseTerminating {
-				continue
+			switch r.Phase {
+			case api.PhaseTerminating, api.PhasePending, api.PhaseCreateBackOff:
+				continue // being stopped, or no container yet
 			}
 			key, ok := keys[[2]string{r.Namespace, r.Workload}]
 			if !ok {

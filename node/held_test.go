@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/placement"
 )
 
 // where maps each running replica of the workloads named prefix* to its
@@ -92,4 +95,32 @@ func TestReturningNodeTakesBackOnlyWhatItsPeersCannotKeep(t *testing.T) {
 	created := back.rt.created
 	back.rt.mu.Unlock()
 	t.Logf("loads before the return %v: the returning node took back the %d replicas over the bound of %d (it created %d)", load, excess, bound, created)
+}
+
+// Only copies with a container count, on eligible nodes, and only for
+// replicas that run away from placement's choice.
+func TestHeldElsewhereListsRunningCopiesAwayFromTheirOwner(t *testing.T) {
+	nodes := []placement.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	ws := []placement.Workload{{Key: "default/web", Replicas: 3}}
+	p := placement.Assign(nodes, ws, placement.Options{})
+	owner := p.Owner("default/web", 0)
+	away := map[string]string{"a": "b", "b": "c", "c": "a"}[owner]
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rep := func(ord int, phase api.Phase) api.Replica {
+		return api.Replica{Namespace: "default", Workload: "web", Ordinal: ord, Phase: phase, Created: t0}
+	}
+	statuses := map[string]NodeStatus{
+		owner:  {Replicas: []api.Replica{rep(0, api.PhaseRunning)}},
+		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhasePending), rep(2, api.PhaseTerminating)}},
+		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
+	}
+	got := heldElsewhere(p, p, nodes, statuses)
+	want := []placement.Holder{{Key: "default/web", Node: min(owner, away), Since: t0}, {Key: "default/web", Node: max(owner, away), Since: t0}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("want both copies of ordinal 0 (away on %s), nothing else: %+v", away, got)
+	}
+	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhasePending)}}
+	if got := heldElsewhere(p, p, nodes, statuses); len(got) != 0 {
+		t.Fatalf("a replica without a container holds nothing: %+v", got)
+	}
 }

@@ -43,7 +43,8 @@ func fmtCounts(m map[string]int) string {
 // TestThreeNodeClusterPlacementFailoverAndRejoin is the masterless
 // cluster scenario: a write on one node runs everywhere, any node answers
 // for the whole cluster, a lost node's replicas move to the others, and a
-// returning node takes its share back make-before-break.
+// returning node takes its share back make-before-break (the other two,
+// at 3 replicas each, are over their load bound of 2).
 func TestThreeNodeClusterPlacementFailoverAndRejoin(t *testing.T) {
 	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 3)

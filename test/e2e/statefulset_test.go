@@ -234,9 +234,10 @@ func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Let rebalancing after the rejoin settle run too: the ordinals the
-	// rejoined nodes own move back (stop, then start there), so one may
-	// briefly run nowhere, never twice.
+	// Let rebalancing after the rejoin settle run too: ordinals whose
+	// holders are over their load bound move back to the rejoined nodes
+	// (stop, then start there), so one may briefly run nowhere, never
+	// twice.
 	time.Sleep(20 * time.Second)
 	back, err := eventually(30*time.Second, func() error { _, err := placed(); return err })
 	if err != nil {
