@@ -3,6 +3,7 @@ package node
 import (
 	"maps"
 	"net/netip"
+	"time"
 
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
@@ -125,8 +126,12 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 // leaves those claims out), so it must also be routed and placed on.
 // Left out, the new holder of a dead node's subnet was never eligible
 // while the dead node's record stayed. claimWinners itself is returned
-// when nothing is added (and is never written). Called with build held.
+// when nothing is added (and is never written). It sets v.reclaimAt to
+// when the first reservation that beat a claim expires: a rebuild from
+// then on must derive again even if no record changed. Called with build
+// held.
 func (vs *views) reclaimedWinners(v *view) map[string]bool {
+	v.reclaimAt = time.Time{}
 	out, cloned := v.claimWinners, false
 	for name, s := range v.statuses {
 		p, ok := s.prefix()
@@ -143,6 +148,9 @@ func (vs *views) reclaimedWinners(v *view) map[string]bool {
 			}
 			if (ipam.Claim{Node: other, Subnet: o.PodSubnet, Since: o.SubnetSince}).Beats(mine) && vs.reserved(v, other) {
 				beaten = true
+				if until, ok := vs.reservedUntil(v, other); ok && (v.reclaimAt.IsZero() || until.Before(v.reclaimAt)) {
+					v.reclaimAt = until
+				}
 			}
 		}
 		vs.claims.near(p, check)
@@ -156,6 +164,19 @@ func (vs *views) reclaimedWinners(v *view) map[string]bool {
 		out[name] = true
 	}
 	return out
+}
+
+// reservedUntil is when name's reservation expires by time alone: ok
+// false while name is up (or is this node), whose claim holds however
+// old its record.
+func (vs *views) reservedUntil(v *view, name string) (time.Time, bool) {
+	if name == vs.self {
+		return time.Time{}, false
+	}
+	if state, _ := memberState(v.members, name); state.Up() {
+		return time.Time{}, false
+	}
+	return time.Unix(0, vs.statuses[statusKey(name)].from.version.Wall).Add(vs.reclaimAfter), true
 }
 
 // reserved is subnets.reserved for node name as v and the records held

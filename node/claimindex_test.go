@@ -92,6 +92,13 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	if !maps.Equal(v.claimWinners, before) {
 		t.Fatal("reclaimedWinners wrote the claims' winners")
 	}
+	// away's reservation beats taker's claim until a minute after its
+	// last record: the next rebuild after that derives the winners again,
+	// with or without a record changing (before, an idle cluster kept
+	// taker out until some record changed).
+	if want := now.Add(-30 * time.Second).Add(time.Minute); !v.reclaimAt.Equal(want) {
+		t.Fatalf("reclaimAt %v, want %v (away's reservation expires)", v.reclaimAt, want)
+	}
 	// The dead node comes back: its claim holds again, and the node that
 	// took its subnet no longer wins (it moves: subnetmove.go).
 	for i := range v.members {

@@ -241,9 +241,12 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
 	v.alive = v.aliveFrom.set
 	v.excluded = vs.acks.excluded(now)
-	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) {
+	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) &&
+		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
-		// that moved no one, a record of another kind).
+		// that moved no one, a record of another kind), and no
+		// reservation that beat a subnet claim expired.
+		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
 		v.plain, v.plainWithout, v.held, v.heldKey = prev.plain, prev.plainWithout, prev.held, prev.heldKey

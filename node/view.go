@@ -40,8 +40,11 @@ type view struct {
 	// winners adds those whose only rivals no longer hold their claims
 	// (reclaimedWinners), recomputed on every derive.
 	claimWinners map[string]bool
-	workloads    []manifest.Object // Deployments and StatefulSets
-	all          []reconcile.Replica
+	// reclaimAt is when the first reservation that beat a claim
+	// expires (reclaimedWinners): zero when none did.
+	reclaimAt time.Time
+	workloads []manifest.Object // Deployments and StatefulSets
+	all       []reconcile.Replica
 	// plain and plainWithout are placement's (assign), before the
 	// replicas held elsewhere (held, identified by heldKey) are kept
 	// where they run; placement is after.
