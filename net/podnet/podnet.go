@@ -58,6 +58,11 @@ type Network struct {
 
 	mu     sync.Mutex
 	bridge *libcni.NetworkConfigList // nil until the pod subnet is known
+	// attaching is held (read) by each Attach from reading the bridge
+	// configuration to the end of its CNI ADD, and (write) by SetSubnet:
+	// an ADD in flight with the old configuration would put the old
+	// gateway back on the bridge (forceAddress) after SetSubnet moved it.
+	attaching sync.RWMutex
 
 	// hostMu serializes PrepareHost and KeepHost (they create and
 	// rewrite the same chain); prepared: PrepareHost succeeded once.
@@ -108,8 +113,10 @@ func New(cfg Config) (*Network, error) {
 // address (the node's claim was displaced, net/ipam.Displaced, or lost
 // while it was down), it moves the bridge to the new subnet's gateway;
 // sandboxes attached before keep their old addresses until they are
-// rebuilt.
+// rebuilt. It waits for the attaches in flight (their CNI ADD) to end.
 func (n *Network) SetSubnet(subnet *net.IPNet) error {
+	n.attaching.Lock()
+	defer n.attaching.Unlock()
 	gw, err := n.setSubnet(subnet)
 	if err != nil {
 		return err
@@ -191,6 +198,8 @@ func (n *Network) runtimeConf(id string) *libcni.RuntimeConf {
 // the pod IP. On error nothing is left behind (no namespace, veth or
 // address reservation).
 func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
+	n.attaching.RLock()
+	defer n.attaching.RUnlock()
 	bridge, err := n.bridgeConf()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)

@@ -5,63 +5,25 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 
+	"github.com/starling-orchestrator/starling/net/netnstest"
 	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// inNewNetns runs f on a thread moved into a network namespace of its own,
-// which goes when the thread exits (the thread is never unlocked, so the
-// runtime ends it). Commands f starts run in that namespace: the test
-// checks that before f may touch any table. It skips without root or
-// iptables.
+// inNewNetns runs f in a network namespace of its own (netnstest.Run).
+// It skips without root or iptables.
 func inNewNetns(t *testing.T, f func() error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (a network namespace of its own)")
-	}
 	for _, c := range []string{"iptables", "iptables-restore"} {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Skipf("%s: %v", c, err)
 		}
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		root, err := os.Readlink("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		self, _ := os.Readlink("/proc/thread-self/ns/net")
-		child, err := exec.Command("readlink", "/proc/self/ns/net").Output()
-		if self == root || err != nil || strings.TrimSpace(string(child)) != self {
-			errc <- fmt.Errorf("not in a namespace of its own (root %s, thread %s, child %s, %v): refusing to touch the tables", root, self, child, err)
-			return
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err != nil {
-			errc <- fmt.Errorf("lo up: %w", err)
-			return
-		}
-		errc <- f()
-	}()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	netnstest.Run(t, func(*netnstest.NS) error { return f() })
 }
 
 // kernelPortChains counts the per-port chains of the nat table.
