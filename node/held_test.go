@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,13 +115,67 @@ func TestHeldElsewhereListsRunningCopiesAwayFromTheirOwner(t *testing.T) {
 		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhasePending), rep(2, api.PhaseTerminating)}},
 		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
 	}
-	got := heldElsewhere(p, p, nodes, statuses)
+	var x heldIndex // records read again only when they change
+	got := x.elsewhere(1, p, p, nodes, statuses)
 	want := []placement.Holder{{Key: "default/web", Node: min(owner, away), Since: t0}, {Key: "default/web", Node: max(owner, away), Since: t0}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("want both copies of ordinal 0 (away on %s), nothing else: %+v", away, got)
 	}
+	if again := x.elsewhere(1, p, p, nodes, statuses); len(again) != 2 || again[0] != want[0] || again[1] != want[1] {
+		t.Fatalf("no record changed: %+v, want %+v", again, want)
+	}
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhasePending)}}
-	if got := heldElsewhere(p, p, nodes, statuses); len(got) != 0 {
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 0 {
 		t.Fatalf("a replica without a container holds nothing: %+v", got)
 	}
+	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhaseRunning)}}
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 2 {
+		t.Fatalf("the copy is back on %s: %+v", away, got)
+	}
+	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
+		t.Fatalf("no node eligible: %+v", got)
+	}
+}
+
+// The scan each derive makes of the replicas the nodes list: 1,000 nodes
+// of 10 replicas each, all where placement puts them.
+func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
+	var nodes []placement.Node
+	for i := range 1000 {
+		nodes = append(nodes, placement.Node{Name: fmt.Sprintf("n%04d", i)})
+	}
+	var ws []placement.Workload
+	for i := range 100 {
+		ws = append(ws, placement.Workload{Key: fmt.Sprintf("default/sim-%03d", i), Replicas: 100})
+	}
+	p := placement.Assign(nodes, ws, placement.Options{})
+	statuses := map[string]NodeStatus{}
+	for key, owners := range p.Owners {
+		for ord, o := range owners {
+			s := statuses[o]
+			s.Replicas = append(s.Replicas, api.Replica{Namespace: "default", Workload: strings.TrimPrefix(key, "default/"), Ordinal: ord, Phase: api.PhaseRunning})
+			statuses[o] = s
+		}
+	}
+	b.Run("every record read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if got := heldElsewhere(p, p, nodes, statuses); got != nil {
+				b.Fatalf("%d held elsewhere, want none", len(got))
+			}
+		}
+	})
+	b.Run("one record changed", func(b *testing.B) {
+		var x heldIndex
+		x.elsewhere(1, p, p, nodes, statuses)
+		b.ReportAllocs()
+		for b.Loop() {
+			s := statuses["n0007"]
+			s.Replicas = slices.Clone(s.Replicas)
+			statuses["n0007"] = s
+			if got := x.elsewhere(1, p, p, nodes, statuses); got != nil {
+				b.Fatalf("%d held elsewhere, want none", len(got))
+			}
+		}
+	})
 }

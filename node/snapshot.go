@@ -94,6 +94,10 @@ type views struct {
 	// services loop (serviceview.go).
 	endpoints  endpointIndex
 	svcChanges serviceChanges
+	// away indexes the copies the nodes run away from placement's
+	// choice (held.go); placementGen counts the placements computed.
+	away         heldIndex
+	placementGen uint64
 }
 
 func newViews() *views {
@@ -297,10 +301,11 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	} else {
 		v.plain, v.plainWithout = assign(v.eligible, v.workloads, v.excluded)
 		vs.placements.Inc()
+		vs.placementGen++
 	}
 	// What the nodes run away from placement's choice stays there
-	// (placement.Keep): read from the records on every derive.
-	v.held = heldElsewhere(v.plain, v.plainWithout, v.eligible, v.statuses)
+	// (placement.Keep): the records that changed are read on each derive.
+	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
 	v.heldKey = holdersKey(v.held)
 	if sameInputs && prev.heldKey == v.heldKey {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
