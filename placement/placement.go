@@ -15,6 +15,8 @@
 // 2005), with the load of each node bounded as in consistent hashing with
 // bounded loads (Mirrokni, Thorup and Zadimoghaddam, SODA 2018): each
 // replica goes to the highest-ranked node for it that can still take it.
+// Keep then leaves replicas on the nodes that run them while those can
+// keep them, so that a node's return moves little (keep.go).
 package placement
 
 import (
