@@ -99,6 +99,10 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	if want := now.Add(-30 * time.Second).Add(time.Minute); !v.reclaimAt.Equal(want) {
 		t.Fatalf("reclaimAt %v, want %v (away's reservation expires)", v.reclaimAt, want)
 	}
+	// The views loop's idle tick rebuilds then (nothing else changed).
+	if !vs.timeInputsChanged(v, v.reclaimAt) {
+		t.Fatal("the view is not rebuilt when away's reservation expires")
+	}
 	// The dead node comes back: its claim holds again, and the node that
 	// took its subnet no longer wins (it moves: subnetmove.go).
 	for i := range v.members {

@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -24,16 +23,26 @@ type heldIndex struct {
 type heldEntry struct {
 	replicas []api.Replica // the list read (compared by identity)
 	away     []placement.Holder
+	copies   map[heldSlot]placement.Holder // the node's copy of each replica it holds
 }
 
-// holds reports whether r is a copy that counts: a container that is not
-// being stopped (not Terminating, Pending or CreateBackOff).
+type heldSlot struct {
+	key     string
+	ordinal int
+}
+
+// holds reports whether r is a copy that counts: not being stopped
+// (Terminating) and not failing to be created (CreateBackOff). A Pending
+// copy counts (not running, age unknown): a Replace lists its old copy
+// Terminating and its new one Pending, and the replica must not leave
+// the node for it.
 func holds(r api.Replica) bool {
-	switch r.Phase {
-	case api.PhaseTerminating, api.PhasePending, api.PhaseCreateBackOff:
-		return false
-	}
-	return true
+	return r.Phase != api.PhaseTerminating && r.Phase != api.PhaseCreateBackOff
+}
+
+// holderOf is the Holder of node's copy r of the replica of key.
+func holderOf(key, node string, r api.Replica) placement.Holder {
+	return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node, Since: r.Created, Running: r.Phase == api.PhaseRunning}
 }
 
 // elsewhere lists, for each replica that an eligible node runs while
@@ -46,12 +55,8 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 	if x.nodes == nil || x.gen != gen {
 		x.nodes, x.gen = map[string]heldEntry{}, gen
 	}
-	type slot struct {
-		key     string
-		ordinal int
-	}
 	var out []placement.Holder
-	away := map[slot]bool{}
+	away := map[heldSlot]bool{}
 	keys := map[[2]string]string{} // (namespace, workload) -> WorkloadKey, built once each
 	keyOf := func(r api.Replica) string {
 		k, ok := keys[[2]string{r.Namespace, r.Workload}]
@@ -67,17 +72,25 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 		rs := statuses[n.Name].Replicas
 		e, ok := x.nodes[n.Name]
 		if !ok || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
-			e = heldEntry{replicas: rs}
+			e = heldEntry{replicas: rs, copies: make(map[heldSlot]placement.Holder, len(rs))}
 			for _, r := range rs {
+				if !holds(r) {
+					continue
+				}
 				key := keyOf(r)
-				if holds(r) && (p.Owner(key, r.Ordinal) != n.Name || without.Owner(key, r.Ordinal) != n.Name) {
-					e.away = append(e.away, placement.Holder{Key: key, Ordinal: r.Ordinal, Node: n.Name, Since: r.Created})
+				h := holderOf(key, n.Name, r)
+				s := heldSlot{key, r.Ordinal}
+				if old, dup := e.copies[s]; !dup || h.Running && !old.Running {
+					e.copies[s] = h // a surge's two copies: the running one
+				}
+				if p.Owner(key, r.Ordinal) != n.Name || without.Owner(key, r.Ordinal) != n.Name {
+					e.away = append(e.away, h)
 				}
 			}
 			x.nodes[n.Name] = e
 		}
 		for _, h := range e.away {
-			away[slot{h.Key, h.Ordinal}] = true
+			away[heldSlot{h.Key, h.Ordinal}] = true
 			out = append(out, h)
 		}
 	}
@@ -89,18 +102,16 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 	if len(out) == 0 {
 		return nil
 	}
-	// The owners' own copies of those replicas.
+	// The owners' own copies of those replicas (an owner's copy is never
+	// in its own away list: p and without both give it the replica, or
+	// the copy is away).
 	for s := range away {
-		for _, o := range []string{p.Owner(s.key, s.ordinal), without.Owner(s.key, s.ordinal)} {
-			if !live[o] || slices.ContainsFunc(out, func(h placement.Holder) bool { return h.Node == o && h.Key == s.key && h.Ordinal == s.ordinal }) {
-				continue
-			}
-			for _, r := range statuses[o].Replicas {
-				if holds(r) && r.Ordinal == s.ordinal && keyOf(r) == s.key {
-					out = append(out, placement.Holder{Key: s.key, Ordinal: s.ordinal, Node: o, Since: r.Created})
-					break
-				}
-			}
+		o, ow := p.Owner(s.key, s.ordinal), without.Owner(s.key, s.ordinal)
+		if o != ow {
+			continue // a copy on either is away, and listed
+		}
+		if h, ok := x.nodes[o].copies[s]; ok && live[o] {
+			out = append(out, h)
 		}
 	}
 	slices.SortFunc(out, func(a, b placement.Holder) int {
@@ -116,15 +127,9 @@ func heldElsewhere(p, without placement.Placement, eligible []placement.Node, st
 	return x.elsewhere(0, p, without, eligible, statuses)
 }
 
-// holdersKey identifies a heldElsewhere list: equal keys, equal lists.
-func holdersKey(hs []placement.Holder) string {
-	var b []byte
-	for _, h := range hs {
-		b = strconv.AppendQuote(b, h.Key)
-		b = strconv.AppendInt(b, int64(h.Ordinal), 10)
-		b = strconv.AppendQuote(b, h.Node)
-		b = strconv.AppendInt(b, h.Since.UnixNano(), 10)
-		b = append(b, ';')
-	}
-	return string(b)
+// sameHolders reports whether a and b list the same copies.
+func sameHolders(a, b []placement.Holder) bool {
+	return slices.EqualFunc(a, b, func(x, y placement.Holder) bool {
+		return x.Key == y.Key && x.Ordinal == y.Ordinal && x.Node == y.Node && x.Since.Equal(y.Since) && x.Running == y.Running
+	})
 }

@@ -98,9 +98,11 @@ func TestReturningNodeTakesBackOnlyWhatItsPeersCannotKeep(t *testing.T) {
 	t.Logf("loads before the return %v: the returning node took back the %d replicas over the bound of %d (it created %d)", load, excess, bound, created)
 }
 
-// Only copies with a container count, on eligible nodes, and only for
-// replicas that run away from placement's choice.
-func TestHeldElsewhereListsRunningCopiesAwayFromTheirOwner(t *testing.T) {
+// Only copies that are not being stopped or failing to be created count,
+// on eligible nodes, and only for replicas that run away from
+// placement's choice; the index reads a record again when it or
+// placement changed.
+func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 	nodes := []placement.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}
 	ws := []placement.Workload{{Key: "default/web", Replicas: 3}}
 	p := placement.Assign(nodes, ws, placement.Options{})
@@ -112,25 +114,43 @@ func TestHeldElsewhereListsRunningCopiesAwayFromTheirOwner(t *testing.T) {
 	}
 	statuses := map[string]NodeStatus{
 		owner:  {Replicas: []api.Replica{rep(0, api.PhaseRunning)}},
-		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhasePending), rep(2, api.PhaseTerminating)}},
+		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}},
 		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
 	}
-	var x heldIndex // records read again only when they change
+	var x heldIndex
+	byNode := func(hs []placement.Holder) map[string]placement.Holder {
+		out := map[string]placement.Holder{}
+		for _, h := range hs {
+			out[h.Node] = h
+		}
+		return out
+	}
 	got := x.elsewhere(1, p, p, nodes, statuses)
-	want := []placement.Holder{{Key: "default/web", Node: min(owner, away), Since: t0}, {Key: "default/web", Node: max(owner, away), Since: t0}}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("want both copies of ordinal 0 (away on %s), nothing else: %+v", away, got)
+	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
+		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.elsewhere(1, p, p, nodes, statuses); len(again) != 2 || again[0] != want[0] || again[1] != want[1] {
-		t.Fatalf("no record changed: %+v, want %+v", again, want)
+	if again := x.elsewhere(1, p, p, nodes, statuses); !sameHolders(again, got) {
+		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
-	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhasePending)}}
+	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
 	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 0 {
-		t.Fatalf("a replica without a container holds nothing: %+v", got)
+		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
-	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhaseRunning)}}
+	// A Replace lists the new copy Pending: it still holds the replica.
+	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
 	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 2 {
-		t.Fatalf("the copy is back on %s: %+v", away, got)
+		t.Fatalf("a copy being replaced on %s: %+v", away, got)
+	}
+	// Placement changed (gen 2) and gives ordinal 0 to the node that
+	// holds it: nothing is away, with the same records.
+	statuses[owner] = NodeStatus{}
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 1 {
+		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
+	}
+	p2 := placement.Placement{Owners: map[string][]string{"default/web": slices.Clone(p.Owners["default/web"])}}
+	p2.Owners["default/web"][0] = away
+	if got := x.elsewhere(2, p2, p2, nodes, statuses); got != nil {
+		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
 	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
 		t.Fatalf("no node eligible: %+v", got)
@@ -162,6 +182,33 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		for b.Loop() {
 			if got := heldElsewhere(p, p, nodes, statuses); got != nil {
 				b.Fatalf("%d held elsewhere, want none", len(got))
+			}
+		}
+	})
+	// A quarter of the replicas run on the next node instead (kept
+	// there after failures).
+	moved := map[string]NodeStatus{}
+	for i, n := range nodes {
+		for j, r := range statuses[n.Name].Replicas {
+			to := n.Name
+			if j%4 == 0 {
+				to = nodes[(i+1)%len(nodes)].Name
+			}
+			s := moved[to]
+			s.Replicas = append(s.Replicas, r)
+			moved[to] = s
+		}
+	}
+	b.Run("a quarter away, one record changed", func(b *testing.B) {
+		var x heldIndex
+		want := len(x.elsewhere(1, p, p, nodes, moved))
+		b.ReportAllocs()
+		for b.Loop() {
+			s := moved["n0007"]
+			s.Replicas = slices.Clone(s.Replicas)
+			moved["n0007"] = s
+			if got := x.elsewhere(1, p, p, nodes, moved); len(got) != want {
+				b.Fatalf("%d held elsewhere, want %d", len(got), want)
 			}
 		}
 	})

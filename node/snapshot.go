@@ -174,9 +174,13 @@ func (vs *views) loop(ctx context.Context) {
 }
 
 // timeInputsChanged reports whether the members that count as alive or
-// the nodes left out of placement differ, at now, from v's, or a node
-// has gone unlisted for --ack-timeout (the build would exclude it).
+// the nodes left out of placement differ, at now, from v's, a node has
+// gone unlisted for --ack-timeout (the build would exclude it), or a
+// subnet reservation that beat a claim has expired (v.reclaimAt).
 func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
+	if !v.reclaimAt.IsZero() && !now.Before(v.reclaimAt) {
+		return true
+	}
 	if vs.acks.due(now) {
 		return true
 	}
@@ -253,7 +257,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
-		v.plain, v.plainWithout, v.held, v.heldKey = prev.plain, prev.plainWithout, prev.held, prev.heldKey
+		v.plain, v.plainWithout, v.held = prev.plain, prev.plainWithout, prev.held
 		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
@@ -306,8 +310,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
 	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
-	v.heldKey = holdersKey(v.held)
-	if sameInputs && prev.heldKey == v.heldKey {
+	if sameInputs && sameHolders(prev.held, v.held) {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this

@@ -46,11 +46,10 @@ type view struct {
 	workloads []manifest.Object // Deployments and StatefulSets
 	all       []reconcile.Replica
 	// plain and plainWithout are placement's (assign), before the
-	// replicas held elsewhere (held, identified by heldKey) are kept
-	// where they run; placement is after.
+	// replicas held elsewhere (held) are kept where they run; placement
+	// is after.
 	plain, plainWithout placement.Placement
 	held                []placement.Holder
-	heldKey             string
 	placement           placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).

@@ -8,14 +8,16 @@ import (
 	"time"
 )
 
-// Holder says that a node runs a copy of a replica: ordinal of workload
-// Key runs on Node since Since (as the nodes report it; zero when not
-// known).
+// Holder says that a node holds a copy of a replica: ordinal of workload
+// Key has a copy on Node, created at Since (as the nodes report it; zero
+// when not known or not created yet), running or not (exited, crashing,
+// being created or replaced).
 type Holder struct {
 	Key     string
 	Ordinal int
 	Node    string
 	Since   time.Time
+	Running bool
 }
 
 // Keep returns p, the result of Assign(nodes, workloads, opts), with
@@ -40,8 +42,9 @@ type Holder struct {
 // fewer replicas; nothing else moves.
 //
 // Several copies of one replica (a healed partition, a returning node
-// that started its share before it heard who took it) are tried oldest
-// first (by Since; unknown last, then in Rank order): the first that
+// that started its share before it heard who took it) are tried running
+// copies first, each group oldest first (by Since; unknown last, then in
+// Rank order): the first that
 // passes the tests keeps the replica, or, when the first to pass is
 // p's owner's, the replica stays with p's owner. The others stop.
 // Holders of replicas that do not exist and unknown nodes are ignored.
@@ -75,8 +78,9 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opt
 		ordinal int
 	}
 	type copyOf struct {
-		node  int
-		since time.Time
+		node    int
+		since   time.Time
+		running bool
 	}
 	bySlot := map[slot][]copyOf{}
 	for _, h := range holders {
@@ -87,9 +91,12 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opt
 		}
 		s := slot{h.Key, h.Ordinal}
 		if j := slices.IndexFunc(bySlot[s], func(c copyOf) bool { return c.node == i }); j < 0 {
-			bySlot[s] = append(bySlot[s], copyOf{i, h.Since})
-		} else if older(h.Since, bySlot[s][j].since) {
-			bySlot[s][j].since = h.Since
+			bySlot[s] = append(bySlot[s], copyOf{i, h.Since, h.Running})
+		} else {
+			c := &bySlot[s][j] // the node's best copy: running, then oldest
+			if h.Running && !c.running || h.Running == c.running && older(h.Since, c.since) {
+				c.since, c.running = h.Since, h.Running
+			}
 		}
 	}
 	var slots []slot
@@ -132,22 +139,27 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opt
 
 	out := Placement{Owners: maps.Clone(p.Owners), Pending: p.Pending}
 	copied := map[string]bool{}
+	spreads := map[string]int{} // by workload key: ceil(replicas / matching nodes)
 	// settle tries the copies of sl in order; it reports false when none
 	// may keep it yet (a later pass tries again).
 	settle := func(sl slot) bool {
 		w := byKey[sl.key]
 		req := requests(*w)
 		sel := s.selector(w.NodeSelector)
-		matching := len(ns)
-		if sel != nil {
-			matching = 0
-			for _, m := range sel {
-				if m {
-					matching++
+		spread, ok := spreads[sl.key]
+		if !ok {
+			matching := len(ns)
+			if sel != nil {
+				matching = 0
+				for _, m := range sel {
+					if m {
+						matching++
+					}
 				}
 			}
+			spread = (w.Replicas + matching - 1) / max(matching, 1)
+			spreads[sl.key] = spread
 		}
-		spread := (w.Replicas + matching - 1) / max(matching, 1)
 		counts := perWorkload[sl.key]
 		owner := p.Owner(sl.key, sl.ordinal)
 		for _, c := range bySlot[sl] {
@@ -178,6 +190,12 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opt
 	for _, sl := range slots {
 		rh := replicaHash(sl.key, sl.ordinal)
 		slices.SortFunc(bySlot[sl], func(a, b copyOf) int {
+			if a.running != b.running {
+				if a.running {
+					return -1
+				}
+				return 1
+			}
 			if older(a.since, b.since) {
 				return -1
 			}

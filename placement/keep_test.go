@@ -103,16 +103,20 @@ func TestOldestCopyKeepsTheReplica(t *testing.T) {
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
-		name             string
-		ownerAt, otherAt time.Time
-		want             string
+		name                 string
+		ownerAt, otherAt     time.Time
+		ownerRuns, otherRuns bool
+		want                 string
 	}{
-		{"the owner's copy is older", t0, t0.Add(time.Minute), owner},
-		{"the other copy is older", t0.Add(time.Minute), t0, other},
-		{"ages unknown: the owner's", time.Time{}, time.Time{}, owner},
-		{"the owner's age unknown", time.Time{}, t0, other},
+		{"the owner's copy is older", t0, t0.Add(time.Minute), true, true, owner},
+		{"the other copy is older", t0.Add(time.Minute), t0, true, true, other},
+		{"ages unknown: the owner's", time.Time{}, time.Time{}, true, true, owner},
+		{"the owner's age unknown", time.Time{}, t0, true, true, other},
+		{"the owner's older copy exited, the other runs", t0, t0.Add(time.Minute), false, true, other},
+		{"neither runs: the older", t0.Add(time.Minute), t0, false, false, other},
 	} {
-		got := Keep(p, nodes, ws, []Holder{{Key: "ns/a", Node: other, Since: c.otherAt}, {Key: "ns/a", Node: owner, Since: c.ownerAt}}, Options{})
+		got := Keep(p, nodes, ws, []Holder{{Key: "ns/a", Node: other, Since: c.otherAt, Running: c.otherRuns},
+			{Key: "ns/a", Node: owner, Since: c.ownerAt, Running: c.ownerRuns}}, Options{})
 		if got.Owner("ns/a", 0) != c.want {
 			t.Errorf("%s: want ordinal 0 at %s, got %s", c.name, c.want, got.Owner("ns/a", 0))
 		}
@@ -184,7 +188,7 @@ func TestKeepProperties(t *testing.T) {
 		keys := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g", "other/a", "none/x"}
 		holders := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) Holder {
 			return Holder{Key: rapid.SampledFrom(keys).Draw(t, "key"), Ordinal: rapid.IntRange(-1, 9).Draw(t, "ord"), Node: rapid.SampledFrom(names).Draw(t, "node"),
-				Since: time.Unix(rapid.Int64Range(0, 3).Draw(t, "since"), 0)}
+				Since: rapid.SampledFrom([]time.Time{{}, time.Unix(1, 0), time.Unix(2, 0), time.Unix(3, 0)}).Draw(t, "since"), Running: rapid.Bool().Draw(t, "running")}
 		}), 0, 20).Draw(t, "holders")
 		got := Keep(p, nodes, ws, holders, opts)
 		if !reflect.DeepEqual(p, before) {
