@@ -120,13 +120,6 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 	return out
 }
 
-// heldElsewhere is heldIndex.elsewhere without an index: every record is
-// read.
-func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
-	var x heldIndex
-	return x.elsewhere(0, p, without, eligible, statuses)
-}
-
 // sameHolders reports whether a and b list the same copies.
 func sameHolders(a, b []placement.Holder) bool {
 	return slices.EqualFunc(a, b, func(x, y placement.Holder) bool {

@@ -226,3 +226,10 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		}
 	})
 }
+
+// heldElsewhere is heldIndex.elsewhere without an index: every record is
+// read.
+func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
+	var x heldIndex
+	return x.elsewhere(0, p, without, eligible, statuses)
+}
