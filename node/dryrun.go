@@ -172,7 +172,7 @@ func (d *dryRun) loop(ctx context.Context) {
 	// Let the records the join brought arrive, so the first print is not
 	// of a half-known cluster (and a record of this name that came with
 	// them is withdrawn too).
-	waitForState(ctx, d.views.changed)
+	waitForState(ctx, d.views.changed, 30*time.Second)
 	d.withdrawOwnRecord()
 	var claim ipam.Claim
 	tick := time.NewTicker(time.Second)

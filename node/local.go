@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"sort"
 	"strconv"
 	"time"
@@ -123,3 +124,27 @@ func apiTermination(t *reconcile.Termination) *api.Termination {
 	}
 	return &api.Termination{ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, StartedAt: t.StartedAt.UTC(), FinishedAt: t.FinishedAt.UTC()}
 }
+
+// publishRunning publishes, before a run's first pass, this node's record
+// with the replicas whose containers are here now, in their phases. The
+// stored record is the previous run's: after a crash it lists replicas
+// that no longer run, Running since before the peers that took them over
+// started theirs, so the first pass kept them here (placement.Keep: the
+// oldest running copy stays) and started them all again, to stop them
+// again once its own record said they were Pending. An agent restarted
+// with its containers running lists them as before. A runtime that does
+// not answer leaves the record to the first pass.
+func (r *replicas) publishRunning(ctx context.Context) {
+	observed, err := r.rt.List(ctx)
+	if err != nil {
+		return
+	}
+	markOutsideSubnet(observed, r.subnets.current(), r.subnets.isReady())
+	here := make([]reconcile.Replica, len(observed))
+	for i, c := range observed {
+		here[i] = reconcile.Replica{ID: c.ID}
+	}
+	r.views.rebuild(time.Now()) // the probes of the synced objects
+	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.view(), observed)))
+}
+

@@ -119,6 +119,7 @@ func (r *replicas) loop(ctx context.Context) {
 		return
 	}
 	r.status.forget() // republish with SubnetReady
+	r.publishRunning(ctx)
 	// The first pass acts on a view built after the sync: one built
 	// before it (at start, before the join's push/pull) holds this node
 	// alone as live, and from it a node returning to a cluster of 20
