@@ -147,4 +147,3 @@ func (r *replicas) publishRunning(ctx context.Context) {
 	r.views.rebuild(time.Now()) // the probes of the synced objects
 	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.view(), observed)))
 }
-
