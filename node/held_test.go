@@ -98,6 +98,82 @@ func TestReturningNodeTakesBackOnlyWhatItsPeersCannotKeep(t *testing.T) {
 	t.Logf("loads before the return %v: the returning node took back the %d replicas over the bound of %d (it created %d)", load, excess, bound, created)
 }
 
+// When a node leaves, only its replicas move: placement.Keep places them
+// around what runs. Bounded loads alone move others between the nodes
+// that stay (a newcomer at a node near its bound pushes another on),
+// and so did keeping held replicas over Assign's result, which had
+// filled their nodes with the leaving node's replicas. The leaving node
+// is one whose departure makes the latter move a replica of another
+// node (found with package placement from where the replicas run).
+func TestLeavingNodeMovesOnlyItsReplicas(t *testing.T) {
+	nodes := startCluster(t, 5)
+	var ws []placement.Workload
+	for i := range 8 {
+		deploy(t, nodes[0], fmt.Sprintf("keep%d", i), 2, "img:v1")
+		ws = append(ws, placement.Workload{Key: fmt.Sprintf("default/keep%d", i), Replicas: 2})
+	}
+	all := func(ns []*testNode) error {
+		for i := range 8 {
+			if err := runningEverywhere(ns, fmt.Sprintf("keep%d", i), 2); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, func() error { return all(nodes) })
+	before := where(nodes, "keep")
+	var held []placement.Holder
+	for _, n := range nodes {
+		n.rt.mu.Lock()
+		for _, c := range n.rt.containers {
+			held = append(held, placement.Holder{Key: "default/" + c.Workload, Ordinal: c.Ordinal, Node: n.name, Running: true})
+		}
+		n.rt.mu.Unlock()
+	}
+	gone := -1
+	for i := range nodes {
+		var rest []placement.Node
+		for _, n := range nodes {
+			if n != nodes[i] {
+				rest = append(rest, placement.Node{Name: n.name})
+			}
+		}
+		stay := slices.DeleteFunc(slices.Clone(held), func(h placement.Holder) bool { return h.Node == nodes[i].name })
+		overlay := placement.Keep(placement.Assign(rest, ws, placement.Options{}), rest, ws, stay, nil, placement.Options{})
+		if slices.ContainsFunc(stay, func(h placement.Holder) bool { return overlay.Owner(h.Key, h.Ordinal) != h.Node }) {
+			gone = i
+			break
+		}
+	}
+	if gone < 0 {
+		t.Fatal("no departure moves a replica of another node in this layout: the test no longer tests the cascade")
+	}
+	leaving := nodes[gone]
+	stayers := slices.Delete(slices.Clone(nodes), gone, gone+1)
+	leaving.stop()
+	check := func() error {
+		if err := all(stayers); err != nil {
+			return err
+		}
+		now := where(stayers, "keep")
+		var bad []string
+		for id, from := range before {
+			if from != leaving.name && now[id] != from {
+				bad = append(bad, fmt.Sprintf("%s from %s to %s", id, from, now[id]))
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("replicas of the nodes that stayed moved when %s left: %s", leaving.name, strings.Join(bad, ", "))
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, check)
+	time.Sleep(3 * time.Second) // settled: still so
+	if err := check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Only copies that are not being stopped or failing to be created count,
 // on eligible nodes, and only for replicas that run away from
 // placement's choice; the index reads a record again when it or

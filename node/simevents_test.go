@@ -70,7 +70,11 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	with0 := toReturners()
 	back := time.Now()
+	created0 := map[*simNode]int{}
 	for _, f := range failed {
+		f.rt.mu.Lock()
+		created0[f] = f.rt.created
+		f.rt.mu.Unlock()
 		c.startNode(f, []string{c.up()[0].tr.Addr()})
 	}
 	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
@@ -87,6 +91,16 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	time.Sleep(time.Minute - time.Since(back))
 	s1, w1 := c.sent(), c.statusWrites()
+	// What the returning nodes started, and what they run a minute
+	// later: a copy started and stopped again is two records of the
+	// returning node and one or two of the node that kept the replica.
+	var started []string
+	for _, f := range failed {
+		f.rt.mu.Lock()
+		started = append(started, fmt.Sprintf("%s started %d, runs %d", f.name, f.rt.created-created0[f], len(f.rt.containers)))
+		f.rt.mu.Unlock()
+	}
+	report("%s: the returning nodes' first minute: %s", label, strings.Join(started, "; "))
 	// The size of a node record as a stayer holds it (a returning
 	// node's, with its replicas back), and its size compressed as
 	// streams carry it.

@@ -146,10 +146,10 @@ spec:
 	}
 	all := desiredReplicas(objs)
 	p, _ := assign(nodes, objs, nil)
-	_, _, before := place(p, p, nodes, objs, all, nil, nil)
+	_, _, before := place(p, p, nodes, objs, all, nil, keepInputs{})
 	ex := map[string]bool{"fake": true}
 	p, without := assign(nodes, objs, ex)
-	_, base, after := place(p, without, nodes, objs, all, ex, nil)
+	_, base, after := place(p, without, nodes, objs, all, ex, keepInputs{})
 	if fmt.Sprint(base) != fmt.Sprint(before) {
 		t.Fatal("the base placement depends on exclusions")
 	}
