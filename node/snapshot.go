@@ -257,7 +257,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
 		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
-		v.plain, v.plainWithout, v.keep = prev.plain, prev.plainWithout, prev.keep
+		v.plain, v.plainWithout, v.held = prev.plain, prev.plainWithout, prev.held
 		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
 	} else {
@@ -309,8 +309,8 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.keep = vs.away.inputs(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
-	if sameInputs && v.keep.same(prev.keep) {
+	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
+	if sameInputs && sameHolders(prev.held, v.held) {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
@@ -318,7 +318,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 			v.own = ownedBy(vs.self, v.all, v.owner)
 		}
 	} else {
-		v.placement, v.base, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.keep)
+		v.placement, v.base, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.held)
 		v.given, v.own = givenSlots(v.all, v.base), ownedBy(vs.self, v.all, v.owner)
 	}
 	vs.servicesInto(v, prev)

@@ -146,10 +146,10 @@ spec:
 	}
 	all := desiredReplicas(objs)
 	p, _ := assign(nodes, objs, nil)
-	_, _, before := place(p, p, nodes, objs, all, nil, keepInputs{})
+	_, _, before := place(p, p, nodes, objs, all, nil, nil)
 	ex := map[string]bool{"fake": true}
 	p, without := assign(nodes, objs, ex)
-	_, base, after := place(p, without, nodes, objs, all, ex, keepInputs{})
+	_, base, after := place(p, without, nodes, objs, all, ex, nil)
 	if fmt.Sprint(base) != fmt.Sprint(before) {
 		t.Fatal("the base placement depends on exclusions")
 	}

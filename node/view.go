@@ -49,7 +49,7 @@ type view struct {
 	// replicas held elsewhere (held) are kept where they run; placement
 	// is after.
 	plain, plainWithout placement.Placement
-	keep                keepInputs
+	held                []placement.Holder
 	placement           placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
@@ -109,26 +109,24 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 }
 
 // place returns assign's placements with the replicas held elsewhere
-// kept where they run and those that run nowhere placed around them
-// (placement.Keep: a node that returns takes back only what its peers
-// cannot keep under their load bound; one that leaves moves only its
-// own replicas), p, with each
+// kept where they run (placement.Keep: a node that returns takes back
+// only what its peers cannot keep under their load bound), p, with each
 // replica's owner (replica ID -> node) before (base) and after (owner)
 // leaving out the excluded nodes. Nodes in excluded (they do not list
 // what they are given: unresponsive.go) are left out of Deployments'
 // placement only: a StatefulSet replica (at most one copy) must not move
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
-func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool, keep keepInputs) (p placement.Placement, base, owner map[string]string) {
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []reconcile.Replica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, base, owner map[string]string) {
 	ws := workloadsOf(objs)
-	p = placement.Keep(plain, nodes, ws, keep.held, keep.unheld, placement.Options{})
+	p = placement.Keep(plain, nodes, ws, held, placement.Options{})
 	base = owners(all, p)
 	if len(excluded) == 0 {
 		return p, base, base // one map: views never modify them
 	}
 	owner = maps.Clone(base)
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
-	without := placement.Keep(plainWithout, kept, ws, keep.held, keep.unheldWithout, placement.Options{})
+	without := placement.Keep(plainWithout, kept, ws, held, placement.Options{})
 	for _, r := range all {
 		if !r.AtMostOne {
 			owner[r.ID] = without.Owner(reconcile.WorkloadKey(r.Namespace, r.Workload), r.Ordinal)

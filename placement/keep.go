@@ -26,8 +26,7 @@ type Holder struct {
 //   - is among nodes and carries every label of the workload's
 //     NodeSelector,
 //   - holds fewer replicas than its load bound (Options.LoadFactor),
-//     counting p's replicas (but the unheld, below) and those kept
-//     before,
+//     counting p's replicas and those kept before,
 //   - has the replica's Requests left in its Allocatable, and
 //   - holds fewer replicas of the workload than ceil(replicas / nodes
 //     matching the selector): replicas stay spread.
@@ -54,23 +53,11 @@ type Holder struct {
 // unplaced (Pending) may be kept too. p is not modified: the workloads
 // whose owners change get new slices.
 //
-// unheld lists replicas p places on a node that does not hold them
-// (nil: every replica p places is held by its owner, or not known to be
-// otherwise). Their places in p do not count until the held replicas
-// are kept: a replica p moved off a node only because the node left or
-// came back and the load bounds shifted (bounded loads move about 0.5
-// more replicas per replica a leaving node held) stays where it runs,
-// and what runs nowhere is placed around it: at its owner in p where
-// that node still has room, else at the first node in its Rank order
-// that matches the selector and has room and spread left, else Pending.
-//
-// Cost: O(nodes + replicas of p + holders log holders), at most
-// keepPasses passes over the held replicas p places elsewhere, and a
-// Rank (O(nodes log nodes)) for each unheld replica whose owner in p has
-// no room left.
-func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, unheld []Slot, opts Options) Placement {
+// Cost: O(nodes + replicas of p + holders log holders) and at most
+// keepPasses passes over the held replicas p places elsewhere.
+func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opts Options) Placement {
 	if len(holders) == 0 {
-		return p // nothing kept away: p's owners have the room p gave
+		return p
 	}
 	ns := canonicalNodes(nodes)
 	index := make(map[string]int, len(ns))
@@ -124,22 +111,12 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, unh
 	slices.SortFunc(slots, func(a, b slot) int {
 		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.ordinal, b.ordinal))
 	})
-	// The replicas p places where they are not held (and exist).
-	loose := map[slot]bool{}
-	for _, u := range unheld {
-		if p.Owner(u.Key, u.Ordinal) != "" {
-			loose[slot{u.Key, u.Ordinal}] = true
-		}
-	}
 
-	// What p puts on each node, but for the loose replicas: replicas,
-	// resources, and replicas of each workload a slot names.
+	// What p puts on each node: replicas, resources, and replicas of
+	// each workload a slot names.
 	s := newAssigner(ns, bounds(ns, total, opts.LoadFactor))
 	perWorkload := map[string][]int{}
 	for _, sl := range slots {
-		perWorkload[sl.key] = nil
-	}
-	for sl := range loose {
 		perWorkload[sl.key] = nil
 	}
 	for _, w := range ws {
@@ -150,8 +127,8 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, unh
 			counts = make([]int, len(ns))
 			perWorkload[w.Key] = counts
 		}
-		for ord, o := range p.Owners[w.Key] {
-			if i, ok := index[o]; ok && !loose[slot{w.Key, ord}] {
+		for _, o := range p.Owners[w.Key] {
+			if i, ok := index[o]; ok {
 				s.take(i, req)
 				if counted {
 					counts[i]++
@@ -162,70 +139,50 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, unh
 
 	out := Placement{Owners: maps.Clone(p.Owners), Pending: p.Pending}
 	copied := map[string]bool{}
-	setOwner := func(sl slot, node string) {
-		if !copied[sl.key] {
-			out.Owners[sl.key] = slices.Clone(p.Owners[sl.key])
-			copied[sl.key] = true
-		}
-		out.Owners[sl.key][sl.ordinal] = node
-	}
-	type rule struct {
-		req    Resources
-		sel    []bool
-		spread int // ceil(replicas / matching nodes)
-	}
-	rules := map[string]rule{} // by workload key
-	ruleOf := func(key string) rule {
-		r, ok := rules[key]
+	spreads := map[string]int{} // by workload key: ceil(replicas / matching nodes)
+	// settle tries the copies of sl in order; it reports false when none
+	// may keep it yet (a later pass tries again).
+	settle := func(sl slot) bool {
+		w := byKey[sl.key]
+		req := requests(*w)
+		sel := s.selector(w.NodeSelector)
+		spread, ok := spreads[sl.key]
 		if !ok {
-			w := byKey[key]
-			r = rule{req: requests(*w), sel: s.selector(w.NodeSelector)}
 			matching := len(ns)
-			if r.sel != nil {
+			if sel != nil {
 				matching = 0
-				for _, m := range r.sel {
+				for _, m := range sel {
 					if m {
 						matching++
 					}
 				}
 			}
-			r.spread = (w.Replicas + matching - 1) / max(matching, 1)
-			rules[key] = r
+			spread = (w.Replicas + matching - 1) / max(matching, 1)
+			spreads[sl.key] = spread
 		}
-		return r
-	}
-	// settle tries the copies of sl in order; it reports false when none
-	// may keep it yet (a later pass tries again).
-	settle := func(sl slot) bool {
-		r := ruleOf(sl.key)
 		counts := perWorkload[sl.key]
 		owner := p.Owner(sl.key, sl.ordinal)
-		o, placed := index[owner]
 		for _, c := range bySlot[sl] {
 			i := c.node
 			if ns[i].name == owner {
-				if loose[sl] { // listed unheld, yet its owner holds it
-					s.take(o, r.req)
-					counts[o]++
-					delete(loose, sl)
-				}
 				return true // p's owner runs it: it stays there
 			}
-			if (r.sel != nil && !r.sel[i]) || !s.fits(i, r.req) || counts[i] >= r.spread {
+			if (sel != nil && !sel[i]) || !s.fits(i, req) || counts[i] >= spread {
 				continue
 			}
-			switch {
-			case loose[sl]:
-				delete(loose, sl) // never counted at its owner
-			case placed:
-				s.give(o, r.req)
+			if !copied[sl.key] {
+				out.Owners[sl.key] = slices.Clone(p.Owners[sl.key])
+				copied[sl.key] = true
+			}
+			if o, ok := index[owner]; ok {
+				s.give(o, req)
 				counts[o]--
-			case out.Pending[sl.key] != nil:
+			} else if out.Pending[sl.key] != nil {
 				out.Pending = unpend(out.Pending, sl.key, sl.ordinal)
 			}
-			s.take(i, r.req)
+			s.take(i, req)
 			counts[i]++
-			setOwner(sl, ns[i].name)
+			out.Owners[sl.key][sl.ordinal] = ns[i].name
 			return true
 		}
 		return false
@@ -264,47 +221,6 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, unh
 		}
 		slots = rest
 	}
-	// What runs nowhere goes around what runs: to p's owner while it
-	// has room and spread left, else to the first in the replica's Rank
-	// that has, else to p's owner if it has room (where selectors and
-	// resources leave few nodes, Assign may put more on one than the
-	// spread), else nowhere.
-	rest := make([]slot, 0, len(loose))
-	for sl := range loose {
-		rest = append(rest, sl)
-	}
-	slices.SortFunc(rest, func(a, b slot) int {
-		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.ordinal, b.ordinal))
-	})
-	for _, sl := range rest {
-		r := ruleOf(sl.key)
-		counts := perWorkload[sl.key]
-		o, placed := index[p.Owner(sl.key, sl.ordinal)]
-		to := -1
-		if placed && s.fits(o, r.req) && counts[o] < r.spread {
-			to = o
-		} else {
-			for _, i := range rankIndices(ns, replicaHash(sl.key, sl.ordinal)) {
-				if (r.sel == nil || r.sel[i]) && s.fits(i, r.req) && counts[i] < r.spread {
-					to = i
-					break
-				}
-			}
-		}
-		if to < 0 && placed && s.fits(o, r.req) {
-			to = o
-		}
-		if to < 0 {
-			setOwner(sl, "")
-			out.Pending = pend(out.Pending, sl.key, sl.ordinal, s.reason(r.sel, r.req))
-			continue
-		}
-		s.take(to, r.req)
-		counts[to]++
-		if to != o || !placed {
-			setOwner(sl, ns[to].name)
-		}
-	}
 	return out
 }
 
@@ -334,22 +250,6 @@ func (s *assigner) give(i int, req Resources) {
 	if s.freeMem[i] != unlimited {
 		s.freeMem[i] += req.MemoryBytes
 	}
-}
-
-// pend returns pending with ordinal of key unplaced for reason, copying
-// what it changes (pending is shared with the Placement it came from).
-func pend(pending map[string]map[int]string, key string, ordinal int, reason string) map[string]map[int]string {
-	out := maps.Clone(pending)
-	if out == nil {
-		out = map[string]map[int]string{}
-	}
-	m := maps.Clone(out[key])
-	if m == nil {
-		m = map[int]string{}
-	}
-	m[ordinal] = reason
-	out[key] = m
-	return out
 }
 
 // unpend returns pending without ordinal of key, copying what it changes
