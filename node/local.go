@@ -132,12 +132,13 @@ func apiTermination(t *reconcile.Termination) *api.Termination {
 // started theirs, so the first pass kept them here (placement.Keep: the
 // oldest running copy stays) and started them all again, to stop them
 // again once its own record said they were Pending. An agent restarted
-// with its containers running lists them as before. A runtime that does
-// not answer leaves the record to the first pass.
-func (r *replicas) publishRunning(ctx context.Context) {
+// with its containers running lists them as before. It reports whether
+// any container is here; a runtime that does not answer leaves the
+// record to the first pass (and reports true: nothing is known).
+func (r *replicas) publishRunning(ctx context.Context) bool {
 	observed, err := r.rt.List(ctx)
 	if err != nil {
-		return
+		return true
 	}
 	markOutsideSubnet(observed, r.subnets.current(), r.subnets.isReady())
 	here := make([]reconcile.Replica, len(observed))
@@ -146,4 +147,5 @@ func (r *replicas) publishRunning(ctx context.Context) {
 	}
 	r.views.rebuild(time.Now()) // the probes of the synced objects
 	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.view(), observed)))
+	return len(observed) > 0
 }

@@ -169,10 +169,12 @@ func joinSome(join func([]string) (int, error), targets []string) (int, error) {
 // joinLoop joins the cluster through any target, retrying with backoff
 // (1 s doubling to 30 s) until one answers. With no target the node starts
 // a cluster of its own. It closes synced once the node holds the
-// cluster's state (once the records the first successful join brings
-// have arrived, at once when there is nothing to join, or after
-// --failover-timeout of failed joins when its local state is recent).
-// changed wakes it while it waits for those records (waitForState).
+// cluster's state (after the first successful join's push/pull, once
+// the records it brings have arrived when the node dropped stale state,
+// at once when there is nothing to join, or after --failover-timeout of
+// failed joins when its local state is recent). changed wakes it while
+// it waits for those records (waitForState). A node back from a crash
+// waits for them in its replica loop (replicas.loop).
 func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) {
 	targets := m.targets()
 	if len(targets) == 0 {
@@ -192,7 +194,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 	}
 	// A node whose name a live node uses never acts (see below), grace
 	// or not.
-	var nameTaken, joined atomic.Bool
+	var nameTaken atomic.Bool
 	if !m.droppedState {
 		// Local state is recent enough to act on, but not at once: peers
 		// that are only slow to answer (a switch still booting after a
@@ -203,7 +205,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		// local state while joining goes on: a node must keep the
 		// cluster's work running when every peer is gone.
 		grace := time.AfterFunc(m.bootGrace, func() {
-			if !m.isSynced() && !nameTaken.Load() && !joined.Load() {
+			if !m.isSynced() && !nameTaken.Load() {
 				m.log.Warn("no peer answered since start; acting on this node's local state alone until one does", "after", m.bootGrace)
 				m.markSynced()
 			}
@@ -227,25 +229,8 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		}
 		if n > 0 {
 			m.log.Info("joined cluster", "contacted", n, "members", m.cluster.NumMembers())
-			// Local state, recent or not, is behind the cluster's: a
-			// node back from a crash holds its peers' records from
-			// before it, which list none of the replicas they took
-			// over, and acting on them started those replicas again,
-			// to stop them once the join's sync brought the records
-			// (three records of the returning node and two of the
-			// holder for each). The join's push/pull starts that
-			// sync; the node acts once the records stop arriving.
-			// With recent state it waits at most half of
-			// --rejoin-settle: its peers take it as an endpoint after
-			// that, from the previous run's record until this run
-			// publishes its own (publishRunning).
-			joined.Store(true)
-			if !m.isSynced() {
-				limit := 30 * time.Second
-				if !m.droppedState {
-					limit = min(limit, m.settle/2)
-				}
-				waitForState(ctx, changed, limit)
+			if m.droppedState {
+				waitForState(ctx, changed, 30*time.Second)
 			}
 			m.markSynced()
 			return
@@ -269,7 +254,8 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 // waitForState waits, after a join, until the records stop arriving (2 s
 // without a change, at most limit): acting on a half-received state
 // would stop replicas that are still desired (after dropped state) or
-// start replicas that peers took over while this node was away.
+// start replicas that peers took over while this node was away (after
+// a crash).
 func waitForState(ctx context.Context, changed func() <-chan struct{}, limit time.Duration) {
 	deadline := time.After(limit)
 	for {

@@ -119,7 +119,19 @@ func (r *replicas) loop(ctx context.Context) {
 		return
 	}
 	r.status.forget() // republish with SubnetReady
-	r.publishRunning(ctx)
+	if !r.publishRunning(ctx) {
+		// Nothing runs here: back from a crash or a reboot (or new).
+		// This node's view of its peers is from before it went away
+		// and lists none of the replicas they took over; acting on it
+		// started them all again, to stop them once the join's sync
+		// brought the records (three records of this node and two of
+		// the holder for each). It waits for the records to stop
+		// arriving, at most half of --rejoin-settle (its peers count
+		// it again after --rejoin-settle). An agent restarted with its
+		// containers running does not wait: its peers took nothing
+		// over, and its StatefulSet fence lease runs.
+		waitForState(ctx, r.views.changed, r.members.settle/2)
+	}
 	// The first pass acts on a view built after the sync: one built
 	// before it (at start, before the join's push/pull) holds this node
 	// alone as live, and from it a node returning to a cluster of 20

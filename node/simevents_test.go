@@ -77,6 +77,14 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		f.rt.mu.Unlock()
 		c.startNode(f, []string{c.up()[0].tr.Addr()})
 	}
+	var firstStarts sync.WaitGroup
+	for _, f := range failed {
+		firstStarts.Add(1)
+		go func() {
+			defer firstStarts.Done()
+			c.firstStart(report, label, f, created0[f], back)
+		}()
+	}
 	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
 		for _, o := range c.nodes {
 			if o.agent.cluster.NumMembers() != n {
@@ -90,6 +98,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		c.t.Errorf("%s: after %d nodes returned, the replicas do not each run exactly once after %v", label, fail, took)
 	}
 	time.Sleep(time.Minute - time.Since(back))
+	firstStarts.Wait()
 	s1, w1 := c.sent(), c.statusWrites()
 	// What the returning nodes started, and what they run a minute
 	// later: a copy started and stopped again is two records of the
@@ -144,6 +153,45 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		label, fail, took.Round(time.Millisecond), ok, cost/1e6, cost/1e6/float64(fail), packets/1e6, max(users, 0)/1e6, with/1e6,
 		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0, returners, stayers, publishers, busiest, recBytes, recZ)
 	report("%s: the node records of the returns' first minute by what changed in their replicas: %s", label, c.pubs.since(pubs0))
+}
+
+// firstStart reports, when returning node f first starts a container
+// (within 30 s of back), what its view held then: whether it had synced,
+// and how many of the replicas it runs its view lists as running on an
+// eligible node (a stale view lists none).
+func (c *simCluster) firstStart(report func(string, ...any), label string, f *simNode, created0 int, back time.Time) {
+	for time.Since(back) < 30*time.Second {
+		f.rt.mu.Lock()
+		started := f.rt.created > created0
+		var ids []string
+		for id := range f.rt.containers {
+			ids = append(ids, id)
+		}
+		f.rt.mu.Unlock()
+		if !started {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		v := f.agent.views.view()
+		eligible := map[string]bool{}
+		for _, e := range v.eligible {
+			eligible[e.Name] = true
+		}
+		elsewhere := 0
+		for name, st := range v.statuses {
+			if name == f.name || !eligible[name] {
+				continue
+			}
+			for _, r := range st.Replicas {
+				if r.Phase == "Running" && slices.ContainsFunc(ids, func(id string) bool { return strings.HasSuffix(id, "_"+r.Name) }) {
+					elsewhere++
+				}
+			}
+		}
+		report("%s: %s started its first container %v after its return (synced %v); its view then: %d eligible nodes, %d held copies away from placement, %d of the %d replicas it runs listed Running elsewhere",
+			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.members.isSynced(), len(v.eligible), len(v.held), elsewhere, len(ids))
+		return
+	}
 }
 
 // explainOwners reports why singleOwners does not hold.
