@@ -50,7 +50,10 @@ type view struct {
 	// is after.
 	plain, plainWithout placement.Placement
 	held                []placement.Holder
-	placement           placement.Placement
+	// stale are the live nodes whose held record is the one they
+	// published before they went down (views.staleRecords).
+	stale     map[string]bool
+	placement placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
