@@ -119,8 +119,9 @@ func (r *replicas) loop(ctx context.Context) {
 		return
 	}
 	r.status.forget() // republish with SubnetReady
-	if !r.publishRunning(ctx) {
-		// Nothing runs here: back from a crash or a reboot (or new).
+	if !r.publishRunning(ctx) && r.members.cluster.NumMembers() > 1 {
+		// Nothing runs here, and peers do: back from a crash or a
+		// reboot (or new). A node alone has nothing to wait for.
 		// This node's view of its peers is from before it went away
 		// and lists none of the replicas they took over; acting on it
 		// started them all again, to stop them once the join's sync
