@@ -345,9 +345,8 @@ func (vs *views) derive(v, prev *view, gens bool) {
 // until its first record of the new run arrives. Keep took them for the
 // oldest running copies, and peers stopped theirs for the returning
 // node to start them again (at 300 nodes, 26 of 30 replicas, for 58
-// records). A record that arrives while it is down is from before too;
-// one that arrives once it is back, or a node never seen down, is not
-// stale. O(alive members) per build.
+// records). A record published since, or a node never seen down, is
+// not stale. O(alive members) per build.
 func (vs *views) staleRecords(prev, v *view) map[string]bool {
 	if vs.downVersion == nil {
 		vs.downVersion = map[string]hlc.Timestamp{}
@@ -365,18 +364,8 @@ func (vs *views) staleRecords(prev, v *view) map[string]bool {
 	var out map[string]bool
 	for name, ver := range vs.downVersion {
 		c, ok := vs.statuses[statusKey(name)]
-		switch {
-		case !ok:
-			delete(vs.downVersion, name)
-			continue
-		case c.from.version.Compare(ver) == 0:
-		case !v.alive[name]:
-			// A record it published before it went down, arriving
-			// late (gossip, anti-entropy): still from before.
-			vs.downVersion[name] = c.from.version
-			continue
-		default:
-			delete(vs.downVersion, name) // a record of its new run
+		if !ok || c.from.version.Compare(ver) != 0 {
+			delete(vs.downVersion, name) // a record of its new run (or none)
 			continue
 		}
 		if v.alive[name] {
