@@ -279,8 +279,8 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 		t.Fatalf("want a node given none: %v", p.Owners)
 	}
 	statuses := map[string]NodeStatus{
-		back:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
-		other: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
+		back: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
+		other:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
 	}
 	var x heldIndex
 	for _, tc := range []struct {
