@@ -22,7 +22,6 @@ type heldIndex struct {
 
 type heldEntry struct {
 	replicas []api.Replica // the list read (compared by identity)
-	stale    bool          // read as a record from before the node was down
 	away     []placement.Holder
 	copies   map[heldSlot]placement.Holder // the node's copy of each replica it holds
 }
@@ -41,14 +40,8 @@ func holds(r api.Replica) bool {
 	return r.Phase != api.PhaseTerminating && r.Phase != api.PhaseCreateBackOff
 }
 
-// holderOf is the Holder of node's copy r of the replica of key. A copy
-// listed in a stale record (the one the node published before it went
-// down: it may have died with the node) is taken as not running, of
-// unknown age: any other copy that runs is kept first.
-func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
-	if stale {
-		return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node}
-	}
+// holderOf is the Holder of node's copy r of the replica of key.
+func holderOf(key, node string, r api.Replica) placement.Holder {
 	return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node, Since: r.Created, Running: r.Phase == api.PhaseRunning}
 }
 
@@ -56,11 +49,9 @@ func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
 // placement (p, or without: see place; both of generation gen) gives it
 // to another node, every copy of it the eligible nodes hold (holds),
 // with when it was created: what placement.Keep leaves where it runs.
-// The records of the nodes in stale are those they published before
-// they went down (holderOf). Sorted by workload key, ordinal, node; nil
-// when there are none. It costs O(eligible nodes + replicas of the
-// records that changed).
-func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
+// Sorted by workload key, ordinal, node; nil when there are none. It
+// costs O(eligible nodes + replicas of the records that changed).
+func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
 	if x.nodes == nil || x.gen != gen {
 		x.nodes, x.gen = map[string]heldEntry{}, gen
 	}
@@ -80,14 +71,14 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 		live[n.Name] = true
 		rs := statuses[n.Name].Replicas
 		e, ok := x.nodes[n.Name]
-		if !ok || e.stale != stale[n.Name] || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
-			e = heldEntry{replicas: rs, stale: stale[n.Name], copies: make(map[heldSlot]placement.Holder, len(rs))}
+		if !ok || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
+			e = heldEntry{replicas: rs, copies: make(map[heldSlot]placement.Holder, len(rs))}
 			for _, r := range rs {
 				if !holds(r) {
 					continue
 				}
 				key := keyOf(r)
-				h := holderOf(key, n.Name, r, e.stale)
+				h := holderOf(key, n.Name, r)
 				s := heldSlot{key, r.Ordinal}
 				if old, dup := e.copies[s]; !dup || h.Running && !old.Running {
 					e.copies[s] = h // a surge's two copies: the running one

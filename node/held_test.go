@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/placement"
 )
@@ -126,31 +125,31 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		}
 		return out
 	}
-	got := x.elsewhere(1, p, p, nodes, statuses, nil)
+	got := x.elsewhere(1, p, p, nodes, statuses)
 	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
 		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.elsewhere(1, p, p, nodes, statuses, nil); !sameHolders(again, got) {
+	if again := x.elsewhere(1, p, p, nodes, statuses); !sameHolders(again, got) {
 		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 0 {
 		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
 	// A Replace lists the new copy Pending: it still holds the replica.
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 2 {
 		t.Fatalf("a copy being replaced on %s: %+v", away, got)
 	}
 	// Placement changed (gen 2) and gives ordinal 0 to the node that
 	// holds it: nothing is away, with the same records.
 	statuses[owner] = NodeStatus{}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
+	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 1 {
 		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
 	}
 	p2 := placement.Placement{Owners: map[string][]string{"default/web": slices.Clone(p.Owners["default/web"])}}
 	p2.Owners["default/web"][0] = away
-	if got := x.elsewhere(2, p2, p2, nodes, statuses, nil); got != nil {
+	if got := x.elsewhere(2, p2, p2, nodes, statuses); got != nil {
 		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
 	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
@@ -202,26 +201,26 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
 		var x heldIndex
-		want := len(x.elsewhere(1, p, p, nodes, moved, nil))
+		want := len(x.elsewhere(1, p, p, nodes, moved))
 		b.ReportAllocs()
 		for b.Loop() {
 			s := moved["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			moved["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, moved, nil); len(got) != want {
+			if got := x.elsewhere(1, p, p, nodes, moved); len(got) != want {
 				b.Fatalf("%d held elsewhere, want %d", len(got), want)
 			}
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
 		var x heldIndex
-		x.elsewhere(1, p, p, nodes, statuses, nil)
+		x.elsewhere(1, p, p, nodes, statuses)
 		b.ReportAllocs()
 		for b.Loop() {
 			s := statuses["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			statuses["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, statuses, nil); got != nil {
+			if got := x.elsewhere(1, p, p, nodes, statuses); got != nil {
 				b.Fatalf("%d held elsewhere, want none", len(got))
 			}
 		}
@@ -232,64 +231,5 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 // read.
 func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
 	var x heldIndex
-	return x.elsewhere(0, p, without, eligible, statuses, nil)
-}
-
-// A node back from a crash is held, until its first record of the new
-// run arrives, with the record it published before it went down: its
-// copies there, running since before the copies its peers started when
-// it failed, died with it. They must not win the replicas back
-// (placement.Keep keeps the oldest running copy first): at 300 nodes
-// peers stopped 26 of the 30 replicas they had taken over, for the
-// returning nodes to start them again.
-func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	old := hlc.Timestamp{Wall: t0.UnixNano()}
-	vs := &views{self: "a", statuses: map[string]cachedStatus{
-		statusKey("back"): {from: recordID{version: old}},
-		statusKey("b"):    {from: recordID{version: old}},
-	}}
-	up := &view{alive: map[string]bool{"a": true, "b": true, "back": true}}
-	down := &view{alive: map[string]bool{"a": true, "b": true}}
-	if got := vs.staleRecords(up, up); len(got) != 0 {
-		t.Fatalf("nobody went down: %v", got)
-	}
-	vs.staleRecords(up, down) // "back" goes down
-	if got := vs.staleRecords(down, up); !got["back"] || len(got) != 1 {
-		t.Fatalf("back again with the record it had when it went down: want it stale, got %v", got)
-	}
-	vs.statuses[statusKey("back")] = cachedStatus{from: recordID{version: hlc.Timestamp{Wall: old.Wall + 1}}}
-	if got := vs.staleRecords(up, up); len(got) != 0 {
-		t.Fatalf("its record of the new run arrived: nothing stale, got %v", got)
-	}
-
-	// Its stale copy of the replica that the node placement left free
-	// took over loses to that node's.
-	nodes := []placement.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
-	ws := []placement.Workload{{Key: "default/web", Replicas: 3}}
-	p := placement.Assign(nodes, ws, placement.Options{})
-	ord, back := 0, p.Owner("default/web", 0)
-	var other string
-	for _, n := range nodes {
-		if !slices.Contains(p.Owners["default/web"], n.Name) {
-			other = n.Name
-		}
-	}
-	if other == "" {
-		t.Fatalf("want a node given none: %v", p.Owners)
-	}
-	statuses := map[string]NodeStatus{
-		back: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
-		other:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
-	}
-	var x heldIndex
-	for _, tc := range []struct {
-		stale map[string]bool
-		want  string
-	}{{nil, back}, {map[string]bool{back: true}, other}} {
-		held := x.elsewhere(1, p, p, nodes, statuses, tc.stale)
-		if got := placement.Keep(p, nodes, ws, held, placement.Options{}).Owner("default/web", ord); got != tc.want {
-			t.Errorf("stale %v: ordinal %d kept on %s, want %s (held %+v)", tc.stale, ord, got, tc.want, held)
-		}
-	}
+	return x.elsewhere(0, p, without, eligible, statuses)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
-	"github.com/starling-orchestrator/starling/placement"
 )
 
 // failAndReturn crashes 1 % of the nodes (at least one: a power cut, no
@@ -78,20 +77,12 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		f.rt.mu.Unlock()
 		c.startNode(f, []string{c.up()[0].tr.Addr()})
 	}
-	holderAt := map[string]*simNode{} // container ID -> node running it at the return
-	for _, o := range c.up() {
-		o.rt.mu.Lock()
-		for id := range o.rt.containers {
-			holderAt[id] = o
-		}
-		o.rt.mu.Unlock()
-	}
 	var firstStarts sync.WaitGroup
 	for _, f := range failed {
 		firstStarts.Add(1)
 		go func() {
 			defer firstStarts.Done()
-			c.firstStart(report, label, f, created0[f], back, holderAt)
+			c.firstStart(report, label, f, created0[f], back)
 		}()
 	}
 	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
@@ -168,7 +159,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 // (within 30 s of back), what its view held then: whether it had synced,
 // and how many of the replicas it runs its view lists as running on an
 // eligible node (a stale view lists none).
-func (c *simCluster) firstStart(report func(string, ...any), label string, f *simNode, created0 int, back time.Time, holderAt map[string]*simNode) {
+func (c *simCluster) firstStart(report func(string, ...any), label string, f *simNode, created0 int, back time.Time) {
 	for time.Since(back) < 30*time.Second {
 		f.rt.mu.Lock()
 		started := f.rt.created > created0
@@ -199,31 +190,6 @@ func (c *simCluster) firstStart(report func(string, ...any), label string, f *si
 		}
 		report("%s: %s started its first container %v after its return (synced %v); its view then: %d eligible nodes, %d held copies away from placement, %d of the %d replicas it runs listed Running elsewhere",
 			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.members.isSynced(), len(v.eligible), len(v.held), elsewhere, len(ids))
-		for _, id := range ids {
-			h := holderAt[id]
-			if h == nil {
-				report("  %s: ran nowhere at the return; owner %q, base %q", id, v.owner[id], v.base[id])
-				continue
-			}
-			hv := h.agent.views.view()
-			var phase string
-			for _, r := range v.statuses[h.name].Replicas {
-				if strings.HasSuffix(id, "_"+r.Name) {
-					phase = string(r.Phase)
-				}
-			}
-			_, hElig := hv.alive[f.name]
-			var fPhase string
-			for _, r := range hv.statuses[f.name].Replicas {
-				if strings.HasSuffix(id, "_"+r.Name) {
-					fPhase = fmt.Sprintf("%s since %v", r.Phase, time.Since(r.Created).Round(time.Second))
-				}
-			}
-			report("  %s's record in %s's view lists %d replicas, this one %q", f.name, h.name, len(hv.statuses[f.name].Replicas), fPhase)
-			report("  %s: ran on %s at the return; %s's view: owner %q (base %q), %s eligible there %v; in %s's view: owner %q, %s lists it %q, %s eligible %v",
-				id, h.name, h.name, hv.owner[id], hv.base[id], f.name, slices.ContainsFunc(hv.eligible, func(n placement.Node) bool { return n.Name == f.name }) && hElig,
-				f.name, v.owner[id], h.name, phase, h.name, slices.ContainsFunc(v.eligible, func(n placement.Node) bool { return n.Name == h.name }))
-		}
 		return
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/hlc"
 )
 
 // The one view. One goroutine (viewLoop) rebuilds the node's view of the
@@ -99,9 +98,6 @@ type views struct {
 	// choice (held.go); placementGen counts the placements computed.
 	away         heldIndex
 	placementGen uint64
-	// downVersion holds, by node, the version of its status record when
-	// this node saw it go down (staleRecords).
-	downVersion map[string]hlc.Timestamp
 }
 
 func newViews() *views {
@@ -252,7 +248,6 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	}
 	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
 	v.alive = v.aliveFrom.set
-	v.stale = vs.staleRecords(prev, v)
 	v.excluded = vs.acks.excluded(now)
 	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
@@ -314,7 +309,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses, v.stale)
+	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
 	if sameInputs && sameHolders(prev.held, v.held) {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {
@@ -336,44 +331,4 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	if vs.acks.timeout <= 0 {
 		v.unlisted = nil // the check is off (--ack-timeout 0)
 	}
-}
-
-// staleRecords returns the nodes of v.alive whose held status record is
-// the one held when this node saw them go down (alive in prev, not in
-// v): a node back from a crash lists in it, running since before the
-// nodes that took them over started theirs, replicas that died with it,
-// until its first record of the new run arrives. Keep took them for the
-// oldest running copies, and peers stopped theirs for the returning
-// node to start them again (at 300 nodes, 26 of 30 replicas, for 58
-// records). A record published since, or a node never seen down, is
-// not stale. O(alive members) per build.
-func (vs *views) staleRecords(prev, v *view) map[string]bool {
-	if vs.downVersion == nil {
-		vs.downVersion = map[string]hlc.Timestamp{}
-	}
-	if prev != nil {
-		for name := range prev.alive {
-			if _, noted := vs.downVersion[name]; v.alive[name] || noted || name == vs.self {
-				continue
-			}
-			if c, ok := vs.statuses[statusKey(name)]; ok {
-				vs.downVersion[name] = c.from.version
-			}
-		}
-	}
-	var out map[string]bool
-	for name, ver := range vs.downVersion {
-		c, ok := vs.statuses[statusKey(name)]
-		if !ok || c.from.version.Compare(ver) != 0 {
-			delete(vs.downVersion, name) // a record of its new run (or none)
-			continue
-		}
-		if v.alive[name] {
-			if out == nil {
-				out = map[string]bool{}
-			}
-			out[name] = true
-		}
-	}
-	return out
 }

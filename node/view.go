@@ -50,10 +50,7 @@ type view struct {
 	// is after.
 	plain, plainWithout placement.Placement
 	held                []placement.Holder
-	// stale are the live nodes whose held record is the one they
-	// published before they went down (views.staleRecords).
-	stale     map[string]bool
-	placement placement.Placement
+	placement           placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
