@@ -190,9 +190,9 @@ func arbiters(subnet, self string, members []gossip.Member) []string {
 		if m.Name == self || !m.State.Up() {
 			continue
 		}
-		since, ok := decodeMemberMeta(m.Meta)
-		if !ok {
-			since = math.MaxInt64 // an agent without the metadata: youngest
+		since := int64(math.MaxInt64) // an agent without the metadata: youngest
+		if meta, ok := decodeMemberMeta(m.Meta); ok {
+			since = meta.since
 		}
 		pool = append(pool, aged{m.Name, since})
 	}
@@ -288,25 +288,6 @@ func memberSince(st Store, log *slog.Logger) int64 {
 		log.Warn("record when this node first started", "err", err)
 	}
 	return now
-}
-
-// Member metadata: version byte 1, then member-since as 8 bytes big
-// endian. A peer's metadata is untrusted: anything else decodes as none.
-const memberMetaV1 = 1
-
-func encodeMemberMeta(since int64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{memberMetaV1}, uint64(since))
-}
-
-func decodeMemberMeta(b []byte) (int64, bool) {
-	if len(b) != 9 || b[0] != memberMetaV1 {
-		return 0, false
-	}
-	v := binary.BigEndian.Uint64(b[1:])
-	if v > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(v), true
 }
 
 // registerEvery is how often a node with a settled claim checks whether

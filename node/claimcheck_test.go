@@ -102,7 +102,7 @@ func TestArbitersStayAsTheClusterGrows(t *testing.T) {
 	members := func(n int) []gossip.Member {
 		var ms []gossip.Member
 		for i := range n {
-			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: encodeMemberMeta(int64(1000 + i))})
+			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: encodeMemberMeta(memberMeta{since: int64(1000 + i), started: int64(5000 + i)})})
 		}
 		return ms
 	}

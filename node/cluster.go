@@ -164,18 +164,21 @@ func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
 }
 
 // readyAtOwner lists, of the containers observed on this node, the IDs
-// whose placed owner, another live node, reports its own copy Running and
-// ready: what make-before-break waits for (reconcile.Owned asks only
+// whose placed owner, another node whose record is current (counts: alive
+// and written by its current run, view.current), reports its own copy
+// Running and ready (a record an earlier run wrote lists copies that may
+// have died with it: stopping this node's copy for one of those would
+// leave the replica running nowhere): what make-before-break waits for (reconcile.Owned asks only
 // about replicas this node runs). Another old copy being ready does not
 // count: two old owners must not both let go before the new one is up.
 // It reads the owners' records of this node's containers only, so a pass
 // costs O(its containers x replicas a node), not O(every replica of the
 // cluster).
-func readyAtOwner(self string, alive map[string]bool, statuses map[string]NodeStatus, owner map[string]string, observed []reconcile.Container) map[string]bool {
+func readyAtOwner(self string, counts func(string) bool, statuses map[string]NodeStatus, owner map[string]string, observed []reconcile.Container) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range observed {
 		node := owner[c.ID]
-		if node == "" || node == self || !alive[node] || out[c.ID] {
+		if node == "" || node == self || !counts(node) || out[c.ID] {
 			continue
 		}
 		for _, r := range statuses[node].Replicas {

@@ -29,7 +29,7 @@ func (a *Agent) startGossip() error {
 	}
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
-	gc.Meta = encodeMemberMeta(memberSince(a.store, a.log))
+	gc.Meta = encodeMemberMeta(memberMeta{since: memberSince(a.store, a.log), started: a.started.UnixNano()})
 	if a.cfg.Advertise != "" {
 		ahost, aport, err := splitHostPort(a.cfg.Advertise, port)
 		if err != nil {

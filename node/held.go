@@ -22,6 +22,7 @@ type heldIndex struct {
 
 type heldEntry struct {
 	replicas []api.Replica // the list read (compared by identity)
+	stale    bool          // read as a record an earlier run of the node wrote
 	away     []placement.Holder
 	copies   map[heldSlot]placement.Holder // the node's copy of each replica it holds
 }
@@ -40,8 +41,15 @@ func holds(r api.Replica) bool {
 	return r.Phase != api.PhaseTerminating && r.Phase != api.PhaseCreateBackOff
 }
 
-// holderOf is the Holder of node's copy r of the replica of key.
-func holderOf(key, node string, r api.Replica) placement.Holder {
+// holderOf is the Holder of node's copy r of the replica of key. A copy
+// listed in a stale record (one an earlier run of the node's agent wrote:
+// back from a crash, the copy died with it; see staleRecords) is taken as
+// not running, of unknown age: any other copy that runs is kept first,
+// and with none the node keeps it (an agent restart, its pods running).
+func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
+	if stale {
+		return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node}
+	}
 	return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node, Since: r.Created, Running: r.Phase == api.PhaseRunning}
 }
 
@@ -49,9 +57,11 @@ func holderOf(key, node string, r api.Replica) placement.Holder {
 // placement (p, or without: see place; both of generation gen) gives it
 // to another node, every copy of it the eligible nodes hold (holds),
 // with when it was created: what placement.Keep leaves where it runs.
-// Sorted by workload key, ordinal, node; nil when there are none. It
-// costs O(eligible nodes + replicas of the records that changed).
-func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
+// The records of the nodes in stale are of an earlier run of their
+// agent (holderOf). Sorted by workload key, ordinal, node; nil
+// when there are none. It costs O(eligible nodes + replicas of the
+// records that changed).
+func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
 	if x.nodes == nil || x.gen != gen {
 		x.nodes, x.gen = map[string]heldEntry{}, gen
 	}
@@ -71,14 +81,14 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 		live[n.Name] = true
 		rs := statuses[n.Name].Replicas
 		e, ok := x.nodes[n.Name]
-		if !ok || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
-			e = heldEntry{replicas: rs, copies: make(map[heldSlot]placement.Holder, len(rs))}
+		if !ok || e.stale != stale[n.Name] || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
+			e = heldEntry{replicas: rs, stale: stale[n.Name], copies: make(map[heldSlot]placement.Holder, len(rs))}
 			for _, r := range rs {
 				if !holds(r) {
 					continue
 				}
 				key := keyOf(r)
-				h := holderOf(key, n.Name, r)
+				h := holderOf(key, n.Name, r, e.stale)
 				s := heldSlot{key, r.Ordinal}
 				if old, dup := e.copies[s]; !dup || h.Running && !old.Running {
 					e.copies[s] = h // a surge's two copies: the running one

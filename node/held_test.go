@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/placement"
 )
@@ -125,31 +126,31 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		}
 		return out
 	}
-	got := x.elsewhere(1, p, p, nodes, statuses)
+	got := x.elsewhere(1, p, p, nodes, statuses, nil)
 	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
 		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.elsewhere(1, p, p, nodes, statuses); !sameHolders(again, got) {
+	if again := x.elsewhere(1, p, p, nodes, statuses, nil); !sameHolders(again, got) {
 		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 0 {
+	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
 		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
 	// A Replace lists the new copy Pending: it still holds the replica.
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 2 {
+	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
 		t.Fatalf("a copy being replaced on %s: %+v", away, got)
 	}
 	// Placement changed (gen 2) and gives ordinal 0 to the node that
 	// holds it: nothing is away, with the same records.
 	statuses[owner] = NodeStatus{}
-	if got := x.elsewhere(1, p, p, nodes, statuses); len(got) != 1 {
+	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
 		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
 	}
 	p2 := placement.Placement{Owners: map[string][]string{"default/web": slices.Clone(p.Owners["default/web"])}}
 	p2.Owners["default/web"][0] = away
-	if got := x.elsewhere(2, p2, p2, nodes, statuses); got != nil {
+	if got := x.elsewhere(2, p2, p2, nodes, statuses, nil); got != nil {
 		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
 	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
@@ -201,26 +202,26 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
 		var x heldIndex
-		want := len(x.elsewhere(1, p, p, nodes, moved))
+		want := len(x.elsewhere(1, p, p, nodes, moved, nil))
 		b.ReportAllocs()
 		for b.Loop() {
 			s := moved["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			moved["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, moved); len(got) != want {
+			if got := x.elsewhere(1, p, p, nodes, moved, nil); len(got) != want {
 				b.Fatalf("%d held elsewhere, want %d", len(got), want)
 			}
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
 		var x heldIndex
-		x.elsewhere(1, p, p, nodes, statuses)
+		x.elsewhere(1, p, p, nodes, statuses, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			s := statuses["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			statuses["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, statuses); got != nil {
+			if got := x.elsewhere(1, p, p, nodes, statuses, nil); got != nil {
 				b.Fatalf("%d held elsewhere, want none", len(got))
 			}
 		}
@@ -231,5 +232,81 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 // read.
 func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
 	var x heldIndex
-	return x.elsewhere(0, p, without, eligible, statuses)
+	return x.elsewhere(0, p, without, eligible, statuses, nil)
+}
+
+// A node back from a crash is held, until its first record of the new
+// run arrives, with the record it published before it went down: its
+// copies there, running since before the copies its peers started when
+// it failed, died with it. They must not win the replicas back
+// (placement.Keep keeps the oldest running copy first): at 300 nodes
+// peers stopped 26 of the 30 replicas they had taken over, for the
+// returning nodes to start them again.
+func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	meta := func(started time.Time) []byte {
+		return encodeMemberMeta(memberMeta{since: t0.Add(-time.Hour).UnixNano(), started: started.UnixNano()})
+	}
+	run1, run2 := t0.Add(100*time.Millisecond), t0.Add(time.Minute+300*time.Millisecond)
+	members := []gossip.Member{
+		{Name: "a", State: gossip.StateAlive, Meta: meta(run1)},
+		{Name: "b", State: gossip.StateAlive, Meta: meta(run1)},
+		{Name: "back", State: gossip.StateAlive, Meta: meta(run2)},
+		{Name: "v1", State: gossip.StateAlive, Meta: encodeMemberMetaV1(t0.UnixNano())},
+	}
+	alive := map[string]bool{"a": true, "b": true, "back": true, "v1": true}
+	// Records keep Started to the second (status.go).
+	statuses := map[string]NodeStatus{
+		"a":    {Started: run1.Truncate(time.Second)},
+		"b":    {Started: run1.Truncate(time.Second)},
+		"back": {Started: run1.Truncate(time.Second)},
+		"v1":   {Started: t0},
+	}
+	if got := staleRecords(members, alive, statuses, "a"); !got["back"] || len(got) != 1 {
+		t.Fatalf("back with a new run, held with its record of the last one: want only it stale, got %v", got)
+	}
+	if got := staleRecords(members, map[string]bool{"a": true, "b": true}, statuses, "a"); len(got) != 0 {
+		t.Fatalf("not counted yet (flap damping): nothing to say of its record, got %v", got)
+	}
+	statuses["back"] = NodeStatus{Started: run2.Truncate(time.Second)}
+	if got := staleRecords(members, alive, statuses, "a"); len(got) != 0 {
+		t.Fatalf("its record of the new run arrived: nothing stale, got %v", got)
+	}
+	// A record of a run later than the metadata held (a restart within
+	// the failure detector's timeout, the alive message not here yet)
+	// is not stale.
+	members[2].Meta = meta(run1)
+	if got := staleRecords(members, alive, statuses, "a"); len(got) != 0 {
+		t.Fatalf("a record newer than the metadata: nothing stale, got %v", got)
+	}
+
+	// Its stale copy of the replica that the node placement left free
+	// took over loses to that node's.
+	nodes := []placement.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+	ws := []placement.Workload{{Key: "default/web", Replicas: 3}}
+	p := placement.Assign(nodes, ws, placement.Options{})
+	ord, back := 0, p.Owner("default/web", 0)
+	var other string
+	for _, n := range nodes {
+		if !slices.Contains(p.Owners["default/web"], n.Name) {
+			other = n.Name
+		}
+	}
+	if other == "" {
+		t.Fatalf("want a node given none: %v", p.Owners)
+	}
+	statuses = map[string]NodeStatus{
+		back:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
+		other: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
+	}
+	var x heldIndex
+	for _, tc := range []struct {
+		stale map[string]bool
+		want  string
+	}{{nil, back}, {map[string]bool{back: true}, other}} {
+		held := x.elsewhere(1, p, p, nodes, statuses, tc.stale)
+		if got := placement.Keep(p, nodes, ws, held, placement.Options{}).Owner("default/web", ord); got != tc.want {
+			t.Errorf("stale %v: ordinal %d kept on %s, want %s (held %+v)", tc.stale, ord, got, tc.want, held)
+		}
+	}
 }

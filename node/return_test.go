@@ -2,11 +2,14 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/store"
@@ -23,11 +26,42 @@ import (
 // again, then stopped it once it heard its peer ran it (a copy, a
 // Terminating and a removal, each a node record sent to every node).
 func TestReturningNodeStartsNothingItsPeersKept(t *testing.T) {
+	returnAndCount(t, 0)
+}
+
+// Until a returning node's first record of its new run reaches a peer,
+// the peer holds the record the node published before it crashed, which
+// lists the replicas the peer took over as running on the node since
+// before the peer's copies started. Placement keeps the oldest running
+// copy: taken at its word, the peer stopped its copy for the returning
+// node to start it again (at 300 nodes its new record had not reached
+// every peer 11 s after the return, when the node counted again). The
+// node's metadata names its new run, so the old record lists nothing
+// running: peers that do not get the new record for 20 s keep their
+// copies.
+func TestPeersKeepWhatTheyTookOverWhileAReturningNodesRecordIsLate(t *testing.T) {
+	returnAndCount(t, 20*time.Second)
+}
+
+// returnAndCount runs the return of TestReturningNodeStartsNothingItsPeersKept;
+// the peers' stores refuse the returning node's node records for late
+// after it starts again (0: none refused). Every replica must run
+// exactly once at every look from the return on, and the returning node
+// start none.
+func returnAndCount(t *testing.T, late time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, deployments, replicas = 12, 8, 8 * 6
 		c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pool: store.NewPool()}
+		var refuseFrom, refuseUntil atomic.Int64 // the returning node's index, virtual Unix ns
+		refuseFrom.Store(-1)
 		for i := range n {
 			nd := &simNode{name: fmt.Sprintf("r%02d", i), rt: newFakeRuntime(), store: store.NewMemoryPooled(c.pool)}
+			nd.wrap = func(s Store) Store {
+				return refusing{Store: s, refuse: func(key string) bool {
+					from := refuseFrom.Load()
+					return from >= 0 && from != int64(i) && key == statusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
+				}}
+			}
 			var join []string
 			if i > 0 {
 				join = []string{c.nodes[0].tr.Addr()}
@@ -56,38 +90,58 @@ func TestReturningNodeStartsNothingItsPeersKept(t *testing.T) {
 		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) }); !ok {
 			t.Fatal("the replicas do not each run once")
 		}
-		var gone *simNode
-		for _, nd := range c.nodes[1:] {
-			if running(nd) > 0 {
-				gone = nd
-				break
+		// One return, or three in turn when the peers refuse the
+		// returning node's records: each return has a few replicas that
+		// placement would give back to the returning node.
+		rounds := 1
+		if late > 0 {
+			rounds = 3
+		}
+		var back []*simNode
+		for round := range rounds {
+			var gone *simNode
+			for i, nd := range c.nodes[1:] {
+				if running(nd) > 0 && !slices.Contains(back, nd) {
+					gone = nd
+					refuseFrom.Store(int64(i + 1))
+					break
+				}
 			}
-		}
-		if gone == nil {
-			t.Fatal("no node other than the seed runs a replica")
-		}
-		c.crash(gone)
-		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) }); !ok {
-			t.Fatal("the failed node's replica was not taken over")
-		}
-		// Away 30 s, as in the simulation: far less than the tombstone
-		// TTL, so the returning node keeps its (stale) state.
-		time.Sleep(30 * time.Second)
-		gone.rt.mu.Lock()
-		created := gone.rt.created
-		gone.rt.mu.Unlock()
-		c.startNode(gone, []string{c.nodes[0].tr.Addr()})
-		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool {
-			return gone.agent.cluster.NumMembers() == n && gone.agent.subnets.isReady() && c.singleOwners(replicas)
-		}); !ok {
-			t.Fatal("the returning node did not settle")
-		}
-		time.Sleep(10 * time.Second)
-		gone.rt.mu.Lock()
-		started := gone.rt.created - created
-		gone.rt.mu.Unlock()
-		if started != 0 || running(gone) != 0 || !c.singleOwners(replicas) {
-			t.Fatalf("the returning node started %d containers and runs %d; want none (its peers keep what they took over)", started, running(gone))
+			if gone == nil {
+				t.Fatal("no node other than the seed (and those back already) runs a replica")
+			}
+			back = append(back, gone)
+			c.crash(gone)
+			if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) }); !ok {
+				t.Fatal("the failed node's replica was not taken over")
+			}
+			// Away 30 s, as in the simulation: far less than the tombstone
+			// TTL, so the returning node keeps its (stale) state.
+			time.Sleep(30 * time.Second)
+			gone.rt.mu.Lock()
+			created := gone.rt.created
+			gone.rt.mu.Unlock()
+			refuseUntil.Store(time.Now().Add(late).UnixNano())
+			c.startNode(gone, []string{c.nodes[0].tr.Addr()})
+			// Every 100 ms for 40 s (the node counts again after
+			// --rejoin-settle, 10 s): every replica runs exactly once.
+			start := time.Now()
+			for time.Since(start) < 40*time.Second {
+				if !c.singleOwners(replicas) {
+					t.Fatalf("return %d (%s): %v after it, a replica does not run exactly once (peers stopped copies they had taken over, or it runs twice)",
+						round+1, gone.name, time.Since(start).Round(time.Millisecond))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if gone.agent.cluster.NumMembers() != n || !gone.agent.subnets.isReady() {
+				t.Fatalf("return %d (%s): the returning node did not settle", round+1, gone.name)
+			}
+			gone.rt.mu.Lock()
+			started := gone.rt.created - created
+			gone.rt.mu.Unlock()
+			if started != 0 || running(gone) != 0 {
+				t.Fatalf("return %d: %s started %d containers and runs %d; want none (its peers keep what they took over)", round+1, gone.name, started, running(gone))
+			}
 		}
 	})
 }
@@ -103,4 +157,18 @@ func running(n *simNode) int {
 		}
 	}
 	return k
+}
+
+// refusing is a Store that takes no write of the keys refuse names (as if
+// they never arrived).
+type refusing struct {
+	Store
+	refuse func(key string) bool
+}
+
+func (r refusing) Apply(rec crdt.Record) (bool, error) {
+	if r.refuse(rec.Key) {
+		return false, nil
+	}
+	return r.Store.Apply(rec)
 }

@@ -92,7 +92,7 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: r.self, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
 	}
 	for name, s := range v.statuses {
-		if name == r.self || !v.alive[name] {
+		if name == r.self || !v.current(name) {
 			continue
 		}
 		for _, rep := range s.Replicas {
@@ -129,7 +129,7 @@ func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Ti
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
 			Self: r.self, All: v.candidates(r.self, observed), Owner: v.owner, Observed: observed,
-			ReadyElsewhere: readyAtOwner(r.self, v.alive, v.statuses, v.owner, observed),
+			ReadyElsewhere: readyAtOwner(r.self, v.current, v.statuses, v.owner, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
 		Rollout:       r.rolloutInput(v, observed),

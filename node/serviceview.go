@@ -211,6 +211,13 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 	for name, s := range v.statuses {
 		eligible := v.alive[name] && v.winners[name] && s.SubnetReady
 		old, ok := e.nodes[name]
+		if v.stale[name] && !(ok && old.eligible) {
+			// A record an earlier run of the node wrote adds no endpoint:
+			// back from a crash, its pods died with it. What an agent
+			// restart found in rules stays (its pods run on, as when the
+			// kubelet restarts) until its new record says otherwise.
+			eligible = false
+		}
 		if ok && old.eligible == eligible && old.subnet == s.PodSubnet && old.replicas == unsafe.SliceData(s.Replicas) && old.n == len(s.Replicas) {
 			continue
 		}

@@ -284,3 +284,42 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 		t.Fatalf("after the ready replica's view: %d endpoints in the rules, want %d (one per port)", got, want)
 	}
 }
+
+// A record an earlier run of a node wrote adds no endpoint: a node back
+// from a crash is held with the record it published before, whose ready
+// pods died with it, until its record of the new run arrives. An agent
+// restart (the node never counted as down) keeps the endpoints it had in
+// rules: its pods run on.
+func TestStaleRecordsAddNoEndpointAndWithdrawNone(t *testing.T) {
+	rec := func(ip string) NodeStatus {
+		return NodeStatus{Name: "b", PodSubnet: "10.64.2.0/24", SubnetReady: true, Replicas: []api.Replica{
+			{Namespace: "default", Workload: "web", Name: "web-1", Phase: api.PhaseRunning, Ready: true, PodIP: ip}}}
+	}
+	view := func(alive, stale bool, s NodeStatus) *view {
+		return &view{statuses: map[string]NodeStatus{"b": s}, alive: map[string]bool{"b": alive}, stale: map[string]bool{"b": stale},
+			winners: map[string]bool{"b": true}}
+	}
+	const w = "default/web"
+	old := rec("10.64.2.7")
+
+	// Back from a crash: down, then alive with its old record.
+	var e endpointIndex
+	e.update(view(true, false, old))
+	e.update(view(false, false, old))
+	if len(e.ready[w]) != 0 {
+		t.Fatalf("a down node's endpoints: %v", e.ready[w])
+	}
+	if changed := e.update(view(true, true, old)); len(changed) != 0 || len(e.ready[w]) != 0 {
+		t.Fatalf("the record of its earlier run added endpoints %v (changed %v)", e.ready[w], changed)
+	}
+	if e.update(view(true, false, rec("10.64.2.9"))); len(e.ready[w]) != 1 || e.ready[w][0].String() != "10.64.2.9" {
+		t.Fatalf("its record of the new run: endpoints %v, want 10.64.2.9", e.ready[w])
+	}
+
+	// An agent restart: alive all along, a new run named before its record.
+	var r endpointIndex
+	r.update(view(true, false, old))
+	if changed := r.update(view(true, true, old)); len(changed) != 0 || len(r.ready[w]) != 1 {
+		t.Fatalf("an agent restart withdrew endpoints: %v (changed %v)", r.ready[w], changed)
+	}
+}

@@ -64,6 +64,8 @@ type simNode struct {
 	cancel      context.CancelFunc
 	wg          *sync.WaitGroup
 	down        bool
+	// wrap, when set, wraps the node's store as its agent sees it.
+	wrap func(Store) Store
 }
 
 // simCluster is the simulated cluster.
@@ -119,6 +121,9 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	}
 	cfg := simConfig(n.name, n.dir, join, n.tr)
 	cfg.store, cfg.shareDecodes = n.store, c.share
+	if n.wrap != nil {
+		cfg.store = n.wrap(n.store)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("STARLING_SIM_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -69,6 +69,12 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		return b
 	}
 	with0 := toReturners()
+	olds := map[*simNode]string{}
+	for _, f := range failed {
+		if rec, ok, _ := c.up()[0].store.Get(statusKey(f.name)); ok {
+			olds[f] = rec.Version.String()
+		}
+	}
 	back := time.Now()
 	created0 := map[*simNode]int{}
 	for _, f := range failed {
@@ -83,6 +89,11 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		go func() {
 			defer firstStarts.Done()
 			c.firstStart(report, label, f, created0[f], back)
+		}()
+		firstStarts.Add(1)
+		go func() {
+			defer firstStarts.Done()
+			report("%s: %s's return reached its peers: %s", label, f.name, c.returnArrival(f, olds[f], back, 30*time.Second))
 		}()
 	}
 	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {

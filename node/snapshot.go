@@ -248,8 +248,9 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	}
 	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
 	v.alive = v.aliveFrom.set
+	v.stale = staleRecords(v.members, v.alive, v.statuses, vs.self)
 	v.excluded = vs.acks.excluded(now)
-	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.excluded, v.excluded) &&
+	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.stale, v.stale) && maps.Equal(prev.excluded, v.excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind), and no
@@ -309,7 +310,7 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses)
+	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses, v.stale)
 	if sameInputs && sameHolders(prev.held, v.held) {
 		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {

@@ -50,7 +50,10 @@ type view struct {
 	// is after.
 	plain, plainWithout placement.Placement
 	held                []placement.Holder
-	placement           placement.Placement
+	// stale are the live nodes whose held record an earlier run of
+	// their agent wrote (staleRecords): its copies' state is unknown.
+	stale     map[string]bool
+	placement placement.Placement
 	// base and owner map replica ID -> node, before and after leaving
 	// out the excluded nodes (place).
 	base, owner map[string]string
@@ -182,6 +185,11 @@ func (v *view) candidates(self string, observed []reconcile.Container) []reconci
 	}
 	return out
 }
+
+// current reports whether node name counts (alive, flap damping
+// included) and its held record is of its current run (not stale): what
+// that record lists runs now.
+func (v *view) current(name string) bool { return v.alive[name] && !v.stale[name] }
 
 // liveReplicas is every replica copy that live nodes report in their
 // status records: the input of rollout.Count.

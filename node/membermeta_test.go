@@ -1,0 +1,63 @@
+package node
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+)
+
+// encodeMemberMetaV1 is the metadata of an agent that predates version
+// 2: member-since only.
+func encodeMemberMetaV1(since int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{memberMetaV1}, uint64(since))
+}
+
+func TestMemberMetaVersions(t *testing.T) {
+	m := memberMeta{since: 1_700_000_000_000_000_000, started: 1_800_000_000_000_000_000}
+	if got, ok := decodeMemberMeta(encodeMemberMeta(m)); !ok || got != m {
+		t.Fatalf("version 2 round trip: %+v %v, want %+v", got, ok, m)
+	}
+	if got, ok := decodeMemberMeta(encodeMemberMetaV1(m.since)); !ok || got != (memberMeta{since: m.since}) {
+		t.Fatalf("version 1: %+v %v, want since only", got, ok)
+	}
+	for name, b := range map[string][]byte{
+		"empty":               nil,
+		"since beyond int64":  {memberMetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0},
+		"v1 too long":         append(encodeMemberMetaV1(1), 0),
+		"v2 too short":        encodeMemberMeta(m)[:16],
+		"v2 run zero":         encodeMemberMeta(memberMeta{since: 1}),
+		"v2 run beyond int64": append(encodeMemberMetaV1(1)[1:], 0xff, 0, 0, 0, 0, 0, 0, 0),
+		"unknown version":     append([]byte{3}, encodeMemberMeta(m)[1:]...),
+	} {
+		if name == "v2 run beyond int64" {
+			b = append([]byte{memberMetaV2}, b...)
+		}
+		if got, ok := decodeMemberMeta(b); ok {
+			t.Errorf("%s: decoded as %+v", name, got)
+		}
+	}
+}
+
+// A peer's metadata is untrusted bytes: any input decodes without a
+// panic, and what decodes encodes back to the same bytes.
+func FuzzDecodeMemberMeta(f *testing.F) {
+	f.Add(encodeMemberMeta(memberMeta{since: 1, started: 2}))
+	f.Add(encodeMemberMetaV1(1))
+	f.Add([]byte{memberMetaV2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, ok := decodeMemberMeta(b)
+		if !ok {
+			return
+		}
+		if m.since < 0 || m.started < 0 {
+			t.Fatalf("%x decoded to a negative time: %+v", b, m)
+		}
+		want := encodeMemberMetaV1(m.since)
+		if m.started != 0 {
+			want = encodeMemberMeta(m)
+		}
+		if !bytes.Equal(want, b) {
+			t.Fatalf("%x decoded to %+v, which encodes as %x", b, m, want)
+		}
+	})
+}
