@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -193,13 +194,21 @@ func (n *Network) runtimeConf(id string) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: id, NetNS: n.NetNSPath(id), IfName: "eth0"}
 }
 
+// attachTimeout bounds the CNI ADD calls of one Attach, as the kubelet's
+// --runtime-request-timeout (2 minutes) bounds a sandbox's: a plugin that
+// hangs would hold the attach lock, and a subnet move (SetSubnet) with
+// it, for as long as it hangs. libcni kills the plugin when it passes.
+var attachTimeout = 2 * time.Minute
+
 // Attach creates the sandbox of replica id: a pinned network namespace
 // with eth0 on the bridge and an address from the pod subnet. It returns
 // the pod IP. On error nothing is left behind (no namespace, veth or
-// address reservation).
+// address reservation). The CNI calls end after attachTimeout.
 func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
 	n.attaching.RLock()
 	defer n.attaching.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
+	defer cancel()
 	bridge, err := n.bridgeConf()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)

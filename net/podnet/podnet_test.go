@@ -17,6 +17,12 @@ import (
 // a second before it adds (after touching started), in front of the
 // host's plugins.
 func pluginsWithSlowAdd(t *testing.T, started string) string {
+	return pluginsWithAdd(t, fmt.Sprintf("touch %s; sleep 1", started))
+}
+
+// pluginsWithAdd returns a plugin directory whose bridge plugin runs the
+// shell commands onAdd before it adds, in front of the host's plugins.
+func pluginsWithAdd(t *testing.T, onAdd string) string {
 	t.Helper()
 	var real string
 	for _, d := range DefaultPluginDirs {
@@ -29,7 +35,7 @@ func pluginsWithSlowAdd(t *testing.T, started string) string {
 		t.Skip("no CNI plugins (Debian package containernetworking-plugins)")
 	}
 	dir := t.TempDir()
-	script := fmt.Sprintf("#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then touch %s; sleep 1; fi\nexec %s \"$@\"\n", started, filepath.Join(real, "bridge"))
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then %s; fi\nexec %s \"$@\"\n", onAdd, filepath.Join(real, "bridge"))
 	if err := os.WriteFile(filepath.Join(dir, "bridge"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +99,42 @@ func TestSubnetMoveDuringAttachLeavesTheNewGateway(t *testing.T) {
 			return fmt.Errorf("bridge addresses after the move: %v, want only 10.99.2.1/24", addrs)
 		}
 		return nil
+	})
+}
+
+// A CNI plugin that hangs on ADD ends after attachTimeout: the attach
+// fails, leaves nothing behind, and lets a subnet move (which waits for
+// the attaches in flight) go on; it held the attach lock for as long as
+// the plugin hung.
+func TestHungPluginReleasesTheAttachLock(t *testing.T) {
+	plugins := pluginsWithAdd(t, "exec sleep 600")
+	defer func(d time.Duration) { attachTimeout = d }(attachTimeout)
+	attachTimeout = time.Second
+	_, cluster, _ := net.ParseCIDR("10.99.0.0/16")
+	_, old, _ := net.ParseCIDR("10.99.1.0/24")
+	_, moved, _ := net.ParseCIDR("10.99.2.0/24")
+	dir := t.TempDir()
+	netnstest.Run(t, func(ns *netnstest.NS) error {
+		n, err := New(Config{DataDir: dir, Bridge: "sttest1", PodSubnet: old, ClusterCIDR: cluster, PluginDirs: []string{plugins}})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := n.Attach(context.Background(), "hung"); err == nil {
+			return fmt.Errorf("an attach whose plugin hangs succeeded")
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			return fmt.Errorf("the attach took %v, want about attachTimeout (1 s)", took)
+		}
+		if _, err := os.Stat(n.NetNSPath("hung")); !os.IsNotExist(err) {
+			return fmt.Errorf("the failed attach left its namespace behind (%v)", err)
+		}
+		moved := ns.Go(func() error { return n.SetSubnet(moved) })
+		select {
+		case err := <-moved:
+			return err
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("SetSubnet still waits 10 s after the hung attach failed")
+		}
 	})
 }
