@@ -13,7 +13,8 @@ import (
 // none.
 //   - version 1 (9 bytes): 1, member-since (Unix ns, big endian);
 //   - version 2 (17 bytes): 2, member-since, then when this run of the
-//     agent started (Unix ns, big endian).
+//     agent started (Unix ns, big endian); a later version (a greater
+//     version byte) keeps those 17 bytes first and is read as version 2.
 //
 // An agent that reads only version 1 takes a version 2 node for one
 // without metadata (the youngest, for arbiters) until it is upgraded.
@@ -39,13 +40,17 @@ func encodeMemberMeta(m memberMeta) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(m.started))
 }
 
-// decodeMemberMeta decodes version 1 or 2; ok is false for anything else,
+// decodeMemberMeta decodes version 1, 2 or later; ok is false for anything else,
 // or a time that does not fit an int64 or is not after 1970.
 func decodeMemberMeta(b []byte) (memberMeta, bool) {
 	var m memberMeta
 	switch {
 	case len(b) == 9 && b[0] == memberMetaV1:
-	case len(b) == 17 && b[0] == memberMetaV2:
+	case len(b) >= 17 && b[0] >= memberMetaV2:
+		// A later version starts as version 2 and adds bytes after it:
+		// this build reads what it knows (an exact length would make
+		// every later version unreadable to it, as version 2 is to
+		// builds that read version 1 only).
 		s := binary.BigEndian.Uint64(b[9:])
 		if s == 0 || s > math.MaxInt64 {
 			return memberMeta{}, false

@@ -20,6 +20,10 @@ func TestMemberMetaVersions(t *testing.T) {
 	if got, ok := decodeMemberMeta(encodeMemberMetaV1(m.since)); !ok || got != (memberMeta{since: m.since}) {
 		t.Fatalf("version 1: %+v %v, want since only", got, ok)
 	}
+	// A later version keeps version 2's bytes first.
+	if got, ok := decodeMemberMeta(append(append([]byte{3}, encodeMemberMeta(m)[1:]...), 0xaa, 0xbb)); !ok || got != m {
+		t.Fatalf("version 3 with more bytes: %+v %v, want %+v", got, ok, m)
+	}
 	for name, b := range map[string][]byte{
 		"empty":               nil,
 		"since beyond int64":  {memberMetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0},
@@ -27,7 +31,7 @@ func TestMemberMetaVersions(t *testing.T) {
 		"v2 too short":        encodeMemberMeta(m)[:16],
 		"v2 run zero":         encodeMemberMeta(memberMeta{since: 1}),
 		"v2 run beyond int64": append(encodeMemberMetaV1(1)[1:], 0xff, 0, 0, 0, 0, 0, 0, 0),
-		"unknown version":     append([]byte{3}, encodeMemberMeta(m)[1:]...),
+		"version 0":           append([]byte{0}, encodeMemberMeta(m)[1:]...),
 	} {
 		if name == "v2 run beyond int64" {
 			b = append([]byte{memberMetaV2}, b...)
@@ -52,11 +56,11 @@ func FuzzDecodeMemberMeta(f *testing.F) {
 		if m.since < 0 || m.started < 0 {
 			t.Fatalf("%x decoded to a negative time: %+v", b, m)
 		}
-		want := encodeMemberMetaV1(m.since)
+		want, got := encodeMemberMetaV1(m.since), b
 		if m.started != 0 {
-			want = encodeMemberMeta(m)
+			want, got = encodeMemberMeta(m)[1:], b[1:17] // the version byte and later bytes aside
 		}
-		if !bytes.Equal(want, b) {
+		if !bytes.Equal(want, got) {
 			t.Fatalf("%x decoded to %+v, which encodes as %x", b, m, want)
 		}
 	})

@@ -92,16 +92,20 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: r.self, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
 	}
 	for name, s := range v.statuses {
-		if name == r.self || !v.current(name) {
+		if name == r.self || !v.alive[name] {
 			continue
 		}
+		// A record an earlier run of the node wrote (staleRecords) lists
+		// copies of unknown state: they count as copies (Recreate waits
+		// for an old one), never as ready ones (the budget).
+		current := !v.stale[name]
 		for _, rep := range s.Replicas {
 			key, ok := wanted[ref{rep.Namespace, rep.Workload}]
 			if !ok || rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
 				continue // not asked about; or no container: not a copy
 			}
 			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: rep.Ordinal, SpecHash: rep.SpecHash,
-				Ready: rep.Available()})
+				Ready: current && rep.Available()})
 		}
 	}
 	return in

@@ -64,8 +64,7 @@ type simNode struct {
 	cancel      context.CancelFunc
 	wg          *sync.WaitGroup
 	down        bool
-	// wrap, when set, wraps the node's store as its agent sees it.
-	wrap func(Store) Store
+	wrap        func(Store) Store // when set, wraps the store its agent sees
 }
 
 // simCluster is the simulated cluster.

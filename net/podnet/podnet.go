@@ -219,20 +219,29 @@ func (n *Network) Attach(ctx context.Context, id string) (net.IP, error) {
 	}
 	rt := n.runtimeConf(id)
 	if _, err := n.cni.AddNetworkList(ctx, n.loopback, rt); err != nil {
-		n.Detach(context.WithoutCancel(ctx), id)
+		n.detachAfterFailure(ctx, id)
 		return nil, fmt.Errorf("sandbox %s: CNI loopback: %w", id, err)
 	}
 	res, err := n.cni.AddNetworkList(ctx, bridge, rt)
 	if err != nil {
-		n.Detach(context.WithoutCancel(ctx), id)
+		n.detachAfterFailure(ctx, id)
 		return nil, fmt.Errorf("sandbox %s: CNI bridge: %w", id, err)
 	}
 	cur, err := current.NewResultFromResult(res)
 	if err != nil || len(cur.IPs) == 0 {
-		n.Detach(context.WithoutCancel(ctx), id)
+		n.detachAfterFailure(ctx, id)
 		return nil, fmt.Errorf("sandbox %s: CNI returned no address (%v)", id, err)
 	}
 	return cur.IPs[0].Address.IP, nil
+}
+
+// detachAfterFailure is Detach after an Attach failed, ctx's or not
+// (a timeout), bounded like the attach: a plugin that hung on ADD may
+// hang on DEL too, and the attach lock is held meanwhile.
+func (n *Network) detachAfterFailure(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attachTimeout)
+	defer cancel()
+	n.Detach(ctx, id) //nolint:errcheck // best effort: the attach's error is returned
 }
 
 // Detach tears the sandbox of replica id down: CNI DEL (releases the
