@@ -104,6 +104,10 @@ type Cluster struct {
 	pullSem chan struct{} // pull connections in flight
 	// pullsAnswered counts the pulls this node answered, for tests.
 	pullsAnswered atomic.Int64
+	// direct holds the writes waiting for the direct sends (push.go);
+	// directSends counts the messages those sent, for tests.
+	direct      directQueue
+	directSends atomic.Int64
 	// resyncs counts, by member, the resyncs run with it when it came
 	// back (resyncWith), for tests.
 	resyncMu sync.Mutex
@@ -365,53 +369,9 @@ func (c *Cluster) Publish(r crdt.Record) error {
 		return fmt.Errorf("gossip: publish %s: %w", r.Key, err)
 	}
 	if changed {
-		c.pushToFew(r.Key, enc, 1+len(enc) > c.maxDelta)
+		c.pushToFew(r, enc)
 	}
 	return nil
-}
-
-// pushToFew sends a record just written here over TCP to directPeers
-// live members picked at random, in the background: one too large for a
-// delta as a records message (the members it reaches announce it in
-// turn), a delta as a delta (they gossip it on). Announcements and
-// deltas travel on UDP gossip, a few transmissions each, and memberlist
-// fills each gossip packet with its own messages first: a write must
-// not depend on gossip alone to leave its writer. An e2e test found a
-// node status stuck at an old version on both peers, every announcement
-// of the last versions lost; and a node that has just joined re-gossips
-// the alive message of every member it learned of (memberlist's
-// aliveNode), each mult*log(N) times, ahead of its own deltas: at 300
-// nodes its first record, a delta of 260 bytes, reached its peers 15 s
-// after it was written, at 1,000 nodes about a minute. The writer opens
-// directPeers connections per write, whatever the size of the cluster.
-func (c *Cluster) pushToFew(key string, enc []byte, large bool) {
-	peers := c.livePeers()
-	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	peers = peers[:min(directPeers, len(peers))]
-	if !large {
-		msg := encodeDelta(enc)
-		for _, p := range peers {
-			c.spawn(func() {
-				if err := c.ml.SendReliable(p, msg); err != nil {
-					c.log.Debug("direct send failed; gossip and anti-entropy will repair", "key", key, "to", p.Name, "err", err)
-				}
-			})
-		}
-		return
-	}
-	msg := encodeRecords([][]byte{enc})[0]
-	z := forPeer(&memberlist.Node{DMax: protoS2}, msg) // compressed once
-	for _, p := range peers {
-		c.spawn(func() {
-			out := msg
-			if p.DMax >= protoS2 {
-				out = z
-			}
-			if err := c.ml.SendReliable(p, out); err != nil {
-				c.log.Debug("direct send failed; announcements and anti-entropy will repair", "key", key, "to", p.Name, "err", err)
-			}
-		})
-	}
 }
 
 // apply merges r (encoded as enc) into the State and the index under the

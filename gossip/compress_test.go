@@ -120,8 +120,8 @@ func TestAliveMessageUpdatesWhatAMemberReads(t *testing.T) {
 	tc := newTCluster(t, 2, nil)
 	tc.joinAll()
 	c := tc.nodes[0].c
-	if p, ok := c.peer("n01"); !ok || p.DMax != protoS2 {
-		t.Fatalf("n01 reads delegate version %v (known %v), want %d", p, ok, protoS2)
+	if p, ok := c.peer("n01"); !ok || p.DMax != protoPush {
+		t.Fatalf("n01 reads delegate version %v (known %v), want %d", p, ok, protoPush)
 	}
 	(&delegate{c: c}).NotifyAlive(&memberlist.Node{Name: "n01", DMax: 0})
 	if p, _ := c.peer("n01"); p.DMax != 0 {

@@ -123,6 +123,9 @@ type Config struct {
 	// only, like a node from before compressed records (tests of a mixed
 	// cluster).
 	wireV0 bool
+	// noPush makes the node read delegate protocol versions up to protoS2
+	// only, like a node from before push messages.
+	noPush bool
 }
 
 // DefaultConfig returns the defaults: memberlist's DefaultLANConfig knobs,
@@ -258,11 +261,15 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 	// CPU than it saves bytes (the scale simulation spent 29 % of its CPU
 	// in it at 100 nodes), and large records are pulled once per node.
 	mc.EnableCompression = false
-	// This version reads compressed records (compress.go) and still
-	// speaks version 0, which every earlier node reads.
-	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, protoS2
-	if c.wireV0 {
+	// This version reads compressed records (compress.go) and push
+	// messages (push.go) and still speaks version 0, which every earlier
+	// node reads.
+	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, protoPush
+	switch {
+	case c.wireV0:
 		mc.DelegateProtocolMax = 0
+	case c.noPush:
+		mc.DelegateProtocolMax = protoS2
 	}
 	mc.Transport = c.Transport
 	if len(c.SecretKey) > 0 {

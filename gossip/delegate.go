@@ -77,6 +77,25 @@ func (d *delegate) NotifyMsg(b []byte) {
 		for i, r := range recs {
 			c.receive(r, encs[i], false)
 		}
+	case msgPush:
+		// A writer's direct send: gossiped on like a delta.
+		if c.cfg.wireV0 || c.cfg.noPush {
+			c.dropped("message", errMalformed, "type", t.String(), "len", len(b))
+			return
+		}
+		inner, err := decodePush(b)
+		if err != nil {
+			c.dropped("push", err)
+			return
+		}
+		recs, encs, err := decodeRecords(inner)
+		if err != nil {
+			c.dropped("push", err)
+			return
+		}
+		for i, r := range recs {
+			c.receive(r, slices.Clone(encs[i]), true)
+		}
 	case msgRequest:
 		req, err := decodeRequest(b)
 		if err != nil {

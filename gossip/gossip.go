@@ -105,7 +105,8 @@ type Member struct {
 	Meta  []byte    // the member's metadata (Config.Meta), at most 512 bytes
 	Since time.Time // when it entered State, by the local clock
 	// dmax is the highest delegate protocol version the member reads
-	// (memberlist.Node.DMax; protoS2: compressed records).
+	// (memberlist.Node.DMax; protoS2: compressed records, protoPush: push
+	// messages).
 	dmax uint8
 	// node is the member as memberlist sends to it (Addr parsed, Port,
 	// dmax), made again when one of them changes: peer returns it on

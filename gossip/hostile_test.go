@@ -71,6 +71,7 @@ func validMessages() [][]byte {
 		encodeHave(have{From: "n00", E: e}),
 		encodeQuestion(msgAsk, question{From: "n00", Seq: 7, Payload: []byte{3}}),
 		encodeQuestion(msgAnswer, question{From: "n01", Seq: 7, Payload: []byte{1, 0, 1}}),
+		encodePush(encodeRecords([][]byte{enc})[0]),
 	}
 }
 

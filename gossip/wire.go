@@ -28,6 +28,7 @@ import (
 //	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
 //	have     7, string from, entry                         gossiped: from holds a record too large for a delta
 //	records  10, S2 block of a records message             direct (TCP), to members that read it (compress.go)
+//	push     11, a records message (type 2 or 10)          a writer's direct sends (TCP), to members that read it; receivers gossip on its deltas (push.go)
 //
 //	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
 //	         string origin, byte flags (bit 0: deleted), uint64 record hash
@@ -45,6 +46,8 @@ const (
 	msgAnswer  msgType = 9
 	// msgRecordsZ is a records message compressed (compress.go).
 	msgRecordsZ msgType = 10
+	// msgPush is a writer's direct send (push.go).
+	msgPush msgType = 11
 )
 
 func (t msgType) String() string {
@@ -69,6 +72,8 @@ func (t msgType) String() string {
 		return "answer"
 	case msgRecordsZ:
 		return "records (compressed)"
+	case msgPush:
+		return "push"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }

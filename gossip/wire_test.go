@@ -66,6 +66,19 @@ func decodeAny(b []byte) ([]byte, error) {
 			return nil, err
 		}
 		return encodeHave(h), nil
+	case msgPush:
+		inner, err := decodePush(b)
+		if err != nil {
+			return nil, err
+		}
+		if msgType(b[1]) == msgRecordsZ {
+			return b, nil // compressed: FuzzDecodeRecordsZ checks that
+		}
+		out, err := decodeAny(inner)
+		if err != nil {
+			return nil, err
+		}
+		return encodePush(out), nil
 	case msgAsk, msgAnswer:
 		q, err := decodeQuestion(b, msgType(b[0]))
 		if err != nil {
