@@ -134,15 +134,8 @@ func apiTermination(t *reconcile.Termination) *api.Termination {
 // again once its own record said they were Pending. An agent restarted
 // with its containers running lists them as before. It reports whether
 // any container is here; a runtime that does not answer leaves the
-// record to the first pass (and reports true: nothing is known). It
-// rebuilds the view first, so the first pass reads the synced state.
+// record to the first pass (and reports true: nothing is known).
 func (r *replicas) publishRunning(ctx context.Context) bool {
-	// The first pass acts on a view built after the sync: one built
-	// before it (at start, before the join's push/pull) holds this node
-	// alone as live, and from it a node returning to a cluster of 20
-	// started every replica of the cluster (200). The probes listed
-	// below are the synced objects' too.
-	r.views.rebuild(time.Now())
 	observed, err := r.rt.List(ctx)
 	if err != nil {
 		return true
@@ -152,6 +145,7 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	for i, c := range observed {
 		here[i] = reconcile.Replica{ID: c.ID}
 	}
+	r.views.rebuild(time.Now()) // the probes of the synced objects
 	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.view(), observed)))
 	return len(observed) > 0
 }

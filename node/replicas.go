@@ -132,9 +132,12 @@ func (r *replicas) loop(ctx context.Context) {
 		// containers running does not wait: its peers took nothing
 		// over, and its StatefulSet fence lease runs.
 		waitForState(ctx, r.views.changed, r.members.settle/2)
-		// The first pass acts on the records that arrived meanwhile.
-		r.views.rebuild(time.Now())
 	}
+	// The first pass acts on a view built after the sync: one built
+	// before it (at start, before the join's push/pull) holds this node
+	// alone as live, and from it a node returning to a cluster of 20
+	// started every replica of the cluster (200).
+	r.views.rebuild(time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	changed := r.views.changed()
