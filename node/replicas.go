@@ -136,7 +136,10 @@ func (r *replicas) loop(ctx context.Context) {
 	// The first pass acts on a view built after the sync: one built
 	// before it (at start, before the join's push/pull) holds this node
 	// alone as live, and from it a node returning to a cluster of 20
-	// started every replica of the cluster (200).
+	// started every replica of the cluster (200). It also holds the
+	// record publishRunning just wrote, not the previous run's (which
+	// lists replicas that died with it: placement.Keep would keep them
+	// here). A rebuild reads only the records that changed.
 	r.views.rebuild(time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
