@@ -126,6 +126,9 @@ type Config struct {
 	// noPush makes the node read delegate protocol versions up to protoS2
 	// only, like a node from before push messages.
 	noPush bool
+	// noGossip makes the node gossip none of its deltas and
+	// announcements (tests of the paths that do not gossip).
+	noGossip bool
 }
 
 // DefaultConfig returns the defaults: memberlist's DefaultLANConfig knobs,

@@ -158,6 +158,9 @@ func (d *delegate) NotifyMsg(b []byte) {
 // GetBroadcasts returns queued deltas that fit limit bytes, counting
 // overhead per message.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	if d.c.cfg.noGossip {
+		return nil
+	}
 	return d.c.queue.GetBroadcasts(overhead, limit)
 }
 

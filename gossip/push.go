@@ -3,7 +3,9 @@ package gossip
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 
@@ -28,7 +30,8 @@ import (
 // push messages of about maxBatchLen bytes, to directPeers members at
 // once. A lone write leaves at once; a burst (a manifest of 50 objects,
 // the revisions a Deployment's deletion tombstones) costs a few
-// connections, not directPeers per write.
+// connections, not directPeers per write: 200 writes in a burst, 3 to 18
+// messages (TestBurstOfWritesCostsAFewDirectSends).
 //
 //	push  11, a records message (type 2, or 10 compressed)   direct (TCP): receivers gossip on its deltas
 
@@ -75,14 +78,15 @@ func (c *Cluster) pushToFew(r crdt.Record, enc []byte) {
 	}
 }
 
-// flushDirect sends what is queued until nothing is.
+// flushDirect sends what is queued until nothing is (or the cluster
+// shuts down: what is left is gossiped).
 func (c *Cluster) flushDirect() {
 	q := &c.direct
 	for {
 		q.mu.Lock()
 		batch := q.pending
 		q.pending, q.at = nil, nil
-		if len(batch) == 0 {
+		if len(batch) == 0 || c.ctx.Err() != nil {
 			q.busy = false
 			q.mu.Unlock()
 			return
@@ -93,54 +97,76 @@ func (c *Cluster) flushDirect() {
 }
 
 // sendDirect sends batch to directPeers live members at once and waits
-// for the sends (a member that does not answer holds the next flush up
-// to TCPTimeout; writes meanwhile join it).
+// for the sends, at most TCPTimeout: memberlist bounds the dial of a
+// reliable send but not its write, and a member that accepts and stops
+// reading (frozen, or its host gone mid-write) must not hold this node's
+// direct sends (a send that outlives the wait ends on its own; writes
+// meanwhile join the next flush).
 func (c *Cluster) sendDirect(batch []directWrite) {
 	peers := c.livePeers()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	peers = peers[:min(directPeers, len(peers))]
-	if len(peers) == 0 {
-		return
-	}
-	encs := make([][]byte, len(batch))
-	for i, w := range batch {
-		encs[i] = w.enc
-	}
-	plain := encodeRecords(encs)
-	push := make([][]byte, len(plain)) // compressed where that is smaller
-	for i, m := range plain {
-		push[i] = encodePush(forPeer(&memberlist.Node{DMax: protoPush}, m))
+	var push [][]byte
+	if slices.ContainsFunc(peers, func(p *memberlist.Node) bool { return p.DMax >= protoPush }) {
+		encs := make([][]byte, len(batch))
+		for i, w := range batch {
+			encs[i] = w.enc
+		}
+		for _, m := range encodeRecords(encs) { // compressed where that is smaller
+			push = append(push, encodePush(forPeer(&memberlist.Node{DMax: protoPush}, m)))
+		}
 	}
 	var wg sync.WaitGroup
 	for _, p := range peers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() { // not spawn: Shutdown must not wait for a stuck write
+			defer wg.Done()
 			msgs := push
 			if p.DMax < protoPush {
 				msgs = legacyDirect(p, batch, c.maxDelta)
 			}
 			for _, m := range msgs {
+				if c.ctx.Err() != nil {
+					return
+				}
 				c.directSends.Add(1)
 				if err := c.ml.SendReliable(p, m); err != nil {
 					c.log.Debug("direct send failed; gossip and anti-entropy will repair", "to", p.Name, "records", len(batch), "err", err)
 					return
 				}
 			}
-		})
+		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(c.cfg.TCPTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-c.ctx.Done():
+	case <-t.C:
+		c.log.Debug("direct sends still running after the TCP timeout; the next flush does not wait for them", "records", len(batch))
+	}
 }
+
+// maxLegacyDeltas bounds the deltas a member that does not read push
+// messages is sent per flush, one connection each, in turn (during an
+// upgrade): the others reach it by gossip and anti-entropy.
+const maxLegacyDeltas = 32
 
 // legacyDirect is what a member that does not read push messages is sent
 // for batch: each write that fits a delta as a delta (it gossips it on),
-// the others in records messages (it announces them).
+// up to maxLegacyDeltas, the others in records messages (it announces
+// them).
 func legacyDirect(p *memberlist.Node, batch []directWrite, maxDelta int) [][]byte {
 	var out, large [][]byte
 	for _, w := range batch {
-		if 1+len(w.enc) > maxDelta {
+		switch {
+		case 1+len(w.enc) > maxDelta:
 			large = append(large, w.enc)
-			continue
+		case len(out) < maxLegacyDeltas:
+			out = append(out, encodeDelta(w.enc))
 		}
-		out = append(out, encodeDelta(w.enc))
 	}
 	if len(large) > 0 {
 		for _, m := range encodeRecords(large) {
