@@ -397,6 +397,7 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 		c.pullMu.Lock()
 		if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
 			delete(c.pulling, r.Key)
+			close(p.arrived)
 		}
 		c.pullMu.Unlock()
 	case requeue:
@@ -487,6 +488,10 @@ type pending struct {
 	// worker that outlives its entry (the record arrived, a new have
 	// made a new entry) must not act for, or delete, the next one.
 	worker uint64
+	// arrived is closed when the record arrives: the worker stops at
+	// once, where waiting out its backoff kept thousands of workers
+	// parked at 1,000 simulated nodes.
+	arrived chan struct{}
 }
 
 // onHave has the record h announces pulled, unless this node holds it or
@@ -514,7 +519,7 @@ func (c *Cluster) onHave(h have) {
 	p, ok := c.pulling[h.E.Key]
 	switch {
 	case ok && (compareEntries(h.E, p.e) > 0 || h.E != p.e && compareEntries(h.E, p.e) == 0):
-		c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: p.worker}
+		c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: p.worker, arrived: p.arrived}
 		return
 	case ok && h.E == p.e:
 		if !slices.Contains(p.from, h.From) {
@@ -532,7 +537,7 @@ func (c *Cluster) onHave(h have) {
 	}
 	c.pullSeq++
 	worker := c.pullSeq
-	c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: worker}
+	c.pulling[h.E.Key] = pending{e: h.E, from: []string{h.From}, worker: worker, arrived: make(chan struct{})}
 	c.log.Debug("pulling an announced record", "key", h.E.Key, "version", h.E.Version, "from", h.From)
 	c.spawn(func() { c.pullAnnounced(h.E.Key, worker) })
 }
@@ -579,6 +584,8 @@ func (c *Cluster) pullAnnounced(key string, worker uint64) {
 		jittered := wait/2 + time.Duration(rand.Int64N(int64(wait)))
 		select {
 		case <-c.ctx.Done():
+			return
+		case <-p.arrived:
 			return
 		case <-time.After(jittered):
 		}
