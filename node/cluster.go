@@ -155,10 +155,10 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 
 // owners maps every desired replica's ID to its placed node ("" when it
 // fits nowhere).
-func owners(all []reconcile.Replica, p placement.Placement) map[string]string {
+func owners(all []desiredReplica, p placement.Placement) map[string]string {
 	out := make(map[string]string, len(all))
-	for _, r := range all {
-		out[r.ID] = p.Owner(reconcile.WorkloadKey(r.Namespace, r.Workload), r.Ordinal)
+	for _, d := range all {
+		out[d.id] = p.Owner(d.key(), d.ordinal)
 	}
 	return out
 }

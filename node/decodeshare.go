@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 // decodeShare lets the agents of one process share what they decode
@@ -22,7 +21,7 @@ type decodeShare struct {
 	statuses map[string]cachedStatus
 	// replicas holds the desired replicas (allReplicas) of the last
 	// few sets of workload records, by recordsKey.
-	replicas     map[string][]reconcile.Replica
+	replicas     map[string][]desiredReplica
 	replicaOrder []string
 }
 
@@ -33,7 +32,7 @@ type decodeShare struct {
 const sharedReplicaSets = 64
 
 func newDecodeShare() *decodeShare {
-	return &decodeShare{statuses: map[string]cachedStatus{}, replicas: map[string][]reconcile.Replica{}}
+	return &decodeShare{statuses: map[string]cachedStatus{}, replicas: map[string][]desiredReplica{}}
 }
 
 // status returns the shared decoding of r, if an agent decoded it (never
@@ -65,7 +64,7 @@ func (s *decodeShare) putStatus(r crdt.Record, c cachedStatus) {
 // replicaSet returns the shared desired replicas of the workload records
 // identified by key (recordsKey), computing and sharing them with
 // compute when no agent has.
-func (s *decodeShare) replicaSet(key string, compute func() []reconcile.Replica) []reconcile.Replica {
+func (s *decodeShare) replicaSet(key string, compute func() []desiredReplica) []desiredReplica {
 	s.mu.Lock()
 	rs, ok := s.replicas[key]
 	s.mu.Unlock()

@@ -74,7 +74,8 @@ func (in *info) Replicas() []api.Replica {
 	for _, r := range items {
 		running[slotOf(r.Namespace, r.Workload, r.Ordinal)] = r.SpecHash
 	}
-	for _, d := range v.all {
+	for _, dr := range v.all {
+		d := dr.replica()
 		if reported[d.Namespace+"/"+d.Name] {
 			continue
 		}

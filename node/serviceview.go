@@ -1,9 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -168,8 +170,6 @@ func (vs *views) servicesInto(v, prev *view) {
 type endpointIndex struct {
 	nodes map[string]nodeEndpoints
 	ready map[string][]netip.Addr
-	// from is, by workload, the nodes contributing to it.
-	from map[string]map[string]bool
 }
 
 // nodeEndpoints is one node's contribution and what it was computed
@@ -184,30 +184,44 @@ type nodeEndpoints struct {
 	subnet   string
 	replicas *api.Replica
 	n        int
-	eps      map[string][]netip.Addr
+	eps      []workloadAddr // sorted (nodeReady)
+}
+
+// workloadAddr is one ready endpoint: its workload (WorkloadKey) and
+// address. A node's are a sorted slice, not a map by workload: a map
+// per node came to 1 KB each, 1 MB a view at 1,000 nodes.
+type workloadAddr struct {
+	workload string
+	ip       netip.Addr
+}
+
+func (a workloadAddr) compare(b workloadAddr) int {
+	return cmp.Or(strings.Compare(a.workload, b.workload), a.ip.Compare(b.ip))
 }
 
 // update brings the index to v's statuses and standing and returns the
 // workloads whose ready endpoints changed. Each node is looked at once;
-// only those whose record or standing changed are read.
+// only those whose record or standing changed are read, and a changed
+// workload's list is rebuilt from what they withdrew and added.
 func (e *endpointIndex) update(v *view) (changed []string) {
 	if e.nodes == nil {
-		e.nodes, e.ready, e.from = map[string]nodeEndpoints{}, map[string][]netip.Addr{}, map[string]map[string]bool{}
+		e.nodes, e.ready = map[string]nodeEndpoints{}, map[string][]netip.Addr{}
 	}
-	set := func(old, now map[string][]netip.Addr) {
-		for w, ips := range now {
-			if !slices.Equal(ips, old[w]) {
-				changed = append(changed, w)
+	gone, added := map[string][]netip.Addr{}, map[string][]netip.Addr{}
+	diff := func(old, now []workloadAddr) {
+		for i, j := 0, 0; i < len(old) || j < len(now); {
+			switch {
+			case j == len(now) || i < len(old) && old[i].compare(now[j]) < 0:
+				gone[old[i].workload] = append(gone[old[i].workload], old[i].ip)
+				i++
+			case i == len(old) || old[i].compare(now[j]) > 0:
+				added[now[j].workload] = append(added[now[j].workload], now[j].ip)
+				j++
+			default:
+				i, j = i+1, j+1
 			}
 		}
-		for w := range old {
-			if _, ok := now[w]; !ok {
-				changed = append(changed, w)
-			}
-		}
 	}
-	before := len(changed)
-	var touched []string
 	for name, s := range v.statuses {
 		eligible := v.alive[name] && v.winners[name] && s.SubnetReady
 		old, ok := e.nodes[name]
@@ -225,59 +239,58 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 		if eligible {
 			now.eps = nodeReady(s)
 		}
-		set(old.eps, now.eps)
+		diff(old.eps, now.eps)
 		e.nodes[name] = now
-		touched = append(touched, name)
 	}
 	for name, old := range e.nodes {
 		if _, ok := v.statuses[name]; !ok {
-			set(old.eps, nil)
+			diff(old.eps, nil)
 			delete(e.nodes, name)
-			touched = append(touched, name)
 		}
 	}
-	if len(changed) == before {
-		return nil
+	for w := range gone {
+		changed = append(changed, w)
+	}
+	for w := range added {
+		if _, ok := gone[w]; !ok {
+			changed = append(changed, w)
+		}
 	}
 	slices.Sort(changed)
-	changed = slices.Compact(changed)
 	for _, w := range changed {
-		nodes := e.from[w]
-		if nodes == nil {
-			nodes = map[string]bool{}
-			e.from[w] = nodes
-		}
-		for _, name := range touched {
-			if len(e.nodes[name].eps[w]) > 0 {
-				nodes[name] = true
-			} else {
-				delete(nodes, name)
+		cur, out := e.ready[w], []netip.Addr(nil)
+		minus := gone[w]
+		slices.SortFunc(minus, netip.Addr.Compare)
+		for i, j := 0, 0; i < len(cur); i++ { // cur less minus, as multisets
+			for j < len(minus) && minus[j].Less(cur[i]) {
+				j++
 			}
+			if j < len(minus) && minus[j] == cur[i] {
+				j++
+				continue
+			}
+			out = append(out, cur[i])
 		}
-		var ips []netip.Addr
-		for name := range nodes {
-			ips = append(ips, e.nodes[name].eps[w]...)
-		}
-		slices.SortFunc(ips, netip.Addr.Compare)
-		if len(ips) == 0 {
+		out = append(out, added[w]...)
+		slices.SortFunc(out, netip.Addr.Compare)
+		if len(out) == 0 {
 			delete(e.ready, w)
-			delete(e.from, w)
 		} else {
-			e.ready[w] = ips
+			e.ready[w] = out
 		}
 	}
 	return changed
 }
 
 // nodeReady is what status s contributes to the ready endpoints: the
-// addresses of its ready, running replicas inside its subnet, by
-// workload, each list sorted.
-func nodeReady(s NodeStatus) map[string][]netip.Addr {
+// addresses of its ready, running replicas inside its subnet, with their
+// workload, sorted.
+func nodeReady(s NodeStatus) []workloadAddr {
 	subnet, err := netip.ParsePrefix(s.PodSubnet)
 	if err != nil {
 		return nil
 	}
-	out := map[string][]netip.Addr{}
+	var out []workloadAddr
 	for _, r := range s.Replicas {
 		if !r.Ready || r.Phase != api.PhaseRunning {
 			continue
@@ -286,12 +299,9 @@ func nodeReady(s NodeStatus) map[string][]netip.Addr {
 		if err != nil || !subnet.Contains(ip) {
 			continue
 		}
-		k := reconcile.WorkloadKey(r.Namespace, r.Workload)
-		out[k] = append(out[k], ip)
+		out = append(out, workloadAddr{reconcile.WorkloadKey(r.Namespace, r.Workload), ip})
 	}
-	for _, ips := range out {
-		slices.SortFunc(ips, netip.Addr.Compare)
-	}
+	slices.SortFunc(out, workloadAddr.compare)
 	return out
 }
 

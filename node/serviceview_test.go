@@ -29,8 +29,8 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winne
 		if !alive[name] || !winners[name] || !s.SubnetReady {
 			continue
 		}
-		for w, ips := range nodeReady(s) {
-			out[w] = append(out[w], ips...)
+		for _, a := range nodeReady(s) {
+			out[a.workload] = append(out[a.workload], a.ip)
 		}
 	}
 	for _, ips := range out {

@@ -257,7 +257,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 		// reservation that beat a subnet claim expired.
 		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
-		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.base, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.base, prev.owner
+		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.owner
 		v.plain, v.plainWithout, v.held = prev.plain, prev.plainWithout, prev.held
 		v.given, v.own = prev.given, prev.own
 		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
@@ -312,15 +312,15 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	// (placement.Keep): the records that changed are read on each derive.
 	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses, v.stale)
 	if sameInputs && sameHolders(prev.held, v.held) {
-		v.placement, v.base, v.owner, v.given, v.own = prev.placement, prev.base, prev.owner, prev.given, prev.own
+		v.placement, v.owner, v.given, v.own = prev.placement, prev.owner, prev.given, prev.own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
 			// node's replicas are the new expansions.
 			v.own = ownedBy(vs.self, v.all, v.owner)
 		}
 	} else {
-		v.placement, v.base, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.held)
-		v.given, v.own = givenSlots(v.all, v.base), ownedBy(vs.self, v.all, v.owner)
+		v.placement, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.held)
+		v.given, v.own = givenSlots(v.all, v.placement), ownedBy(vs.self, v.all, v.owner)
 	}
 	vs.servicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is

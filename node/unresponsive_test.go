@@ -35,7 +35,15 @@ func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 		"d":    {},
 		"fake": {Replicas: []api.Replica{{Name: "ghost-0", Namespace: "default", Workload: "ghost", Phase: api.PhaseRunning}}},
 	}
-	got := unreported(givenSlots(all, owner), statuses)
+	p := placement.Placement{Owners: map[string][]string{}}
+	for _, r := range all {
+		key := reconcile.WorkloadKey(r.Namespace, r.Workload)
+		for len(p.Owners[key]) <= r.Ordinal {
+			p.Owners[key] = append(p.Owners[key], "")
+		}
+		p.Owners[key][r.Ordinal] = owner[r.ID]
+	}
+	got := unreported(givenSlots(compact(all), p), statuses)
 	if len(got) != 2 || !got["b"] || !got["fake"] {
 		t.Fatalf("unreported = %v, want b and fake", got)
 	}
@@ -146,11 +154,11 @@ spec:
 	}
 	all := desiredReplicas(objs)
 	p, _ := assign(nodes, objs, nil)
-	_, _, before := place(p, p, nodes, objs, all, nil, nil)
+	_, before := place(p, p, nodes, objs, compact(all), nil, nil)
 	ex := map[string]bool{"fake": true}
 	p, without := assign(nodes, objs, ex)
-	_, base, after := place(p, without, nodes, objs, all, ex, nil)
-	if fmt.Sprint(base) != fmt.Sprint(before) {
+	kept, after := place(p, without, nodes, objs, compact(all), ex, nil)
+	if base := owners(compact(all), kept); fmt.Sprint(base) != fmt.Sprint(before) {
 		t.Fatal("the base placement depends on exclusions")
 	}
 	var fakeDB, fakeWeb int

@@ -35,7 +35,7 @@ type cachedObject struct {
 // reconcile.Replica is about 500 (its Spec): a cache of every workload's
 // Replicas would double what a node holds of the cluster's replicas.
 type expansion struct {
-	tmpl reconcile.Replica
+	tmpl *reconcile.Replica
 	refs []replicaRef
 }
 
@@ -52,8 +52,9 @@ func expand(o manifest.Object) expansion {
 		e.refs[i] = replicaRef{r.ID, r.Name, r.Ordinal}
 	}
 	if len(rs) > 0 {
-		e.tmpl = rs[0]
-		e.tmpl.ID, e.tmpl.Name, e.tmpl.Ordinal = "", "", 0
+		t := rs[0]
+		t.ID, t.Name, t.Ordinal = "", "", 0
+		e.tmpl = &t
 	}
 	return e
 }
@@ -117,7 +118,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 		}
 	}
 	if vs.share != nil {
-		v.all = vs.share.replicaSet(recordsKey(wrecs), func() []reconcile.Replica { return vs.allReplicas(wrecs) })
+		v.all = vs.share.replicaSet(recordsKey(wrecs), func() []desiredReplica { return vs.allReplicas(wrecs) })
 	} else {
 		v.all = vs.allReplicas(wrecs)
 	}
@@ -132,7 +133,7 @@ func (vs *views) objectsInto(v, prev *view) error {
 // decodeObjects, just before), from the expansion cached with each
 // object: a write expands only its own workload's replicas, and the
 // others are merged in, in ID order.
-func (vs *views) allReplicas(recs []crdt.Record) []reconcile.Replica {
+func (vs *views) allReplicas(recs []crdt.Record) []desiredReplica {
 	var parts []expansion
 	total := 0
 	for _, r := range recs {
@@ -153,11 +154,11 @@ func (vs *views) allReplicas(recs []crdt.Record) []reconcile.Replica {
 // mergeByID merges expansions into one slice of total replicas sorted by
 // ID: a k-way merge through a heap of the expansions' heads, O(total log
 // k) comparisons and one write of each replica.
-func mergeByID(parts []expansion, total int) []reconcile.Replica {
+func mergeByID(parts []expansion, total int) []desiredReplica {
 	if total == 0 {
 		return nil
 	}
-	out := make([]reconcile.Replica, 0, total)
+	out := make([]desiredReplica, 0, total)
 	h := make([]expansion, 0, len(parts))
 	for _, p := range parts {
 		if len(p.refs) > 0 {
@@ -185,9 +186,7 @@ func mergeByID(parts []expansion, total int) []reconcile.Replica {
 		down(i)
 	}
 	for len(h) > 0 {
-		r, ref := h[0].tmpl, h[0].refs[0]
-		r.ID, r.Name, r.Ordinal = ref.id, ref.name, ref.ordinal
-		out = append(out, r)
+		out = append(out, desiredReplica{h[0].refs[0], h[0].tmpl})
 		if h[0].refs = h[0].refs[1:]; len(h[0].refs) == 0 {
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]

@@ -54,7 +54,10 @@ spec:
 		recs[o.Key()] = rec
 		list := slices.SortedFunc(maps.Values(recs), func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
 		decoded := vs.decodeObjects(list, map[string]bool{})
-		got := vs.allReplicas(list)
+		var got []reconcile.Replica
+		for _, d := range vs.allReplicas(list) {
+			got = append(got, d.replica())
+		}
 		want := desiredReplicas(decoded)
 		if len(decoded) != len(objs) {
 			t.Fatalf("step %d: decoded %d objects, want %d", step, len(decoded), len(objs))
@@ -101,7 +104,7 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 			}
 		}
 		observed = append(observed, reconcile.Container{ID: "default_gone-0", Name: "gone-0", Namespace: "default", State: reconcile.StateRunning})
-		v := &view{all: all, owner: owner}
+		v := &view{all: compact(all), owner: owner}
 		in := reconcile.Ownership{Self: "self", All: all, Owner: owner, Observed: observed, ReadyElsewhere: ready,
 			HandoffSince: since, Now: now, Timeout: time.Minute}
 		wantMine, wantHandoffs := reconcile.Owned(in)
@@ -112,4 +115,15 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 				step, len(gotMine), gotHandoffs, len(wantMine), wantHandoffs)
 		}
 	}
+}
+
+// compact is rs as a view holds them (desiredReplica), each with a
+// template of its own.
+func compact(rs []reconcile.Replica) []desiredReplica {
+	out := make([]desiredReplica, len(rs))
+	for i, r := range rs {
+		t := r
+		out[i] = desiredReplica{replicaRef{r.ID, r.Name, r.Ordinal}, &t}
+	}
+	return out
 }
