@@ -389,17 +389,19 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 	}
 	e := entryOf(r, enc)
 	c.idx.put(e)
+	// A pull of this version or an older one ends, whatever the size of
+	// what came.
+	c.pullMu.Lock()
+	if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
+		delete(c.pulling, r.Key)
+		close(p.arrived)
+	}
+	c.pullMu.Unlock()
 	switch {
 	case 1+len(enc) > c.maxDelta:
 		// Too large for a delta: announced, however it came (this node
-		// can serve it now); a pull of it or an older version ends.
+		// can serve it now).
 		c.announce(e)
-		c.pullMu.Lock()
-		if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
-			delete(c.pulling, r.Key)
-			close(p.arrived)
-		}
-		c.pullMu.Unlock()
 	case requeue:
 		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
 	}
@@ -572,6 +574,8 @@ func (c *Cluster) pullAnnounced(key string, worker uint64) {
 		if to, ok := c.peer(p.from[attempt%len(p.from)]); ok {
 			select {
 			case c.pullSem <- struct{}{}:
+			case <-p.arrived:
+				return
 			case <-c.ctx.Done():
 				return
 			}

@@ -5,7 +5,9 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -153,12 +155,29 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 	return ws
 }
 
-// owners maps every desired replica's ID to its placed node ("" when it
-// fits nowhere).
-func owners(all []desiredReplica, p placement.Placement) map[string]string {
-	out := make(map[string]string, len(all))
-	for _, d := range all {
-		out[d.id] = p.Owner(d.key(), d.ordinal)
+// ownerTable is the node of each desired replica ("" when it fits
+// nowhere), aligned with the view's desired replicas (sorted by ID): a
+// slice of names where a map by ID cost about 70 bytes a replica, 0.7 MB
+// a view at 10,000 replicas. Read only once built.
+type ownerTable struct {
+	all  []desiredReplica
+	node []string
+}
+
+// of is the node of the replica of ID id ("" when none: not desired, or
+// placed nowhere). O(log replicas).
+func (o ownerTable) of(id string) string {
+	if i, ok := slices.BinarySearchFunc(o.all, id, func(d desiredReplica, id string) int { return strings.Compare(d.id, id) }); ok {
+		return o.node[i]
+	}
+	return ""
+}
+
+// owners is the node p places each of all on.
+func owners(all []desiredReplica, p placement.Placement) ownerTable {
+	out := ownerTable{all: all, node: make([]string, len(all))}
+	for i, d := range all {
+		out.node[i] = p.Owner(d.key(), d.ordinal)
 	}
 	return out
 }
@@ -174,10 +193,10 @@ func owners(all []desiredReplica, p placement.Placement) map[string]string {
 // It reads the owners' records of this node's containers only, so a pass
 // costs O(its containers x replicas a node), not O(every replica of the
 // cluster).
-func readyAtOwner(self string, counts func(string) bool, statuses map[string]NodeStatus, owner map[string]string, observed []reconcile.Container) map[string]bool {
+func readyAtOwner(self string, counts func(string) bool, statuses map[string]NodeStatus, owner func(id string) string, observed []reconcile.Container) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range observed {
-		node := owner[c.ID]
+		node := owner(c.ID)
 		if node == "" || node == self || !counts(node) || out[c.ID] {
 			continue
 		}

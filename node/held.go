@@ -26,11 +26,15 @@ type heldEntry struct {
 	stale    bool          // read as a record an earlier run of the node wrote
 	away     []placement.Holder
 	// copies indexes the node's copy of each replica it holds, built
-	// on first use (copyOf): only the owners of replicas held
-	// elsewhere are asked, and an index for every node came to 1 MB
-	// a view at 1,000 nodes of 10 replicas.
+	// on first use (copyOf) of a long list: only the owners of replicas
+	// held elsewhere are asked.
 	copies map[heldSlot]placement.Holder
 }
+
+// scanCopies is the longest replica list copyOf reads through rather
+// than indexes: a node runs about 10 replicas, and an index a node cost
+// 1 MB a view at 1,000 simulated nodes applying their workloads.
+const scanCopies = 32
 
 type heldSlot struct {
 	key     string
@@ -133,8 +137,22 @@ func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligib
 }
 
 // copyOf is e's node's copy of the replica of slot s, of those that
-// count (holds): of a surge's two copies, the running one.
+// count (holds): of a surge's two copies, the running one. A short list
+// is read through; a long one is indexed on first use.
 func (e *heldEntry) copyOf(s heldSlot, keyOf func(api.Replica) string) (placement.Holder, bool) {
+	if len(e.replicas) <= scanCopies {
+		var h placement.Holder
+		found := false
+		for _, r := range e.replicas {
+			if r.Ordinal != s.ordinal || !holds(r) || keyOf(r) != s.key {
+				continue
+			}
+			if c := holderOf(s.key, e.node, r, e.stale); !found || c.Running && !h.Running {
+				h, found = c, true
+			}
+		}
+		return h, found
+	}
 	if e.copies == nil {
 		e.copies = make(map[heldSlot]placement.Holder, len(e.replicas))
 		for _, r := range e.replicas {

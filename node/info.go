@@ -80,7 +80,7 @@ func (in *info) Replicas() []api.Replica {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
-			Node: v.owner[d.ID], SpecHash: d.SpecHash, Phase: api.PhasePending}
+			Node: v.owner.of(d.ID), SpecHash: d.SpecHash, Phase: api.PhasePending}
 		switch spec, ok := running[slotOf(d.Namespace, d.Workload, d.Ordinal)]; {
 		case item.Node == "":
 			item.Reason = v.placement.Pending[reconcile.WorkloadKey(d.Namespace, d.Workload)][d.Ordinal]

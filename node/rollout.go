@@ -132,8 +132,8 @@ func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Ti
 	r.fence.note(f, seen, known)
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
-			Self: r.self, All: v.candidates(r.self, observed), Owner: v.owner, Observed: observed,
-			ReadyElsewhere: readyAtOwner(r.self, v.current, v.statuses, v.owner, observed),
+			Self: r.self, All: v.candidates(r.self, observed), Owner: v.owner.of, Observed: observed,
+			ReadyElsewhere: readyAtOwner(r.self, v.current, v.statuses, v.owner.of, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
 		Rollout:       r.rolloutInput(v, observed),

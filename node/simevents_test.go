@@ -227,7 +227,7 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 						if n.name == name {
 							v := n.agent.views.view()
 							views = append(views, fmt.Sprintf("%s places it on %q (base %q, %d workloads placed, %d alive, excluded %v)",
-								name, v.owner[id], owners(v.all, v.placement)[id], len(v.placement.Owners), len(v.alive), v.excluded))
+								name, v.owner.of(id), owners(v.all, v.placement).of(id), len(v.placement.Owners), len(v.alive), v.excluded))
 						}
 					}
 				}
@@ -241,7 +241,7 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 	for _, d := range v.all {
 		if _, ok := seen[d.id]; !ok {
 			if missing < 3 {
-				report("  %s (desired) runs nowhere; placed on %q", d.id, v.owner[d.id])
+				report("  %s (desired) runs nowhere; placed on %q", d.id, v.owner.of(d.id))
 			}
 			missing++
 		}
@@ -258,7 +258,7 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 			report("  excluded %s: its record %v (%d bytes), held by %s at %v; it lists %d replicas, placement gives it %d", name, own.Version, len(own.Value),
 				c.up()[0].name, held.Version, len(v.statuses[name].Replicas), func() int {
 					k := 0
-					for _, o := range owners(v.all, v.placement) {
+					for _, o := range owners(v.all, v.placement).node {
 						if o == name {
 							k++
 						}

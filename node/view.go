@@ -53,9 +53,9 @@ type view struct {
 	// their agent wrote (staleRecords): its copies' state is unknown.
 	stale     map[string]bool
 	placement placement.Placement
-	// owner maps replica ID -> node, after leaving out the excluded
-	// nodes (place; placement gives the owners before).
-	owner map[string]string
+	// owner is each desired replica's node, after leaving out the
+	// excluded nodes (place; placement gives the owners before).
+	owner ownerTable
 	// given is placement's (givenSlots), for unreported; own is
 	// what owner gives this node (ownedBy). Both are computed with
 	// placement.
@@ -119,7 +119,7 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 // placement only: a StatefulSet replica (at most one copy) must not move
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
-func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []desiredReplica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, owner map[string]string) {
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []desiredReplica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, owner ownerTable) {
 	ws := workloadsOf(objs)
 	p = placement.Keep(plain, nodes, ws, held, placement.Options{})
 	owner = owners(all, p)
@@ -128,9 +128,9 @@ func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs
 	}
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
 	without := placement.Keep(plainWithout, kept, ws, held, placement.Options{})
-	for _, d := range all {
+	for i, d := range all {
 		if !d.tmpl.AtMostOne {
-			owner[d.id] = without.Owner(d.key(), d.ordinal)
+			owner.node[i] = without.Owner(d.key(), d.ordinal)
 		}
 	}
 	return p, owner
@@ -144,11 +144,13 @@ type owned struct {
 	workloads map[string]bool
 }
 
-// ownedBy is what owner (replica ID -> node) gives self of all.
-func ownedBy(self string, all []desiredReplica, owner map[string]string) *owned {
+// ownedBy is what owner gives self of all (read by index when owner was
+// built on all, by ID otherwise).
+func ownedBy(self string, all []desiredReplica, owner ownerTable) *owned {
 	o := &owned{node: self, workloads: map[string]bool{}}
-	for _, d := range all {
-		if owner[d.id] == self {
+	aligned := len(all) == len(owner.all) && (len(all) == 0 || &all[0] == &owner.all[0])
+	for i, d := range all {
+		if aligned && owner.node[i] == self || !aligned && owner.of(d.id) == self {
 			o.replicas = append(o.replicas, d.replica())
 			o.workloads[d.key()] = true
 		}
@@ -195,7 +197,7 @@ func (v *view) candidates(self string, observed []reconcile.Container) []reconci
 	own := v.ownedBy(self).replicas
 	out := slices.Clip(own)
 	for _, c := range observed {
-		if v.owner[c.ID] == self {
+		if v.owner.of(c.ID) == self {
 			continue // in own
 		}
 		if i, ok := slices.BinarySearchFunc(v.all, c.ID, func(d desiredReplica, id string) int { return strings.Compare(d.id, id) }); ok {

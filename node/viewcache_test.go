@@ -104,8 +104,8 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 			}
 		}
 		observed = append(observed, reconcile.Container{ID: "default_gone-0", Name: "gone-0", Namespace: "default", State: reconcile.StateRunning})
-		v := &view{all: compact(all), owner: owner}
-		in := reconcile.Ownership{Self: "self", All: all, Owner: owner, Observed: observed, ReadyElsewhere: ready,
+		v := &view{all: compact(all), owner: tableOf(compact(all), owner)}
+		in := reconcile.Ownership{Self: "self", All: all, Owner: ownerOf(owner), Observed: observed, ReadyElsewhere: ready,
 			HandoffSince: since, Now: now, Timeout: time.Minute}
 		wantMine, wantHandoffs := reconcile.Owned(in)
 		in.All = v.candidates("self", observed)
@@ -126,4 +126,18 @@ func compact(rs []reconcile.Replica) []desiredReplica {
 		out[i] = desiredReplica{replicaRef{r.ID, r.Name, r.Ordinal}, &t}
 	}
 	return out
+}
+
+// ownerOf is an owner lookup over a map of replica ID to node.
+func ownerOf(m map[string]string) func(id string) string {
+	return func(id string) string { return m[id] }
+}
+
+// tableOf is the ownerTable of all by owner (replica ID -> node).
+func tableOf(all []desiredReplica, owner map[string]string) ownerTable {
+	t := ownerTable{all: all, node: make([]string, len(all))}
+	for i, d := range all {
+		t.node[i] = owner[d.id]
+	}
+	return t
 }

@@ -19,7 +19,7 @@ func decision(all []Replica, owner map[string]string, observed []Container, f Fe
 		own[id] = n
 	}
 	return Decision{
-		Ownership: Ownership{Self: "a", All: all, Owner: own, Observed: observed, Now: t0, Timeout: time.Minute},
+		Ownership: Ownership{Self: "a", All: all, Owner: ownerOf(own), Observed: observed, Now: t0, Timeout: time.Minute},
 		Rollout: Rollout{Ready: func(string) bool { return true }, Strategies: map[string]Strategy{
 			"default/db": {Replicas: 2, MaxUnavailable: 1, Reverse: true}, "default/web": {Replicas: 1, MaxUnavailable: 1}}},
 		Fencing:       f,

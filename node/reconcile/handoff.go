@@ -15,9 +15,9 @@ type Ownership struct {
 	Self string
 	// All are the desired replicas of the whole cluster.
 	All []Replica
-	// Owner maps a replica ID to the node placement gives it ("" when it
-	// fits nowhere).
-	Owner map[string]string
+	// Owner returns the node placement gives the replica of an ID (""
+	// when it fits nowhere or is not desired).
+	Owner func(id string) string
 	// Observed are the containers on this node.
 	Observed []Container
 	// ReadyElsewhere holds the IDs of replicas that their owner (another
@@ -48,7 +48,7 @@ func Owned(in Ownership) (mine []Replica, handoffs map[string]time.Time) {
 		}
 	}
 	for _, r := range in.All {
-		owner := in.Owner[r.ID]
+		owner := in.Owner(r.ID)
 		if owner == in.Self {
 			mine = append(mine, r)
 			continue

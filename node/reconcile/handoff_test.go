@@ -10,7 +10,7 @@ func TestOwnedMakeBeforeBreak(t *testing.T) {
 	base := Ownership{
 		Self:     "n1",
 		All:      []Replica{a, b},
-		Owner:    map[string]string{a.ID: "n1", b.ID: "n2"},
+		Owner:    ownerOf(map[string]string{a.ID: "n1", b.ID: "n2"}),
 		Observed: []Container{running(a), running(b)},
 		Now:      t0,
 		Timeout:  time.Minute,
@@ -62,8 +62,13 @@ func TestOwnedMakeBeforeBreak(t *testing.T) {
 
 	// A replica that fits nowhere is not kept.
 	nowhere := base
-	nowhere.Owner = map[string]string{a.ID: "n1", b.ID: ""}
+	nowhere.Owner = ownerOf(map[string]string{a.ID: "n1", b.ID: ""})
 	if mine, _ := Owned(nowhere); ids(mine) != "w-aaaaaaaa-0 " {
 		t.Fatalf("unplaced: mine %q", ids(mine))
 	}
+}
+
+// ownerOf is Ownership.Owner over a map of replica ID to node.
+func ownerOf(m map[string]string) func(id string) string {
+	return func(id string) string { return m[id] }
 }

@@ -97,7 +97,7 @@ func decideNarrowed(rt *rapid.T) {
 	}
 	fencing := Fencing{Quorum: rapid.Bool().Draw(rt, "quorum"), Unknown: rapid.Bool().Draw(rt, "unknown"), Held: held}
 	d := Decision{
-		Ownership: Ownership{Self: "a", All: all, Owner: owner, Observed: observed, HandoffSince: handoffs, Now: t0, Timeout: time.Minute,
+		Ownership: Ownership{Self: "a", All: all, Owner: ownerOf(owner), Observed: observed, HandoffSince: handoffs, Now: t0, Timeout: time.Minute,
 			ReadyElsewhere: readyElsewhere},
 		Rollout: full, Fencing: fencing, Stateful: stateful, StatefulGrace: 8 * time.Second,
 	}
