@@ -19,6 +19,9 @@ type decodeShare struct {
 	// statuses holds, by record key, the newest version decoded by any
 	// agent: an agent holding an older one decodes it itself.
 	statuses map[string]cachedStatus
+	// objects holds, by record key, the newest version of each desired
+	// object decoded (and expanded: allReplicas) by any agent.
+	objects map[string]cachedObject
 	// replicas holds the desired replicas (allReplicas) of the last
 	// few sets of workload records, by recordsKey.
 	replicas     map[string][]desiredReplica
@@ -32,7 +35,7 @@ type decodeShare struct {
 const sharedReplicaSets = 64
 
 func newDecodeShare() *decodeShare {
-	return &decodeShare{statuses: map[string]cachedStatus{}, replicas: map[string][]desiredReplica{}}
+	return &decodeShare{statuses: map[string]cachedStatus{}, objects: map[string]cachedObject{}, replicas: map[string][]desiredReplica{}}
 }
 
 // status returns the shared decoding of r, if an agent decoded it (never
@@ -59,6 +62,33 @@ func (s *decodeShare) putStatus(r crdt.Record, c cachedStatus) {
 		return
 	}
 	s.statuses[r.Key] = c
+}
+
+// object returns the shared decoding of r, if an agent decoded it (never
+// on a nil s).
+func (s *decodeShare) object(r crdt.Record) (cachedObject, bool) {
+	if s == nil {
+		return cachedObject{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.objects[r.Key]
+	return c, ok && c.from.same(r)
+}
+
+// putObject shares c, decoded from r, unless a newer version of r's key
+// is shared, or the same version already expanded. A nil s shares
+// nothing.
+func (s *decodeShare) putObject(r crdt.Record, c cachedObject) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.objects[r.Key]; ok && (old.from.version.Compare(r.Version) > 0 || old.from.same(r) && old.expanded && !c.expanded) {
+		return
+	}
+	s.objects[r.Key] = c
 }
 
 // replicaSet returns the shared desired replicas of the workload records

@@ -144,6 +144,7 @@ func (vs *views) allReplicas(recs []crdt.Record) []desiredReplica {
 		if !c.expanded {
 			c.replicas, c.expanded = expand(c.obj), true
 			vs.objects[r.Key] = c
+			vs.share.putObject(r, c)
 		}
 		parts = append(parts, c.replicas)
 		total += len(c.replicas.refs)
@@ -208,12 +209,17 @@ func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manif
 		seen[r.Key] = true
 		c, ok := vs.objects[r.Key]
 		if !ok || !c.from.same(r) {
-			o, err := manifest.Decode(r.Value)
-			c = cachedObject{from: idOf(r), obj: o, ok: err == nil}
-			vs.objects[r.Key] = c
-			if err != nil {
-				vs.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
+			if shared, ok := vs.share.object(r); ok {
+				c = shared
+			} else {
+				o, err := manifest.Decode(r.Value)
+				c = cachedObject{from: idOf(r), obj: o, ok: err == nil}
+				if err != nil {
+					vs.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
+				}
+				vs.share.putObject(r, c)
 			}
+			vs.objects[r.Key] = c
 		}
 		if c.ok {
 			out = append(out, c.obj)
