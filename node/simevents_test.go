@@ -52,6 +52,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	time.Sleep(30 * time.Second)
 	s0, w0, k0, by0, pubs0 := c.sent(), c.statusWrites(), c.streamKinds(), c.writesBy(), c.pubs.counts()
+	pk0 := c.packetKinds()
 	// The streams of the return are those with a returning node at one
 	// end: the stayers' own push/pulls come in bursts (memberlist
 	// staggers them over its base interval, then ticks every node at the
@@ -164,6 +165,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 		label, fail, took.Round(time.Millisecond), ok, cost/1e6, cost/1e6/float64(fail), packets/1e6, max(users, 0)/1e6, with/1e6,
 		streams/1e6, s1.Streams-s0.Streams, c.streamKindsSince(k0), extra/1e6, w1-w0, returners, stayers, publishers, busiest, recBytes, recZ)
 	report("%s: the node records of the returns' first minute by what changed in their replicas: %s", label, c.pubs.since(pubs0))
+	report("%s: the packets of the returns' first minute by kind, over idle: %s", label, packetsOverIdle(c.packetKindsSince(pk0), idle))
 }
 
 // firstStart reports, when returning node f first starts a container

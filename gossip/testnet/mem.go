@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -60,6 +61,9 @@ type MemTransport struct {
 	// encryption or a label every stream is 10 or 244), and kindBytes
 	// what they carried both ways.
 	kinds, kindBytes [256]atomic.Int64
+	// packetKinds counts the bytes of the packets t sent by what they
+	// carry (countPacket).
+	packetKinds [512]atomic.Int64
 	// sentTo counts the stream bytes t wrote, by the peer's address
 	// (*atomic.Int64).
 	sentTo sync.Map
@@ -150,6 +154,76 @@ func (t *MemTransport) Counters() Counters {
 	}
 }
 
+// Memberlist's packet message types that countPacket looks into.
+const (
+	compoundMsg = 7
+	userMsg     = 8
+	hasCrcMsg   = 12
+)
+
+// countPacket adds packet b's bytes to packetKinds by what it carries:
+// memberlist's message type (0 ping, 2 ack, 3 suspect, 4 alive, 5 dead,
+// ...), or for a user message 256 plus the first byte of its payload
+// (the gossip layer's message type). A compound packet's parts count
+// each under its own kind, its header under compound (7); a CRC header
+// counts under 12.
+func (t *MemTransport) countPacket(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	switch b[0] {
+	case hasCrcMsg:
+		if len(b) < 5 {
+			t.packetKinds[hasCrcMsg].Add(int64(len(b)))
+			return
+		}
+		t.packetKinds[hasCrcMsg].Add(5)
+		t.countPacket(b[5:])
+	case compoundMsg:
+		n := 0
+		if len(b) >= 2 {
+			n = int(b[1])
+		}
+		hdr := 2 + 2*n
+		if len(b) < hdr {
+			t.packetKinds[compoundMsg].Add(int64(len(b)))
+			return
+		}
+		t.packetKinds[compoundMsg].Add(int64(hdr))
+		off := hdr
+		for i := range n {
+			l := int(binary.BigEndian.Uint16(b[2+2*i:]))
+			if off+l > len(b) {
+				break
+			}
+			t.countPacket(b[off : off+l])
+			off += l
+		}
+		t.packetKinds[compoundMsg].Add(int64(len(b) - off))
+	case userMsg:
+		if len(b) < 2 {
+			t.packetKinds[userMsg].Add(int64(len(b)))
+			return
+		}
+		t.packetKinds[256+int(b[1])].Add(int64(len(b)))
+	default:
+		t.packetKinds[b[0]].Add(int64(len(b)))
+	}
+}
+
+// PacketKinds returns the bytes of the packets t sent so far by kind
+// (countPacket): a memberlist message type, or 256 plus the gossip
+// layer's message type for a user message.
+func (t *MemTransport) PacketKinds() map[int]int64 {
+	out := map[int]int64{}
+	for i := range t.packetKinds {
+		if n := t.packetKinds[i].Load(); n > 0 {
+			out[i] = n
+		}
+	}
+	return out
+}
+
 // StreamKinds returns, by memberlist message type (the first byte the
 // dialler wrote), how many streams t dialled and the bytes they carried
 // both ways.
@@ -178,6 +252,7 @@ func (t *MemTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 	now := time.Now()
 	t.packetBytes.Add(int64(len(b)))
 	t.packets.Add(1)
+	t.countPacket(b)
 	dest, ok := t.net.peer(t.name, a.Addr)
 	if !ok {
 		return now, nil // lost, as a datagram to nowhere is
