@@ -36,7 +36,7 @@ const (
 	// at once, and those it answers at once; a push/pull or request that
 	// finds no free slot is skipped (the next push/pull repairs it).
 	maxConcurrentSyncs = 4
-	// maxPendingPulls bounds the records too large for a delta that this
+	// maxPendingPulls bounds the announced records that this
 	// node is pulling at once (have messages beyond it wait for the next
 	// announcement or anti-entropy).
 	maxPendingPulls = 64
@@ -102,8 +102,9 @@ type Cluster struct {
 	pulling map[string]pending
 	pullSeq uint64        // the last pending.worker given out
 	pullSem chan struct{} // pull connections in flight
-	// pullsAnswered counts the pulls this node answered, for tests.
-	pullsAnswered atomic.Int64
+	// pullsAnswered counts the pulls this node answered, and
+	// packetAnswers those it answered with a packet, for tests.
+	pullsAnswered, packetAnswers atomic.Int64
 	// direct holds the writes waiting for the direct sends (push.go);
 	// directSends counts the messages those sent, for tests.
 	direct      directQueue
@@ -376,7 +377,8 @@ func (c *Cluster) Publish(r crdt.Record) error {
 
 // apply merges r (encoded as enc) into the State and the index under the
 // key's lock, and queues it as a delta when it changed the State, requeue is
-// set and it fits a gossip packet. Holding the key lock across Apply and the
+// set and it is no longer than Config.AnnounceAbove; a longer one is
+// announced (have) instead. Holding the key lock across Apply and the
 // queueing keeps the index, and the delta queue (which replaces a key's
 // queued delta by name), in the State's order.
 func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
@@ -392,7 +394,9 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 	// A pull of this version or an older one ends, whatever the size of
 	// what came.
 	c.pullMu.Lock()
-	if p, ok := c.pulling[r.Key]; ok && compareEntries(e, p.e) >= 0 {
+	p, pulled := c.pulling[r.Key]
+	pulled = pulled && compareEntries(e, p.e) >= 0
+	if pulled {
 		delete(c.pulling, r.Key)
 		close(p.arrived)
 	}
@@ -401,6 +405,12 @@ func (c *Cluster) apply(r crdt.Record, enc []byte, requeue bool) (bool, error) {
 	case 1+len(enc) > c.maxDelta:
 		// Too large for a delta: announced, however it came (this node
 		// can serve it now).
+		c.announce(e)
+	case len(enc) > c.cfg.AnnounceAbove && (requeue || pulled):
+		// Announced where a delta would be gossiped on, and when it
+		// answers this node's pull: the pull of an announcement is how
+		// the announcement spreads. A record a digest sync repaired is
+		// old news, as it is for a delta.
 		c.announce(e)
 	case requeue:
 		c.queue.QueueBroadcast(&broadcast{key: r.Key, msg: encodeDelta(enc)})
@@ -464,10 +474,12 @@ func (c *Cluster) dropped(what string, err error, kv ...any) {
 	c.log.Warn("gossip: dropped "+what, args...)
 }
 
-// Records too large for a delta (a typical manifest is over the 1,336
-// bytes of a LAN packet) spread by announcement: a node that holds one
-// gossips a small have message naming it and itself; a node that lacks
-// it pulls it from the announcer over TCP, then announces it in turn.
+// Records longer than Config.AnnounceAbove (a node record; a typical
+// manifest is over the 1,336 bytes of a LAN packet) spread by
+// announcement: a node that holds one gossips a small have message
+// naming it and itself; a node that lacks it pulls it from the
+// announcer (one packet each way when it fits one, else over TCP), then
+// announces it in turn.
 // The writer serves the first few pulls and each holder a few more, so
 // a write reaches N nodes in O(log N) gossip rounds with O(1)
 // connections per node, where sending it to every member took N-1
@@ -579,7 +591,9 @@ func (c *Cluster) pullAnnounced(key string, worker uint64) {
 			case <-c.ctx.Done():
 				return
 			}
-			err := c.ml.SendReliable(to, encodePull(pull{From: c.cfg.Name, Keys: []string{key}}))
+			// A pull is one small packet (answerPull answers with one
+			// when the record fits); the attempts cover a lost one.
+			err := c.ml.SendBestEffort(to, encodePull(pull{From: c.cfg.Name, Keys: []string{key}}))
 			<-c.pullSem
 			if err != nil {
 				c.log.Debug("pull of an announced record failed", "key", key, "from", to.Name, "err", err)

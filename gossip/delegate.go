@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"cmp"
+	"encoding/binary"
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
@@ -109,7 +110,9 @@ func (d *delegate) NotifyMsg(b []byte) {
 			c.dropped("pull", err)
 			return
 		}
-		c.answer("pull", func() { c.answerPull(p) })
+		if !c.answerPullByPacket(p) {
+			c.answer("pull", func() { c.answerPull(p) })
+		}
 	case msgHave:
 		h, err := decodeHave(b)
 		if err != nil {
@@ -293,6 +296,53 @@ func (c *Cluster) answerPull(p pull) {
 	c.sendRecords(to, p.Keys)
 }
 
+// packetPullKeys bounds the keys of a pull answered with a packet, on
+// memberlist's packet handler: an announced record's pull asks for one.
+const packetPullKeys = 4
+
+// answerPullByPacket answers pull p with one packet, at once, when it
+// asks for at most packetPullKeys records and they fit one (records
+// announced under Config.AnnounceAbove), and reports whether it did.
+// Other pulls (larger records, a sync's many keys) are answered over
+// TCP (answerPull), in a goroutine of their own.
+func (c *Cluster) answerPullByPacket(p pull) bool {
+	if len(p.Keys) > packetPullKeys {
+		return false
+	}
+	var encs [][]byte
+	size := 0
+	for _, k := range p.Keys {
+		r, ok, err := c.state.Get(k)
+		if err != nil || !ok {
+			continue // answerPull logs it, or skips it alike
+		}
+		enc, err := crdt.EncodeRecord(r)
+		if err != nil {
+			return false
+		}
+		if size += binary.MaxVarintLen32 + len(enc); size > c.maxDelta-binary.MaxVarintLen32 {
+			return false
+		}
+		encs = append(encs, enc)
+	}
+	to, ok := c.peer(p.From)
+	if !ok {
+		c.dropped("pull from a non-member", errMalformed, "from", p.From)
+		return true
+	}
+	c.pullsAnswered.Add(1)
+	c.packetAnswers.Add(1)
+	if len(encs) == 0 {
+		return true
+	}
+	for _, msg := range encodeRecords(encs) {
+		if err := c.ml.SendBestEffort(to, msg); err != nil {
+			c.log.Debug("pull answer failed", "peer", to.Name, "err", err)
+		}
+	}
+	return true
+}
+
 // sendRecords reads keys from the State and sends them to the peer in records
 // messages of about maxBatchLen bytes. Keys no longer held are skipped.
 func (c *Cluster) sendRecords(to *memberlist.Node, keys []string) {
@@ -344,14 +394,15 @@ func (c *Cluster) sendRecords(to *memberlist.Node, keys []string) {
 // restart) missed the deltas sent meanwhile, and so did this node; the
 // push/pull that memberlist did when they met may have raced the other
 // side's own view of the membership (a sync request from a node it does
-// not yet count as a member is dropped). So push/pull exchanges run with
-// it 1 s and 3 s later: both sides have the other's state within seconds,
-// not at the next periodic push/pull (memberlist scales its interval with
-// the cluster: 30 s up to 32 nodes, 90 s at 100, 180 s at 1,000). They
-// are run by resyncPeers members only, not by every node that saw it
-// gone: with all N-1, a return cost 2(N-1) exchanges landing on one node
-// within 2 s (270 MB at 1,000 nodes; memberlist takes at most 128
-// push/pulls at once and drops the rest).
+// not yet count as a member is dropped). So digest exchanges run with
+// it 1 s and 3 s later (resyncWith): both sides have the other's records
+// within seconds, not at the next digest exchange or periodic push/pull
+// (memberlist scales its interval with the cluster: 30 s up to 32 nodes,
+// 90 s at 100, 180 s at 1,000). They are run by resyncPeers members
+// only, not by every node that saw it gone: with all N-1, a return cost
+// 2(N-1) exchanges landing on one node within 2 s (270 MB at 1,000
+// nodes when they were push/pulls; memberlist takes at most 128 at once
+// and drops the rest).
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	c := d.c
 	c.membersMu.Lock()
@@ -373,8 +424,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 		c.notify()
 	}
 	if back && n.Name != c.cfg.Name && slices.Contains(resyncers(n.Name, stayed, resyncPeers), c.cfg.Name) && c.gate.enter() {
-		addr := n.Address()
-		c.spawn(func() { c.resyncWith(n.Name, addr) })
+		c.spawn(func() { c.resyncWith(n.Name) })
 		c.gate.exit()
 	}
 }
@@ -432,9 +482,15 @@ func resyncers(back string, live []string, k int) []string {
 	return out
 }
 
-// resyncWith runs a push/pull (memberlist Join) with a member that came
-// back, 1 s and 3 s after it did, while it stays alive.
-func (c *Cluster) resyncWith(name, addr string) {
+// resyncWith sends this node's digest to a member that came back, 1 s
+// and 3 s after it did, while it stays alive: the member syncs the
+// buckets that differ, both ways (syncDigest). A digest is 2 KiB
+// whatever the cluster's size, where the push/pull (memberlist Join)
+// these resyncs ran before also carried the whole member list both
+// ways: 200 KB at 1,000 nodes, six times a return. The member list needs
+// no resync: the returning node took it whole from its join's push/pull,
+// and the others learn its return from its alive message.
+func (c *Cluster) resyncWith(name string) {
 	c.resyncMu.Lock()
 	c.resyncs[name]++
 	c.resyncMu.Unlock()
@@ -444,10 +500,11 @@ func (c *Cluster) resyncWith(name, addr string) {
 			return
 		case <-time.After(wait):
 		}
-		if _, ok := c.peer(name); !ok {
+		p, ok := c.peer(name)
+		if !ok {
 			return
 		}
-		if _, err := c.ml.Join([]string{addr}); err != nil {
+		if err := c.ml.SendReliable(p, encodeDigest(digest{From: c.cfg.Name, Buckets: c.idx.sums()})); err != nil {
 			c.log.Debug("resync after rejoin failed", "member", name, "err", err)
 		}
 	}

@@ -9,17 +9,23 @@
 //
 // A write travels three ways:
 //
-//   - Deltas. Publish queues a small record on a memberlist
+//   - Deltas. Publish queues a short record (Config.AnnounceAbove, 256
+//     bytes) on a memberlist
 //     TransmitLimitedQueue; memberlist piggybacks it on its gossip and probe
 //     packets. A node that receives a delta which changes its State queues it
 //     again (memberlist does not re-gossip user messages; serf does the same),
 //     so a write reaches every node epidemically in O(log N) gossip rounds.
-//   - Announcements. A record too large for one gossip packet is sent by
-//     its writer over memberlist's reliable stream (TCP) to 3 random
-//     members, and announced: a small have message (its entry and the
-//     announcer) is gossiped, a node that lacks the record pulls it from an
-//     announcer over TCP and then announces it itself, so no node opens
-//     more than a few connections per write.
+//   - Announcements. A longer record is sent by its writer over
+//     memberlist's reliable stream (TCP) to 3 random members, and
+//     announced: a small have message (its entry and the announcer) is
+//     gossiped, a node that lacks the record pulls it from an announcer
+//     and then announces it itself. A record that fits a packet (a node
+//     record) is pulled with one packet each way, a larger one over TCP,
+//     so no node opens more than a few connections per write. Every
+//     node sends each gossiped message RetransmitMult * ceil(log10(N+1))
+//     times: 16 at 1,000 nodes, where a 50-byte have in place of a
+//     400-byte delta cut what one node record costs the cluster from 6.3
+//     to 1.2 MB.
 //   - Anti-entropy. Every DigestInterval (10 s, whatever the cluster's
 //     size) a node sends a fixed-size digest of its map (2 KiB, see
 //     digest.go) to a random live member, which syncs the buckets that

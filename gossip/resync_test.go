@@ -219,3 +219,49 @@ func TestDeadMemberIsReconnectedByAFew(t *testing.T) {
 	tc.net.Heal()
 	tc.waitMembers(10, 20*time.Second)
 }
+
+// A record longer than AnnounceAbove but short enough for a packet (a
+// node record) is announced, and each node that was not sent it
+// directly pulls it with one packet each way: every node sending every
+// 350-byte delta 16 times made the deltas 6.3 of the 10.4 MB a node's
+// return cost at 1,000 nodes. A shorter record still spreads as a
+// delta, with no pull.
+func TestMidSizeRecordIsAnnouncedAndPulledByPacket(t *testing.T) {
+	const n = 10
+	// No anti-entropy: its syncs pull too.
+	tc := newTCluster(t, n, func(i int, cfg *Config) { cfg.PushPullInterval, cfg.DigestInterval = time.Hour, -1 })
+	tc.joinAll()
+	answers := func() (pulls, packets int64) {
+		for _, nd := range tc.nodes {
+			pulls += nd.c.pullsAnswered.Load()
+			packets += nd.c.packetAnswers.Load()
+		}
+		return pulls, packets
+	}
+	writer := tc.nodes[0]
+	pulls0, packets0 := answers()
+	mid := writer.record("test/mid/status", "")
+	mid.Value = []byte(jsonString(400))
+	if err := writer.c.Publish(mid); err != nil {
+		t.Fatal(err)
+	}
+	took := tc.spread(mid, time.Now(), 10*time.Second)
+	pulls, packets := answers()
+	t.Logf("a 400-byte record reached %d nodes in %s: %d pulls answered, %d by packet", n, took, pulls-pulls0, packets-packets0)
+	// The writer sends it directly to directPeers members; the others
+	// pull it.
+	if want := int64(n - 1 - directPeers); pulls-pulls0 < want || packets-packets0 != pulls-pulls0 {
+		t.Fatalf("%d pulls answered, %d by packet; want at least %d, all by packet", pulls-pulls0, packets-packets0, want)
+	}
+
+	pulls0, _ = answers()
+	small := writer.record("test/small/status", "")
+	small.Value = []byte(jsonString(100))
+	if err := writer.c.Publish(small); err != nil {
+		t.Fatal(err)
+	}
+	tc.spread(small, time.Now(), 10*time.Second)
+	if pulls, _ := answers(); pulls != pulls0 {
+		t.Fatalf("a 100-byte record was pulled %d times, want 0 (a delta)", pulls-pulls0)
+	}
+}

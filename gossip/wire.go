@@ -20,13 +20,13 @@ import (
 // input.
 //
 //	delta    1, crdt.EncodeRecord(r)                      gossiped, re-queued by receivers it changes
-//	records  2, uvarint n, n × (uvarint len, EncodeRecord) direct (TCP), never forwarded
+//	records  2, uvarint n, n × (uvarint len, EncodeRecord) direct (TCP; one packet answering a pull), never forwarded
 //	digest   3, string from, uvarint buckets (256), 256 × uint64 bucket hash
 //	request  4, string from, uvarint nb, nb × byte bucket (strictly increasing),
 //	            uvarint ne, ne × entry (keys strictly increasing, each in a listed bucket)
-//	pull     5, string from, uvarint nk, nk × string key (strictly increasing)
+//	pull     5, string from, uvarint nk, nk × string key (strictly increasing)   direct (TCP; a packet for an announced record)
 //	leave    6, string name                                gossiped, re-queued by receivers that had not seen it
-//	have     7, string from, entry                         gossiped: from holds a record too large for a delta
+//	have     7, string from, entry                         gossiped: from holds a record announced, not gossiped (AnnounceAbove)
 //	records  10, S2 block of a records message             direct (TCP), to members that read it (compress.go)
 //	push     11, a records message (type 2 or 10)          a writer's direct sends (TCP), to members that read it; receivers gossip on its deltas (push.go)
 //

@@ -198,9 +198,9 @@ type figures struct {
 	// questionsPerNode are the quorum questions a node asks a second
 	// (each answered: twice the packets).
 	questionsPerNode float64
-	// packetKinds are the packet bytes of the whole window by kind
+	// packetKinds are the packets of the whole window by kind
 	// (packetKindsSince), and window its length.
-	packetKinds map[int]int64
+	packetKinds map[int]testnet.Kind
 	window      time.Duration
 }
 
@@ -227,23 +227,24 @@ func (c *simCluster) measure(window time.Duration) figures {
 		packetKinds:            c.packetKindsSince(pk0), window: window}
 }
 
-// packetKinds is, by transport, the bytes of the packets each of the
-// nodes' current transports sent, by kind (testnet's countPacket).
-func (c *simCluster) packetKinds() map[*testnet.MemTransport]map[int]int64 {
-	out := map[*testnet.MemTransport]map[int]int64{}
+// packetKinds is, by transport, what the packets each of the nodes'
+// current transports sent carried, by kind (testnet's countPacket).
+func (c *simCluster) packetKinds() map[*testnet.MemTransport]map[int]testnet.Kind {
+	out := map[*testnet.MemTransport]map[int]testnet.Kind{}
 	for _, n := range c.nodes {
 		out[n.tr] = n.tr.PacketKinds()
 	}
 	return out
 }
 
-// packetKindsSince sums, by kind, the packet bytes sent since before (a
+// packetKindsSince sums, by kind, the packets sent since before (a
 // packetKinds; a transport new since then counts from zero).
-func (c *simCluster) packetKindsSince(before map[*testnet.MemTransport]map[int]int64) map[int]int64 {
-	out := map[int]int64{}
+func (c *simCluster) packetKindsSince(before map[*testnet.MemTransport]map[int]testnet.Kind) map[int]testnet.Kind {
+	out := map[int]testnet.Kind{}
 	for tr, now := range c.packetKinds() {
 		for k, v := range now {
-			out[k] += v - before[tr][k]
+			o, b := out[k], before[tr][k]
+			out[k] = testnet.Kind{Bytes: o.Bytes + v.Bytes - b.Bytes, Messages: o.Messages + v.Messages - b.Messages}
 		}
 	}
 	return out
@@ -255,24 +256,30 @@ var packetKindNames = map[int]string{0: "ping", 1: "indirect ping", 2: "ack", 3:
 	11: "nack", 12: "crc", 256 + 1: "delta", 256 + 2: "records", 256 + 3: "digest", 256 + 4: "request", 256 + 5: "pull", 256 + 6: "leave",
 	256 + 7: "have", 256 + 8: "quorum question", 256 + 9: "quorum answer", 256 + 10: "records (compressed)", 256 + 11: "push"}
 
-// packetsOverIdle describes the packet bytes of a minute (since, from
+// packetsOverIdle describes the packets of a minute (since, from
 // packetKindsSince) by kind, above a minute at idle's rate, largest
-// first: "alive 12.30 MB (idle 1.20 MB), ...".
-func packetsOverIdle(since map[int]int64, idle figures) string {
+// first: "alive +12.30 MB, +140000 messages of 88 B (idle minute 1.20
+// MB), ...".
+func packetsOverIdle(since map[int]testnet.Kind, idle figures) string {
 	scale := time.Minute.Seconds() / idle.window.Seconds()
 	type kind struct {
-		name      string
-		over, was float64
+		name           string
+		over, was, per float64
+		msgs           float64
 	}
 	var ks []kind
-	for k := range since {
-		was := float64(idle.packetKinds[k]) * scale
-		ks = append(ks, kind{cmp.Or(packetKindNames[k], fmt.Sprintf("kind %d", k)), float64(since[k]) - was, was})
+	for k, v := range since {
+		was, wasMsgs := float64(idle.packetKinds[k].Bytes)*scale, float64(idle.packetKinds[k].Messages)*scale
+		var per float64
+		if v.Messages > 0 {
+			per = float64(v.Bytes) / float64(v.Messages)
+		}
+		ks = append(ks, kind{cmp.Or(packetKindNames[k], fmt.Sprintf("kind %d", k)), float64(v.Bytes) - was, was, per, float64(v.Messages) - wasMsgs})
 	}
 	slices.SortFunc(ks, func(a, b kind) int { return cmp.Compare(b.over, a.over) })
 	var parts []string
 	for _, k := range ks {
-		parts = append(parts, fmt.Sprintf("%s %+.2f MB (idle minute %.2f MB)", k.name, k.over/1e6, k.was/1e6))
+		parts = append(parts, fmt.Sprintf("%s %+.2f MB, %+.0f messages of %.0f B (idle minute %.2f MB)", k.name, k.over/1e6, k.msgs, k.per, k.was/1e6))
 	}
 	return strings.Join(parts, ", ")
 }

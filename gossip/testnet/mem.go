@@ -62,8 +62,8 @@ type MemTransport struct {
 	// what they carried both ways.
 	kinds, kindBytes [256]atomic.Int64
 	// packetKinds counts the bytes of the packets t sent by what they
-	// carry (countPacket).
-	packetKinds [512]atomic.Int64
+	// carry (countPacket), and packetMsgs the messages of each kind.
+	packetKinds, packetMsgs [512]atomic.Int64
 	// sentTo counts the stream bytes t wrote, by the peer's address
 	// (*atomic.Int64).
 	sentTo sync.Map
@@ -206,19 +206,25 @@ func (t *MemTransport) countPacket(b []byte) {
 			return
 		}
 		t.packetKinds[256+int(b[1])].Add(int64(len(b)))
+		t.packetMsgs[256+int(b[1])].Add(1)
 	default:
 		t.packetKinds[b[0]].Add(int64(len(b)))
+		t.packetMsgs[b[0]].Add(1)
 	}
 }
 
-// PacketKinds returns the bytes of the packets t sent so far by kind
+// Kind is what the packets t sent carried of one kind: the bytes, and
+// the messages (a compound packet's parts count one each; headers none).
+type Kind struct{ Bytes, Messages int64 }
+
+// PacketKinds returns what the packets t sent so far carried, by kind
 // (countPacket): a memberlist message type, or 256 plus the gossip
 // layer's message type for a user message.
-func (t *MemTransport) PacketKinds() map[int]int64 {
-	out := map[int]int64{}
+func (t *MemTransport) PacketKinds() map[int]Kind {
+	out := map[int]Kind{}
 	for i := range t.packetKinds {
 		if n := t.packetKinds[i].Load(); n > 0 {
-			out[i] = n
+			out[i] = Kind{Bytes: n, Messages: t.packetMsgs[i].Load()}
 		}
 	}
 	return out
