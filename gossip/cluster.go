@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/serf/coordinate"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"golang.org/x/time/rate"
 )
 
 const (
@@ -42,8 +43,8 @@ const (
 	maxPendingPulls = 64
 	// pullAttempts bounds how often one announced record is asked for
 	// (pullAnnounced: 250 ms, then doubling: about 8 s in all), from at
-	// most maxAnnouncers of its holders in turn, through at most
-	// maxPullsInFlight connections at once.
+	// most maxAnnouncers of its holders in turn, at most
+	// maxPullsInFlight at once.
 	pullAttempts     = 5
 	maxAnnouncers    = 4
 	maxPullsInFlight = 8
@@ -101,7 +102,9 @@ type Cluster struct {
 	pullMu  sync.Mutex
 	pulling map[string]pending
 	pullSeq uint64        // the last pending.worker given out
-	pullSem chan struct{} // pull connections in flight
+	pullSem chan struct{} // pulls in flight
+	// packetPulls bounds the pulls answered by packet (packetPullRate).
+	packetPulls *rate.Limiter
 	// pullsAnswered counts the pulls this node answered, and
 	// packetAnswers those it answered with a packet, for tests.
 	pullsAnswered, packetAnswers atomic.Int64
@@ -116,8 +119,9 @@ type Cluster struct {
 	// membersSnap is Members' sorted copy, nil after any change of
 	// members (set under membersMu).
 	membersSnap atomic.Pointer[[]Member]
-	// reconnects counts reconnectLoop's attempts, for tests.
-	reconnects atomic.Int64
+	// reconnects counts reconnectLoop's attempts, and rejoins
+	// rejoinSender's, for tests.
+	reconnects, rejoins atomic.Int64
 	// pruned counts the deltas dropped from a full queue (DeltasPruned).
 	pruned atomic.Int64
 	// nameTakenBy is the address ("ip:port") of another node seen alive
@@ -172,28 +176,29 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.Name),
-		state:     state,
-		idx:       newIndex(),
-		maxDelta:  cfg.UDPBufferSize - deltaOverhead,
-		members:   map[string]*Member{},
-		resyncs:   map[string]int{},
-		pulling:   map[string]pending{},
-		asks:      map[uint64]pendingAsk{},
-		askSeq:    rand.Uint64(),
-		pullSem:   make(chan struct{}, maxPullsInFlight),
-		leaving:   map[string]time.Time{},
-		meta:      slices.Clone(cfg.Meta),
-		vivaldi:   viv,
-		coordDim:  int(ccfg.Dimensionality),
-		coords:    map[string]*coordinate.Coordinate{},
-		changed:   make(chan struct{}, 1),
-		ctx:       ctx,
-		cancel:    cancel,
-		syncSem:   make(chan struct{}, maxConcurrentSyncs),
-		answerSem: make(chan struct{}, maxConcurrentSyncs),
-		dropLog:   rateLimiter{interval: time.Second},
+		cfg:         cfg,
+		log:         cfg.Logger.With("node", cfg.Name),
+		state:       state,
+		idx:         newIndex(),
+		maxDelta:    cfg.UDPBufferSize - deltaOverhead,
+		members:     map[string]*Member{},
+		resyncs:     map[string]int{},
+		pulling:     map[string]pending{},
+		asks:        map[uint64]pendingAsk{},
+		askSeq:      rand.Uint64(),
+		pullSem:     make(chan struct{}, maxPullsInFlight),
+		packetPulls: rate.NewLimiter(packetPullRate, packetPullRate),
+		leaving:     map[string]time.Time{},
+		meta:        slices.Clone(cfg.Meta),
+		vivaldi:     viv,
+		coordDim:    int(ccfg.Dimensionality),
+		coords:      map[string]*coordinate.Coordinate{},
+		changed:     make(chan struct{}, 1),
+		ctx:         ctx,
+		cancel:      cancel,
+		syncSem:     make(chan struct{}, maxConcurrentSyncs),
+		answerSem:   make(chan struct{}, maxConcurrentSyncs),
+		dropLog:     rateLimiter{interval: time.Second},
 	}
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(c.live.Load()) },
@@ -351,8 +356,8 @@ func isKeyError(err error) bool {
 }
 
 // Publish applies r to the local State and, if that changed it, sends it to
-// the cluster: as a gossiped delta when its encoding fits a gossip packet
-// (about UDPBufferSize bytes), otherwise announced (a have message) and
+// the cluster: as a gossiped delta when its encoding is at most
+// Config.AnnounceAbove bytes, otherwise announced (a have message) and
 // pulled by the others from a holder. A write that loses to the record already held
 // is not sent. Errors: r fails crdt.Record.Validate (wraps
 // crdt.ErrInvalidRecord), State.Apply failed, or ErrClosed.
@@ -559,7 +564,7 @@ func (c *Cluster) onHave(h have) {
 // pullAnnounced asks for the record of key, as its pending entry says,
 // until it arrives (apply ends the pending pull) or pullAttempts were
 // made: each attempt asks the next announcer in turn, through at most
-// maxPullsInFlight connections of this node, and waits 250 ms doubling,
+// maxPullsInFlight pulls of this node, and waits 250 ms doubling,
 // with jitter. A lost pull (a busy or dead announcer, a dropped
 // connection) is asked again of another holder, not left to
 // anti-entropy, whose interval grows with the cluster; announcements are
@@ -591,8 +596,9 @@ func (c *Cluster) pullAnnounced(key string, worker uint64) {
 			case <-c.ctx.Done():
 				return
 			}
-			// A pull is one small packet (answerPull answers with one
-			// when the record fits); the attempts cover a lost one.
+			// A pull is one small packet (answerPullByPacket answers
+			// with one when the record fits); the attempts cover a lost
+			// one.
 			err := c.ml.SendBestEffort(to, encodePull(pull{From: c.cfg.Name, Keys: []string{key}}))
 			<-c.pullSem
 			if err != nil {

@@ -9,7 +9,8 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 )
 
-// Records sent over TCP (pulls of announced records, anti-entropy
+// Records sent over TCP (pulls of announced records too large for a
+// packet, anti-entropy
 // repairs, a writer's direct sends) are mostly node statuses and
 // manifests: JSON that S2 (Snappy's successor, klauspost/compress/s2)
 // shrinks about 4 times (a status listing 10 replicas: 2,892 -> 723

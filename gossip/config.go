@@ -93,7 +93,7 @@ type Config struct {
 	// 1,000 nodes). Negative turns the exchanges off.
 	DigestInterval time.Duration
 	// TCPTimeout bounds each reliable (TCP) exchange: push/pull, syncs and
-	// pulls of announced records.
+	// pulls of announced records too large for a packet.
 	TCPTimeout time.Duration
 	// ReconnectInterval is the time between attempts to rejoin a random dead
 	// member. memberlist stops talking to dead members, so without this two

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +144,9 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		if _, ok := c.peer(remote.From); !ok {
-			c.dropped("digest from a non-member", errMalformed, "from", remote.From)
+			if !c.rejoinSender(remote.From) {
+				c.dropped("digest from a non-member", errMalformed, "from", remote.From)
+			}
 			return
 		}
 		c.syncDigest(remote)
@@ -296,46 +300,50 @@ func (c *Cluster) answerPull(p pull) {
 	c.sendRecords(to, p.Keys)
 }
 
-// packetPullKeys bounds the keys of a pull answered with a packet, on
-// memberlist's packet handler: an announced record's pull asks for one.
-const packetPullKeys = 4
+// packetPullRate bounds the pulls this node answers with a packet, a
+// second (with a burst of as many): each is a read and a send on
+// memberlist's packet handler, which must keep up with probes. A node
+// answers about one pull per record written in the cluster (a 1,000-node
+// cluster forming writes about 50 a second); pulls beyond the rate are
+// answered over TCP (answerPull: at most maxConcurrentSyncs at once, the
+// rest dropped), so a flood of pulls, forged or replayed, costs a
+// bounded amount of work.
+const packetPullRate = 200
 
 // answerPullByPacket answers pull p with one packet, at once, when it
-// asks for at most packetPullKeys records and they fit one (records
-// announced under Config.AnnounceAbove), and reports whether it did.
-// Other pulls (larger records, a sync's many keys) are answered over
-// TCP (answerPull), in a goroutine of their own.
+// asks for one record that fits a packet (a record announced under
+// Config.AnnounceAbove: its pull asks for it alone) and the rate allows
+// (packetPullRate), and reports whether it did. Other pulls (larger
+// records, a sync's keys) are answered over TCP (answerPull), in a
+// goroutine of their own. A sync's pull of one key answered by a packet
+// that is lost waits for the next digest exchange.
 func (c *Cluster) answerPullByPacket(p pull) bool {
-	if len(p.Keys) > packetPullKeys {
+	if len(p.Keys) != 1 {
 		return false
-	}
-	var encs [][]byte
-	size := 0
-	for _, k := range p.Keys {
-		r, ok, err := c.state.Get(k)
-		if err != nil || !ok {
-			continue // answerPull logs it, or skips it alike
-		}
-		enc, err := crdt.EncodeRecord(r)
-		if err != nil {
-			return false
-		}
-		if size += binary.MaxVarintLen32 + len(enc); size > c.maxDelta-binary.MaxVarintLen32 {
-			return false
-		}
-		encs = append(encs, enc)
 	}
 	to, ok := c.peer(p.From)
 	if !ok {
 		c.dropped("pull from a non-member", errMalformed, "from", p.From)
 		return true
 	}
-	c.pullsAnswered.Add(1)
-	c.packetAnswers.Add(1)
-	if len(encs) == 0 {
-		return true
+	if !c.packetPulls.Allow() {
+		return false
 	}
-	for _, msg := range encodeRecords(encs) {
+	r, ok, err := c.state.Get(p.Keys[0])
+	if err != nil {
+		return false // answerPull logs it
+	}
+	c.pullsAnswered.Add(1)
+	if !ok {
+		return true // no longer held: answerPull would skip it too
+	}
+	enc, err := crdt.EncodeRecord(r)
+	if err != nil || 1+binary.MaxVarintLen64+binary.MaxVarintLen64+len(enc) > c.maxDelta {
+		c.pullsAnswered.Add(-1)
+		return false
+	}
+	c.packetAnswers.Add(1)
+	for _, msg := range encodeRecords([][]byte{enc}) {
 		if err := c.ml.SendBestEffort(to, msg); err != nil {
 			c.log.Debug("pull answer failed", "peer", to.Name, "err", err)
 		}
@@ -429,7 +437,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	}
 }
 
-// resyncPeers is how many members run the push/pulls with a member that
+// resyncPeers is how many members run the resyncs with a member that
 // came back, chosen among those this node saw up all the time it was
 // gone (after a partition heals, the members of the returning node's own
 // side come back with it and saw nothing to resync). Three keep the
@@ -487,9 +495,11 @@ func resyncers(back string, live []string, k int) []string {
 // buckets that differ, both ways (syncDigest). A digest is 2 KiB
 // whatever the cluster's size, where the push/pull (memberlist Join)
 // these resyncs ran before also carried the whole member list both
-// ways: 200 KB at 1,000 nodes, six times a return. The member list needs
-// no resync: the returning node took it whole from its join's push/pull,
-// and the others learn its return from its alive message.
+// ways: 200 KB at 1,000 nodes, six times a return. A restarted member
+// took the member list whole from its join's push/pull, and the others
+// learn of its return from its alive message; a member back from a
+// partition that still holds this node dead answers the digest with a
+// push/pull (rejoinSender).
 func (c *Cluster) resyncWith(name string) {
 	c.resyncMu.Lock()
 	c.resyncs[name]++
@@ -508,6 +518,39 @@ func (c *Cluster) resyncWith(name string) {
 			c.log.Debug("resync after rejoin failed", "member", name, "err", err)
 		}
 	}
+}
+
+// rejoinSender runs a push/pull (memberlist Join) with name, in the
+// background, when this node holds it dead, and reports whether it did.
+// A digest from a member this node holds dead is a resync after a
+// partition healed (resyncWith), sent before this node heard the
+// sender's refutation: the push/pull carries both member lists, the
+// refutations and the digests. At most maxConcurrentSyncs run at once
+// (a flood of digests naming dead members costs no more).
+func (c *Cluster) rejoinSender(name string) bool {
+	c.membersMu.Lock()
+	m, ok := c.members[name]
+	var addr string
+	if ok && m.State == StateDead {
+		addr = net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port)))
+	}
+	c.membersMu.Unlock()
+	if addr == "" {
+		return false
+	}
+	select {
+	case c.syncSem <- struct{}{}:
+	default:
+		return true
+	}
+	c.rejoins.Add(1)
+	c.spawn(func() {
+		defer func() { <-c.syncSem }()
+		if _, err := c.ml.Join([]string{addr}); err != nil {
+			c.log.Debug("rejoin of a dead member that sent a digest failed", "member", name, "err", err)
+		}
+	})
+	return true
 }
 
 // NotifyLeave records a member declared dead, or that left.

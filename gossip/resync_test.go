@@ -46,7 +46,9 @@ func TestResyncersAreFewAgreedAndSpread(t *testing.T) {
 // A member back from a partition is resynced by resyncPeers members, not
 // by every node that saw it gone (issue 12: 2(N-1) push/pulls on one node).
 func TestReturningMemberIsResyncedByAFew(t *testing.T) {
-	tc := newTCluster(t, 8, nil)
+	// No digest exchanges and no periodic push/pull: the return's own
+	// exchanges (the reconnect, the resyncs) carry the writes.
+	tc := newTCluster(t, 8, func(i int, cfg *Config) { cfg.DigestInterval, cfg.PushPullInterval = -1, time.Hour })
 	tc.joinAll()
 	var rest []string
 	for _, n := range tc.nodes[1:] {
@@ -72,11 +74,15 @@ func TestReturningMemberIsResyncedByAFew(t *testing.T) {
 	}
 	before := resyncs()
 	written := tc.nodes[0].publish(t, "test/while/away", "x")
+	stayed := tc.nodes[3].publish(t, "test/while/gone", "y")
 	tc.net.Heal()
 	tc.waitMembers(8, 20*time.Second)
-	m := tc.waitConverged(20 * time.Second)
+	m := tc.waitConverged(10 * time.Second)
 	if got := m["test/while/away"]; !got.Equal(written) {
 		t.Fatalf("the returning member's write did not spread: %v", got)
+	}
+	if got := m["test/while/gone"]; !got.Equal(stayed) {
+		t.Fatalf("a write made while it was away did not reach it: %v", got)
 	}
 	time.Sleep(4 * time.Second) // the resyncs run 1 s and 3 s after the return
 	if n := resyncs() - before; n < 1 || n > resyncPeers {
@@ -264,4 +270,69 @@ func TestMidSizeRecordIsAnnouncedAndPulledByPacket(t *testing.T) {
 	if pulls, _ := answers(); pulls != pulls0 {
 		t.Fatalf("a 100-byte record was pulled %d times, want 0 (a delta)", pulls-pulls0)
 	}
+}
+
+// Pulls answered with a packet are answered on memberlist's packet
+// handler: a flood of them, forged or replayed, is bounded (the rest go
+// to the TCP path, itself bounded), and a pull from a stranger reads
+// nothing.
+func TestPacketPullsAreBounded(t *testing.T) {
+	tc := newTCluster(t, 2, nil)
+	tc.joinAll()
+	holder := tc.nodes[0]
+	r := holder.record("test/mid/flood", "")
+	r.Value = []byte(jsonString(400))
+	if err := holder.c.Publish(r); err != nil {
+		t.Fatal(err)
+	}
+	base := holder.c.packetAnswers.Load()
+	if !holder.c.answerPullByPacket(pull{From: "stranger", Keys: []string{r.Key}}) || holder.c.packetAnswers.Load() != base {
+		t.Fatalf("a stranger's pull was answered")
+	}
+	byPacket := 0
+	for range 5 * packetPullRate {
+		if holder.c.answerPullByPacket(pull{From: tc.nodes[1].name, Keys: []string{r.Key}}) {
+			byPacket++
+		}
+	}
+	// The loop takes well under a second: the burst, and what the rate
+	// refilled meanwhile.
+	if byPacket < packetPullRate/2 || byPacket > 2*packetPullRate {
+		t.Fatalf("%d of %d pulls answered by packet, want about %d (packetPullRate)", byPacket, 5*packetPullRate, packetPullRate)
+	}
+	if holder.c.answerPullByPacket(pull{From: tc.nodes[1].name, Keys: []string{"test/a/b", r.Key}}) {
+		t.Fatalf("a pull of two keys was answered by packet")
+	}
+}
+
+// A digest from a member this node holds dead (a resync sent from the
+// other side of a healed partition before this node heard the sender's
+// refutation) is answered with a push/pull, which carries the member
+// lists the digest does not; a digest from a stranger is dropped.
+func TestDigestFromAMemberHeldDeadRejoinsIt(t *testing.T) {
+	tc := newTCluster(t, 4, nil)
+	tc.joinAll()
+	var rest []string
+	for _, n := range tc.nodes[1:] {
+		rest = append(rest, n.name)
+	}
+	tc.net.Partition([]string{"n00"}, rest)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		if m, ok := tc.nodes[1].c.Member("n00"); !ok || m.State != StateDead {
+			return false, "n01 does not see n00 dead"
+		}
+		return true, ""
+	})
+	d := &delegate{c: tc.nodes[1].c}
+	base := tc.nodes[1].c.rejoins.Load()
+	d.NotifyMsg(encodeDigest(digest{From: "stranger"}))
+	if got := tc.nodes[1].c.rejoins.Load() - base; got != 0 {
+		t.Fatalf("a stranger's digest started %d rejoins", got)
+	}
+	d.NotifyMsg(encodeDigest(digest{From: "n00", Buckets: tc.nodes[0].c.idx.sums()}))
+	if got := tc.nodes[1].c.rejoins.Load() - base; got != 1 {
+		t.Fatalf("a digest from n00, held dead, started %d rejoins, want 1", got)
+	}
+	tc.net.Heal()
+	tc.waitMembers(4, 20*time.Second)
 }

@@ -290,8 +290,9 @@ func (d reader) entry() entry {
 	return e
 }
 
-// have announces that From holds the record of entry E, too large to be
-// gossiped as a delta: a node that lacks it pulls it from From.
+// have announces that From holds the record of entry E, longer than a
+// delta may be (Config.AnnounceAbove): a node that lacks it pulls it
+// from From.
 type have struct {
 	From string
 	E    entry
