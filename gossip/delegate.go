@@ -326,21 +326,23 @@ func (c *Cluster) answerPullByPacket(p pull) bool {
 		c.dropped("pull from a non-member", errMalformed, "from", p.From)
 		return true
 	}
-	if !c.packetPulls.Allow() {
-		return false
-	}
 	r, ok, err := c.state.Get(p.Keys[0])
 	if err != nil {
 		return false // answerPull logs it
 	}
+	var enc []byte
+	if ok {
+		enc, err = crdt.EncodeRecord(r)
+		if err != nil || 1+binary.MaxVarintLen64+binary.MaxVarintLen64+len(enc) > c.maxDelta {
+			return false // too big for a packet: answerPull sends it by stream
+		}
+	}
+	if !c.packetPulls.Allow() {
+		return false
+	}
 	c.pullsAnswered.Add(1)
 	if !ok {
 		return true // no longer held: answerPull would skip it too
-	}
-	enc, err := crdt.EncodeRecord(r)
-	if err != nil || 1+binary.MaxVarintLen64+binary.MaxVarintLen64+len(enc) > c.maxDelta {
-		c.pullsAnswered.Add(-1)
-		return false
 	}
 	c.packetAnswers.Add(1)
 	for _, msg := range encodeRecords([][]byte{enc}) {

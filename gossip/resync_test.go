@@ -195,19 +195,7 @@ func TestHealedPartitionResyncsEveryMemberByAFew(t *testing.T) {
 func TestDeadMemberIsReconnectedByAFew(t *testing.T) {
 	tc := newTCluster(t, 10, nil)
 	tc.joinAll()
-	var rest []string
-	for _, n := range tc.nodes[1:] {
-		rest = append(rest, n.name)
-	}
-	tc.net.Partition([]string{"n00"}, rest)
-	eventually(t, 15*time.Second, func() (bool, string) {
-		for _, nd := range tc.nodes[1:] {
-			if m, ok := nd.c.Member("n00"); !ok || m.State != StateDead {
-				return false, fmt.Sprintf("%s does not see n00 dead", nd.name)
-			}
-		}
-		return true, ""
-	})
+	partitionFirst(t, tc)
 	attempts := func() (n int64) {
 		for _, nd := range tc.nodes[1:] {
 			n += nd.c.reconnects.Load()
@@ -312,17 +300,7 @@ func TestPacketPullsAreBounded(t *testing.T) {
 func TestDigestFromAMemberHeldDeadRejoinsIt(t *testing.T) {
 	tc := newTCluster(t, 4, nil)
 	tc.joinAll()
-	var rest []string
-	for _, n := range tc.nodes[1:] {
-		rest = append(rest, n.name)
-	}
-	tc.net.Partition([]string{"n00"}, rest)
-	eventually(t, 15*time.Second, func() (bool, string) {
-		if m, ok := tc.nodes[1].c.Member("n00"); !ok || m.State != StateDead {
-			return false, "n01 does not see n00 dead"
-		}
-		return true, ""
-	})
+	partitionFirst(t, tc)
 	d := &delegate{c: tc.nodes[1].c}
 	base := tc.nodes[1].c.rejoins.Load()
 	d.NotifyMsg(encodeDigest(digest{From: "stranger"}))
@@ -335,4 +313,23 @@ func TestDigestFromAMemberHeldDeadRejoinsIt(t *testing.T) {
 	}
 	tc.net.Heal()
 	tc.waitMembers(4, 20*time.Second)
+}
+
+// partitionFirst cuts n00 off from the rest of tc and waits until every
+// other member holds it dead.
+func partitionFirst(t *testing.T, tc *tcluster) {
+	t.Helper()
+	var rest []string
+	for _, n := range tc.nodes[1:] {
+		rest = append(rest, n.name)
+	}
+	tc.net.Partition([]string{"n00"}, rest)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		for _, nd := range tc.nodes[1:] {
+			if m, ok := nd.c.Member("n00"); !ok || m.State != StateDead {
+				return false, fmt.Sprintf("%s does not see n00 dead", nd.name)
+			}
+		}
+		return true, ""
+	})
 }
