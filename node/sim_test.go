@@ -318,8 +318,8 @@ func simulate(t *testing.T, n int) {
 	}
 	k0 := c.streamKinds()
 	idle := c.measure(window)
-	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node; streams in %v: %s",
-		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100, window, c.streamKindsSince(k0))
+	report("idle, no workload: gossip %.0f B/s and %.1f packets/s per node (of which %.1f quorum questions/s, each answered), CPU %.3f%% of a core per node; streams in %v: %s; packets by kind: %s",
+		idle.bytesPerNode, idle.packetsPerNode, idle.questionsPerNode, idle.cpuPerNode*100, window, c.streamKindsSince(k0), idle.byKind())
 	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
 		return // (profiling the idle cluster: go test -cpuprofile)
 	}
@@ -351,11 +351,11 @@ func simulate(t *testing.T, n int) {
 		c.explainOwners(report, replicas)
 		t.Errorf("N=%d: %d replicas applied do not each run exactly once after %v", n, replicas, took)
 	}
-	time.Sleep(30 * time.Second)
+	c.settle()
+	k0, w0 := c.streamKinds(), c.statusWrites()
 	idleLoaded := c.measure(60 * time.Second)
-	report("idle, %d replicas: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node",
-		replicas, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100)
-
+	report("idle, %d replicas: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node; %.0f node records written; streams: %s; packets by kind: %s",
+		replicas, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100, c.statusWrites()-w0, c.streamKindsSince(k0), idleLoaded.byKind())
 	if !simSkip("spread") {
 		c.writeSpread(rng, report, deployments, 100)
 	}

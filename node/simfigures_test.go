@@ -202,6 +202,35 @@ type figures struct {
 	// (packetKindsSince), and window its length.
 	packetKinds map[int]testnet.Kind
 	window      time.Duration
+	up          float64 // nodes up over the window
+}
+
+// byKind is f's packets by kind, per node per second, largest first:
+// "ping 1200 B/s (14.0 messages), ...": what idle traffic is made of.
+func (f figures) byKind() string {
+	secs := f.window.Seconds() * f.up
+	var parts []string
+	for _, k := range slices.SortedFunc(maps.Keys(f.packetKinds), func(a, b int) int {
+		return cmp.Compare(f.packetKinds[b].Bytes, f.packetKinds[a].Bytes)
+	}) {
+		v := f.packetKinds[k]
+		parts = append(parts, fmt.Sprintf("%s %.0f B/s (%.1f messages)", cmp.Or(packetKindNames[k], fmt.Sprintf("kind %d", k)), float64(v.Bytes)/secs, float64(v.Messages)/secs))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// settle waits at least 30 s and until no node has written its record
+// for 10 s (its replicas started and ready), at most 3 minutes.
+func (c *simCluster) settle() {
+	w := c.statusWrites()
+	for i := range 18 {
+		time.Sleep(10 * time.Second)
+		now := c.statusWrites()
+		if now == w && i >= 2 {
+			return
+		}
+		w = now
+	}
 }
 
 // measure sleeps window (virtual) and returns the per node, per second
@@ -224,7 +253,7 @@ func (c *simCluster) measure(window time.Duration) figures {
 		cpuPerNode: cpu.Seconds() / up / secs, questionsPerNode: float64(q1-q0) / up / secs,
 		packetBytesPerNode:     float64(s1.PacketBytes-s0.PacketBytes) / up / secs,
 		userStreamBytesPerNode: float64(c.kindBytesSince(k0, userMessageStream)) / up / secs,
-		packetKinds:            c.packetKindsSince(pk0), window: window}
+		packetKinds:            c.packetKindsSince(pk0), window: window, up: up}
 }
 
 // packetKinds is, by transport, what the packets each of the nodes'
