@@ -326,6 +326,9 @@ func (c *Cluster) answerPullByPacket(p pull) bool {
 		c.dropped("pull from a non-member", errMalformed, "from", p.From)
 		return true
 	}
+	if c.packetPulls.Tokens() < 1 {
+		return false // over the rate: nothing read here
+	}
 	r, ok, err := c.state.Get(p.Keys[0])
 	if err != nil {
 		return false // answerPull logs it
@@ -338,7 +341,7 @@ func (c *Cluster) answerPullByPacket(p pull) bool {
 		}
 	}
 	if !c.packetPulls.Allow() {
-		return false
+		return false // another pull took the last token since
 	}
 	c.pullsAnswered.Add(1)
 	if !ok {

@@ -277,6 +277,21 @@ func TestPacketPullsAreBounded(t *testing.T) {
 	if !holder.c.answerPullByPacket(pull{From: "stranger", Keys: []string{r.Key}}) || holder.c.packetAnswers.Load() != base {
 		t.Fatalf("a stranger's pull was answered")
 	}
+	// A record too big for a packet goes to the TCP path and spends none
+	// of the rate.
+	big := holder.record("test/mid/big", "")
+	big.Value = []byte(jsonString(4 * holder.c.maxDelta))
+	if err := holder.c.Publish(big); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * packetPullRate {
+		if holder.c.answerPullByPacket(pull{From: tc.nodes[1].name, Keys: []string{big.Key}}) {
+			t.Fatalf("a record of %d bytes was answered by packet", len(big.Value))
+		}
+	}
+	if tokens := holder.c.packetPulls.Tokens(); tokens < packetPullRate-1 {
+		t.Fatalf("pulls of a record too big for a packet left %.0f of %d tokens", tokens, packetPullRate)
+	}
 	byPacket := 0
 	for range 5 * packetPullRate {
 		if holder.c.answerPullByPacket(pull{From: tc.nodes[1].name, Keys: []string{r.Key}}) {

@@ -104,9 +104,46 @@ func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]Node
 			}
 			s.subnet = p.Masked()
 		}
+		capTimes(&s, r.Version)
 		out[s.Name] = s
 	}
 	return out
+}
+
+// capTimes caps what s dates at version, the write of the record that
+// holds it: the node's start, its subnet claim, and its replicas'
+// creation, start and end. An honest writer dates nothing later (its
+// times are read before its hybrid logical clock stamps the record,
+// which is never behind the wall clock; a clock stepped back between the
+// two is capped by the difference). A writer that dates a copy in the
+// future only makes it lose to older copies (placement.Keep keeps the
+// oldest), but could hold a rollout's last progress ahead of its
+// progress deadline; capped, it can do so by at most how far ahead of
+// the reader's clock a version may be (hlc.MaxOffset, checked on
+// arrival). The cap depends on the record alone, so every node reads a
+// record's times alike and placement agrees.
+func capTimes(s *NodeStatus, version hlc.Timestamp) {
+	written := version.Time().UTC()
+	at := func(t *time.Time) {
+		if t.After(written) {
+			*t = written
+		}
+	}
+	at(&s.Started)
+	if s.SubnetSince.Compare(version) > 0 {
+		s.SubnetSince = version
+	}
+	for i := range s.Replicas {
+		r := &s.Replicas[i]
+		at(&r.Created)
+		at(&r.Started)
+		for _, t := range []*api.Termination{r.Exit, r.LastState} {
+			if t != nil {
+				at(&t.StartedAt)
+				at(&t.FinishedAt)
+			}
+		}
+	}
 }
 
 // winningClaims returns the names of the nodes in statuses whose subnet

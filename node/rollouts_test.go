@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
+	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // call sends one API request to n's handler and decodes a 2xx answer
@@ -276,5 +281,28 @@ spec:
 	v.alive["dead"] = true
 	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Old != 1 || st.Revision != 0 {
 		t.Fatalf("status with the node alive = %+v", st)
+	}
+}
+
+// A revision dated after its record's write reads as dated at the write
+// (a peer cannot make its revision sort first among equals by date).
+func TestRevisionCreatedIsCappedAtItsWrite(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rev := api.Revision{Namespace: "default", Deployment: "web", Revision: 1, SpecHash: "11111111", Created: w.Add(time.Hour)}
+	b, _ := json.Marshal(rev)
+	if _, err := st.Apply(crdt.Record{Key: rollout.Key("default", "web", "11111111"), Value: b, Version: hlc.Timestamp{Wall: w.UnixNano()}, Origin: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	revs, _, err := storedRevisions(st, "default", "web", slog.Default())
+	if err != nil || len(revs) != 1 {
+		t.Fatalf("revisions %v, err %v", revs, err)
+	}
+	if !revs[0].Created.Equal(w) {
+		t.Fatalf("created %v, want the write %v", revs[0].Created, w)
 	}
 }

@@ -7,10 +7,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
 
-	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,7 +57,6 @@ const (
 	rejectRevoked     = "revoked"      // signed by a key that 'starling node forget' revoked
 	rejectCert        = "cert"         // a node status without a certificate the cluster CA issued for it
 	rejectSubnetTaken = "subnet-taken" // a new claim that would take a live node's settled subnet
-	rejectTime        = "time"         // a time after the write of the record that holds it
 )
 
 // Bounds of what a node may say of itself.
@@ -139,10 +136,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 		if r.Origin != s.Name {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
-		if rj := checkStatus(s, cluster); rj != nil {
-			return rj
-		}
-		if rj := checkStatusTimes(s, r.Version); rj != nil || more == nil {
+		if rj := checkStatus(s, cluster); rj != nil || more == nil {
 			return rj
 		}
 		return more(s, r)
@@ -165,9 +159,6 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 		}
 		if rollout.Key(rev.Namespace, rev.Deployment, rev.SpecHash) != r.Key {
 			return reject(rejectKey, "record %q holds revision %s of %s/%s", r.Key, rev.SpecHash, rev.Namespace, rev.Deployment)
-		}
-		if rev.Created.After(r.Version.Time().Add(stampSlack)) {
-			return reject(rejectTime, "%s: created %s, after the record was written (%s)", r.Key, rev.Created.Format(time.RFC3339Nano), r.Version)
 		}
 		if err := checkText(rev.ChangeCause, 64<<10); err != nil {
 			return reject(rejectText, "%s: changeCause: %v", r.Key, err)
@@ -292,42 +283,6 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 		}
 		if !subnet.IsValid() || !subnet.Contains(ip) || ip == subnet.Addr() {
 			return reject(rejectPodIP, "replica %s: pod IP %s is not inside the node's pod subnet %s", r.Name, ip, subnet)
-		}
-	}
-	return nil
-}
-
-// stampSlack is how far past its record's version a time the record
-// holds may lie: none for an honest writer (its hybrid logical clock is
-// never behind its wall clock), a second for clocks read by other
-// processes on its machine (containerd's).
-const stampSlack = time.Second
-
-// checkStatusTimes checks that what s dates happened before the write of
-// the record that holds it (version): a replica created, started or
-// ended later, a node started later or a subnet claimed later is a
-// forgery. It would sort a copy as the youngest or oldest (which copy
-// placement keeps), or push a rollout's last progress into the future
-// (its progress deadline would never pass).
-func checkStatusTimes(s NodeStatus, version hlc.Timestamp) *rejection {
-	if s.SubnetSince.Compare(version) > 0 {
-		return reject(rejectTime, "node %s: subnet claimed at %s, after the record was written (%s)", s.Name, s.SubnetSince, version)
-	}
-	limit := version.Time().Add(stampSlack)
-	if s.Started.After(limit) {
-		return reject(rejectTime, "node %s: started %s, after the record was written (%s)", s.Name, s.Started.Format(time.RFC3339Nano), version)
-	}
-	for i, r := range s.Replicas {
-		stamps := []time.Time{r.Created, r.Started}
-		for _, t := range []*api.Termination{r.Exit, r.LastState} {
-			if t != nil {
-				stamps = append(stamps, t.StartedAt, t.FinishedAt)
-			}
-		}
-		for _, t := range stamps {
-			if t.After(limit) {
-				return reject(rejectTime, "node %s: replicas[%d] (%s): time %s, after the record was written (%s)", s.Name, i, r.Name, t.Format(time.RFC3339Nano), version)
-			}
 		}
 	}
 	return nil
