@@ -214,6 +214,9 @@ func (f figures) byKind() string {
 		return cmp.Compare(f.packetKinds[b].Bytes, f.packetKinds[a].Bytes)
 	}) {
 		v := f.packetKinds[k]
+		if v.Bytes == 0 {
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s %.0f B/s (%.1f messages)", cmp.Or(packetKindNames[k], fmt.Sprintf("kind %d", k)), float64(v.Bytes)/secs, float64(v.Messages)/secs))
 	}
 	return strings.Join(parts, ", ")
