@@ -207,6 +207,7 @@ func (d *dryRun) withdrawOwnRecord() {
 	if json.Unmarshal(rec.Value, &s) != nil || !s.SubnetReady && len(s.Replicas) == 0 {
 		return
 	}
+	capTimes(&s, rec.Version) // the claim as its peers read it
 	d.subnets.set(ipam.Claim{Node: d.self, Subnet: s.PodSubnet, Since: s.SubnetSince}, false)
 	d.log.Warn("dry run: the cluster holds a ready record of this node's name; republishing it as not ready so peers neither place replicas here nor route here",
 		"subnet", s.PodSubnet)

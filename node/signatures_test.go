@@ -165,6 +165,12 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	if err := x.check(rec(claim("10.22.2.0/24", 2))); err == nil || !strings.Contains(err.Error(), "subnet-taken") {
 		t.Fatalf("a changed backdated claim: %v", err)
 	}
+	// A claim dated far ahead in a record written (version 2) before
+	// n2's claim (100): stored, it reads as claimed at its write
+	// (capTimes), which beats n2's, so it is judged as that on arrival.
+	if err := x.check(rec(claim("10.22.2.0/24", 1<<62))); err == nil || !strings.Contains(err.Error(), "subnet-taken") {
+		t.Fatalf("a claim dated after its record's write, in a record older than the settled claim: %v", err)
+	}
 }
 
 // TestClaimOfADownNodeStaysReservedUntilReclaim: a down node's settled

@@ -165,6 +165,10 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	claim := sn.kept()
 	// A claim kept from an earlier run has stood already: no settle wait.
 	settled := claim.Subnet != ""
+	// Every record this node writes is stamped after its claim, also when
+	// the wall clock stepped back since: peers read a claim dated after
+	// its record as made at the record's write (capTimes).
+	sn.clock.Update(claim.Since) // (a claim over hlc.MaxOffset ahead leaves the clock as it was)
 	if sn.fixed != "" && claim.Subnet != sn.fixed {
 		claim = ipam.Claim{Node: sn.self, Subnet: sn.fixed, Since: sn.clock.Now()}
 		settled = false

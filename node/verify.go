@@ -136,6 +136,10 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 		if r.Origin != s.Name {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
+		// Checked as every node will read it: its times capped at the
+		// write (capTimes), so a claim dated in the future is judged
+		// by the earlier time it will be stored with.
+		capTimes(&s, r.Version)
 		if rj := checkStatus(s, cluster); rj != nil || more == nil {
 			return rj
 		}
