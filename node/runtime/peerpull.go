@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/content"
+	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/remotes"
 	"github.com/opencontainers/go-digest"
@@ -83,8 +87,30 @@ func (r *Runtime) pullFrom(ctx context.Context, src ImageSource, ref string, wan
 	r.imageNames.RLock()
 	defer r.imageNames.RUnlock()
 	res := &peerResolver{src: src, ref: ref, want: want, counted: counted}
-	return r.client.Pull(r.ctx(ctx), ref, containerd.WithResolver(res), containerd.WithPullUnpack,
+	img, err := r.client.Pull(r.ctx(ctx), ref, containerd.WithResolver(res), containerd.WithPullUnpack,
 		containerd.WithPullSnapshotter(r.cfg.Snapshotter), containerd.WithMaxConcurrentDownloads(3))
+	if err != nil {
+		r.abortIngests(ctx, res.fetched())
+	}
+	return img, err
+}
+
+// abortIngests drops containerd's partial writes (ingests) of the blobs
+// descs, named as containerd's pull names them (remotes.MakeRefKey). A
+// failed commit (content of another digest) leaves its ingest behind, and
+// the next pull of that blob, from any peer, resumes it: it would never
+// verify, and every later pull of the image would fail ("unable to resume
+// write", "unexpected commit digest").
+func (r *Runtime) abortIngests(ctx context.Context, descs []ocispec.Descriptor) {
+	// Also after the pull's own context ended (its deadline, a stop).
+	ctx, cancel := context.WithTimeout(r.ctx(context.WithoutCancel(ctx)), 10*time.Second)
+	defer cancel()
+	cs := r.client.ContentStore()
+	for _, d := range descs {
+		if err := cs.Abort(ctx, remotes.MakeRefKey(ctx, d)); err != nil && !errdefs.IsNotFound(err) {
+			r.log.Warn("drop a failed pull's partial blob", "digest", d.Digest, "err", err)
+		}
+	}
 }
 
 // peerResolver resolves one name, ref, to the descriptor of digest want,
@@ -96,6 +122,16 @@ type peerResolver struct {
 	counted *atomic.Int64
 	// top is the manifest or index of digest want, read by Resolve.
 	top []byte
+
+	mu    sync.Mutex
+	descs []ocispec.Descriptor // the blobs fetched (up to 3 at once)
+}
+
+// fetched lists the blobs the pull asked the fetcher for.
+func (p *peerResolver) fetched() []ocispec.Descriptor {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.descs)
 }
 
 // Resolve reads the blob of digest want from the peer, checks it, and
@@ -134,12 +170,24 @@ func (p *peerResolver) Fetcher(ctx context.Context, ref string) (remotes.Fetcher
 		if desc.Digest == p.want && p.top != nil {
 			return io.NopCloser(bytes.NewReader(p.top)), nil
 		}
+		p.mu.Lock()
+		p.descs = append(p.descs, desc)
+		p.mu.Unlock()
 		rc, err := p.src.Blob(ctx, desc.Digest)
 		if err != nil {
 			return nil, err
 		}
-		// content.Copy stops at desc.Size and checks size and digest.
-		return countingReadCloser{rc, p.counted}, nil
+		// content.Copy reads to the end and then checks size and
+		// digest: what a peer sends past desc.Size is refused before it
+		// reaches the disk.
+		var r io.Reader = rc
+		if desc.Size > 0 {
+			r = &sizedReader{r: rc, left: desc.Size, desc: desc}
+		}
+		return countingReadCloser{struct {
+			io.Reader
+			io.Closer
+		}{r, rc}, p.counted}, nil
 	}), nil
 }
 
@@ -174,6 +222,30 @@ func manifestMediaType(b []byte) (string, error) {
 		return "", errors.New("neither a manifest nor an index")
 	}
 	return "", fmt.Errorf("media type %q is not an image manifest or index", m.MediaType)
+}
+
+// sizedReader reads the desc.Size bytes of a blob and fails if its
+// source holds more.
+type sizedReader struct {
+	r    io.Reader
+	left int64
+	desc ocispec.Descriptor
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		var one [1]byte
+		if n, _ := s.r.Read(one[:]); n > 0 {
+			return 0, fmt.Errorf("blob %s: the peer sent more than its %d bytes", s.desc.Digest, s.desc.Size)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	return n, err
 }
 
 type countingReadCloser struct {

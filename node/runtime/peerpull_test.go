@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,5 +97,44 @@ func TestPeerFetcherCountsBlobBytes(t *testing.T) {
 	}
 	if asked != 2 || p.counted.Load() != int64(len(layer)) {
 		t.Fatalf("peer asked %d times (want 2: manifest once, layer), %d bytes counted (want %d)", asked, p.counted.Load(), len(layer))
+	}
+}
+
+// A peer that sends more than a blob's size is refused before the extra
+// bytes reach containerd (content.Copy reads to the end), and the pull
+// remembers what it fetched, whose partial writes it drops if it fails.
+func TestPeerFetcherRefusesBytesPastTheBlobsSize(t *testing.T) {
+	layer := bytes.Repeat([]byte("l"), 5000)
+	ld := digest.FromBytes(layer)
+	src := blobSource(map[digest.Digest][]byte{ld: append(slices.Clone(layer), "more"...)})
+	p := &peerResolver{src: src, ref: "r", want: digest.FromString("m"), counted: new(atomic.Int64)}
+	f, _ := p.Fetcher(context.Background(), "r")
+	desc := ocispec.Descriptor{Digest: ld, Size: int64(len(layer)), MediaType: ocispec.MediaTypeImageLayer}
+	rc, err := f.Fetch(context.Background(), desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err == nil || !strings.Contains(err.Error(), "more than its 5000 bytes") {
+		t.Fatalf("read %d bytes, err %v; want an error for the bytes past 5000", len(got), err)
+	}
+	if len(got) != len(layer) {
+		t.Fatalf("read %d bytes, want at most the blob's %d", len(got), len(layer))
+	}
+	if ds := p.fetched(); len(ds) != 1 || ds[0].Digest != ld {
+		t.Fatalf("fetched %v, want the layer", ds)
+	}
+	// An exact blob reads to its end.
+	src2 := blobSource(map[digest.Digest][]byte{ld: layer})
+	p2 := &peerResolver{src: src2, ref: "r", want: digest.FromString("m"), counted: new(atomic.Int64)}
+	f2, _ := p2.Fetcher(context.Background(), "r")
+	rc2, err := f2.Fetch(context.Background(), desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc2.Close()
+	if got, err := io.ReadAll(rc2); err != nil || !bytes.Equal(got, layer) {
+		t.Fatalf("exact blob: %d bytes, err %v", len(got), err)
 	}
 }
