@@ -50,19 +50,7 @@ func TestReturningMemberIsResyncedByAFew(t *testing.T) {
 	// exchanges (the reconnect, the resyncs) carry the writes.
 	tc := newTCluster(t, 8, func(i int, cfg *Config) { cfg.DigestInterval, cfg.PushPullInterval = -1, time.Hour })
 	tc.joinAll()
-	var rest []string
-	for _, n := range tc.nodes[1:] {
-		rest = append(rest, n.name)
-	}
-	tc.net.Partition([]string{"n00"}, rest)
-	eventually(t, 15*time.Second, func() (bool, string) {
-		for _, nd := range tc.nodes[1:] {
-			if nd.c.NumMembers() != 7 {
-				return false, fmt.Sprintf("%s sees %d live members, want 7", nd.name, nd.c.NumMembers())
-			}
-		}
-		return true, ""
-	})
+	partitionFirst(t, tc)
 	resyncs := func() int {
 		n := 0
 		for _, nd := range tc.nodes[1:] {
