@@ -122,6 +122,11 @@ type Cluster struct {
 	// reconnects counts reconnectLoop's attempts, and rejoins
 	// rejoinSender's, for tests.
 	reconnects, rejoins atomic.Int64
+	// introduced holds when each name was last introduced (Introduce),
+	// for at most IntroduceEvery; introductions counts them, for tests.
+	introMu       sync.Mutex
+	introduced    map[string]time.Time
+	introductions atomic.Int64
 	// pruned counts the deltas dropped from a full queue (DeltasPruned).
 	pruned atomic.Int64
 	// nameTakenBy is the address ("ip:port") of another node seen alive
@@ -189,6 +194,7 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		pullSem:     make(chan struct{}, maxPullsInFlight),
 		packetPulls: rate.NewLimiter(packetPullRate, packetPullRate),
 		leaving:     map[string]time.Time{},
+		introduced:  map[string]time.Time{},
 		meta:        slices.Clone(cfg.Meta),
 		vivaldi:     viv,
 		coordDim:    int(ccfg.Dimensionality),

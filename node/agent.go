@@ -305,6 +305,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 	loops := []func(context.Context){a.views.loop,
 		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.changed) },
 		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
+		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.load) },
 		a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
 		a.routes.loop, a.services.loop, a.diskLoop, a.hostLoop}

@@ -351,6 +351,15 @@ func (m *members) advertiseHost(fallback string) string {
 	return fallback
 }
 
+// advertiseAddr is the gossip address ("ip:port") peers know this node
+// by, or fallback (--advertise) before membership lists it.
+func (m *members) advertiseAddr(fallback string) string {
+	if mem, ok := m.cluster.Member(m.self); ok {
+		return net.JoinHostPort(mem.Addr, strconv.Itoa(int(mem.Port)))
+	}
+	return fallback
+}
+
 // purgeTombstones forgets deletes older than the tombstone TTL and tells
 // gossip, whose digest index must match the store.
 func (m *members) purgeTombstones() {

@@ -72,7 +72,7 @@ func (s *self) status(replicas []api.Replica) NodeStatus {
 	}
 	return NodeStatus{
 		Name:        s.name,
-		Advertise:   s.members.advertiseHost(s.advertise),
+		Advertise:   s.members.advertiseAddr(s.advertise),
 		API:         s.apiURL(),
 		PodSubnet:   claim.Subnet,
 		SubnetSince: claim.Since,

@@ -3,6 +3,7 @@ package testnet
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,11 @@ type Mem struct {
 	group  map[string]int
 	cut    bool
 	next   int
+	// strip holds, by receiving node, the memberlist message types taken
+	// out of the packets sent to it (Strip); noStreams the pairs of
+	// nodes whose first cannot dial the second (CutStreams).
+	strip     map[string]map[byte]bool
+	noStreams map[[2]string]bool
 }
 
 // MemQueue is the number of packets a MemTransport holds for its reader.
@@ -120,11 +126,103 @@ func (m *Mem) Partition(groups ...[]string) {
 	m.cut = true
 }
 
-// Heal removes every cut.
+// Heal removes every cut, and every Strip and CutStreams.
 func (m *Mem) Heal() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cut = false
+	m.strip, m.noStreams = nil, nil
+}
+
+// Strip takes every memberlist message of type kind (4: alive) out of
+// the packets sent to node to from then on, as if each were lost alone:
+// a compound packet keeps its other parts (its CRC header, if any, is
+// computed again), and a packet left with nothing is lost. A node
+// stripped of alive messages misses members' joins as one that missed
+// every retransmission of them does.
+func (m *Mem) Strip(to string, kind byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.strip == nil {
+		m.strip = map[string]map[byte]bool{}
+	}
+	if m.strip[to] == nil {
+		m.strip[to] = map[byte]bool{}
+	}
+	m.strip[to][kind] = true
+}
+
+// CutStreams makes node from's dials to node to fail from then on (the
+// other way still works); packets still go through.
+func (m *Mem) CutStreams(from, to string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.noStreams == nil {
+		m.noStreams = map[[2]string]bool{}
+	}
+	m.noStreams[[2]string{from, to}] = true
+}
+
+// stripped returns the kinds Strip takes out of packets to node name
+// (nil: none).
+func (m *Mem) stripped(name string) map[byte]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.strip[name]
+}
+
+// without returns packet b with its messages of the given kinds taken
+// out (nil when none is left). A packet it cannot parse is kept whole.
+func without(b []byte, kinds map[byte]bool) []byte {
+	if len(b) == 0 {
+		return b
+	}
+	switch b[0] {
+	case hasCrcMsg:
+		if len(b) < 5 {
+			return b
+		}
+		rest := without(b[5:], kinds)
+		if rest == nil {
+			return nil
+		}
+		out := append([]byte{hasCrcMsg, 0, 0, 0, 0}, rest...)
+		binary.BigEndian.PutUint32(out[1:5], crc32.ChecksumIEEE(rest))
+		return out
+	case compoundMsg:
+		if len(b) < 2 || len(b) < 2+2*int(b[1]) {
+			return b
+		}
+		n := int(b[1])
+		var parts [][]byte
+		off := 2 + 2*n
+		for i := range n {
+			l := int(binary.BigEndian.Uint16(b[2+2*i:]))
+			if off+l > len(b) {
+				return b
+			}
+			if part := b[off : off+l]; len(part) > 0 && !kinds[part[0]] {
+				parts = append(parts, part)
+			}
+			off += l
+		}
+		if len(parts) == 0 {
+			return nil
+		}
+		out := []byte{compoundMsg, byte(len(parts))}
+		for _, p := range parts {
+			out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
+		}
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	default:
+		if kinds[b[0]] {
+			return nil
+		}
+		return b
+	}
 }
 
 // peer returns the live transport at addr that from may send to.
@@ -139,6 +237,13 @@ func (m *Mem) peer(from, addr string) (*MemTransport, bool) {
 		return nil, false
 	}
 	return to, true
+}
+
+// streamsCut reports whether CutStreams cut node a's dials to b.
+func (m *Mem) streamsCut(a, b string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.noStreams[[2]string{a, b}]
 }
 
 // Addr returns the transport's "10.x.y.z:7946".
@@ -263,6 +368,11 @@ func (t *MemTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 	if !ok {
 		return now, nil // lost, as a datagram to nowhere is
 	}
+	if kinds := t.net.stripped(dest.name); kinds != nil {
+		if b = without(b, kinds); b == nil {
+			return now, nil
+		}
+	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: &net.UDPAddr{IP: t.ip, Port: 7946}}
 	deliver := func() {
 		p.Timestamp = time.Now()
@@ -288,7 +398,7 @@ func (t *MemTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn
 
 func (t *MemTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	dest, ok := t.net.peer(t.name, a.Addr)
-	if !ok {
+	if !ok || t.net.streamsCut(t.name, dest.name) {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: %s cannot reach %s", t.name, a.Addr)}
 	}
 	if t.net.Latency > 0 {
