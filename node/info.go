@@ -60,11 +60,11 @@ func (in *info) Replicas() []api.Replica {
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true
 	}
-	for name, s := range v.statuses {
+	for name := range v.statuses {
 		if name == in.self || !v.alive[name] {
 			continue
 		}
-		for _, r := range s.Replicas {
+		for _, r := range v.reported(name) {
 			items = append(items, r)
 			reported[r.Namespace+"/"+r.Name] = true
 		}

@@ -78,7 +78,8 @@ func decodeMemberMeta(b []byte) (memberMeta, bool) {
 // A stale record's copies are of unknown state: placement takes them as
 // not running (held.go: any running copy is kept first, and with none
 // the node keeps them), the rollout budget and make-before-break do not
-// count them ready (rollout.go, cluster.go), and they add no endpoint
+// count them ready (rollout.go, cluster.go), get replicas and rollout
+// status show them Unknown, not ready (view.reported), and they add no endpoint
 // (serviceview.go; those already in rules stay: an agent restarted
 // with its pods running). A node that only flapped, or was on the other
 // side of a partition, keeps its run and its record stays current. A run

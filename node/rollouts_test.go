@@ -282,6 +282,21 @@ spec:
 	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Old != 1 || st.Revision != 0 {
 		t.Fatalf("status with the node alive = %+v", st)
 	}
+	// A record an earlier run of its node wrote (back from a crash, its
+	// new record not yet here) lists copies of unknown state: rollout
+	// status, as the rollout gate, does not count them ready, and get
+	// replicas shows them Unknown.
+	v.alive["dead"] = false
+	v.stale = map[string]bool{"a": true}
+	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Ready != 0 || st.Updated != 1 {
+		t.Fatalf("status with a's record stale = %+v, want 1 updated, none ready", st)
+	}
+	if r := v.reported("a")[0]; r.Phase != api.PhaseUnknown || r.Ready || r.Reason != staleReason {
+		t.Fatalf("a stale record's copy reads %s, ready %v, reason %q", r.Phase, r.Ready, r.Reason)
+	}
+	if v.statuses["a"].Replicas[0].Phase != api.PhaseRunning {
+		t.Fatal("reported changed the record it read")
+	}
 }
 
 // A revision dated after its record's write reads as dated at the write

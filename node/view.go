@@ -213,13 +213,36 @@ func (v *view) candidates(self string, observed []reconcile.Container) []reconci
 func (v *view) current(name string) bool { return v.alive[name] && !v.stale[name] }
 
 // liveReplicas is every replica copy that live nodes report in their
-// status records: the input of rollout.Count.
+// status records (reported): the input of rollout.Count.
 func (v *view) liveReplicas() []api.Replica {
 	var out []api.Replica
-	for name, s := range v.statuses {
+	for name := range v.statuses {
 		if v.alive[name] {
-			out = append(out, s.Replicas...)
+			out = append(out, v.reported(name)...)
 		}
+	}
+	return out
+}
+
+// staleReason is the Reason of a copy listed in a stale record.
+const staleReason = "its node restarted and its record of the new run has not arrived"
+
+// reported returns the replicas node name's held record lists, as they
+// count now. A stale record's copies (staleRecords: an earlier run of
+// the node's agent wrote it) are of unknown state: they are listed with
+// phase Unknown, not ready (staleReason), as placement and the rollout
+// gate take them (holderOf, rollout.go), so that get replicas and
+// rollout status count what the decisions count. Callers must not
+// modify the slice (a current record's own).
+func (v *view) reported(name string) []api.Replica {
+	rs := v.statuses[name].Replicas
+	if !v.stale[name] {
+		return rs
+	}
+	out := make([]api.Replica, len(rs))
+	for i, r := range rs {
+		r.Phase, r.Ready, r.Reason = api.PhaseUnknown, false, staleReason
+		out[i] = r
 	}
 	return out
 }
