@@ -122,10 +122,12 @@ type Cluster struct {
 	// reconnects counts reconnectLoop's attempts, and rejoins
 	// rejoinSender's, for tests.
 	reconnects, rejoins atomic.Int64
-	// introduced holds when each name was last introduced (Introduce),
-	// for at most IntroduceEvery; introductions counts them, for tests.
+	// introduced is when the last introduction (Introduce) started,
+	// introducing whether it still runs; introductions counts them, for
+	// tests.
 	introMu       sync.Mutex
-	introduced    map[string]time.Time
+	introduced    time.Time
+	introducing   bool
 	introductions atomic.Int64
 	// pruned counts the deltas dropped from a full queue (DeltasPruned).
 	pruned atomic.Int64
@@ -194,7 +196,6 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		pullSem:     make(chan struct{}, maxPullsInFlight),
 		packetPulls: rate.NewLimiter(packetPullRate, packetPullRate),
 		leaving:     map[string]time.Time{},
-		introduced:  map[string]time.Time{},
 		meta:        slices.Clone(cfg.Meta),
 		vivaldi:     viv,
 		coordDim:    int(ccfg.Dimensionality),

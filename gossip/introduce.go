@@ -1,69 +1,82 @@
 package gossip
 
 import (
-	"net/netip"
+	"math/rand/v2"
+	"net"
+	"strconv"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
-// IntroduceEvery is the least time between two introductions of the
-// same name (Introduce): a name whose address does not answer (a node
-// that is gone but whose records stay) costs one failed push/pull per
-// interval.
-const IntroduceEvery = time.Minute
+// IntroduceGap is the least time between two introductions (Introduce),
+// whatever the names: one push/pull brings every member its peer knows.
+const IntroduceGap = 30 * time.Second
 
-// Introduce runs a push/pull (memberlist Join) with addr, in the
-// background, when name is a member this node has never heard of and
-// another source (a record the member signed) says it is one, at addr;
-// it reports whether it started one.
+// Introduce runs a push/pull (memberlist Join) with one random live
+// member, in the background, to learn of member name, which the layer
+// above holds a recent record of (one the member signed) while this
+// node holds it down or has never heard of it; it reports whether it
+// started one.
 //
-// memberlist learns of a join from the joiner's alive message, which
-// each member retransmits a bounded number of times; a node that missed
-// every copy knows nothing of the member until its next push/pull with
-// one that does, which memberlist spaces out as the cluster grows (180 s
-// at 1,000 nodes). Meanwhile it places replicas as if the member did not
-// exist. The push/pull with the member itself carries its alive state.
+// memberlist learns of a join, or of a restart after a leave, from the
+// member's alive message, which each member retransmits a bounded
+// number of times; a node that missed every copy knows nothing of it
+// until its next push/pull with a member that does, which memberlist
+// spaces out as the cluster grows (180 s at 1,000 nodes). Meanwhile it
+// places replicas as if the member did not run. Nearly every member
+// holds the missed one, and a push/pull carries all of them.
 //
-// It does nothing for this node's own name, a member already known in
-// any state (the failure detector decides about those), an address that
-// is not a unicast IP and port, or a name introduced less than
-// IntroduceEvery ago; at most maxConcurrentSyncs exchanges run at once,
-// shared with rejoinSender.
-func (c *Cluster) Introduce(name string, addr netip.AddrPort) bool {
-	if name == c.cfg.Name || !addr.IsValid() || addr.Port() == 0 || !addr.Addr().IsGlobalUnicast() && !addr.Addr().IsLoopback() {
+// The peer is one memberlist already lists: no address from a record
+// is dialled, so records cannot make nodes connect where their writer
+// chooses (a holder of a join token can mint names and write their
+// records, never making them members). It does nothing for this node's
+// own name, a member this node holds alive or suspect, with no live
+// peer, or within IntroduceGap of the last introduction; one runs at a
+// time, apart from the anti-entropy syncs'; nothing once Shutdown began.
+// A name that turns out not to be a member costs one push/pull per
+// IntroduceGap for as long as the caller asks.
+func (c *Cluster) Introduce(name string) bool {
+	if name == c.cfg.Name {
 		return false
 	}
-	if _, known := c.State(name); known {
+	if st, known := c.State(name); known && st.Up() {
 		return false
 	}
-	now := time.Now()
+	if !c.gate.enter() {
+		return false
+	}
+	defer c.gate.exit()
 	c.introMu.Lock()
-	if last, ok := c.introduced[name]; ok && now.Sub(last) < IntroduceEvery {
-		c.introMu.Unlock()
+	defer c.introMu.Unlock()
+	if now := time.Now(); c.introducing || !c.introduced.IsZero() && now.Sub(c.introduced) < IntroduceGap {
 		return false
 	}
-	for n, t := range c.introduced {
-		if now.Sub(t) >= IntroduceEvery {
-			delete(c.introduced, n) // the map holds at most a minute's names
-		}
+	peers := c.livePeers()
+	if len(peers) == 0 {
+		return false
 	}
-	select {
-	case c.syncSem <- struct{}{}:
-	default:
-		c.introMu.Unlock()
-		return false // tried again on the caller's next look
-	}
-	c.introduced[name] = now
-	c.introMu.Unlock()
+	p := peers[rand.IntN(len(peers))]
+	c.introducing, c.introduced = true, time.Now()
 	c.introductions.Add(1)
 	c.spawn(func() {
-		defer func() { <-c.syncSem }()
-		if _, err := c.ml.Join([]string{addr.String()}); err != nil {
-			c.log.Debug("push/pull with a member known only from its records failed", "member", name, "addr", addr, "err", err)
-			return
-		}
-		if _, known := c.State(name); known {
-			c.log.Debug("learned of a member from its records, not from gossip", "member", name, "addr", addr)
-		}
+		defer func() {
+			c.introMu.Lock()
+			c.introducing = false
+			c.introMu.Unlock()
+		}()
+		c.introduce(name, p)
 	})
 	return true
+}
+
+// introduce runs Introduce's push/pull with p.
+func (c *Cluster) introduce(name string, p *memberlist.Node) {
+	addr := net.JoinHostPort(p.Addr.String(), strconv.Itoa(int(p.Port)))
+	if _, err := c.ml.Join([]string{addr}); err != nil {
+		c.log.Debug("push/pull to learn of a member failed", "member", name, "peer", p.Name, "err", err)
+		return
+	}
+	st, _ := c.State(name)
+	c.log.Debug("push/pull to learn of a member", "member", name, "peer", p.Name, "state", st)
 }

@@ -29,7 +29,10 @@ func statusKey(name string) string { return statusKind + "/cluster/" + name }
 // offers, and the status of every replica it runs.
 type NodeStatus struct {
 	Name string `json:"name"`
-	// Advertise is the node's gossip address ("ip:port").
+	// Advertise is the node's gossip address, "ip:port" ("ip" from
+	// agents before 5329c74, and before membership lists the node when
+	// --advertise gives no port). Informational: nothing dials it
+	// (gossip.Cluster.Introduce).
 	Advertise string `json:"advertise"`
 	// API is the node's TCP API base URL ("http://ip:port"), "" when it
 	// serves only its unix socket.

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -16,50 +15,52 @@ const (
 	introduceEvery = 5 * time.Second
 	// introduceWindow is how recently a member must have started for its
 	// record alone to make this node look for it: memberlist spreads a
-	// member's join with its alive message, which a node can miss (every
-	// retransmission of it lost), and a restart makes a new one. A
-	// member that started long ago and is still unknown is gone (its
+	// member's join, and its return after a leave, with its alive
+	// message, which a node can miss (every retransmission of it lost).
+	// A member that started long ago and is still unknown is gone (its
 	// record stays until someone removes it), not missed.
 	introduceWindow = 10 * time.Minute
+	// introduceSkew is how far ahead of this node's clock a record's
+	// start may be and still count (capTimes lets a writer date it up to
+	// hlc.MaxOffset ahead, which would keep it recent for 70 minutes).
+	introduceSkew = time.Minute
 )
 
-// unheardOf returns, by name, the gossip addresses of the nodes whose
-// verified statuses say they started within introduceWindow before now
-// but which membership (members, sorted by name) has never listed, this
-// node (self) aside. A status that gives no "ip:port" (written by an
-// agent that published only the IP) names no address and is left out.
-func unheardOf(members []gossip.Member, statuses map[string]NodeStatus, self string, now time.Time) map[string]netip.AddrPort {
-	var out map[string]netip.AddrPort
+// missedMembers returns, sorted, the names of the nodes whose verified
+// statuses say they started within introduceWindow before now (and no
+// more than introduceSkew after it) while membership (members, sorted
+// by name) has never listed them, or holds them dead or left since
+// before that start (a restart after a leave whose alive message this
+// node missed); this node (self) aside.
+func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self string, now time.Time) []string {
+	var out []string
 	for name, s := range statuses {
-		if name == self || s.Started.IsZero() || now.Sub(s.Started) > introduceWindow {
+		if name == self || s.Started.IsZero() || now.Sub(s.Started) > introduceWindow || s.Started.Sub(now) > introduceSkew {
 			continue
 		}
-		if _, known := slices.BinarySearchFunc(members, name, func(m gossip.Member, n string) int { return strings.Compare(m.Name, n) }); known {
+		i, listed := slices.BinarySearchFunc(members, name, func(m gossip.Member, n string) int { return strings.Compare(m.Name, n) })
+		if listed && (members[i].State.Up() || !members[i].Since.Before(s.Started)) {
 			continue
 		}
-		addr, err := netip.ParseAddrPort(s.Advertise)
-		if err != nil {
-			continue
-		}
-		if out == nil {
-			out = map[string]netip.AddrPort{}
-		}
-		out[name] = addr
+		out = append(out, name)
 	}
+	slices.Sort(out)
 	return out
 }
 
-// introduceLoop asks gossip to push/pull with each member that the
-// latest view holds a recent record of but membership has never listed,
-// at two looks in a row (introduceEvery apart): a member's record and
-// its alive message travel separately, and the record may come first.
-// It is how a node that missed a member's join learns of it in seconds
-// rather than at its next periodic push/pull (up to 180 s at 1,000
-// nodes); until then it places replicas as if the member did not exist.
+// introduceLoop asks gossip to learn of the members that the latest
+// view holds a recent record of but membership does not hold up, at two
+// looks in a row (introduceEvery apart): a member's record and its
+// alive message travel separately, and the record may come first.
+// gossip.Cluster.Introduce runs a push/pull with a random live member
+// (at most one every gossip.IntroduceGap): a node that missed a join
+// learns of it in seconds rather than at its next periodic push/pull
+// (up to 180 s at 1,000 nodes), until which it places replicas as if
+// the member did not run.
 func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 	tick := time.NewTicker(introduceEvery)
 	defer tick.Stop()
-	var before map[string]netip.AddrPort
+	var before []string
 	for {
 		select {
 		case <-ctx.Done():
@@ -70,12 +71,13 @@ func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 		if v == nil {
 			continue
 		}
-		now := unheardOf(v.members, v.statuses, m.self, time.Now())
-		for name, addr := range now {
-			if _, again := before[name]; again && m.cluster.Introduce(name, addr) {
-				m.log.Info("a member is known from its record but not from gossip; exchanging state with it", "member", name, "addr", addr)
+		missed := missedMembers(v.members, v.statuses, m.self, time.Now())
+		for _, name := range missed {
+			if _, again := slices.BinarySearch(before, name); again && m.cluster.Introduce(name) {
+				m.log.Info("a member is known from its record but not up in gossip; exchanging state with a live member", "member", name)
+				break // one push/pull brings them all
 			}
 		}
-		before = now
+		before = missed
 	}
 }

@@ -352,7 +352,8 @@ func (m *members) advertiseHost(fallback string) string {
 }
 
 // advertiseAddr is the gossip address ("ip:port") peers know this node
-// by, or fallback (--advertise) before membership lists it.
+// by, or fallback (--advertise: "ip" or "ip:port") before membership
+// lists it.
 func (m *members) advertiseAddr(fallback string) string {
 	if mem, ok := m.cluster.Member(m.self); ok {
 		return net.JoinHostPort(mem.Addr, strconv.Itoa(int(mem.Port)))

@@ -56,8 +56,8 @@ func returnAndCount(t *testing.T, late time.Duration) {
 		refuseFrom.Store(-1)
 		for i := range n {
 			nd := &simNode{name: fmt.Sprintf("r%02d", i), rt: newFakeRuntime(), store: store.NewMemoryPooled(c.pool)}
-			nd.wrap = func(s Store) Store {
-				return refusing{Store: s, refuse: func(key string) bool {
+			nd.conf = func(cfg *Config) {
+				cfg.store = refusing{Store: cfg.store, refuse: func(key string) bool {
 					from := refuseFrom.Load()
 					return from >= 0 && from != int64(i) && key == statusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
 				}}

@@ -64,7 +64,7 @@ type simNode struct {
 	cancel      context.CancelFunc
 	wg          *sync.WaitGroup
 	down        bool
-	wrap        func(Store) Store // when set, wraps the store its agent sees
+	conf        func(*Config) // when set, changes its agent's configuration
 }
 
 // simCluster is the simulated cluster.
@@ -120,8 +120,8 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	}
 	cfg := simConfig(n.name, n.dir, join, n.tr)
 	cfg.store, cfg.shareDecodes = n.store, c.share
-	if n.wrap != nil {
-		cfg.store = n.wrap(n.store)
+	if n.conf != nil {
+		n.conf(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("STARLING_SIM_LOG") != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -139,17 +140,21 @@ func (m *Mem) Heal() {
 // a compound packet keeps its other parts (its CRC header, if any, is
 // computed again), and a packet left with nothing is lost. A node
 // stripped of alive messages misses members' joins as one that missed
-// every retransmission of them does.
+// every retransmission of them does. Only unencrypted packets (the
+// agents' --insecure) can be read: an encrypted packet's first byte is
+// its encryption version, which Strip would take for a message type.
 func (m *Mem) Strip(to string, kind byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.strip == nil {
 		m.strip = map[string]map[byte]bool{}
 	}
-	if m.strip[to] == nil {
-		m.strip[to] = map[byte]bool{}
+	kinds := maps.Clone(m.strip[to]) // senders read the old one unlocked
+	if kinds == nil {
+		kinds = map[byte]bool{}
 	}
-	m.strip[to][kind] = true
+	kinds[kind] = true
+	m.strip[to] = kinds
 }
 
 // CutStreams makes node from's dials to node to fail from then on (the
@@ -164,7 +169,7 @@ func (m *Mem) CutStreams(from, to string) {
 }
 
 // stripped returns the kinds Strip takes out of packets to node name
-// (nil: none).
+// (nil: none); the map is never written after it is stored.
 func (m *Mem) stripped(name string) map[byte]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
