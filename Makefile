@@ -87,6 +87,7 @@ fuzz:
 	$(GO) test ./gossip/crdt/ -run=NONE -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/ -run=NONE -fuzz='^FuzzStatusToDataplane$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/ -run=NONE -fuzz='^FuzzDecodeMemberMeta$$' -fuzztime=$(FUZZTIME)
+	$(GO) test ./node/ -run=NONE -fuzz='^FuzzDecodeUpQuestion$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./node/quorum/ -run=NONE -fuzz='^FuzzDecodeHist$$' -fuzztime=$(FUZZTIME)
 	@for f in $(GOSSIP_FUZZ); do \
 		$(GO) test ./gossip/ -run=NONE -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s -parallel=1 || exit 1; \

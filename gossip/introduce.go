@@ -1,43 +1,38 @@
 package gossip
 
 import (
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // IntroduceGap is the least time between two introductions (Introduce),
 // whatever the names: one push/pull brings every member its peer knows.
 const IntroduceGap = 30 * time.Second
 
-// Introduce runs a push/pull (memberlist Join) with one random live
-// member, in the background, to learn of member name, which the layer
-// above holds a recent record of (one the member signed) while this
-// node holds it down or has never heard of it; it reports whether it
-// started one.
+// Introduce runs a push/pull (memberlist Join) with live member via, in
+// the background, to learn of member name, which the layer above holds
+// a recent record of (one the member signed) and via says it holds up,
+// while this node holds it down or has never heard of it; it reports
+// whether it started one.
 //
 // memberlist learns of a join, or of a restart after a leave, from the
 // member's alive message, which each member retransmits a bounded
 // number of times; a node that missed every copy knows nothing of it
 // until its next push/pull with a member that does, which memberlist
 // spaces out as the cluster grows (180 s at 1,000 nodes). Meanwhile it
-// places replicas as if the member did not run. Nearly every member
-// holds the missed one, and a push/pull carries all of them.
+// places replicas as if the member did not run. A push/pull carries
+// every member via knows.
 //
-// The peer is one memberlist already lists: no address from a record
-// is dialled, so records cannot make nodes connect where their writer
-// chooses (a holder of a join token can mint names and write their
-// records, never making them members). It does nothing for this node's
-// own name, a member this node holds alive or suspect, with no live
-// peer, or within IntroduceGap of the last introduction; one runs at a
-// time, apart from the anti-entropy syncs'; nothing once Shutdown began.
-// A name that turns out not to be a member costs one push/pull per
-// IntroduceGap for as long as the caller asks.
-func (c *Cluster) Introduce(name string) bool {
-	if name == c.cfg.Name {
+// The peer is one memberlist lists alive: no address from a record is
+// dialled, so records cannot make nodes connect where their writer
+// chooses. It does nothing for this node's own name, a member this node
+// holds alive or suspect, a via that is not alive here, or within
+// IntroduceGap of the last introduction; one runs at a time, and none
+// once Leave or Shutdown began. Introductions take no slot of the
+// anti-entropy syncs (syncSem).
+func (c *Cluster) Introduce(name, via string) bool {
+	if name == c.cfg.Name || via == c.cfg.Name {
 		return false
 	}
 	if st, known := c.State(name); known && st.Up() {
@@ -47,16 +42,24 @@ func (c *Cluster) Introduce(name string) bool {
 		return false
 	}
 	defer c.gate.exit()
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.membersMu.Lock()
+	p, ok := c.members[via]
+	var addr string
+	if ok && p.State == StateAlive && p.node != nil {
+		addr = net.JoinHostPort(p.Addr, strconv.Itoa(int(p.Port)))
+	}
+	c.membersMu.Unlock()
+	if addr == "" {
+		return false
+	}
 	c.introMu.Lock()
 	defer c.introMu.Unlock()
 	if now := time.Now(); c.introducing || !c.introduced.IsZero() && now.Sub(c.introduced) < IntroduceGap {
 		return false
 	}
-	peers := c.livePeers()
-	if len(peers) == 0 {
-		return false
-	}
-	p := peers[rand.IntN(len(peers))]
 	c.introducing, c.introduced = true, time.Now()
 	c.introductions.Add(1)
 	c.spawn(func() {
@@ -65,18 +68,15 @@ func (c *Cluster) Introduce(name string) bool {
 			c.introducing = false
 			c.introMu.Unlock()
 		}()
-		c.introduce(name, p)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if _, err := c.ml.Join([]string{addr}); err != nil {
+			c.log.Debug("push/pull to learn of a member failed", "member", name, "via", via, "err", err)
+			return
+		}
+		st, _ := c.State(name)
+		c.log.Debug("push/pull to learn of a member", "member", name, "via", via, "state", st)
 	})
 	return true
-}
-
-// introduce runs Introduce's push/pull with p.
-func (c *Cluster) introduce(name string, p *memberlist.Node) {
-	addr := net.JoinHostPort(p.Addr.String(), strconv.Itoa(int(p.Port)))
-	if _, err := c.ml.Join([]string{addr}); err != nil {
-		c.log.Debug("push/pull to learn of a member failed", "member", name, "peer", p.Name, "err", err)
-		return
-	}
-	st, _ := c.State(name)
-	c.log.Debug("push/pull to learn of a member", "member", name, "peer", p.Name, "state", st)
 }

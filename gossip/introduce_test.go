@@ -5,16 +5,15 @@ import (
 	"time"
 )
 
-// Introduce pushes/pulls with a live member, at most once per
+// Introduce pushes/pulls with the live member named, at most once per
 // IntroduceGap whatever the names asked about, and never for this node,
-// a member it holds up, with no live peer, or after Shutdown. (That the
-// push/pull teaches a node a member it missed: node's
-// TestAMemberMissedByGossipIsLearnedFromItsRecord.)
+// a member it holds up, through this node or a member not alive here, or
+// after Shutdown. (That the push/pull teaches a node a member it missed:
+// node's TestAMemberMissedByGossipIsLearnedFromItsRecord.)
 func TestIntroduceIsBoundedAndNeedsALivePeer(t *testing.T) {
 	tc := newTCluster(t, 3, nil)
-	lone := tc.nodes[2].c
-	if lone.Introduce("ghost") {
-		t.Fatal("a node with no live peer started an introduction")
+	if tc.nodes[2].c.Introduce("ghost", "n00") {
+		t.Fatal("an introduction through a member this node never heard of started")
 	}
 	if _, err := tc.nodes[1].c.Join([]string{tc.nodes[0].tr.Addr()}); err != nil {
 		t.Fatal(err)
@@ -23,16 +22,16 @@ func TestIntroduceIsBoundedAndNeedsALivePeer(t *testing.T) {
 		return tc.nodes[0].c.NumMembers() == 2 && tc.nodes[1].c.NumMembers() == 2, "n00 and n01 do not see each other"
 	})
 	c := tc.nodes[1].c
-	for _, name := range []string{"n01", "n00"} {
-		if c.Introduce(name) {
-			t.Fatalf("Introduce(%s) of this node or a live member started a push/pull", name)
+	for _, q := range [][2]string{{"n01", "n00"}, {"n00", "n00"}, {"ghost", "n01"}, {"ghost", "n02"}} {
+		if c.Introduce(q[0], q[1]) {
+			t.Fatalf("Introduce(%s, via %s) started a push/pull", q[0], q[1])
 		}
 	}
-	if !c.Introduce("ghost") {
-		t.Fatal("Introduce of a name never heard of started no push/pull")
+	if !c.Introduce("ghost", "n00") {
+		t.Fatal("Introduce of a name never heard of, through a live member, started no push/pull")
 	}
 	for _, name := range []string{"ghost", "other"} {
-		if c.Introduce(name) {
+		if c.Introduce(name, "n00") {
 			t.Fatalf("Introduce(%s) within IntroduceGap of the last started another push/pull", name)
 		}
 	}
@@ -43,7 +42,7 @@ func TestIntroduceIsBoundedAndNeedsALivePeer(t *testing.T) {
 	c.introMu.Lock()
 	c.introduced = time.Time{}
 	c.introMu.Unlock()
-	if c.Introduce("ghost") {
+	if c.Introduce("ghost", "n00") {
 		t.Fatal("Introduce after Shutdown started a push/pull")
 	}
 }

@@ -48,7 +48,7 @@ func (a *Agent) startGossip() error {
 	// seen: a delete after an apply is never older than the apply).
 	gc.Clock = a.clock
 	gc.Accept = a.rejects.check
-	// Peers' questions (quorum counts, claim checks) are answered once
+	// Peers' questions (quorum counts, claim checks, members up) are answered once
 	// the agent is wired (wire).
 	gc.Answer = func(from string, q []byte) []byte {
 		f := a.answerer.Load()
@@ -57,6 +57,8 @@ func (a *Agent) startGossip() error {
 			return nil
 		case q[0] == claimQuestion:
 			return a.subnets.answerClaim(from, q[1:])
+		case q[0] == upQuestion:
+			return a.members.answerUp(q[1:])
 		}
 		return f.answer(from, q)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -24,14 +25,21 @@ const (
 	// start may be and still count (capTimes lets a writer date it up to
 	// hlc.MaxOffset ahead, which would keep it recent for 70 minutes).
 	introduceSkew = time.Minute
+	// upQuestion asks a peer which of some members it holds up (alive
+	// or suspect): the rest of the question is their names, each one
+	// length byte and the name, at most upQuestionLen bytes in all; the
+	// answer is a bitmap, bit i (of byte i/8, least significant first)
+	// set when the i-th name is up.
+	upQuestion    = 0xfd
+	upQuestionLen = 1000
 )
 
 // missedMembers returns, sorted, the names of the nodes whose verified
 // statuses say they started within introduceWindow before now (and no
 // more than introduceSkew after it) while membership (members, sorted
-// by name) has never listed them, or holds them dead or left since
-// before that start (a restart after a leave whose alive message this
-// node missed); this node (self) aside.
+// by name) has never listed them, or holds them dead or left from an
+// earlier run (laterRun: a restart whose alive message this node
+// missed); this node (self) aside.
 func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self string, now time.Time) []string {
 	var out []string
 	for name, s := range statuses {
@@ -39,7 +47,7 @@ func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self
 			continue
 		}
 		i, listed := slices.BinarySearchFunc(members, name, func(m gossip.Member, n string) int { return strings.Compare(m.Name, n) })
-		if listed && (members[i].State.Up() || !members[i].Since.Before(s.Started)) {
+		if listed && (members[i].State.Up() || !laterRun(members[i], s)) {
 			continue
 		}
 		out = append(out, name)
@@ -48,15 +56,31 @@ func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self
 	return out
 }
 
-// introduceLoop asks gossip to learn of the members that the latest
-// view holds a recent record of but membership does not hold up, at two
-// looks in a row (introduceEvery apart): a member's record and its
-// alive message travel separately, and the record may come first.
-// gossip.Cluster.Introduce runs a push/pull with a random live member
-// (at most one every gossip.IntroduceGap): a node that missed a join
-// learns of it in seconds rather than at its next periodic push/pull
-// (up to 180 s at 1,000 nodes), until which it places replicas as if
-// the member did not run.
+// laterRun reports whether status s is of a later run of the node's
+// agent than the one membership last heard of (m, held down): its start
+// is after the run start m's metadata gives, both by the node's own
+// clock (as staleRecords compares them), or, for metadata that gives
+// none, after m went down by this node's clock.
+func laterRun(m gossip.Member, s NodeStatus) bool {
+	if meta, ok := decodeMemberMeta(m.Meta); ok && meta.started != 0 {
+		return s.Started.Unix() > meta.started/int64(time.Second)
+	}
+	return m.Since.Before(s.Started)
+}
+
+// introduceLoop learns of the members that the latest view holds a
+// recent record of but membership does not hold up, at two looks in a
+// row (introduceEvery apart: a member's record and its alive message
+// travel separately, and the record may come first). Each look it asks
+// one random live peer which of them it holds up (upQuestion, as many as
+// fit, in random order) and, if it holds one up, has gossip push/pull
+// with it (gossip.Cluster.Introduce: at most one every
+// gossip.IntroduceGap). A node that missed a join learns of it in
+// seconds rather than at its next periodic push/pull (up to 180 s at
+// 1,000 nodes), until which it places replicas as if the member did not
+// run. Names a join token's holder mints (records of nodes that never
+// join) cost one question a look, not a push/pull; past the
+// question's size they can delay an introduction, never cause one.
 func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 	tick := time.NewTicker(introduceEvery)
 	defer tick.Stop()
@@ -72,12 +96,94 @@ func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 			continue
 		}
 		missed := missedMembers(v.members, v.statuses, m.self, time.Now())
+		var again []string
 		for _, name := range missed {
-			if _, again := slices.BinarySearch(before, name); again && m.cluster.Introduce(name) {
-				m.log.Info("a member is known from its record but not up in gossip; exchanging state with a live member", "member", name)
-				break // one push/pull brings them all
+			if _, ok := slices.BinarySearch(before, name); ok {
+				again = append(again, name)
 			}
 		}
 		before = missed
+		if len(again) > 0 {
+			rand.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
+			m.introduce(again, v.members)
+		}
 	}
+}
+
+// introduce asks one random alive member which of names it holds up
+// and, if it holds one up, has gossip push/pull with it.
+func (m *members) introduce(names []string, members []gossip.Member) {
+	var peers []string
+	for _, mem := range members {
+		if mem.Name != m.self && mem.State == gossip.StateAlive {
+			peers = append(peers, mem.Name)
+		}
+	}
+	if len(peers) == 0 {
+		return
+	}
+	q, asked := encodeUpQuestion(names)
+	via := peers[rand.IntN(len(peers))]
+	b, _, err := m.cluster.Ask(via, q, claimAskTimeout)
+	if err != nil || len(b) != (len(asked)+7)/8 {
+		return
+	}
+	for i, name := range asked {
+		if b[i/8]&(1<<(i%8)) != 0 {
+			if m.cluster.Introduce(name, via) {
+				m.log.Info("a member is known from its record but not up in gossip; exchanging state with a peer that holds it up", "member", name, "via", via)
+			}
+			return // one push/pull brings them all
+		}
+	}
+}
+
+// answerUp answers a peer's upQuestion (q, after its type byte): nil
+// when it does not parse.
+func (m *members) answerUp(q []byte) []byte {
+	names, ok := decodeUpQuestion(q)
+	if !ok {
+		return nil
+	}
+	out := make([]byte, (len(names)+7)/8)
+	for i, name := range names {
+		if st, known := m.cluster.State(name); known && st.Up() {
+			out[i/8] |= 1 << (i % 8)
+		}
+	}
+	return out
+}
+
+// encodeUpQuestion returns the upQuestion about names, in their order,
+// as many as fit upQuestionLen (a name longer than 255 bytes is left
+// out), and the names it holds.
+func encodeUpQuestion(names []string) (q []byte, asked []string) {
+	q = []byte{upQuestion}
+	for _, name := range names {
+		if name == "" || len(name) > 255 || len(q)+1+len(name) > upQuestionLen {
+			continue
+		}
+		q = append(append(q, byte(len(name))), name...)
+		asked = append(asked, name)
+	}
+	return q, asked
+}
+
+// decodeUpQuestion parses an upQuestion's names (q, after its type
+// byte), a peer's untrusted bytes: ok is false when a length runs past
+// the end, a name is empty, or there is none or more than upQuestionLen
+// bytes.
+func decodeUpQuestion(q []byte) (names []string, ok bool) {
+	if len(q) == 0 || len(q) >= upQuestionLen {
+		return nil, false
+	}
+	for len(q) > 0 {
+		n := int(q[0])
+		if n == 0 || len(q) < 1+n {
+			return nil, false
+		}
+		names = append(names, string(q[1:1+n]))
+		q = q[1+n:]
+	}
+	return names, true
 }

@@ -1,12 +1,16 @@
 package node
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/store"
 )
@@ -38,6 +42,31 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 			t.Fatal("i1 did not join i0")
 		}
 		c.mem.Strip("i1", 4) // i1 hears no alive message from now on
+		// A name minted with a record (a join token's holder can) that
+		// never joins costs questions, never a push/pull.
+		pushPulls := func() int64 {
+			a, _ := seed.tr.StreamKinds()
+			b, _ := x.tr.StreamKinds()
+			return a[6] + b[6]
+		}
+		ghost := statusRecord(t, NodeStatus{Name: "ghost", Started: time.Now().UTC().Truncate(time.Second)}, "ghost")
+		ghost.Version = x.agent.clock.Now()
+		_, key, _ := ed25519.GenerateKey(nil)
+		ghost, err := crdt.Sign(ghost, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.agent.cluster.Publish(ghost); err != nil {
+			t.Fatal(err)
+		}
+		was := pushPulls()
+		time.Sleep(gossip.IntroduceGap + 2*introduceEvery)
+		if _, held := seed.agent.views.view().statuses["ghost"]; !held {
+			t.Fatal("i0 does not hold the ghost's record")
+		}
+		if n := pushPulls() - was; n != 0 {
+			t.Fatalf("a record of a node that never joined made %d push/pulls", n)
+		}
 		m := add("i2", []string{seed.tr.Addr()})
 		learns := func(what string) {
 			t.Helper()
@@ -60,7 +89,9 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 			t.Logf("%s: i1 learned of i2 %v after holding its record", what, took)
 		}
 		learns("join")
-		// A clean stop: i2 leaves, and every node holds it "left".
+		// A clean stop, then a prompt restart (systemctl restart): i2
+		// leaves, and every node holds it "left".
+		time.Sleep(gossip.IntroduceGap)
 		m.cancel()
 		m.wg.Wait()
 		m.agent.stop()
@@ -73,7 +104,6 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		}); !ok {
 			t.Fatal("i1 does not hold i2 left")
 		}
-		time.Sleep(gossip.IntroduceGap)
 		// A restarted node joins its seeds and the peers it saw last
 		// (members.targets): not i1, which would learn of it then.
 		c.mem.CutStreams("i2", "i1")
@@ -84,10 +114,17 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 
 func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	run := func(started time.Time) []byte {
+		return encodeMemberMeta(memberMeta{since: 1, started: started.UnixNano()})
+	}
 	members := []gossip.Member{
 		{Name: "a", State: gossip.StateAlive},
-		{Name: "crashed", State: gossip.StateDead, Since: now.Add(-time.Second)},
-		{Name: "left-restarted", State: gossip.StateLeft, Since: now.Add(-time.Minute)},
+		{Name: "crashed", State: gossip.StateDead, Since: now.Add(-time.Second), Meta: run(now.Add(-time.Minute))},
+		// Restarted at once: its new run started before this node's
+		// clock saw it leave; the run in its metadata tells.
+		{Name: "left-restarted", State: gossip.StateLeft, Since: now, Meta: run(now.Add(-time.Minute))},
+		{Name: "left-no-meta", State: gossip.StateLeft, Since: now.Add(-time.Minute)},
+		{Name: "left-same-run", State: gossip.StateLeft, Since: now.Add(-time.Minute), Meta: run(now.Add(-time.Minute))},
 		{Name: "self", State: gossip.StateAlive},
 		{Name: "suspect", State: gossip.StateSuspect},
 	}
@@ -95,6 +132,8 @@ func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 		"a":              {Name: "a", Started: now},
 		"crashed":        {Name: "crashed", Started: now.Add(-time.Minute)},
 		"left-restarted": {Name: "left-restarted", Started: now.Add(-time.Second)},
+		"left-no-meta":   {Name: "left-no-meta", Started: now.Add(-time.Second)},
+		"left-same-run":  {Name: "left-same-run", Started: now.Add(-time.Minute)},
 		"self":           {Name: "self", Started: now},
 		"suspect":        {Name: "suspect", Started: now},
 		"never-heard":    {Name: "never-heard", Started: now.Add(-time.Minute)},
@@ -103,7 +142,46 @@ func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 		"unstated":       {Name: "unstated"},
 	}
 	got := missedMembers(members, statuses, "self", now)
-	if want := []string{"left-restarted", "never-heard"}; !slices.Equal(got, want) {
+	if want := []string{"left-no-meta", "left-restarted", "never-heard"}; !slices.Equal(got, want) {
 		t.Fatalf("missedMembers = %v, want %v", got, want)
 	}
+}
+
+func TestUpQuestionHoldsWhatFits(t *testing.T) {
+	long := strings.Repeat("n", 256)
+	names := []string{"a", long, "", "b"}
+	for range 200 {
+		names = append(names, "node-with-a-long-name") // 22 bytes each
+	}
+	q, asked := encodeUpQuestion(names)
+	if len(q) > upQuestionLen || q[0] != upQuestion || asked[0] != "a" || asked[1] != "b" || len(asked) != 2+(upQuestionLen-1-4)/22 {
+		t.Fatalf("question of %d bytes asks %d names (first %q)", len(q), len(asked), asked[:2])
+	}
+	got, ok := decodeUpQuestion(q[1:])
+	if !ok || !slices.Equal(got, asked) {
+		t.Fatalf("decoded %d names (ok %v), want the %d asked", len(got), ok, len(asked))
+	}
+	for _, bad := range [][]byte{nil, {0}, {3, 'a'}, {1, 'a', 0}} {
+		if _, ok := decodeUpQuestion(bad); ok {
+			t.Errorf("decodeUpQuestion(%q) parsed", bad)
+		}
+	}
+}
+
+// FuzzDecodeUpQuestion: a peer's question never panics the decoder, and
+// what decodes encodes back to the same bytes.
+func FuzzDecodeUpQuestion(f *testing.F) {
+	q, _ := encodeUpQuestion([]string{"a", "node-1"})
+	f.Add(q[1:])
+	f.Add([]byte{5, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		names, ok := decodeUpQuestion(b)
+		if !ok {
+			return
+		}
+		again, asked := encodeUpQuestion(names)
+		if !bytes.Equal(again[1:], b) || len(asked) != len(names) {
+			t.Fatalf("%q decodes to %q, which encodes to %q", b, names, again[1:])
+		}
+	})
 }
