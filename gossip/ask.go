@@ -10,7 +10,8 @@ import (
 // Questions: one node asks another a small question over memberlist's
 // best-effort (UDP, encrypted) user messages and gets one small answer:
 // what the layer above needs for its own protocols (the node's quorum
-// counts) without a connection per question. The asker matches answers
+// counts, subnet claim checks, which members a peer holds up) without a
+// connection per question. The asker matches answers
 // by sequence number and by the answerer's name; an answer that comes
 // late or from elsewhere is dropped. The answerer is Config.Answer.
 //

@@ -29,8 +29,8 @@ const IntroduceGap = 30 * time.Second
 // chooses. It does nothing for this node's own name, a member this node
 // holds alive or suspect, a via that is not alive here, or within
 // IntroduceGap of the last introduction; one runs at a time, and none
-// once Leave or Shutdown began. Introductions take no slot of the
-// anti-entropy syncs (syncSem).
+// once Leave or Shutdown began. The push/pull itself takes no slot of
+// the anti-entropy syncs (syncSem; a sync it leads to does).
 func (c *Cluster) Introduce(name, via string) bool {
 	if name == c.cfg.Name || via == c.cfg.Name {
 		return false
@@ -79,4 +79,18 @@ func (c *Cluster) Introduce(name, via string) bool {
 		c.log.Debug("push/pull to learn of a member", "member", name, "via", via, "state", st)
 	})
 	return true
+}
+
+// IntroduceWait is how long until Introduce could start a push/pull (0:
+// now), so that a caller asks nothing it could not act on.
+func (c *Cluster) IntroduceWait() time.Duration {
+	c.introMu.Lock()
+	defer c.introMu.Unlock()
+	if c.introducing {
+		return IntroduceGap
+	}
+	if c.introduced.IsZero() {
+		return 0
+	}
+	return max(0, IntroduceGap-time.Since(c.introduced))
 }

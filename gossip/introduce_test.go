@@ -27,6 +27,9 @@ func TestIntroduceIsBoundedAndNeedsALivePeer(t *testing.T) {
 			t.Fatalf("Introduce(%s, via %s) started a push/pull", q[0], q[1])
 		}
 	}
+	if w := c.IntroduceWait(); w != 0 {
+		t.Fatalf("IntroduceWait before any introduction = %v", w)
+	}
 	if !c.Introduce("ghost", "n00") {
 		t.Fatal("Introduce of a name never heard of, through a live member, started no push/pull")
 	}
@@ -34,6 +37,9 @@ func TestIntroduceIsBoundedAndNeedsALivePeer(t *testing.T) {
 		if c.Introduce(name, "n00") {
 			t.Fatalf("Introduce(%s) within IntroduceGap of the last started another push/pull", name)
 		}
+	}
+	if w := c.IntroduceWait(); w <= 0 || w > IntroduceGap {
+		t.Fatalf("IntroduceWait after an introduction = %v, want within IntroduceGap", w)
 	}
 	if got := c.introductions.Load(); got != 1 {
 		t.Fatalf("%d introductions, want 1", got)

@@ -32,6 +32,9 @@ const (
 	// set when the i-th name is up.
 	upQuestion    = 0xfd
 	upQuestionLen = 1000
+	// introduceAskTimeout is how long a peer's answer to an upQuestion
+	// is waited for (the next look asks another).
+	introduceAskTimeout = time.Second
 )
 
 // missedMembers returns, sorted, the names of the nodes whose verified
@@ -79,8 +82,11 @@ func laterRun(m gossip.Member, s NodeStatus) bool {
 // seconds rather than at its next periodic push/pull (up to 180 s at
 // 1,000 nodes), until which it places replicas as if the member did not
 // run. Names a join token's holder mints (records of nodes that never
-// join) cost one question a look, not a push/pull; past the
-// question's size they can delay an introduction, never cause one.
+// join) cost one question a look while an introduction could run, not
+// a push/pull (a peer that answers yes gets one push/pull with itself
+// per gossip.IntroduceGap); past the question's size they can delay an
+// introduction. Peers of an older version answer no such question:
+// while few are upgraded, introductions rarely run.
 func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 	tick := time.NewTicker(introduceEvery)
 	defer tick.Stop()
@@ -119,12 +125,12 @@ func (m *members) introduce(names []string, members []gossip.Member) {
 			peers = append(peers, mem.Name)
 		}
 	}
-	if len(peers) == 0 {
-		return
-	}
 	q, asked := encodeUpQuestion(names)
+	if len(peers) == 0 || len(asked) == 0 || m.cluster.IntroduceWait() > 0 {
+		return // no one to ask, nothing to ask, or no push/pull would run
+	}
 	via := peers[rand.IntN(len(peers))]
-	b, _, err := m.cluster.Ask(via, q, claimAskTimeout)
+	b, _, err := m.cluster.Ask(via, q, introduceAskTimeout)
 	if err != nil || len(b) != (len(asked)+7)/8 {
 		return
 	}
@@ -171,8 +177,8 @@ func encodeUpQuestion(names []string) (q []byte, asked []string) {
 
 // decodeUpQuestion parses an upQuestion's names (q, after its type
 // byte), a peer's untrusted bytes: ok is false when a length runs past
-// the end, a name is empty, or there is none or more than upQuestionLen
-// bytes.
+// the end, a name is empty, or there is none, or the whole question is
+// over upQuestionLen bytes (q of upQuestionLen bytes or more).
 func decodeUpQuestion(q []byte) (names []string, ok bool) {
 	if len(q) == 0 || len(q) >= upQuestionLen {
 		return nil, false

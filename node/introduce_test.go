@@ -161,6 +161,13 @@ func TestUpQuestionHoldsWhatFits(t *testing.T) {
 	if !ok || !slices.Equal(got, asked) {
 		t.Fatalf("decoded %d names (ok %v), want the %d asked", len(got), ok, len(asked))
 	}
+	// The quorum's answerer, which takes the questions of one byte from
+	// 1 to 64, answers no other question type (as at every version).
+	for _, b := range [][]byte{{upQuestion}, {claimQuestion}, q} {
+		if ans := (&fence{}).answer("peer", b); ans != nil {
+			t.Fatalf("the fence answered question %x", b[:1])
+		}
+	}
 	for _, bad := range [][]byte{nil, {0}, {3, 'a'}, {1, 'a', 0}} {
 		if _, ok := decodeUpQuestion(bad); ok {
 			t.Errorf("decodeUpQuestion(%q) parsed", bad)
