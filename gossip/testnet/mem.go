@@ -214,14 +214,7 @@ func without(b []byte, kinds map[byte]bool) []byte {
 		if len(parts) == 0 {
 			return nil
 		}
-		out := []byte{compoundMsg, byte(len(parts))}
-		for _, p := range parts {
-			out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
-		}
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
+		return compound(parts...)
 	default:
 		if kinds[b[0]] {
 			return nil
@@ -242,6 +235,19 @@ func (m *Mem) peer(from, addr string) (*MemTransport, bool) {
 		return nil, false
 	}
 	return to, true
+}
+
+// compound is memberlist's compound packet of parts (at most 255, each
+// under 64 KiB): type, count, the parts' lengths, the parts.
+func compound(parts ...[]byte) []byte {
+	out := []byte{compoundMsg, byte(len(parts))}
+	for _, p := range parts {
+		out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
+	}
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
 }
 
 // streamsCut reports whether CutStreams cut node a's dials to b.

@@ -7,18 +7,6 @@ import (
 	"testing"
 )
 
-// compound builds memberlist's compound packet of parts.
-func compound(parts ...[]byte) []byte {
-	out := []byte{compoundMsg, byte(len(parts))}
-	for _, p := range parts {
-		out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
-	}
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
 // withCRC puts memberlist's CRC header on b.
 func withCRC(b []byte) []byte {
 	return append(binary.BigEndian.AppendUint32([]byte{hasCrcMsg}, crc32.ChecksumIEEE(b)), b...)
