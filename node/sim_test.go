@@ -351,11 +351,11 @@ func simulate(t *testing.T, n int) {
 		c.explainOwners(report, replicas)
 		t.Errorf("N=%d: %d replicas applied do not each run exactly once after %v", n, replicas, took)
 	}
-	c.settle()
+	calm := c.settle()
 	k0, w0 := c.streamKinds(), c.statusWrites()
 	idleLoaded := c.measure(60 * time.Second)
-	report("idle, %d replicas: gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node; %.0f node records written; streams: %s; packets by kind: %s",
-		replicas, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100, c.statusWrites()-w0, c.streamKindsSince(k0), idleLoaded.byKind())
+	report("idle, %d replicas (%s): gossip %.0f B/s and %.1f packets/s per node, CPU %.3f%% of a core per node; %.0f node records written; streams: %s; packets by kind: %s",
+		replicas, calm, idleLoaded.bytesPerNode, idleLoaded.packetsPerNode, idleLoaded.cpuPerNode*100, c.statusWrites()-w0, c.streamKindsSince(k0), idleLoaded.byKind())
 	if !simSkip("spread") {
 		c.writeSpread(rng, report, deployments, 100)
 	}
