@@ -161,7 +161,10 @@ const (
 	PhaseExited Phase = "Exited"
 	// PhaseTerminating: no longer desired here, being stopped.
 	PhaseTerminating Phase = "Terminating"
-	// PhaseUnknown: containerd reports a state Starling does not know.
+	// PhaseUnknown: containerd reports a state Starling does not know,
+	// or a record an earlier run of its node's agent wrote lists it (the
+	// node restarted; its state is unknown until the new run's record
+	// arrives).
 	PhaseUnknown Phase = "Unknown"
 )
 
