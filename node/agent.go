@@ -238,7 +238,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.withHeld, a.views.claimsNear, a.views.changed
 	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
-	a.views.selfStatus = func() NodeStatus { return a.status.status(nil) }
+	a.views.selfStatus, a.views.started = func() NodeStatus { return a.status.status(nil) }, a.started
 	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members = a.cluster, a.members

@@ -53,8 +53,8 @@ func (in *info) Replicas() []api.Replica {
 	var items []api.Replica
 	if local, ok := in.status.replicas(); ok {
 		items = slices.Clone(local)
-	} else if s, ok := v.statuses[in.self]; ok {
-		items = slices.Clone(s.Replicas) // no pass yet: what it last said
+	} else if _, ok := v.statuses[in.self]; ok {
+		items = slices.Clone(v.reported(in.self)) // no pass yet: what it last said
 	}
 	reported := map[string]bool{}
 	for _, r := range items {

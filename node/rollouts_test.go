@@ -297,6 +297,25 @@ spec:
 	if v.statuses["a"].Replicas[0].Phase != api.PhaseRunning {
 		t.Fatal("reported changed the record it read")
 	}
+	// A stale record's copy that is going, or has no container, keeps
+	// its phase (rollout status does not count a Terminating copy).
+	going := cur
+	going.Phase = api.PhaseTerminating
+	v.statuses["a"] = NodeStatus{Name: "a", Replicas: []api.Replica{going}}
+	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Updated != 0 || st.Ready != 0 {
+		t.Fatalf("status with a stale record's Terminating copy = %+v, want it not counted", st)
+	}
+	// This node's own record from before it restarted (it has not
+	// published in this run) reads as stale as well.
+	started := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	own := NodeStatus{Name: "me", Started: started.Add(-time.Minute), Replicas: []api.Replica{cur}}
+	if !earlierRun(own, started) || earlierRun(NodeStatus{Started: started.Truncate(time.Second)}, started.Add(time.Millisecond)) {
+		t.Fatal("earlierRun does not tell this run's record from an earlier one's")
+	}
+	mine := &view{alive: map[string]bool{"me": true}, statuses: map[string]NodeStatus{"me": own}, oldSelf: "me"}
+	if st := rolloutStatus(d, nil, mine.liveReplicas()); st.Done || st.Ready != 0 {
+		t.Fatalf("status from this node's record of its earlier run = %+v, want nothing ready", st)
+	}
 }
 
 // A revision dated after its record's write reads as dated at the write

@@ -56,8 +56,11 @@ type views struct {
 	placements  prometheus.Counter
 	builds      prometheus.Counter // snapshots built
 	log         *slog.Logger
-	// selfStatus is this node's record before it published one.
+	// selfStatus is this node's record before it published one;
+	// started is when this run of the agent started (a held record of
+	// this node from before it is of an earlier run: view.oldSelf).
 	selfStatus func() NodeStatus
+	started    time.Time
 	// reclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
 	reclaimAfter time.Duration
@@ -249,6 +252,9 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
 	v.alive = v.aliveFrom.set
 	v.stale = staleRecords(v.members, v.alive, v.statuses, vs.self)
+	if s, ok := v.statuses[vs.self]; ok && earlierRun(s, vs.started) {
+		v.oldSelf = vs.self
+	}
 	v.excluded = vs.acks.excluded(now)
 	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.stale, v.stale) && maps.Equal(prev.excluded, v.excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {

@@ -32,6 +32,10 @@ type view struct {
 	// aliveFrom is alive with what it was computed from (members.aliveAfter).
 	aliveFrom aliveSnap
 	statuses  map[string]NodeStatus
+	// oldSelf is this node's name while its held record is of an
+	// earlier run of its agent (it restarted and has not published
+	// yet), else "": staleRecords judges only the other nodes'.
+	oldSelf string
 	// winners are the nodes whose subnet claim wins (winningClaims): the
 	// only ones eligible, routed and taken as endpoints.
 	winners map[string]bool
@@ -224,6 +228,13 @@ func (v *view) liveReplicas() []api.Replica {
 	return out
 }
 
+// earlierRun reports whether status s was written by a run of its
+// node's agent that started before started (Started is kept to the
+// second: a run started within the same second is not told apart).
+func earlierRun(s NodeStatus, started time.Time) bool {
+	return !s.Started.IsZero() && s.Started.Unix() < started.Unix()
+}
+
 // staleReason is the Reason of a copy listed in a stale record.
 const staleReason = "its node restarted and its record of the new run has not arrived"
 
@@ -235,13 +246,20 @@ const staleReason = "its node restarted and its record of the new run has not ar
 // rollout status count what the decisions count. Callers must not
 // modify the slice (a current record's own).
 func (v *view) reported(name string) []api.Replica {
-	rs := v.statuses[name].Replicas
-	if !v.stale[name] {
-		return rs
+	s := v.statuses[name]
+	if !v.stale[name] && (name != v.oldSelf || name == "") {
+		return s.Replicas
 	}
-	out := make([]api.Replica, len(rs))
-	for i, r := range rs {
-		r.Phase, r.Ready, r.Reason = api.PhaseUnknown, false, staleReason
+	out := make([]api.Replica, len(s.Replicas))
+	for i, r := range s.Replicas {
+		switch r.Phase {
+		case api.PhaseTerminating, api.PhasePending, api.PhaseCreateBackOff:
+			// Counted as it says (going, or no container), as the
+			// rollout gate and placement count it.
+		default:
+			r.Phase, r.Reason = api.PhaseUnknown, staleReason
+		}
+		r.Ready = false
 		out[i] = r
 	}
 	return out
