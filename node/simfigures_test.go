@@ -227,9 +227,10 @@ func (f figures) byKind() string {
 // have message (the announcements of records written before, which at
 // 1,000 nodes were still spreading at 1,192 B/s a node once no record
 // had been written for 10 s), at most 10 minutes. It says how long it
-// waited and whether the cluster settled.
+// waited and whether the cluster settled. No node may restart meanwhile
+// (a new transport counts from zero).
 func (c *simCluster) settle() string {
-	haves := func() int64 { return c.packetKindsSince(nil)[256+7].Messages }
+	haves := func() int64 { return c.packetKindsSince(nil)[kindHave].Messages }
 	start, w, h := time.Now(), c.statusWrites(), haves()
 	for i := range 60 {
 		time.Sleep(10 * time.Second)
@@ -288,11 +289,14 @@ func (c *simCluster) packetKindsSince(before map[*testnet.MemTransport]map[int]t
 	return out
 }
 
+// kindHave is the packetKinds kind of the gossip layer's have messages.
+const kindHave = 256 + 7
+
 // packetKindNames names packetKinds' kinds: memberlist's message types,
 // then (256 + n) the gossip layer's user messages.
 var packetKindNames = map[int]string{0: "ping", 1: "indirect ping", 2: "ack", 3: "suspect", 4: "alive", 5: "dead", 7: "compound headers",
 	11: "nack", 12: "crc", 256 + 1: "delta", 256 + 2: "records", 256 + 3: "digest", 256 + 4: "request", 256 + 5: "pull", 256 + 6: "leave",
-	256 + 7: "have", 256 + 8: "quorum question", 256 + 9: "quorum answer", 256 + 10: "records (compressed)", 256 + 11: "push"}
+	kindHave: "have", 256 + 8: "quorum question", 256 + 9: "quorum answer", 256 + 10: "records (compressed)", 256 + 11: "push"}
 
 // packetsOverIdle describes the packets of a minute (since, from
 // packetKindsSince) by kind, above a minute at idle's rate, largest
