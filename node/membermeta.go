@@ -96,7 +96,7 @@ func staleRecords(members []gossip.Member, alive map[string]bool, statuses map[s
 		if !ok || meta.started == 0 || !held || s.Started.IsZero() {
 			continue
 		}
-		if s.Started.Unix() < meta.started/int64(time.Second) {
+		if earlierRun(s, time.Unix(0, meta.started)) {
 			if out == nil {
 				out = map[string]bool{}
 			}
