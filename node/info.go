@@ -104,11 +104,7 @@ func (in *info) Nodes() []api.Node {
 		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.excluded[m.Name]}
 		if s, ok := v.statuses[m.Name]; ok {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull
-			for _, rep := range s.Replicas {
-				if rep.Phase != api.PhaseTerminating {
-					n.Replicas++
-				}
-			}
+			n.Replicas = v.holding(m.Name)
 		}
 		if rtt, ok := in.cluster.RTT(m.Name); ok && m.Name != in.self {
 			n.RTT = rtt.Round(10 * time.Microsecond).String()

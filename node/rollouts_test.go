@@ -297,6 +297,15 @@ spec:
 	if v.statuses["a"].Replicas[0].Phase != api.PhaseRunning {
 		t.Fatal("reported changed the record it read")
 	}
+	// get nodes counts none of them on a (it counted 1 before).
+	if n := v.holding("a"); n != 0 {
+		t.Fatalf("get nodes counts %d replicas on a stale record, want 0", n)
+	}
+	v.stale = nil
+	if n := v.holding("a"); n != 1 {
+		t.Fatalf("get nodes counts %d replicas on a current record, want 1", n)
+	}
+	v.stale = map[string]bool{"a": true}
 	// A stale record's copy that is going, or has no container, keeps
 	// its phase (rollout status does not count a Terminating copy).
 	going := cur

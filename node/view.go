@@ -265,6 +265,19 @@ func (v *view) reported(name string) []api.Replica {
 	return out
 }
 
+// holding is the REPLICAS figure of get nodes: the copies node name's
+// record lists as it counts now (reported), less those going
+// (Terminating) and those of unknown state a stale record lists.
+func (v *view) holding(name string) int {
+	n := 0
+	for _, r := range v.reported(name) {
+		if r.Phase != api.PhaseTerminating && r.Reason != staleReason {
+			n++
+		}
+	}
+	return n
+}
+
 // statefulWorkloads is the set of StatefulSet workload keys in v.
 func (v *view) statefulWorkloads() map[string]bool {
 	out := map[string]bool{}
