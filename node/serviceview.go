@@ -225,7 +225,8 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 	for name, s := range v.statuses {
 		eligible := v.alive[name] && v.winners[name] && s.SubnetReady
 		old, ok := e.nodes[name]
-		if v.stale[name] && !(ok && old.eligible) {
+		stale := v.stale[name]
+		if stale && !(ok && old.eligible) {
 			// A record an earlier run of the node wrote adds no endpoint:
 			// back from a crash, its pods died with it. What an agent
 			// restart found in rules stays (its pods run on, as when the
@@ -238,6 +239,11 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 		now := nodeEndpoints{eligible: eligible, subnet: s.PodSubnet, replicas: unsafe.SliceData(s.Replicas), n: len(s.Replicas)}
 		if eligible {
 			now.eps = nodeReady(s)
+			if stale {
+				// A later record of the earlier run (written before
+				// that run ended, arrived after) withdraws, never adds.
+				now.eps = common(old.eps, now.eps)
+			}
 		}
 		diff(old.eps, now.eps)
 		e.nodes[name] = now
@@ -302,6 +308,24 @@ func nodeReady(s NodeStatus) []workloadAddr {
 		out = append(out, workloadAddr{reconcile.WorkloadKey(r.Namespace, r.Workload), ip})
 	}
 	slices.SortFunc(out, workloadAddr.compare)
+	return out
+}
+
+// common returns the addresses in both a and b (each sorted by
+// workloadAddr.compare), in that order.
+func common(a, b []workloadAddr) []workloadAddr {
+	var out []workloadAddr
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch c := a[i].compare(b[j]); {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
 	return out
 }
 

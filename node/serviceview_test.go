@@ -322,4 +322,14 @@ func TestStaleRecordsAddNoEndpointAndWithdrawNone(t *testing.T) {
 	if changed := r.update(view(true, true, old)); len(changed) != 0 || len(r.ready[w]) != 1 {
 		t.Fatalf("an agent restart withdrew endpoints: %v (changed %v)", r.ready[w], changed)
 	}
+	// A later record of the earlier run (it arrived after the restart)
+	// withdraws what it no longer lists ready and adds nothing.
+	later := old
+	later.Replicas = append(slices.Clone(old.Replicas), api.Replica{Namespace: "default", Workload: "web", Name: "web-2", Phase: api.PhaseRunning, Ready: true, PodIP: "10.64.2.8"})
+	if r.update(view(true, true, later)); len(r.ready[w]) != 1 || r.ready[w][0].String() != "10.64.2.7" {
+		t.Fatalf("a later record of the earlier run: endpoints %v, want only 10.64.2.7", r.ready[w])
+	}
+	if r.update(view(true, true, rec("10.64.2.8"))); len(r.ready[w]) != 0 {
+		t.Fatalf("a later record of the earlier run that lists 10.64.2.7 no more: endpoints %v, want none", r.ready[w])
+	}
 }
