@@ -247,7 +247,7 @@ const staleReason = "its node restarted and its record of the new run has not ar
 // modify the slice (a current record's own).
 func (v *view) reported(name string) []api.Replica {
 	s := v.statuses[name]
-	if !v.stale[name] && (name != v.oldSelf || name == "") {
+	if !v.staleRecord(name) {
 		return s.Replicas
 	}
 	out := make([]api.Replica, len(s.Replicas))
@@ -265,13 +265,20 @@ func (v *view) reported(name string) []api.Replica {
 	return out
 }
 
+// staleRecord reports whether node name's held record is stale: an
+// earlier run of its agent wrote it (staleRecords), or it is this node's
+// own of an earlier run.
+func (v *view) staleRecord(name string) bool {
+	return v.stale[name] || name == v.oldSelf && name != ""
+}
+
 // holding is the REPLICAS figure of get nodes: the copies node name's
 // record lists as it counts now (reported), less those going
-// (Terminating) and those of unknown state a stale record lists.
+// (Terminating) and, in a stale record, those of unknown state.
 func (v *view) holding(name string) int {
-	n := 0
+	stale, n := v.staleRecord(name), 0
 	for _, r := range v.reported(name) {
-		if r.Phase != api.PhaseTerminating && r.Reason != staleReason {
+		if r.Phase != api.PhaseTerminating && !(stale && r.Phase == api.PhaseUnknown) {
 			n++
 		}
 	}
