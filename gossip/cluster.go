@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,7 +135,30 @@ type Cluster struct {
 	// nameTakenBy is the address ("ip:port") of another node seen alive
 	// under this node's name; nil if none.
 	nameTakenBy atomic.Pointer[string]
+	// moved holds, by name, the new address of a member whose alive
+	// message (passed by Config.CheckAlive) gave another address while
+	// memberlist still held it up at its old one: a node back from a
+	// crash at a new address. When memberlist declares the old one dead,
+	// a push/pull with the new address brings the member back at once
+	// (NotifyLeave), where memberlist waited for the member's next
+	// push/pull (30 s or more). Under membersMu, at most maxMoved.
+	moved map[string]moved
+	// refusedAlive counts the alive messages Config.CheckAlive refused.
+	refusedAlive atomic.Int64
 }
+
+// moved is a member seen at a new address (Cluster.moved).
+type moved struct {
+	addr string // "ip:port"
+	at   time.Time
+}
+
+// maxMoved bounds Cluster.moved (names come from peers); movedFor is
+// how long an entry is acted on.
+const (
+	maxMoved = 256
+	movedFor = 2 * time.Minute
+)
 
 // New starts memberlist on the configured address with state as the
 // replicated map, and returns once it listens. It does not contact anyone:
@@ -152,8 +176,17 @@ func New(cfg Config, state State) (*Cluster, error) {
 		c.cancel()
 		return nil, err
 	}
+	if c.cfg.SignMeta != nil {
+		if err := c.signMeta(mc); err != nil {
+			c.cancel()
+			return nil, err
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if c.cfg.SignMeta != nil && c.cfg.Transport == nil {
+			mc.Transport.Shutdown()
+		}
 		c.cancel()
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
 	}
@@ -164,6 +197,46 @@ func New(cfg Config, state State) (*Cluster, error) {
 	}
 	c.log.Info("gossip started", "addr", ml.LocalNode().Address(), "encrypted", len(c.cfg.SecretKey) > 0, "records", c.idx.len())
 	return c, nil
+}
+
+// signMeta sets c.meta to Config.SignMeta of the address and port
+// memberlist will advertise, before memberlist starts (its first alive
+// message carries the metadata). That address is the transport's
+// (memberlist.Transport.FinalAdvertiseAddr), so without Config.Transport
+// it makes memberlist's network transport here, as memberlist.Create
+// would, and hands it to mc.
+func (c *Cluster) signMeta(mc *memberlist.Config) error {
+	if mc.Transport == nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+		if err != nil {
+			return fmt.Errorf("gossip: start memberlist: %w", err)
+		}
+		if mc.BindPort == 0 {
+			mc.BindPort = nt.GetAutoBindPort()
+			mc.AdvertisePort = mc.BindPort
+		}
+		mc.Transport = nt
+	}
+	ip, port, err := mc.Transport.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort)
+	addr, ok := netip.AddrFromSlice(ip)
+	if err != nil || !ok || port <= 0 || port > 65535 {
+		if c.cfg.Transport == nil {
+			mc.Transport.Shutdown()
+		}
+		return fmt.Errorf("gossip: the address to advertise (%v, %d): %v", ip, port, err)
+	}
+	meta := c.cfg.SignMeta(netip.AddrPortFrom(addr.Unmap(), uint16(port)))
+	if len(meta) > memberlist.MetaMaxSize {
+		if c.cfg.Transport == nil {
+			mc.Transport.Shutdown()
+		}
+		return fmt.Errorf("%w: signed meta is %d bytes, max %d", ErrConfig, len(meta), memberlist.MetaMaxSize)
+	}
+	c.metaMu.Lock()
+	c.meta = meta
+	c.metaMu.Unlock()
+	return nil
 }
 
 // newCluster builds a Cluster without starting memberlist (c.ml is nil):
@@ -189,6 +262,7 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		idx:         newIndex(),
 		maxDelta:    cfg.UDPBufferSize - deltaOverhead,
 		members:     map[string]*Member{},
+		moved:       map[string]moved{},
 		resyncs:     map[string]int{},
 		pulling:     map[string]pending{},
 		asks:        map[uint64]pendingAsk{},
@@ -687,6 +761,9 @@ func (c *Cluster) Member(name string) (Member, bool) {
 	cp.Meta = slices.Clone(m.Meta)
 	return cp, true
 }
+
+// RefusedAlive returns how many alive messages Config.CheckAlive refused.
+func (c *Cluster) RefusedAlive() int64 { return c.refusedAlive.Load() }
 
 // DeltasPruned is the number of deltas this node dropped from its full
 // queue before sending them as often as it should (anti-entropy

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/netip"
 	"time"
 	"unicode/utf8"
 
@@ -11,6 +12,18 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 )
+
+// Alive is an alive message for a member, as Config.CheckAlive sees it:
+// a peer's untrusted bytes.
+type Alive struct {
+	Name string
+	Addr netip.AddrPort // the address and gossip port it gives (IPv4 unmapped)
+	Meta []byte         // its metadata (at most 512 bytes)
+	// HeldAddr and HeldMeta are what this node holds of the member (the
+	// zero AddrPort and nil when it knows none).
+	HeldAddr netip.AddrPort
+	HeldMeta []byte
+}
 
 // Config configures a Cluster. Start from DefaultConfig; for the failure
 // detection and gossip knobs a zero value means "the default".
@@ -125,6 +138,26 @@ type Config struct {
 	// use. Every byte from a peer is untrusted: this is where the layer
 	// above checks a record against what its writer may say.
 	Accept func(crdt.Record) error
+
+	// CheckAlive, when set, is asked about every alive message (and each
+	// member of a push/pull) before memberlist applies it (Alive: what
+	// the message says and what this node holds). A message it
+	// returns an error for is ignored (memberlist.AliveDelegate): the
+	// member's address, metadata and state stay as they were, and it is
+	// counted (Stats.RefusedAlive). It runs on memberlist's goroutines
+	// with memberlist's node lock held: it must be quick and must not
+	// call into the Cluster. Every byte is untrusted: this is where the
+	// layer above binds a name to what may speak for it. With it set, a
+	// member declared dead may come back at another address at once
+	// (memberlist's DeadNodeReclaimTime), since the check, not the
+	// address, tells the member from an impostor.
+	CheckAlive func(Alive) error
+
+	// SignMeta, when set, makes the metadata this node gossips: it is
+	// called once memberlist has chosen the address and port its alive
+	// messages give (New), and its result replaces Meta, so the layer
+	// above can sign the address (CheckAlive checks it on the peers).
+	SignMeta func(addr netip.AddrPort) []byte
 
 	// Answer, when set, answers the questions of other members (Ask):
 	// from is the asker's name, q its payload; the answer's payload (at
@@ -305,7 +338,16 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 	}
 	mc.Delegate = d
 	mc.Events = d
-	mc.Alive = d // each member's delegate protocol maximum, as it restarts
+	mc.Alive = d // each member's delegate protocol maximum, as it restarts; CheckAlive
+	if c.CheckAlive != nil {
+		// Any positive time: a dead member's name may be taken at a new
+		// address as soon as it is dead (a node back from a crash at a new
+		// DHCP lease), since CheckAlive refuses what its key did not sign.
+		// Without it memberlist kept the old address until it reaped the
+		// member (GossipToTheDeadTime, 30 s on a LAN) and the node was
+		// "a second node" meanwhile.
+		mc.DeadNodeReclaimTime = time.Nanosecond
+	}
 	mc.Ping = d
 	mc.Conflict = d
 	mc.Logger = log.New(logw, "", 0)

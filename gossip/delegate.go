@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -422,6 +423,10 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	delete(c.leaving, n.Name) // back after leaving
 	prev, known := c.members[n.Name]
 	back := known && !prev.State.Up()
+	var was string
+	if known && (prev.Addr != n.Addr.String() || prev.Port != n.Port) {
+		was = net.JoinHostPort(prev.Addr, strconv.Itoa(int(prev.Port)))
+	}
 	var downSince time.Time
 	if back {
 		downSince = prev.Since // setMemberLocked updates prev in place
@@ -433,7 +438,11 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	}
 	c.membersMu.Unlock()
 	if changed {
-		c.log.Info("member alive", "member", n.Name, "addr", n.Address())
+		if was != "" {
+			c.log.Info("member returned at a new address", "member", n.Name, "addr", n.Address(), "was", was)
+		} else {
+			c.log.Info("member alive", "member", n.Name, "addr", n.Address())
+		}
 		c.notify()
 	}
 	if back && n.Name != c.cfg.Name && slices.Contains(resyncers(n.Name, stayed, resyncPeers), c.cfg.Name) && c.gate.enter() {
@@ -569,7 +578,21 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 		state = StateLeft
 	}
 	changed := c.setMemberLocked(n, state)
+	mv, moved := c.moved[n.Name]
+	delete(c.moved, n.Name)
 	c.membersMu.Unlock()
+	if moved && state == StateDead && time.Since(mv.at) < movedFor && mv.addr != n.Address() && c.gate.enter() {
+		// The member came back at mv.addr while memberlist still held it
+		// up at its old address: a push/pull with it now brings its
+		// alive message in (memberlist takes a dead member's name at a
+		// new address: DeadNodeReclaimTime).
+		c.spawn(func() {
+			if _, err := c.ml.Join([]string{mv.addr}); err != nil {
+				c.log.Debug("contact of a member back at a new address failed", "member", n.Name, "addr", mv.addr, "err", err)
+			}
+		})
+		c.gate.exit()
+	}
 	c.coordsMu.Lock()
 	delete(c.coords, n.Name)
 	c.coordsMu.Unlock()
@@ -580,13 +603,34 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
-// NotifyAlive (memberlist.AliveDelegate) keeps each known member's
-// delegate protocol maximum (which messages it reads: compress.go) as its
-// alive messages say: a member that restarts on another version before
-// it was declared dead refutes with a new alive message but triggers no
-// join or update. It refuses nothing.
+// NotifyAlive (memberlist.AliveDelegate) refuses an alive message that
+// Config.CheckAlive refuses, and keeps each known member's delegate
+// protocol maximum (which messages it reads: compress.go) as its alive
+// messages say: a member that restarts on another version before it was
+// declared dead refutes with a new alive message but triggers no join or
+// update.
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
 	c := d.c
+	if c.cfg.CheckAlive != nil {
+		ip, ok := netip.AddrFromSlice(n.Addr)
+		if !ok {
+			c.refusedAlive.Add(1)
+			return errMalformed
+		}
+		a := Alive{Name: n.Name, Addr: netip.AddrPortFrom(ip.Unmap(), n.Port), Meta: n.Meta}
+		c.membersMu.Lock()
+		if m, ok := c.members[n.Name]; ok {
+			if ip, err := netip.ParseAddr(m.Addr); err == nil {
+				a.HeldAddr = netip.AddrPortFrom(ip.Unmap(), m.Port)
+			}
+			a.HeldMeta = m.Meta // replaced, never changed in place
+		}
+		c.membersMu.Unlock()
+		if err := c.cfg.CheckAlive(a); err != nil {
+			c.refusedAlive.Add(1)
+			return err
+		}
+	}
 	c.membersMu.Lock()
 	if m, ok := c.members[n.Name]; ok && m.node != nil && m.dmax != n.DMax {
 		m.dmax = n.DMax
@@ -609,18 +653,39 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	}
 }
 
-// NotifyConflict logs two nodes claiming one name, and remembers another
-// node claiming this node's own name (Join refuses to go on then).
-// memberlist keeps the member it knew first, so nothing is displaced.
+// NotifyConflict is memberlist's report of an alive message for a known
+// name at another address while it holds the name up (or dead, without
+// Config.CheckAlive) at its old one. It remembers another node claiming
+// this node's own name (Join refuses to go on then). With
+// Config.CheckAlive the message passed the check (NotifyAlive runs
+// first), so it is the member itself at a new address, back from a
+// crash before its old run was found dead: memberlist keeps the old
+// address until then, and NotifyLeave then contacts the new one
+// (Cluster.moved). Without the check it is a second node asking for a
+// name in use, and memberlist keeps the first.
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
-	if existing.Name == d.c.cfg.Name {
+	c := d.c
+	if existing.Name == c.cfg.Name {
 		addr := other.Address()
-		d.c.nameTakenBy.Store(&addr)
-		d.c.log.Warn("another node uses this node's name: it was not admitted", "name", existing.Name, "other_addr", other.Address())
+		c.nameTakenBy.Store(&addr)
+		c.log.Warn("another node uses this node's name: it was not admitted", "name", existing.Name, "other_addr", other.Address())
 		return
 	}
-	d.c.log.Warn("node name conflict: a second node asks for a name in use; keeping the first", "member", existing.Name,
-		"addr", existing.Address(), "other_addr", other.Address())
+	if c.cfg.CheckAlive == nil {
+		c.log.Warn("node name conflict: a second node asks for a name in use; keeping the first", "member", existing.Name,
+			"addr", existing.Address(), "other_addr", other.Address())
+		return
+	}
+	c.membersMu.Lock()
+	prev, seen := c.moved[existing.Name]
+	if _, known := c.members[existing.Name]; known && (seen || len(c.moved) < maxMoved) {
+		c.moved[existing.Name] = moved{addr: other.Address(), at: time.Now()}
+	}
+	c.membersMu.Unlock()
+	if !seen || prev.addr != other.Address() {
+		c.log.Info("member is back at a new address; its old address stays until its earlier run is declared dead",
+			"member", existing.Name, "addr", other.Address(), "was", existing.Address())
+	}
 }
 
 // AckPayload returns this node's Vivaldi coordinate for a probe ack.

@@ -34,6 +34,11 @@ func (w *logWriter) Write(p []byte) (int, error) {
 			w.onSuspect(name)
 		}
 	}
+	if strings.HasPrefix(msg, "ignoring alive message for") || strings.HasPrefix(msg, "Conflicting address for") {
+		// The delegate logs these (NotifyAlive's caller, NotifyConflict)
+		// with what they mean; a refused impostor repeats them.
+		level = slog.LevelDebug
+	}
 	if w.log.Enabled(context.Background(), level) {
 		w.log.Log(context.Background(), level, msg, "component", "memberlist")
 	}

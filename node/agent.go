@@ -54,7 +54,9 @@ type Agent struct {
 	join    *admission
 	keys    *keyring
 	rejects *rejects
-	acks    *ackTracker
+	// auth binds membership to node keys (memberauth.go).
+	auth *memberAuth
+	acks *ackTracker
 
 	members  *members
 	views    *views
@@ -247,11 +249,11 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
 		members: a.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
 	a.fence.kick = a.replicas.requestReconcile
-	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log,
+	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
-	a.routes = &routes{self: cfg.Name, views: a.views, subnets: a.subnets, clusterCIDR: clusterCIDR, log: log, ready: closed()}
-	a.services = &services{views: a.views, clusterCIDR: clusterCIDR, ready: a.subnets.ready, bridgeNF: bridgeNFOn, log: log}
+	a.routes = &routes{self: cfg.Name, views: a.views, subnets: a.subnets, auth: a.auth, clusterCIDR: clusterCIDR, log: log, ready: closed()}
+	a.services = &services{views: a.views, clusterCIDR: clusterCIDR, ready: a.subnets.ready, synced: a.members.synced, bridgeNF: bridgeNFOn, log: log}
 	switch {
 	case cfg.DryRun:
 		// Nothing on the host changes: the route and rule loops print

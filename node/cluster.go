@@ -56,10 +56,19 @@ type NodeStatus struct {
 	// cluster CA for Name and the key that signs this record; empty with
 	// --insecure. Peers refuse a status without a valid one (verify.go).
 	Cert []byte `json:"cert,omitempty"`
+	// MemberSig: the node signs its membership metadata (version 3,
+	// membermeta.go), so peers take an alive message for its name, and
+	// route to its subnet, only at an address it signed. False from
+	// agents that predate it, whose unsigned alive messages are taken as
+	// before (an upgrade in place: docs/real-hosts.md).
+	MemberSig bool `json:"memberSig,omitempty"`
 
 	// subnet is PodSubnet parsed (decodeStatuses), for the checks that
 	// compare one claim with every node's.
 	subnet netip.Prefix
+	// signer is the key that signed the record (decodeStatuses): the key
+	// the node's name is bound to.
+	signer []byte
 }
 
 // sameClaim reports whether a and b make the same subnet claim.
@@ -108,6 +117,7 @@ func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]Node
 			s.subnet = p.Masked()
 		}
 		capTimes(&s, r.Version)
+		s.signer = r.Signer
 		out[s.Name] = s
 	}
 	return out

@@ -29,7 +29,10 @@ func (a *Agent) startGossip() error {
 	}
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
-	gc.Meta = encodeMemberMeta(memberMeta{since: memberSince(a.store, a.log), started: a.started.UnixNano()})
+	since := memberSince(a.store, a.log)
+	gc.Meta = encodeMemberMeta(memberMeta{since: since, started: a.started.UnixNano()})
+	a.auth = newMemberAuth(a.cfg.Name, a.id.key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
+	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
 	if a.cfg.Advertise != "" {
 		ahost, aport, err := splitHostPort(a.cfg.Advertise, port)
 		if err != nil {

@@ -1,8 +1,12 @@
 package node
 
 import (
+	"crypto/ed25519"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -15,13 +19,29 @@ import (
 //   - version 2 (17 bytes): 2, member-since, then when this run of the
 //     agent started (Unix ns, big endian); a later version (a greater
 //     version byte) keeps those 17 bytes first and is read as version 2.
+//   - version 3 (81 bytes): 3, member-since, run start, then the node's
+//     Ed25519 signature (64 bytes, RFC 8032) over memberSigDomain, the
+//     node's name, the address and port its alive messages give, and
+//     the 16 bytes of member-since and run start (memberSignedBytes).
+//     The signature binds the address to the key the name is bound to
+//     (the signer of its certified status record): peers take an alive
+//     message for the name only with it (memberCheck), and route to a
+//     subnet only via an address its owner signed (routes.desired).
 //
 // An agent that reads only version 1 takes a version 2 node for one
-// without metadata (the youngest, for arbiters) until it is upgraded.
+// without metadata (the youngest, for arbiters) until it is upgraded;
+// one that reads version 2 reads version 3's first 17 bytes.
 const (
 	memberMetaV1 = 1
 	memberMetaV2 = 2
+	memberMetaV3 = 3
+	// memberMetaV3Len is the length of version 3 metadata.
+	memberMetaV3Len = 17 + ed25519.SignatureSize
 )
+
+// memberSigDomain separates member signatures from every other use of
+// a node key (records are signed over crdt's own encoding).
+const memberSigDomain = "starling member v3\x00"
 
 // memberMeta is what a node's metadata says of it.
 type memberMeta struct {
@@ -38,6 +58,55 @@ type memberMeta struct {
 func encodeMemberMeta(m memberMeta) []byte {
 	b := binary.BigEndian.AppendUint64([]byte{memberMetaV2}, uint64(m.since))
 	return binary.BigEndian.AppendUint64(b, uint64(m.started))
+}
+
+// memberSignedBytes is what a version 3 signature covers: the domain,
+// the name and a 0 byte, the address (16 bytes, IPv4 mapped), the port
+// (2 bytes, big endian), then member-since and run start (8 bytes each,
+// big endian). An IPv4 address and its IPv4-mapped IPv6 form sign alike.
+func memberSignedBytes(name string, addr netip.AddrPort, m memberMeta) []byte {
+	b := make([]byte, 0, len(memberSigDomain)+len(name)+1+16+2+16)
+	b = append(b, memberSigDomain...)
+	b = append(b, name...)
+	b = append(b, 0)
+	a16 := addr.Addr().As16()
+	b = append(b, a16[:]...)
+	b = binary.BigEndian.AppendUint16(b, addr.Port())
+	b = binary.BigEndian.AppendUint64(b, uint64(m.since))
+	return binary.BigEndian.AppendUint64(b, uint64(m.started))
+}
+
+// signMemberMeta returns version 3 metadata: m signed by key for the
+// member name at addr (its alive messages' address and gossip port).
+func signMemberMeta(m memberMeta, name string, addr netip.AddrPort, key ed25519.PrivateKey) []byte {
+	b := encodeMemberMeta(m)
+	b[0] = memberMetaV3
+	return append(b, ed25519.Sign(key, memberSignedBytes(name, addr, m))...)
+}
+
+// Errors of verifyMemberMeta.
+var (
+	errMemberUnsigned  = errors.New("its metadata is not signed (an agent older than version 3 metadata, or not a node)")
+	errMemberSignature = errors.New("its metadata is not signed by the key the name is bound to")
+)
+
+// verifyMemberMeta checks that meta, a peer's metadata for member name
+// at addr, is version 3 and signed by pub over that name and address,
+// and returns what it says. errMemberUnsigned: metadata of an earlier
+// version (or none); errMemberSignature: a signature by another key,
+// over another address or name, or bytes that are not metadata.
+func verifyMemberMeta(name string, addr netip.AddrPort, meta []byte, pub ed25519.PublicKey) (memberMeta, error) {
+	if len(meta) == 0 || meta[0] < memberMetaV3 {
+		return memberMeta{}, errMemberUnsigned
+	}
+	m, ok := decodeMemberMeta(meta)
+	if !ok || len(meta) < memberMetaV3Len || len(pub) != ed25519.PublicKeySize {
+		return memberMeta{}, errMemberSignature
+	}
+	if !ed25519.Verify(pub, memberSignedBytes(name, addr, m), meta[17:memberMetaV3Len]) {
+		return memberMeta{}, fmt.Errorf("%w (key %s, address %s)", errMemberSignature, keyID(pub), addr)
+	}
+	return m, nil
 }
 
 // decodeMemberMeta decodes version 1, 2 or later; ok is false for anything else,

@@ -2,7 +2,9 @@ package node
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 )
 
@@ -48,6 +50,7 @@ func FuzzDecodeMemberMeta(f *testing.F) {
 	f.Add(encodeMemberMeta(memberMeta{since: 1, started: 2}))
 	f.Add(encodeMemberMetaV1(1))
 	f.Add([]byte{memberMetaV2})
+	f.Add(signMemberMeta(memberMeta{since: 1, started: 2}, "n1", netip.MustParseAddrPort("192.168.250.21:7946"), keyOf("n1")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, ok := decodeMemberMeta(b)
 		if !ok {
@@ -62,6 +65,23 @@ func FuzzDecodeMemberMeta(f *testing.F) {
 		}
 		if !bytes.Equal(want, got) {
 			t.Fatalf("%x decoded to %+v, which encodes as %x", b, m, want)
+		}
+	})
+}
+
+// A peer's metadata and address are untrusted: any bytes verify without
+// a panic, and nothing but the signer's own verifies.
+func FuzzVerifyMemberMeta(f *testing.F) {
+	addr := netip.MustParseAddrPort("192.168.250.21:7946")
+	f.Add(signMemberMeta(memberMeta{since: 1, started: 2}, "n1", addr, keyOf("n1")), "n1", uint16(7946))
+	f.Add(encodeMemberMeta(memberMeta{since: 1, started: 2}), "n1", uint16(7946))
+	f.Fuzz(func(t *testing.T, b []byte, name string, port uint16) {
+		m, err := verifyMemberMeta(name, netip.AddrPortFrom(addr.Addr(), port), b, keyOf("n1").Public().(ed25519.PublicKey))
+		if err == nil && (m.started <= 0 || m.since < 0) {
+			t.Fatalf("%x verified with %+v", b, m)
+		}
+		if _, err := verifyMemberMeta(name, netip.AddrPortFrom(addr.Addr(), port), b, keyOf("evil").Public().(ed25519.PublicKey)); err == nil {
+			t.Fatalf("%x verified with a key that never signed", b)
 		}
 	})
 }

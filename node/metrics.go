@@ -16,6 +16,7 @@ type metrics struct {
 	probeSeconds     *prometheus.HistogramVec
 	probeFailures    *prometheus.CounterVec
 	rejectedRecords  *prometheus.CounterVec
+	rejectedMembers  *prometheus.CounterVec
 	placements       prometheus.Counter
 	statusWrites     prometheus.Counter
 	viewBuilds       prometheus.Counter
@@ -40,6 +41,8 @@ func newMetrics() *metrics {
 			Name: "starling_probe_failures_total", Help: "Container probes that failed, by probe kind and handler."}, []string{"probe", "handler"}),
 		rejectedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
+		rejectedMembers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "starling_rejected_members_total", Help: "Alive messages for a member refused because the key its name is bound to did not sign them (membership, routes and endpoints unchanged), by reason: unsigned, signature, earlier-run."}, []string{"reason"}),
 		placements: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
@@ -47,7 +50,7 @@ func newMetrics() *metrics {
 		viewBuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_view_builds_total", Help: "Snapshots of the cluster built by the view: one per burst of store or membership changes (at most one per 200 ms under a stream of them) and one per API write."}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.placements, m.statusWrites, m.viewBuilds,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.rejectedMembers, m.placements, m.statusWrites, m.viewBuilds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -31,8 +34,57 @@ type prober struct {
 	observed func() []reconcile.Container
 	kick     func()
 
+	// seed is the container runs this node's previous agent run
+	// published ready (readySeed): a run not probed yet in this agent
+	// run starts ready, as it was (seeded), not unready.
+	seed map[seedKey]bool
+
 	mu     sync.Mutex
 	status map[string]probe.Status // by probeKey
+}
+
+// seedKey identifies a container run in a published status: the
+// replica, its spec hash, pod address and restart count.
+type seedKey struct {
+	namespace, name, specHash, podIP string
+	restarts                         int
+}
+
+// readySeed returns the replicas that this node's own held record (the
+// last one its previous agent run published) lists ready. An agent
+// restarted with its pods running must not publish them unready, nor
+// program Services without them, before their next probe: it forgot
+// the results, not the pods (issue 39: 5 of 115 requests to a ClusterIP
+// refused across a restart under load). A record another key signed,
+// or none, seeds nothing.
+func readySeed(st Store, self string, key []byte) map[seedKey]bool {
+	rec, ok, err := st.Get(statusKey(self))
+	if err != nil || !ok || rec.Deleted || !bytes.Equal(rec.Signer, key) {
+		return nil
+	}
+	var s NodeStatus
+	if json.Unmarshal(rec.Value, &s) != nil {
+		return nil
+	}
+	out := map[seedKey]bool{}
+	for _, r := range s.Replicas {
+		if r.Ready && r.Phase == api.PhaseRunning && r.PodIP != "" {
+			out[seedKey{r.Namespace, r.Name, r.SpecHash, r.PodIP, r.Restarts}] = true
+		}
+	}
+	return out
+}
+
+// initial is the status of container run c before its first probe in
+// this agent run: ps.Initial, or ready and started when the previous
+// run published it ready (seed).
+func (p *prober) initial(c reconcile.Container, ps probe.Probes) probe.Status {
+	st := ps.Initial()
+	if p.seed[seedKey{c.Namespace, c.Name, c.SpecHash, c.PodIP, c.Restarts}] {
+		st.Started = true
+		st.Readiness.Passing = true
+	}
+	return st
 }
 
 // specs maps probesKey(namespace, workload, spec hash) to the
@@ -156,15 +208,15 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 // probeKey identifies one run of a container: a restart starts afresh.
 func probeKey(c reconcile.Container) string { return c.ID + "@" + c.StartedAt.String() }
 
-// probeStatus is the prober's status of container run key (the initial
-// status when it was never probed).
-func (p *prober) probeStatus(key string, ps probe.Probes) probe.Status {
+// probeStatus is the prober's status of container run c (initial when
+// it was never probed).
+func (p *prober) probeStatus(c reconcile.Container, ps probe.Probes) probe.Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if st, ok := p.status[key]; ok {
+	if st, ok := p.status[probeKey(c)]; ok {
 		return st
 	}
-	return ps.Initial()
+	return p.initial(c, ps)
 }
 
 // ready reports whether a running container counts as ready, and if not
@@ -175,7 +227,7 @@ func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bo
 	if !ok {
 		return true, ""
 	}
-	st := p.probeStatus(probeKey(c), ps)
+	st := p.probeStatus(c, ps)
 	return ps.Ready(st), ps.NotReadyReason(st)
 }
 
@@ -244,7 +296,7 @@ func (p *prober) loop(ctx context.Context) {
 			}
 			key := probeKey(c)
 			live[key] = true
-			for _, kind := range ps.Due(p.probeStatus(key, ps), c.StartedAt, now) {
+			for _, kind := range ps.Due(p.probeStatus(c, ps), c.StartedAt, now) {
 				run := probeRun{key, kind}
 				if inflight[run] {
 					continue
@@ -290,7 +342,7 @@ func (p *prober) run(ctx context.Context, c reconcile.Container, ps probe.Probes
 	p.mu.Lock()
 	before, ok := p.status[key]
 	if !ok {
-		before = ps.Initial()
+		before = p.initial(c, ps)
 	}
 	after := ps.Observe(before, kind, err, time.Now())
 	p.status[key] = after

@@ -23,6 +23,7 @@ type routes struct {
 	self        string
 	views       *views
 	subnets     *subnets
+	auth        *memberAuth // nil: membership's address is taken as is (tests)
 	clusterCIDR netip.Prefix
 	apply       routeApplier
 	// ready is closed when routes may be applied (at once on a real
@@ -33,7 +34,9 @@ type routes struct {
 
 // desired is a route to the pod subnet of every peer that is alive or
 // suspect by membership (no flap damping: traffic follows liveness), via
-// the address membership reaches it at.
+// the address membership reaches it at, if the peer signed that address
+// with the key of its status record (memberAuth.signedAddr; an impostor
+// that got into some node's membership under the name routes nothing).
 func (rt *routes) desired() []route.Route {
 	v := rt.views.view()
 	statuses := v.statuses
@@ -52,7 +55,7 @@ func (rt *routes) desired() []route.Route {
 			continue
 		}
 		addr, err := netip.ParseAddr(m.Addr)
-		if err != nil {
+		if err != nil || (rt.auth != nil && !rt.auth.signedAddr(m, s)) {
 			continue
 		}
 		peers = append(peers, route.Peer{Name: m.Name, Addr: addr.Unmap(), PodSubnet: subnet})

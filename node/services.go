@@ -54,8 +54,13 @@ type services struct {
 	views       *views
 	clusterCIDR netip.Prefix
 	rules       ruleSyncer
-	// ready is closed when rules may be applied (the pod network is up).
-	ready <-chan struct{}
+	// ready is closed when rules may be applied (the pod network is up);
+	// synced when this node holds the cluster's state (members.synced).
+	// Until both, the rules the previous agent run programmed stay as
+	// they are: a first sync on a view from before the join's push/pull
+	// (this node the only live member) programmed every Service with
+	// only its local endpoints, or none, and refused connections.
+	ready, synced <-chan struct{}
 	// bridgeNF reports whether bridged traffic passes netfilter
 	// (bridgeNFOn on a real node).
 	bridgeNF func() bool
@@ -70,10 +75,12 @@ func (sv *services) loop(ctx context.Context) {
 	if sv.rules == nil {
 		return
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-sv.ready:
+	for _, ch := range []<-chan struct{}{sv.ready, sv.synced} {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

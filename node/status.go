@@ -82,6 +82,7 @@ func (s *self) status(replicas []api.Replica) NodeStatus {
 		Started:     s.started.UTC().Truncate(time.Second),
 		Replicas:    out,
 		Insecure:    s.insecure,
+		MemberSig:   true,
 		DiskFull:    s.diskFull.Load(),
 		Cert:        s.trust.certDER(),
 	}

@@ -147,6 +147,17 @@ func run(name string, args ...string) error {
 // PodSubnet (10.22.<i>.0/24); set PodSubnet to "" first to let the node
 // claim one itself.
 func (c *Cluster) AddNode(name string, i int) (*Node, error) {
+	n, err := c.AddHost(name, i)
+	if err != nil {
+		return nil, err
+	}
+	return n, n.startContainerd()
+}
+
+// AddHost creates host namespace i (1-based) wired to the LAN, with no
+// containerd: a machine that runs something other than an agent (a
+// hostile program), removed with the cluster.
+func (c *Cluster) AddHost(name string, i int) (*Node, error) {
 	n := &Node{
 		Name: name, NetNS: c.Prefix + name, Dir: filepath.Join(c.Dir, name),
 		IP: fmt.Sprintf("%s.%d", LANPrefix, 10+i), PodSubnet: fmt.Sprintf("10.22.%d.0/24", i), c: c,
@@ -175,7 +186,7 @@ func (c *Cluster) AddNode(name string, i int) (*Node, error) {
 	if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
 		return nil, err
 	}
-	return n, n.startContainerd()
+	return n, nil
 }
 
 // ContainerdSocket is the node's containerd gRPC socket.

@@ -23,6 +23,19 @@
 // with the keys it kept and, if that works, publishes a status record for
 // the new identity; it prints what happened and exits.
 //
+// With --impostor VICTIM it takes a node's name in gossip from its own
+// address, with what an attacker could hold (--with): "gossip-key", the
+// gossip key copied from a node's data dir (--secrets-from), with
+// unsigned metadata dated as the oldest member; "token", a join token
+// under a name of its own, then the victim's name, its metadata signed
+// with its own key; "cert", a certificate for the victim's name minted
+// with the CA key copied from a node's data dir, its status record for
+// the victim's name and its metadata signed with the key the
+// certificate names. Whatever the honest nodes route to it at
+// --serve-addr (an address of the victim's pod subnet, which the test
+// gives its namespace) is answered "impostor". It pushes its alive
+// message again every 2 s until killed.
+//
 // It is a test tool: it never runs outside a test's network namespace.
 package main
 
@@ -32,12 +45,14 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,9 +77,15 @@ func main() {
 	serve := flag.String("serve-blobs", "", "with --fake-api: a directory of image blobs named by digest (sha256:HEX); a blob request for one of them gets it, any other the --poison file")
 	poison := flag.String("poison", "", "with --serve-blobs: what every other blob request gets")
 	forgotten := flag.String("forgotten", "", "instead: the data dir of a forgotten node; mint a new identity with its CA key and try to get back in")
+	impostor := flag.String("impostor", "", "instead: take this node's name in gossip (see --with)")
+	with := flag.String("with", "", "with --impostor: gossip-key, token or cert")
+	secretsFrom := flag.String("secrets-from", "", "with --with gossip-key or cert: a node's data dir to copy the cluster's secrets from")
+	serveAddr := flag.String("serve-addr", "", "with --impostor: answer HTTP on this address:port with \"impostor\"")
 	flag.Parse()
 	var err error
 	switch {
+	case *impostor != "":
+		err = runImpostor(*impostor, *with, *bind, *secretsFrom, *tokenFile, *dataDir, *join, *serveAddr)
 	case *stranger:
 		err = runStranger(*name, *bind, *join)
 	case *forgotten != "":
@@ -333,6 +354,93 @@ func runForgotten(name, bind, dataDir, join string) error {
 	}
 	fmt.Println("published a status for", name)
 	return nil
+}
+
+// runImpostor: see --impostor.
+func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serveAddr string) error {
+	var gossipKeys [][]byte
+	var key ed25519.PrivateKey
+	var status *crdt.Record
+	switch with {
+	case "gossip-key":
+		keys, _, _, err := node.LoadClusterSecrets(secretsFrom)
+		if err != nil {
+			return err
+		}
+		gossipKeys = keys
+	case "token":
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		k, gk, _, _, _, err := node.JoinCluster(ctx, dataDir, victim+"-imp", tokenFile, join)
+		cancel()
+		if err != nil {
+			return err
+		}
+		fmt.Println("admitted with the token as", victim+"-imp")
+		key, gossipKeys = k, [][]byte{gk}
+	case "cert":
+		keys, ca, caKey, err := node.LoadClusterSecrets(secretsFrom)
+		if err != nil {
+			return err
+		}
+		pub, k, err := ed25519.GenerateKey(nil)
+		if err != nil {
+			return err
+		}
+		cert, err := node.IssueNodeCert(ca, caKey, victim, pub)
+		if err != nil {
+			return err
+		}
+		fmt.Println("minted a certificate for", victim, "with the copied CA key")
+		v, _ := json.Marshal(map[string]any{"name": victim, "advertise": bind + ":7946", "podSubnet": "10.22.76.0/24",
+			"subnetSince": map[string]any{"wall": 1}, "subnetReady": true, "capacity": map[string]any{"milliCPU": 64000, "memoryBytes": 1 << 40},
+			"started": time.Now().UTC(), "memberSig": true, "cert": cert})
+		r, err := crdt.Sign(crdt.Record{Key: "node/cluster/" + victim, Value: v, Version: hlc.New(nil).Now(), Origin: victim}, k)
+		if err != nil {
+			return err
+		}
+		key, gossipKeys, status = k, keys, &r
+	default:
+		return fmt.Errorf("--with %q: want gossip-key, token or cert", with)
+	}
+	// Member metadata as node/membermeta.go lays it out: version 2 with
+	// no key, or version 3 signed with the impostor's own key over the
+	// victim's name and its own address (what it can sign).
+	now := time.Now().UnixNano()
+	meta := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{2}, 1), uint64(now))
+	if key != nil {
+		ip, err := netip.ParseAddr(bind)
+		if err != nil {
+			return err
+		}
+		a16 := ip.As16()
+		signed := append(append([]byte("starling member v3\x00"+victim+"\x00"), a16[:]...), 0x1f, 0x0a) // port 7946
+		signed = append(signed, meta[1:17]...)
+		meta[0] = 3
+		meta = append(meta, ed25519.Sign(key, signed)...)
+	}
+	if serveAddr != "" {
+		srv := &http.Server{Addr: serveAddr, ReadHeaderTimeout: 5 * time.Second,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "impostor") })}
+		go srv.ListenAndServe()
+	}
+	cfg := gossip.DefaultConfig()
+	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey, cfg.ExtraKeys, cfg.Meta = victim, bind, 7946, gossipKeys[0], gossipKeys[1:], meta
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := gossip.New(cfg, gossip.NewMemState())
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	fmt.Println("posing as", victim, "with", with)
+	for {
+		// The victim alive makes Join report the name taken; the alive
+		// message went out with the push/pull all the same.
+		c.Join([]string{join})
+		if status != nil {
+			c.Publish(*status)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
 
 func fileExists(p string) bool {
