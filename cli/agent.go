@@ -36,14 +36,16 @@ br_netfilter, nf_conntrack, nf_nat, writable sysctls) and, if anything is
 missing, refuses to start with one line per problem naming the Debian
 package to install, the module to load or the flag to change.
 
-Security: with no --join (or after 'starling init') the agent creates a
-new cluster: a CA, the gossip key and its node certificate, kept in
---data-dir. Other nodes join with a token from 'starling join-token':
-  starling agent --join 192.168.1.11 --join-token-file /etc/starling/join.token
-They receive the CA, the gossip key and a certificate for their name and
-keep them in their own --data-dir; the token is not needed again. Peers
-talk TLS on the gossip port + 1 (7947). --insecure runs without any of
-this (test clusters only).
+Security: with no --join the agent creates a new cluster: a CA, the
+gossip key and its node certificate, kept in --data-dir (or run 'starling
+init --ca-dir DIR' first to keep the CA key off the node). Each other node
+is invited where the CA key is kept, 'starling join-token NODE-NAME', and
+joins with that invitation:
+  starling agent --name node2 --join 192.168.1.11 --join-token-file /etc/starling/join.token
+The invitation holds the node's key and its certificate; the node it joins
+through checks them and gives it the gossip key. No node receives the CA
+key, so no node can add another. Peers talk TLS on the gossip port + 1
+(7947). --insecure runs without any of this (test clusters only).
 
 With --dry-run the agent joins the cluster (gossip, desired state, the API
 socket) but claims no pod subnet, starts no container and touches no
@@ -57,7 +59,7 @@ its first real start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if oldKeyFile != "" {
-				return fmt.Errorf("--encrypt-key-file was replaced by join tokens: the first node makes the cluster's keys (or 'starling init'); run 'starling join-token' on it and start the others with --join ADDR --join-token-file FILE")
+				return fmt.Errorf("--encrypt-key-file was replaced by invitations: the first node makes the cluster's keys (or 'starling init'); run 'starling join-token NODE-NAME' where the CA key is kept and start each node with --join ADDR --join-token-file FILE")
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
@@ -105,7 +107,7 @@ its first real start.`,
 	f.StringVar(&cfg.BindAddr, "bind", cfg.BindAddr, "gossip listen address IP:PORT (TCP and UDP)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address peers reach this node at, IP or IP:PORT (default: the bind address or a private one)")
 	f.StringSliceVar(&cfg.Join, "join", nil, "seed nodes to join, HOST[:PORT][,...]; any one is enough")
-	f.StringVar(&cfg.JoinTokenFile, "join-token-file", "", "file (mode 0600) holding a token from 'starling join-token'; a new node joins through --join with it (a node that joined before does not need it)")
+	f.StringVar(&cfg.JoinTokenFile, "join-token-file", "", "file (mode 0600) holding an invitation from 'starling join-token NODE-NAME'; a new node joins through --join with it (a node that joined before does not need it)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "run with no CA, gossip key or join token: gossip in the clear, open to anyone on the LAN (test clusters only; warned about and shown in 'get nodes')")
 	f.StringVar(&oldKeyFile, "encrypt-key-file", "", "replaced by join tokens")
 	f.MarkHidden("encrypt-key-file")

@@ -185,7 +185,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if err != nil {
 		return nil, err
 	}
-	creds, err := setupCredentials(ctx, cfg, key, log)
+	creds, key, err := setupCredentials(ctx, cfg, key, log)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +383,7 @@ func (a *Agent) insecureWarnLoop(ctx context.Context) {
 	t := time.NewTicker(insecureWarnInterval)
 	defer t.Stop()
 	for {
-		a.log.Warn("running with --insecure: gossip is not encrypted or authenticated; anyone on the LAN can read this cluster's state and write to it. Create a secure cluster: start the first agent without --insecure and join the others with 'starling join-token'")
+		a.log.Warn("running with --insecure: gossip is not encrypted or authenticated; anyone on the LAN can read this cluster's state and write to it. Create a secure cluster: start the first agent without --insecure and invite the others with 'starling join-token NODE-NAME'")
 		select {
 		case <-ctx.Done():
 			return

@@ -47,25 +47,60 @@ func writePrivate(path string, b []byte) error {
 // WritePrivateFile is writePrivate for the CLI (client configs).
 func WritePrivateFile(path string, b []byte) error { return writePrivate(path, b) }
 
-// saveCredentials writes creds into dataDir.
+// saveCredentials writes creds into dataDir (ca.key only when creds
+// hold the CA key).
 func saveCredentials(dataDir string, creds *credentials) error {
-	keyDER, err := x509.MarshalPKCS8PrivateKey(creds.CAKey)
+	if creds.CAKey != nil {
+		if err := saveCA(dataDir, creds.CA, creds.CAKey); err != nil {
+			return err
+		}
+	} else if err := writePEM(filepath.Join(dataDir, caCertFile), "CERTIFICATE", creds.CA.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", caCertFile, err)
+	}
+	if err := writePEM(filepath.Join(dataDir, nodeCertFile), "CERTIFICATE", creds.NodeCert.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", nodeCertFile, err)
+	}
+	return saveGossipKeys(dataDir, creds.GossipKeys)
+}
+
+// saveCA writes the CA certificate and key into dir.
+func saveCA(dir string, ca *x509.Certificate, key ed25519.PrivateKey) error {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name, typ string
-		der       []byte
-	}{
-		{caCertFile, "CERTIFICATE", creds.CA.Raw},
-		{caKeyFile, "PRIVATE KEY", keyDER},
-		{nodeCertFile, "CERTIFICATE", creds.NodeCert.Raw},
-	} {
-		if err := writePEM(filepath.Join(dataDir, f.name), f.typ, f.der); err != nil {
-			return fmt.Errorf("write %s: %w", f.name, err)
-		}
+	if err := writePEM(filepath.Join(dir, caCertFile), "CERTIFICATE", ca.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", caCertFile, err)
 	}
-	return saveGossipKeys(dataDir, creds.GossipKeys)
+	if err := writePEM(filepath.Join(dir, caKeyFile), "PRIVATE KEY", keyDER); err != nil {
+		return fmt.Errorf("write %s: %w", caKeyFile, err)
+	}
+	return nil
+}
+
+// loadCA reads the CA certificate and key in dir, checking that they
+// match.
+func loadCA(dir string) (*x509.Certificate, ed25519.PrivateKey, error) {
+	certPEM, err := readSecretFile("CA certificate", filepath.Join(dir, caCertFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, err := parseCertPEM(certPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, caCertFile), err)
+	}
+	keyPEM, err := readSecretFile("CA key", filepath.Join(dir, caKeyFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := parseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, caKeyFile), err)
+	}
+	if !key.Public().(ed25519.PublicKey).Equal(ca.PublicKey) {
+		return nil, nil, fmt.Errorf("%s: the key is not the CA certificate's", filepath.Join(dir, caKeyFile))
+	}
+	return ca, key, nil
 }
 
 // saveGossipKeys writes the gossip keys, one base64 line each, the one
@@ -88,13 +123,13 @@ func loadCredentials(dataDir string) (*credentials, error) {
 	}
 	fail := func(name string, err error) error {
 		// %v, not %w: a missing file here is damage, not "never joined".
-		return fmt.Errorf("%s: %v (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s, %s and %s from %s and join again with a new token)",
-			filepath.Join(dataDir, name), err, caCertFile, caKeyFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
+		return fmt.Errorf("%s: %v (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s and %s from %s and join again with a new invitation)",
+			filepath.Join(dataDir, name), err, caCertFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
 	}
 	caPEM, err := read(caCertFile)
 	if errors.Is(err, os.ErrNotExist) {
 		// Never joined, unless other credential files say otherwise.
-		for _, f := range []string{caKeyFile, nodeCertFile, gossipKeyFile} {
+		for _, f := range []string{nodeCertFile, gossipKeyFile} {
 			if _, serr := os.Stat(filepath.Join(dataDir, f)); serr == nil {
 				return nil, fail(caCertFile, err)
 			}
@@ -108,15 +143,19 @@ func loadCredentials(dataDir string) (*credentials, error) {
 	if creds.CA, err = parseCertPEM(caPEM); err != nil {
 		return nil, fail(caCertFile, err)
 	}
-	keyPEM, err := read(caKeyFile)
-	if err != nil {
+	// The CA key is held only by a first node made without 'starling
+	// init' that has not moved it off yet.
+	switch keyPEM, err := read(caKeyFile); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return nil, fail(caKeyFile, err)
-	}
-	if creds.CAKey, err = parseKeyPEM(keyPEM); err != nil {
-		return nil, fail(caKeyFile, err)
-	}
-	if !creds.CAKey.Public().(ed25519.PublicKey).Equal(creds.CA.PublicKey) {
-		return nil, fail(caKeyFile, errors.New("the key is not the CA certificate's"))
+	default:
+		if creds.CAKey, err = parseKeyPEM(keyPEM); err != nil {
+			return nil, fail(caKeyFile, err)
+		}
+		if !creds.CAKey.Public().(ed25519.PublicKey).Equal(creds.CA.PublicKey) {
+			return nil, fail(caKeyFile, errors.New("the key is not the CA certificate's"))
+		}
 	}
 	certPEM, err := read(nodeCertFile)
 	if err != nil {
@@ -174,4 +213,30 @@ func parseKeyPEM(b []byte) (ed25519.PrivateKey, error) {
 		return nil, errors.New("not an Ed25519 key")
 	}
 	return ek, nil
+}
+
+// MoveCAKey is 'starling ca move-off': it copies the CA certificate and
+// key from dataDir into caDir (0600; a CA already there must be the same)
+// and then removes the key from dataDir.
+func MoveCAKey(dataDir, caDir string) error {
+	ca, key, err := loadCA(dataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+	}
+	if err := os.MkdirAll(caDir, 0o700); err != nil {
+		return fmt.Errorf("--ca-dir %s: %w", caDir, err)
+	}
+	if have, _, err := loadCA(caDir); err == nil {
+		if !have.Equal(ca) {
+			return fmt.Errorf("--ca-dir %s already holds another cluster's CA (%s); choose another directory", caDir, caPin(have)[:16])
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("--ca-dir %s: %w", caDir, err)
+	} else if err := saveCA(caDir, ca, key); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dataDir, caKeyFile)); err != nil {
+		return err
+	}
+	return nil
 }

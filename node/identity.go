@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -54,6 +55,17 @@ func loadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("node key %s: want a %d-byte seed in base64; remove the file to make a new identity (the cluster then needs 'starling node forget' for this node's name)", path, ed25519.SeedSize)
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// saveNodeKey writes key as the node key in dataDir (0600), replacing a
+// key the node made before it joined (an invitation brings the node's
+// key).
+func saveNodeKey(dataDir string, key ed25519.PrivateKey) error {
+	path := filepath.Join(dataDir, nodeKeyFile)
+	if err := writePrivate(path, []byte(base64.StdEncoding.EncodeToString(key.Seed())+"\n")); err != nil {
+		return fmt.Errorf("write node key %s: %w", path, err)
+	}
+	return nil
 }
 
 // keyID is a short, printable identifier of a public key: the first 16
@@ -157,6 +169,26 @@ func (id *identity) keyOwner(pub []byte) (string, bool) {
 func (id *identity) isRevoked(pub []byte) bool {
 	rec, ok, err := id.store.Get(revokedKey(pub))
 	return err == nil && ok && !rec.Deleted
+}
+
+// forgottenAt is when node name was last forgotten: the latest write of
+// a revocation record naming it (its HLC wall time), if any.
+func (id *identity) forgottenAt(name string) (time.Time, bool) {
+	recs, err := id.store.List(revokedKind + "/")
+	if err != nil {
+		return time.Time{}, false
+	}
+	var at time.Time
+	for _, r := range recs {
+		var rv revocation
+		if r.Deleted || json.Unmarshal(r.Value, &rv) != nil || rv.Name != name {
+			continue
+		}
+		if t := time.Unix(0, r.Version.Wall); t.After(at) {
+			at = t
+		}
+	}
+	return at, !at.IsZero()
 }
 
 // checkRevocation checks a revocation record's value against its key.

@@ -26,17 +26,19 @@ import (
 	"github.com/starling-orchestrator/starling/node/client"
 )
 
-// Joining a secure cluster. A new node holds a join token (pki.go) and the
-// gossip address of any member (--join HOST[:PORT]). It opens TLS to that
+// Joining a secure cluster. A new node holds an invitation (pki.go: its
+// key and its certificate, made where the CA key is kept) and the gossip
+// address of any member (--join HOST[:PORT]). It opens TLS to that
 // member's peer port (the gossip port + 1, 7947 by default), accepts the
-// member's certificate only if it chains to the CA the token pins, and
-// sends its name, its public node key and the token's ID and secret. The
-// member admits it (admit): the token must be a live one (a
-// joinTokenRecord, not expired) whose secret hashes to the record's, the
-// key must not be revoked and the name must not be bound to another key.
-// The answer holds the CA certificate and key, the gossip key and the new
-// node's certificate; the node saves them (0600) and from then on starts
-// without the token.
+// member's certificate only if it chains to the CA the invitation pins,
+// and sends its name, its certificate and its signature over them and
+// the time (joinSigningBytes); never its key. The member admits it
+// (admit): the certificate chains to the CA, is for that name and key and
+// carries a join deadline that has not passed, the signature verifies,
+// the key is not revoked and the name is not bound to another key. The
+// answer holds the CA certificate and the gossip keys; the node saves
+// its key, its certificate and them (0600) and from then on starts
+// without the invitation.
 
 // peerPort is the TCP port of a node's peer listener (join, and TLS
 // between nodes): its gossip port + 1.
@@ -50,44 +52,56 @@ func spkiPin(cert *x509.Certificate) string {
 }
 
 // joinWithToken asks the members at seeds (gossip addresses) to admit
-// node name with key, using the token in tokenFile, until one answers or
-// ctx ends; a refusal (bad token, name in use) ends it at once. The
-// credentials are checked against the token's pin and saved in dataDir.
-func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed25519.PrivateKey, seeds []string, defPort int, log *slog.Logger) (*credentials, error) {
+// the node the invitation in tokenFile invites, as node name, until one
+// answers or ctx ends; a refusal (bad invitation, name in use) ends it at
+// once. The credentials and the invitation's key are checked against
+// the invitation and saved in dataDir; the key is returned.
+func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds []string, defPort int, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
 	b, err := readSecretFile("--join-token-file", tokenFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	tok, err := parseJoinToken(string(b))
+	inv, err := parseInvitation(string(b))
 	if err != nil {
-		return nil, fmt.Errorf("--join-token-file %s: %w", tokenFile, err)
+		return nil, nil, fmt.Errorf("--join-token-file %s: %w", tokenFile, err)
 	}
-	req := api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), TokenID: tok.ID, Secret: tok.Secret}
-	tlsConf := client.PinnedTLS(tok.Pin, "")
+	if inv.Name() != name {
+		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation is for node %q, not --name %s (start with --name %s, or make an invitation for %s with 'starling join-token %s')",
+			tokenFile, oneLine(inv.Name()), name, oneLine(inv.Name()), name, name)
+	}
+	if by, ok := joinDeadline(inv.Cert); ok && time.Now().After(by) {
+		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation's time to join ended %s ago (at %s); make a new one with 'starling join-token %s'",
+			tokenFile, time.Since(by).Round(time.Second), by.Format(time.RFC3339), name)
+	}
+	tlsConf := client.PinnedTLS(inv.Pin, "")
 	backoff, began := time.Second, time.Now()
 	for {
-		// A refusal (bad token, name in use) or a server that is not of
-		// the token's cluster ends the join once every seed answered so;
-		// anything else (unreachable, a 5xx) is retried.
+		// A refusal (bad invitation, name in use) or a server that is not
+		// of the invitation's cluster ends the join once every seed
+		// answered so; anything else (unreachable, a 5xx) is retried.
 		var final []error
 		for _, seed := range seeds {
 			// Like gossip, a seed without a port is at this node's own
 			// gossip port.
 			host, port, err := splitHostPort(seed, defPort)
 			if err != nil {
-				return nil, fmt.Errorf("--join %q: %w", seed, err)
+				return nil, nil, fmt.Errorf("--join %q: %w", seed, err)
 			}
+			req := SignJoinRequest(name, inv.Key, inv.Cert.Raw, time.Now())
 			resp, err := postJoin(ctx, "https://"+net.JoinHostPort(host, strconv.Itoa(peerPort(port))), tlsConf, req)
 			if err == nil {
-				creds, err := acceptJoin(&resp, tok.Pin, name, key)
+				creds, err := acceptJoin(&resp, inv)
 				if err != nil {
-					return nil, fmt.Errorf("join through %s: %w", seed, err)
+					return nil, nil, fmt.Errorf("join through %s: %w", seed, err)
+				}
+				if err := saveNodeKey(dataDir, inv.Key); err != nil {
+					return nil, nil, err
 				}
 				if err := saveCredentials(dataDir, creds); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
-				log.Info("joined the cluster with a token", "through", seed, "ca", tok.Pin[:16], "token", tok.ID, "took", time.Since(began))
-				return creds, nil
+				log.Info("joined the cluster with an invitation", "through", seed, "ca", inv.Pin[:16], "key", keyID(req.Key), "took", time.Since(began))
+				return creds, inv.Key, nil
 			}
 			var se *apierrors.StatusError
 			switch {
@@ -100,11 +114,11 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, key ed2
 			}
 		}
 		if len(final) == len(seeds) {
-			return nil, final[0]
+			return nil, nil, final[0]
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
@@ -122,92 +136,108 @@ func postJoin(ctx context.Context, base string, tlsConf *tls.Config, req api.Joi
 	return c.Join(ctx, req)
 }
 
-// acceptJoin checks a join answer against the token's pin and this node's
-// name and key.
-func acceptJoin(jr *api.JoinAnswer, pin, name string, key ed25519.PrivateKey) (*credentials, error) {
+// SignJoinRequest is the join request of node name holding key and
+// certificate cert (DER), signed at now.
+func SignJoinRequest(name string, key ed25519.PrivateKey, cert []byte, now time.Time) api.JoinRequest {
+	unix := now.Unix()
+	return api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), Cert: cert, Time: unix,
+		Sig: ed25519.Sign(key, joinSigningBytes(name, cert, unix))}
+}
+
+// acceptJoin checks a join answer against the invitation: the CA must be
+// the one it pins and must have issued its certificate.
+func acceptJoin(jr *api.JoinAnswer, inv invitation) (*credentials, error) {
 	ca, err := x509.ParseCertificate(jr.CA)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
-	if caPin(ca) != pin {
-		return nil, errors.New("the CA certificate sent is not the one the token pins")
+	if caPin(ca) != inv.Pin {
+		return nil, errors.New("the CA certificate sent is not the one the invitation pins")
 	}
-	k, err := x509.ParsePKCS8PrivateKey(jr.CAKey)
-	caKey, ok := k.(ed25519.PrivateKey)
-	if err != nil || !ok || !caKey.Public().(ed25519.PublicKey).Equal(ca.PublicKey) {
-		return nil, errors.New("the CA key sent is not the CA certificate's")
-	}
-	cert, err := x509.ParseCertificate(jr.Cert)
-	if err != nil {
-		return nil, fmt.Errorf("node certificate: %w", err)
-	}
-	if err := verifyNodeCert(cert, ca, name, key.Public().(ed25519.PublicKey), time.Now()); err != nil {
+	if err := verifyNodeCert(inv.Cert, ca, inv.Name(), inv.Key.Public().(ed25519.PublicKey), time.Now()); err != nil {
 		return nil, err
 	}
 	if err := checkGossipKeys(jr.GossipKeys); err != nil {
 		return nil, err
 	}
-	return &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: jr.GossipKeys}, nil
+	return &credentials{CA: ca, NodeCert: inv.Cert, GossipKeys: jr.GossipKeys}, nil
 }
 
 // setupCredentials gives a node what it needs to be a member: with
 // --insecure, nothing; a node that joined before uses the credentials in
-// its data dir; otherwise it joins with --join-token-file, or, given no
-// --join, creates a new cluster. The node certificate is renewed (with
-// the node's own CA key) when it expires within nodeCertRenewBefore or
-// does not name the node's advertised address.
-func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, error) {
+// its data dir; otherwise it joins with --join-token-file (whose
+// invitation brings the node's key, replacing key), or, given no --join,
+// creates a new cluster. It returns the node key. A node that holds the
+// CA key renews its certificate (renewNodeCert).
+func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
 	if cfg.Insecure {
 		if _, err := os.Stat(filepath.Join(cfg.DataDir, caCertFile)); err == nil {
-			return nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, caCertFile)
+			return nil, nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, caCertFile)
 		}
-		return nil, nil
+		return nil, key, nil
 	}
+	creds, key, err := setupSecure(ctx, cfg, key, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cn := creds.NodeCert.Subject.CommonName; cn != cfg.Name {
+		return nil, nil, fmt.Errorf("--name %s: this data dir's certificate is for node %q; start with --name %s", cfg.Name, cn, cn)
+	}
+	if !creds.NodeCert.PublicKey.(ed25519.PublicKey).Equal(key.Public()) {
+		return nil, nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s, %s and %s and join again with a new invitation", nodeCertFile, nodeKeyFile, nodeKeyFile, nodeCertFile, caCertFile)
+	}
+	if err := renewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
+		return nil, nil, err
+	}
+	if creds.CAKey != nil {
+		log.Warn("this node's data dir holds the cluster's CA key: whoever takes this node can add nodes to the cluster. Keep it only where you make invitations: move "+caCertFile+" and "+caKeyFile+" there (e.g. 'starling ca move-off', docs/real-hosts.md)",
+			"file", filepath.Join(cfg.DataDir, caKeyFile))
+	}
+	return creds, key, nil
+}
+
+// setupSecure is setupCredentials for a secure cluster.
+func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
 	creds, err := loadCredentials(cfg.DataDir)
 	switch {
 	case err == nil:
 		if cfg.JoinTokenFile != "" {
 			log.Info("already a member of the cluster: --join-token-file is not needed and not read", "dataDir", cfg.DataDir)
 		}
+		return creds, key, nil
 	case !errors.Is(err, os.ErrNotExist):
-		return nil, err
+		return nil, nil, err
 	case cfg.JoinTokenFile != "":
 		if len(cfg.Join) == 0 {
-			return nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
+			return nil, nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
 		}
 		_, bindPort, err := splitHostPort(cfg.BindAddr, 7946)
 		if err != nil {
-			return nil, fmt.Errorf("--bind %q: %w", cfg.BindAddr, err)
+			return nil, nil, fmt.Errorf("--bind %q: %w", cfg.BindAddr, err)
 		}
-		if creds, err = joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, key, cfg.Join, bindPort, log); err != nil {
-			return nil, err
-		}
+		return joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, cfg.Join, bindPort, log)
 	case len(cfg.Join) == 0:
-		if creds, err = initCluster(cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
-			return nil, err
+		if creds, err = initCluster(cfg.DataDir, cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
+			return nil, nil, err
 		}
-		log.Info("created a new cluster (CA, gossip key and this node's certificate in the data dir); invite nodes with 'starling join-token'",
+		log.Info("created a new cluster (CA, gossip key and this node's certificate in the data dir); invite nodes with 'starling join-token NODE-NAME' on this machine",
 			"ca", caPin(creds.CA)[:16], "dataDir", cfg.DataDir)
+		return creds, key, nil
 	default:
-		return nil, fmt.Errorf("--join %s: joining a cluster needs a join token: run 'starling join-token' on any cluster node, save it to a file (chmod 600) and pass --join-token-file FILE",
-			strings.Join(cfg.Join, ","))
+		return nil, nil, fmt.Errorf("--join %s: joining a cluster needs an invitation: run 'starling join-token %s' where the cluster's CA key is kept (the first node, or where 'starling init' ran), save it to a file (chmod 600) and pass --join-token-file FILE",
+			strings.Join(cfg.Join, ","), cfg.Name)
 	}
-	if cn := creds.NodeCert.Subject.CommonName; cn != cfg.Name {
-		return nil, fmt.Errorf("--name %s: this data dir's certificate is for node %q; start with --name %s", cfg.Name, cn, cn)
-	}
-	if !creds.NodeCert.PublicKey.(ed25519.PublicKey).Equal(key.Public()) {
-		return nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s and join again with a new token", nodeCertFile, nodeKeyFile, nodeCertFile)
-	}
-	if err := renewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
-		return nil, err
-	}
-	return creds, nil
 }
 
-// renewNodeCert issues a new certificate for this node (same name and key)
-// when the one in creds expires within nodeCertRenewBefore or lacks one
-// of ips, and saves it.
+// renewNodeCert issues a new certificate for this node (same name and
+// key) when it holds the CA key and the certificate in creds ends more
+// than nodeCertRenewBefore before the CA (a certificate of a build before
+// invitations, valid 90 days) or lacks one of ips, and saves it. A node
+// without the CA key keeps its certificate, valid as long as the CA.
 func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, ips []netip.Addr, now time.Time) error {
+	if creds.CAKey == nil {
+		return nil
+	}
 	missing := false
 	for _, ip := range ips {
 		found := false
@@ -218,10 +248,10 @@ func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, i
 		}
 		missing = missing || !found
 	}
-	if !missing && now.Add(nodeCertRenewBefore).Before(creds.NodeCert.NotAfter) {
+	if !missing && !creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-nodeCertRenewBefore)) {
 		return nil
 	}
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, creds.NodeCert.Subject.CommonName, key.Public().(ed25519.PublicKey), ips, now)
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, creds.NodeCert.Subject.CommonName, key.Public().(ed25519.PublicKey), ips, now, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -274,43 +304,43 @@ func listenPeers(bind string, t *trust) (net.Listener, error) {
 	return tls.NewListener(l, t.serverTLS()), nil
 }
 
-// JoinCluster joins a secure cluster with the token in tokenFile through
-// the member at seed (a gossip address), as a node named name whose key
-// is (or is made) in dataDir, and saves the credentials there. It returns
-// the node key, the gossip key, the CA certificate and key and the node's
+// JoinCluster joins a secure cluster with the invitation in tokenFile
+// through the member at seed (a gossip address), as node name, and saves
+// the credentials in dataDir. It returns the node key (the
+// invitation's), the gossip key, the CA certificate and the node's
 // certificate (DER). For tools and tests that speak gossip themselves;
 // the agent joins by itself.
-func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (nodeKey ed25519.PrivateKey, gossipKey []byte, ca *x509.Certificate, caKey ed25519.PrivateKey, cert []byte, err error) {
+func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (nodeKey ed25519.PrivateKey, gossipKey []byte, ca *x509.Certificate, cert []byte, err error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, nil, nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	key, err := loadOrCreateNodeKey(dataDir)
+	creds, key, err := joinWithToken(ctx, dataDir, tokenFile, name, []string{seed}, 7946, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return nil, nil, nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	creds, err := joinWithToken(ctx, dataDir, tokenFile, name, key, []string{seed}, 7946, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		return nil, nil, nil, nil, nil, err
-	}
-	return key, creds.GossipKeys[0], creds.CA, creds.CAKey, creds.NodeCert.Raw, nil
+	return key, creds.GossipKeys[0], creds.CA, creds.NodeCert.Raw, nil
 }
 
 // LoadClusterSecrets reads what a node's data dir holds of the cluster's
-// secrets: its gossip keyring (the key in use first), the CA certificate
-// and the CA key. For tools and tests (the hostile peer plays a forgotten
-// node that kept them).
-func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey ed25519.PrivateKey, err error) {
+// secrets: its gossip keyring (the key in use first), the CA certificate,
+// the CA key (nil unless the node holds it) and the node key. For tools
+// and tests (the hostile peer plays a node whose files were taken).
+func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey, nodeKey ed25519.PrivateKey, err error) {
 	creds, err := loadCredentials(dataDir)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return creds.GossipKeys, creds.CA, creds.CAKey, nil
+	nodeKey, err = loadOrCreateNodeKey(dataDir)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return creds.GossipKeys, creds.CA, creds.CAKey, nodeKey, nil
 }
 
 // IssueNodeCert issues a node certificate with a cluster CA (see
 // JoinCluster); for tools and tests.
 func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey) ([]byte, error) {
-	c, err := issueNodeCert(ca, caKey, name, pub, nil, time.Now())
+	c, err := issueNodeCert(ca, caKey, name, pub, nil, time.Now(), time.Time{})
 	if err != nil {
 		return nil, err
 	}

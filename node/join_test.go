@@ -4,12 +4,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,83 +18,18 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/store"
 )
 
-func TestJoinTokensParseAsPrinted(t *testing.T) {
-	tok, err := newJoinToken(strings.Repeat("ab", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := parseJoinToken(tok.String() + "\n")
-	if err != nil || got != tok {
-		t.Fatalf("parse(%q) = %+v, %v", tok, got, err)
-	}
-	for _, bad := range []string{"", "SLTKN-1-abc-abcdef.0123456789abcdef", tok.String()[:len(tok.String())-1], strings.Replace(tok.String(), "SLTKN-1", "SWMTKN-1", 1),
-		tok.String() + "\n-A INPUT -j ACCEPT"} {
-		if _, err := parseJoinToken(bad); err == nil || !strings.Contains(err.Error(), "starling join-token") {
-			t.Errorf("parse(%q) = %v, want an error naming 'starling join-token'", bad, err)
-		}
-	}
-}
-
-// TestAdmitChecksTokenKeyAndName: a join needs a live token whose secret
-// matches; a revoked key or a name bound to another key is refused with
-// the fix; the same node joining again (same name, same key) is admitted.
-func TestAdmitChecksTokenKeyAndName(t *testing.T) {
-	now := time.Now()
-	tokens := map[string]joinTokenRecord{
-		"abcdef": {SecretHash: secretHash("0123456789abcdef"), Expires: now.Add(time.Hour)},
-		"old000": {SecretHash: secretHash("0123456789abcdef"), Expires: now.Add(-time.Second)},
-	}
-	n2 := keyOf("n2").Public().(ed25519.PublicKey)
-	other := keyOf("other").Public().(ed25519.PublicKey)
-	look := admitLookups{
-		token:   func(id string) (joinTokenRecord, bool) { t, ok := tokens[id]; return t, ok },
-		bound:   func(name string) ([]byte, bool) { return n2, name == "n2" },
-		revoked: func(k []byte) bool { return string(k) == string(keyOf("revoked").Public().(ed25519.PublicKey)) },
-	}
-	good := api.JoinRequest{Name: "n3", Key: other, TokenID: "abcdef", Secret: "0123456789abcdef"}
-	with := func(f func(*api.JoinRequest)) api.JoinRequest { r := good; f(&r); return r }
-	cases := []struct {
-		name   string
-		req    api.JoinRequest
-		status int
-		msg    string
-	}{
-		{"valid", good, 0, ""},
-		{"the same node again", with(func(r *api.JoinRequest) { r.Name, r.Key = "n2", n2 }), 0, ""},
-		{"bad name", with(func(r *api.JoinRequest) { r.Name = "N3\n" }), http.StatusBadRequest, "--name"},
-		{"bad key", with(func(r *api.JoinRequest) { r.Key = r.Key[:5] }), http.StatusBadRequest, "node key"},
-		{"unknown token", with(func(r *api.JoinRequest) { r.TokenID = "zzzzzz" }), http.StatusForbidden, "starling join-token"},
-		{"malformed token ID", with(func(r *api.JoinRequest) { r.TokenID = "../../x" }), http.StatusForbidden, "starling join-token"},
-		{"wrong secret", with(func(r *api.JoinRequest) { r.Secret = "0123456789abcdee" }), http.StatusForbidden, "starling join-token"},
-		{"expired token", with(func(r *api.JoinRequest) { r.TokenID = "old000" }), http.StatusForbidden, "expired"},
-		{"revoked key", with(func(r *api.JoinRequest) { r.Key = keyOf("revoked").Public().(ed25519.PublicKey) }), http.StatusForbidden, "remove node.key"},
-		{"name in use", with(func(r *api.JoinRequest) { r.Name = "n2" }), http.StatusConflict, "starling node forget n2"},
-	}
-	for _, tc := range cases {
-		rf := admit(tc.req, look, now)
-		switch {
-		case tc.status == 0 && rf != nil:
-			t.Errorf("%s: refused: %v", tc.name, rf)
-		case tc.status != 0 && (rf == nil || rf.status != tc.status || !strings.Contains(rf.msg, tc.msg)):
-			t.Errorf("%s: got %+v, want %d with %q", tc.name, rf, tc.status, tc.msg)
-		}
-	}
-}
-
 // joinServer runs the peer port of a cluster's first node (credentials
-// made by initCluster in a temp dir) with a token of its own; it returns
-// the node, its token and the server.
-func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
+// made by initCluster in a temp dir, which holds the CA key); it returns
+// the node and the server.
+func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 	t.Helper()
 	dir := t.TempDir()
 	key := keyOf("n1")
-	creds, err := initCluster(dir, "n1", key, nil, time.Now())
+	creds, err := initCluster(dir, dir, "n1", key, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,21 +49,13 @@ func joinServer(t *testing.T) (*Agent, joinToken, *httptest.Server) {
 	}
 	t.Cleanup(func() { a.cluster.Shutdown() })
 	a.join = &admission{store: st, id: a.id, trust: a.trust, clock: a.clock, self: "n1", keys: a.cluster.Keys, log: a.log}
-	tok, err := newJoinToken(caPin(creds.CA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(joinTokenRecord{SecretHash: secretHash(tok.Secret), Expires: time.Now().Add(time.Hour)})
-	if _, err := st.Apply(crdt.Record{Key: joinTokenKey(tok.ID), Value: b, Version: a.clock.Now(), Origin: "n1"}); err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
 	srv.TLS = a.trust.serverTLS()
 	// httptest would put its own certificate in an empty list.
 	srv.TLS.Certificates = []tls.Certificate{*a.trust.tlsCert()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return a, tok, srv
+	return a, srv
 }
 
 func writeToken(t *testing.T, tok string) string {
@@ -141,106 +67,147 @@ func writeToken(t *testing.T, tok string) string {
 	return path
 }
 
-// TestJoinWithTokenOverPinnedTLS: a node with a token is admitted and
-// saves the CA, the gossip key and its certificate (mode 0600), from
-// which it starts again with no token; a token whose pin is another CA's
-// never sends its secret to the node (TLS fails, and joining stops); a wrong secret is
-// refused at once, with no retry.
-func TestJoinWithTokenOverPinnedTLS(t *testing.T) {
-	a, tok, srv := joinServer(t)
+// TestJoinWithInvitationOverPinnedTLS: a node with an invitation is
+// admitted and saves its key (the invitation's, replacing one it made),
+// the CA certificate, the gossip key and its certificate (mode 0600), and
+// no CA key, from which it starts again with no invitation; an
+// invitation whose pin is another CA's never reaches the node (TLS
+// fails, and joining stops); an invitation for another --name and one
+// past its deadline are refused before any request; another CA's
+// certificate is refused at once, with no retry.
+func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
+	a, srv := joinServer(t)
 	seed := strings.TrimPrefix(srv.URL, "https://")
 	host, port, _ := splitHostPort(seed, 0)
 	// joinWithToken dials the gossip port + 1.
 	gossipAddr := net.JoinHostPort(host, strconv.Itoa(port-1))
 	dir := t.TempDir()
-	key := keyOf("n2")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	creds, err := joinWithToken(ctx, dir, writeToken(t, tok.String()), "n2", key, []string{gossipAddr}, 7946, log)
+	made, err := loadOrCreateNodeKey(dir) // as the agent does before it joins
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !creds.CA.Equal(a.trust.creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.trust.creds.GossipKeys[0]) {
-		t.Fatal("the joined node holds another CA or gossip key")
-	}
-	if err := verifyNodeCert(creds.NodeCert, a.trust.creds.CA, "n2", key.Public().(ed25519.PublicKey), time.Now()); err != nil {
+	inv := testInvitation(t, a.trust.creds, "n2", time.Hour, time.Now())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	creds, key, err := joinWithToken(ctx, dir, writeToken(t, inv.String()), "n2", []string{gossipAddr}, 7946, log)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{caCertFile, caKeyFile, nodeCertFile, gossipKeyFile} {
+	if !key.Equal(inv.Key) || key.Equal(made) {
+		t.Fatal("the joined node's key is not the invitation's")
+	}
+	if saved, err := loadOrCreateNodeKey(dir); err != nil || !saved.Equal(inv.Key) {
+		t.Fatalf("node.key after the join is not the invitation's key (%v)", err)
+	}
+	if !creds.CA.Equal(a.trust.creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.trust.creds.GossipKeys[0]) || creds.CAKey != nil {
+		t.Fatal("the joined node holds another CA or gossip key, or a CA key")
+	}
+	for _, f := range []string{caCertFile, nodeCertFile, gossipKeyFile, nodeKeyFile} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v mode %v", f, err, fi.Mode())
 		}
 	}
+	if _, err := os.Stat(filepath.Join(dir, caKeyFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the joined node has a CA key file: %v", err)
+	}
 	cfg := DefaultConfig()
 	cfg.Name, cfg.DataDir, cfg.Join = "n2", dir, []string{"192.0.2.1"}
-	if _, err := setupCredentials(ctx, cfg, key, log); err != nil {
-		t.Fatalf("restart with saved credentials and no token: %v", err)
+	if _, _, err := setupCredentials(ctx, cfg, key, log); err != nil {
+		t.Fatalf("restart with saved credentials and no invitation: %v", err)
 	}
 
-	otherCA, _, _ := newCA(time.Now())
-	wrongPin := tok
-	wrongPin.Pin = caPin(otherCA)
+	otherCA := testCA(t)
+	wrongPin := testInvitation(t, a.trust.creds, "n3", time.Hour, time.Now())
+	wrongPin.Pin = caPin(otherCA.CA)
 	start := time.Now()
-	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", keyOf("n3"), []string{gossipAddr}, 7946, log)
+	_, _, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "does not chain to the pinned cluster CA") || time.Since(start) > 5*time.Second {
-		t.Fatalf("a token pinning another CA: %v after %s", err, time.Since(start))
+		t.Fatalf("an invitation pinning another CA: %v after %s", err, time.Since(start))
 	}
-	wrongSecret := tok
-	wrongSecret.Secret = strings.Repeat("z", 16)
+	foreign := testInvitation(t, otherCA, "n3", time.Hour, time.Now())
+	foreign.Pin = caPin(a.trust.creds.CA)
 	start = time.Now()
-	_, err = joinWithToken(ctx, t.TempDir(), writeToken(t, wrongSecret.String()), "n3", keyOf("n3"), []string{gossipAddr}, 7946, log)
-	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "starling join-token") || time.Since(start) > 5*time.Second {
-		t.Fatalf("wrong secret: %v after %s", err, time.Since(start))
+	_, _, err = joinWithToken(ctx, t.TempDir(), writeToken(t, foreign.String()), "n3", []string{gossipAddr}, 7946, log)
+	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "starling join-token n3") || time.Since(start) > 5*time.Second {
+		t.Fatalf("another CA's certificate: %v after %s", err, time.Since(start))
+	}
+	if _, _, err = joinWithToken(ctx, t.TempDir(), writeToken(t, inv.String()), "n9", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "start with --name n2") {
+		t.Fatalf("an invitation for another name: %v", err)
+	}
+	late := testInvitation(t, a.trust.creds, "n4", time.Minute, time.Now().Add(-time.Hour))
+	if _, _, err = joinWithToken(ctx, t.TempDir(), writeToken(t, late.String()), "n4", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "time to join ended") {
+		t.Fatalf("an invitation past its deadline: %v", err)
 	}
 }
 
 // TestSetupCredentials: with no --join the first agent creates the
-// cluster; --join without a token is refused with the command that makes
-// one; a data dir whose certificate names another node is refused with
-// the --name to use; --insecure on a secure node's data dir is refused;
-// a certificate about to expire is renewed at start.
+// cluster (keeping the CA key, with a WARN); --join without an invitation
+// is refused with the command that makes one; a data dir whose
+// certificate names another node is refused with the --name to use;
+// --insecure on a secure node's data dir is refused; a node that holds
+// the CA key renews a certificate of the 90-day kind at start, and one
+// that does not keeps its certificate.
 func TestSetupCredentials(t *testing.T) {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	dir := t.TempDir()
 	key := keyOf("n1")
 	cfg := DefaultConfig()
 	cfg.Name, cfg.DataDir, cfg.Advertise = "n1", dir, "192.0.2.7"
-	creds, err := setupCredentials(ctx, cfg, key, log)
+	creds, _, err := setupCredentials(ctx, cfg, key, log)
 	if err != nil || creds == nil {
 		t.Fatalf("first agent: %v", err)
 	}
 	if len(creds.NodeCert.IPAddresses) != 1 || creds.NodeCert.IPAddresses[0].String() != "192.0.2.7" {
 		t.Fatalf("certificate IPs %v, want the advertised address", creds.NodeCert.IPAddresses)
 	}
+	if !strings.Contains(logs.String(), "holds the cluster's CA key") {
+		t.Fatalf("no WARN about the CA key on the node:\n%s", logs.String())
+	}
 	other := cfg
 	other.Name = "n9"
-	if _, err := setupCredentials(ctx, other, key, log); err == nil || !strings.Contains(err.Error(), "start with --name n1") {
+	if _, _, err := setupCredentials(ctx, other, key, log); err == nil || !strings.Contains(err.Error(), "start with --name n1") {
 		t.Fatalf("another name: %v", err)
 	}
 	insecure := cfg
 	insecure.Insecure = true
-	if _, err := setupCredentials(ctx, insecure, key, log); err == nil || !strings.Contains(err.Error(), "start without --insecure") {
+	if _, _, err := setupCredentials(ctx, insecure, key, log); err == nil || !strings.Contains(err.Error(), "start without --insecure") {
 		t.Fatalf("--insecure on a secure data dir: %v", err)
 	}
 	joiner := DefaultConfig()
 	joiner.Name, joiner.DataDir, joiner.Join = "n2", t.TempDir(), []string{"192.0.2.1"}
-	if _, err := setupCredentials(ctx, joiner, keyOf("n2"), log); err == nil || !strings.Contains(err.Error(), "starling join-token") || !strings.Contains(err.Error(), "--join-token-file") {
-		t.Fatalf("--join without a token: %v", err)
+	if _, _, err := setupCredentials(ctx, joiner, keyOf("n2"), log); err == nil || !strings.Contains(err.Error(), "starling join-token n2") || !strings.Contains(err.Error(), "--join-token-file") {
+		t.Fatalf("--join without an invitation: %v", err)
 	}
-	// A certificate with 10 days left is renewed at start.
-	old, err := issueNodeCert(creds.CA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), nil, time.Now().Add(-80*24*time.Hour))
+	// A certificate of the 90-day kind with 10 days left is renewed at
+	// start, to the CA's lifetime.
+	shortCA := *creds.CA
+	shortCA.NotAfter = time.Now().Add(10 * 24 * time.Hour)
+	old, err := issueNodeCert(&shortCA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), nil, time.Now().Add(-80*24*time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := writePEM(filepath.Join(dir, nodeCertFile), "CERTIFICATE", old.Raw); err != nil {
 		t.Fatal(err)
 	}
-	renewed, err := setupCredentials(ctx, cfg, key, log)
-	if err != nil || !renewed.NodeCert.NotAfter.After(time.Now().Add(80*24*time.Hour)) {
-		t.Fatalf("renewal: %v, notAfter %v", err, renewed.NodeCert.NotAfter)
+	renewed, _, err := setupCredentials(ctx, cfg, key, log)
+	if err != nil || !renewed.NodeCert.NotAfter.Equal(creds.CA.NotAfter) {
+		t.Fatalf("renewal: %v, notAfter %v, want the CA's %v", err, renewed.NodeCert.NotAfter, creds.CA.NotAfter)
+	}
+	// Moved off, the CA key renews nothing and is not warned about.
+	if err := writePEM(filepath.Join(dir, nodeCertFile), "CERTIFICATE", old.Raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := MoveCAKey(dir, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	kept, _, err := setupCredentials(ctx, cfg, key, log)
+	if err != nil || !kept.NodeCert.Equal(old) || kept.CAKey != nil || strings.Contains(logs.String(), "CA key") {
+		t.Fatalf("without the CA key: %v, cert renewed %v, logs:\n%s", err, !kept.NodeCert.Equal(old), logs.String())
 	}
 }
 
@@ -249,11 +216,8 @@ func TestSetupCredentials(t *testing.T) {
 // once and then found in the cache (the steady state: a node's status is
 // rewritten, its certificate is not).
 func BenchmarkAcceptCertifiedStatusRecord(b *testing.B) {
-	creds, err := initCluster(b.TempDir(), "a", keyOf("a"), nil, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, time.Now())
+	creds := testCA(b)
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -277,12 +241,9 @@ func BenchmarkAcceptCertifiedStatusRecord(b *testing.B) {
 // BenchmarkVerifyNodeCert is the first sight of a node's certificate
 // (parse and chain verification, no cache).
 func BenchmarkVerifyNodeCert(b *testing.B) {
-	creds, err := initCluster(b.TempDir(), "a", keyOf("a"), nil, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
+	creds := testCA(b)
 	pub := keyOf("b").Public().(ed25519.PublicKey)
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, "b", pub, nil, time.Now())
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, "b", pub, nil, time.Now(), time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -312,7 +273,7 @@ func peerTrust(t *testing.T, creds *credentials, name, keyName string, known ...
 		}
 	}
 	key := keyOf(keyName)
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, name, key.Public().(ed25519.PublicKey), nil, time.Now())
+	cert, err := issueNodeCert(creds.CA, creds.CAKey, name, key.Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

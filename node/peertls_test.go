@@ -27,13 +27,14 @@ import (
 // status record is accepted only with a certificate the cluster CA issued
 // for that node and the record's signer.
 func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
-	creds, err := initCluster(t.TempDir(), "a", keyOf("a"), nil, time.Now())
+	d := t.TempDir()
+	creds, err := initCluster(d, d, "a", keyOf("a"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	foreignCA, foreignKey, _ := newCA(time.Now())
 	cert := func(ca *credentials, name, keyName string) []byte {
-		c, err := issueNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now())
+		c, err := issueNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,8 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 // minted for a known name with another key (an impostor) is refused as a
 // client and as a server; a request with no certificate gets 401.
 func TestPeerTLSChecksTheBoundKey(t *testing.T) {
-	creds, err := initCluster(t.TempDir(), "n1", keyOf("n1"), nil, time.Now())
+	d := t.TempDir()
+	creds, err := initCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,8 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 // the CA pin but not the server pin; the real node passes both, also
 // after renewing its certificate (same key).
 func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
-	creds, err := initCluster(t.TempDir(), "n1", keyOf("n1"), nil, time.Now())
+	d := t.TempDir()
+	creds, err := initCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,7 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	if err := get(serve(impostor), ""); err != nil {
 		t.Fatalf("with the CA pin alone (joining), any node will do: %v", err)
 	}
-	renewed, err := issueNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now())
+	renewed, err := issueNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +177,7 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 // for an empty one (which would make a new CA).
 func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := initCluster(dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
+	if _, err := initCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, caCertFile)); err != nil {
@@ -182,7 +185,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Name, cfg.DataDir = "n1", dir
-	_, err := setupCredentials(context.Background(), cfg, keyOf("n1"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, _, err := setupCredentials(context.Background(), cfg, keyOf("n1"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err == nil || !strings.Contains(err.Error(), "damaged") || errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("setup with ca.crt gone: %v", err)
 	}
@@ -197,7 +200,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 // hand the new key to the forgotten node through GET /v1/keys; once the
 // revocation reaches it, the same request installs the key.
 func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
-	a, _, _ := joinServer(t)
+	a, _ := joinServer(t)
 	a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: t.TempDir(), self: "n1", log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
 	srv.TLS = a.trust.serverTLS()

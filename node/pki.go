@@ -13,32 +13,39 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 )
 
-// The cluster's public-key infrastructure, after Docker Swarm's and
-// kubeadm's: `starling init` (or the first agent, started with no --join)
-// makes a certificate authority (an Ed25519 key and a self-signed
-// certificate) and the gossip key; a node joins with a join token that
-// pins the CA (the SHA-256 of its SubjectPublicKeyInfo, as k3s and
-// kubeadm's discovery-token-ca-cert-hash do) and carries a secret; the
-// node it contacts checks the secret and hands it the CA, the gossip key
-// and a certificate for its name and its own node key.
+// The cluster's public-key infrastructure. `starling init` (or the first
+// agent, started with no --join) makes a certificate authority (an
+// Ed25519 key and a self-signed certificate) and the gossip key.
 //
-// There is no master: every node holds the CA key, so any node can admit
-// a new one and renew its own certificate. Holding the CA key is what
-// "being a node" means; docs/real-hosts.md says what that implies when a
-// node is compromised.
+// No node needs the CA key, and a node that joins never receives it: a
+// node is invited where the operator keeps the CA key ('starling
+// join-token NAME', see invitation), as Nebula's nebula-cert signs each
+// host's certificate on the CA's machine. The invitation holds the new
+// node's key and its certificate for NAME; a member admits it (the peer
+// port's POST /v1/join) when that certificate chains to the CA, the
+// joiner proves it holds the key, the invitation's join deadline has not
+// passed and the name is free; the member answers with the gossip keys
+// only. So one compromised node (its files, its API token, its gossip
+// key) cannot add a node or give a name a key of its choosing: both need
+// a certificate only the CA key can make, and a name keeps the first key
+// the cluster saw for it (identity.go). The first agent of a cluster made
+// without 'starling init' keeps the CA key in its data dir, and warns at
+// every start until the operator moves it off (docs/real-hosts.md).
 //
 // Files in --data-dir (all 0600):
 //
 //	ca.crt      the CA certificate (PEM)
-//	ca.key      the CA private key (PEM, PKCS #8)
+//	ca.key      the CA private key (PEM, PKCS #8): only on a cluster's
+//	            first node made without 'starling init', until moved
 //	node.crt    this node's certificate (PEM), for its node.key
 //	gossip.key  the 32-byte gossip key, base64
+//
+// 'starling init' writes ca.crt and ca.key into its --ca-dir instead
+// (DefaultCADir), and the node's files into --data-dir.
 const (
 	caCertFile    = "ca.crt"
 	caKeyFile     = "ca.key"
@@ -46,12 +53,15 @@ const (
 	gossipKeyFile = "gossip.key"
 )
 
-// Certificate lifetimes. Node certificates are short-lived and renewed by
-// the node itself (renewNodeCert) once less than nodeCertRenewBefore is
-// left.
+// Certificate lifetimes. A node certificate is valid as long as the CA
+// that issued it: no node holds the CA key to renew it, and a node's
+// identity is ended by revoking its key ('starling node forget'), not by
+// expiry. Nodes that still hold the CA key (clusters made before
+// invitations) renew theirs to that lifetime (renewNodeCert).
 const (
-	caValidity          = 10 * 365 * 24 * time.Hour
-	nodeCertValidity    = 90 * 24 * time.Hour
+	caValidity = 10 * 365 * 24 * time.Hour
+	// nodeCertRenewBefore: a node that holds the CA key renews its
+	// certificate once it ends this much before the CA does.
 	nodeCertRenewBefore = 30 * 24 * time.Hour
 	// certBackdate allows for clocks a little behind the issuer's.
 	certBackdate = 5 * time.Minute
@@ -59,7 +69,10 @@ const (
 
 // credentials are what makes a node a member of a secure cluster.
 type credentials struct {
-	CA       *x509.Certificate
+	CA *x509.Certificate
+	// CAKey is nil on a node that does not hold the CA key (every node
+	// but one made without 'starling init', and that one once the key is
+	// moved off).
 	CAKey    ed25519.PrivateKey
 	NodeCert *x509.Certificate
 	// GossipKeys are the gossip keys (32 bytes, AES-256-GCM, memberlist's
@@ -100,9 +113,10 @@ func newCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
 }
 
 // issueNodeCert issues the certificate of node name for its key pub,
-// valid for nodeCertValidity from now, for both TLS ends (server and
-// client), with ips (the node's addresses) as IP SANs.
-func issueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey, ips []netip.Addr, now time.Time) (*x509.Certificate, error) {
+// valid from now until the CA expires, for both TLS ends (server and
+// client), with ips (the node's addresses) as IP SANs. A non-zero joinBy
+// is the invitation's join deadline (joinDeadline).
+func issueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey, ips []netip.Addr, now, joinBy time.Time) (*x509.Certificate, error) {
 	serial, err := randomSerial()
 	if err != nil {
 		return nil, err
@@ -112,9 +126,12 @@ func issueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 		Subject:      pkix.Name{CommonName: name, Organization: []string{"starling-node"}},
 		DNSNames:     []string{name},
 		NotBefore:    now.Add(-certBackdate),
-		NotAfter:     now.Add(nodeCertValidity),
+		NotAfter:     ca.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if !joinBy.IsZero() {
+		tmpl.Subject.OrganizationalUnit = []string{joinByPrefix + joinBy.UTC().Format(time.RFC3339)}
 	}
 	for _, ip := range ips {
 		tmpl.IPAddresses = append(tmpl.IPAddresses, ip.AsSlice())
@@ -199,69 +216,21 @@ func (c *certCache) verify(der []byte, name string, pub []byte, now time.Time) e
 	return nil
 }
 
-// Join tokens, after kubeadm's bootstrap tokens and Swarm's join tokens:
-//
-//	SLTKN-1-<CA pin, 64 hex digits>-<token ID, 6 of [a-z0-9]>.<secret, 16 of [a-z0-9]>
-//
-// The pin lets a new node check it talks to this cluster before it sends
-// the secret; the secret (about 82 bits) proves the node was invited. The
-// cluster keeps only the secret's SHA-256, in a record named by the token
-// ID (joinTokenRecord), with an expiry.
-const tokenPrefix = "SLTKN-1-"
-
-var tokenRE = regexp.MustCompile(`^SLTKN-1-([0-9a-f]{64})-([a-z0-9]{6})\.([a-z0-9]{16})$`)
-
-// joinToken is a parsed join token.
-type joinToken struct {
-	Pin    string // hex SHA-256 of the CA's SubjectPublicKeyInfo
-	ID     string // 6 of [a-z0-9]
-	Secret string // 16 of [a-z0-9]
-}
-
-func (t joinToken) String() string { return tokenPrefix + t.Pin + "-" + t.ID + "." + t.Secret }
-
-// parseJoinToken parses a token as 'starling join-token' prints it.
-func parseJoinToken(s string) (joinToken, error) {
-	m := tokenRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return joinToken{}, errors.New("not a join token (want SLTKN-1-<64 hex digits>-<6 characters>.<16 characters>, as 'starling join-token' prints it)")
-	}
-	return joinToken{Pin: m[1], ID: m[2], Secret: m[3]}, nil
-}
-
-const tokenAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// newJoinToken makes a token for the CA pinned by pin.
-func newJoinToken(pin string) (joinToken, error) {
-	b := make([]byte, 22)
-	if _, err := rand.Read(b); err != nil {
-		return joinToken{}, err
-	}
-	for i := range b {
-		// 256 = 7*36 + 4: a bias of under 2% on four letters, as in
-		// kubeadm's generator; 82 bits either way.
-		b[i] = tokenAlphabet[int(b[i])%len(tokenAlphabet)]
-	}
-	return joinToken{Pin: pin, ID: string(b[:6]), Secret: string(b[6:])}, nil
-}
-
-func secretHash(secret string) []byte {
-	sum := sha256.Sum256([]byte(secret))
-	return sum[:]
-}
-
 // initCluster makes a new cluster's credentials for node name (key
-// nodeKey) and writes them into dataDir. It refuses a data dir that
-// already holds credentials.
-func initCluster(dataDir, name string, nodeKey ed25519.PrivateKey, ips []netip.Addr, now time.Time) (*credentials, error) {
-	if _, err := os.Stat(filepath.Join(dataDir, caCertFile)); err == nil {
-		return nil, fmt.Errorf("%s already belongs to a cluster (%s exists); use another --data-dir", dataDir, caCertFile)
+// nodeKey): the CA into caDir, the node's certificate and the gossip key
+// into dataDir (caDir may be dataDir). It refuses a data dir that already
+// holds credentials, and a CA dir that already holds a CA.
+func initCluster(dataDir, caDir, name string, nodeKey ed25519.PrivateKey, ips []netip.Addr, now time.Time) (*credentials, error) {
+	for _, d := range []string{dataDir, caDir} {
+		if _, err := os.Stat(filepath.Join(d, caCertFile)); err == nil {
+			return nil, fmt.Errorf("%s already belongs to a cluster (%s exists); use another directory", d, caCertFile)
+		}
 	}
 	ca, caKey, err := newCA(now)
 	if err != nil {
 		return nil, fmt.Errorf("make cluster CA: %w", err)
 	}
-	cert, err := issueNodeCert(ca, caKey, name, nodeKey.Public().(ed25519.PublicKey), ips, now)
+	cert, err := issueNodeCert(ca, caKey, name, nodeKey.Public().(ed25519.PublicKey), ips, now, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -269,23 +238,46 @@ func initCluster(dataDir, name string, nodeKey ed25519.PrivateKey, ips []netip.A
 	if _, err := rand.Read(gk); err != nil {
 		return nil, err
 	}
+	if caDir != dataDir {
+		if err := saveCA(caDir, ca, caKey); err != nil {
+			return nil, err
+		}
+		creds := &credentials{CA: ca, NodeCert: cert, GossipKeys: [][]byte{gk}}
+		return creds, saveCredentials(dataDir, creds)
+	}
 	creds := &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: [][]byte{gk}}
 	return creds, saveCredentials(dataDir, creds)
 }
 
+// DefaultCADir is where 'starling init' keeps the CA and 'starling
+// join-token' looks for it first: $STARLING_CA_DIR, else ~/.starling/ca.
+func DefaultCADir() string {
+	if d := os.Getenv("STARLING_CA_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "/root/.starling/ca"
+	}
+	return filepath.Join(home, ".starling", "ca")
+}
+
 // InitCluster is `starling init`: it makes the node key (if there is none)
-// and a new cluster's CA, gossip key and this node's certificate in
-// dataDir, and returns the CA pin. The agent started on dataDir is the
-// cluster's first node; 'starling join-token' then invites others.
-func InitCluster(dataDir, name string) (pin string, err error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", fmt.Errorf("--data-dir %s: %w", dataDir, err)
+// and a new cluster's CA (into caDir, 0700), gossip key and this node's
+// certificate (into dataDir), and returns the CA pin. The agent started
+// on dataDir is the cluster's first node; 'starling join-token NAME',
+// run where caDir is, invites others.
+func InitCluster(dataDir, caDir, name string) (pin string, err error) {
+	for flag, d := range map[string]string{"--data-dir": dataDir, "--ca-dir": caDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", fmt.Errorf("%s %s: %w", flag, d, err)
+		}
 	}
 	key, err := loadOrCreateNodeKey(dataDir)
 	if err != nil {
 		return "", err
 	}
-	creds, err := initCluster(dataDir, name, key, nil, time.Now())
+	creds, err := initCluster(dataDir, caDir, name, key, nil, time.Now())
 	if err != nil {
 		return "", err
 	}

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,13 +21,13 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
-// The member's side of a join (join.go has the joining node's): join
-// tokens, kept as records, and admitting a node that presents one.
+// The member's side of a join (join.go has the joining node's): admitting
+// a node that presents an invitation (pki.go).
 
-// joinTokenKind is the store kind of join-token records:
-// "jointoken/cluster/<token ID>" = joinTokenRecord. Tokens are written by
-// 'starling join-token' and deleted by 'starling node forget' (every
-// token: a forgotten node cannot come back with the one it joined with).
+// joinTokenKind is the store kind of version 1 join-token records:
+// "jointoken/cluster/<token ID>" = joinTokenRecord, written by builds
+// before invitations. They admit nobody now; records still held are
+// checked as before and deleted by 'starling node forget'.
 const joinTokenKind = "jointoken"
 
 func joinTokenKey(id string) string { return joinTokenKind + "/cluster/" + id }
@@ -40,12 +38,6 @@ type joinTokenRecord struct {
 	SecretHash []byte    `json:"secretHash"` // 32 bytes, base64 in JSON
 	Expires    time.Time `json:"expires"`
 }
-
-// Bounds of a join token's lifetime.
-const (
-	DefaultJoinTokenTTL = 24 * time.Hour
-	MaxJoinTokenTTL     = 365 * 24 * time.Hour
-)
 
 // checkJoinToken checks a join-token record's key and value.
 func checkJoinToken(key string, value []byte) *rejection {
@@ -71,17 +63,18 @@ func isTokenID(s string) bool {
 		return false
 	}
 	for _, c := range s {
-		if !strings.ContainsRune(tokenAlphabet, c) {
+		if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789", c) {
 			return false
 		}
 	}
 	return true
 }
 
-// admission admits new nodes (the member's side of a join) and keeps the
-// join tokens: the store holds their records (read by admit), publish
-// writes records (signed, gossiped), keys gives the gossip keyring to hand
-// a new node. A nil *admission is a node running with --insecure.
+// admission admits new nodes (the member's side of a join): the store
+// holds what admit reads (bound names, revocations) and the version 1
+// token records that node forget deletes, publish writes records
+// (signed, gossiped), keys gives the gossip keyring to hand a new node.
+// A nil *admission is a node running with --insecure.
 type admission struct {
 	store   Store
 	id      *identity
@@ -92,37 +85,6 @@ type admission struct {
 	keys    func() [][]byte
 	log     *slog.Logger
 	warn    joinWarnLimit
-}
-
-// errInsecureTokens: a node with --insecure has no CA to admit with.
-var errInsecureTokens = errors.New("this cluster runs with --insecure: it has no CA and takes no join tokens; nodes join with --join and --insecure")
-
-// createToken makes a join token valid for ttl and stores its record;
-// expired ones are deleted.
-func (j *admission) createToken(ttl time.Duration) (joinToken, time.Time, error) {
-	if j == nil {
-		return joinToken{}, time.Time{}, errInsecureTokens
-	}
-	if ttl < time.Minute || ttl > MaxJoinTokenTTL {
-		return joinToken{}, time.Time{}, fmt.Errorf("ttl %s: must be between 1m and %s", ttl, MaxJoinTokenTTL)
-	}
-	tok, err := newJoinToken(caPin(j.trust.creds.CA))
-	if err != nil {
-		return joinToken{}, time.Time{}, err
-	}
-	expires := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	b, err := json.Marshal(joinTokenRecord{SecretHash: secretHash(tok.Secret), Expires: expires})
-	if err != nil {
-		return joinToken{}, time.Time{}, err
-	}
-	recs := []crdt.Record{{Key: joinTokenKey(tok.ID), Value: b, Version: j.clock.Now(), Origin: j.self}}
-	// Expired tokens admit nobody: their records are deleted as new
-	// ones are made, so they do not pile up.
-	expired, err := j.tokenDeletes(func(t joinTokenRecord) bool { return time.Now().After(t.Expires) })
-	if err != nil {
-		return joinToken{}, time.Time{}, err
-	}
-	return tok, expires, j.publish(append(recs, expired...)...)
 }
 
 // deleteTokens deletes every join token record (node forget).
@@ -165,50 +127,62 @@ func (r *joinRefusal) Error() string { return r.msg }
 
 // admitLookups are what admit reads of the cluster's state.
 type admitLookups struct {
-	token   func(id string) (joinTokenRecord, bool)
+	ca      *x509.Certificate
 	bound   func(name string) ([]byte, bool)
 	revoked func(key []byte) bool
+	// forgotten is when name was last forgotten ('starling node
+	// forget'), if ever: invitations made before then are void.
+	forgotten func(name string) (time.Time, bool)
 }
 
 // admit decides a join request at now: nil, or why it is refused.
 func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
+	if req.TokenID != "" || req.Secret != "" {
+		return &joinRefusal{http.StatusForbidden, errTokenV1.Error()}
+	}
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
-		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", req.Name, strings.Join(errs, "; "))}
+		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", oneLine(req.Name), strings.Join(errs, "; "))}
 	}
 	if len(req.Key) != ed25519.PublicKeySize {
 		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node key: want %d bytes, got %d", ed25519.PublicKeySize, len(req.Key))}
 	}
-	badToken := &joinRefusal{http.StatusForbidden, "the join token is unknown, expired or deleted (tokens are deleted by 'starling node forget'): make a new one with 'starling join-token' on a cluster node"}
-	if !isTokenID(req.TokenID) {
-		return badToken
+	badInvite := func(why string) *joinRefusal {
+		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("the invitation is not valid: %s; make one for this node with 'starling join-token %s' where the cluster's CA key is kept", why, req.Name)}
 	}
-	t, ok := look.token(req.TokenID)
-	if !ok || !now.Before(t.Expires) || subtle.ConstantTimeCompare(secretHash(req.Secret), t.SecretHash) != 1 {
-		return badToken
+	cert, err := x509.ParseCertificate(req.Cert)
+	if err != nil {
+		return badInvite("its certificate does not parse: " + err.Error())
+	}
+	if err := verifyNodeCert(cert, look.ca, req.Name, req.Key, now); err != nil {
+		return badInvite(err.Error())
+	}
+	by, ok := joinDeadline(cert)
+	if !ok {
+		return badInvite("its certificate carries no join deadline (it is a joined node's certificate, not an invitation's)")
+	}
+	if d := now.Sub(time.Unix(req.Time, 0)); d > peerAuthSkew || d < -peerAuthSkew {
+		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("the request time is %s off this node's clock (at most %s; check the clocks)", d.Round(time.Second), peerAuthSkew)}
+	}
+	if len(req.Sig) != ed25519.SignatureSize || !ed25519.Verify(req.Key, joinSigningBytes(req.Name, req.Cert, req.Time), req.Sig) {
+		return badInvite("the request is not signed by the invitation's key")
+	}
+	if at, ok := look.forgotten(req.Name); ok && cert.NotBefore.Add(certBackdate).Before(at) {
+		return badInvite(fmt.Sprintf("it was made before 'starling node forget %s' (made %s, forgotten %s), which voids earlier invitations for the name",
+			req.Name, cert.NotBefore.Add(certBackdate).UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339)))
 	}
 	if look.revoked(req.Key) {
-		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("node key %s was revoked by 'starling node forget': remove %s from the node's data dir to make a new identity", keyID(req.Key), nodeKeyFile)}
+		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("node key %s was revoked by 'starling node forget': make a new invitation with 'starling join-token %s'", keyID(req.Key), req.Name)}
 	}
 	if bound, ok := look.bound(req.Name); ok && !bytes.Equal(bound, req.Key) {
-		return &joinRefusal{http.StatusConflict, fmt.Sprintf("node name %q is in use by another node (key %s; this node's key is %s): start this node with another --name, or, if it replaces that node, run 'starling node forget %s' first",
+		return &joinRefusal{http.StatusConflict, fmt.Sprintf("node name %q is in use by another node (key %s; this node's key is %s): invite this node under another name, or, if it replaces that node, run 'starling node forget %s' first",
 			req.Name, keyID(bound), keyID(req.Key), req.Name)}
 	}
-	return nil
-}
-
-// tokenLookup reads a join-token record from the store.
-func tokenLookup(st Store) func(id string) (joinTokenRecord, bool) {
-	return func(id string) (joinTokenRecord, bool) {
-		rec, ok, err := st.Get(joinTokenKey(id))
-		if err != nil || !ok || rec.Deleted {
-			return joinTokenRecord{}, false
-		}
-		var t joinTokenRecord
-		if json.Unmarshal(rec.Value, &t) != nil {
-			return joinTokenRecord{}, false
-		}
-		return t, true
+	// A node that joined keeps its key: it may ask again (its answer was
+	// lost) after the deadline. A new one must be on time.
+	if _, ok := look.bound(req.Name); !ok && now.After(by) {
+		return badInvite(fmt.Sprintf("its time to join ended at %s", by.Format(time.RFC3339)))
 	}
+	return nil
 }
 
 // joinWarnLimit bounds the WARNs about refused joins to one a second per
@@ -232,51 +206,27 @@ func (l *joinWarnLimit) allow(status int, now time.Time) bool {
 	return true
 }
 
-// Join admits a node with a join token (the peer port's POST /v1/join;
-// from is the joining node's address): the answer holds the cluster's
-// credentials and the node's new certificate. A refusal is an api error
-// whose status says why (403 token, 409 name in use, 400 malformed),
-// logged at most once a second per kind.
+// Join admits a node with an invitation (the peer port's POST /v1/join;
+// from is the joining node's address): the answer holds the CA
+// certificate and the gossip keys. A refusal is an api error whose status
+// says why (403 invitation, 409 name in use, 400 malformed), logged at
+// most once a second per kind.
 func (j *admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, error) {
 	if j == nil {
 		return api.JoinAnswer{}, api.Errorf(http.StatusBadRequest, "this node runs with --insecure: it admits no node")
 	}
-	if rf := admit(req, admitLookups{token: tokenLookup(j.store), bound: j.id.boundKey, revoked: j.id.isRevoked}, time.Now()); rf != nil {
+	if rf := admit(req, admitLookups{ca: j.trust.creds.CA, bound: j.id.boundKey, revoked: j.id.isRevoked, forgotten: j.id.forgottenAt}, time.Now()); rf != nil {
 		if j.warn.allow(rf.status, time.Now()) {
 			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", from, "status", rf.status, "why", rf.msg)
 		}
 		return api.JoinAnswer{}, api.NewError(rf.status, rf)
 	}
-	creds := j.trust.creds
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, req.Name, req.Key, []netip.Addr{from}, time.Now())
-	if err != nil {
-		return api.JoinAnswer{}, err
-	}
-	caKey, err := x509.MarshalPKCS8PrivateKey(creds.CAKey)
-	if err != nil {
-		return api.JoinAnswer{}, err
-	}
-	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", from, "token", req.TokenID)
-	return api.JoinAnswer{CA: creds.CA.Raw, CAKey: caKey, Cert: cert.Raw, GossipKeys: j.keys()}, nil
+	j.log.Info("admitted a node", "name", req.Name, "key", keyID(req.Key), "from", from)
+	return api.JoinAnswer{CA: j.trust.creds.CA.Raw, GossipKeys: j.keys()}, nil
 }
 
-// JoinToken makes a join token (the operator's POST /v1/join-tokens).
-func (j *admission) JoinToken(req api.JoinTokenRequest) (api.JoinToken, error) {
-	ttl := DefaultJoinTokenTTL
-	if req.TTLSeconds != 0 {
-		ttl = time.Duration(req.TTLSeconds) * time.Second
-	}
-	if req.TTLSeconds < 0 || req.TTLSeconds > int64(MaxJoinTokenTTL/time.Second) {
-		return api.JoinToken{}, api.Errorf(http.StatusBadRequest, "ttlSeconds %d: must be between 60 and %d", req.TTLSeconds, int64(MaxJoinTokenTTL/time.Second))
-	}
-	tok, expires, err := j.createToken(ttl)
-	if err != nil {
-		status := http.StatusInternalServerError
-		if j == nil || ttl < time.Minute {
-			status = http.StatusBadRequest
-		}
-		return api.JoinToken{}, api.NewError(status, err)
-	}
-	j.log.Info("made a join token", "token", tok.ID, "expires", expires)
-	return api.JoinToken{Token: tok.String(), Expires: expires}, nil
+// JoinToken answers the operator's POST /v1/join-tokens of builds before
+// invitations: a node makes no join token now (it would need the CA key).
+func (j *admission) JoinToken(api.JoinTokenRequest) (api.JoinToken, error) {
+	return api.JoinToken{}, api.Errorf(http.StatusGone, "nodes no longer make join tokens: make an invitation with 'starling join-token NODE-NAME' where the cluster's CA key is kept (the first node, or where 'starling init' ran)")
 }

@@ -323,19 +323,23 @@ type RolloutStatus struct {
 }
 
 // JoinRequest is the body of POST /v1/join on a member's peer port: a
-// node asking to be admitted with a join token.
+// node asking to be admitted with an invitation ('starling join-token
+// NAME'): its certificate, and its signature proving it holds the key.
 type JoinRequest struct {
-	Name    string `json:"name"`
-	Key     []byte `json:"key"`     // the node's Ed25519 public key
-	TokenID string `json:"tokenID"` // the token's 6-character ID
-	Secret  string `json:"secret"`  // the token's 16-character secret
+	Name string `json:"name"`
+	Key  []byte `json:"key"`  // the node's Ed25519 public key
+	Cert []byte `json:"cert"` // the invitation's certificate, DER
+	Time int64  `json:"time"` // when the request was signed, Unix seconds
+	Sig  []byte `json:"sig"`  // Ed25519 signature by Key (node.joinSigningBytes)
+	// TokenID and Secret are a version 1 token's (before invitations):
+	// such a request is refused with a message saying what to do.
+	TokenID string `json:"tokenID,omitempty"`
+	Secret  string `json:"secret,omitempty"`
 }
 
 // JoinAnswer is the answer to an admitted node.
 type JoinAnswer struct {
 	CA         []byte   `json:"ca"`         // CA certificate, DER
-	CAKey      []byte   `json:"caKey"`      // CA private key, PKCS #8 DER
-	Cert       []byte   `json:"cert"`       // the node's certificate, DER
 	GossipKeys [][]byte `json:"gossipKeys"` // 32 bytes each, the one in use first
 }
 

@@ -76,13 +76,6 @@ func (c *Client) ForgetNode(ctx context.Context, name string) (api.ForgetResult,
 	return out, err
 }
 
-// JoinToken makes a join token.
-func (c *Client) JoinToken(ctx context.Context, req api.JoinTokenRequest) (api.JoinToken, error) {
-	var out api.JoinToken
-	err := c.call(ctx, api.RouteJoinTokens, nil, req, &out)
-	return out, err
-}
-
 // ClientConfig returns what a CLI needs to reach this agent over TCP.
 func (c *Client) ClientConfig(ctx context.Context) (api.ClientConfig, error) {
 	var out api.ClientConfig

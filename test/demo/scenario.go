@@ -65,7 +65,7 @@ containerd and its own starling agent, joined by a LAN namespace
 (` + harness.LANPrefix + `.0/24). Nothing touches this machine's own network.
 `)
 	ok := s.r.step("Build starling and the demo images", func() error { return s.build(mod) }) &&
-		s.r.step("Start 3 nodes (own containerd and agent each): node1 creates the cluster, the others join with tokens", s.start) &&
+		s.r.step("Start 3 nodes (own containerd and agent each): node1 creates the cluster, the others join with invitations (starling join-token NAME)", s.start) &&
 		s.r.step("From the LAN, the CLI reaches node2's API over TLS, its certificate pinned (CA and node key)", s.tlsAPI) &&
 		s.r.step("Import the images on node1 only", s.importImages) &&
 		s.r.step("Apply examples/hello/ and 3 clients, spread over the 3 nodes", s.apply) &&

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +57,19 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	_, out := startHostile(t, c, "evil", 9, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet)
+	// The operator invited three more hostile nodes, and (as a CA key
+	// holder gone bad would) n2 once more with another key: their status
+	// records pass the certificate check, so the checks behind it are
+	// what refuses them.
+	var invitations []string
+	for _, name := range []string{"evil-b", "evil-c", "evil-d", n2.Name} {
+		f, err := c.JoinToken(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		invitations = append(invitations, f)
+	}
+	_, out := startHostile(t, c, "evil", 9, "--victim", n2.Name, "--victim-subnet", n2.PodSubnet, "--invitations", strings.Join(invitations, ","))
 
 	want := []string{"subnet", "subnet-taken", "pod-ip", "origin", "object", "clock", "identity", "unsigned"}
 	waitFor(t, 30*time.Second, func() error {
@@ -122,7 +135,7 @@ func startHostile(t *testing.T, c *harness.Cluster, name string, i int, args ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokenFile, err := c.JoinToken()
+	tokenFile, err := c.JoinToken(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,8 +394,9 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	waitReadyNodes(t, n1, 2)
-	// A token made before the forget, like the one n2 joined with.
-	oldFile, err := c.JoinToken()
+	// An invitation for n2 made before the forget (an operator's spare,
+	// or a copy of the one it joined with): the forget voids it.
+	oldFile, err := c.JoinToken("n2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,8 +415,10 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 		t.Fatalf("node forget n2 did not revoke and rotate:\n%s", forgot)
 	}
 	t.Logf("node forget n2:\n%s", forgot)
-	// The forgotten node kept its data dir: the old gossip key and the CA
-	// key. It mints itself a new identity and tries to get back in.
+	// The forgotten node kept its data dir: the old gossip key, the CA
+	// certificate and its own key (no CA key: it joined with an
+	// invitation). It mints itself a new identity with what it has and
+	// tries to get back in.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n2.NetNS, hostile,
@@ -411,7 +427,8 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 		t.Fatalf("hostile --forgotten: %v\n%s", err, out)
 	}
 	t.Logf("the forgotten node with a minted identity:\n%s", out)
-	if !strings.Contains(string(out), "gossip keys with the minted certificate: status 403") || !strings.Contains(string(out), "gossip join with the kept keys: refused") {
+	if !strings.Contains(string(out), "gossip keys with the minted certificate: ") || strings.Contains(string(out), "gossip keys with the minted certificate: GIVEN") ||
+		!strings.Contains(string(out), "gossip join with the kept keys: refused") {
 		t.Fatalf("a minted identity got the gossip keys or into gossip:\n%s", out)
 	}
 	if nodes, _ := n1.CLI("get", "nodes"); strings.Contains(nodes, "n2-reborn") {
@@ -433,19 +450,19 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	if out, _ := n1.CLI("get", "nodes", "-o", "json"); strings.Contains(out, n2.PodSubnet) {
 		t.Fatalf("n1 took the forgotten node's record back:\n%s", out)
 	}
-	// A new identity (the node's key and credentials removed) with the
-	// token it joined with: refused at join.
+	// A new identity (the node's key and credentials removed) with an
+	// invitation made before the forget: refused at join.
 	n2.KillAgent(syscall.SIGTERM)
-	for _, f := range []string{"node.key", "node.crt", "ca.crt", "ca.key", "gossip.key"} {
+	for _, f := range []string{"node.key", "node.crt", "ca.crt", "gossip.key"} {
 		if err := os.Remove(filepath.Join(n2.DataDir, f)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	err = n2.StartAgent("--join-token-file", oldFile)
-	if err == nil || !strings.Contains(err.Error(), "join token is unknown, expired or deleted") {
-		t.Fatalf("a new identity with the deleted token: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "made before 'starling node forget n2'") {
+		t.Fatalf("a new identity with an invitation made before the forget: %v", err)
 	}
-	// With a new token it is admitted under the same name.
+	// With a new invitation it is admitted under the same name.
 	if err := n2.StartAgent(); err != nil {
 		t.Fatal(err)
 	}
@@ -545,5 +562,94 @@ func TestNodeThatRunsNothingIsLeftOutOfPlacement(t *testing.T) {
 	}
 	if s, err := n1.CLI("rollout", "status", "deployment/spread"); err != nil {
 		t.Fatalf("rollout status: %q %v", s, err)
+	}
+}
+
+// TestCompromisedNodeCannotAddOrTakeANode: with every file of a live
+// node's data dir (n2 joined with an invitation, so it holds the gossip
+// key, the CA certificate, its own key and certificate, but no CA key)
+// and the operator's API token, a program can neither add a node nor
+// take one's name: an identity it mints for a new name (n9) or for n1 is
+// refused at the join endpoint and at the peer port, its gossip status
+// records for them are refused for their certificate on both honest
+// nodes, neither is listed, n1 keeps its address, and the API no longer
+// makes join tokens (410, naming the command that does).
+func TestCompromisedNodeCannotAddOrTakeANode(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	waitReadyNodes(t, n1, 2)
+	if _, err := os.Stat(filepath.Join(n2.DataDir, "ca.key")); err == nil {
+		t.Fatal("n2, which joined with an invitation, holds the CA key")
+	}
+	thief, err := c.AddHost("thief", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"n9", "n1"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+thief.NetNS, hostile,
+			"--forgotten", n2.DataDir, "--name", name, "--bind", thief.IP, "--join", n1.IP).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("hostile --forgotten %s --name %s: %v\n%s", n2.DataDir, name, err, out)
+		}
+		t.Logf("with n2's files, as %s:\n%s", name, out)
+		if !strings.Contains(string(out), "its own node key posing as the CA") ||
+			!strings.Contains(string(out), "join with a minted invitation: status 403") ||
+			!strings.Contains(string(out), "gossip keys with the minted certificate: ") || strings.Contains(string(out), "with the minted certificate: GIVEN") {
+			t.Fatalf("a minted identity for %s was admitted or got the gossip keys:\n%s", name, out)
+		}
+	}
+	for _, n := range []*harness.Node{n1, n2} {
+		waitFor(t, 20*time.Second, func() error {
+			m, err := metrics(n)
+			if err != nil {
+				return err
+			}
+			if m[`starling_rejected_records_total{reason="cert"}`] < 1 {
+				return fmt.Errorf("%s has counted no certificate refusal", n.Name)
+			}
+			return nil
+		})
+		// The thief's gossip member n9 (it holds the gossip key) may be
+		// listed as a member, but no record of it is taken: no subnet, no
+		// API, no route; n1 keeps its address and subnet.
+		out, err := n.CLI("get", "nodes", "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Items []struct {
+				Name, Advertise, PodSubnet string
+				Ready                      bool
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range list.Items {
+			if (it.Name == "n9" && (it.PodSubnet != "" || it.Ready)) || (it.Name == "n1" && (it.PodSubnet != n1.PodSubnet || strings.HasPrefix(it.Advertise, thief.IP))) {
+				t.Fatalf("%s took a record of a minted identity: %+v\n%s", n.Name, it, out)
+			}
+		}
+		if dp := dataplane(t, n); strings.Contains(dp, "via "+thief.IP) {
+			t.Fatalf("%s routes to the thief:\n%s", n.Name, dp)
+		}
+	}
+	hc, err := c.APIClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", n1.APIURL()+"/v1/join-tokens", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), "starling join-token NODE-NAME") {
+		t.Fatalf("POST /v1/join-tokens with the API token: %d %s", resp.StatusCode, body)
 	}
 }

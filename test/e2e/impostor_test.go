@@ -51,13 +51,14 @@ func TestImpostorsNeverTakeANodesName(t *testing.T) {
 		case "gossip-key":
 			args = append(args, "--secrets-from", n1.DataDir)
 		case "token":
-			tok, err := c.JoinToken()
+			tok, err := c.JoinToken("n2-imp")
 			if err != nil {
 				t.Fatal(err)
 			}
 			args = append(args, "--token-file", tok)
 		case "cert":
-			args = append(args, "--secrets-from", n3.DataDir)
+			// n1 made the cluster, so its data dir holds the CA key.
+			args = append(args, "--secrets-from", n1.DataDir)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cmd := exec.CommandContext(ctx, "nsenter", args...)

@@ -317,7 +317,7 @@ func (n *Node) StartAgent(extra ...string) error {
 	if seed := n.c.Nodes[0]; seed != n {
 		args = append(args, "--join", seed.IP)
 		if !slices.Contains(extra, "--insecure") {
-			tokenFile, err := n.c.JoinToken()
+			tokenFile, err := n.c.JoinToken(n.Name)
 			if err != nil {
 				return err
 			}
@@ -335,31 +335,29 @@ func (n *Node) StartAgent(extra ...string) error {
 	return n.startAgent()
 }
 
-// JoinToken makes a join token through the first running agent and
-// returns the file (0600) that holds it.
-func (c *Cluster) JoinToken() (string, error) {
-	var errs []error
-	for _, n := range c.Nodes {
-		if n.AgentPID() == 0 {
-			continue
+// JoinToken makes an invitation for node name with the CA the first
+// node made (it keeps the CA key in its data dir, having made the cluster
+// itself), as an operator would where the CA key is kept, and returns the
+// file (0600) that holds it.
+func (c *Cluster) JoinToken(name string) (string, error) {
+	out, err := exec.Command(c.Binary, "join-token", name, "--ca-dir", c.Nodes[0].DataDir).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, ee.Stderr)
 		}
-		out, err := n.CLI("join-token")
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// A file per token: nodes may be started concurrently.
-		f, err := os.CreateTemp(c.Dir, "join-*.token") // mode 0600
-		if err != nil {
-			return "", err
-		}
-		_, err = f.WriteString(out)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return f.Name(), err
+		return "", fmt.Errorf("starling join-token %s: %w", name, err)
 	}
-	return "", fmt.Errorf("no running agent made a join token: %v", errors.Join(errs...))
+	// A file per invitation: nodes may be started concurrently.
+	f, err := os.CreateTemp(c.Dir, "join-*.token") // mode 0600
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(out)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return f.Name(), err
 }
 
 // RestartAgent starts the agent again with the flags of the last StartAgent.

@@ -1,15 +1,17 @@
 // Command hostile is the hostile peer of the e2e suite (test/e2e,
-// TestHostilePeerChangesNothing): a program that holds a join token,
+// TestHostilePeerChangesNothing): a program that holds an invitation,
 // joins through a seed (receiving what every node receives: the gossip
-// key, the CA and its key, a certificate for its name), and writes
+// key and the CA certificate), and writes
 // records no honest node would, each aimed at one attack of issue 10: rule injection through a
 // replica's podIP, a foreign podIP, a route hijack through a subnet claim
 // outside --cluster-cidr, another node's status record (under its own
 // name, and forged under the victim's name with its own key), a Service
 // that does not validate, a Deployment stamped two hours in the future
 // and an unsigned Deployment. Records are signed with its node key, as a
-// real attacker's would be, and every status it writes carries a
-// certificate it minted for that name with the CA key it was given.
+// real attacker's would be. The status records it writes under other
+// names carry the certificates of the invitations --invitations names
+// (what several hostile invited nodes would hold), signed with their
+// keys; a name with none gets its own certificate.
 //
 // With --stranger it holds nothing (no token, no key): it tries to join
 // gossip in the clear and to be admitted with a made-up token, and prints
@@ -17,8 +19,11 @@
 // It stays a live member (so its claims would count) until killed.
 //
 // With --forgotten DIR it plays a node that 'starling node forget' removed
-// but that kept its data dir DIR (the gossip keys, the CA and its key): it
-// mints itself a new identity under --name with the CA key, asks the seed
+// but that kept its data dir DIR (the gossip keys, the CA certificate, its
+// key), or whoever took a live node's data dir: it mints itself an
+// identity under --name (a new name, or another node's) with the CA key if
+// DIR holds one, else with its own node key posing as the CA, asks the
+// seed to admit it with that as an invitation, asks the seed
 // for the cluster's gossip keys over mutual TLS with it, joins gossip
 // with the keys it kept and, if that works, publishes a status record for
 // the new identity; it prints what happened and exits.
@@ -29,7 +34,7 @@
 // unsigned metadata dated as the oldest member; "token", a join token
 // under a name of its own, then the victim's name, its metadata signed
 // with its own key; "cert", a certificate for the victim's name minted
-// with the CA key copied from a node's data dir, its status record for
+// with the CA key copied from a data dir that holds it, its status record for
 // the victim's name and its metadata signed with the key the
 // certificate names. Whatever the honest nodes route to it at
 // --serve-addr (an address of the victim's pod subnet, which the test
@@ -67,7 +72,8 @@ import (
 func main() {
 	name := flag.String("name", "evil", "member name")
 	bind := flag.String("bind", "", "gossip address IP (port 7946)")
-	tokenFile := flag.String("token-file", "", "a join token ('starling join-token')")
+	tokenFile := flag.String("token-file", "", "an invitation ('starling join-token NAME') for --name")
+	invitations := flag.String("invitations", "", "comma-separated invitation files for other names: their status records carry those certificates")
 	dataDir := flag.String("data-dir", "", "where the join keeps its credentials")
 	stranger := flag.Bool("stranger", false, "instead: hold nothing; try to join gossip in the clear and the join endpoint with a made-up token")
 	join := flag.String("join", "", "seed address")
@@ -76,7 +82,7 @@ func main() {
 	fakeAPI := flag.Bool("fake-api", false, "instead: publish a valid status of its own with an API at <bind>:7443 and a replica ghost-0, and print every request that API gets")
 	serve := flag.String("serve-blobs", "", "with --fake-api: a directory of image blobs named by digest (sha256:HEX); a blob request for one of them gets it, any other the --poison file")
 	poison := flag.String("poison", "", "with --serve-blobs: what every other blob request gets")
-	forgotten := flag.String("forgotten", "", "instead: the data dir of a forgotten node; mint a new identity with its CA key and try to get back in")
+	forgotten := flag.String("forgotten", "", "instead: the data dir of a forgotten or compromised node; mint an identity for --name with what it holds and try to get in")
 	impostor := flag.String("impostor", "", "instead: take this node's name in gossip (see --with)")
 	with := flag.String("with", "", "with --impostor: gossip-key, token or cert")
 	secretsFrom := flag.String("secrets-from", "", "with --with gossip-key or cert: a node's data dir to copy the cluster's secrets from")
@@ -91,7 +97,7 @@ func main() {
 	case *forgotten != "":
 		err = runForgotten(*name, *bind, *forgotten, *join)
 	default:
-		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve, *poison)
+		err = run(*name, *bind, *tokenFile, *dataDir, *join, *victim, *victimSubnet, *fakeAPI, *serve, *poison, *invitations)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hostile:", err)
@@ -99,24 +105,34 @@ func main() {
 	}
 }
 
-func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveBlobs, poison string) error {
+func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveBlobs, poison, invitations string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	key, gossipKey, ca, caKey, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
+	key, gossipKey, ca, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
 	cancel()
 	if err != nil {
 		return err
 	}
-	fmt.Println("admitted with the token as", name)
-	certs := map[string][]byte{}
-	certFor := func(n string) []byte {
-		if certs[n] == nil {
-			der, err := node.IssueNodeCert(ca, caKey, n, key.Public().(ed25519.PublicKey))
-			if err != nil {
-				panic(err)
-			}
-			certs[n] = der
+	fmt.Println("admitted with the invitation as", name)
+	certs, keys := map[string][]byte{}, map[string]ed25519.PrivateKey{}
+	for _, f := range strings.Split(invitations, ",") {
+		if f == "" {
+			continue
 		}
-		return certs[n]
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		n, k, der, err := node.ParseInvitation(string(b))
+		if err != nil {
+			return fmt.Errorf("--invitations %s: %w", f, err)
+		}
+		certs[n], keys[n] = der, k
+	}
+	certFor := func(n string) []byte {
+		if der, ok := certs[n]; ok {
+			return der
+		}
+		return ownCert
 	}
 	cfg := gossip.DefaultConfig()
 	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey = name, bind, 7946, gossipKey
@@ -165,7 +181,11 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 	unsigned := crdt.Record{Key: "deployment/default/unsigned", Origin: name,
 		Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"unsigned"},"spec":{"replicas":1,"selector":{"matchLabels":{"app":"u"}},"template":{"metadata":{"labels":{"app":"u"}},"spec":{"containers":[{"name":"c","image":"starling.local/echo:v1"}]}}}}`)}
 	sign := func(r crdt.Record) crdt.Record {
-		s, err := crdt.Sign(r, key)
+		k := key
+		if ik, ok := keys[r.Origin]; ok {
+			k = ik
+		}
+		s, err := crdt.Sign(r, k)
 		if err != nil {
 			panic(err)
 		}
@@ -295,7 +315,7 @@ func runStranger(name, bind, join string) error {
 // runForgotten: see --forgotten. join is the seed's IP (gossip port 7946,
 // peer port 7947).
 func runForgotten(name, bind, dataDir, join string) error {
-	keys, ca, caKey, err := node.LoadClusterSecrets(dataDir)
+	keys, ca, caKey, nodeKey, err := node.LoadClusterSecrets(dataDir)
 	if err != nil {
 		return err
 	}
@@ -303,11 +323,40 @@ func runForgotten(name, bind, dataDir, join string) error {
 	if err != nil {
 		return err
 	}
+	with := "the kept CA key"
+	if caKey == nil {
+		// No CA key: a CA certificate of its own, with the cluster CA's
+		// name and its node key.
+		tmpl := *ca
+		tmpl.PublicKey = nodeKey.Public()
+		der, err := x509.CreateCertificate(nil, &tmpl, &tmpl, nodeKey.Public(), nodeKey)
+		if err != nil {
+			return err
+		}
+		if ca, err = x509.ParseCertificate(der); err != nil {
+			return err
+		}
+		caKey, with = nodeKey, "its own node key posing as the CA (it holds no CA key)"
+	}
 	cert, err := node.IssueNodeCert(ca, caKey, name, pub)
 	if err != nil {
 		return err
 	}
-	fmt.Println("minted a certificate for", name, "with the kept CA key")
+	fmt.Println("minted a certificate for", name, "with", with)
+	// Join as a new node with the minted certificate as an invitation.
+	body, _ := json.Marshal(node.SignJoinRequest(name, key, cert, time.Now()))
+	anyServer := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the answer is what is tested
+	if resp, err := anyServer.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body)); err != nil {
+		fmt.Println("join with a minted invitation: err", err)
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			fmt.Println("join with a minted invitation: ADMITTED")
+		} else {
+			fmt.Printf("join with a minted invitation: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
@@ -363,24 +412,27 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 	var status *crdt.Record
 	switch with {
 	case "gossip-key":
-		keys, _, _, err := node.LoadClusterSecrets(secretsFrom)
+		keys, _, _, _, err := node.LoadClusterSecrets(secretsFrom)
 		if err != nil {
 			return err
 		}
 		gossipKeys = keys
 	case "token":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		k, gk, _, _, _, err := node.JoinCluster(ctx, dataDir, victim+"-imp", tokenFile, join)
+		k, gk, _, _, err := node.JoinCluster(ctx, dataDir, victim+"-imp", tokenFile, join)
 		cancel()
 		if err != nil {
 			return err
 		}
-		fmt.Println("admitted with the token as", victim+"-imp")
+		fmt.Println("admitted with the invitation as", victim+"-imp")
 		key, gossipKeys = k, [][]byte{gk}
 	case "cert":
-		keys, ca, caKey, err := node.LoadClusterSecrets(secretsFrom)
+		keys, ca, caKey, _, err := node.LoadClusterSecrets(secretsFrom)
 		if err != nil {
 			return err
+		}
+		if caKey == nil {
+			return fmt.Errorf("--secrets-from %s holds no CA key", secretsFrom)
 		}
 		pub, k, err := ed25519.GenerateKey(nil)
 		if err != nil {
