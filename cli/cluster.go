@@ -89,7 +89,7 @@ it with mode 0600 and delete it once the node joined.`,
 				return err
 			}
 			fmt.Fprintln(g.stdout, tok)
-			fmt.Fprintf(cmd.ErrOrStderr(), "invitation for node %s, to be used by %s\n", args[0], by.Local().Format(time.RFC3339))
+			fmt.Fprintf(cmd.ErrOrStderr(), "invitation for node %s (CA key in %s), to be used by %s; delete it once the node joined\n", args[0], dir, by.Local().Format(time.RFC3339))
 			return nil
 		},
 	}

@@ -281,7 +281,7 @@ func printNodes(w io.Writer, o getOpts, nodes []api.Node) error {
 			// Its data directory is full: it refuses writes.
 			state += ",disk-full"
 		}
-		row := []string{n.Name, state, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(n.Started)}
+		row := []string{n.Name, state, n.Address, orNone(n.PodSubnet), strconv.Itoa(n.Replicas), age(nodeAge(n))}
 		if o.output == "wide" {
 			row = append(row, orNone(n.API), orNone(n.RTT))
 		}
@@ -326,7 +326,9 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 			row = append([]string{r.Namespace}, row...)
 		}
 		if o.output == "wide" {
-			row = append(row, ip, orNone(r.Node), r.SpecHash, shorten(r.Reason, 80))
+			// The whole reason, last: a cut one hid the hint that says
+			// what to do.
+			row = append(row, ip, orNone(r.Node), r.SpecHash, printable(r.Reason))
 		}
 		t.row(row...)
 	}
@@ -471,12 +473,13 @@ func orNone(s string) string {
 	return s
 }
 
-// shorten cuts s to n characters for a table cell.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
+// nodeAge is when n first joined (its AGE, as kubectl's is the Node
+// object's), or its current run's start from a node that does not say.
+func nodeAge(n api.Node) time.Time {
+	if n.Joined.IsZero() {
+		return n.Started
 	}
-	return s[:n-3] + "..."
+	return n.Joined
 }
 
 // replicaCreated is when r's container was created, kubectl's AGE of a

@@ -1,13 +1,16 @@
 package cli
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
-
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -135,5 +138,46 @@ spec:
 	}
 	if got := cond(deploymentStatus(d, reps), appsv1.DeploymentAvailable); got != "False MinimumReplicasUnavailable" {
 		t.Errorf("Available with 3 of 6: %q", got)
+	}
+}
+
+// get replicas -o wide shows a replica's whole reason: cut at 80 bytes it
+// hid the hint that says what to do (issue 39).
+func TestWideReplicasShowTheWholeReason(t *testing.T) {
+	why := "image starling.local/missing:v1 is not on this node and could not be fetched (peers: no node imported starling.local/missing:v1 into the cluster; registry: no such host): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)"
+	var b strings.Builder
+	if err := printReplicas(&b, getOpts{output: "wide"}, []api.Replica{{Name: "web-0", Phase: api.PhaseCreateBackOff, Reason: why}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), why) {
+		t.Fatalf("get replicas -o wide:\n%s", b.String())
+	}
+}
+
+// get nodes' AGE counts from the node's first join (its member-since),
+// not from its agent's last restart (issue 39: it reset on every restart).
+func TestNodeAgeCountsFromFirstJoin(t *testing.T) {
+	now := time.Now()
+	var b strings.Builder
+	if err := printNodes(&b, getOpts{}, []api.Node{{Name: "n1", State: "alive", Joined: now.Add(-49 * time.Hour), Started: now.Add(-5 * time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), " 2d") {
+		t.Fatalf("get nodes of a node that joined 2 days ago and restarted 5s ago:\n%s", b.String())
+	}
+}
+
+// The hint about a missing agent is the CLI's: the client's error (also
+// what one node logs when it cannot reach another) does not carry it.
+func TestAgentHintOnlyInTheCLI(t *testing.T) {
+	te := &client.TransportError{Base: "https://192.0.2.1:7443", Err: errors.New("connection refused")}
+	if strings.Contains(te.Error(), "starling agent") {
+		t.Fatalf("the client's error carries the CLI hint: %v", te)
+	}
+	if got := withHint(fmt.Errorf("get nodes: %w", te)).Error(); !strings.Contains(got, "is 'starling agent' running?") || !strings.Contains(got, "192.0.2.1") {
+		t.Fatalf("the CLI's error: %s", got)
+	}
+	if got := withHint(&client.TransportError{Err: errors.New("x"), Pin: true}).Error(); strings.Contains(got, "starling agent") {
+		t.Fatalf("a pin mismatch got the hint: %s", got)
 	}
 }

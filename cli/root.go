@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -104,10 +105,20 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 func Execute() int {
 	root := NewRoot(os.Stdin, os.Stdout)
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		fmt.Fprintln(os.Stderr, "error:", withHint(err))
 		return 1
 	}
 	return 0
+}
+
+// withHint adds to an error from a CLI call that reached no agent what
+// the user can check (the client's own error says only what failed).
+func withHint(err error) error {
+	var te *client.TransportError
+	if errors.As(err, &te) && !te.Pin {
+		return fmt.Errorf("%w (is 'starling agent' running? set --server or STARLING_SERVER, or use a client config: --config)", err)
+	}
+	return err
 }
 
 // defaultTimeout bounds every CLI call except log streaming and imports.

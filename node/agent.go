@@ -92,7 +92,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	// together, before anything on the host changes.
 	host := &preflight.System{}
 	checkErr := preflight.Run(host, preflight.Config{ContainerdAddress: cfg.ContainerdAddress, CNIPluginDirs: cfg.CNIPluginDirs})
-	for _, w := range preflight.Warnings(host, preflight.Config{DataDir: cfg.DataDir}) {
+	svcCIDR, _ := netip.ParsePrefix(cfg.ServiceCIDR) // validated above
+	for _, w := range preflight.Warnings(host, preflight.Config{DataDir: cfg.DataDir, ServiceCIDR: svcCIDR}) {
 		log.Warn("preflight: "+w.What, "fix", w.Fix)
 	}
 	if cfg.DryRun {
@@ -205,6 +206,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	}
 	clusterCIDR := prefixOf(cluster)
 	a.rejects = newRejects(clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
+	a.rejects.forgotten = a.id.forgottenAt
 	a.members = newMembers(cfg, a.store, log)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
@@ -249,6 +251,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
 		members: a.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
 	a.fence.kick = a.replicas.requestReconcile
+	a.members.onForgotten = a.replicas.stopAll
 	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes

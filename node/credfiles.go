@@ -226,14 +226,26 @@ func MoveCAKey(dataDir, caDir string) error {
 	if err := os.MkdirAll(caDir, 0o700); err != nil {
 		return fmt.Errorf("--ca-dir %s: %w", caDir, err)
 	}
-	if have, _, err := loadCA(caDir); err == nil {
-		if !have.Equal(ca) {
-			return fmt.Errorf("--ca-dir %s already holds another cluster's CA (%s); choose another directory", caDir, caPin(have)[:16])
+	// The same directory under another name would lose the only key.
+	if a, err := os.Stat(dataDir); err == nil {
+		if b, err := os.Stat(caDir); err == nil && os.SameFile(a, b) {
+			return fmt.Errorf("--ca-dir %s is the data dir itself: choose a directory off the node's data dir", caDir)
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	}
+	// A CA already there must be this one (its certificate alone too).
+	if b, err := os.ReadFile(filepath.Join(caDir, caCertFile)); err == nil {
+		if have, err := parseCertPEM(b); err != nil || !have.Equal(ca) {
+			return fmt.Errorf("--ca-dir %s already holds another cluster's CA certificate; choose another directory", caDir)
+		}
+	}
+	switch _, _, err := loadCA(caDir); {
+	case err == nil:
+	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("--ca-dir %s: %w", caDir, err)
-	} else if err := saveCA(caDir, ca, key); err != nil {
-		return err
+	default:
+		if err := saveCA(caDir, ca, key); err != nil {
+			return err
+		}
 	}
 	if err := os.Remove(filepath.Join(dataDir, caKeyFile)); err != nil {
 		return err

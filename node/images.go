@@ -183,7 +183,9 @@ func (im *images) sources(ctx context.Context, ref string) (string, []runtime.Im
 		want, ok = recordedDigest(im.store, ref)
 	}
 	if !ok {
-		return "", nil, fmt.Errorf("no node imported %s into the cluster (import it with 'starling image import FILE.tar' on any node)", ref)
+		// No hint here: the runtime's error for an image it cannot get
+		// gives it once.
+		return "", nil, fmt.Errorf("no node imported %s into the cluster", ref)
 	}
 	v := im.views.view()
 	type peer struct {

@@ -106,6 +106,9 @@ func (in *info) Nodes() []api.Node {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull
 			n.Replicas = v.holding(m.Name)
 		}
+		if meta, ok := decodeMemberMeta(m.Meta); ok && meta.since > 0 {
+			n.Joined = time.Unix(0, meta.since).UTC()
+		}
 		if rtt, ok := in.cluster.RTT(m.Name); ok && m.Name != in.self {
 			n.RTT = rtt.Round(10 * time.Microsecond).String()
 		}

@@ -132,12 +132,32 @@ func joinDeadline(cert *x509.Certificate) (time.Time, bool) {
 }
 
 // joinSigningBytes is what a joining node signs with its key: a domain
-// string, its name, the SHA-256 of the certificate it presents, and the
-// request time (Unix seconds), which the member checks against its own
-// clock (peerAuthSkew) so a captured request is soon stale.
-func joinSigningBytes(name string, cert []byte, unix int64) []byte {
+// string, its name, the SHA-256 of the certificate it presents, the pin
+// of the member it asks (the SHA-256 of that member's certificate's
+// SubjectPublicKeyInfo, which the joiner learned in a TLS handshake with
+// it), and the request time (Unix seconds), which the member checks
+// against its own clock (peerAuthSkew). A request is good only at the
+// member it was meant for, and only for a minute: a node that took it
+// (any holder of a certificate of the cluster, a forgotten node's too)
+// cannot relay it to another member for the gossip keys.
+func joinSigningBytes(name string, cert []byte, server string, unix int64) []byte {
 	sum := sha256.Sum256(cert)
-	return fmt.Appendf(nil, "starling join v2\x00%s\x00%x\x00%d", name, sum, unix)
+	return fmt.Appendf(nil, "starling join v2\x00%s\x00%x\x00%s\x00%d", name, sum, server, unix)
+}
+
+// forgetSkew is how much earlier than a 'node forget' an invitation may
+// say it was made and still count as made after it: the forget's time is
+// the forgetting node's clock, the invitation's the CA machine's. Kept
+// small: an invitation made this long before a forget survives it, and a
+// CA machine whose clock is further behind gets a refusal that gives
+// both times.
+const forgetSkew = 5 * time.Second
+
+// madeBeforeForget reports whether a certificate issued at issued (its
+// NotBefore plus certBackdate) predates the last forget of its name
+// (forgotten), clocks forgetSkew apart allowed for.
+func madeBeforeForget(cert *x509.Certificate, forgotten time.Time) bool {
+	return cert.NotBefore.Add(certBackdate).Before(forgotten.Add(-forgetSkew))
 }
 
 // MakeInvitation is 'starling join-token NAME': an invitation for node

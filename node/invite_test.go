@@ -3,6 +3,8 @@ package node
 import (
 	"crypto/ed25519"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,28 +66,34 @@ func TestInvitationsParseAsPrinted(t *testing.T) {
 	}
 }
 
-// joinRequest is what joinWithToken sends for inv at unix, as signed by
-// the invitation's key.
+// testServer is the pin of the member admit runs on in these tests.
+const testServer = "1234abcd"
+
+// joinRequest is what joinWithToken sends for inv at unix to the member
+// testServer, as signed by the invitation's key.
 func joinRequest(inv invitation, unix int64) api.JoinRequest {
-	return SignJoinRequest(inv.Name(), inv.Key, inv.Cert.Raw, time.Unix(unix, 0))
+	return SignJoinRequest(inv.Name(), inv.Key, inv.Cert.Raw, testServer, time.Unix(unix, 0))
 }
 
 // TestAdmitChecksInvitationKeyAndName: a join needs a certificate the
 // cluster CA issued for the name and key, carrying a join deadline that
-// has not passed, and the key's signature over the request at about the
-// member's time; a version 1 token, another CA's or another name's
-// certificate, a joined node's certificate, a revoked key, an invitation
-// made before the name was forgotten and a name bound to another key are
-// refused with the fix; the same node asking again after the deadline is
-// admitted.
+// has not passed, and the key's signature over the request for this
+// member at about its time; a version 1 token, another CA's or another
+// name's certificate, a joined node's certificate, a request meant for
+// another member (relayed), a revoked key, an invitation made before the
+// name was forgotten, an invitation past its deadline (a used one too:
+// it is the node's key) and a name bound to another key are refused with
+// the fix; an invitation made after a forget (clocks a few seconds
+// apart) is admitted.
 func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 	now := time.Now()
 	creds := testCA(t)
 	good := testInvitation(t, creds, "n3", time.Hour, now)
 	n2 := testInvitation(t, creds, "n2", time.Hour, now.Add(-2*time.Hour)) // joined, deadline passed
+	reinvited := testInvitation(t, creds, "n8", time.Hour, now.Add(-30*time.Second))
 	late := testInvitation(t, creds, "n4", time.Minute, now.Add(-time.Hour))
 	revoked := testInvitation(t, creds, "n5", time.Hour, now)
-	forgotten := testInvitation(t, creds, "n6", time.Hour, now.Add(-time.Hour))
+	forgotten := testInvitation(t, creds, "n6", 2*time.Hour, now.Add(-time.Hour))
 	otherCA := testCA(t)
 	foreign := testInvitation(t, otherCA, "n3", time.Hour, now)
 	joinedCert, err := issueNodeCert(creds.CA, creds.CAKey, "n7", keyOf("n7").Public().(ed25519.PublicKey), nil, now, time.Time{})
@@ -94,10 +102,13 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 	}
 	look := admitLookups{
 		ca:      creds.CA,
+		self:    testServer,
 		bound:   func(name string) ([]byte, bool) { return n2.Key.Public().(ed25519.PublicKey), name == "n2" },
 		revoked: func(k []byte) bool { return revoked.Key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(k)) },
 		forgotten: func(name string) (time.Time, bool) {
-			return now.Add(-time.Minute), name == "n6"
+			// n8 was forgotten "after" its new invitation by a node whose
+			// clock runs 3 s ahead of the CA machine's.
+			return map[string]time.Time{"n6": now.Add(-time.Minute), "n8": now.Add(-27 * time.Second)}[name], name == "n6" || name == "n8"
 		},
 	}
 	unix := now.Unix()
@@ -114,21 +125,26 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		msg    string
 	}{
 		{"valid", joinRequest(good, unix), 0, ""},
-		{"the same node again, past its deadline", joinRequest(n2, unix), 0, ""},
+		{"made after a forget, clocks 3 s apart", joinRequest(reinvited, unix), 0, ""},
+		{"a used invitation, past its deadline", joinRequest(n2, unix), http.StatusForbidden, "time to join ended"},
+		{"meant for another member", SignJoinRequest("n3", good.Key, good.Cert.Raw, "feedbeef", now), http.StatusForbidden, "meant for another member"},
+		{"from the future", joinRequest(good, unix+600), http.StatusForbidden, "check the clocks"},
 		{"bad name", with(good, func(r *api.JoinRequest) { r.Name = "N3\n" }), http.StatusBadRequest, "--name"},
 		{"bad key", with(good, func(r *api.JoinRequest) { r.Key = r.Key[:5] }), http.StatusBadRequest, "node key"},
 		{"version 1 token", api.JoinRequest{Name: "n3", Key: good.Key.Public().(ed25519.PublicKey), TokenID: "abcdef", Secret: "0123456789abcdef"}, http.StatusForbidden, "starling join-token NODE-NAME"},
 		{"another CA's certificate", joinRequest(foreign, unix), http.StatusForbidden, "starling join-token n3"},
 		{"another name's certificate", with(good, func(r *api.JoinRequest) { r.Name = "n9" }), http.StatusForbidden, `not "n9"`},
 		{"another key's certificate", with(good, func(r *api.JoinRequest) { r.Key = keyOf("x").Public().(ed25519.PublicKey) }), http.StatusForbidden, "not the record's signer"},
-		{"not signed by the key", with(good, func(r *api.JoinRequest) { r.Sig = ed25519.Sign(keyOf("x"), joinSigningBytes("n3", r.Cert, unix)) }), http.StatusForbidden, "not signed by the invitation's key"},
+		{"not signed by the key", with(good, func(r *api.JoinRequest) {
+			r.Sig = ed25519.Sign(keyOf("x"), joinSigningBytes("n3", r.Cert, testServer, unix))
+		}), http.StatusForbidden, "not signed by the invitation's key"},
 		{"signature over another time", with(good, func(r *api.JoinRequest) { r.Time++ }), http.StatusForbidden, "not signed by the invitation's key"},
 		{"stale request", joinRequest(good, unix-600), http.StatusForbidden, "check the clocks"},
 		{"deadline passed", joinRequest(late, unix), http.StatusForbidden, "time to join ended"},
 		{"a joined node's certificate", with(good, func(r *api.JoinRequest) {
 			k := keyOf("n7")
 			r.Name, r.Key, r.Cert = "n7", k.Public().(ed25519.PublicKey), joinedCert.Raw
-			r.Sig = ed25519.Sign(k, joinSigningBytes("n7", r.Cert, unix))
+			r.Sig = ed25519.Sign(k, joinSigningBytes("n7", r.Cert, testServer, unix))
 		}), http.StatusForbidden, "no join deadline"},
 		{"revoked key", joinRequest(revoked, unix), http.StatusForbidden, "revoked"},
 		{"made before a forget", joinRequest(forgotten, unix), http.StatusForbidden, "made before 'starling node forget n6'"},
@@ -148,7 +164,8 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 // TestMoveCAKeyOffANode: 'starling ca move-off' copies the CA into the CA
 // dir and removes the key from the data dir; invitations are then made
 // from the CA dir and not from the data dir; a CA dir of another cluster
-// is refused and the data dir keeps its key.
+// (its certificate alone too) and the data dir under another name are
+// refused, and the data dir keeps its key.
 func TestMoveCAKeyOffANode(t *testing.T) {
 	dir, caDir, otherDir := t.TempDir(), t.TempDir(), t.TempDir()
 	creds, err := initCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
@@ -160,6 +177,16 @@ func TestMoveCAKeyOffANode(t *testing.T) {
 	}
 	if err := MoveCAKey(dir, otherDir); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
 		t.Fatalf("move to another cluster's CA dir: %v (data dir still holds its key: %v)", err, HoldsCAKey(dir))
+	}
+	if err := MoveCAKey(dir, dir+"/."); err == nil || !strings.Contains(err.Error(), "the data dir itself") || !HoldsCAKey(dir) {
+		t.Fatalf("move to the data dir under another name: %v (data dir still holds its key: %v)", err, HoldsCAKey(dir))
+	}
+	certOnly := t.TempDir()
+	if err := os.WriteFile(filepath.Join(certOnly, caCertFile), mustRead(t, filepath.Join(otherDir, caCertFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MoveCAKey(dir, certOnly); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
+		t.Fatalf("move to a dir with another cluster's CA certificate only: %v", err)
 	}
 	if err := MoveCAKey(dir, caDir); err != nil {
 		t.Fatal(err)
@@ -178,4 +205,13 @@ func TestMoveCAKeyOffANode(t *testing.T) {
 	if err != nil || inv.Pin != caPin(creds.CA) || verifyNodeCert(inv.Cert, creds.CA, "n2", inv.Key.Public().(ed25519.PublicKey), time.Now()) != nil {
 		t.Fatalf("invitation from the CA dir: %v", err)
 	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -87,8 +87,16 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 			if err != nil {
 				return nil, nil, fmt.Errorf("--join %q: %w", seed, err)
 			}
-			req := SignJoinRequest(name, inv.Key, inv.Cert.Raw, time.Now())
-			resp, err := postJoin(ctx, "https://"+net.JoinHostPort(host, strconv.Itoa(peerPort(port))), tlsConf, req)
+			// The request names the member it is for, and goes only to
+			// that member (its key pinned).
+			addr := net.JoinHostPort(host, strconv.Itoa(peerPort(port)))
+			pin, err := serverPin(ctx, addr, tlsConf)
+			var resp api.JoinAnswer
+			var req api.JoinRequest
+			if err == nil {
+				req = SignJoinRequest(name, inv.Key, inv.Cert.Raw, pin, time.Now())
+				resp, err = postJoin(ctx, "https://"+addr, client.PinnedTLS(inv.Pin, pin), req)
+			}
 			if err == nil {
 				creds, err := acceptJoin(&resp, inv)
 				if err != nil {
@@ -137,11 +145,28 @@ func postJoin(ctx context.Context, base string, tlsConf *tls.Config, req api.Joi
 }
 
 // SignJoinRequest is the join request of node name holding key and
-// certificate cert (DER), signed at now.
-func SignJoinRequest(name string, key ed25519.PrivateKey, cert []byte, now time.Time) api.JoinRequest {
+// certificate cert (DER) to the member whose pin is server, signed at
+// now.
+func SignJoinRequest(name string, key ed25519.PrivateKey, cert []byte, server string, now time.Time) api.JoinRequest {
 	unix := now.Unix()
-	return api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), Cert: cert, Time: unix,
-		Sig: ed25519.Sign(key, joinSigningBytes(name, cert, unix))}
+	return api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), Cert: cert, Server: server, Time: unix,
+		Sig: ed25519.Sign(key, joinSigningBytes(name, cert, server, unix))}
+}
+
+// serverPin opens TLS to addr with tlsConf (which checks the cluster CA)
+// and returns the pin of the member's certificate.
+func serverPin(ctx context.Context, addr string, tlsConf *tls.Config) (string, error) {
+	d := tls.Dialer{Config: tlsConf, NetDialer: &net.Dialer{Timeout: 10 * time.Second}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return "", errors.New("the member sent no certificate")
+	}
+	return spkiPin(certs[0]), nil
 }
 
 // acceptJoin checks a join answer against the invitation: the CA must be
@@ -189,6 +214,10 @@ func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, l
 	if err := renewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
 		return nil, nil, err
 	}
+	if creds.CAKey == nil && creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-nodeCertRenewBefore)) {
+		log.Warn("this node's certificate ends long before the CA (a certificate of a build before invitations) and this node holds no CA key to renew it: start it once with ca.key in its data dir (docs/real-hosts.md, Upgrades), or forget it and invite it again, before then",
+			"notAfter", creds.NodeCert.NotAfter)
+	}
 	if creds.CAKey != nil {
 		log.Warn("this node's data dir holds the cluster's CA key: whoever takes this node can add nodes to the cluster. Keep it only where you make invitations: move "+caCertFile+" and "+caKeyFile+" there (e.g. 'starling ca move-off', docs/real-hosts.md)",
 			"file", filepath.Join(cfg.DataDir, caKeyFile))
@@ -202,7 +231,9 @@ func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *s
 	switch {
 	case err == nil:
 		if cfg.JoinTokenFile != "" {
-			log.Info("already a member of the cluster: --join-token-file is not needed and not read", "dataDir", cfg.DataDir)
+			if _, err := os.Stat(cfg.JoinTokenFile); err == nil {
+				log.Warn("already a member of the cluster: --join-token-file is not needed; delete the file (it holds this node's key) and drop the flag", "file", cfg.JoinTokenFile)
+			}
 		}
 		return creds, key, nil
 	case !errors.Is(err, os.ErrNotExist):

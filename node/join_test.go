@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -186,7 +187,8 @@ func TestSetupCredentials(t *testing.T) {
 	// start, to the CA's lifetime.
 	shortCA := *creds.CA
 	shortCA.NotAfter = time.Now().Add(10 * 24 * time.Hour)
-	old, err := issueNodeCert(&shortCA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), nil, time.Now().Add(-80*24*time.Hour), time.Time{})
+	// It names the advertised address: only its end is due.
+	old, err := issueNodeCert(&shortCA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, time.Now().Add(-80*24*time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,8 @@ func TestSetupCredentials(t *testing.T) {
 	if err != nil || !renewed.NodeCert.NotAfter.Equal(creds.CA.NotAfter) {
 		t.Fatalf("renewal: %v, notAfter %v, want the CA's %v", err, renewed.NodeCert.NotAfter, creds.CA.NotAfter)
 	}
-	// Moved off, the CA key renews nothing and is not warned about.
+	// Moved off, the CA key renews nothing and is not warned about; the
+	// short certificate is.
 	if err := writePEM(filepath.Join(dir, nodeCertFile), "CERTIFICATE", old.Raw); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +209,8 @@ func TestSetupCredentials(t *testing.T) {
 	}
 	logs.Reset()
 	kept, _, err := setupCredentials(ctx, cfg, key, log)
-	if err != nil || !kept.NodeCert.Equal(old) || kept.CAKey != nil || strings.Contains(logs.String(), "CA key") {
+	if err != nil || !kept.NodeCert.Equal(old) || kept.CAKey != nil || strings.Contains(logs.String(), "holds the cluster's CA key") ||
+		!strings.Contains(logs.String(), "holds no CA key to renew it") {
 		t.Fatalf("without the CA key: %v, cert renewed %v, logs:\n%s", err, !kept.NodeCert.Equal(old), logs.String())
 	}
 }

@@ -64,12 +64,13 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		}
 		items = append(items, item)
 	}
+	waiting := r.waitingSince(mine, seen, now)
 	for _, d := range mine {
 		if seen[d.ID] {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
-			Node: r.self, SpecHash: d.SpecHash, Phase: api.PhasePending}
+			Node: r.self, SpecHash: d.SpecHash, Phase: api.PhasePending, Created: waiting[d.ID]}
 		if msg, failed := r.acts.lastFailure(d.ID); failed {
 			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
@@ -91,6 +92,30 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 	}
 	sortReplicas(items)
 	return items
+}
+
+// waitingSince records when this node first owned each replica of mine
+// that has no container (not in seen), forgets the others, and returns
+// the record. A status written with mine nil (a stopping agent) keeps it.
+func (r *replicas) waitingSince(mine []reconcile.Replica, seen map[string]bool, now time.Time) map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if mine == nil {
+		return r.waiting
+	}
+	next := make(map[string]time.Time, len(r.waiting))
+	for _, d := range mine {
+		if seen[d.ID] {
+			continue
+		}
+		t, ok := r.waiting[d.ID]
+		if !ok {
+			t = now.UTC().Truncate(time.Second)
+		}
+		next[d.ID] = t
+	}
+	r.waiting = next
+	return next
 }
 
 // slotOf names a workload's ordinal: "namespace/workload/ordinal".

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/api"
 )
 
 // Store meta keys.
@@ -43,6 +44,10 @@ type members struct {
 	// keys refreshes the gossip keys after a rotation this node missed
 	// (nil with --insecure).
 	keys *keyring
+	// fenceTimeout is how long a forgotten node keeps its replicas
+	// (--fence-timeout); onForgotten stops them (nil: nothing runs).
+	fenceTimeout time.Duration
+	onForgotten  func()
 	// droppedState: the node was away longer than the tombstone TTL and
 	// discarded its desired state; it must resync before acting.
 	droppedState bool
@@ -59,7 +64,7 @@ type members struct {
 }
 
 func newMembers(cfg Config, st Store, log *slog.Logger) *members {
-	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, bootGrace: cfg.FailoverTimeout, store: st, log: log,
+	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, bootGrace: cfg.FailoverTimeout, fenceTimeout: cfg.FenceTimeout, store: st, log: log,
 		synced: make(chan struct{}), memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}}
 }
 
@@ -193,8 +198,8 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		return true
 	}
 	// A node whose name a live node uses never acts (see below), grace
-	// or not.
-	var nameTaken atomic.Bool
+	// or not; nor does a node its peers say was forgotten.
+	var nameTaken, forgotten atomic.Bool
 	if !m.droppedState {
 		// Local state is recent enough to act on, but not at once: peers
 		// that are only slow to answer (a switch still booting after a
@@ -205,7 +210,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		// local state while joining goes on: a node must keep the
 		// cluster's work running when every peer is gone.
 		grace := time.AfterFunc(m.bootGrace, func() {
-			if !m.isSynced() && !nameTaken.Load() {
+			if !m.isSynced() && !nameTaken.Load() && !forgotten.Load() {
 				m.log.Warn("no peer answered since start; acting on this node's local state alone until one does", "after", m.bootGrace)
 				m.markSynced()
 			}
@@ -239,6 +244,10 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 			// The cluster rotated its key while this node was away.
 			if changed, rerr := m.keys.refresh(ctx, targets); changed {
 				continue
+			} else if api.IsRevoked(rerr) {
+				if !forgotten.Swap(true) {
+					m.forgotten(ctx)
+				}
 			} else if rerr != nil {
 				m.log.Warn("could not take the current gossip keys from a seed", "err", rerr)
 			}
@@ -248,26 +257,6 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 			return
 		}
 		targets = m.targets()
-	}
-}
-
-// waitForState waits, after a join, until the records stop arriving (2 s
-// without a change, at most limit): acting on a half-received state
-// would stop replicas that are still desired (after dropped state) or
-// start replicas that peers took over while this node was away (after
-// a crash).
-func waitForState(ctx context.Context, changed func() <-chan struct{}, limit time.Duration) {
-	deadline := time.After(limit)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline:
-			return
-		case <-changed():
-		case <-time.After(2 * time.Second):
-			return
-		}
 	}
 }
 

@@ -53,8 +53,12 @@ func newTrust(creds *credentials, key ed25519.PrivateKey, id *identity) *trust {
 	return t
 }
 
-// errPeerCert is wrapped by every peer certificate refusal.
-var errPeerCert = errors.New("peer certificate refused")
+// errPeerCert is wrapped by every peer certificate refusal, and
+// errPeerRevoked by that of a revoked key.
+var (
+	errPeerCert    = errors.New("peer certificate refused")
+	errPeerRevoked = fmt.Errorf("%w: revoked", errPeerCert)
+)
 
 // check checks a peer's certificate (already verified against the CA) for
 // node name: its key must be the key name is bound to, and not revoked.
@@ -63,15 +67,17 @@ func (t *trust) check(cert *x509.Certificate, name string) error {
 	if !ok {
 		return fmt.Errorf("%w: not an Ed25519 key", errPeerCert)
 	}
+	// Revoked first: a forgotten node's name is no longer bound, and it
+	// is told it was forgotten, not that it is unknown.
+	if t.id.isRevoked(pub) {
+		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, keyID(pub), oneLine(name), oneLine(name))
+	}
 	bound, ok := t.id.boundKey(name)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a node this one knows", errPeerCert, oneLine(name))
 	}
 	if !bytes.Equal(bound, pub) {
 		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, keyID(pub), oneLine(name), keyID(bound))
-	}
-	if t.id.isRevoked(pub) {
-		return fmt.Errorf("%w: key %s of %q is revoked", errPeerCert, keyID(pub), oneLine(name))
 	}
 	return nil
 }
@@ -187,6 +193,10 @@ func (t *trust) requirePeer(next http.Handler) http.Handler {
 		}
 		cert := r.TLS.PeerCertificates[0]
 		if err := t.check(cert, cert.Subject.CommonName); err != nil {
+			if errors.Is(err, errPeerRevoked) {
+				apiserver.WriteError(w, api.RevokedError(err))
+				return
+			}
 			apiserver.WriteError(w, api.NewError(http.StatusForbidden, err))
 			return
 		}

@@ -68,6 +68,41 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 	}
 }
 
+// TestForgetVoidsEarlierCertificatesInGossip: after 'node forget b', a
+// status record that would bind the free name b with a certificate made
+// before the forget (an old invitation's, written straight to gossip by
+// a holder of the gossip key) is refused (reason revoked); one made after
+// it binds the name.
+func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
+	d := t.TempDir()
+	creds, err := initCluster(d, d, "a", keyOf("a"), nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	x := newRejects(testClusterCIDR, creds, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x.forgotten = func(name string) (time.Time, bool) { return now.Add(-time.Hour), name == "b" }
+	for _, tc := range []struct {
+		name   string
+		issued time.Time
+		ok     bool
+	}{
+		{"made two hours before the forget", now.Add(-3 * time.Hour), false},
+		{"made after the forget", now, true},
+	} {
+		c, err := issueNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, tc.issued, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := goodStatus()
+		s.Cert = c.Raw
+		err = x.check(signAs(t, "b", statusRecord(t, s, "b")))
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "revoked:")) {
+			t.Errorf("%s: err = %v", tc.name, err)
+		}
+	}
+}
+
 // TestPeerTLSChecksTheBoundKey: over the peer port, nodes accept each
 // other only with a certificate from the cluster CA whose key is the one
 // the name is bound to. Every node holds the CA key, so a certificate

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"net/netip"
@@ -47,12 +48,16 @@ type rejects struct {
 	// live reports whether a node is alive or suspect in this node's
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
-	live  atomic.Pointer[func(name string) bool]
-	log   *slog.Logger
-	count *prometheus.CounterVec
-	mu    sync.Mutex
-	seen  map[[2]string]bool
-	full  bool
+	live atomic.Pointer[func(name string) bool]
+	// forgotten is when a node name was last forgotten (identity.
+	// forgottenAt); nil: never checked. A status record that would bind
+	// a free name with a certificate made before that is refused.
+	forgotten func(name string) (time.Time, bool)
+	log       *slog.Logger
+	count     *prometheus.CounterVec
+	mu        sync.Mutex
+	seen      map[[2]string]bool
+	full      bool
 }
 
 func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
@@ -106,6 +111,31 @@ func (x *rejects) check(r crdt.Record) error {
 	return rj
 }
 
+// checkForgotten refuses a status record that would bind a free name
+// with a certificate made before the name was last forgotten: 'node
+// forget' voids earlier invitations in gossip as at the join port, so
+// the holder of the gossip key and an old invitation cannot bind the
+// name by writing its record directly. (An invitation's join deadline
+// is checked only at the join port: a record's time is its writer's.)
+func (x *rejects) checkForgotten(s NodeStatus) *rejection {
+	if x.forgotten == nil {
+		return nil
+	}
+	if _, bound := x.bound(s.Name); bound {
+		return nil
+	}
+	at, ok := x.forgotten(s.Name)
+	if !ok {
+		return nil
+	}
+	cert, err := x509.ParseCertificate(s.Cert) // verified above
+	if err != nil || madeBeforeForget(cert, at) {
+		return reject(rejectRevoked, "status of node %q: its certificate was made before 'starling node forget %s' (%s), which voids it; invite the node again with 'starling join-token %s'",
+			s.Name, s.Name, at.UTC().Format(time.RFC3339), s.Name)
+	}
+	return nil
+}
+
 // checkStatus checks what a node's status says against what this node
 // holds: in a secure cluster its certificate (issued by the CA for that
 // node and the record's signer), and a new or changed subnet claim
@@ -114,6 +144,9 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 	if x.certs != nil {
 		if err := x.certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
+		}
+		if rj := x.checkForgotten(s); rj != nil {
+			return rj
 		}
 	}
 	if x.claimsNear == nil || s.PodSubnet == "" {

@@ -44,6 +44,11 @@ type replicas struct {
 	observed []reconcile.Container // what the last pass saw
 	mine     []reconcile.Replica   // what it owned
 	down     bool                  // the runtime did not answer the last pass
+	// waiting is when this node first owned each replica it owns that
+	// has no container yet (by replica ID): the replica's creation time
+	// until a container has one (kubectl's AGE of a pod that never
+	// started).
+	waiting map[string]time.Time
 }
 
 // runtimeDown is a pass that could not list containers (containerd
@@ -304,19 +309,39 @@ func drainDelay(act reconcile.Action, delay time.Duration) time.Duration {
 // --failover-timeout, and a stopped agent cannot fence: stopping it now
 // keeps "at most one" through upgrades and restarts that take longer.
 func (r *replicas) stopStateful() {
-	r.wg.Wait() // actions in flight end first
 	v := r.views.view()
+	stateful := v.statefulWorkloads()
+	r.stopWhere(func(c reconcile.Container) bool { return stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] },
+		"agent stopping: a StatefulSet replica must not outlive its fencing", "stopped StatefulSet replica before leaving")
+	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if left, err := r.rt.List(listCtx); err == nil {
+		r.status.publishStatus(r.localReplicas(left, nil, r.probes.specs(v, left)))
+	}
+}
+
+// stopAll stops every replica this node runs: it was forgotten
+// (members.forgotten), so they are its peers' to run.
+func (r *replicas) stopAll() {
+	r.stopWhere(func(reconcile.Container) bool { return true },
+		"this node was forgotten ('starling node forget'): its replicas run elsewhere", "stopped a replica of a forgotten node")
+}
+
+// stopWhere stops the containers of this node that match, all at once
+// (a StatefulSet replica within its fencing grace), once the actions in
+// flight have ended; reason goes to the runtime, done to the log.
+func (r *replicas) stopWhere(match func(reconcile.Container) bool, reason, done string) {
+	r.wg.Wait() // actions in flight end first
 	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	observed, err := r.rt.List(listCtx)
 	cancel()
 	if err != nil {
-		r.log.Warn("stop StatefulSet replicas: list containers", "err", err)
+		r.log.Warn("stop replicas: list containers", "err", err, "why", reason)
 		return
 	}
-	stateful := v.statefulWorkloads()
 	var wg sync.WaitGroup
 	for _, c := range observed {
-		if !stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
+		if !match(c) {
 			continue
 		}
 		c.GracePeriod = min(c.GracePeriod, r.fence.statefulGrace())
@@ -325,18 +350,12 @@ func (r *replicas) stopStateful() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), c.GracePeriod+10*time.Second)
 			defer cancel()
-			act := reconcile.Action{Type: reconcile.Remove, Old: c, Reason: "agent stopping: a StatefulSet replica must not outlive its fencing"}
-			if err := r.rt.Execute(ctx, act); err != nil {
-				r.log.Warn("stop StatefulSet replica", "replica", c.Name, "err", err)
+			if err := r.rt.Execute(ctx, reconcile.Action{Type: reconcile.Remove, Old: c, Reason: reason}); err != nil {
+				r.log.Warn("stop replica", "replica", c.Name, "err", err, "why", reason)
 				return
 			}
-			r.log.Info("stopped StatefulSet replica before leaving", "replica", c.Name)
+			r.log.Info(done, "replica", c.Name)
 		}(c)
 	}
 	wg.Wait()
-	listCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if left, err := r.rt.List(listCtx); err == nil {
-		r.status.publishStatus(r.localReplicas(left, nil, r.probes.specs(v, left)))
-	}
 }

@@ -127,7 +127,10 @@ func (r *joinRefusal) Error() string { return r.msg }
 
 // admitLookups are what admit reads of the cluster's state.
 type admitLookups struct {
-	ca      *x509.Certificate
+	ca *x509.Certificate
+	// self is the pin of this member's own certificate: a request meant
+	// for another member is refused.
+	self    string
 	bound   func(name string) ([]byte, bool)
 	revoked func(key []byte) bool
 	// forgotten is when name was last forgotten ('starling node
@@ -163,10 +166,16 @@ func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 	if d := now.Sub(time.Unix(req.Time, 0)); d > peerAuthSkew || d < -peerAuthSkew {
 		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("the request time is %s off this node's clock (at most %s; check the clocks)", d.Round(time.Second), peerAuthSkew)}
 	}
-	if len(req.Sig) != ed25519.SignatureSize || !ed25519.Verify(req.Key, joinSigningBytes(req.Name, req.Cert, req.Time), req.Sig) {
+	if len(req.Sig) != ed25519.SignatureSize || !ed25519.Verify(req.Key, joinSigningBytes(req.Name, req.Cert, req.Server, req.Time), req.Sig) {
 		return badInvite("the request is not signed by the invitation's key")
 	}
-	if at, ok := look.forgotten(req.Name); ok && cert.NotBefore.Add(certBackdate).Before(at) {
+	if req.Server != look.self {
+		return &joinRefusal{http.StatusForbidden, "the request was meant for another member (relayed?): a joining node signs its request for the member it opened TLS to"}
+	}
+	if now.After(by) {
+		return badInvite(fmt.Sprintf("its time to join ended at %s", by.Format(time.RFC3339)))
+	}
+	if at, ok := look.forgotten(req.Name); ok && madeBeforeForget(cert, at) {
 		return badInvite(fmt.Sprintf("it was made before 'starling node forget %s' (made %s, forgotten %s), which voids earlier invitations for the name",
 			req.Name, cert.NotBefore.Add(certBackdate).UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339)))
 	}
@@ -176,11 +185,6 @@ func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 	if bound, ok := look.bound(req.Name); ok && !bytes.Equal(bound, req.Key) {
 		return &joinRefusal{http.StatusConflict, fmt.Sprintf("node name %q is in use by another node (key %s; this node's key is %s): invite this node under another name, or, if it replaces that node, run 'starling node forget %s' first",
 			req.Name, keyID(bound), keyID(req.Key), req.Name)}
-	}
-	// A node that joined keeps its key: it may ask again (its answer was
-	// lost) after the deadline. A new one must be on time.
-	if _, ok := look.bound(req.Name); !ok && now.After(by) {
-		return badInvite(fmt.Sprintf("its time to join ended at %s", by.Format(time.RFC3339)))
 	}
 	return nil
 }
@@ -215,7 +219,7 @@ func (j *admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, 
 	if j == nil {
 		return api.JoinAnswer{}, api.Errorf(http.StatusBadRequest, "this node runs with --insecure: it admits no node")
 	}
-	if rf := admit(req, admitLookups{ca: j.trust.creds.CA, bound: j.id.boundKey, revoked: j.id.isRevoked, forgotten: j.id.forgottenAt}, time.Now()); rf != nil {
+	if rf := admit(req, admitLookups{ca: j.trust.creds.CA, self: spkiPin(j.trust.cert.Load()), bound: j.id.boundKey, revoked: j.id.isRevoked, forgotten: j.id.forgottenAt}, time.Now()); rf != nil {
 		if j.warn.allow(rf.status, time.Now()) {
 			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", from, "status", rf.status, "why", rf.msg)
 		}

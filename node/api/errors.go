@@ -61,6 +61,22 @@ func (e Error) AsError(code int) error {
 	return &apierrors.StatusError{ErrStatus: s}
 }
 
+// ReasonRevoked is the reason of a 403 from a node's peer port to a node
+// whose key 'starling node forget' revoked: the caller was forgotten.
+const ReasonRevoked metav1.StatusReason = "Revoked"
+
+// RevokedError is the peer port's answer to a revoked node (403,
+// ReasonRevoked), with err's message.
+func RevokedError(err error) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: ReasonRevoked, Message: err.Error()}}
+}
+
+// IsRevoked reports whether err (or an error it wraps) is a peer's
+// RevokedError.
+func IsRevoked(err error) bool {
+	return apierrors.ReasonForError(err) == ReasonRevoked
+}
+
 // Errorf is an error with HTTP code code (its reason follows from the
 // code) and a message as fmt.Errorf makes it.
 func Errorf(code int, format string, args ...any) error {

@@ -220,7 +220,10 @@ type Node struct {
 	Address   string    `json:"address"`
 	PodSubnet string    `json:"podSubnet"`
 	Replicas  int       `json:"replicas"`
-	Started   time.Time `json:"started"`
+	Started   time.Time `json:"started"` // when its agent's current run started
+	// Joined is when the node first started with its data dir (its
+	// member metadata's member-since): get nodes' AGE.
+	Joined time.Time `json:"joined,omitempty"`
 	// Ready: the node's subnet claim has settled and it takes replicas.
 	Ready bool `json:"ready"`
 	// API is the node's TCP API URL ("" when it serves only its socket).
@@ -329,8 +332,11 @@ type JoinRequest struct {
 	Name string `json:"name"`
 	Key  []byte `json:"key"`  // the node's Ed25519 public key
 	Cert []byte `json:"cert"` // the invitation's certificate, DER
-	Time int64  `json:"time"` // when the request was signed, Unix seconds
-	Sig  []byte `json:"sig"`  // Ed25519 signature by Key (node.joinSigningBytes)
+	// Server is the pin (hex SHA-256 of the SubjectPublicKeyInfo) of
+	// the member the request is meant for.
+	Server string `json:"server"`
+	Time   int64  `json:"time"` // when the request was signed, Unix seconds
+	Sig    []byte `json:"sig"`  // Ed25519 signature by Key (node.joinSigningBytes)
 	// TokenID and Secret are a version 1 token's (before invitations):
 	// such a request is refused with a message saying what to do.
 	TokenID string `json:"tokenID,omitempty"`

@@ -141,7 +141,10 @@ func (e *TransportError) Error() string {
 	if e.Pin {
 		return fmt.Sprintf("the agent at %s is not the one the client config names: %v", e.Base, e.Err)
 	}
-	return fmt.Sprintf("cannot reach the agent: %v (is 'starling agent' running? set --server or STARLING_SERVER, or use a client config: --config)", e.Err)
+	// No hint here: the client is also how nodes call each other, and a
+	// hint for a CLI user ended up in agents' logs; the CLI adds it
+	// (cli.withHint).
+	return fmt.Sprintf("cannot reach %s: %v", e.Base, e.Err)
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }

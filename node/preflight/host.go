@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +30,13 @@ type System struct {
 }
 
 var _ Host = (*System)(nil)
+
+// HasRoute is Host.HasRoute: a route lookup in the current network
+// namespace (RTM_GETROUTE, as 'ip route get').
+func (s *System) HasRoute(ip netip.Addr) bool {
+	_, err := netlink.RouteGet(ip.AsSlice())
+	return err == nil
+}
 
 // FreeBytes is Host.FreeBytes: statfs of path, or of its nearest
 // existing parent (the data directory may not exist yet).

@@ -11,6 +11,7 @@ package preflight
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 )
@@ -35,6 +36,9 @@ type Host interface {
 	// FreeBytes reports the free space (bytes, statfs f_bavail) of the
 	// filesystem that holds path.
 	FreeBytes(path string) (uint64, error)
+	// HasRoute reports whether the kernel would route a packet to ip
+	// (a route lookup, as 'ip route get' does).
+	HasRoute(ip netip.Addr) bool
 }
 
 // KernelState is what a Host can tell of a kernel feature.
@@ -102,6 +106,9 @@ type Config struct {
 	// DataDir is the agent's --data-dir (its store, pod logs and pod
 	// files); "" skips the free-space warning.
 	DataDir string
+	// ServiceCIDR is the agent's --service-cidr; the zero prefix skips
+	// the route warning.
+	ServiceCIDR netip.Prefix
 }
 
 // LowFreeSpace is the free space of the data directory's filesystem
@@ -206,20 +213,30 @@ func Check(h Host, cfg Config) []Problem {
 }
 
 // Warnings returns what the agent can start without but should be
-// fixed: today, less than LowFreeSpace free in the data directory's
-// filesystem.
+// fixed: less than LowFreeSpace free in the data directory's filesystem,
+// and no route to the service range.
 func Warnings(h Host, cfg Config) []Problem {
-	if cfg.DataDir == "" {
-		return nil
+	var out []Problem
+	if cfg.DataDir != "" {
+		if free, err := h.FreeBytes(cfg.DataDir); err == nil && free < LowFreeSpace {
+			out = append(out, Problem{
+				What: fmt.Sprintf("the filesystem of data directory %s has %.0f MiB free (less than %d MiB)", cfg.DataDir, float64(free)/(1<<20), LowFreeSpace>>20),
+				Fix:  "below 64 MiB free the agent refuses API writes (ENOSPC) until 128 MiB are free again (a first start needs 128 MiB); free space there, or point --data-dir at a larger filesystem",
+			})
+		}
 	}
-	free, err := h.FreeBytes(cfg.DataDir)
-	if err != nil || free >= LowFreeSpace {
-		return nil
+	// A ClusterIP is virtual: a process of the host's own namespace
+	// connects to it only if the kernel has a route to pick a source
+	// address and device before the Service rules (output NAT) see the
+	// packet; with no route, connect fails with ENETUNREACH. Pods are
+	// not affected (their default route is the bridge).
+	if cfg.ServiceCIDR.IsValid() && !h.HasRoute(cfg.ServiceCIDR.Addr()) {
+		out = append(out, Problem{
+			What: fmt.Sprintf("this host has no route to the service range %s (no default route)", cfg.ServiceCIDR),
+			Fix:  fmt.Sprintf("processes on the host itself cannot reach ClusterIPs (connect fails before any Service rule; pods can); add a default route, or a route to the range through the LAN interface: ip route add %s dev IFACE", cfg.ServiceCIDR),
+		})
 	}
-	return []Problem{{
-		What: fmt.Sprintf("the filesystem of data directory %s has %.0f MiB free (less than %d MiB)", cfg.DataDir, float64(free)/(1<<20), LowFreeSpace>>20),
-		Fix:  "below 64 MiB free the agent refuses API writes (ENOSPC) until 128 MiB are free again (a first start needs 128 MiB); free space there, or point --data-dir at a larger filesystem",
-	}}
+	return out
 }
 
 // Run checks and returns an *Error listing every problem, or nil.

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -16,7 +17,10 @@ type fakeHost struct {
 	sysctlGone map[string]bool
 	sysctlRO   bool
 	free       uint64 // bytes free in the data directory; 0: plenty
+	noRoute    bool   // no route to anything
 }
+
+func (f fakeHost) HasRoute(netip.Addr) bool { return !f.noRoute }
 
 func (f fakeHost) IsRoot() bool                { return !f.notRoot }
 func (f fakeHost) DialUnix(string) error       { return f.dialErr }
@@ -142,5 +146,19 @@ func TestWarningsNameTheDataDirectoryWhenItsFilesystemIsLow(t *testing.T) {
 	}
 	if w := Warnings(fakeHost{free: 300 << 20}, Config{}); len(w) != 0 {
 		t.Errorf("no data directory given: %v", w)
+	}
+}
+
+// A host with no default route cannot reach ClusterIPs from its own
+// namespace (the connect fails before any rule): the agent warns and
+// says what route to add.
+func TestWarningsSayAHostWithoutARouteToServicesCannotReachThem(t *testing.T) {
+	c := Config{ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}
+	if w := Warnings(fakeHost{}, c); len(w) != 0 {
+		t.Errorf("with a route: %v", w)
+	}
+	w := Warnings(fakeHost{noRoute: true}, c)
+	if len(w) != 1 || !strings.Contains(w[0].String(), "no route to the service range 10.96.0.0/16") || !strings.Contains(w[0].String(), "ip route add 10.96.0.0/16 dev IFACE") {
+		t.Fatalf("without a route: %v", w)
 	}
 }

@@ -385,22 +385,36 @@ func (w *syncWriter) String() string {
 }
 
 // TestForgottenNodeCannotComeBackWithItsOldKey: 'starling node forget'
-// frees a stopped node's name, revokes its key and deletes every join
-// token. The node restarted with its old data dir (its old key and
-// certificate) gets no new gossip key from the others and never becomes
-// ready there; with a new identity it cannot join with the token
-// it had (any token made before the forget); with a new token it joins again under the same name.
+// frees a stopped node's name, revokes its key and voids earlier
+// invitations for it. The node restarted with its old data dir (its old
+// key and certificate) gets no new gossip key from the others and never
+// becomes ready there; it logs that it was forgotten, starts nothing and
+// stops the replicas it still ran after --fence-timeout; with a new
+// identity it cannot join with an invitation made before the forget; with
+// a new invitation it joins again under the same name.
 func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	waitReadyNodes(t, n1, 2)
-	// An invitation for n2 made before the forget (an operator's spare,
+	// An invitation for n2 made well before the forget (an operator's spare,
 	// or a copy of the one it joined with): the forget voids it.
 	oldFile, err := c.JoinToken("n2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n2.KillAgent(syscall.SIGTERM) // a clean stop: it leaves
+	madeOld := time.Now()
+	// Replicas on both nodes: n2's keep running across its clean stop.
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, n1, deployment("forgot", 4, "f"))
+	waitRunning(t, n1, "forgot", 4, 90*time.Second)
+	ran := n2.RunningContainers()
+	if ran == 0 {
+		t.Fatal("no replica runs on n2")
+	}
+	time.Sleep(time.Until(madeOld.Add(6 * time.Second))) // past the 5 s allowed for clocks
+	n2.KillAgent(syscall.SIGTERM)                        // a clean stop: it leaves
 	var forgot string
 	waitFor(t, 30*time.Second, func() error {
 		out, err := n1.CLI("node", "forget", "n2")
@@ -438,14 +452,34 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Restarted with its old data dir it cannot read gossip (the key was
-	// rotated) and no peer gives its revoked key the new one.
+	// rotated) and no peer gives its revoked key the new one: it says it
+	// was forgotten, starts nothing (sampled every 0.2 s) and stops the
+	// replicas it still ran after --fence-timeout (3 s).
+	most, stopped := 0, time.Duration(0)
+	start := time.Now()
 	waitFor(t, 60*time.Second, func() error {
-		log, _ := os.ReadFile(n2.AgentLogPath())
-		if !strings.Contains(string(log), "could not take the current gossip keys") {
-			return fmt.Errorf("n2 has not tried (and failed) to take the new key yet")
+		for {
+			most = max(most, n2.RunningContainers())
+			log, _ := os.ReadFile(n2.AgentLogPath())
+			if strings.Contains(string(log), "this node was forgotten: 'starling node forget n2' revoked its key") && n2.RunningContainers() == 0 {
+				stopped = time.Since(start)
+				return nil
+			}
+			if time.Since(start) > 55*time.Second {
+				return fmt.Errorf("n2 has not said it was forgotten and stopped its %d replicas:\n%s", n2.RunningContainers(), n2.Tail(20))
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		return nil
 	})
+	if most > ran {
+		t.Fatalf("the forgotten n2 ran %d containers, more than the %d it had", most, ran)
+	}
+	t.Logf("the forgotten n2 stopped its %d replicas %s after its restart", ran, stopped.Round(100*time.Millisecond))
+	time.Sleep(5 * time.Second) // and starts none
+	if got := n2.RunningContainers(); got != 0 {
+		t.Fatalf("the forgotten n2 runs %d containers", got)
+	}
+	waitRunning(t, n1, "forgot", 4, 30*time.Second)
 	time.Sleep(3 * time.Second)
 	if out, _ := n1.CLI("get", "nodes", "-o", "json"); strings.Contains(out, n2.PodSubnet) {
 		t.Fatalf("n1 took the forgotten node's record back:\n%s", out)

@@ -48,9 +48,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -344,7 +346,14 @@ func runForgotten(name, bind, dataDir, join string) error {
 	}
 	fmt.Println("minted a certificate for", name, "with", with)
 	// Join as a new node with the minted certificate as an invitation.
-	body, _ := json.Marshal(node.SignJoinRequest(name, key, cert, time.Now()))
+	// Signed for the member it asks, as a real joiner's would be.
+	server := ""
+	if conn, err := tls.Dial("tcp", join+":7947", &tls.Config{InsecureSkipVerify: true}); err == nil { //nolint:gosec // only the member's pin is read
+		sum := sha256.Sum256(conn.ConnectionState().PeerCertificates[0].RawSubjectPublicKeyInfo)
+		server = hex.EncodeToString(sum[:])
+		conn.Close()
+	}
+	body, _ := json.Marshal(node.SignJoinRequest(name, key, cert, server, time.Now()))
 	anyServer := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the answer is what is tested
 	if resp, err := anyServer.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body)); err != nil {
 		fmt.Println("join with a minted invitation: err", err)
