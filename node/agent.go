@@ -255,7 +255,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
-	a.routes = &routes{self: cfg.Name, views: a.views, subnets: a.subnets, auth: a.auth, clusterCIDR: clusterCIDR, log: log, ready: closed()}
+	a.routes = &routes{self: cfg.Name, views: a.views, subnets: a.subnets, auth: a.auth, clusterCIDR: clusterCIDR, log: log, ready: closed(), synced: a.members.synced}
 	a.services = &services{views: a.views, clusterCIDR: clusterCIDR, ready: a.subnets.ready, synced: a.members.synced, bridgeNF: bridgeNFOn, log: log}
 	switch {
 	case cfg.DryRun:

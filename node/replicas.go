@@ -308,15 +308,29 @@ func drainDelay(act reconcile.Action, delay time.Duration) time.Duration {
 // StatefulSet replica of a node that left starts elsewhere after
 // --failover-timeout, and a stopped agent cannot fence: stopping it now
 // keeps "at most one" through upgrades and restarts that take longer.
+// The other replicas stay in the status as they are (running, ready):
+// they serve on while the agent restarts, as pods do while a kubelet
+// restarts, and the restarted agent takes their readiness from this
+// record (readySeed) instead of publishing them unready (issue 39: a
+// restarted agent programmed a Service as empty and refused requests).
 func (r *replicas) stopStateful() {
 	v := r.views.view()
 	stateful := v.statefulWorkloads()
-	r.stopWhere(func(c reconcile.Container) bool { return stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] },
+	isStateful := func(namespace, workload string) bool { return stateful[reconcile.WorkloadKey(namespace, workload)] }
+	r.stopWhere(func(c reconcile.Container) bool { return isStateful(c.Namespace, c.Workload) },
 		"agent stopping: a StatefulSet replica must not outlive its fencing", "stopped StatefulSet replica before leaving")
+	r.mu.Lock()
+	var keep []reconcile.Replica
+	for _, d := range r.mine {
+		if !isStateful(d.Namespace, d.Workload) {
+			keep = append(keep, d)
+		}
+	}
+	r.mu.Unlock()
 	listCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if left, err := r.rt.List(listCtx); err == nil {
-		r.status.publishStatus(r.localReplicas(left, nil, r.probes.specs(v, left)))
+		r.status.publishStatus(r.localReplicas(left, keep, r.probes.specs(v, left)))
 	}
 }
 

@@ -27,9 +27,10 @@ type routes struct {
 	clusterCIDR netip.Prefix
 	apply       routeApplier
 	// ready is closed when routes may be applied (at once on a real
-	// node; after its first look on a dry run).
-	ready <-chan struct{}
-	log   *slog.Logger
+	// node; after its first look on a dry run); synced when this node
+	// holds the cluster's state (members.synced).
+	ready, synced <-chan struct{}
+	log           *slog.Logger
 }
 
 // desired is a route to the pod subnet of every peer that is alive or
@@ -70,11 +71,20 @@ func (rt *routes) loop(ctx context.Context) {
 	if rt.apply == nil {
 		return
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-rt.ready:
+	// The first apply replaces the routes an earlier run left (the
+	// kernel kept them): from a view built once this node holds the
+	// cluster's state. One built before the join's sync holds no live
+	// peer, and removed every route to their pods for as long as the
+	// join took (requests to Service endpoints there timed out across
+	// an agent restart).
+	for _, ch := range []<-chan struct{}{rt.ready, rt.synced} {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
 	}
+	rt.views.rebuild(time.Now())
 	tick := time.NewTicker(routeResync)
 	defer tick.Stop()
 	for {

@@ -82,6 +82,11 @@ func (sv *services) loop(ctx context.Context) {
 		case <-ch:
 		}
 	}
+	// The first sync replaces the rules an earlier run left (which the
+	// kernel kept): from a view built now, after the join's sync, not
+	// one built before it, which held this node alone as live and so
+	// its peers' endpoints as gone (the Service empty: refused).
+	sv.views.rebuild(time.Now())
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

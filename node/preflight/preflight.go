@@ -221,7 +221,7 @@ func Warnings(h Host, cfg Config) []Problem {
 		if free, err := h.FreeBytes(cfg.DataDir); err == nil && free < LowFreeSpace {
 			out = append(out, Problem{
 				What: fmt.Sprintf("the filesystem of data directory %s has %.0f MiB free (less than %d MiB)", cfg.DataDir, float64(free)/(1<<20), LowFreeSpace>>20),
-				Fix:  "below 64 MiB free the agent refuses API writes (ENOSPC) until 128 MiB are free again (a first start needs 128 MiB); free space there, or point --data-dir at a larger filesystem",
+				Fix:  "below 64 MiB free the agent refuses API writes (ENOSPC) until 160 MiB are free again (a first start needs 160 MiB); free space there, or point --data-dir at a larger filesystem",
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,14 +12,16 @@ import (
 )
 
 // smallDisk mounts a tmpfs of size MiB on a fresh directory and returns
-// it; the mount is removed when the test ends. It skips without root.
-func smallDisk(t *testing.T, size int) string {
+// smallDisk mounts a tmpfs of size MiB (opts: more mount options, such
+// as "nr_inodes=2000") for the test, removed at its end. It needs root.
+func smallDisk(t *testing.T, size int, opts ...string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small filesystem needs root")
 	}
 	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0700", size)); err != nil {
+	o := strings.Join(append([]string{fmt.Sprintf("size=%dm", size), "mode=0700"}, opts...), ",")
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, o); err != nil {
 		t.Skipf("mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() {
@@ -29,33 +32,31 @@ func smallDisk(t *testing.T, size int) string {
 	return dir
 }
 
-// fill writes a file in dir until the filesystem is full and returns a
-// function that removes it.
-func fill(t *testing.T, dir string) (free func()) {
+// fill writes file name in dir until the filesystem has exactly 0 bytes
+// free (statfs f_bavail 0), and returns a function that removes it.
+func fill(t *testing.T, dir string, name ...string) (free func()) {
 	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
+	path := filepath.Join(dir, append(name, "filler")[0])
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", dir, err)
-			}
-			break
-		}
-	}
-	// The last partial block: write smaller pieces until nothing fits.
-	for n := len(buf) / 2; n >= 512; n /= 2 {
+	for n := len(buf); n >= 1; n /= 2 {
 		for {
 			if _, err := f.Write(buf[:n]); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("filling %s: %v", dir, err)
+				}
 				break
 			}
 		}
 	}
 	f.Close()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Bavail != 0 {
+		t.Fatalf("filled %s to %d free blocks (%v), want 0", dir, st.Bavail, err)
+	}
 	return func() {
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	badger "github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -37,8 +39,17 @@ const (
 	// maxHeldBytes bounds the encoded records held in memory while the
 	// filesystem is full; past it Apply fails with ErrNoSpace.
 	maxHeldBytes = 64 << 20
-	// ballastName is the ballast file's name in the store's directory.
+	// ReserveSize is the size of the reserve file (bytes): room for
+	// badger's flush at Close once the ballast is gone and another writer
+	// took its blocks too (the filesystem at exactly 0 bytes free).
+	ReserveSize = 32 << 20
+	// ResumeFree is the free space (bytes) at which a full store writes
+	// again: MinFree, with room to make the ballast and the reserve.
+	ResumeFree = MinFree + BallastSize + ReserveSize
+	// ballastName and reserveName are the files' names in the store's
+	// directory.
 	ballastName = "ballast"
+	reserveName = "reserve"
 )
 
 // ErrNoSpace: the filesystem that holds the store is full (below MinFree
@@ -59,7 +70,7 @@ type NoSpaceError struct {
 
 func (e *NoSpaceError) Error() string {
 	return fmt.Sprintf("%s: the filesystem of data directory %s is full (ENOSPC: %s free; the store writes again once %s are free); free space there (container logs, images, other files) and writes resume by themselves",
-		e.Op, e.Dir, mib(e.Free), mib(MinFree+BallastSize))
+		e.Op, e.Dir, mib(e.Free), mib(ResumeFree))
 }
 
 // Is makes errors.Is(err, ErrNoSpace) and errors.Is(err, syscall.ENOSPC)
@@ -94,8 +105,18 @@ func freeBytes(dir string) (uint64, error) {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", dir, err)
 	}
+	// Out of inodes is full too: badger makes files (a memtable, tables,
+	// a value log) as it writes. A filesystem that makes inodes as it
+	// needs them (btrfs) reports no inode count at all.
+	if st.Files > 0 && st.Ffree < minFreeInodes {
+		return 0, nil
+	}
 	return st.Bavail * uint64(st.Bsize), nil
 }
+
+// minFreeInodes is the free inodes below which the store's filesystem
+// counts as full: badger makes a few files per flush and compaction.
+const minFreeInodes = 64
 
 // Space checks the free space of the store's filesystem now (one statfs),
 // changes state if it crossed a threshold, and returns the state. Calling
@@ -105,9 +126,13 @@ func (s *Store) Space() Space {
 	if s.lock() != nil {
 		return Space{Dir: s.dir}
 	}
-	defer s.mu.RUnlock()
 	s.checkSpace()
-	return s.spaceState()
+	sp, reopen := s.spaceState(), s.readOnly && s.roomToReopen()
+	s.mu.RUnlock()
+	if reopen && s.reopen() {
+		return s.Space()
+	}
+	return sp
 }
 
 func (s *Store) spaceState() Space {
@@ -142,8 +167,12 @@ func (s *Store) checkSpace() bool {
 		s.full = true
 		s.dropBallast()
 		s.log.Error("the data directory's filesystem is full: the store writes nothing to disk and holds records from peers in memory; writes through the API are refused until space returns",
-			"free", mib(free), "resumes at", mib(MinFree+BallastSize))
-	case s.full && free >= MinFree+BallastSize:
+			"free", mib(free), "resumes at", mib(ResumeFree))
+	case s.full && s.readOnly:
+		// Opened read-only on a full filesystem: Space reopens badger
+		// for writing once there is room (reopen), which needs mu held
+		// exclusively.
+	case s.full && free >= ResumeFree:
 		if err := s.makeBallast(); err != nil {
 			s.log.Warn("space returned but the ballast file cannot be made; the store stays full", "err", err)
 			return false
@@ -175,39 +204,57 @@ func (s *Store) openSpace() {
 	case ballast > 0 && free < MinFree:
 		s.full = true
 		s.dropBallast()
-	case ballast == 0 && free >= MinFree+BallastSize:
+	case ballast == 0 && free >= ResumeFree:
 		if err := s.makeBallast(); err != nil {
 			s.log.Warn("cannot make the ballast file", "err", err)
 		}
 	case ballast == 0:
 		s.full = true
+	default:
+		// A store made before the reserve: made now if there is room.
+		if _, err := os.Stat(filepath.Join(s.dir, reserveName)); errors.Is(err, os.ErrNotExist) && free >= MinFree+ReserveSize {
+			if err := allocate(filepath.Join(s.dir, reserveName), ReserveSize); err != nil {
+				s.log.Warn("cannot make the reserve file", "err", err)
+			}
+		}
 	}
 	s.free, _ = s.statfs(s.dir)
 	if s.full {
 		s.log.Error("the data directory's filesystem is full at start: the store writes nothing to disk until space returns",
-			"free", mib(s.free), "resumes at", mib(MinFree+BallastSize))
+			"free", mib(s.free), "resumes at", mib(ResumeFree))
 	}
 }
 
-// makeBallast allocates the ballast file (fallocate, so its blocks are
+// makeBallast allocates the ballast file and the reserve file (unless
+// it exists).
+func (s *Store) makeBallast() error {
+	if err := allocate(filepath.Join(s.dir, ballastName), BallastSize); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, reserveName)); err == nil {
+		return nil
+	}
+	return allocate(filepath.Join(s.dir, reserveName), ReserveSize)
+}
+
+// allocate makes file path of size bytes (fallocate, so its blocks are
 // taken now, not when written; zeros written where the filesystem has no
 // fallocate, as ZFS before 2.2 or NFSv3).
-func (s *Store) makeBallast() error {
-	path := filepath.Join(s.dir, ballastName)
+func allocate(path string, size int) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	err = unix.Fallocate(int(f.Fd()), 0, 0, BallastSize)
+	err = unix.Fallocate(int(f.Fd()), 0, 0, int64(size))
 	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = writeZeros(f, BallastSize)
+		err = writeZeros(f, size)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(path)
-		return fmt.Errorf("ballast %s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }
@@ -223,6 +270,14 @@ func writeZeros(f *os.File, n int) error {
 		n -= k
 	}
 	return f.Sync()
+}
+
+// dropReserve deletes the reserve file: Close does, on a full filesystem,
+// so that badger's flush of its memtable finds room.
+func (s *Store) dropReserve() {
+	if err := os.Remove(filepath.Join(s.dir, reserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("cannot remove the reserve file", "err", err)
+	}
 }
 
 func (s *Store) dropBallast() {
@@ -367,4 +422,79 @@ func (s *Store) purgeHeld(expired func(crdt.Record) bool) int {
 		}
 	}
 	return n
+}
+
+// openFull opens badger read-only in dir, on a filesystem found full at
+// Open (free bytes free): reads work, nothing is written, and the store
+// holds writes in memory until reopen. badger refuses a read-only open of
+// a store that was not closed (a killed agent, a power cut: its memtable
+// log is longer than its last entry, and cutting it needs a read-write
+// open, which needs room); that start fails with an error that says so,
+// not with a SIGBUS.
+func openFull(dir string, free uint64, log *slog.Logger) (*badger.DB, error) {
+	// A memtable log is left only by a store that was not closed, and its
+	// read-only open always fails (the log is preallocated past its last
+	// entry), after reading it through mmap, which on a full tmpfs is a
+	// SIGBUS too (a read of a hole allocates a page there): not tried.
+	var err error
+	var db *badger.DB
+	if logs, _ := filepath.Glob(filepath.Join(dir, "*.mem")); len(logs) > 0 {
+		err = fmt.Errorf("memtable log %s left: end offset: unknown", filepath.Base(logs[0]))
+	} else {
+		db, err = badger.Open(badgerOptions(dir, log).WithReadOnly(true))
+	}
+	switch {
+	case err == nil:
+		log.Error("the data directory's filesystem is full at start: the store is open read-only and writes nothing to disk until space returns",
+			"free", mib(free), "resumes at", mib(ResumeFree))
+		return db, nil
+	case strings.Contains(err.Error(), "end offset:"):
+		// badger's ErrTruncateNeeded, wrapped without %w (y.Wrapf).
+		return nil, fmt.Errorf("open store %s: the filesystem of the data directory is full (%s free) and the store was not closed cleanly (the agent was killed or the machine lost power), so it can be opened only for writing, which needs room: free %s there (container logs, images, other files) and start again: %w",
+			dir, mib(free), mib(ResumeFree), err)
+	case errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "anifest"):
+		return nil, fmt.Errorf("open store %s: the filesystem of the data directory is full (%s free) and the store was never written; a first start needs %s free: free space there or point --data-dir at a larger filesystem: %w",
+			dir, mib(free), mib(ResumeFree), err)
+	default:
+		return nil, fmt.Errorf("open store %s read-only on a full filesystem (%s free): %w; free %s there and start again",
+			dir, mib(free), err, mib(ResumeFree))
+	}
+}
+
+// roomToReopen reports whether a store opened read-only on a full
+// filesystem has room to write again. Called with s.mu held (shared).
+func (s *Store) roomToReopen() bool {
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	return s.free >= ResumeFree
+}
+
+// reopen opens badger for writing in place of the read-only open of a
+// full start, once there is room, and reports whether it did; the next
+// checkSpace makes the ballast and writes the records held meanwhile.
+// On failure the store stays read-only.
+func (s *Store) reopen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.readOnly {
+		return false
+	}
+	log := slog.Default().With("component", "badger", "dir", s.dir)
+	if err := s.db.Close(); err != nil {
+		s.log.Warn("close the read-only store to reopen it for writing", "err", err)
+	}
+	db, err := badger.Open(badgerOptions(s.dir, log))
+	if err != nil {
+		s.log.Error("space returned but the store cannot be reopened for writing; it stays read-only", "err", err)
+		if s.db, err = openFull(s.dir, s.free, log); err != nil {
+			// Neither: the store is unusable, as a closed one is.
+			s.log.Error("the store cannot be reopened read-only either", "err", err)
+			s.closed = true
+			close(s.changed)
+		}
+		return false
+	}
+	s.db, s.readOnly = db, false
+	s.log.Info("space returned: the store, opened read-only on a full filesystem, is open for writing again")
+	return true
 }

@@ -82,10 +82,15 @@ type Store struct {
 	heldSize  map[string]int
 	heldBytes int
 
-	// mu is held shared by every operation and exclusively by Close, so that
-	// no operation touches a closed badger DB or sends on a closed channel.
+	// mu is held shared by every operation and exclusively by Close and
+	// reopen, so that no operation touches a closed badger DB or sends on
+	// a closed channel.
 	mu     sync.RWMutex
 	closed bool
+	// readOnly: badger was opened read-only because the filesystem was
+	// full at Open (space.go, openFull); set and cleared under mu held
+	// exclusively. The store is full while it is set.
+	readOnly bool
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and an empty store if
@@ -103,6 +108,17 @@ func Open(dir string) (*Store, error) {
 	s := &Store{dir: dir, log: slog.Default().With("component", "store", "dir", dir), changed: make(chan struct{}, 1),
 		statfs: freeBytes, held: map[string]crdt.Record{}, heldSize: map[string]int{}}
 	s.openSpace()
+	if s.full {
+		// badger's read-write open writes through mmap (a new memtable,
+		// the flush of the replayed one, a value log header): with no
+		// free block that is a SIGBUS, not an error.
+		db, err := openFull(dir, s.free, slog.Default().With("component", "badger", "dir", dir))
+		if err != nil {
+			return nil, err
+		}
+		s.db, s.readOnly = db, true
+		return s, nil
+	}
 	db, err := badger.Open(badgerOptions(dir, slog.Default().With("component", "badger", "dir", dir)))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
@@ -181,6 +197,12 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.changed)
+	if s.full && !s.readOnly {
+		// badger's close flushes its memtable through mmap: with the
+		// ballast gone and its blocks taken, only the reserve leaves
+		// room for it (a SIGBUS otherwise).
+		s.dropReserve()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}
