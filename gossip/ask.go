@@ -100,7 +100,7 @@ func (c *Cluster) onAsk(q question) {
 	}
 	n, ok := c.peer(q.From)
 	if !ok {
-		c.dropped("question from a non-member", errMalformed, "from", q.From)
+		c.dropped("question from a non-member", errNotMember, "from", q.From)
 		return
 	}
 	ans := c.cfg.Answer(q.From, q.Payload)

@@ -557,6 +557,10 @@ func (c *Cluster) dropped(what string, err error, kv ...any) {
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}
+	if err == errNotMember {
+		c.log.Debug("gossip: dropped "+what, args...)
+		return
+	}
 	c.log.Warn("gossip: dropped "+what, args...)
 }
 
@@ -608,7 +612,7 @@ func (c *Cluster) onHave(h have) {
 		return
 	}
 	if _, ok := c.peer(h.From); !ok {
-		c.dropped("have from a non-member", errMalformed, "from", h.From)
+		c.dropped("have from a non-member", errNotMember, "from", h.From)
 		return
 	}
 	if held, ok := c.idx.get(h.E.Key); ok && (compareEntries(held, h.E) > 0 || held == h.E) {

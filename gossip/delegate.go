@@ -146,7 +146,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 		}
 		if _, ok := c.peer(remote.From); !ok {
 			if !c.rejoinSender(remote.From) {
-				c.dropped("digest from a non-member", errMalformed, "from", remote.From)
+				c.dropped("digest from a non-member", errNotMember, "from", remote.From)
 			}
 			return
 		}
@@ -277,7 +277,7 @@ func (c *Cluster) answer(what string, f func()) {
 func (c *Cluster) answerRequest(req request) {
 	p, ok := c.peer(req.From)
 	if !ok {
-		c.dropped("sync request from a non-member", errMalformed, "from", req.From)
+		c.dropped("sync request from a non-member", errNotMember, "from", req.From)
 		return
 	}
 	send, pull := plan(c.idx.entries(req.Buckets), req.Entries)
@@ -294,7 +294,7 @@ func (c *Cluster) answerRequest(req request) {
 func (c *Cluster) answerPull(p pull) {
 	to, ok := c.peer(p.From)
 	if !ok {
-		c.dropped("pull from a non-member", errMalformed, "from", p.From)
+		c.dropped("pull from a non-member", errNotMember, "from", p.From)
 		return
 	}
 	c.pullsAnswered.Add(1)
@@ -324,7 +324,7 @@ func (c *Cluster) answerPullByPacket(p pull) bool {
 	}
 	to, ok := c.peer(p.From)
 	if !ok {
-		c.dropped("pull from a non-member", errMalformed, "from", p.From)
+		c.dropped("pull from a non-member", errNotMember, "from", p.From)
 		return true
 	}
 	if c.packetPulls.Tokens() < 1 {

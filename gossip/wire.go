@@ -81,6 +81,12 @@ func (t msgType) String() string {
 // errMalformed is wrapped by every decoding error of this file.
 var errMalformed = errors.New("gossip: malformed message")
 
+// errNotMember drops a message whose sender this node does not hold as a
+// live member: a node joining, or one back (at a new address, or after
+// being found dead) whose return has not reached this node yet. It is
+// expected for a few gossip rounds, so it is logged at debug level.
+var errNotMember = errors.New("gossip: the sender is not a live member here (joining, or back before its return is seen)")
+
 const (
 	// maxMessageLen is memberlist's own limit on a user message read from a
 	// stream (maxUserMsgBytes in memberlist net.go); nothing larger can

@@ -46,6 +46,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 	c := t.Spec.Containers[0]
 	s := reconcile.Spec{
 		Image:      c.Image,
+		PullPolicy: string(c.ImagePullPolicy),
 		Command:    c.Command,
 		Args:       c.Args,
 		WorkingDir: c.WorkingDir,

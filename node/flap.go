@@ -19,7 +19,8 @@ type aliveSnap struct {
 
 // aliveAfter returns the names of the members of list (the membership)
 // that count for placement at now: alive or suspect ("suspect" alone
-// moves nothing), the local node always. prev (nil: none) is the last
+// moves nothing), the local node unless it settles itself (selfUntil,
+// see askSettle). prev (nil: none) is the last
 // answer: it returns prev's set itself when it is equal (the view keeps
 // it), and reports whether it is.
 //
@@ -36,10 +37,18 @@ type aliveSnap struct {
 func (m *members) aliveAfter(now time.Time, list []gossip.Member, prev *aliveSnap) (aliveSnap, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev != nil && prev.gen == m.gen && len(m.memberBack) == 0 && sameSnapshot(prev.from, list) {
+	if prev != nil && prev.gen == m.gen && len(m.memberBack) == 0 && m.selfUntil.IsZero() && sameSnapshot(prev.from, list) {
 		return *prev, true
 	}
-	set := map[string]bool{m.self: true}
+	set := map[string]bool{}
+	if !m.selfUntil.IsZero() && !now.Before(m.selfUntil) {
+		m.selfUntil = time.Time{}
+		m.gen++
+		m.log.Info("this node counts itself for placement again, as its peers do")
+	}
+	if m.selfUntil.IsZero() {
+		set[m.self] = true
+	}
 	m.walkAliveLocked(now, list, func(name string) { set[name] = true })
 	if prev != nil && maps.Equal(set, prev.set) {
 		return aliveSnap{set: prev.set, from: list, gen: m.gen}, true
@@ -58,6 +67,9 @@ func sameSnapshot(a, b []gossip.Member) bool {
 // (each change counts in gen). Called with mu held.
 func (m *members) walkAliveLocked(now time.Time, list []gossip.Member, f func(name string)) {
 	for _, mem := range list {
+		if mem.Name == m.self {
+			continue // see aliveAfter
+		}
 		up := mem.State.Up()
 		_, wasDown := m.memberDown[mem.Name]
 		switch {

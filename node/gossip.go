@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
 )
@@ -62,6 +63,8 @@ func (a *Agent) startGossip() error {
 			return a.subnets.answerClaim(from, q[1:])
 		case q[0] == upQuestion:
 			return a.members.answerUp(q[1:])
+		case q[0] == settleQuestion && len(q) == 1:
+			return a.members.answerSettle(from, time.Now())
 		}
 		return f.answer(from, q)
 	}

@@ -214,7 +214,7 @@ func (im *images) sources(ctx context.Context, ref string) (string, []runtime.Im
 		return peers[i].name < peers[j].name
 	})
 	if len(peers) == 0 {
-		return "", nil, errors.New("no live peer to fetch it from (with --insecure, only peers started with --api-listen and --token-file share images)")
+		return want, nil, errors.New("no live peer to fetch it from (with --insecure, only peers started with --api-listen and --token-file share images)")
 	}
 	// --max-image-size bounds what one fetch takes from a peer, all its
 	// blobs together.

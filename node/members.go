@@ -60,7 +60,10 @@ type members struct {
 	// ones that came back did.
 	memberDown map[string]time.Time
 	memberBack map[string]time.Time
-	gen        uint64 // changes of memberDown and memberBack
+	// selfUntil (zero: none) is when this node counts itself for
+	// placement again after its peers held it down (askSettle).
+	selfUntil time.Time
+	gen       uint64 // changes of memberDown, memberBack and selfUntil
 }
 
 func newMembers(cfg Config, st Store, log *slog.Logger) *members {
@@ -237,6 +240,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 			if m.droppedState {
 				waitForState(ctx, changed, 30*time.Second)
 			}
+			m.askSettle(time.Now)
 			m.markSynced()
 			return
 		}

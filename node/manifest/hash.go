@@ -55,6 +55,10 @@ type replicaSpec struct {
 	NoServiceLinks bool `json:"noServiceLinks,omitempty"`
 	// The container's postStart and preStop hooks.
 	Lifecycle *corev1.Lifecycle `json:"lifecycle,omitempty"`
+	// imagePullPolicy unless the default for the image (Always for
+	// ":latest" or no tag, else IfNotPresent), so the hashes of templates
+	// that leave it out hold; a change rolls, as in Kubernetes.
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -69,7 +73,8 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // terminationGracePeriodSeconds (unless 30, the default), nodeSelector,
 // hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst),
 // dnsConfig, the pod's and container's securityContext,
-// enableServiceLinks (when false) and the container's lifecycle hooks.
+// enableServiceLinks (when false), the container's lifecycle hooks and
+// its imagePullPolicy (unless the image's default).
 // Replicas, strategy and other Deployment settings do not change it, so it
 // changes exactly when replicas must be replaced. Unlike Kubernetes'
 // pod-template-hash, the template's labels and other annotations are left
@@ -129,6 +134,7 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				SecurityContext:               nonEmptySecurity(c.SecurityContext),
 				NoServiceLinks:                t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks,
 				Lifecycle:                     c.Lifecycle,
+				ImagePullPolicy:               nonDefaultPullPolicy(c),
 			})
 		}
 	}
@@ -140,6 +146,15 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	}
 	sum := sha256.Sum256(js)
 	return hex.EncodeToString(sum[:4])
+}
+
+// nonDefaultPullPolicy is c's imagePullPolicy, or "" when it is the
+// default for c's image.
+func nonDefaultPullPolicy(c corev1.Container) corev1.PullPolicy {
+	if c.ImagePullPolicy == defaultPullPolicy(c.Image) {
+		return ""
+	}
+	return c.ImagePullPolicy
 }
 
 // nonEmptySecurity is sc, or nil when it sets nothing (or only

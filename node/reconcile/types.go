@@ -21,7 +21,11 @@ type Port struct {
 // Spec is what a replica's container runs. It is derived from the pod
 // template and never changes for a given SpecHash.
 type Spec struct {
-	Image   string   `json:"image"`
+	Image string `json:"image"`
+	// PullPolicy is the container's imagePullPolicy: "Always",
+	// "IfNotPresent" or "Never" ("": IfNotPresent); see
+	// runtime.EnsureImage.
+	PullPolicy string `json:"pullPolicy,omitempty"`
 	Command []string `json:"command,omitempty"` // replaces the image entrypoint when set
 	Args    []string `json:"args,omitempty"`    // replaces the image cmd when set
 	Env     []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))

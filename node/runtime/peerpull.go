@@ -52,13 +52,9 @@ const maxManifestBytes = 4 << 20
 // containerd's content API: one gRPC round trip each.
 const BlobChunk = 1 << 20
 
-// fetchFromPeers pulls ref from the sources FetchImage returns, best
-// first, until one succeeds.
-func (r *Runtime) fetchFromPeers(ctx context.Context, ref string) (containerd.Image, error) {
-	want, sources, err := r.cfg.FetchImage(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
+// fetchFromPeers pulls ref at digest want from sources (what FetchImage
+// returned), best first, until one succeeds.
+func (r *Runtime) fetchFromPeers(ctx context.Context, ref, want string, sources []ImageSource) (containerd.Image, error) {
 	wantDigest, err := digest.Parse(want)
 	if err != nil {
 		return nil, fmt.Errorf("recorded digest of %s: %w", ref, err)

@@ -130,7 +130,8 @@ type Config struct {
 	RuncRoot string
 	// FetchImage, when set, is asked first for an image that is not
 	// stored locally (before its registry): it returns the digest the
-	// cluster recorded for ref when it was imported ("sha256:...") and the
+	// cluster recorded for ref when it was imported ("sha256:...", also
+	// with an error when no peer can serve it; "" when none was) and the
 	// peers that may have it, best first. The image is pulled from one
 	// peer blob by blob, from that digest down, under the name ref alone
 	// (see fetchFromPeers); the next source is tried when one fails.
@@ -360,34 +361,52 @@ func imageName(ref string) string {
 	return ref
 }
 
+// Image pull policies (a container's imagePullPolicy, as the kubelet
+// honours it with containerd).
+const (
+	// PullIfNotPresent uses the node's copy when it has one; else the
+	// nearest peer's, else the registry's. "" means this.
+	PullIfNotPresent = "IfNotPresent"
+	// PullAlways takes the image the cluster holds as current: the one
+	// last imported under ref (its digest gossiped with the import), from
+	// this node when its copy has that digest, else from a peer; for an
+	// image no node imported, the registry's. It never falls back to a
+	// local copy of another digest.
+	PullAlways = "Always"
+	// PullNever uses the node's copy only.
+	PullNever = "Never"
+)
+
 // EnsureImage returns image ref (any reference a Deployment may name,
-// normalized by NormalizeImage), unpacked. When it is not stored locally
-// it comes from the nearest peer that has it (over the LAN, the copy the
-// rest of the cluster runs), else from its registry.
-func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image, error) {
+// normalized by NormalizeImage), unpacked, as pull policy policy
+// (PullIfNotPresent, PullAlways, PullNever) asks. Errors name the image,
+// the policy when it decided, every source tried and what to do.
+func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string) (containerd.Image, error) {
 	ctx = r.ctx(ctx)
 	full := NormalizeImage(ref)
-	img, err := r.client.GetImage(ctx, full)
-	if errdefs.IsNotFound(err) {
-		// Peers first: an edge cluster often has no registry, or a slow
-		// or unreachable one (a failing DNS lookup alone costs ~10 s per
-		// create), and a peer's copy is what the other nodes run.
-		var peerErr error = errors.New("no peer image source")
-		if r.cfg.FetchImage != nil {
-			img, peerErr = r.fetchFromPeers(ctx, full)
-			err = peerErr
+	var img containerd.Image
+	var err error
+	switch policy {
+	case PullNever:
+		img, err = r.client.GetImage(ctx, full)
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("image %s is not on this node and imagePullPolicy is Never (ErrImageNeverPull): import it on this node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to take it from a peer or its registry", imageName(ref))
 		}
-		if peerErr != nil {
-			img, err = r.client.Pull(ctx, full, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
-				containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
+	case PullAlways:
+		img, err = r.pullAlways(ctx, ref, full)
+		if err != nil {
+			return nil, err
+		}
+	default:
+		img, err = r.client.GetImage(ctx, full)
+		if errdefs.IsNotFound(err) {
+			img, err = r.fetch(ctx, ref, full)
 			if err != nil {
-				err = fmt.Errorf("peers: %v; registry: %w", peerErr, err)
+				return nil, err
 			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("image %s is not on this node and could not be fetched (%v): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)", imageName(ref), err)
-		}
-	} else if err != nil {
+	}
+	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", imageName(ref), err)
 	}
 	if ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter); err != nil || !ok {
@@ -399,6 +418,67 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string) (containerd.Image
 		}
 	}
 	return img, nil
+}
+
+// fetch gets image full (ref as the user wrote it), which this node does
+// not hold, from the nearest peer that has it, else from its registry.
+func (r *Runtime) fetch(ctx context.Context, ref, full string) (containerd.Image, error) {
+	// Peers first: an edge cluster often has no registry, or a slow or
+	// unreachable one (a failing DNS lookup alone costs ~10 s per
+	// create), and a peer's copy is what the other nodes run.
+	var peerErr error = errors.New("no peer image source")
+	if r.cfg.FetchImage != nil {
+		var want string
+		var sources []ImageSource
+		if want, sources, peerErr = r.cfg.FetchImage(ctx, full); peerErr == nil {
+			img, err := r.fetchFromPeers(ctx, full, want, sources)
+			if err == nil {
+				return img, nil
+			}
+			peerErr = err
+		}
+	}
+	img, err := r.pullRegistry(ctx, full)
+	if err != nil {
+		return nil, fmt.Errorf("image %s is not on this node and could not be fetched (peers: %v; registry: %v): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)", imageName(ref), peerErr, err)
+	}
+	return img, nil
+}
+
+// pullAlways is EnsureImage for PullAlways: the digest the cluster
+// recorded for full at its last import, from this node's copy if it has
+// that digest, else from a peer; for an image no node imported, the
+// registry's current one. A copy of another digest is never used.
+func (r *Runtime) pullAlways(ctx context.Context, ref, full string) (containerd.Image, error) {
+	var want string
+	var sources []ImageSource
+	peerErr := errors.New("no peer image source")
+	if r.cfg.FetchImage != nil {
+		want, sources, peerErr = r.cfg.FetchImage(ctx, full)
+	}
+	if want == "" {
+		img, err := r.pullRegistry(ctx, full)
+		if err != nil {
+			return nil, fmt.Errorf("image %s resolves nowhere and imagePullPolicy is Always (ErrImagePull): no node imported it (%v) and its registry failed (%v); import it on any node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to run the copy a node holds", imageName(ref), peerErr, err)
+		}
+		return img, nil
+	}
+	if img, err := r.client.GetImage(ctx, full); err == nil && img.Target().Digest.String() == want {
+		return img, nil
+	}
+	if peerErr == nil {
+		var img containerd.Image
+		if img, peerErr = r.fetchFromPeers(ctx, full, want, sources); peerErr == nil {
+			return img, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s: imagePullPolicy is Always and the copy the cluster holds as current (%s, its last import) could not be fetched (%v) (ErrImagePull); this node's copy, if any, is another digest and is not used: check that a node holding it is up, or import it again", imageName(ref), want, peerErr)
+}
+
+// pullRegistry pulls full from its registry and unpacks it.
+func (r *Runtime) pullRegistry(ctx context.Context, full string) (containerd.Image, error) {
+	return r.client.Pull(ctx, full, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
+		containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
 }
 
 // processArgs applies Kubernetes' rules: command replaces the image's
@@ -432,7 +512,7 @@ func imageConfig(ctx context.Context, img containerd.Image) (ocispec.ImageConfig
 
 func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error) {
 	ctx = r.ctx(ctx)
-	img, err := r.EnsureImage(ctx, rep.Spec.Image)
+	img, err := r.EnsureImage(ctx, rep.Spec.Image, rep.Spec.PullPolicy)
 	if err != nil {
 		return fmt.Errorf("create replica %s: %w", rep.Name, err)
 	}

@@ -794,3 +794,31 @@ func (c *Cluster) Heal() error {
 	}
 	return nil
 }
+
+// MoveTo gives the node LAN address i (LANPrefix+".<10+i>") in place of
+// its own, as a DHCP lease on a home LAN would after a reboot: the new
+// address is added, the old one removed, the default route put back, and
+// every agent flag that named the old address names the new one at the
+// next RestartAgent. Stop the agent first (a running agent keeps the old
+func (n *Node) MoveTo(i int) error {
+	old, ip := n.IP, fmt.Sprintf("%s.%d", LANPrefix, 10+i)
+	for _, cmd := range [][]string{
+		// Deleting first: a primary address takes its secondaries with it.
+		{"ip", "-n", n.NetNS, "addr", "del", old + "/24", "dev", "eth0"},
+		{"ip", "-n", n.NetNS, "addr", "add", ip + "/24", "dev", "eth0"},
+		{"ip", "-n", n.NetNS, "route", "replace", "default", "via", LANPrefix + ".254"},
+	} {
+		if err := run(cmd[0], cmd[1:]...); err != nil {
+			return err
+		}
+	}
+	for j, a := range n.agentArgs {
+		if a == old {
+			n.agentArgs[j] = ip
+		} else if rest, ok := strings.CutPrefix(a, old+":"); ok {
+			n.agentArgs[j] = ip + ":" + rest
+		}
+	}
+	n.IP = ip
+	return nil
+}

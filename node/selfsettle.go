@@ -1,0 +1,99 @@
+package node
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+)
+
+// A node back from down settles itself as its peers settle it.
+//
+// The rule (issue 39): while a node is unsure whether its peers count it,
+// it runs no replica they may have replaced. Its peers replace the
+// replicas of a member they hold dead or left at once, and count it for
+// placement again only once it has been back for --rejoin-settle (flap
+// damping, aliveAfter). A node that joins after a crash or a move to a
+// new address asks its peers, before it acts on the cluster's state, how
+// long they will go on settling it, and leaves itself out of placement
+// for as long: it stops the copies its peers run in its stead and takes
+// its replicas back when they count it again, with the rollout's
+// handover (maxSurge), so no replica runs twice for longer than that.
+// Back before its peers found it dead (they never replaced anything),
+// it is counted at once. The peers' membership, not this node's own
+// belief, decides: that is what placement on every other node follows.
+
+const (
+	// settleQuestion asks a peer how long it will go on settling the
+	// asker; the answer is 4 bytes, big-endian, in milliseconds (0: the
+	// peer counts the asker for placement now).
+	settleQuestion = 0xfc
+	// settleAsked is how many peers a joining node asks.
+	settleAsked = 3
+)
+
+// answerSettle answers a peer's settleQuestion: how long from now this
+// node will go on leaving the asker out of placement: what is left of
+// --rejoin-settle since it saw the asker back, or all of it while it
+// still holds the asker down (its view may not have walked the join that
+// the question follows yet).
+func (m *members) answerSettle(from string, now time.Time) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var left time.Duration
+	if back, ok := m.memberBack[from]; ok {
+		left = m.settle - now.Sub(back)
+	} else if _, ok := m.memberDown[from]; ok {
+		left = m.settle
+	}
+	left = min(max(left, 0), m.settle)
+	return binary.BigEndian.AppendUint32(nil, uint32(left/time.Millisecond))
+}
+
+// askSettle asks up to settleAsked alive peers, at once, how long they
+// will go on settling this node, and leaves this node out of its own
+// placement (aliveAfter) until the longest answer has passed, capped at
+// --rejoin-settle (a peer's answer is untrusted). Peers that do not answer
+// within introduceAskTimeout (an older version) count as 0.
+func (m *members) askSettle(now func() time.Time) {
+	var peers []string
+	for _, mem := range m.cluster.Members() {
+		if mem.Name != m.self && mem.State == gossip.StateAlive {
+			peers = append(peers, mem.Name)
+		}
+	}
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	peers = peers[:min(len(peers), settleAsked)]
+	var mu sync.Mutex
+	var longest time.Duration
+	var from string
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, _, err := m.cluster.Ask(p, []byte{settleQuestion}, introduceAskTimeout)
+			if err != nil || len(b) != 4 {
+				return
+			}
+			d := min(time.Duration(binary.BigEndian.Uint32(b))*time.Millisecond, m.settle)
+			mu.Lock()
+			if d > longest {
+				longest, from = d, p
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if longest <= 0 {
+		return
+	}
+	m.mu.Lock()
+	m.selfUntil = now().Add(longest)
+	m.gen++
+	m.mu.Unlock()
+	m.log.Info("peers held this node down and may run its replicas: it leaves itself out of placement until they count it again",
+		"for", longest.Round(time.Millisecond), "peer", from)
+}

@@ -1,0 +1,56 @@
+package node
+
+import (
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/starling-orchestrator/starling/gossip"
+)
+
+// A peer that held the asker down answers the whole --rejoin-settle,
+// then what is left of it once it saw the asker back; one that never
+// held it down answers 0.
+func TestAnswerSettle(t *testing.T) {
+	m := newMembers(Config{Name: "n1", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Unix(1000, 0)
+	ms := func(b []byte) time.Duration { return time.Duration(binary.BigEndian.Uint32(b)) * time.Millisecond }
+	if got := ms(m.answerSettle("n3", t0)); got != 0 {
+		t.Fatalf("never down: %v, want 0", got)
+	}
+	m.aliveAfter(t0, []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateDead}}, nil)
+	if got := ms(m.answerSettle("n3", t0.Add(time.Second))); got != 10*time.Second {
+		t.Fatalf("held down: %v, want 10s", got)
+	}
+	m.aliveAfter(t0.Add(2*time.Second), []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}, nil)
+	if got := ms(m.answerSettle("n3", t0.Add(6*time.Second))); got != 6*time.Second {
+		t.Fatalf("back 4 s ago: %v, want 6s", got)
+	}
+	if got := ms(m.answerSettle("n3", t0.Add(20*time.Second))); got != 0 {
+		t.Fatalf("settled: %v, want 0", got)
+	}
+}
+
+// A node that settles itself leaves itself out of placement until
+// selfUntil, then counts itself again; its own membership entry never
+// puts it back early.
+func TestSelfSettleLeavesThisNodeOut(t *testing.T) {
+	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Unix(1000, 0)
+	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
+	m.selfUntil = t0.Add(10 * time.Second)
+	snap, _ := m.aliveAfter(t0, list, nil)
+	if snap.set["n3"] || !snap.set["n1"] {
+		t.Fatalf("settling: %v, want n1 only", snap.set)
+	}
+	again, same := m.aliveAfter(t0.Add(5*time.Second), list, &snap)
+	if !same || again.set["n3"] {
+		t.Fatalf("still settling: %v (same %v), want n1 only", again.set, same)
+	}
+	later, same := m.aliveAfter(t0.Add(10*time.Second), list, &again)
+	if same || !later.set["n3"] || !later.set["n1"] {
+		t.Fatalf("settled: %v (same %v), want n1 and n3, changed", later.set, same)
+	}
+}
