@@ -25,11 +25,11 @@ type Spec struct {
 	// PullPolicy is the container's imagePullPolicy: "Always",
 	// "IfNotPresent" or "Never" ("": IfNotPresent); see
 	// runtime.EnsureImage.
-	PullPolicy string `json:"pullPolicy,omitempty"`
-	Command []string `json:"command,omitempty"` // replaces the image entrypoint when set
-	Args    []string `json:"args,omitempty"`    // replaces the image cmd when set
-	Env     []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
-	Ports   []Port   `json:"ports,omitempty"`
+	PullPolicy string   `json:"pullPolicy,omitempty"`
+	Command    []string `json:"command,omitempty"` // replaces the image entrypoint when set
+	Args       []string `json:"args,omitempty"`    // replaces the image cmd when set
+	Env        []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
+	Ports      []Port   `json:"ports,omitempty"`
 	// WorkingDir overrides the image's working directory when set.
 	WorkingDir string `json:"workingDir,omitempty"`
 	// CPUMillis is the CPU limit in thousandths of a core (0: none).
