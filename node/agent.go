@@ -335,15 +335,24 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 }
 
 // stop ends a run: it records when the node last held the cluster's
-// state, stops its StatefulSet replicas and leaves the cluster.
+// state and stops its StatefulSet replicas (a stopped agent cannot fence
+// them). It does not leave the cluster: a stop is most often a restart
+// (an upgrade, a new config), and its Deployment replicas keep running
+// and serving meanwhile. Back within failure detection, the node is
+// counted as before and nothing moves; if it stays down, its peers find
+// it dead and replace its replicas, as after a crash (the model of
+// kubelet restarts, and of Nomad clients' leave_on_terminate=false). A
+// leave would make them replace every replica at once, and the node,
+// back, would then have to stop its copies until they count it again
+// (askSettle). A dry run, which runs nothing, leaves.
 func (a *Agent) stop() {
 	if a.members.isSynced() {
 		a.members.markSeen()
 	}
 	if a.dry == nil {
 		a.replicas.stopStateful()
+		return
 	}
-	// A clean stop leaves the cluster: peers see "left", not "dead".
 	if lerr := a.cluster.Leave(5 * time.Second); lerr != nil {
 		a.log.Warn("leave cluster", "err", lerr)
 	}

@@ -76,13 +76,20 @@ func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
 	}
 }
 
-func TestStoppedAgentLeavesCleanly(t *testing.T) {
+// TestStoppedAgentStaysAMember: SIGTERM does not leave the cluster (most
+// stops are restarts): peers never hold the node "left", which would
+// make them replace its replicas at once, and find it dead by failure
+// detection if it stays down.
+func TestStoppedAgentStaysAMember(t *testing.T) {
 	nodes := startCluster(t, 3)
-	nodes[2].stop() // what SIGTERM does: Run returns after leaving
-	waitFor(t, 10*time.Second, func() error {
+	nodes[2].stop() // what SIGTERM does
+	waitFor(t, 30*time.Second, func() error {
 		for _, m := range nodes[0].agent.cluster.Members() {
-			if m.Name == "a2" && m.State != gossip.StateLeft {
-				return fmt.Errorf("a0 sees a2 %s, want left", m.State)
+			if m.Name == "a2" && m.State == gossip.StateLeft {
+				t.Fatalf("a0 sees a2 left after a stop, want alive until failure detection finds it dead")
+			}
+			if m.Name == "a2" && m.State != gossip.StateDead {
+				return fmt.Errorf("a0 sees a2 %s, want dead", m.State)
 			}
 		}
 		return nil

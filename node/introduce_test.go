@@ -18,7 +18,7 @@ import (
 // A node that missed a member's alive message (every copy lost: at 300
 // simulated nodes one node saw 299 members for 2 m 46 s) learns of the
 // member from the member's record within seconds: on its join, and on
-// its restart after a clean leave, which leaves it held "left" (no
+// its restart after a leave, which leaves it held "left" (no
 // failure detector looks at it again). memberlist's periodic push/pulls,
 // which would repair it in the end (30 s here, 180 s at 1,000 nodes),
 // are an hour apart in this test.
@@ -89,12 +89,15 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 			t.Logf("%s: i1 learned of i2 %v after holding its record", what, took)
 		}
 		learns("join")
-		// A clean stop, then a prompt restart (systemctl restart): i2
-		// leaves, and every node holds it "left".
+		// A leave (a dry run's stop, or gossip's Leave), then a prompt
+		// restart: every node holds i2 "left".
 		time.Sleep(gossip.IntroduceGap)
 		m.cancel()
 		m.wg.Wait()
 		m.agent.stop()
+		if err := m.agent.cluster.Leave(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
 		m.agent.replicas.wg.Wait()
 		m.agent.cluster.Shutdown()
 		m.tr.Shutdown()

@@ -414,7 +414,7 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 		t.Fatal("no replica runs on n2")
 	}
 	time.Sleep(time.Until(madeOld.Add(6 * time.Second))) // past the 5 s allowed for clocks
-	n2.KillAgent(syscall.SIGTERM)                        // a clean stop: it leaves
+	n2.KillAgent(syscall.SIGTERM)                        // a clean stop; forget waits for failure detection
 	var forgot string
 	waitFor(t, 30*time.Second, func() error {
 		out, err := n1.CLI("node", "forget", "n2")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,21 @@ func TestKeyRotationKeepsServingAndShutsOutForgottenNode(t *testing.T) {
 		return nil
 	})
 	n2.KillAgent(syscall.SIGTERM) // down during the rotation, not forgotten
+	// A stop is not a leave: the rotation counts n2 down once failure
+	// detection finds it dead (before that it names n2 unreachable and
+	// changes nothing).
+	waitFor(t, 30*time.Second, func() error {
+		nodes, err := n1.API().Nodes(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, m := range nodes {
+			if m.Name == "n2" && m.State != "dead" {
+				return fmt.Errorf("n1 holds n2 %s, want dead", m.State)
+			}
+		}
+		return nil
+	})
 	read := func(dataDir string) []string {
 		b, err := os.ReadFile(filepath.Join(dataDir, "gossip.key"))
 		if err != nil {

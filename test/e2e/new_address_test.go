@@ -96,6 +96,7 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	var mu sync.Mutex
 	var routed map[string]time.Time // by honest node: first time it routes n3's subnet to the new address
 	var returned time.Time
+	sawDead := false // n1 held n3 dead (before its return is meant to be before that)
 	// maxCopies: the most copies running at once on all nodes; after the
 	// return, doubledSince starts each stretch of samples with more than
 	// 6 copies and longestDoubled is the longest stretch.
@@ -117,6 +118,18 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 			byNode := map[string]int{}
 			for _, n := range c.Nodes {
 				byNode[n.Name] = len(n.TaskPIDs())
+			}
+			if !afterDetection {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				nodes, err := n1.API().Nodes(ctx)
+				cancel()
+				for _, m := range nodes {
+					if err == nil && m.Name == "n3" && m.State == "dead" {
+						mu.Lock()
+						sawDead = true
+						mu.Unlock()
+					}
+				}
 			}
 			copies := (byNode["n1"] + byNode["n2"] + byNode["n3"]) / perCopy
 			mu.Lock()
@@ -233,7 +246,13 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 		}
 	}
 	t.Logf("most copies at once: %d (6 replicas, %d containers each): %s", maxCopies, perCopy, most)
-	if !afterDetection && maxCopies > 6 {
+	if !afterDetection && sawDead {
+		// A machine too busy to restart the agent within failure
+		// detection: n3's peers replaced its copies, the case the
+		// second return tests.
+		t.Logf("n1 found n3 dead before it was back: no check that nothing ran twice")
+	}
+	if !afterDetection && !sawDead && maxCopies > 6 {
 		t.Errorf("up to %d copies of homeapp ran at once while n3 was back before its peers found it dead, want 6 (nothing to replace)", maxCopies)
 	}
 	// A copy runs twice only for a handover: the new copy starts, the old
