@@ -212,6 +212,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		a.store.Close()
 		return nil, err
 	}
+	a.members.certified = a.auth.certified
 	if a.trust != nil {
 		a.join = &admission{store: a.store, id: a.id, trust: a.trust, clock: a.clock, self: cfg.Name,
 			publish: a.publishDurable, keys: a.cluster.Keys, log: log}
@@ -245,7 +246,8 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.views.selfStatus, a.views.started = func() NodeStatus { return a.status.status(nil) }, a.started
 	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
 	a.fence = newFence(cfg, a.started, log)
-	a.fence.cluster, a.fence.members = a.cluster, a.members
+	a.fence.cluster, a.fence.members, a.fence.certified, a.fence.uncertifiedGauge = a.cluster, a.members, a.auth.certified, a.metrics.uncertified
+	a.subnets.certified = a.auth.certified
 	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}
 	a.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
@@ -273,7 +275,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
 	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
 	a.info = &info{self: cfg.Name, views: a.views, status: a.status, cluster: a.cluster, store: a.store, clock: a.clock, id: a.id,
-		publish: a.publishDurable, join: a.join, keys: a.keys, log: log}
+		publish: a.publishDurable, join: a.join, keys: a.keys, certified: a.auth.certified, log: log}
 	a.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
 		cluster: a.cluster, peers: a.peers, publish: a.publishDurable, log: log, imported: func() {
 			a.replicas.acts.resetFailures()

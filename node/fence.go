@@ -3,9 +3,12 @@ package node
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -49,6 +52,16 @@ type fence struct {
 	ids  map[string]quorum.ID
 	leaf int
 	qs   []quorum.Question
+	// uncertified: the last round left out an up member that is not
+	// certified (yet): roundAt is when, and the round is computed again
+	// at most once a second until none is left out.
+	uncertified bool
+	roundAt     time.Time
+	// certified reports whether a member is a node (memberAuth.certified;
+	// nil: every member is).
+	certified func(name string) bool
+	// uncertifiedGauge is starling_uncertified_members (nil: none).
+	uncertifiedGauge prometheus.Gauge
 	// knownOf is the last count of known nodes, with its inputs.
 	knownOf struct {
 		v       *view
@@ -76,11 +89,14 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 
 // fencing builds reconcile.Fence's input from this node's view.
 //
-// Quorum: the known nodes are every node with a status record (a node is
-// known until `starling node forget`; one that left cleanly still counts)
-// and every live member (a node still joining; a --dry-run agent, which
-// publishes no record, counts only while it is up). Seen are this node
-// and the members memberlist reports alive that answered one of this
+// Quorum: the known nodes are this node and every node with a status
+// record (a node is known until `starling node forget`; one that left
+// still counts). A member with no record (a node still joining, a
+// --dry-run agent, which publishes none, or a phantom: a name a holder
+// of the gossip key made up, which memberlist takes unchecked) counts
+// neither as known nor as seen (memberAuth.certified), so phantoms can
+// neither dilute a majority nor make one. Seen are this node
+// and the certified members memberlist reports alive that answered one of this
 // node's direct pings (quorumLoop, once a second) within --fence-timeout;
 // a member back from dead, or one that answered no ping for longer than
 // --fence-timeout (memberlist may keep a cut-off member suspect for the
@@ -171,11 +187,6 @@ func (q *fence) known(v *view, members []gossip.Member) int {
 	n := len(v.statuses)
 	if _, ok := v.statuses[q.self]; !ok {
 		n++
-	}
-	for _, m := range members {
-		if _, ok := v.statuses[m.Name]; !ok && m.Name != q.self && m.State.Up() {
-			n++
-		}
 	}
 	q.knownOf.v, q.knownOf.members, q.knownOf.n = v, members, n
 	return n
@@ -298,13 +309,19 @@ func (q *fence) round1(first bool, last *time.Time) time.Duration {
 func (q *fence) roundMembers(ms []gossip.Member) []quorum.Member {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.from != nil && sameSnapshot(q.from, ms) {
+	now := time.Now()
+	if q.from != nil && sameSnapshot(q.from, ms) && (!q.uncertified || now.Sub(q.roundAt) < time.Second) {
 		return q.round
 	}
 	ids := make(map[string]quorum.ID, len(ms))
 	var members []quorum.Member
+	uncertified := 0
 	for _, m := range ms {
 		if !m.State.Up() && m.Name != q.self {
+			continue
+		}
+		if q.certified != nil && !q.certified(m.Name) {
+			uncertified++ // a phantom, or a node whose record is on its way
 			continue
 		}
 		id, ok := q.ids[m.Name]
@@ -314,7 +331,15 @@ func (q *fence) roundMembers(ms []gossip.Member) []quorum.Member {
 		ids[m.Name] = id
 		members = append(members, quorum.Member{Name: m.Name, ID: id})
 	}
-	q.from, q.ids, q.round, q.qs = ms, ids, members, nil
+	if slices.EqualFunc(members, q.round, func(a, b quorum.Member) bool { return a.Name == b.Name }) {
+		members = q.round // the same round: keep its plan
+	} else {
+		q.qs = nil
+	}
+	q.from, q.ids, q.round, q.uncertified, q.roundAt = ms, ids, members, uncertified > 0, now
+	if q.uncertifiedGauge != nil {
+		q.uncertifiedGauge.Set(float64(uncertified))
+	}
 	return members
 }
 

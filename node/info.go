@@ -33,7 +33,10 @@ type info struct {
 	publish func(...crdt.Record) error
 	join    *admission // nil with --insecure
 	keys    *keyring   // nil with --insecure
-	log     *slog.Logger
+	// certified reports whether a member is a node (memberAuth.certified;
+	// nil: every member is): get nodes lists nodes, not phantoms.
+	certified func(name string) bool
+	log       *slog.Logger
 }
 
 var _ apiserver.Cluster = (*info)(nil)
@@ -101,6 +104,9 @@ func (in *info) Nodes() []api.Node {
 	v := in.views.view()
 	out := []api.Node{}
 	for _, m := range in.cluster.Members() {
+		if in.certified != nil && !in.certified(m.Name) {
+			continue
+		}
 		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.excluded[m.Name]}
 		if s, ok := v.statuses[m.Name]; ok {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull

@@ -209,6 +209,23 @@ func (ma *memberAuth) binding(name string) (binding, bool) {
 	return b, true
 }
 
+// certified reports whether name is a node: this one, or a name whose
+// verified status record this node holds (signed by the key a CA
+// certificate binds to the name; records are verified as they arrive).
+// A membership entry under any other name (a phantom a holder of the
+// gossip key made up, or a node whose first record has not arrived yet)
+// counts for no quorum, answers no subnet claim and is not listed by
+// `get nodes`: memberlist takes alive messages for names no record binds
+// unchecked (see memberAuth), so they prove nothing. A nil memberAuth
+// (tests) certifies every name.
+func (ma *memberAuth) certified(name string) bool {
+	if ma == nil || name == ma.self {
+		return true
+	}
+	_, ok := ma.binding(name)
+	return ok
+}
+
 // signedAddr reports whether m's address and port are signed by the key
 // of s, m's held status record (routes go only there). A node whose
 // record does not say it signs (an agent that predates MemberSig) is

@@ -39,6 +39,10 @@ type members struct {
 	// its local state alone (--failover-timeout).
 	bootGrace time.Duration
 	store     Store
+	// certified reports whether a member is a node (memberAuth.certified;
+	// nil: every member is): only nodes are asked how long they settle
+	// this one.
+	certified func(name string) bool
 	cluster   *gossip.Cluster
 	log       *slog.Logger
 	// keys refreshes the gossip keys after a rotation this node missed

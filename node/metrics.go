@@ -17,6 +17,7 @@ type metrics struct {
 	probeFailures    *prometheus.CounterVec
 	rejectedRecords  *prometheus.CounterVec
 	rejectedMembers  *prometheus.CounterVec
+	uncertified      prometheus.Gauge
 	placements       prometheus.Counter
 	statusWrites     prometheus.Counter
 	viewBuilds       prometheus.Counter
@@ -43,6 +44,8 @@ func newMetrics() *metrics {
 			Name: "starling_rejected_records_total", Help: "Records received from peers and refused (not stored, not forwarded), by reason."}, []string{"reason"}),
 		rejectedMembers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_rejected_members_total", Help: "Alive messages for a member refused because the key its name is bound to did not sign them (membership, routes and endpoints unchanged), by reason: unsigned, signature, earlier-run."}, []string{"reason"}),
+		uncertified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "starling_uncertified_members", Help: "Members gossip holds up whose name no certified status record binds: a node whose first record has not arrived (for a moment), a --dry-run agent, or a name a holder of the gossip key made up. They count for no quorum, arbitrate no subnet claim and are not listed by get nodes."}),
 		placements: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
@@ -50,7 +53,7 @@ func newMetrics() *metrics {
 		viewBuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_view_builds_total", Help: "Snapshots of the cluster built by the view: one per burst of store or membership changes (at most one per 200 ms under a stream of them) and one per API write."}),
 	}
-	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.rejectedMembers, m.placements, m.statusWrites, m.viewBuilds,
+	m.reg.MustRegister(m.reconcileSeconds, m.replicas, m.restarts, m.actionErrors, m.probeSeconds, m.probeFailures, m.rejectedRecords, m.rejectedMembers, m.uncertified, m.placements, m.statusWrites, m.viewBuilds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -39,7 +39,7 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 	if err := os.MkdirAll(small, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", small, "tmpfs", 0, "size=200m,mode=0700"); err != nil {
+	if err := syscall.Mount("tmpfs", small, "tmpfs", 0, "size=200m,nr_inodes=4096,mode=0700"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Unmount(small, syscall.MNT_DETACH) })
@@ -56,7 +56,8 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	free := fillFilesystem(t, small)
+	fill, free := fillFilesystem(t, small)
+	fill()
 	nodeState := func(from *harness.Node, want bool) error {
 		out, err := from.CLI("get", "nodes", n2.Name, "-o", "json")
 		if err != nil {
@@ -122,21 +123,37 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 		t.Errorf("the replica on the full node does not answer: %v", err)
 	}
 
-	// A restart while full: the agent starts (it used to crash at every
-	// start), and still says it is full.
-	n2.KillAgent(syscall.SIGTERM)
-	if err := n2.RestartAgent(); err != nil {
-		t.Fatalf("restart on a full disk: %v", err)
-	}
-	// n2's own view: the record on its disk predates the fill, so only a
-	// status published by the restarted agent says full.
-	waitFor(t, 15*time.Second, func() error {
-		if err := storeFull(1); err != nil {
-			return err
+	// A restart while full to the last byte: the agent starts (it used
+	// to crash at every start, and with a Go runtime crash inside
+	// badger.Open when 0 bytes were left), and still says it is full.
+	// What the stopping agent gives back (badger's preallocated files)
+	// is filled too, so the restart meets exactly 0 bytes free.
+	restartWhileFull := func(what string) {
+		t.Helper()
+		n2.KillAgent(syscall.SIGTERM)
+		fill()
+		if err := n2.RestartAgent(); err != nil {
+			t.Fatalf("restart with %s: %v\n%s", what, err, n2.Tail(30))
 		}
-		return nodeState(n2, true)
-	})
-	waitFor(t, 30*time.Second, func() error { _, err := readyOnePerNode(n2, "full-b", 2); return err })
+		// n2's own view: the record on its disk predates the fill, so
+		// only a status published by the restarted agent says full.
+		waitFor(t, 15*time.Second, func() error {
+			if err := storeFull(1); err != nil {
+				return err
+			}
+			return nodeState(n2, true)
+		})
+		waitFor(t, 30*time.Second, func() error { _, err := readyOnePerNode(n2, "full-b", 2); return err })
+		t.Logf("restarted with %s: starts, says full, keeps its replicas", what)
+	}
+	restartWhileFull("0 bytes free")
+
+	// Space returns, then inodes run out: full too (badger makes files
+	// as it writes), and a restart then starts as well.
+	free()
+	waitFor(t, 15*time.Second, func() error { return storeFull(0) })
+	fill = func() { exhaustInodes(t, small) }
+	restartWhileFull("no inode free")
 
 	// Space returns: writes resume by themselves.
 	free()
@@ -164,30 +181,74 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 	}
 }
 
-// fillFilesystem writes a file in dir until its filesystem is full, and
-// returns a function that removes it.
-func fillFilesystem(t *testing.T, dir string) (free func()) {
+// fillFilesystem returns fill, which writes to a file in dir until its
+// filesystem has exactly 0 bytes free (statfs f_bavail 0; it can be
+// called again to take what was given back since), and free, which
+// removes what fill and exhaustInodes made.
+func fillFilesystem(t *testing.T, dir string) (fill, free func()) {
 	t.Helper()
 	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<20)
-	for n := len(buf); n >= 512; n /= 2 {
-		for {
-			if _, err := f.Write(buf[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("fill %s: %v", dir, err)
-				}
-				break
-			}
-		}
-	}
-	f.Close()
-	return func() {
-		if err := os.Remove(path); err != nil {
+	fill = func() {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for n := len(buf); n >= 1; n /= 2 {
+			for {
+				if _, err := f.Write(buf[:n]); err != nil {
+					if !errors.Is(err, syscall.ENOSPC) {
+						t.Fatalf("fill %s: %v", dir, err)
+					}
+					break
+				}
+			}
+		}
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Bavail != 0 {
+			t.Fatalf("fill %s: %d blocks still free", dir, st.Bavail)
+		}
+	}
+	free = func() {
+		t.Helper()
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "inodes")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fill, free
+}
+
+// exhaustInodes makes empty files in dir until its filesystem has no
+// inode free (statfs f_ffree 0).
+func exhaustInodes(t *testing.T, dir string) {
+	t.Helper()
+	sub := filepath.Join(dir, "inodes")
+	if err := os.MkdirAll(sub, 0o700); err != nil && !errors.Is(err, syscall.ENOSPC) {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		f, err := os.Create(filepath.Join(sub, fmt.Sprint(i)))
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("exhaust inodes in %s: %v", dir, err)
+			}
+			break
+		}
+		f.Close()
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Ffree != 0 {
+		t.Fatalf("exhaust inodes in %s: %d still free", dir, st.Ffree)
 	}
 }

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPhantomMembersCountForNothing (issue 39): a holder of the gossip
+// key (a compromised node's files) gossips two members under free names,
+// which memberlist takes (no record binds those names, so no key is
+// checked). They must count for nothing: no StatefulSet quorum counts
+// them (before, 2 honest nodes and 2 phantoms that answer no quorum
+// question made 2 of 4 known nodes: no majority, and both nodes killed
+// their StatefulSet replicas), no subnet claim asks them, and `get nodes`
+// does not list them; starling_uncertified_members shows them.
+func TestPhantomMembersCountForNothing(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyNodes(t, n1, 2)
+	apply(t, n1, `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: phantoms}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: echo
+        image: starling.local/echo:v1
+        ports: [{containerPort: 8080}]
+`)
+	const id = "phantoms_db-0"
+	var on []string
+	waitFor(t, 90*time.Second, func() error {
+		on = runningCopies(c.Nodes, id)[id]
+		if len(on) != 1 {
+			return fmt.Errorf("%s runs on %v, want one node", id, on)
+		}
+		return nil
+	})
+	pids := func() string {
+		var out []string
+		for _, n := range c.Nodes {
+			for rid, p := range n.TaskPIDs() {
+				if strings.HasPrefix(rid, id) {
+					out = append(out, fmt.Sprint(p))
+				}
+			}
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	before := pids()
+
+	for i, name := range []string{"ghost-a", "ghost-b"} {
+		h, err := c.AddHost(name, 8+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+h.NetNS, hostile, "--impostor", name, "--with", "gossip-key",
+			"--secrets-from", n2.DataDir, "--bind", h.IP, "--join", n1.IP)
+		out := &syncWriter{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cancel()
+			cmd.Wait()
+			t.Logf("phantom %s:\n%s", name, out)
+		})
+	}
+	// Both honest nodes hold the phantoms as members (the attack is on).
+	for _, n := range c.Nodes {
+		waitFor(t, 30*time.Second, func() error {
+			m, err := metrics(n)
+			if err != nil {
+				return err
+			}
+			if got := m["starling_uncertified_members"]; got != 2 {
+				return fmt.Errorf("%s: starling_uncertified_members %v, want the 2 phantoms", n.Name, got)
+			}
+			return nil
+		})
+	}
+	// Well past --fence-timeout (3 s) and a round: a quorum that
+	// counted the phantoms would be lost by now.
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if now := pids(); now != before {
+			t.Fatalf("the StatefulSet replica changed with phantoms in gossip: pids %q, before %q", now, before)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, n := range c.Nodes {
+		if l := logOf(t, n); strings.Contains(l, "quorum lost") {
+			t.Errorf("%s lost its quorum to phantoms:\n%s", n.Name, grepLines(l, "quorum"))
+		}
+		out, err := n.CLI("get", "nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "ghost-") {
+			t.Errorf("%s lists a phantom in get nodes:\n%s", n.Name, out)
+		}
+	}
+}
