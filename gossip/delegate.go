@@ -577,18 +577,33 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	if _, ok := c.leaving[n.Name]; ok {
 		state = StateLeft
 	}
-	changed := c.setMemberLocked(n, state)
 	mv, moved := c.moved[n.Name]
 	delete(c.moved, n.Name)
+	moved = moved && state == StateDead && time.Since(mv.at) < movedFor && mv.addr != n.Address()
+	if moved {
+		// Its old run is dead, but a run of it (whose alive message
+		// CheckAlive took: signed by its key) is up at mv.addr: held
+		// suspect, which moves nothing, not dead, which would make
+		// every node replace its replicas for the instant the push/pull
+		// below takes (seen under load: copies ran twice for 11 s).
+		state = StateSuspect
+	}
+	changed := c.setMemberLocked(n, state)
 	c.membersMu.Unlock()
-	if moved && state == StateDead && time.Since(mv.at) < movedFor && mv.addr != n.Address() && c.gate.enter() {
+	if moved && c.gate.enter() {
 		// The member came back at mv.addr while memberlist still held it
 		// up at its old address: a push/pull with it now brings its
 		// alive message in (memberlist takes a dead member's name at a
-		// new address: DeadNodeReclaimTime).
+		// new address: DeadNodeReclaimTime). If that fails, it is dead.
 		c.spawn(func() {
 			if _, err := c.ml.Join([]string{mv.addr}); err != nil {
 				c.log.Debug("contact of a member back at a new address failed", "member", n.Name, "addr", mv.addr, "err", err)
+			}
+			// The push/pull took its alive message (NotifyJoin: alive),
+			// or it is dead after all.
+			if c.setState(n.Name, StateDead, StateSuspect) {
+				c.log.Info("member dead", "member", n.Name)
+				c.notify()
 			}
 		})
 		c.gate.exit()

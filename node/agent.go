@@ -230,7 +230,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
 	a.acks = newAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
+		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, certified: a.auth.certified, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
 	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.claimsNear(s) }, a.subnets.reservedFor)
 	a.rejects.rival = a.subnets.noteRival
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
@@ -247,7 +247,6 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members, a.fence.certified, a.fence.uncertifiedGauge = a.cluster, a.members, a.auth.certified, a.metrics.uncertified
-	a.subnets.certified = a.auth.certified
 	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}
 	a.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
@@ -338,15 +337,9 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 
 // stop ends a run: it records when the node last held the cluster's
 // state and stops its StatefulSet replicas (a stopped agent cannot fence
-// them). It does not leave the cluster: a stop is most often a restart
-// (an upgrade, a new config), and its Deployment replicas keep running
-// and serving meanwhile. Back within failure detection, the node is
-// counted as before and nothing moves; if it stays down, its peers find
-// it dead and replace its replicas, as after a crash (the model of
-// kubelet restarts, and of Nomad clients' leave_on_terminate=false). A
-// leave would make them replace every replica at once, and the node,
-// back, would then have to stop its copies until they count it again
-// (askSettle). A dry run, which runs nothing, leaves.
+// them). No leave: most stops are restarts, back within failure
+// detection, when nothing moves (kubelet restarts; Nomad clients'
+// leave_on_terminate=false). A dry run, which runs nothing, leaves.
 func (a *Agent) stop() {
 	if a.members.isSynced() {
 		a.members.markSeen()
