@@ -230,7 +230,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
 	a.acks = newAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, certified: a.auth.certified, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
+		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
 	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.claimsNear(s) }, a.subnets.reservedFor)
 	a.rejects.rival = a.subnets.noteRival
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,

@@ -177,7 +177,7 @@ const arbiterPool = 16
 // members, the arbiters of a node that claimed when the cluster had 150
 // members and of one that claimed at 800 were disjoint, and both settled
 // one subnet: 14 times at N=1000.)
-func arbiters(subnet, self string, members []gossip.Member, certified func(string) bool) []string {
+func arbiters(subnet, self string, members []gossip.Member) []string {
 	type aged struct {
 		name  string
 		since int64
@@ -187,8 +187,8 @@ func arbiters(subnet, self string, members []gossip.Member, certified func(strin
 		// Suspects too: under load the oldest members, which answer
 		// most questions, are suspected now and then, and dropping them
 		// moved the arbiters (at N=1000 a claimant asked n0034..n0095).
-		if m.Name == self || !m.State.Up() || certified != nil && !certified(m.Name) {
-			continue // not a node (memberAuth.certified): its age proves nothing
+		if m.Name == self || !m.State.Up() {
+			continue
 		}
 		since := int64(math.MaxInt64) // an agent without the metadata: youngest
 		if meta, ok := decodeMemberMeta(m.Meta); ok {
@@ -231,7 +231,7 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 		if first := sn.firstAsker(p.Masked(), sn.self, time.Now()); first != sn.self {
 			return first, false
 		}
-		asked := arbiters(p.Masked().String(), sn.self, sn.gossip.Members(), sn.certified)
+		asked := arbiters(p.Masked().String(), sn.self, sn.gossip.Members())
 		if len(asked) == 0 {
 			return "", true
 		}
@@ -311,7 +311,7 @@ func (sn *subnets) stayRegistered(ctx context.Context, claim ipam.Claim) {
 	p = p.Masked()
 	q := append([]byte{claimQuestion}, p.String()...)
 	asked := map[string]bool{}
-	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members(), sn.certified) {
+	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
 		asked[a] = true // asked when the claim settled
 	}
 	end := time.Now().Add(registerFor)
@@ -321,7 +321,7 @@ func (sn *subnets) stayRegistered(ctx context.Context, claim ipam.Claim) {
 			return
 		case <-time.After(registerEvery):
 		}
-		for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members(), sn.certified) {
+		for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
 			if asked[a] {
 				continue
 			}

@@ -214,7 +214,7 @@ func (ma *memberAuth) binding(name string) (binding, bool) {
 // certificate binds to the name; records are verified as they arrive).
 // A membership entry under any other name (a phantom a holder of the
 // gossip key made up, or a node whose first record has not arrived yet)
-// counts for no quorum, answers no subnet claim and is not listed by
+// counts for no quorum, is asked nothing and is not listed by
 // `get nodes`: memberlist takes alive messages for names no record binds
 // unchecked (see memberAuth), so they prove nothing. A nil memberAuth
 // (tests) certifies every name.

@@ -45,7 +45,7 @@ func newMetrics() *metrics {
 		rejectedMembers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "starling_rejected_members_total", Help: "Alive messages for a member refused because the key its name is bound to did not sign them (membership, routes and endpoints unchanged), by reason: unsigned, signature, earlier-run."}, []string{"reason"}),
 		uncertified: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "starling_uncertified_members", Help: "Members gossip holds up whose name no certified status record binds: a node whose first record has not arrived (for a moment), a --dry-run agent, or a name a holder of the gossip key made up. They count for no quorum, arbitrate no subnet claim and are not listed by get nodes."}),
+			Name: "starling_uncertified_members", Help: "Members gossip holds up whose name no certified status record binds: a node whose first record has not arrived (for a moment), a --dry-run agent, or a name a holder of the gossip key made up. They count for no StatefulSet quorum and are not listed by get nodes."}),
 		placements: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "starling_placement_computations_total", Help: "Placements computed: once per change of their inputs (live eligible nodes, workloads, exclusions), by the view's builder only."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{

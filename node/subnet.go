@@ -33,7 +33,6 @@ type subnets struct {
 	store        Store
 	clock        *hlc.Clock
 	gossip       *gossip.Cluster
-	certified    func(name string) bool // memberAuth.certified: only nodes arbitrate claims (nil: every member)
 	log          *slog.Logger
 	// withHeld calls its argument with the node statuses this node holds
 	// and their records' versions (views.withHeld).

@@ -184,7 +184,7 @@ func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
 	p = p.Masked()
 	q := append([]byte{claimQuestion}, p.String()...)
 	asked := 0
-	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members(), sn.certified) {
+	for _, a := range arbiters(p.String(), sn.self, sn.gossip.Members()) {
 		if a == who {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestPhantomMembersCountForNothing (issue 39): a holder of the gossip
@@ -22,6 +24,7 @@ func TestPhantomMembersCountForNothing(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
+	honest := []*harness.Node{n1, n2} // c.Nodes grows with the phantoms' hosts
 	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ spec:
 	})
 	pids := func() string {
 		var out []string
-		for _, n := range c.Nodes {
+		for _, n := range honest {
 			for rid, p := range n.TaskPIDs() {
 				if strings.HasPrefix(rid, id) {
 					out = append(out, fmt.Sprint(p))
@@ -63,7 +66,17 @@ spec:
 		slices.Sort(out)
 		return strings.Join(out, ",")
 	}
-	before := pids()
+	// The replica's processes once it has settled (its first samples
+	// can hold a process of its start).
+	var before string
+	waitFor(t, 30*time.Second, func() error {
+		before = pids()
+		time.Sleep(2 * time.Second)
+		if now := pids(); now != before || before == "" {
+			return fmt.Errorf("the replica's processes change: %q then %q", before, now)
+		}
+		return nil
+	})
 
 	for i, name := range []string{"ghost-a", "ghost-b"} {
 		h, err := c.AddHost(name, 8+i)
@@ -85,7 +98,7 @@ spec:
 		})
 	}
 	// Both honest nodes hold the phantoms as members (the attack is on).
-	for _, n := range c.Nodes {
+	for _, n := range honest {
 		waitFor(t, 30*time.Second, func() error {
 			m, err := metrics(n)
 			if err != nil {
@@ -106,7 +119,7 @@ spec:
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	for _, n := range c.Nodes {
+	for _, n := range honest {
 		if l := logOf(t, n); strings.Contains(l, "quorum lost") {
 			t.Errorf("%s lost its quorum to phantoms:\n%s", n.Name, grepLines(l, "quorum"))
 		}
