@@ -64,7 +64,11 @@ func TestReturningMemberIsResyncedByAFew(t *testing.T) {
 	written := tc.nodes[0].publish(t, "test/while/away", "x")
 	stayed := tc.nodes[3].publish(t, "test/while/gone", "y")
 	tc.net.Heal()
-	tc.waitMembers(8, 20*time.Second)
+	// Membership heals with no periodic push/pull here: on a machine
+	// busy with the rest of `make test`, false suspicions during the
+	// partition can take longer than 20 s to clear (seen once). What
+	// the test asserts is the count of resyncs, not their speed.
+	tc.waitMembers(8, 45*time.Second)
 	m := tc.waitConverged(10 * time.Second)
 	if got := m["test/while/away"]; !got.Equal(written) {
 		t.Fatalf("the returning member's write did not spread: %v", got)
