@@ -38,11 +38,11 @@ func (o *objects) admit(objs []manifest.Object) error {
 		}
 	}
 	if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Service != nil }) {
-		recs, err := o.st.List(kindPrefix(manifest.KindService))
+		recs, err := o.st.List(KindPrefix(manifest.KindService))
 		if err != nil {
 			return err
 		}
-		stored, _ := liveObjects(recs)
+		stored, _ := LiveObjects(recs)
 		if err := admitServices(objs, stored, o.serviceCIDR); err != nil {
 			errs = append(errs, err)
 		}
@@ -69,14 +69,14 @@ func admitServices(objs []manifest.Object, stored []manifest.Object, serviceCIDR
 	if err != nil {
 		return err
 	}
-	svcRange := prefixOf(cidr)
+	svcRange := PrefixOf(cidr)
 	var others []manifest.Object
 	for _, o := range stored {
 		if !replaced[o.Namespace+"/"+o.Name] {
 			others = append(others, o)
 		}
 	}
-	alloc := service.Allocate(serviceSpecs(others), cidr)
+	alloc := service.Allocate(ServiceSpecs(others), cidr)
 	ipHolder := map[netip.Addr]string{}
 	for k, ip := range alloc.ClusterIPs {
 		ipHolder[ip] = k

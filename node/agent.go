@@ -56,10 +56,10 @@ type Agent struct {
 	rejects *rejects
 	// auth binds membership to node keys (memberauth.go).
 	auth *memberAuth
-	acks *ackTracker
+	acks *AckTracker
 
 	members  *members
-	views    *views
+	views    *Builder
 	status   *self
 	subnets  *subnets
 	replicas *replicas
@@ -204,7 +204,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if creds != nil {
 		a.trust = newTrust(creds, key, a.id)
 	}
-	clusterCIDR := prefixOf(cluster)
+	clusterCIDR := PrefixOf(cluster)
 	a.rejects = newRejects(clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
 	a.rejects.forgotten = a.id.forgottenAt
 	a.members = newMembers(cfg, a.store, log)
@@ -228,10 +228,10 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
-	a.acks = newAckTracker(cfg.AckTimeout)
+	a.acks = NewAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
-	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.claimsNear(s) }, a.subnets.reservedFor)
+	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.ClaimsNear(s) }, a.subnets.reservedFor)
 	a.rejects.rival = a.subnets.noteRival
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
@@ -239,9 +239,9 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	// With the replicas of the last publication: a claim that moves
 	// keeps them listed (their addresses hidden) until the next pass.
 	a.subnets.publish = a.status.republish
-	a.views = newViews()
-	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.withHeld, a.views.claimsNear, a.views.changed
-	a.views.self, a.views.store, a.views.cluster, a.views.members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
+	a.views = NewBuilder()
+	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
+	a.views.self, a.views.store, a.views.cluster, a.views.Members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
 	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
 	a.views.selfStatus, a.views.started = func() NodeStatus { return a.status.status(nil) }, a.started
 	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
@@ -307,11 +307,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // start runs the agent's loops until ctx ends; the WaitGroup tells when
 // they have.
 func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
-	a.views.rebuild(time.Now())
-	loops := []func(context.Context){a.views.loop,
-		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.changed) },
-		func(ctx context.Context) { a.members.watch(ctx, a.views.changed) },
-		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.load) },
+	a.views.Rebuild(time.Now())
+	loops := []func(context.Context){a.views.Loop,
+		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.Changed) },
+		func(ctx context.Context) { a.members.watch(ctx, a.views.Changed) },
+		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
 		a.routes.loop, a.services.loop, a.diskLoop, a.hostLoop}
@@ -341,7 +341,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 // detection, when nothing moves (kubelet restarts; Nomad clients'
 // leave_on_terminate=false). A dry run, which runs nothing, leaves.
 func (a *Agent) stop() {
-	if a.members.isSynced() {
+	if a.members.IsSynced() {
 		a.members.markSeen()
 	}
 	if a.dry == nil {

@@ -191,8 +191,8 @@ func arbiters(subnet, self string, members []gossip.Member) []string {
 			continue
 		}
 		since := int64(math.MaxInt64) // an agent without the metadata: youngest
-		if meta, ok := decodeMemberMeta(m.Meta); ok {
-			since = meta.since
+		if meta, ok := DecodeMeta(m.Meta); ok {
+			since = meta.Since
 		}
 		pool = append(pool, aged{m.Name, since})
 	}

@@ -46,7 +46,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 			fastGossip(g)
 			accept := g.Accept
 			g.Accept = func(r crdt.Record) error {
-				if r.Key == statusKey(a) || r.Key == statusKey(b) {
+				if r.Key == StatusKey(a) || r.Key == StatusKey(b) {
 					return errors.New("not here yet")
 				}
 				return accept(r)
@@ -102,7 +102,7 @@ func TestArbitersStayAsTheClusterGrows(t *testing.T) {
 	members := func(n int) []gossip.Member {
 		var ms []gossip.Member
 		for i := range n {
-			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: encodeMemberMeta(memberMeta{since: int64(1000 + i), started: int64(5000 + i)})})
+			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: EncodeMeta(Meta{Since: int64(1000 + i), Started: int64(5000 + i)})})
 		}
 		return ms
 	}
@@ -123,7 +123,7 @@ func TestArbitersStayAsTheClusterGrows(t *testing.T) {
 			t.Errorf("arbiter %s has no member-since", a)
 		}
 	}
-	if _, ok := decodeMemberMeta([]byte{memberMetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0}); ok {
+	if _, ok := DecodeMeta([]byte{MetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0}); ok {
 		t.Error("a member-since beyond int64 decoded")
 	}
 }

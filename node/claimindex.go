@@ -59,7 +59,7 @@ func (ix *claimIndex) set(name string, s NodeStatus, ok bool) {
 		delete(ix.prefix, name)
 	}
 	delete(ix.winners, name)
-	if p, parsed := s.prefix(); ok && s.PodSubnet != "" && parsed && p.Addr().Is4() {
+	if p, parsed := s.Prefix(); ok && s.PodSubnet != "" && parsed && p.Addr().Is4() {
 		c := ipam.Claim{Node: name, Subnet: s.PodSubnet, Since: s.SubnetSince}
 		ix.prefix[name] = p
 		if b, narrow := bucketOf(p); narrow {
@@ -125,19 +125,19 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 // when the first reservation that beat a claim expires: a rebuild from
 // then on must derive again even if no record changed. Called with build
 // held.
-func (vs *views) reclaimedWinners(v *view) map[string]bool {
+func (vs *Builder) reclaimedWinners(v *View) map[string]bool {
 	v.reclaimAt = time.Time{}
 	out, cloned := v.claimWinners, false
-	for name, s := range v.statuses {
-		p, ok := s.prefix()
+	for name, s := range v.Statuses {
+		p, ok := s.Prefix()
 		if out[name] || s.PodSubnet == "" || !ok {
 			continue
 		}
 		mine := ipam.Claim{Node: name, Subnet: s.PodSubnet, Since: s.SubnetSince}
 		beaten := false
 		check := func(other string) {
-			o, held := v.statuses[other]
-			op, ok := o.prefix()
+			o, held := v.Statuses[other]
+			op, ok := o.Prefix()
 			if beaten || other == name || !held || !ok || !op.Overlaps(p) {
 				return
 			}
@@ -164,22 +164,22 @@ func (vs *views) reclaimedWinners(v *view) map[string]bool {
 // reservedUntil is when name's reservation expires by time alone: ok
 // false while name is up (or is this node), whose claim holds however
 // old its record.
-func (vs *views) reservedUntil(v *view, name string) (time.Time, bool) {
+func (vs *Builder) reservedUntil(v *View, name string) (time.Time, bool) {
 	if name == vs.self {
 		return time.Time{}, false
 	}
-	if state, _ := memberState(v.members, name); state.Up() {
+	if state, _ := MemberState(v.Members, name); state.Up() {
 		return time.Time{}, false
 	}
-	return time.Unix(0, vs.statuses[statusKey(name)].from.version.Wall).Add(vs.reclaimAfter), true
+	return time.Unix(0, vs.statuses[StatusKey(name)].from.version.Wall).Add(vs.reclaimAfter), true
 }
 
 // reserved is subnets.reserved for node name as v and the records held
 // show it; this node's own claim always holds.
-func (vs *views) reserved(v *view, name string) bool {
+func (vs *Builder) reserved(v *View, name string) bool {
 	if name == vs.self {
 		return true
 	}
-	state, _ := memberState(v.members, name)
-	return reserved(state, vs.statuses[statusKey(name)].from.version, vs.reclaimAfter)
+	state, _ := MemberState(v.Members, name)
+	return Reserved(state, vs.statuses[StatusKey(name)].from.version, vs.reclaimAfter)
 }

@@ -48,7 +48,7 @@ func TestClaimIndexFollowsIpamWinners(t *testing.T) {
 			found := map[string]bool{}
 			ix.near(p, func(n string) { found[n] = true })
 			for n, s := range held {
-				if q, _ := s.prefix(); q.Overlaps(p) && !found[n] {
+				if q, _ := s.Prefix(); q.Overlaps(p) && !found[n] {
 					t.Fatalf("run %d step %d: near(%v) misses %s (%s)", run, step, p, n, s.PodSubnet)
 				}
 			}
@@ -63,15 +63,15 @@ func TestClaimIndexFollowsIpamWinners(t *testing.T) {
 // for less than --subnet-reclaim-after) keeps winning.
 func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	now := time.Now()
-	vs := newViews()
+	vs := NewBuilder()
 	vs.self, vs.reclaimAfter = "me", time.Minute
-	v := &view{statuses: map[string]NodeStatus{}}
+	v := &View{Statuses: map[string]NodeStatus{}}
 	claim := func(name, subnet string, since, wrote time.Time, state gossip.MemberState) {
 		s := NodeStatus{Name: name, PodSubnet: subnet, SubnetSince: hlc.Timestamp{Wall: since.UnixNano()}, SubnetReady: true}
-		v.statuses[name] = s
+		v.Statuses[name] = s
 		vs.claims.set(name, s, true)
-		vs.statuses[statusKey(name)] = cachedStatus{from: recordID{version: hlc.Timestamp{Wall: wrote.UnixNano()}}, status: s, ok: true}
-		v.members = append(v.members, gossip.Member{Name: name, State: state})
+		vs.statuses[StatusKey(name)] = cachedStatus{from: recordID{version: hlc.Timestamp{Wall: wrote.UnixNano()}}, status: s, ok: true}
+		v.Members = append(v.Members, gossip.Member{Name: name, State: state})
 	}
 	hour := -time.Hour
 	claim("gone", "10.22.1.0/24", now.Add(hour), now.Add(-2*time.Minute), gossip.StateDead) // reclaimable
@@ -81,7 +81,7 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	claim("back", "10.22.3.0/24", now.Add(hour), now.Add(-2*time.Minute), gossip.StateAlive) // up again
 	claim("later", "10.22.3.0/24", now.Add(-time.Minute), now, gossip.StateAlive)
 	claim("third", "10.22.1.0/24", now.Add(-time.Second), now, gossip.StateAlive) // loses to new
-	slices.SortFunc(v.members, func(a, b gossip.Member) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(v.Members, func(a, b gossip.Member) int { return strings.Compare(a.Name, b.Name) })
 	v.claimWinners = maps.Clone(vs.claims.winners)
 	before := maps.Clone(v.claimWinners)
 	got := vs.reclaimedWinners(v)
@@ -105,12 +105,12 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	}
 	// The dead node comes back: its claim holds again, and the node that
 	// took its subnet no longer wins (it moves: subnetmove.go).
-	for i := range v.members {
-		if v.members[i].Name == "gone" {
-			v.members[i].State = gossip.StateAlive
+	for i := range v.Members {
+		if v.Members[i].Name == "gone" {
+			v.Members[i].State = gossip.StateAlive
 		}
 	}
-	v.winners = got
+	v.Winners = got
 	if got := vs.reclaimedWinners(v); got["new"] {
 		t.Fatalf("winners %v: new still wins the subnet of gone, which is back", got)
 	}

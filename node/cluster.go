@@ -19,11 +19,11 @@ import (
 	"github.com/starling-orchestrator/starling/placement"
 )
 
-// statusKind is the store kind of node status records: key
+// StatusKind is the store kind of node status records: key
 // "node/cluster/<name>". Each node is the only writer of its own record.
-const statusKind = "node"
+const StatusKind = "node"
 
-func statusKey(name string) string { return statusKind + "/cluster/" + name }
+func StatusKey(name string) string { return StatusKind + "/cluster/" + name }
 
 // NodeStatus is a node's own replicated record: where to reach it, what it
 // offers, and the status of every replica it runs.
@@ -66,25 +66,25 @@ type NodeStatus struct {
 	// subnet is PodSubnet parsed (decodeStatuses), for the checks that
 	// compare one claim with every node's.
 	subnet netip.Prefix
-	// signer is the key that signed the record (decodeStatuses): the key
+	// Signer is the key that signed the record (decodeStatuses): the key
 	// the node's name is bound to.
-	signer []byte
+	Signer []byte
 }
 
-// sameClaim reports whether a and b make the same subnet claim.
-func sameClaim(a, b NodeStatus) bool {
+// SameClaim reports whether a and b make the same subnet claim.
+func SameClaim(a, b NodeStatus) bool {
 	return a.PodSubnet == b.PodSubnet && a.SubnetSince == b.SubnetSince
 }
 
 // samePlacement reports whether placement and the claims' resolution see
 // a and b alike: the same claim, readiness, capacity and labels.
 func samePlacement(a, b NodeStatus) bool {
-	return sameClaim(a, b) && a.SubnetReady == b.SubnetReady && a.Capacity == b.Capacity && maps.Equal(a.Labels, b.Labels)
+	return SameClaim(a, b) && a.SubnetReady == b.SubnetReady && a.Capacity == b.Capacity && maps.Equal(a.Labels, b.Labels)
 }
 
-// prefix is s's pod subnet parsed (ok false when it has none or it does
+// Prefix is s's pod subnet parsed (ok false when it has none or it does
 // not parse).
-func (s NodeStatus) prefix() (netip.Prefix, bool) {
+func (s NodeStatus) Prefix() (netip.Prefix, bool) {
 	if s.subnet.IsValid() {
 		return s.subnet, true
 	}
@@ -92,38 +92,38 @@ func (s NodeStatus) prefix() (netip.Prefix, bool) {
 	return p.Masked(), err == nil
 }
 
-// decodeStatuses returns the node status records in records, by name. A
+// DecodeStatuses returns the node status records in records, by name. A
 // record is taken only when it is the status of the node that wrote it,
 // under its key, with a pod subnet (if any) inside cluster. Every record
 // from a peer passed checkRecord on arrival, and this node's own is made
 // to pass it (selfStatus); relational checks (whose claim wins, whether a
 // pod address is inside its node's subnet) are made where statuses are
 // used. This runs on every read of the view, so it stays cheap.
-func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]NodeStatus {
+func DecodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	for _, r := range records {
 		if r.Deleted {
 			continue
 		}
 		var s NodeStatus
-		if json.Unmarshal(r.Value, &s) != nil || s.Name == "" || statusKey(s.Name) != r.Key || r.Origin != s.Name {
+		if json.Unmarshal(r.Value, &s) != nil || s.Name == "" || StatusKey(s.Name) != r.Key || r.Origin != s.Name {
 			continue
 		}
 		if s.PodSubnet != "" {
 			p, err := netip.ParsePrefix(s.PodSubnet)
-			if err != nil || !insideCluster(p, cluster) {
+			if err != nil || !InsideCluster(p, cluster) {
 				continue
 			}
 			s.subnet = p.Masked()
 		}
-		capTimes(&s, r.Version)
-		s.signer = r.Signer
+		CapTimes(&s, r.Version)
+		s.Signer = r.Signer
 		out[s.Name] = s
 	}
 	return out
 }
 
-// capTimes caps what s dates at version, the write of the record that
+// CapTimes caps what s dates at version, the write of the record that
 // holds it: the node's start, its subnet claim, and its replicas'
 // creation, start and end. An honest writer dates nothing later (its
 // times are read before its hybrid logical clock stamps the record,
@@ -135,7 +135,7 @@ func decodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]Node
 // the reader's clock a version may be (hlc.MaxOffset, checked on
 // arrival). The cap depends on the record alone, so every node reads a
 // record's times alike and placement agrees.
-func capTimes(s *NodeStatus, version hlc.Timestamp) {
+func CapTimes(s *NodeStatus, version hlc.Timestamp) {
 	written := version.Time().UTC()
 	at := func(t *time.Time) {
 		if t.After(written) {
@@ -159,10 +159,10 @@ func capTimes(s *NodeStatus, version hlc.Timestamp) {
 	}
 }
 
-// winningClaims returns the names of the nodes in statuses whose subnet
+// WinningClaims returns the names of the nodes in statuses whose subnet
 // claim is the winning one for its subnet (ipam.Lost), the only nodes
 // whose subnet is routed and whose pod addresses become endpoints.
-func winningClaims(statuses map[string]NodeStatus) map[string]bool {
+func WinningClaims(statuses map[string]NodeStatus) map[string]bool {
 	var claims []ipam.Claim
 	for _, s := range statuses {
 		if s.PodSubnet != "" {
@@ -205,34 +205,34 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 	return ws
 }
 
-// ownerTable is the node of each desired replica ("" when it fits
+// OwnerTable is the node of each desired replica ("" when it fits
 // nowhere), aligned with the view's desired replicas (sorted by ID): a
 // slice of names where a map by ID cost about 70 bytes a replica, 0.7 MB
 // a view at 10,000 replicas. Read only once built.
-type ownerTable struct {
-	all  []desiredReplica
-	node []string
+type OwnerTable struct {
+	All  []DesiredReplica
+	Node []string
 }
 
-// of is the node of the replica of ID id ("" when none: not desired, or
+// Of is the node Of the replica Of ID id ("" when none: not desired, or
 // placed nowhere). O(log replicas).
-func (o ownerTable) of(id string) string {
-	if i, ok := slices.BinarySearchFunc(o.all, id, func(d desiredReplica, id string) int { return strings.Compare(d.id, id) }); ok {
-		return o.node[i]
+func (o OwnerTable) Of(id string) string {
+	if i, ok := slices.BinarySearchFunc(o.All, id, func(d DesiredReplica, id string) int { return strings.Compare(d.Id, id) }); ok {
+		return o.Node[i]
 	}
 	return ""
 }
 
-// owners is the node p places each of all on.
-func owners(all []desiredReplica, p placement.Placement) ownerTable {
-	out := ownerTable{all: all, node: make([]string, len(all))}
+// Owners is the node p places each of all on.
+func Owners(all []DesiredReplica, p placement.Placement) OwnerTable {
+	out := OwnerTable{All: all, Node: make([]string, len(all))}
 	for i, d := range all {
-		out.node[i] = p.Owner(d.key(), d.ordinal)
+		out.Node[i] = p.Owner(d.key(), d.ordinal)
 	}
 	return out
 }
 
-// readyAtOwner lists, of the containers observed on this node, the IDs
+// ReadyAtOwner lists, of the containers observed on this node, the IDs
 // whose placed owner, another node whose record is current (counts: alive
 // and written by its current run, view.current), reports its own copy
 // Running and ready (a record an earlier run wrote lists copies that may
@@ -243,7 +243,7 @@ func owners(all []desiredReplica, p placement.Placement) ownerTable {
 // It reads the owners' records of this node's containers only, so a pass
 // costs O(its containers x replicas a node), not O(every replica of the
 // cluster).
-func readyAtOwner(self string, counts func(string) bool, statuses map[string]NodeStatus, owner func(id string) string, observed []reconcile.Container) map[string]bool {
+func ReadyAtOwner(self string, counts func(string) bool, statuses map[string]NodeStatus, owner func(id string) string, observed []reconcile.Container) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range observed {
 		node := owner(c.ID)
@@ -260,9 +260,9 @@ func readyAtOwner(self string, counts func(string) bool, statuses map[string]Nod
 	return out
 }
 
-// prefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
+// PrefixOf converts a parsed IPv4 network to a netip.Prefix (the zero
 // Prefix for nil).
-func prefixOf(n *net.IPNet) netip.Prefix {
+func PrefixOf(n *net.IPNet) netip.Prefix {
 	if n == nil {
 		return netip.Prefix{}
 	}
@@ -274,9 +274,3 @@ func prefixOf(n *net.IPNet) netip.Prefix {
 	return netip.PrefixFrom(addr, ones).Masked()
 }
 
-// closed is a closed channel: "ready now".
-func closed() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}

@@ -291,7 +291,7 @@ func TestNodeWithATakenNameNeverActs(t *testing.T) {
 	twin.rt.mu.Lock()
 	created := twin.rt.created
 	twin.rt.mu.Unlock()
-	if twin.agent.members.isSynced() || created > 0 {
-		t.Fatalf("a node under a live node's name: synced %v, created %d replicas after %v", twin.agent.members.isSynced(), created, grace+2*time.Second)
+	if twin.agent.members.IsSynced() || created > 0 {
+		t.Fatalf("a node under a live node's name: synced %v, created %d replicas after %v", twin.agent.members.IsSynced(), created, grace+2*time.Second)
 	}
 }

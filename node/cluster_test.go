@@ -135,11 +135,11 @@ func startCluster(t *testing.T, size int) []*testNode {
 			if got := n.agent.cluster.NumMembers(); got != size {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
 			}
-			v := n.agent.views.view()
-			if len(v.statuses) != size {
-				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.statuses), size)
+			v := n.agent.views.View()
+			if len(v.Statuses) != size {
+				return fmt.Errorf("%s knows %d node records, want %d", n.name, len(v.Statuses), size)
 			}
-			for _, s := range v.statuses {
+			for _, s := range v.Statuses {
 				if !s.SubnetReady {
 					return fmt.Errorf("%s: %s's subnet has not settled", n.name, s.Name)
 				}

@@ -159,7 +159,7 @@ type Config struct {
 	tuneGossip func(*gossip.Config)
 	// shareDecodes, when set, is shared by the agents of one process
 	// (the scale simulation) to decode identical records once.
-	shareDecodes *decodeShare
+	shareDecodes *DecodeShare
 }
 
 // DefaultConfig returns the defaults documented in the README.

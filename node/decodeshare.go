@@ -6,7 +6,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 )
 
-// decodeShare lets the agents of one process share what they decode
+// DecodeShare lets the agents of one process share what they decode
 // from identical records, as the stores of a simulation share their
 // bytes (store.Pool): the scale simulation's agents all hold the same
 // desired objects and node records, and at 1,000 nodes of 10 replicas
@@ -14,7 +14,7 @@ import (
 // 500 bytes each) and of 1,000 decoded node records came to about 10 GB.
 // A real agent has none (Config.shareDecodes is nil): it is alone in its
 // process. Shared values are read only, as everything in a view is.
-type decodeShare struct {
+type DecodeShare struct {
 	mu sync.Mutex
 	// statuses holds, by record key, the newest version decoded by any
 	// agent: an agent holding an older one decodes it itself.
@@ -24,7 +24,7 @@ type decodeShare struct {
 	objects map[string]cachedObject
 	// replicas holds the desired replicas (allReplicas) of the last
 	// few sets of workload records, by recordsKey.
-	replicas     map[string][]desiredReplica
+	replicas     map[string][]DesiredReplica
 	replicaOrder []string
 }
 
@@ -34,13 +34,13 @@ type decodeShare struct {
 // 1,000 agents with 8 kept, their own copies still came to 2.4 GB).
 const sharedReplicaSets = 64
 
-func newDecodeShare() *decodeShare {
-	return &decodeShare{statuses: map[string]cachedStatus{}, objects: map[string]cachedObject{}, replicas: map[string][]desiredReplica{}}
+func NewDecodeShare() *DecodeShare {
+	return &DecodeShare{statuses: map[string]cachedStatus{}, objects: map[string]cachedObject{}, replicas: map[string][]DesiredReplica{}}
 }
 
 // status returns the shared decoding of r, if an agent decoded it (never
 // on a nil s).
-func (s *decodeShare) status(r crdt.Record) (cachedStatus, bool) {
+func (s *DecodeShare) status(r crdt.Record) (cachedStatus, bool) {
 	if s == nil {
 		return cachedStatus{}, false
 	}
@@ -52,7 +52,7 @@ func (s *decodeShare) status(r crdt.Record) (cachedStatus, bool) {
 
 // putStatus shares c, decoded from r, unless a newer version of r's key
 // is shared. A nil s shares nothing.
-func (s *decodeShare) putStatus(r crdt.Record, c cachedStatus) {
+func (s *DecodeShare) putStatus(r crdt.Record, c cachedStatus) {
 	if s == nil {
 		return
 	}
@@ -66,7 +66,7 @@ func (s *decodeShare) putStatus(r crdt.Record, c cachedStatus) {
 
 // object returns the shared decoding of r, if an agent decoded it (never
 // on a nil s).
-func (s *decodeShare) object(r crdt.Record) (cachedObject, bool) {
+func (s *DecodeShare) object(r crdt.Record) (cachedObject, bool) {
 	if s == nil {
 		return cachedObject{}, false
 	}
@@ -79,7 +79,7 @@ func (s *decodeShare) object(r crdt.Record) (cachedObject, bool) {
 // putObject shares c, decoded from r, unless a newer version of r's key
 // is shared, or the same version already expanded. A nil s shares
 // nothing.
-func (s *decodeShare) putObject(r crdt.Record, c cachedObject) {
+func (s *DecodeShare) putObject(r crdt.Record, c cachedObject) {
 	if s == nil {
 		return
 	}
@@ -94,7 +94,7 @@ func (s *decodeShare) putObject(r crdt.Record, c cachedObject) {
 // replicaSet returns the shared desired replicas of the workload records
 // identified by key (recordsKey), computing and sharing them with
 // compute when no agent has.
-func (s *decodeShare) replicaSet(key string, compute func() []desiredReplica) []desiredReplica {
+func (s *DecodeShare) replicaSet(key string, compute func() []DesiredReplica) []DesiredReplica {
 	s.mu.Lock()
 	rs, ok := s.replicas[key]
 	s.mu.Unlock()

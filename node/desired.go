@@ -20,10 +20,10 @@ const (
 	minGracePeriod     = 2 * time.Second
 )
 
-// liveObjects decodes the live (not deleted) records of one kind, sorted by
+// LiveObjects decodes the live (not deleted) records of one kind, sorted by
 // key. Records that fail to decode are skipped and returned as bad keys,
 // so one corrupt entry never stops the node from running the others.
-func liveObjects(records []crdt.Record) (objs []manifest.Object, bad []string) {
+func LiveObjects(records []crdt.Record) (objs []manifest.Object, bad []string) {
 	for _, r := range records {
 		if r.Deleted {
 			continue
@@ -130,10 +130,10 @@ func specHashOf(o manifest.Object) string {
 	return manifest.TemplateHash(o.PodTemplate())
 }
 
-// desiredReplicas expands Deployments and StatefulSets into all their
+// DesiredReplicas expands Deployments and StatefulSets into all their
 // replicas, cluster wide, ordinals 0..replicas-1, sorted by container ID;
 // placement decides which of them this node runs.
-func desiredReplicas(workloads []manifest.Object) []reconcile.Replica {
+func DesiredReplicas(workloads []manifest.Object) []reconcile.Replica {
 	var out []reconcile.Replica
 	for _, o := range workloads {
 		if !o.IsWorkload() {
@@ -153,8 +153,8 @@ func desiredReplicas(workloads []manifest.Object) []reconcile.Replica {
 	return out
 }
 
-// kindPrefix is the store key prefix of a kind ("deployment/").
-func kindPrefix(kind string) string { return strings.ToLower(kind) + "/" }
+// KindPrefix is the store key prefix of a kind ("deployment/").
+func KindPrefix(kind string) string { return strings.ToLower(kind) + "/" }
 
 // securityOf merges a container's securityContext over its pod's, as the
 // kubelet does (a field set on the container wins).

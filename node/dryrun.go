@@ -156,7 +156,7 @@ type dryRun struct {
 	members *members
 	subnets *subnets
 	status  *self
-	views   *views
+	views   *Builder
 	print   *printer
 	log     *slog.Logger
 	ready   chan struct{}
@@ -172,13 +172,13 @@ func (d *dryRun) loop(ctx context.Context) {
 	// Let the records the join brought arrive, so the first print is not
 	// of a half-known cluster (and a record of this name that came with
 	// them is withdrawn too).
-	waitForState(ctx, d.views.changed, 30*time.Second)
+	waitForState(ctx, d.views.Changed, 30*time.Second)
 	d.withdrawOwnRecord()
 	var claim ipam.Claim
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for first := true; ; first = false {
-		changed := d.views.changed()
+		changed := d.views.Changed()
 		var note string
 		claim, note = d.claim(claim)
 		d.subnets.set(claim, false) // in memory only, for the routes; never published
@@ -199,7 +199,7 @@ func (d *dryRun) loop(ctx context.Context) {
 // not ready and without replicas, so peers stop placing replicas on it
 // and routing to it.
 func (d *dryRun) withdrawOwnRecord() {
-	rec, ok, err := d.store.Get(statusKey(d.self))
+	rec, ok, err := d.store.Get(StatusKey(d.self))
 	if err != nil || !ok || rec.Deleted {
 		return
 	}
@@ -207,7 +207,7 @@ func (d *dryRun) withdrawOwnRecord() {
 	if json.Unmarshal(rec.Value, &s) != nil || !s.SubnetReady && len(s.Replicas) == 0 {
 		return
 	}
-	capTimes(&s, rec.Version) // the claim as its peers read it
+	CapTimes(&s, rec.Version) // the claim as its peers read it
 	d.subnets.set(ipam.Claim{Node: d.self, Subnet: s.PodSubnet, Since: s.SubnetSince}, false)
 	d.log.Warn("dry run: the cluster holds a ready record of this node's name; republishing it as not ready so peers neither place replicas here nor route here",
 		"subnet", s.PodSubnet)

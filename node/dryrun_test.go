@@ -84,7 +84,7 @@ spec:
 	if got := len(a0.rt.ids()); got != 3 {
 		t.Fatalf("a0 runs %d replicas, want all 3", got)
 	}
-	if storedValue(a0, statusKey("dry")) != "" {
+	if storedValue(a0, StatusKey("dry")) != "" {
 		t.Fatal("a0 holds a node record of the dry-run node")
 	}
 	for _, c := range a0.agent.subnets.others() {
@@ -97,7 +97,7 @@ spec:
 	// A change is printed again: the Service deleted, its rules go; the
 	// unchanged sections are not repeated.
 	routesPrinted := strings.Count(out.String(), "routes this node would install")
-	recs, err := a0.agent.store.List(kindPrefix(manifest.KindService))
+	recs, err := a0.agent.store.List(KindPrefix(manifest.KindService))
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("service records: %v %v", recs, err)
 	}
@@ -121,7 +121,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	dir := t.TempDir()
 	a1 := start(t, "a1", dir, []string{a0.addr()})
 	waitFor(t, 10*time.Second, func() error {
-		if v := a0.agent.views.view(); !v.statuses["a1"].SubnetReady {
+		if v := a0.agent.views.View(); !v.Statuses["a1"].SubnetReady {
 			return fmt.Errorf("a0 does not see a1 ready yet")
 		}
 		return nil
@@ -131,7 +131,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	out := &syncBuffer{}
 	start(t, "a1", dir, []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
 	waitFor(t, 10*time.Second, func() error {
-		if s := a0.agent.views.view().statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
+		if s := a0.agent.views.View().Statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
 			return fmt.Errorf("a0 sees a1 as %+v, want not ready, subnet %s", s, subnet)
 		}
 		return nil

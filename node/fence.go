@@ -63,7 +63,7 @@ type fence struct {
 	uncertifiedGauge prometheus.Gauge
 	// knownOf is the last count of known nodes, with its inputs.
 	knownOf struct {
-		v       *view
+		v       *View
 		members []gossip.Member
 		n       int
 	}
@@ -113,7 +113,7 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 // member whose going down this agent has not recorded yet counts as down
 // since now; a node memberlist does not know at all, since this agent
 // started).
-func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
+func (q *fence) fencing(v *View, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
 	// Counted without building sets (a reconcile at 1,000 nodes built
 	// three of them: 10 % of the CPU of the simulation): members is
 	// sorted by name.
@@ -135,19 +135,19 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 	}
 	// reconcile.Fence reads Held for StatefulSet replicas only.
 	stateful := map[[2]string]bool{}
-	for _, o := range v.workloads {
+	for _, o := range v.Workloads {
 		if o.StatefulSet != nil {
 			stateful[[2]string{o.Namespace, o.Name}] = true
 		}
 	}
-	for name, s := range v.statuses {
+	for name, s := range v.Statuses {
 		if len(stateful) == 0 {
 			break
 		}
 		if name == q.self || len(s.Replicas) == 0 {
 			continue
 		}
-		if st, member := memberState(members, name); !st.Up() {
+		if st, member := MemberState(members, name); !st.Up() {
 			since, ok := q.members.downSince(name)
 			switch {
 			case ok:
@@ -177,14 +177,14 @@ func (q *fence) fencing(v *view, observed []reconcile.Container, now time.Time) 
 // known is the number of known nodes (see fencing): v's statuses, this
 // node, and live members without a status. It is counted once per view
 // and membership snapshot.
-func (q *fence) known(v *view, members []gossip.Member) int {
+func (q *fence) known(v *View, members []gossip.Member) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.knownOf.v == v && sameSnapshot(q.knownOf.members, members) {
 		return q.knownOf.n
 	}
-	n := len(v.statuses)
-	if _, ok := v.statuses[q.self]; !ok {
+	n := len(v.Statuses)
+	if _, ok := v.Statuses[q.self]; !ok {
 		n++
 	}
 	q.knownOf.v, q.knownOf.members, q.knownOf.n = v, members, n

@@ -58,7 +58,7 @@ func TestQuorumCountsNodesNotPhantoms(t *testing.T) {
 	}
 	// The known nodes are this node and the nodes with a record: a
 	// phantom, which has none, does not dilute the majority.
-	v := &view{statuses: map[string]NodeStatus{"n1": {}, "n2": {}, "n3": {}}}
+	v := &View{Statuses: map[string]NodeStatus{"n1": {}, "n2": {}, "n3": {}}}
 	if got := q.known(v, ms); got != 3 {
 		t.Fatalf("known nodes %d with 2 phantoms in membership, want 3", got)
 	}

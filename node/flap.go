@@ -9,15 +9,7 @@ import (
 
 // Flap damping: which members count as alive for placement (members).
 
-// aliveSnap is a set of live members (aliveAfter) with what it was computed
-// from: the membership snapshot and the flap-damping state's generation.
-type aliveSnap struct {
-	set  map[string]bool
-	from []gossip.Member
-	gen  uint64
-}
-
-// aliveAfter returns the names of the members of list (the membership)
+// AliveAfter returns the names of the members of list (the membership)
 // that count for placement at now: alive or suspect ("suspect" alone
 // moves nothing), the local node unless it settles itself (selfUntil,
 // see askSettle). prev (nil: none) is the last
@@ -34,10 +26,10 @@ type aliveSnap struct {
 // since nor waits for a member to settle, the answer is prev's without a
 // walk: the view looks every second, and walking 1,000 members for
 // nothing was 5 % of the CPU of a simulated 1,000-node cluster.
-func (m *members) aliveAfter(now time.Time, list []gossip.Member, prev *aliveSnap) (aliveSnap, bool) {
+func (m *members) AliveAfter(now time.Time, list []gossip.Member, prev *Alive) (Alive, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev != nil && prev.gen == m.gen && len(m.memberBack) == 0 && m.selfUntil.IsZero() && sameSnapshot(prev.from, list) {
+	if prev != nil && prev.Gen == m.gen && len(m.memberBack) == 0 && m.selfUntil.IsZero() && sameSnapshot(prev.From, list) {
 		return *prev, true
 	}
 	set := map[string]bool{}
@@ -50,10 +42,10 @@ func (m *members) aliveAfter(now time.Time, list []gossip.Member, prev *aliveSna
 		set[m.self] = true
 	}
 	m.walkAliveLocked(now, list, func(name string) { set[name] = true })
-	if prev != nil && maps.Equal(set, prev.set) {
-		return aliveSnap{set: prev.set, from: list, gen: m.gen}, true
+	if prev != nil && maps.Equal(set, prev.Set) {
+		return Alive{Set: prev.Set, From: list, Gen: m.gen}, true
 	}
-	return aliveSnap{set: set, from: list, gen: m.gen}, false
+	return Alive{Set: set, From: list, Gen: m.gen}, false
 }
 
 // sameSnapshot reports whether a and b are one membership snapshot

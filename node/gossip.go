@@ -31,7 +31,7 @@ func (a *Agent) startGossip() error {
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
 	since := memberSince(a.store, a.log)
-	gc.Meta = encodeMemberMeta(memberMeta{since: since, started: a.started.UnixNano()})
+	gc.Meta = EncodeMeta(Meta{Since: since, Started: a.started.UnixNano()})
 	a.auth = newMemberAuth(a.cfg.Name, a.id.key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
 	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
 	if a.cfg.Advertise != "" {

@@ -10,12 +10,12 @@ import (
 	"github.com/starling-orchestrator/starling/placement"
 )
 
-// heldIndex keeps, per eligible node, the copies its record lists of
+// HeldIndex keeps, per eligible node, the copies its record lists of
 // replicas that placement gives another node, for heldElsewhere: a
 // derive reads again only the records that changed since (by the
 // identity of their decoded replica list) or all of them after placement
 // changed (gen). Owned by the view builder.
-type heldIndex struct {
+type HeldIndex struct {
 	gen   uint64 // placement's generation the entries were read against
 	nodes map[string]*heldEntry
 }
@@ -62,7 +62,7 @@ func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
 	return placement.Holder{Key: key, Ordinal: r.Ordinal, Node: node, Since: r.Created, Running: r.Phase == api.PhaseRunning}
 }
 
-// elsewhere lists, for each replica that an eligible node runs while
+// Elsewhere lists, for each replica that an eligible node runs while
 // placement (p, or without: see place; both of generation gen) gives it
 // to another node, every copy of it the eligible nodes hold (holds),
 // with when it was created: what placement.Keep leaves where it runs.
@@ -70,7 +70,7 @@ func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
 // agent (holderOf). Sorted by workload key, ordinal, node; nil
 // when there are none. It costs O(eligible nodes + replicas of the
 // records that changed).
-func (x *heldIndex) elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
+func (x *HeldIndex) Elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
 	if x.nodes == nil || x.gen != gen {
 		x.nodes, x.gen = map[string]*heldEntry{}, gen
 	}
@@ -171,8 +171,8 @@ func (e *heldEntry) copyOf(s heldSlot, keyOf func(api.Replica) string) (placemen
 	return h, ok
 }
 
-// sameHolders reports whether a and b list the same copies.
-func sameHolders(a, b []placement.Holder) bool {
+// SameHolders reports whether a and b list the same copies.
+func SameHolders(a, b []placement.Holder) bool {
 	return slices.EqualFunc(a, b, func(x, y placement.Holder) bool {
 		return x.Key == y.Key && x.Ordinal == y.Ordinal && x.Node == y.Node && x.Since.Equal(y.Since) && x.Running == y.Running
 	})

@@ -118,7 +118,7 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}},
 		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
 	}
-	var x heldIndex
+	var x HeldIndex
 	byNode := func(hs []placement.Holder) map[string]placement.Holder {
 		out := map[string]placement.Holder{}
 		for _, h := range hs {
@@ -126,31 +126,31 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		}
 		return out
 	}
-	got := x.elsewhere(1, p, p, nodes, statuses, nil)
+	got := x.Elsewhere(1, p, p, nodes, statuses, nil)
 	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
 		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.elsewhere(1, p, p, nodes, statuses, nil); !sameHolders(again, got) {
+	if again := x.Elsewhere(1, p, p, nodes, statuses, nil); !SameHolders(again, got) {
 		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
+	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
 		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
 	// A Replace lists the new copy Pending: it still holds the replica.
 	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
+	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
 		t.Fatalf("a copy being replaced on %s: %+v", away, got)
 	}
 	// Placement changed (gen 2) and gives ordinal 0 to the node that
 	// holds it: nothing is away, with the same records.
 	statuses[owner] = NodeStatus{}
-	if got := x.elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
+	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
 		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
 	}
 	p2 := placement.Placement{Owners: map[string][]string{"default/web": slices.Clone(p.Owners["default/web"])}}
 	p2.Owners["default/web"][0] = away
-	if got := x.elsewhere(2, p2, p2, nodes, statuses, nil); got != nil {
+	if got := x.Elsewhere(2, p2, p2, nodes, statuses, nil); got != nil {
 		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
 	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
@@ -201,27 +201,27 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		}
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
-		var x heldIndex
-		want := len(x.elsewhere(1, p, p, nodes, moved, nil))
+		var x HeldIndex
+		want := len(x.Elsewhere(1, p, p, nodes, moved, nil))
 		b.ReportAllocs()
 		for b.Loop() {
 			s := moved["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			moved["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, moved, nil); len(got) != want {
+			if got := x.Elsewhere(1, p, p, nodes, moved, nil); len(got) != want {
 				b.Fatalf("%d held elsewhere, want %d", len(got), want)
 			}
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
-		var x heldIndex
-		x.elsewhere(1, p, p, nodes, statuses, nil)
+		var x HeldIndex
+		x.Elsewhere(1, p, p, nodes, statuses, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			s := statuses["n0007"]
 			s.Replicas = slices.Clone(s.Replicas)
 			statuses["n0007"] = s
-			if got := x.elsewhere(1, p, p, nodes, statuses, nil); got != nil {
+			if got := x.Elsewhere(1, p, p, nodes, statuses, nil); got != nil {
 				b.Fatalf("%d held elsewhere, want none", len(got))
 			}
 		}
@@ -231,8 +231,8 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 // heldElsewhere is heldIndex.elsewhere without an index: every record is
 // read.
 func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
-	var x heldIndex
-	return x.elsewhere(0, p, without, eligible, statuses, nil)
+	var x HeldIndex
+	return x.Elsewhere(0, p, without, eligible, statuses, nil)
 }
 
 // A node back from a crash is held, until its first record of the new
@@ -245,7 +245,7 @@ func heldElsewhere(p, without placement.Placement, eligible []placement.Node, st
 func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	meta := func(started time.Time) []byte {
-		return encodeMemberMeta(memberMeta{since: t0.Add(-time.Hour).UnixNano(), started: started.UnixNano()})
+		return EncodeMeta(Meta{Since: t0.Add(-time.Hour).UnixNano(), Started: started.UnixNano()})
 	}
 	run1, run2 := t0.Add(100*time.Millisecond), t0.Add(time.Minute+300*time.Millisecond)
 	members := []gossip.Member{
@@ -262,21 +262,21 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 		"back": {Started: run1.Truncate(time.Second)},
 		"v1":   {Started: t0},
 	}
-	if got := staleRecords(members, alive, statuses, "a"); !got["back"] || len(got) != 1 {
+	if got := StaleRecords(members, alive, statuses, "a"); !got["back"] || len(got) != 1 {
 		t.Fatalf("back with a new run, held with its record of the last one: want only it stale, got %v", got)
 	}
-	if got := staleRecords(members, map[string]bool{"a": true, "b": true}, statuses, "a"); len(got) != 0 {
+	if got := StaleRecords(members, map[string]bool{"a": true, "b": true}, statuses, "a"); len(got) != 0 {
 		t.Fatalf("not counted yet (flap damping): nothing to say of its record, got %v", got)
 	}
 	statuses["back"] = NodeStatus{Started: run2.Truncate(time.Second)}
-	if got := staleRecords(members, alive, statuses, "a"); len(got) != 0 {
+	if got := StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
 		t.Fatalf("its record of the new run arrived: nothing stale, got %v", got)
 	}
 	// A record of a run later than the metadata held (a restart within
 	// the failure detector's timeout, the alive message not here yet)
 	// is not stale.
 	members[2].Meta = meta(run1)
-	if got := staleRecords(members, alive, statuses, "a"); len(got) != 0 {
+	if got := StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
 		t.Fatalf("a record newer than the metadata: nothing stale, got %v", got)
 	}
 
@@ -299,12 +299,12 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 		back:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
 		other: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
 	}
-	var x heldIndex
+	var x HeldIndex
 	for _, tc := range []struct {
 		stale map[string]bool
 		want  string
 	}{{nil, back}, {map[string]bool{back: true}, other}} {
-		held := x.elsewhere(1, p, p, nodes, statuses, tc.stale)
+		held := x.Elsewhere(1, p, p, nodes, statuses, tc.stale)
 		if got := placement.Keep(p, nodes, ws, held, placement.Options{}).Owner("default/web", ord); got != tc.want {
 			t.Errorf("stale %v: ordinal %d kept on %s, want %s (held %+v)", tc.stale, ord, got, tc.want, held)
 		}

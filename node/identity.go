@@ -68,16 +68,6 @@ func saveNodeKey(dataDir string, key ed25519.PrivateKey) error {
 	return nil
 }
 
-// keyID is a short, printable identifier of a public key: the first 16
-// hex digits of its SHA-256.
-func keyID(pub []byte) string {
-	if len(pub) == 0 {
-		return "unsigned"
-	}
-	sum := sha256.Sum256(pub)
-	return hex.EncodeToString(sum[:8])
-}
-
 // identity is this node's key, and what the node holds of other nodes'
 // keys: which key each name is bound to, and which keys are revoked (both
 // read from the store, the records being the cluster's shared view).
@@ -99,7 +89,7 @@ func (id *identity) sign(r crdt.Record) (crdt.Record, error) {
 // signer of the live status record held for it. ok is false when none is
 // held (a new name, or one freed by 'starling node forget').
 func (id *identity) boundKey(name string) ([]byte, bool) {
-	rec, ok, err := id.store.Get(statusKey(name))
+	rec, ok, err := id.store.Get(StatusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return nil, false
 	}
@@ -117,15 +107,15 @@ func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool), revok
 		return reject(rejectUnsigned, "%s: unsigned record from %q", r.Key, r.Origin)
 	}
 	if !crdt.VerifySignature(r) {
-		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, keyID(r.Signer))
+		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, KeyID(r.Signer))
 	}
 	if revoked(r.Signer) {
 		return reject(rejectRevoked, "%s: signed by key %s of %q, which 'starling node forget' revoked (the node needs a new identity: remove %s from its data dir)",
-			r.Key, keyID(r.Signer), r.Origin, nodeKeyFile)
+			r.Key, KeyID(r.Signer), r.Origin, nodeKeyFile)
 	}
 	if want, ok := bound(r.Origin); ok && !bytes.Equal(want, r.Signer) {
 		return reject(rejectIdentity, "%s: signed by key %s, but node %q is key %s (free the name with 'starling node forget %s' if the node was replaced)",
-			r.Key, keyID(r.Signer), r.Origin, keyID(want), r.Origin)
+			r.Key, KeyID(r.Signer), r.Origin, KeyID(want), r.Origin)
 	}
 	return nil
 }
@@ -153,13 +143,13 @@ func revokedKey(pub []byte) string {
 // keyOwner returns the node whose held, live status record is signed by
 // pub.
 func (id *identity) keyOwner(pub []byte) (string, bool) {
-	recs, err := id.store.List(statusKind + "/")
+	recs, err := id.store.List(StatusKind + "/")
 	if err != nil {
 		return "", false
 	}
 	for _, r := range recs {
 		if !r.Deleted && bytes.Equal(r.Signer, pub) {
-			return strings.TrimPrefix(r.Key, statusKind+"/cluster/"), true
+			return strings.TrimPrefix(r.Key, StatusKind+"/cluster/"), true
 		}
 	}
 	return "", false

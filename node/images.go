@@ -84,7 +84,7 @@ type images struct {
 	rt       Runtime
 	store    Store
 	clock    *hlc.Clock
-	views    *views
+	views    *Builder
 	cluster  *gossip.Cluster
 	peers    *peers
 	publish  func(...crdt.Record) error
@@ -187,15 +187,15 @@ func (im *images) sources(ctx context.Context, ref string) (string, []runtime.Im
 		// gives it once.
 		return "", nil, fmt.Errorf("no node imported %s into the cluster", ref)
 	}
-	v := im.views.view()
+	v := im.views.View()
 	type peer struct {
 		name   string
 		status NodeStatus
 		rtt    time.Duration
 	}
 	var peers []peer
-	for name, s := range v.statuses {
-		if name == im.self || !v.alive[name] {
+	for name, s := range v.Statuses {
+		if name == im.self || !v.Alive[name] {
 			continue
 		}
 		if _, ok := im.peers.api(name, s); !ok && im.peers.trust == nil {

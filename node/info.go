@@ -24,7 +24,7 @@ import (
 // implements apiserver.Cluster.
 type info struct {
 	self    string
-	views   *views
+	views   *Builder
 	status  *self
 	cluster *gossip.Cluster
 	store   Store
@@ -52,22 +52,22 @@ func (in *info) Version() api.Version { return api.Version{Version: Version, Nod
 // It reads only the snapshot and the list of this node's replicas its last
 // reconcile pass published (self.replicas): no lock, no call to containerd.
 func (in *info) Replicas() []api.Replica {
-	v := in.views.view()
+	v := in.views.View()
 	var items []api.Replica
 	if local, ok := in.status.replicas(); ok {
 		items = slices.Clone(local)
-	} else if _, ok := v.statuses[in.self]; ok {
-		items = slices.Clone(v.reported(in.self)) // no pass yet: what it last said
+	} else if _, ok := v.Statuses[in.self]; ok {
+		items = slices.Clone(v.Reported(in.self)) // no pass yet: what it last said
 	}
 	reported := map[string]bool{}
 	for _, r := range items {
 		reported[r.Namespace+"/"+r.Name] = true
 	}
-	for name := range v.statuses {
-		if name == in.self || !v.alive[name] {
+	for name := range v.Statuses {
+		if name == in.self || !v.Alive[name] {
 			continue
 		}
-		for _, r := range v.reported(name) {
+		for _, r := range v.Reported(name) {
 			items = append(items, r)
 			reported[r.Namespace+"/"+r.Name] = true
 		}
@@ -77,16 +77,16 @@ func (in *info) Replicas() []api.Replica {
 	for _, r := range items {
 		running[slotOf(r.Namespace, r.Workload, r.Ordinal)] = r.SpecHash
 	}
-	for _, dr := range v.all {
-		d := dr.replica()
+	for _, dr := range v.All {
+		d := dr.Replica()
 		if reported[d.Namespace+"/"+d.Name] {
 			continue
 		}
 		item := api.Replica{Name: d.Name, Namespace: d.Namespace, Workload: d.Workload, Ordinal: d.Ordinal,
-			Node: v.owner.of(d.ID), SpecHash: d.SpecHash, Phase: api.PhasePending}
+			Node: v.Owner.Of(d.ID), SpecHash: d.SpecHash, Phase: api.PhasePending}
 		switch spec, ok := running[slotOf(d.Namespace, d.Workload, d.Ordinal)]; {
 		case item.Node == "":
-			item.Reason = v.placement.Pending[reconcile.WorkloadKey(d.Namespace, d.Workload)][d.Ordinal]
+			item.Reason = v.Placement.Pending[reconcile.WorkloadKey(d.Namespace, d.Workload)][d.Ordinal]
 		case ok && spec != d.SpecHash:
 			// Its owner keeps the copy of the other spec: the rolling
 			// update's budget (maxSurge, maxUnavailable, in ordinal
@@ -101,19 +101,19 @@ func (in *info) Replicas() []api.Replica {
 
 // Nodes lists the members with what their records say.
 func (in *info) Nodes() []api.Node {
-	v := in.views.view()
+	v := in.views.View()
 	out := []api.Node{}
 	for _, m := range in.cluster.Members() {
 		if in.certified != nil && !in.certified(m.Name) {
 			continue
 		}
-		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.excluded[m.Name]}
-		if s, ok := v.statuses[m.Name]; ok {
+		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.Excluded[m.Name]}
+		if s, ok := v.Statuses[m.Name]; ok {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull
-			n.Replicas = v.holding(m.Name)
+			n.Replicas = v.Holding(m.Name)
 		}
-		if meta, ok := decodeMemberMeta(m.Meta); ok && meta.since > 0 {
-			n.Joined = time.Unix(0, meta.since).UTC()
+		if meta, ok := DecodeMeta(m.Meta); ok && meta.Since > 0 {
+			n.Joined = time.Unix(0, meta.Since).UTC()
 		}
 		if rtt, ok := in.cluster.RTT(m.Name); ok && m.Name != in.self {
 			n.RTT = rtt.Round(10 * time.Microsecond).String()
@@ -134,7 +134,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 	if name == in.self {
 		return api.ForgetResult{}, api.Errorf(http.StatusConflict, "node %s is this node", name)
 	}
-	if _, ok, err := in.store.Get(statusKey(name)); err != nil || !ok {
+	if _, ok, err := in.store.Get(StatusKey(name)); err != nil || !ok {
 		return api.ForgetResult{}, api.Errorf(http.StatusNotFound, "node %q is not known", name)
 	}
 	revoked, err := in.forgetNode(name)
@@ -166,7 +166,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 // also refusing the old key; before it, the records the node wrote for
 // the cluster are written again by this node (adoptRecords).
 func (in *info) forgetNode(name string) (revoked []byte, err error) {
-	rec, ok, err := in.store.Get(statusKey(name))
+	rec, ok, err := in.store.Get(StatusKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (in *info) adoptRecords(key []byte) ([]crdt.Record, error) {
 	var out []crdt.Record
 	for _, r := range all {
 		kind, _, _ := strings.Cut(r.Key, "/")
-		if !bytes.Equal(r.Signer, key) || kind == statusKind || kind == joinTokenKind || kind == revokedKind {
+		if !bytes.Equal(r.Signer, key) || kind == StatusKind || kind == joinTokenKind || kind == revokedKind {
 			continue
 		}
 		in.clock.Update(r.Version)

@@ -65,8 +65,8 @@ func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self
 // clock (as staleRecords compares them), or, for metadata that gives
 // none, after m went down by this node's clock.
 func laterRun(m gossip.Member, s NodeStatus) bool {
-	if meta, ok := decodeMemberMeta(m.Meta); ok && meta.started != 0 {
-		return s.Started.Unix() > meta.started/int64(time.Second)
+	if meta, ok := DecodeMeta(m.Meta); ok && meta.Started != 0 {
+		return s.Started.Unix() > meta.Started/int64(time.Second)
 	}
 	return m.Since.Before(s.Started)
 }
@@ -87,7 +87,7 @@ func laterRun(m gossip.Member, s NodeStatus) bool {
 // per gossip.IntroduceGap); past the question's size they can delay an
 // introduction. Peers of an older version answer no such question:
 // while few are upgraded, introductions rarely run.
-func (m *members) introduceLoop(ctx context.Context, view func() *view) {
+func (m *members) introduceLoop(ctx context.Context, view func() *View) {
 	tick := time.NewTicker(introduceEvery)
 	defer tick.Stop()
 	var before []string
@@ -101,7 +101,7 @@ func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 		if v == nil {
 			continue
 		}
-		missed := missedMembers(v.members, v.statuses, m.self, time.Now())
+		missed := missedMembers(v.Members, v.Statuses, m.self, time.Now())
 		var again []string
 		for _, name := range missed {
 			if _, ok := slices.BinarySearch(before, name); ok {
@@ -111,7 +111,7 @@ func (m *members) introduceLoop(ctx context.Context, view func() *view) {
 		before = missed
 		if len(again) > 0 {
 			rand.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
-			m.introduce(again, v.members)
+			m.introduce(again, v.Members)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		}
 		was := pushPulls()
 		time.Sleep(gossip.IntroduceGap + 2*introduceEvery)
-		if _, held := seed.agent.views.view().statuses["ghost"]; !held {
+		if _, held := seed.agent.views.View().Statuses["ghost"]; !held {
 			t.Fatal("i0 does not hold the ghost's record")
 		}
 		if n := pushPulls() - was; n != 0 {
@@ -71,7 +71,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		learns := func(what string) {
 			t.Helper()
 			if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool {
-				s := x.agent.views.view().statuses["i2"]
+				s := x.agent.views.View().Statuses["i2"]
 				return s.Started.Equal(m.agent.status.started.UTC().Truncate(time.Second)) && seed.agent.cluster.NumMembers() == 3
 			}); !ok {
 				t.Fatalf("%s: i1 never got i2's record of this run, or i0 never saw i2", what)
@@ -118,7 +118,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	run := func(started time.Time) []byte {
-		return encodeMemberMeta(memberMeta{since: 1, started: started.UnixNano()})
+		return EncodeMeta(Meta{Since: 1, Started: started.UnixNano()})
 	}
 	members := []gossip.Member{
 		{Name: "a", State: gossip.StateAlive},

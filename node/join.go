@@ -108,7 +108,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 				if err := saveCredentials(dataDir, creds); err != nil {
 					return nil, nil, err
 				}
-				log.Info("joined the cluster with an invitation", "through", seed, "ca", inv.Pin[:16], "key", keyID(req.Key), "took", time.Since(began))
+				log.Info("joined the cluster with an invitation", "through", seed, "ca", inv.Pin[:16], "key", KeyID(req.Key), "took", time.Since(began))
 				return creds, inv.Key, nil
 			}
 			var se *apierrors.StatusError

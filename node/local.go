@@ -170,7 +170,7 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	for i, c := range observed {
 		here[i] = reconcile.Replica{ID: c.ID}
 	}
-	r.views.rebuild(time.Now()) // the probes of the synced objects
-	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.view(), observed)))
+	r.views.Rebuild(time.Now()) // the probes of the synced objects
+	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.View(), observed)))
 	return len(observed) > 0
 }

@@ -20,7 +20,7 @@ import (
 type logs struct {
 	self     string
 	rt       Runtime
-	views    *views
+	views    *Builder
 	replicas *replicas
 	peers    *peers
 	log      *slog.Logger
@@ -91,10 +91,10 @@ const proxiedHeader = "X-Starling-Proxied-By"
 // never with the operator's token. It reports whether it answered the
 // client.
 func (l *logs) proxy(w http.ResponseWriter, r *http.Request) bool {
-	v := l.views.view()
+	v := l.views.View()
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	for node, s := range v.statuses {
-		if node == l.self || !v.alive[node] {
+	for node, s := range v.Statuses {
+		if node == l.self || !v.Alive[node] {
 			continue
 		}
 		if !slices.ContainsFunc(s.Replicas, func(rep api.Replica) bool { return rep.Namespace == ns && rep.Name == name }) {

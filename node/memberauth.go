@@ -50,7 +50,7 @@ type memberAuth struct {
 
 	mu       sync.Mutex
 	bindings map[string]binding // by name, as of the status record's version
-	verified map[verifiedKey]memberMeta
+	verified map[verifiedKey]Meta
 	logged   map[[3]string]bool
 }
 
@@ -84,14 +84,14 @@ const (
 
 func newMemberAuth(self string, key ed25519.PrivateKey, since, started int64, st Store, log *slog.Logger, count *prometheus.CounterVec) *memberAuth {
 	return &memberAuth{self: self, key: key, since: since, started: started, store: st, log: log, count: count,
-		bindings: map[string]binding{}, verified: map[verifiedKey]memberMeta{}, logged: map[[3]string]bool{}}
+		bindings: map[string]binding{}, verified: map[verifiedKey]Meta{}, logged: map[[3]string]bool{}}
 }
 
 // sign is the gossip layer's SignMeta: this node's metadata, signed for
 // addr, the address and port memberlist advertises.
 func (ma *memberAuth) sign(addr netip.AddrPort) []byte {
 	ma.own.Store(&addr)
-	return signMemberMeta(memberMeta{since: ma.since, started: ma.started}, ma.self, addr, ma.key)
+	return SignMeta(Meta{Since: ma.since, Started: ma.started}, ma.self, addr, ma.key)
 }
 
 // errEarlierRun refuses an alive message of an earlier run of a node.
@@ -110,7 +110,7 @@ func (ma *memberAuth) check(a gossip.Alive) error {
 	m, err := ma.verify(a.Name, a.Addr, a.Meta, b.key)
 	if err != nil {
 		reason := memberSignature
-		if errors.Is(err, errMemberUnsigned) {
+		if errors.Is(err, ErrUnsigned) {
 			reason = memberUnsigned
 		}
 		ma.refuse(a, reason, err)
@@ -120,15 +120,15 @@ func (ma *memberAuth) check(a gossip.Alive) error {
 	// after the node restarted) would point the name back at where that
 	// run was: refused when this node holds a later run's metadata, or a
 	// status record the later run wrote.
-	earlier := m.started/int64(time.Second) < b.started.Unix()
+	earlier := m.Started/int64(time.Second) < b.started.Unix()
 	if !earlier && len(a.HeldMeta) > 0 {
-		if hm, err := ma.verify(a.Name, a.HeldAddr, a.HeldMeta, b.key); err == nil && hm.started > m.started {
+		if hm, err := ma.verify(a.Name, a.HeldAddr, a.HeldMeta, b.key); err == nil && hm.Started > m.Started {
 			earlier = true
 		}
 	}
 	if earlier {
 		err := fmt.Errorf("%w: %q at %s started %s, before the run this node holds", errEarlierRun, a.Name, a.Addr,
-			time.Unix(0, m.started).UTC().Format(time.RFC3339))
+			time.Unix(0, m.Started).UTC().Format(time.RFC3339))
 		ma.refuse(a, memberEarlierRun, err)
 		return err
 	}
@@ -147,7 +147,7 @@ func (ma *memberAuth) checkOwn(a gossip.Alive) error {
 		return nil
 	}
 	m, err := ma.verify(a.Name, a.Addr, a.Meta, ma.key.Public().(ed25519.PublicKey))
-	if err != nil || m.started >= ma.started {
+	if err != nil || m.Started >= ma.started {
 		return nil
 	}
 	ma.logOnce([3]string{a.Name, a.Addr.String(), "own"}, slog.LevelInfo,
@@ -157,7 +157,7 @@ func (ma *memberAuth) checkOwn(a gossip.Alive) error {
 }
 
 // verify is verifyMemberMeta, cached by (name, address, metadata, key).
-func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key []byte) (memberMeta, error) {
+func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key []byte) (Meta, error) {
 	k := verifiedKey{name: name, meta: string(meta), key: string(key), addr: addr}
 	ma.mu.Lock()
 	m, ok := ma.verified[k]
@@ -165,7 +165,7 @@ func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key 
 	if ok {
 		return m, nil
 	}
-	m, err := verifyMemberMeta(name, addr, meta, key)
+	m, err := VerifyMeta(name, addr, meta, key)
 	if err != nil {
 		return m, err
 	}
@@ -182,7 +182,7 @@ func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key 
 // membership: the key that signed it, whether it signs its metadata,
 // and its run's start. ok is false when no live record is held.
 func (ma *memberAuth) binding(name string) (binding, bool) {
-	rec, ok, err := ma.store.Get(statusKey(name))
+	rec, ok, err := ma.store.Get(StatusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return binding{}, false
 	}
@@ -238,7 +238,7 @@ func (ma *memberAuth) signedAddr(m gossip.Member, s NodeStatus) bool {
 	if err != nil {
 		return false
 	}
-	_, err = ma.verify(m.Name, netip.AddrPortFrom(ip.Unmap(), m.Port), m.Meta, s.signer)
+	_, err = ma.verify(m.Name, netip.AddrPortFrom(ip.Unmap(), m.Port), m.Meta, s.Signer)
 	return err == nil
 }
 

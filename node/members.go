@@ -217,7 +217,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		// local state while joining goes on: a node must keep the
 		// cluster's work running when every peer is gone.
 		grace := time.AfterFunc(m.bootGrace, func() {
-			if !m.isSynced() && !nameTaken.Load() && !forgotten.Load() {
+			if !m.IsSynced() && !nameTaken.Load() && !forgotten.Load() {
 				m.log.Warn("no peer answered since start; acting on this node's local state alone until one does", "after", m.bootGrace)
 				m.markSynced()
 			}
@@ -272,7 +272,7 @@ func (m *members) markSynced() {
 	m.syncOnce.Do(func() { close(m.synced) })
 }
 
-func (m *members) isSynced() bool {
+func (m *members) IsSynced() bool {
 	select {
 	case <-m.synced:
 		return true
@@ -308,7 +308,7 @@ func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
 		case <-ch:
 		case <-later.C:
 		case <-tick.C:
-			if m.isSynced() {
+			if m.IsSynced() {
 				m.markSeen()
 			}
 		case <-purge.C:

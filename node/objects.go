@@ -29,7 +29,7 @@ type objects struct {
 	serviceCIDR string
 	st          Store
 	clock       *hlc.Clock
-	views       *views
+	views       *Builder
 	publish     func(...crdt.Record) error
 	log         *slog.Logger
 }
@@ -65,7 +65,7 @@ func (o *objects) lookup(kind, namespace, name string) (crdt.Record, error) {
 // List returns the live objects of kind; Services show their allocated
 // ClusterIP and NodePorts.
 func (o *objects) List(kind string) ([]api.Object, error) {
-	recs, err := o.st.List(kindPrefix(kind))
+	recs, err := o.st.List(KindPrefix(kind))
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (o *objects) List(kind string) ([]api.Object, error) {
 		}
 	}
 	if kind == manifest.KindService {
-		decorateServices(o.views.view().alloc, out)
+		decorateServices(o.views.View().Alloc, out)
 	}
 	return out, nil
 }
@@ -89,7 +89,7 @@ func (o *objects) Get(kind, namespace, name string) (api.Object, error) {
 	}
 	items := []api.Object{apiObject(rec)}
 	if kind == manifest.KindService {
-		decorateServices(o.views.view().alloc, items)
+		decorateServices(o.views.View().Alloc, items)
 	}
 	return items[0], nil
 }
@@ -105,7 +105,7 @@ func (o *objects) Delete(kind, namespace, name string) (api.ApplyResult, error) 
 	if err := o.publish(tomb); err != nil {
 		return api.ApplyResult{}, fmt.Errorf("store: %w", err)
 	}
-	o.views.rebuild(time.Now()) // read your writes, as store
+	o.views.Rebuild(time.Now()) // read your writes, as store
 	if kind == manifest.KindDeployment {
 		if err := o.deleteRevisions(namespace, name); err != nil {
 			return api.ApplyResult{}, fmt.Errorf("delete revisions: %w", err)
@@ -210,7 +210,7 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 	}
 	// Read your writes: reads through this node after the answer see the
 	// change (the view loop would take up to its debounce).
-	o.views.rebuild(time.Now())
+	o.views.Rebuild(time.Now())
 	return results, nil
 }
 
@@ -254,5 +254,5 @@ func (o *objects) workloadClash(objs []manifest.Object) error {
 // the node that accepted the write, and the key its signature verified
 // with (checked on arrival; this node's own key for its own writes).
 func apiObject(rec crdt.Record) api.Object {
-	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: keyID(rec.Signer)}
+	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: KeyID(rec.Signer)}
 }

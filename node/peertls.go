@@ -70,14 +70,14 @@ func (t *trust) check(cert *x509.Certificate, name string) error {
 	// Revoked first: a forgotten node's name is no longer bound, and it
 	// is told it was forgotten, not that it is unknown.
 	if t.id.isRevoked(pub) {
-		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, keyID(pub), oneLine(name), oneLine(name))
+		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, KeyID(pub), oneLine(name), oneLine(name))
 	}
 	bound, ok := t.id.boundKey(name)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a node this one knows", errPeerCert, oneLine(name))
 	}
 	if !bytes.Equal(bound, pub) {
-		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, keyID(pub), oneLine(name), keyID(bound))
+		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, KeyID(pub), oneLine(name), KeyID(bound))
 	}
 	return nil
 }

@@ -11,11 +11,7 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -25,7 +21,7 @@ import (
 // running replicas and holds their results. It owns its lock.
 type prober struct {
 	rt      Runtime
-	views   *views
+	views   *Builder
 	store   Store
 	metrics *metrics
 	log     *slog.Logger
@@ -58,7 +54,7 @@ type seedKey struct {
 // refused across a restart under load). A record another key signed,
 // or none, seeds nothing.
 func readySeed(st Store, self string, key []byte) map[seedKey]bool {
-	rec, ok, err := st.Get(statusKey(self))
+	rec, ok, err := st.Get(StatusKey(self))
 	if err != nil || !ok || rec.Deleted || !bytes.Equal(rec.Signer, key) {
 		return nil
 	}
@@ -94,12 +90,12 @@ func (p *prober) initial(c reconcile.Container, ps probe.Probes) probe.Status {
 // from, so a new template's probes never judge (or restart) old copies.
 // An old copy whose revision is not stored has no probes: ready when
 // running.
-func (p *prober) specs(v *view, observed []reconcile.Container) map[string]probe.Probes {
-	out := v.probes
+func (p *prober) specs(v *View, observed []reconcile.Container) map[string]probe.Probes {
+	out := v.Probes
 	looked := map[string]bool{}
 	for _, c := range observed {
 		key := reconcile.WorkloadKey(c.Namespace, c.Workload)
-		cur, ok := v.hashes[key]
+		cur, ok := v.Hashes[key]
 		if !ok || cur == c.SpecHash || looked[key] {
 			continue
 		}
@@ -109,100 +105,15 @@ func (p *prober) specs(v *view, observed []reconcile.Container) map[string]probe
 			continue
 		}
 		if len(looked) == 1 {
-			out = maps.Clone(v.probes) // the snapshot's map is shared
+			out = maps.Clone(v.Probes) // the snapshot's map is shared
 		}
 		for _, r := range revs {
 			if r.SpecHash != cur && len(r.Template.Spec.Containers) > 0 {
-				addProbes(out, c.Namespace, c.Workload, r.SpecHash, &r.Template)
+				AddProbes(out, c.Namespace, c.Workload, r.SpecHash, &r.Template)
 			}
 		}
 	}
 	return out
-}
-
-// currentProbes returns each workload's current spec hash, by workload
-// key, and the probes of its current template (probesKey), computed once
-// per snapshot.
-func currentProbes(workloads []manifest.Object) (hashes map[string]string, probes map[string]probe.Probes) {
-	hashes, probes = map[string]string{}, map[string]probe.Probes{}
-	for _, o := range workloads {
-		if !o.IsWorkload() {
-			continue
-		}
-		hash := specHashOf(o)
-		hashes[reconcile.WorkloadKey(o.Namespace, o.Name)] = hash
-		addProbes(probes, o.Namespace, o.Name, hash, o.PodTemplate())
-	}
-	return hashes, probes
-}
-
-// addProbes adds the probes of template t (of workload namespace/name,
-// spec hash) to out, when it has any.
-func addProbes(out map[string]probe.Probes, namespace, name, hash string, t *corev1.PodTemplateSpec) {
-	c := t.Spec.Containers[0]
-	ps := probe.Probes{
-		Startup:   probeSpec(c, c.StartupProbe),
-		Liveness:  probeSpec(c, c.LivenessProbe),
-		Readiness: probeSpec(c, c.ReadinessProbe),
-	}
-	if ps != (probe.Probes{}) {
-		out[probesKey(namespace, name, hash)] = ps
-	}
-}
-
-func probesKey(namespace, workload, hash string) string {
-	return namespace + "/" + workload + "/" + hash
-}
-
-// probeSpec resolves one probe of container c (nil when not set, or when
-// its handler cannot run: manifest validation rejects those).
-func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
-	if pr == nil {
-		return nil
-	}
-	port := func(p intstr.IntOrString) int32 { return containerPort(c, p) }
-	s := probe.Spec{
-		InitialDelay:     time.Duration(pr.InitialDelaySeconds) * time.Second,
-		Period:           time.Duration(max(pr.PeriodSeconds, 1)) * time.Second,
-		Timeout:          time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second,
-		SuccessThreshold: int(pr.SuccessThreshold),
-		FailureThreshold: int(pr.FailureThreshold),
-	}
-	switch {
-	case pr.Exec != nil:
-		if len(pr.Exec.Command) == 0 {
-			return nil
-		}
-		s.Exec = pr.Exec.Command
-		return &s
-	case pr.HTTPGet != nil:
-		h := pr.HTTPGet
-		s.HTTP, s.HTTPS, s.HTTPPath = true, h.Scheme == corev1.URISchemeHTTPS, h.Path
-		for _, hdr := range h.HTTPHeaders {
-			s.HTTPHeaders = append(s.HTTPHeaders, probe.Header{Name: hdr.Name, Value: hdr.Value})
-		}
-		s.Port = port(h.Port)
-	case pr.TCPSocket != nil:
-		s.Port = port(pr.TCPSocket.Port)
-	}
-	if s.Port <= 0 {
-		return nil
-	}
-	return &s
-}
-
-// containerPort resolves a port number or name of c's ports (0: no such
-// name).
-func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
-	if p.Type != intstr.String {
-		return p.IntVal
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return cp.ContainerPort
-		}
-	}
-	return 0
 }
 
 // probeKey identifies one run of a container: a restart starts afresh.
@@ -223,7 +134,7 @@ func (p *prober) probeStatus(c reconcile.Container, ps probe.Probes) probe.Statu
 // why: without probes, yes; otherwise once its startup probe (if any)
 // and its readiness probe (if any) passed, and while no probe failed it.
 func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
-	ps, ok := specs[probesKey(c.Namespace, c.Workload, c.SpecHash)]
+	ps, ok := specs[ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
 	if !ok {
 		return true, ""
 	}
@@ -284,13 +195,13 @@ func (p *prober) loop(ctx context.Context) {
 			continue
 		case <-tick.C:
 		}
-		v := p.views.view()
+		v := p.views.View()
 		observed := p.observed()
 		specs := p.specs(v, observed)
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {
-			ps, ok := specs[probesKey(c.Namespace, c.Workload, c.SpecHash)]
+			ps, ok := specs[ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
 			if !ok || c.State != reconcile.StateRunning || c.PodIP == "" {
 				continue
 			}

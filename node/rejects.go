@@ -154,7 +154,7 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 	}
 	near := x.claimsNear(s)
 	for _, h := range near {
-		if h.Name == s.Name && sameClaim(h, s) {
+		if h.Name == s.Name && SameClaim(h, s) {
 			return nil // the claim this node already holds: nothing new
 		}
 	}
@@ -178,14 +178,14 @@ func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) 
 	// As ipam.Lost(other, mine) for each other claim, with subnets parsed
 	// once (this runs for each new claim received, over every node's).
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
-	mineP, mineOK := s.prefix()
+	mineP, mineOK := s.Prefix()
 	for _, h := range held {
 		name := h.Name
 		if name == s.Name || h.PodSubnet == "" || !h.SubnetReady {
 			continue
 		}
 		other := ipam.Claim{Node: name, Subnet: h.PodSubnet, Since: h.SubnetSince}
-		otherP, otherOK := h.prefix()
+		otherP, otherOK := h.Prefix()
 		overlaps := mineOK && otherOK && mineP.Overlaps(otherP) || (!mineOK || !otherOK) && h.PodSubnet == s.PodSubnet
 		if overlaps && mine.Beats(other) && reserved(name) {
 			rj := reject(rejectSubnetTaken, "node %q claims %s (time %s), which would take it from node %q (claimed at %s, settled, still reserved); a node may claim only a subnet no other node holds",
@@ -205,7 +205,7 @@ func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) 
 func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 	kind, rest, _ := strings.Cut(r.Key, "/")
 	switch {
-	case kind == statusKind && r.Deleted:
+	case kind == StatusKind && r.Deleted:
 		name := strings.TrimPrefix(rest, "cluster/")
 		key, ok := x.bound(name)
 		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {

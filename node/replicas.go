@@ -24,7 +24,7 @@ type replicas struct {
 	drainDelay     time.Duration
 
 	rt      Runtime
-	views   *views
+	views   *Builder
 	acts    *actions
 	probes  *prober
 	fence   *fence
@@ -58,7 +58,7 @@ type replicas struct {
 // observation with today's readiness, so an endpoint that fails its probe
 // leaves every node's Service rules. It logs one warning per outage, and
 // retries every second.
-func (r *replicas) runtimeDown(v *view, err error) time.Duration {
+func (r *replicas) runtimeDown(v *View, err error) time.Duration {
 	r.mu.Lock()
 	first := !r.down
 	r.down = true
@@ -136,7 +136,7 @@ func (r *replicas) loop(ctx context.Context) {
 		// it again after --rejoin-settle). An agent restarted with its
 		// containers running does not wait: its peers took nothing
 		// over, and its StatefulSet fence lease runs.
-		waitForState(ctx, r.views.changed, r.members.settle/2)
+		waitForState(ctx, r.views.Changed, r.members.settle/2)
 	}
 	// The first pass acts on a view built after the sync: one built
 	// before it (at start, before the join's push/pull) holds this node
@@ -145,10 +145,10 @@ func (r *replicas) loop(ctx context.Context) {
 	// record publishRunning just wrote, not the previous run's (which
 	// lists replicas that died with it: placement.Keep would keep them
 	// here). A rebuild reads only the records that changed.
-	r.views.rebuild(time.Now())
+	r.views.Rebuild(time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	changed := r.views.changed()
+	changed := r.views.Changed()
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,7 +159,7 @@ func (r *replicas) loop(ctx context.Context) {
 		}
 		// Taken before the pass reads the view: a snapshot stored while
 		// the pass runs wakes the next one.
-		changed = r.views.changed()
+		changed = r.views.Changed()
 		requeue := r.reconcile(ctx)
 		wait := r.resync
 		if requeue > 0 && requeue < wait {
@@ -182,11 +182,11 @@ func (r *replicas) loop(ctx context.Context) {
 func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	start := time.Now()
 	defer func() { r.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
-	v := r.views.view()
-	if !v.synced {
+	v := r.views.View()
+	if !v.Synced {
 		// Built before the sync (the loop's rebuild after it failed on a
 		// store error): build again, and come back soon.
-		r.views.rebuild(time.Now())
+		r.views.Rebuild(time.Now())
 		return time.Second
 	}
 	listed := r.acts.listEpoch()
@@ -314,8 +314,8 @@ func drainDelay(act reconcile.Action, delay time.Duration) time.Duration {
 // record (readySeed) instead of publishing them unready (issue 39: a
 // restarted agent programmed a Service as empty and refused requests).
 func (r *replicas) stopStateful() {
-	v := r.views.view()
-	stateful := v.statefulWorkloads()
+	v := r.views.View()
+	stateful := v.StatefulWorkloads()
 	isStateful := func(namespace, workload string) bool { return stateful[reconcile.WorkloadKey(namespace, workload)] }
 	r.stopWhere(func(c reconcile.Container) bool { return isStateful(c.Namespace, c.Workload) },
 		"agent stopping: a StatefulSet replica must not outlive its fencing", "stopped StatefulSet replica before leaving")

@@ -59,7 +59,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 			nd.conf = func(cfg *Config) {
 				cfg.store = refusing{Store: cfg.store, refuse: func(key string) bool {
 					from := refuseFrom.Load()
-					return from >= 0 && from != int64(i) && key == statusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
+					return from >= 0 && from != int64(i) && key == StatusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
 				}}
 			}
 			var join []string

@@ -57,7 +57,7 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // container observed here, so only their workloads are read: a pass
 // costs O(replicas of the cluster) map lookups, without building a copy
 // of every workload on every node.
-func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconcile.Rollout {
+func (r *replicas) rolloutInput(v *View, observed []reconcile.Container) reconcile.Rollout {
 	specs := r.probes.specs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
@@ -68,12 +68,12 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
 	}
-	own := v.ownedBy(r.self).workloads
+	own := v.OwnedBy(r.self).Workloads
 	// Wanted workloads by namespace and name: no key is built for the
 	// replicas of the others.
 	type ref struct{ namespace, name string }
 	wanted := map[ref]string{}
-	for _, o := range v.workloads {
+	for _, o := range v.Workloads {
 		key := reconcile.WorkloadKey(o.Namespace, o.Name)
 		if o.IsWorkload() && own[key] {
 			wanted[ref{o.Namespace, o.Name}] = key
@@ -82,7 +82,7 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 	for _, c := range observed {
 		wanted[ref{c.Namespace, c.Workload}] = reconcile.WorkloadKey(c.Namespace, c.Workload)
 	}
-	for _, o := range v.workloads {
+	for _, o := range v.Workloads {
 		if key, ok := wanted[ref{o.Namespace, o.Name}]; ok && o.IsWorkload() {
 			in.Strategies[key] = strategyOf(o)
 		}
@@ -91,14 +91,14 @@ func (r *replicas) rolloutInput(v *view, observed []reconcile.Container) reconci
 		key := wanted[ref{c.Namespace, c.Workload}]
 		in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: r.self, Ordinal: c.Ordinal, SpecHash: c.SpecHash, Ready: ready[c.ID]})
 	}
-	for name, s := range v.statuses {
-		if name == r.self || !v.alive[name] {
+	for name, s := range v.Statuses {
+		if name == r.self || !v.Alive[name] {
 			continue
 		}
 		// A record an earlier run of the node wrote (staleRecords) lists
 		// copies of unknown state: they count as copies (Recreate waits
 		// for an old one), never as ready ones (the budget).
-		current := !v.stale[name]
+		current := !v.Stale[name]
 		for _, rep := range s.Replicas {
 			key, ok := wanted[ref{rep.Namespace, rep.Workload}]
 			if !ok || rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
@@ -127,18 +127,18 @@ func (r *replicas) localReady(c reconcile.Container, specs map[string]probe.Prob
 // decision is reconcile.Decide's input for this node at now, from the
 // snapshot v, its containers and the handoffs of the last pass. Reading
 // the quorum for it records and logs the quorum's changes (quorum.note).
-func (r *replicas) decision(v *view, observed []reconcile.Container, now time.Time) reconcile.Decision {
+func (r *replicas) decision(v *View, observed []reconcile.Container, now time.Time) reconcile.Decision {
 	f, seen, known := r.fence.fencing(v, observed, now)
 	r.fence.note(f, seen, known)
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
-			Self: r.self, All: v.candidates(r.self, observed), Owner: v.owner.of, Observed: observed,
-			ReadyElsewhere: readyAtOwner(r.self, v.current, v.statuses, v.owner.of, observed),
+			Self: r.self, All: v.Candidates(r.self, observed), Owner: v.Owner.Of, Observed: observed,
+			ReadyElsewhere: ReadyAtOwner(r.self, v.Current, v.Statuses, v.Owner.Of, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
 		Rollout:       r.rolloutInput(v, observed),
 		Fencing:       f,
-		Stateful:      v.statefulWorkloads(),
+		Stateful:      v.StatefulWorkloads(),
 		StatefulGrace: r.fence.statefulGrace(),
 	}
 }

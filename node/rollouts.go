@@ -114,7 +114,7 @@ func (o *objects) RolloutStatus(namespace, name string) (api.RolloutStatus, erro
 	if err != nil {
 		return api.RolloutStatus{}, err
 	}
-	return rolloutStatus(obj.Deployment, revs, o.views.view().liveReplicas()), nil
+	return rolloutStatus(obj.Deployment, revs, o.views.View().LiveReplicas()), nil
 }
 
 // rolloutStatus is the status answer for d from its revisions and the

@@ -270,59 +270,59 @@ spec:
 	hash := manifest.SpecHash(d)
 	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: api.PhaseRunning, Ready: true}
 	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: api.PhaseRunning, Ready: true}
-	v := &view{
-		alive:    map[string]bool{"a": true},
-		statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
+	v := &View{
+		Alive:    map[string]bool{"a": true},
+		Statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
 	}
-	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, v.liveReplicas())
+	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, v.LiveReplicas())
 	if !st.Done || st.Old != 0 || st.Revision != 5 || st.ProgressDeadlineSeconds != 30 {
 		t.Fatalf("status = %+v: a dead node's old copy must not hold the rollout back", st)
 	}
-	v.alive["dead"] = true
-	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Old != 1 || st.Revision != 0 {
+	v.Alive["dead"] = true
+	if st := rolloutStatus(d, nil, v.LiveReplicas()); st.Done || st.Old != 1 || st.Revision != 0 {
 		t.Fatalf("status with the node alive = %+v", st)
 	}
 	// A record an earlier run of its node wrote (back from a crash, its
 	// new record not yet here) lists copies of unknown state: rollout
 	// status, as the rollout gate, does not count them ready, and get
 	// replicas shows them Unknown.
-	v.alive["dead"] = false
-	v.stale = map[string]bool{"a": true}
-	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Done || st.Ready != 0 || st.Updated != 1 {
+	v.Alive["dead"] = false
+	v.Stale = map[string]bool{"a": true}
+	if st := rolloutStatus(d, nil, v.LiveReplicas()); st.Done || st.Ready != 0 || st.Updated != 1 {
 		t.Fatalf("status with a's record stale = %+v, want 1 updated, none ready", st)
 	}
-	if r := v.reported("a")[0]; r.Phase != api.PhaseUnknown || r.Ready || r.Reason != staleReason {
+	if r := v.Reported("a")[0]; r.Phase != api.PhaseUnknown || r.Ready || r.Reason != StaleReason {
 		t.Fatalf("a stale record's copy reads %s, ready %v, reason %q", r.Phase, r.Ready, r.Reason)
 	}
-	if v.statuses["a"].Replicas[0].Phase != api.PhaseRunning {
+	if v.Statuses["a"].Replicas[0].Phase != api.PhaseRunning {
 		t.Fatal("reported changed the record it read")
 	}
 	// get nodes counts none of them on a (it counted 1 before).
-	if n := v.holding("a"); n != 0 {
+	if n := v.Holding("a"); n != 0 {
 		t.Fatalf("get nodes counts %d replicas on a stale record, want 0", n)
 	}
-	v.stale = nil
-	if n := v.holding("a"); n != 1 {
+	v.Stale = nil
+	if n := v.Holding("a"); n != 1 {
 		t.Fatalf("get nodes counts %d replicas on a current record, want 1", n)
 	}
-	v.stale = map[string]bool{"a": true}
+	v.Stale = map[string]bool{"a": true}
 	// A stale record's copy that is going, or has no container, keeps
 	// its phase (rollout status does not count a Terminating copy).
 	going := cur
 	going.Phase = api.PhaseTerminating
-	v.statuses["a"] = NodeStatus{Name: "a", Replicas: []api.Replica{going}}
-	if st := rolloutStatus(d, nil, v.liveReplicas()); st.Updated != 0 || st.Ready != 0 {
+	v.Statuses["a"] = NodeStatus{Name: "a", Replicas: []api.Replica{going}}
+	if st := rolloutStatus(d, nil, v.LiveReplicas()); st.Updated != 0 || st.Ready != 0 {
 		t.Fatalf("status with a stale record's Terminating copy = %+v, want it not counted", st)
 	}
 	// This node's own record from before it restarted (it has not
 	// published in this run) reads as stale as well.
 	started := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	own := NodeStatus{Name: "me", Started: started.Add(-time.Minute), Replicas: []api.Replica{cur}}
-	if !earlierRun(own, started) || earlierRun(NodeStatus{Started: started.Truncate(time.Second)}, started.Add(time.Millisecond)) {
+	if !EarlierRun(own, started) || EarlierRun(NodeStatus{Started: started.Truncate(time.Second)}, started.Add(time.Millisecond)) {
 		t.Fatal("earlierRun does not tell this run's record from an earlier one's")
 	}
-	mine := &view{alive: map[string]bool{"me": true}, statuses: map[string]NodeStatus{"me": own}, oldSelf: "me"}
-	if st := rolloutStatus(d, nil, mine.liveReplicas()); st.Done || st.Ready != 0 {
+	mine := &View{Alive: map[string]bool{"me": true}, Statuses: map[string]NodeStatus{"me": own}, OldSelf: "me"}
+	if st := rolloutStatus(d, nil, mine.LiveReplicas()); st.Done || st.Ready != 0 {
 		t.Fatalf("status from this node's record of its earlier run = %+v, want nothing ready", st)
 	}
 }

@@ -21,7 +21,7 @@ type routeApplier func([]route.Route) (route.Change, error)
 // the view.
 type routes struct {
 	self        string
-	views       *views
+	views       *Builder
 	subnets     *subnets
 	auth        *memberAuth // nil: membership's address is taken as is (tests)
 	clusterCIDR netip.Prefix
@@ -39,11 +39,11 @@ type routes struct {
 // with the key of its status record (memberAuth.signedAddr; an impostor
 // that got into some node's membership under the name routes nothing).
 func (rt *routes) desired() []route.Route {
-	v := rt.views.view()
-	statuses := v.statuses
-	winners := v.winners
+	v := rt.views.View()
+	statuses := v.Statuses
+	winners := v.Winners
 	var peers []route.Peer
-	for _, m := range v.members {
+	for _, m := range v.Members {
 		if m.Name == rt.self || !m.State.Up() {
 			continue
 		}
@@ -84,11 +84,11 @@ func (rt *routes) loop(ctx context.Context) {
 		case <-ch:
 		}
 	}
-	rt.views.rebuild(time.Now())
+	rt.views.Rebuild(time.Now())
 	tick := time.NewTicker(routeResync)
 	defer tick.Stop()
 	for {
-		changed := rt.views.changed()
+		changed := rt.views.Changed()
 		ch, err := rt.apply(rt.desired())
 		if err != nil {
 			rt.log.Warn("sync routes", "err", err)
@@ -103,4 +103,11 @@ func (rt *routes) loop(ctx context.Context) {
 		case <-changed:
 		}
 	}
+}
+
+// closed is a closed channel: "ready now".
+func closed() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

@@ -20,11 +20,11 @@ func TestAnswerSettle(t *testing.T) {
 	if got := ms(m.answerSettle("n3", t0)); got != 0 {
 		t.Fatalf("never down: %v, want 0", got)
 	}
-	m.aliveAfter(t0, []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateDead}}, nil)
+	m.AliveAfter(t0, []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateDead}}, nil)
 	if got := ms(m.answerSettle("n3", t0.Add(time.Second))); got != 10*time.Second {
 		t.Fatalf("held down: %v, want 10s", got)
 	}
-	m.aliveAfter(t0.Add(2*time.Second), []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}, nil)
+	m.AliveAfter(t0.Add(2*time.Second), []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}, nil)
 	if got := ms(m.answerSettle("n3", t0.Add(6*time.Second))); got != 6*time.Second {
 		t.Fatalf("back 4 s ago: %v, want 6s", got)
 	}
@@ -41,16 +41,16 @@ func TestSelfSettleLeavesThisNodeOut(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
 	m.selfUntil = t0.Add(10 * time.Second)
-	snap, _ := m.aliveAfter(t0, list, nil)
-	if snap.set["n3"] || !snap.set["n1"] {
-		t.Fatalf("settling: %v, want n1 only", snap.set)
+	snap, _ := m.AliveAfter(t0, list, nil)
+	if snap.Set["n3"] || !snap.Set["n1"] {
+		t.Fatalf("settling: %v, want n1 only", snap.Set)
 	}
-	again, same := m.aliveAfter(t0.Add(5*time.Second), list, &snap)
-	if !same || again.set["n3"] {
-		t.Fatalf("still settling: %v (same %v), want n1 only", again.set, same)
+	again, same := m.AliveAfter(t0.Add(5*time.Second), list, &snap)
+	if !same || again.Set["n3"] {
+		t.Fatalf("still settling: %v (same %v), want n1 only", again.Set, same)
 	}
-	later, same := m.aliveAfter(t0.Add(10*time.Second), list, &again)
-	if same || !later.set["n3"] || !later.set["n1"] {
-		t.Fatalf("settled: %v (same %v), want n1 and n3, changed", later.set, same)
+	later, same := m.AliveAfter(t0.Add(10*time.Second), list, &again)
+	if same || !later.Set["n3"] || !later.Set["n1"] {
+		t.Fatalf("settled: %v (same %v), want n1 and n3, changed", later.Set, same)
 	}
 }

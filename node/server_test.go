@@ -46,35 +46,35 @@ func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
 	owner := map[string]string{r.ID: "c"}
 	observed := []reconcile.Container{{ID: r.ID, Name: r.Name, Namespace: "default", State: reconcile.StateRunning}}
 	// a and b both run an old copy: neither may count it as the new one.
-	if got := readyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
 		t.Fatal("b's old copy counted as the new owner's")
 	}
 	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
-	if got := readyAtOwner("a", counts, statuses, ownerOf(owner), observed); !got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); !got[r.ID] {
 		t.Fatal("the new owner's ready copy was not counted")
 	}
 	// A container without its name label (only its ID) is matched by ID.
 	unlabelled := []reconcile.Container{{ID: r.ID, State: reconcile.StateRunning}}
-	if got := readyAtOwner("a", counts, statuses, ownerOf(owner), unlabelled); !got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), unlabelled); !got[r.ID] {
 		t.Fatal("the new owner's ready copy was not counted for a container without labels")
 	}
 	// A dead owner, this node as the owner, or no owner: nothing counts.
 	alive["c"] = false
-	if got := readyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
 		t.Fatal("a dead owner's copy counted")
 	}
 	alive["c"] = true
 	// The owner back from a crash, held with the record its earlier run
 	// wrote: the copy it lists may have died with it.
 	stale["c"] = true
-	if got := readyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
 		t.Fatal("a copy in a record of the owner's earlier run counted")
 	}
 	stale["c"] = false
-	if got := readyAtOwner("c", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+	if got := ReadyAtOwner("c", counts, statuses, ownerOf(owner), observed); got[r.ID] {
 		t.Fatal("this node's own copy counted as another owner's")
 	}
-	if got := readyAtOwner("a", counts, statuses, ownerOf(map[string]string{}), observed); got[r.ID] {
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(map[string]string{}), observed); got[r.ID] {
 		t.Fatal("a copy counted for a replica without an owner")
 	}
 }

@@ -11,14 +11,14 @@ import (
 // The view's ports by Service (portShards) and the changed Services
 // handed from the view builder to the services loop (serviceChanges).
 
-// allPorts returns every port of v's Services, sorted by Service key.
-func (v *view) allPorts() []service.Port {
+// AllPorts returns every port of v's Services, sorted by Service key.
+func (v *View) AllPorts() []service.Port {
 	var keys []string
-	v.svcPorts.each(func(key string, _ []service.Port) { keys = append(keys, key) })
+	v.SvcPorts.each(func(key string, _ []service.Port) { keys = append(keys, key) })
 	slices.Sort(keys)
 	var out []service.Port
 	for _, key := range keys {
-		out = append(out, v.svcPorts.get(key)...)
+		out = append(out, v.SvcPorts.Get(key)...)
 	}
 	return out
 }
@@ -50,9 +50,9 @@ func newPortShards(ports map[string][]service.Port) *portShards {
 	return &s
 }
 
-// get returns the ports of Service key (none: no such Service, or no
+// Get returns the ports of Service key (none: no such Service, or no
 // allocated ClusterIP).
-func (s *portShards) get(key string) []service.Port {
+func (s *portShards) Get(key string) []service.Port {
 	if s == nil {
 		return nil
 	}
@@ -71,8 +71,8 @@ func (s *portShards) each(f func(key string, ports []service.Port)) {
 	}
 }
 
-// len returns the number of Services with ports.
-func (s *portShards) len() int {
+// Len returns the number of Services with ports.
+func (s *portShards) Len() int {
 	n := 0
 	if s != nil {
 		for _, m := range s {
@@ -142,9 +142,9 @@ func (c *serviceChanges) noteAll() {
 	c.mu.Unlock()
 }
 
-// take returns and forgets the keys noted (all: every Service may have
+// Take returns and forgets the keys noted (all: every Service may have
 // changed).
-func (c *serviceChanges) take() (keys []string, all bool) {
+func (c *serviceChanges) Take() (keys []string, all bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keys, all = slices.Collect(maps.Keys(c.keys)), c.all

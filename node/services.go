@@ -22,23 +22,6 @@ import (
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
-// serviceSpecs is the allocation input of Services: requested ClusterIPs
-// (parsed; an unparsable one counts as none) and NodePorts.
-func serviceSpecs(svcs []manifest.Object) []service.Spec {
-	var specs []service.Spec
-	for _, o := range svcs {
-		s := o.Service
-		ip, _ := netip.ParseAddr(s.Spec.ClusterIP)
-		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: ip,
-			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort}
-		for _, p := range s.Spec.Ports {
-			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
-		}
-		specs = append(specs, spec)
-	}
-	return specs
-}
-
 // ruleSyncer applies Service rules: service.Syncer, or the dry run's
 // printer. Sync is given every port, SyncServices the ports of the
 // Services that changed (and every port, on demand, for a full sync);
@@ -51,7 +34,7 @@ type ruleSyncer interface {
 // services keeps this node's Service rules following the view. It owns
 // its state.
 type services struct {
-	views       *views
+	views       *Builder
 	clusterCIDR netip.Prefix
 	rules       ruleSyncer
 	// ready is closed when rules may be applied (the pod network is up);
@@ -86,11 +69,11 @@ func (sv *services) loop(ctx context.Context) {
 	// kernel kept): from a view built now, after the join's sync, not
 	// one built before it, which held this node alone as live and so
 	// its peers' endpoints as gone (the Service empty: refused).
-	sv.views.rebuild(time.Now())
+	sv.views.Rebuild(time.Now())
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		changed := sv.views.changed()
+		changed := sv.views.Changed()
 		sv.sync(ctx)
 		select {
 		case <-ctx.Done():
@@ -117,23 +100,23 @@ func (sv *services) sync(ctx context.Context) {
 	// the view loaded is theirs or a newer one, whose ports for
 	// them are as right; keys stored after the take come with the
 	// next pass, which the closed channel brings.
-	keys, all := sv.views.svcChanges.take()
-	v := sv.views.view()
+	keys, all := sv.views.svcChanges.Take()
+	v := sv.views.View()
 	cfg := service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
 	start := time.Now()
 	var wrote bool
 	var err error
 	if all {
-		wrote, err = sv.rules.Sync(ctx, v.allPorts(), cfg)
+		wrote, err = sv.rules.Sync(ctx, v.AllPorts(), cfg)
 	} else {
 		svcs := make(map[string][]service.Port, len(keys))
 		for _, k := range keys {
-			svcs[k] = v.svcPorts.get(k)
+			svcs[k] = v.SvcPorts.Get(k)
 		}
-		wrote, err = sv.rules.SyncServices(ctx, svcs, v.allPorts, cfg)
+		wrote, err = sv.rules.SyncServices(ctx, svcs, v.AllPorts, cfg)
 	}
 	if wrote {
-		sv.log.Info("service rules synced", "services", v.svcPorts.len(), "changed", len(keys), "took", time.Since(start).Round(time.Millisecond))
+		sv.log.Info("service rules synced", "services", v.SvcPorts.Len(), "changed", len(keys), "took", time.Since(start).Round(time.Millisecond))
 	}
 	if err != nil {
 		sv.log.Warn("sync service rules", "err", err)
@@ -247,13 +230,13 @@ func serviceLinks(svcs []manifest.Object, alloc service.Allocation, ns string) [
 
 // withServiceLinks fills in the Service variables (serviceLinks) of the
 // replicas acts create, from the snapshot's Services.
-func withServiceLinks(v *view, acts []reconcile.Action) {
+func withServiceLinks(v *View, acts []reconcile.Action) {
 	for i := range acts {
 		act := &acts[i]
 		if act.Replica.ID == "" || act.Replica.Spec.NoServiceLinks || (act.Type != reconcile.Create && act.Type != reconcile.Replace) {
 			continue
 		}
-		act.Replica.ServiceEnv = serviceLinks(v.services, v.alloc, act.Replica.Namespace)
+		act.Replica.ServiceEnv = serviceLinks(v.Services, v.Alloc, act.Replica.Namespace)
 	}
 }
 

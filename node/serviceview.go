@@ -30,12 +30,12 @@ import (
 // O(Services x workloads of their namespace).
 type serviceIndex struct {
 	byKey     map[string]manifest.Object
-	matches   map[string][]manifest.Object
+	Matches   map[string][]manifest.Object
 	selectors map[string][]string
 }
 
-func newServiceIndex(svcs, workloads []manifest.Object) serviceIndex {
-	idx := serviceIndex{byKey: map[string]manifest.Object{}, matches: map[string][]manifest.Object{}, selectors: map[string][]string{}}
+func NewServiceIndex(svcs, workloads []manifest.Object) serviceIndex {
+	idx := serviceIndex{byKey: map[string]manifest.Object{}, Matches: map[string][]manifest.Object{}, selectors: map[string][]string{}}
 	byNS := map[string][]manifest.Object{}
 	for _, d := range workloads {
 		byNS[d.Namespace] = append(byNS[d.Namespace], d)
@@ -49,7 +49,7 @@ func newServiceIndex(svcs, workloads []manifest.Object) serviceIndex {
 		sel := labels.SelectorFromSet(o.Service.Spec.Selector)
 		for _, d := range byNS[o.Namespace] {
 			if sel.Matches(labels.Set(d.PodTemplate().Labels)) {
-				idx.matches[key] = append(idx.matches[key], d)
+				idx.Matches[key] = append(idx.Matches[key], d)
 				w := reconcile.WorkloadKey(d.Namespace, d.Name)
 				idx.selectors[w] = append(idx.selectors[w], key)
 			}
@@ -58,11 +58,11 @@ func newServiceIndex(svcs, workloads []manifest.Object) serviceIndex {
 	return idx
 }
 
-// servicePortsOf is the dataplane input of Service o: each of its ports
+// ServicePortsOf is the dataplane input of Service o: each of its ports
 // if it has an allocated ClusterIP, with as endpoints the ready addresses
 // of the workloads its selector matches (matches), at the resolved
 // target port.
-func servicePortsOf(o manifest.Object, alloc service.Allocation, matches []manifest.Object, ready map[string][]netip.Addr) []service.Port {
+func ServicePortsOf(o manifest.Object, alloc service.Allocation, matches []manifest.Object, ready map[string][]netip.Addr) []service.Port {
 	key := o.Namespace + "/" + o.Name
 	ip, ok := alloc.ClusterIPs[key]
 	if !ok {
@@ -105,7 +105,7 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 	return 0, false
 }
 
-// servicesInto sets v's ports by Service from prev's and the builder's
+// ServicesInto sets v's ports by Service from prev's and the builder's
 // endpoint index (which it brings up to v's statuses): after a change of
 // the desired objects every Service's ports are computed again;
 // otherwise only those of the Services that select a workload whose
@@ -115,39 +115,39 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 // Services whose ports differ from prev's are kept in v (svcChanged,
 // svcAll), noted for the services loop when v is stored (views.set).
 // Called with build held, for each view derived.
-func (vs *views) servicesInto(v, prev *view) {
-	changedW := vs.endpoints.update(v)
-	if prev == nil || prev.svcPorts == nil || prev.objGen != v.objGen {
+func (vs *Builder) ServicesInto(v, prev *View) {
+	changedW := vs.endpoints.Update(v)
+	if prev == nil || prev.SvcPorts == nil || prev.ObjGen != v.ObjGen {
 		ports := map[string][]service.Port{}
-		for _, o := range v.services {
+		for _, o := range v.Services {
 			key := o.Namespace + "/" + o.Name
-			if ps := servicePortsOf(o, v.alloc, v.svcIndex.matches[key], vs.endpoints.ready); len(ps) > 0 {
+			if ps := ServicePortsOf(o, v.Alloc, v.SvcIndex.Matches[key], vs.endpoints.Ready); len(ps) > 0 {
 				ports[key] = ps
 			}
 		}
-		v.svcPorts = newPortShards(ports)
-		if prev == nil || prev.svcPorts == nil {
+		v.SvcPorts = newPortShards(ports)
+		if prev == nil || prev.SvcPorts == nil {
 			v.svcAll = true
 			return
 		}
 		var changed []string
 		for key, ps := range ports {
-			if !samePorts(ps, prev.svcPorts.get(key)) {
+			if !SamePorts(ps, prev.SvcPorts.Get(key)) {
 				changed = append(changed, key)
 			}
 		}
-		prev.svcPorts.each(func(key string, _ []service.Port) {
+		prev.SvcPorts.each(func(key string, _ []service.Port) {
 			if _, ok := ports[key]; !ok {
 				changed = append(changed, key)
 			}
 		})
-		v.svcChanged = changed
+		v.SvcChanged = changed
 		return
 	}
-	v.svcPorts = prev.svcPorts
+	v.SvcPorts = prev.SvcPorts
 	var affected []string
 	for _, w := range changedW {
-		affected = append(affected, v.svcIndex.selectors[w]...)
+		affected = append(affected, v.SvcIndex.selectors[w]...)
 	}
 	if len(affected) == 0 {
 		return
@@ -155,21 +155,21 @@ func (vs *views) servicesInto(v, prev *view) {
 	slices.Sort(affected)
 	next := map[string][]service.Port{}
 	for _, key := range slices.Compact(affected) {
-		ps := servicePortsOf(v.svcIndex.byKey[key], v.alloc, v.svcIndex.matches[key], vs.endpoints.ready)
-		if !samePorts(ps, prev.svcPorts.get(key)) {
+		ps := ServicePortsOf(v.SvcIndex.byKey[key], v.Alloc, v.SvcIndex.Matches[key], vs.endpoints.Ready)
+		if !SamePorts(ps, prev.SvcPorts.Get(key)) {
 			next[key] = ps
 		}
 	}
-	v.svcPorts = prev.svcPorts.with(next)
-	v.svcChanged = slices.Collect(maps.Keys(next))
+	v.SvcPorts = prev.SvcPorts.with(next)
+	v.SvcChanged = slices.Collect(maps.Keys(next))
 }
 
-// endpointIndex is the view builder's index of ready endpoints, kept up
+// EndpointIndex is the view builder's index of ready endpoints, kept up
 // to date with the views it derives (update): what each node contributes
 // and, by workload, the sorted addresses of every node's contribution.
-type endpointIndex struct {
+type EndpointIndex struct {
 	nodes map[string]nodeEndpoints
-	ready map[string][]netip.Addr
+	Ready map[string][]netip.Addr
 }
 
 // nodeEndpoints is one node's contribution and what it was computed
@@ -191,41 +191,41 @@ type nodeEndpoints struct {
 // address. A node's are a sorted slice, not a map by workload: a map
 // per node came to 1 KB each, 1 MB a view at 1,000 nodes.
 type workloadAddr struct {
-	workload string
-	ip       netip.Addr
+	Workload string
+	Ip       netip.Addr
 }
 
 func (a workloadAddr) compare(b workloadAddr) int {
-	return cmp.Or(strings.Compare(a.workload, b.workload), a.ip.Compare(b.ip))
+	return cmp.Or(strings.Compare(a.Workload, b.Workload), a.Ip.Compare(b.Ip))
 }
 
-// update brings the index to v's statuses and standing and returns the
+// Update brings the index to v's statuses and standing and returns the
 // workloads whose ready endpoints changed. Each node is looked at once;
 // only those whose record or standing changed are read, and a changed
 // workload's list is rebuilt from what they withdrew and added.
-func (e *endpointIndex) update(v *view) (changed []string) {
+func (e *EndpointIndex) Update(v *View) (changed []string) {
 	if e.nodes == nil {
-		e.nodes, e.ready = map[string]nodeEndpoints{}, map[string][]netip.Addr{}
+		e.nodes, e.Ready = map[string]nodeEndpoints{}, map[string][]netip.Addr{}
 	}
 	gone, added := map[string][]netip.Addr{}, map[string][]netip.Addr{}
 	diff := func(old, now []workloadAddr) {
 		for i, j := 0, 0; i < len(old) || j < len(now); {
 			switch {
 			case j == len(now) || i < len(old) && old[i].compare(now[j]) < 0:
-				gone[old[i].workload] = append(gone[old[i].workload], old[i].ip)
+				gone[old[i].Workload] = append(gone[old[i].Workload], old[i].Ip)
 				i++
 			case i == len(old) || old[i].compare(now[j]) > 0:
-				added[now[j].workload] = append(added[now[j].workload], now[j].ip)
+				added[now[j].Workload] = append(added[now[j].Workload], now[j].Ip)
 				j++
 			default:
 				i, j = i+1, j+1
 			}
 		}
 	}
-	for name, s := range v.statuses {
-		eligible := v.alive[name] && v.winners[name] && s.SubnetReady
+	for name, s := range v.Statuses {
+		eligible := v.Alive[name] && v.Winners[name] && s.SubnetReady
 		old, ok := e.nodes[name]
-		stale := v.stale[name]
+		stale := v.Stale[name]
 		if stale && !(ok && old.eligible) {
 			// A record an earlier run of the node wrote adds no endpoint:
 			// back from a crash, its pods died with it. What an agent
@@ -238,7 +238,7 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 		}
 		now := nodeEndpoints{eligible: eligible, subnet: s.PodSubnet, replicas: unsafe.SliceData(s.Replicas), n: len(s.Replicas)}
 		if eligible {
-			now.eps = nodeReady(s)
+			now.eps = NodeReady(s)
 			if stale {
 				// A later record of the earlier run (written before
 				// that run ended, arrived after) withdraws, never adds.
@@ -249,7 +249,7 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 		e.nodes[name] = now
 	}
 	for name, old := range e.nodes {
-		if _, ok := v.statuses[name]; !ok {
+		if _, ok := v.Statuses[name]; !ok {
 			diff(old.eps, nil)
 			delete(e.nodes, name)
 		}
@@ -264,7 +264,7 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 	}
 	slices.Sort(changed)
 	for _, w := range changed {
-		cur, out := e.ready[w], []netip.Addr(nil)
+		cur, out := e.Ready[w], []netip.Addr(nil)
 		minus := gone[w]
 		slices.SortFunc(minus, netip.Addr.Compare)
 		for i, j := 0, 0; i < len(cur); i++ { // cur less minus, as multisets
@@ -280,18 +280,18 @@ func (e *endpointIndex) update(v *view) (changed []string) {
 		out = append(out, added[w]...)
 		slices.SortFunc(out, netip.Addr.Compare)
 		if len(out) == 0 {
-			delete(e.ready, w)
+			delete(e.Ready, w)
 		} else {
-			e.ready[w] = out
+			e.Ready[w] = out
 		}
 	}
 	return changed
 }
 
-// nodeReady is what status s contributes to the ready endpoints: the
+// NodeReady is what status s contributes to the ready endpoints: the
 // addresses of its ready, running replicas inside its subnet, with their
 // workload, sorted.
-func nodeReady(s NodeStatus) []workloadAddr {
+func NodeReady(s NodeStatus) []workloadAddr {
 	subnet, err := netip.ParsePrefix(s.PodSubnet)
 	if err != nil {
 		return nil
@@ -329,9 +329,9 @@ func common(a, b []workloadAddr) []workloadAddr {
 	return out
 }
 
-// samePorts reports whether a and b are the same ports with the same
+// SamePorts reports whether a and b are the same ports with the same
 // endpoints in the same order.
-func samePorts(a, b []service.Port) bool {
+func SamePorts(a, b []service.Port) bool {
 	return slices.EqualFunc(a, b, func(x, y service.Port) bool {
 		return x.Service == y.Service && x.Name == y.Name && x.Protocol == y.Protocol && x.ClusterIP == y.ClusterIP &&
 			x.Port == y.Port && x.NodePort == y.NodePort && slices.Equal(x.Endpoints, y.Endpoints)

@@ -29,8 +29,8 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winne
 		if !alive[name] || !winners[name] || !s.SubnetReady {
 			continue
 		}
-		for _, a := range nodeReady(s) {
-			out[a.workload] = append(out[a.workload], a.ip)
+		for _, a := range NodeReady(s) {
+			out[a.Workload] = append(out[a.Workload], a.Ip)
 		}
 	}
 	for _, ips := range out {
@@ -43,10 +43,10 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winne
 // builds the dataplane input of every Service (a Service
 // without an allocated ClusterIP has none).
 func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []manifest.Object, ready map[string][]netip.Addr) []service.Port {
-	idx := newServiceIndex(svcs, workloads)
+	idx := NewServiceIndex(svcs, workloads)
 	var ports []service.Port
 	for _, o := range svcs {
-		ports = append(ports, servicePortsOf(o, alloc, idx.matches[o.Namespace+"/"+o.Name], ready)...)
+		ports = append(ports, ServicePortsOf(o, alloc, idx.Matches[o.Namespace+"/"+o.Name], ready)...)
 	}
 	return ports
 }
@@ -100,8 +100,8 @@ spec:
 		statuses[n] = NodeStatus{Name: n, PodSubnet: fmt.Sprintf("10.22.%d.0/24", i+1), SubnetReady: true}
 	}
 	alive := map[string]bool{"a": true, "b": true, "c": true, "d": true, "e": true}
-	vs := newViews()
-	var prev *view
+	vs := NewBuilder()
+	var prev *View
 	var model, full service.Model
 	cfg := service.Config{ClusterCIDR: testClusterCIDR}
 	port, objGen := 80, uint64(1)
@@ -123,37 +123,37 @@ spec:
 			}
 			statuses[names[i]] = s
 		}
-		v := &view{alive: maps.Clone(alive), statuses: maps.Clone(statuses), winners: alive, objGen: objGen}
-		if prev != nil && prev.objGen == objGen {
-			v.services, v.workloads, v.alloc, v.svcIndex = prev.services, prev.workloads, prev.alloc, prev.svcIndex
+		v := &View{Alive: maps.Clone(alive), Statuses: maps.Clone(statuses), Winners: alive, ObjGen: objGen}
+		if prev != nil && prev.ObjGen == objGen {
+			v.Services, v.Workloads, v.Alloc, v.SvcIndex = prev.Services, prev.Workloads, prev.Alloc, prev.SvcIndex
 		} else {
-			v.services, v.workloads = objects(port)
-			v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
-			v.svcIndex = newServiceIndex(v.services, v.workloads)
+			v.Services, v.Workloads = objects(port)
+			v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
+			v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
 		}
-		vs.servicesInto(v, prev)
-		vs.set(v)
-		want := servicePorts(v.services, v.alloc, v.workloads, readyEndpoints(v.alive, v.statuses, v.winners))
-		if got := v.allPorts(); !samePorts(got, want) {
+		vs.ServicesInto(v, prev)
+		vs.Set(v)
+		want := servicePorts(v.Services, v.Alloc, v.Workloads, readyEndpoints(v.Alive, v.Statuses, v.Winners))
+		if got := v.AllPorts(); !SamePorts(got, want) {
 			t.Fatalf("step %d: the view's ports\n%+v\nwant\n%+v", step, got, want)
 		}
-		keys, all := vs.svcChanges.take()
+		keys, all := vs.svcChanges.Take()
 		if all {
-			model.Update(v.allPorts(), cfg)
+			model.Update(v.AllPorts(), cfg)
 		} else {
 			svcs := map[string][]service.Port{}
 			for _, k := range keys {
-				svcs[k] = v.svcPorts.get(k)
+				svcs[k] = v.SvcPorts.Get(k)
 			}
 			model.UpdateServices(svcs, cfg)
 		}
 		full.Update(want, cfg)
-		if !samePorts(model.Ports(), full.Ports()) {
+		if !SamePorts(model.Ports(), full.Ports()) {
 			t.Fatalf("step %d: fed the noted Services %v, the model holds\n%+v\nwant\n%+v", step, keys, model.Ports(), full.Ports())
 		}
 		if prev != nil {
 			for _, k := range keys {
-				if samePorts(v.svcPorts.get(k), prev.svcPorts.get(k)) {
+				if SamePorts(v.SvcPorts.Get(k), prev.SvcPorts.Get(k)) {
 					t.Fatalf("step %d: %s noted with unchanged ports", step, k)
 				}
 			}
@@ -177,10 +177,10 @@ func BenchmarkViewServices(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("%d", n), func(b *testing.B) {
 			nodes := n / 10
-			v := &view{alive: map[string]bool{}, statuses: map[string]NodeStatus{}, winners: map[string]bool{}, objGen: 1}
+			v := &View{Alive: map[string]bool{}, Statuses: map[string]NodeStatus{}, Winners: map[string]bool{}, ObjGen: 1}
 			for w := 0; w < n; w++ {
-				v.workloads = append(v.workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
-				v.services = append(v.services, mustParse(b, fmt.Sprintf(`apiVersion: v1
+				v.Workloads = append(v.Workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
+				v.Services = append(v.Services, mustParse(b, fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata: {name: s%d}
 spec:
@@ -188,41 +188,41 @@ spec:
   ports: [{name: web, port: 80, targetPort: 8080}]
 `, w, w)))
 			}
-			v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
-			v.svcIndex = newServiceIndex(v.services, v.workloads)
+			v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
+			v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
 			for i := 0; i < nodes; i++ {
 				name := fmt.Sprintf("n%d", i)
-				v.alive[name], v.winners[name] = true, true
-				v.statuses[name] = NodeStatus{Name: name, PodSubnet: fmt.Sprintf("10.%d.%d.0/24", 22+i/256, i%256), SubnetReady: true}
+				v.Alive[name], v.Winners[name] = true, true
+				v.Statuses[name] = NodeStatus{Name: name, PodSubnet: fmt.Sprintf("10.%d.%d.0/24", 22+i/256, i%256), SubnetReady: true}
 			}
 			for w := 0; w < n; w++ {
 				for r := 0; r < 3; r++ {
 					i := (w*3 + r) % nodes
-					s := v.statuses[fmt.Sprintf("n%d", i)]
+					s := v.Statuses[fmt.Sprintf("n%d", i)]
 					s.Replicas = append(s.Replicas, api.Replica{Name: fmt.Sprintf("w%d-%d", w, r), Namespace: "default", Workload: fmt.Sprintf("w%d", w),
 						Phase: api.PhaseRunning, Ready: true, PodIP: fmt.Sprintf("10.%d.%d.%d", 22+i/256, i%256, 2+len(s.Replicas))})
-					v.statuses[s.Name] = s
+					v.Statuses[s.Name] = s
 				}
 			}
-			vs := newViews()
-			vs.servicesInto(v, nil)
+			vs := NewBuilder()
+			vs.ServicesInto(v, nil)
 			// Two views that differ in one replica's readiness, taken in
 			// turn.
-			views := [2]*view{v, nil}
+			views := [2]*View{v, nil}
 			next := *v
-			next.statuses = maps.Clone(v.statuses)
-			s := next.statuses["n7"]
+			next.Statuses = maps.Clone(v.Statuses)
+			s := next.Statuses["n7"]
 			s.Replicas = slices.Clone(s.Replicas)
 			s.Replicas[0].Ready = false
-			next.statuses["n7"] = s
+			next.Statuses["n7"] = s
 			views[1] = &next
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				cur, prev := *views[(i+1)%2], views[i%2]
-				vs.servicesInto(&cur, prev)
-				if len(cur.svcChanged) != 1 {
-					b.Fatalf("changed %v, want one Service", cur.svcChanged)
+				vs.ServicesInto(&cur, prev)
+				if len(cur.SvcChanged) != 1 {
+					b.Fatalf("changed %v, want one Service", cur.SvcChanged)
 				}
 				views[(i+1)%2] = &cur
 			}
@@ -250,17 +250,17 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
 	svc := mustParse(t, goodServiceYAML)
 	dep := mustParse(t, goodDeploymentYAML)
-	vs := newViews()
+	vs := NewBuilder()
 	rules := &modelSyncer{}
 	sv := &services{views: vs, clusterCIDR: testClusterCIDR, rules: rules, bridgeNF: func() bool { return true }, log: newTextLogger(io.Discard)}
-	build := func(prev *view, ready bool) *view {
+	build := func(prev *View, ready bool) *View {
 		s := goodStatus()
 		s.Replicas[0].Ready = ready
-		v := &view{alive: map[string]bool{"b": true}, winners: map[string]bool{"b": true}, statuses: map[string]NodeStatus{"b": s}, objGen: 1,
-			services: []manifest.Object{svc}, workloads: []manifest.Object{dep}}
-		v.alloc = service.Allocate(serviceSpecs(v.services), svcNet)
-		v.svcIndex = newServiceIndex(v.services, v.workloads)
-		vs.servicesInto(v, prev)
+		v := &View{Alive: map[string]bool{"b": true}, Winners: map[string]bool{"b": true}, Statuses: map[string]NodeStatus{"b": s}, ObjGen: 1,
+			Services: []manifest.Object{svc}, Workloads: []manifest.Object{dep}}
+		v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
+		v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
+		vs.ServicesInto(v, prev)
 		return v
 	}
 	endpoints := func() int {
@@ -271,14 +271,14 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 		return n
 	}
 	v1 := build(nil, false)
-	vs.set(v1)
+	vs.Set(v1)
 	sv.sync(context.Background())
 	if rules.m.Len() == 0 || endpoints() != 0 {
 		t.Fatalf("first view: %d ports, %d endpoints; want the Service's ports without endpoints", rules.m.Len(), endpoints())
 	}
 	v2 := build(v1, true)         // the replica is ready: one endpoint per port
 	sv.sync(context.Background()) // a pass before v2 is stored
-	vs.set(v2)
+	vs.Set(v2)
 	sv.sync(context.Background()) // the pass v2's storing wakes
 	if got, want := endpoints(), rules.m.Len(); got != want {
 		t.Fatalf("after the ready replica's view: %d endpoints in the rules, want %d (one per port)", got, want)
@@ -295,41 +295,41 @@ func TestStaleRecordsAddNoEndpointAndWithdrawNone(t *testing.T) {
 		return NodeStatus{Name: "b", PodSubnet: "10.64.2.0/24", SubnetReady: true, Replicas: []api.Replica{
 			{Namespace: "default", Workload: "web", Name: "web-1", Phase: api.PhaseRunning, Ready: true, PodIP: ip}}}
 	}
-	view := func(alive, stale bool, s NodeStatus) *view {
-		return &view{statuses: map[string]NodeStatus{"b": s}, alive: map[string]bool{"b": alive}, stale: map[string]bool{"b": stale},
-			winners: map[string]bool{"b": true}}
+	view := func(alive, stale bool, s NodeStatus) *View {
+		return &View{Statuses: map[string]NodeStatus{"b": s}, Alive: map[string]bool{"b": alive}, Stale: map[string]bool{"b": stale},
+			Winners: map[string]bool{"b": true}}
 	}
 	const w = "default/web"
 	old := rec("10.64.2.7")
 
 	// Back from a crash: down, then alive with its old record.
-	var e endpointIndex
-	e.update(view(true, false, old))
-	e.update(view(false, false, old))
-	if len(e.ready[w]) != 0 {
-		t.Fatalf("a down node's endpoints: %v", e.ready[w])
+	var e EndpointIndex
+	e.Update(view(true, false, old))
+	e.Update(view(false, false, old))
+	if len(e.Ready[w]) != 0 {
+		t.Fatalf("a down node's endpoints: %v", e.Ready[w])
 	}
-	if changed := e.update(view(true, true, old)); len(changed) != 0 || len(e.ready[w]) != 0 {
-		t.Fatalf("the record of its earlier run added endpoints %v (changed %v)", e.ready[w], changed)
+	if changed := e.Update(view(true, true, old)); len(changed) != 0 || len(e.Ready[w]) != 0 {
+		t.Fatalf("the record of its earlier run added endpoints %v (changed %v)", e.Ready[w], changed)
 	}
-	if e.update(view(true, false, rec("10.64.2.9"))); len(e.ready[w]) != 1 || e.ready[w][0].String() != "10.64.2.9" {
-		t.Fatalf("its record of the new run: endpoints %v, want 10.64.2.9", e.ready[w])
+	if e.Update(view(true, false, rec("10.64.2.9"))); len(e.Ready[w]) != 1 || e.Ready[w][0].String() != "10.64.2.9" {
+		t.Fatalf("its record of the new run: endpoints %v, want 10.64.2.9", e.Ready[w])
 	}
 
 	// An agent restart: alive all along, a new run named before its record.
-	var r endpointIndex
-	r.update(view(true, false, old))
-	if changed := r.update(view(true, true, old)); len(changed) != 0 || len(r.ready[w]) != 1 {
-		t.Fatalf("an agent restart withdrew endpoints: %v (changed %v)", r.ready[w], changed)
+	var r EndpointIndex
+	r.Update(view(true, false, old))
+	if changed := r.Update(view(true, true, old)); len(changed) != 0 || len(r.Ready[w]) != 1 {
+		t.Fatalf("an agent restart withdrew endpoints: %v (changed %v)", r.Ready[w], changed)
 	}
 	// A later record of the earlier run (it arrived after the restart)
 	// withdraws what it no longer lists ready and adds nothing.
 	later := old
 	later.Replicas = append(slices.Clone(old.Replicas), api.Replica{Namespace: "default", Workload: "web", Name: "web-2", Phase: api.PhaseRunning, Ready: true, PodIP: "10.64.2.8"})
-	if r.update(view(true, true, later)); len(r.ready[w]) != 1 || r.ready[w][0].String() != "10.64.2.7" {
-		t.Fatalf("a later record of the earlier run: endpoints %v, want only 10.64.2.7", r.ready[w])
+	if r.Update(view(true, true, later)); len(r.Ready[w]) != 1 || r.Ready[w][0].String() != "10.64.2.7" {
+		t.Fatalf("a later record of the earlier run: endpoints %v, want only 10.64.2.7", r.Ready[w])
 	}
-	if r.update(view(true, true, rec("10.64.2.8"))); len(r.ready[w]) != 0 {
-		t.Fatalf("a later record of the earlier run that lists 10.64.2.7 no more: endpoints %v, want none", r.ready[w])
+	if r.Update(view(true, true, rec("10.64.2.8"))); len(r.Ready[w]) != 0 {
+		t.Fatalf("a later record of the earlier run that lists 10.64.2.7 no more: endpoints %v, want none", r.Ready[w])
 	}
 }

@@ -75,7 +75,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	// while b's key is not revoked; a revocation of a live node's key is
 	// refused, under its own name or another; revocations are never
 	// deleted. Once b is down, a revocation is accepted, then the delete.
-	tomb := signAs(t, "a", crdt.Record{Key: statusKey("b"), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})
+	tomb := signAs(t, "a", crdt.Record{Key: StatusKey("b"), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})
 	if got := reason(tomb); got != rejectIdentity {
 		t.Fatalf("delete of b's record without a revocation: %q", got)
 	}
@@ -192,7 +192,7 @@ func TestClaimOfADownNodeStaysReservedUntilReclaim(t *testing.T) {
 		{"dead", 25 * time.Hour, false},
 		{"", 25 * time.Hour, false},
 	} {
-		if got := reserved(tc.state, at(tc.ago).Version, 24*time.Hour); got != tc.want {
+		if got := Reserved(tc.state, at(tc.ago).Version, 24*time.Hour); got != tc.want {
 			t.Errorf("%s, last write %s ago: reserved = %v, want %v", tc.state, tc.ago, got, tc.want)
 		}
 	}

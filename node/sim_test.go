@@ -77,7 +77,7 @@ type simCluster struct {
 	// pool holds the record bytes the nodes' stores share, and share
 	// what the agents decode from them (decodeshare.go).
 	pool  *store.Pool
-	share *decodeShare
+	share *DecodeShare
 }
 
 // simConfig is an agent's configuration in the simulation: production
@@ -217,7 +217,7 @@ func TestScaleSimulation(t *testing.T) {
 func simulate(t *testing.T, n int) {
 	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pubs: newSimPubs(), pool: store.NewPool()}
 	if os.Getenv("STARLING_SIM_SHARE") != "" {
-		c.share = newDecodeShare()
+		c.share = NewDecodeShare()
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	cpu0, real0 := cpuTime(), realNow()
@@ -257,9 +257,9 @@ func simulate(t *testing.T, n int) {
 				selfReady++
 				settled[nd.agent.subnets.current().Subnet]++
 			}
-			v := nd.agent.views.view()
+			v := nd.agent.views.View()
 			members, ready := nd.agent.cluster.NumMembers(), 0
-			for _, s := range v.statuses {
+			for _, s := range v.Statuses {
 				if s.SubnetReady {
 					ready++
 				}

@@ -27,7 +27,7 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 	}
 	for time.Since(back) < limit && (len(alive) < len(peers) || len(fresh) < len(peers)) {
 		if published < 0 {
-			if rec, ok, _ := f.store.Get(statusKey(f.name)); ok && rec.Version.String() != old {
+			if rec, ok, _ := f.store.Get(StatusKey(f.name)); ok && rec.Version.String() != old {
 				published = time.Since(back)
 			}
 		}
@@ -38,7 +38,7 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 				}
 			}
 			if _, ok := fresh[o.name]; !ok {
-				if rec, ok, _ := o.store.Get(statusKey(f.name)); ok && rec.Version.String() != old {
+				if rec, ok, _ := o.store.Get(StatusKey(f.name)); ok && rec.Version.String() != old {
 					fresh[o.name] = time.Since(back)
 				}
 			}

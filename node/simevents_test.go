@@ -72,7 +72,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	with0 := toReturners()
 	olds := map[*simNode]string{}
 	for _, f := range failed {
-		if rec, ok, _ := c.up()[0].store.Get(statusKey(f.name)); ok {
+		if rec, ok, _ := c.up()[0].store.Get(StatusKey(f.name)); ok {
 			olds[f] = rec.Version.String()
 		}
 	}
@@ -126,7 +126,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	// node's, with its replicas back), and its size compressed as
 	// streams carry it.
 	var recBytes, recZ int
-	if rec, ok, _ := c.up()[0].store.Get(statusKey(failed[0].name)); ok {
+	if rec, ok, _ := c.up()[0].store.Get(StatusKey(failed[0].name)); ok {
 		recBytes, recZ = len(rec.Value), len(s2.Encode(nil, rec.Value))
 	}
 	// Who published: the returning nodes, and the stayers that did.
@@ -185,13 +185,13 @@ func (c *simCluster) firstStart(report func(string, ...any), label string, f *si
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		v := f.agent.views.view()
+		v := f.agent.views.View()
 		eligible := map[string]bool{}
-		for _, e := range v.eligible {
+		for _, e := range v.Eligible {
 			eligible[e.Name] = true
 		}
 		elsewhere := 0
-		for name, st := range v.statuses {
+		for name, st := range v.Statuses {
 			if name == f.name || !eligible[name] {
 				continue
 			}
@@ -202,7 +202,7 @@ func (c *simCluster) firstStart(report func(string, ...any), label string, f *si
 			}
 		}
 		report("%s: %s started its first container %v after its return (synced %v); its view then: %d eligible nodes, %d held copies away from placement, %d of the %d replicas it runs listed Running elsewhere",
-			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.members.isSynced(), len(v.eligible), len(v.held), elsewhere, len(ids))
+			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.members.IsSynced(), len(v.Eligible), len(v.Held), elsewhere, len(ids))
 		return
 	}
 }
@@ -227,9 +227,9 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 				for _, name := range on {
 					for _, n := range c.up() {
 						if n.name == name {
-							v := n.agent.views.view()
+							v := n.agent.views.View()
 							views = append(views, fmt.Sprintf("%s places it on %q (base %q, %d workloads placed, %d alive, excluded %v)",
-								name, v.owner.of(id), owners(v.all, v.placement).of(id), len(v.placement.Owners), len(v.alive), v.excluded))
+								name, v.Owner.Of(id), Owners(v.All, v.Placement).Of(id), len(v.Placement.Owners), len(v.Alive), v.Excluded))
 						}
 					}
 				}
@@ -238,29 +238,29 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 			dups++
 		}
 	}
-	v := c.up()[0].agent.views.view()
+	v := c.up()[0].agent.views.View()
 	missing := 0
-	for _, d := range v.all {
-		if _, ok := seen[d.id]; !ok {
+	for _, d := range v.All {
+		if _, ok := seen[d.Id]; !ok {
 			if missing < 3 {
-				report("  %s (desired) runs nowhere; placed on %q", d.id, v.owner.of(d.id))
+				report("  %s (desired) runs nowhere; placed on %q", d.Id, v.Owner.Of(d.Id))
 			}
 			missing++
 		}
 	}
 	report("  %d replicas running, want %d: %d on two nodes or more, %d desired and running nowhere", len(seen), want, dups, missing)
-	for name := range v.excluded {
+	for name := range v.Excluded {
 		for _, n := range c.up() {
 			if n.name != name {
 				continue
 			}
-			own, _, _ := n.store.Get(statusKey(name))
-			held, _, _ := c.up()[0].store.Get(statusKey(name))
+			own, _, _ := n.store.Get(StatusKey(name))
+			held, _, _ := c.up()[0].store.Get(StatusKey(name))
 			report("  %s's check of %s's record: %v", c.up()[0].name, name, c.up()[0].agent.rejects.check(own))
 			report("  excluded %s: its record %v (%d bytes), held by %s at %v; it lists %d replicas, placement gives it %d", name, own.Version, len(own.Value),
-				c.up()[0].name, held.Version, len(v.statuses[name].Replicas), func() int {
+				c.up()[0].name, held.Version, len(v.Statuses[name].Replicas), func() int {
 					k := 0
-					for _, o := range owners(v.all, v.placement).node {
+					for _, o := range Owners(v.All, v.Placement).Node {
 						if o == name {
 							k++
 						}
@@ -277,27 +277,27 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 func (c *simCluster) explainFormation() {
 	t := c.t
 	for _, nd := range c.nodes[:3] {
-		v := nd.agent.views.view()
+		v := nd.agent.views.View()
 		notReady := 0
-		for _, s := range v.statuses {
+		for _, s := range v.Statuses {
 			if !s.SubnetReady {
 				notReady++
 			}
 		}
-		t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.statuses), notReady,
-			nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
+		t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.Statuses), notReady,
+			nd.agent.members.IsSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
 	}
-	v0 := c.nodes[0].agent.views.view()
+	v0 := c.nodes[0].agent.views.View()
 	for _, nd := range c.nodes {
-		if _, ok := v0.statuses[nd.name]; ok {
+		if _, ok := v0.Statuses[nd.name]; ok {
 			continue
 		}
-		rec, held, _ := nd.store.Get(statusKey(nd.name))
+		rec, held, _ := nd.store.Get(StatusKey(nd.name))
 		t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
-			nd.agent.cluster.NumMembers(), nd.agent.members.isSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
+			nd.agent.cluster.NumMembers(), nd.agent.members.IsSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
 			held, len(rec.Value), rec.Version)
 		mine := nd.agent.subnets.current()
-		for other, st := range v0.statuses {
+		for other, st := range v0.Statuses {
 			if st.PodSubnet == mine.Subnet {
 				seen, ok := heldStatus(nd.store, nd.agent.subnets.clusterCIDR, other)
 				t.Logf("   %s holds %s at n0000 (since %v ready %v); at %s: held %v since %v ready %v; mine since %v",
@@ -324,7 +324,7 @@ func (c *simCluster) explainFormation() {
 	// (its store has the ready one).
 	inStore, lost := 0, 0
 	for _, nd := range c.nodes {
-		if s, ok := v0.statuses[nd.name]; ok && !s.SubnetReady && nd.agent.subnets.isReady() {
+		if s, ok := v0.Statuses[nd.name]; ok && !s.SubnetReady && nd.agent.subnets.isReady() {
 			if held, ok := heldStatus(c.nodes[0].store, nd.agent.subnets.clusterCIDR, nd.name); ok && held.SubnetReady {
 				inStore++
 			} else {

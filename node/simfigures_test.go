@@ -337,10 +337,10 @@ func realSince(t0 time.Duration) time.Duration { return realNow() - t0 }
 
 // heldStatus is the node status st holds for name.
 func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
-	rec, ok, err := st.Get(statusKey(name))
+	rec, ok, err := st.Get(StatusKey(name))
 	if err != nil || !ok {
 		return NodeStatus{}, false
 	}
-	s, ok := decodeStatuses([]crdt.Record{rec}, cluster)[name]
+	s, ok := DecodeStatuses([]crdt.Record{rec}, cluster)[name]
 	return s, ok
 }

@@ -29,7 +29,7 @@ func newSimPubs() *simPubs {
 // observe notes the records node is about to publish.
 func (p *simPubs) observe(node string, recs []crdt.Record) {
 	for _, rec := range recs {
-		if rec.Key != statusKey(node) || rec.Deleted {
+		if rec.Key != StatusKey(node) || rec.Deleted {
 			continue
 		}
 		var st NodeStatus

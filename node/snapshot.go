@@ -29,28 +29,28 @@ const (
 	// viewDebounce gathers a burst of gossip (a push/pull, an apply of
 	// many objects) into one rebuild.
 	viewDebounce = 20 * time.Millisecond
-	// viewGap is the least time between two rebuilds by the view loop
+	// ViewGap is the least time between two rebuilds by the view loop
 	// (an API write rebuilds at once, to read its write). A rebuild and the
 	// loops it wakes cost O(nodes + replicas); without a gap, a cluster
 	// whose N nodes each publish a few status records as a workload
 	// moves has every node rebuild for each of them: O(N^2 (N + R))
 	// across the cluster. At 300 simulated nodes the view and the loops
 	// it woke took 60 % of the CPU while 3,000 replicas were placed.
-	viewGap = 200 * time.Millisecond
+	ViewGap = 200 * time.Millisecond
 	// viewTick is how often the inputs that change with time alone are
 	// looked at (a rebuild follows only when they changed).
 	viewTick = time.Second
 )
 
-// views holds the current snapshot, wakes those waiting for the next, and
+// Builder holds the current snapshot, wakes those waiting for the next, and
 // builds them from what it reads: the store, membership (members: flap
 // damping) and the nodes left out of placement (acks).
-type views struct {
+type Builder struct {
 	self        string
 	store       Store
 	cluster     *gossip.Cluster
-	members     *members
-	acks        *ackTracker
+	Members     *members
+	acks        *AckTracker
 	serviceCIDR *net.IPNet
 	clusterCIDR netip.Prefix
 	placements  prometheus.Counter
@@ -66,9 +66,9 @@ type views struct {
 	reclaimAfter time.Duration
 	// share is what agents of one process decode once for all (nil
 	// but in the scale simulation: decodeshare.go).
-	share *decodeShare
+	share *DecodeShare
 
-	cur  atomic.Pointer[view]
+	cur  atomic.Pointer[View]
 	mu   sync.Mutex
 	next chan struct{} // closed when a newer snapshot is stored
 
@@ -95,31 +95,31 @@ type views struct {
 	// endpoints indexes the ready endpoints of the views derived;
 	// svcChanges gathers the Services whose ports changed, for the
 	// services loop (serviceview.go).
-	endpoints  endpointIndex
+	endpoints  EndpointIndex
 	svcChanges serviceChanges
 	// away indexes the copies the nodes run away from placement's
 	// choice (held.go); placementGen counts the placements computed.
-	away         heldIndex
+	away         HeldIndex
 	placementGen uint64
 }
 
-func newViews() *views {
-	return &views{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
+func NewBuilder() *Builder {
+	return &Builder{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
 		claims: newClaimIndex(), reclaimAfter: DefaultConfig().SubnetReclaimAfter}
 }
 
-// load returns the current snapshot (nil before the first build).
-func (vs *views) load() *view { return vs.cur.Load() }
+// Load returns the current snapshot (nil before the first build).
+func (vs *Builder) Load() *View { return vs.cur.Load() }
 
-// changed returns a channel that is closed when a snapshot newer than
+// Changed returns a channel that is closed when a snapshot newer than
 // the current one is stored.
-func (vs *views) changed() <-chan struct{} {
+func (vs *Builder) Changed() <-chan struct{} {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	return vs.next
 }
 
-func (vs *views) set(v *view) {
+func (vs *Builder) Set(v *View) {
 	vs.cur.Store(v)
 	vs.mu.Lock()
 	// The view's changed Services are noted once it is the current
@@ -127,26 +127,26 @@ func (vs *views) set(v *view) {
 	if v.svcAll {
 		vs.svcChanges.noteAll()
 	}
-	vs.svcChanges.note(v.svcChanged)
+	vs.svcChanges.note(v.SvcChanged)
 	close(vs.next)
 	vs.next = make(chan struct{})
 	vs.mu.Unlock()
 }
 
-// view returns the latest snapshot of the cluster, building the first one
+// View returns the latest snapshot of the cluster, building the first one
 // if none was built yet. It takes no lock but the builder's, once.
-func (vs *views) view() *view {
-	if v := vs.load(); v != nil {
+func (vs *Builder) View() *View {
+	if v := vs.Load(); v != nil {
 		return v
 	}
-	vs.rebuild(time.Now())
-	return vs.load()
+	vs.Rebuild(time.Now())
+	return vs.Load()
 }
 
 // viewLoop rebuilds the snapshot on store and membership changes and when
 // its time-dependent inputs change; it is the only reader of the store's
 // and the cluster's change channels.
-func (vs *views) loop(ctx context.Context) {
+func (vs *Builder) Loop(ctx context.Context) {
 	tick := time.NewTicker(viewTick)
 	defer tick.Stop()
 	for {
@@ -156,7 +156,7 @@ func (vs *views) loop(ctx context.Context) {
 		case <-vs.store.Changed():
 		case <-vs.cluster.Changed():
 		case <-tick.C:
-			if v := vs.load(); v != nil && !vs.timeInputsChanged(v, time.Now()) {
+			if v := vs.Load(); v != nil && !vs.timeInputsChanged(v, time.Now()) {
 				continue
 			}
 		}
@@ -164,15 +164,15 @@ func (vs *views) loop(ctx context.Context) {
 		// stream of changes (every node's status records while a
 		// workload moves), rebuilds come at most every viewGap.
 		wait := viewDebounce
-		if v := vs.load(); v != nil && time.Since(v.built) < viewGap {
-			wait = max(wait, viewGap-time.Since(v.built))
+		if v := vs.Load(); v != nil && time.Since(v.built) < ViewGap {
+			wait = max(wait, ViewGap-time.Since(v.built))
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		vs.rebuild(time.Now())
+		vs.Rebuild(time.Now())
 	}
 }
 
@@ -180,22 +180,22 @@ func (vs *views) loop(ctx context.Context) {
 // the nodes left out of placement differ, at now, from v's, a node has
 // gone unlisted for --ack-timeout (the build would exclude it), or a
 // subnet reservation that beat a claim has expired (v.reclaimAt).
-func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
+func (vs *Builder) timeInputsChanged(v *View, now time.Time) bool {
 	if !v.reclaimAt.IsZero() && !now.Before(v.reclaimAt) {
 		return true
 	}
 	if vs.acks.due(now) {
 		return true
 	}
-	if _, same := vs.members.aliveAfter(now, vs.cluster.Members(), &v.aliveFrom); !same {
+	if _, same := vs.Members.AliveAfter(now, vs.cluster.Members(), &v.aliveFrom); !same {
 		return true
 	}
 	ex := vs.acks.excluded(now)
-	if len(ex) != len(v.excluded) {
+	if len(ex) != len(v.Excluded) {
 		return true
 	}
 	for n := range ex {
-		if !v.excluded[n] {
+		if !v.Excluded[n] {
 			return true
 		}
 	}
@@ -204,30 +204,30 @@ func (vs *views) timeInputsChanged(v *view, now time.Time) bool {
 
 // rebuildView builds a snapshot from the store and membership at now and
 // stores it; on a store error it logs and keeps the previous one.
-func (vs *views) rebuild(now time.Time) {
+func (vs *Builder) Rebuild(now time.Time) {
 	vs.build.Lock()
 	defer vs.build.Unlock()
-	v, err := vs.buildAt(vs.load(), now)
+	v, err := vs.buildAt(vs.Load(), now)
 	if err != nil {
 		vs.log.Error("read the cluster state for the view", "err", err)
 		return
 	}
-	vs.set(v)
+	vs.Set(v)
 	if vs.builds != nil {
 		vs.builds.Inc()
 	}
 }
 
 // buildView computes the snapshot after prev (nil for the first one).
-func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
+func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	// Read before the store and membership: a view marked synced holds
 	// at least the membership the sync's join brought (records announced
 	// in its digests may still be arriving).
-	v := &view{built: now, synced: vs.members.isSynced()}
+	v := &View{built: now, Synced: vs.Members.IsSynced()}
 	if err := vs.sync(); err != nil {
 		return nil, err
 	}
-	v.objGen, v.heldGen, v.claimsGen, v.nodesGen = vs.objGen, vs.heldGen, vs.claimsGen, vs.nodesGen
+	v.ObjGen, v.HeldGen, v.claimsGen, v.NodesGen = vs.objGen, vs.heldGen, vs.claimsGen, vs.nodesGen
 	if err := vs.objectsInto(v, prev); err != nil {
 		return nil, err
 	}
@@ -235,42 +235,42 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 	// record changed (and this node's own is held: until it is, the view
 	// shows what it would publish now).
 	_, selfHeld := vs.held[vs.self]
-	sameStatuses := prev != nil && prev.heldGen == v.heldGen && selfHeld
+	sameStatuses := prev != nil && prev.HeldGen == v.HeldGen && selfHeld
 	if sameStatuses {
-		v.statuses = prev.statuses
+		v.Statuses = prev.Statuses
 	} else {
-		v.statuses = maps.Clone(vs.held)
+		v.Statuses = maps.Clone(vs.held)
 		if !selfHeld && vs.selfStatus != nil {
-			v.statuses[vs.self] = vs.selfStatus()
+			v.Statuses[vs.self] = vs.selfStatus()
 		}
 	}
-	v.members = vs.cluster.Members()
-	var prevAlive *aliveSnap
+	v.Members = vs.cluster.Members()
+	var prevAlive *Alive
 	if prev != nil {
 		prevAlive = &prev.aliveFrom
 	}
-	v.aliveFrom, _ = vs.members.aliveAfter(now, v.members, prevAlive)
-	v.alive = v.aliveFrom.set
-	v.stale = staleRecords(v.members, v.alive, v.statuses, vs.self)
-	if s, ok := v.statuses[vs.self]; ok && earlierRun(s, vs.started) {
-		v.oldSelf = vs.self
+	v.aliveFrom, _ = vs.Members.AliveAfter(now, v.Members, prevAlive)
+	v.Alive = v.aliveFrom.Set
+	v.Stale = StaleRecords(v.Members, v.Alive, v.Statuses, vs.self)
+	if s, ok := v.Statuses[vs.self]; ok && EarlierRun(s, vs.started) {
+		v.OldSelf = vs.self
 	}
-	v.excluded = vs.acks.excluded(now)
-	if sameStatuses && prev.objGen == v.objGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.stale, v.stale) && maps.Equal(prev.excluded, v.excluded) &&
+	v.Excluded = vs.acks.excluded(now)
+	if sameStatuses && prev.ObjGen == v.ObjGen && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind), and no
 		// reservation that beat a subnet claim expired.
 		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
-		v.winners, v.eligible, v.nodesKey, v.placementKey, v.placement, v.owner = prev.winners, prev.eligible, prev.nodesKey, prev.placementKey, prev.placement, prev.owner
-		v.plain, v.plainWithout, v.held = prev.plain, prev.plainWithout, prev.held
-		v.given, v.own = prev.given, prev.own
-		v.svcPorts, v.unlisted = prev.svcPorts, prev.unlisted
+		v.Winners, v.Eligible, v.nodesKey, v.placementKey, v.Placement, v.Owner = prev.Winners, prev.Eligible, prev.nodesKey, prev.placementKey, prev.Placement, prev.Owner
+		v.plain, v.plainWithout, v.Held = prev.plain, prev.plainWithout, prev.Held
+		v.given, v.Own = prev.given, prev.Own
+		v.SvcPorts, v.unlisted = prev.SvcPorts, prev.unlisted
 	} else {
 		vs.derive(v, prev, selfHeld)
 	}
-	for _, x := range vs.acks.observe(now, v.unlisted, (len(v.eligible)-1)/2) {
+	for _, x := range vs.acks.observe(now, v.unlisted, (len(v.Eligible)-1)/2) {
 		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
 			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
 	}
@@ -284,7 +284,7 @@ func (vs *views) buildAt(prev *view, now time.Time) (*view, error) {
 // node's own record is held), placement (only when its own inputs
 // differ from prev's), the Services' ports and the nodes that do not
 // list the replicas placed on them.
-func (vs *views) derive(v, prev *view, gens bool) {
+func (vs *Builder) derive(v, prev *View, gens bool) {
 	sameClaims := gens && prev != nil && prev.claimsGen == v.claimsGen
 	switch {
 	case sameClaims:
@@ -292,48 +292,48 @@ func (vs *views) derive(v, prev *view, gens bool) {
 	case gens:
 		v.claimWinners = maps.Clone(vs.claims.winners)
 	default:
-		v.claimWinners = winningClaims(v.statuses) // with this node's unpublished record
+		v.claimWinners = WinningClaims(v.Statuses) // with this node's unpublished record
 	}
 	// From the claims' winners each time, never from prev.winners: a node
 	// that took a dead node's subnet stops winning when that node is back.
-	v.winners = vs.reclaimedWinners(v)
-	if sameClaims && prev.nodesGen == v.nodesGen && maps.Equal(prev.alive, v.alive) && maps.Equal(prev.winners, v.winners) {
-		v.eligible, v.nodesKey = prev.eligible, prev.nodesKey
+	v.Winners = vs.reclaimedWinners(v)
+	if sameClaims && prev.NodesGen == v.NodesGen && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Winners, v.Winners) {
+		v.Eligible, v.nodesKey = prev.Eligible, prev.nodesKey
 	} else {
-		v.eligible = eligibleNodes(v.alive, v.statuses, v.winners)
-		v.nodesKey = nodesKey(v.eligible)
+		v.Eligible = eligibleNodes(v.Alive, v.Statuses, v.Winners)
+		v.nodesKey = nodesKey(v.Eligible)
 	}
 	// Placement's own inputs, not the records': an annotation or an
 	// image change of a workload moves nothing.
-	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.excluded)
+	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.Excluded)
 	sameInputs := prev != nil && prev.placementKey == v.placementKey
 	if sameInputs {
 		v.plain, v.plainWithout = prev.plain, prev.plainWithout
 	} else {
-		v.plain, v.plainWithout = assign(v.eligible, v.workloads, v.excluded)
+		v.plain, v.plainWithout = assign(v.Eligible, v.Workloads, v.Excluded)
 		vs.placements.Inc()
 		vs.placementGen++
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.held = vs.away.elsewhere(vs.placementGen, v.plain, v.plainWithout, v.eligible, v.statuses, v.stale)
-	if sameInputs && sameHolders(prev.held, v.held) {
-		v.placement, v.owner, v.given, v.own = prev.placement, prev.owner, prev.given, prev.own
+	v.Held = vs.away.Elsewhere(vs.placementGen, v.plain, v.plainWithout, v.Eligible, v.Statuses, v.Stale)
+	if sameInputs && SameHolders(prev.Held, v.Held) {
+		v.Placement, v.Owner, v.given, v.Own = prev.Placement, prev.Owner, prev.given, prev.Own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
 			// node's replicas are the new expansions.
-			v.own = ownedBy(vs.self, v.all, v.owner)
+			v.Own = OwnedBy(vs.self, v.All, v.Owner)
 		}
 	} else {
-		v.placement, v.owner = place(v.plain, v.plainWithout, v.eligible, v.workloads, v.all, v.excluded, v.held)
-		v.given, v.own = givenSlots(v.all, v.placement), ownedBy(vs.self, v.all, v.owner)
+		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Held)
+		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.self, v.All, v.Owner)
 	}
-	vs.servicesInto(v, prev)
+	vs.ServicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for
 	// replicas this node's exclusions moved to it (and others did not).
 	// A node does not judge itself, and leaves at most a minority out.
-	v.unlisted = unreported(v.given, v.statuses)
+	v.unlisted = unreported(v.given, v.Statuses)
 	delete(v.unlisted, vs.self)
 	if vs.acks.timeout <= 0 {
 		v.unlisted = nil // the check is off (--ack-timeout 0)

@@ -90,7 +90,7 @@ spec:
 	}
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
-			if v := n.agent.views.view(); !slices.ContainsFunc(v.workloads, func(o manifest.Object) bool { return o.Deployment.Annotations["note"] == "changed" }) {
+			if v := n.agent.views.View(); !slices.ContainsFunc(v.Workloads, func(o manifest.Object) bool { return o.Deployment.Annotations["note"] == "changed" }) {
 				return fmt.Errorf("%s has not the annotated Deployment", n.name)
 			}
 		}
@@ -108,12 +108,12 @@ spec:
 func ownedAsPlaced(t *testing.T, nodes []*testNode) {
 	t.Helper()
 	for _, n := range nodes {
-		v := n.agent.views.view()
-		if v.own == nil || v.own.node != n.name {
+		v := n.agent.views.View()
+		if v.Own == nil || v.Own.Node != n.name {
 			t.Fatalf("%s: the view holds no list of what placement gives it", n.name)
 		}
-		if want := ownedBy(n.name, v.all, v.owner); !reflect.DeepEqual(v.own, want) {
-			t.Fatalf("%s: the view says it owns %d replicas, placement over its replicas gives %d", n.name, len(v.own.replicas), len(want.replicas))
+		if want := OwnedBy(n.name, v.All, v.Owner); !reflect.DeepEqual(v.Own, want) {
+			t.Fatalf("%s: the view says it owns %d replicas, placement over its replicas gives %d", n.name, len(v.Own.Replicas), len(want.Replicas))
 		}
 	}
 }
@@ -143,7 +143,7 @@ func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 	}
 	took := time.Since(t0)
-	time.Sleep(2 * viewGap)
+	time.Sleep(2 * ViewGap)
 	got := builds() - before
 	limit := took.Seconds()/0.2 + 6 // viewGap: 200 ms (and a few rebuilds of the agent itself)
 	t.Logf("100 records over %v: %v view builds (at most %.0f)", took.Round(time.Millisecond), got, limit)
@@ -180,7 +180,7 @@ func (c *countingStore) List(prefix string) ([]crdt.Record, error) {
 func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	inner := &countingStore{Store: store.NewMemory()}
 	st := track(inner)
-	vs := newViews()
+	vs := NewBuilder()
 	vs.store, vs.clusterCIDR, vs.log = st, testClusterCIDR, newTextLogger(io.Discard)
 	status := func(i, wall int) crdt.Record {
 		s := goodStatus()
@@ -192,7 +192,7 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	}
 	held := func() map[string]NodeStatus {
 		var out map[string]NodeStatus
-		vs.withHeld(func(m map[string]NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
+		vs.WithHeld(func(m map[string]NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
 		return out
 	}
 	for i := range 200 {
@@ -246,7 +246,7 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 		t.Fatalf("after a purge: %d held (n250 %v), want 200 with n250", len(h), h["n250"].Name != "")
 	}
 	// claimsNear finds the claims that overlap a subnet, its own included.
-	near := vs.claimsNear(NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
+	near := vs.ClaimsNear(NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
 	if len(near) != 1 || near[0].Name != "n007" {
 		t.Fatalf("claims near 10.22.7.0/24: %v", near)
 	}
@@ -261,7 +261,7 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 	a := nodes[0].agent
 	eligible := func() map[string]string {
 		out := map[string]string{}
-		for _, n := range a.views.view().eligible {
+		for _, n := range a.views.View().Eligible {
 			out[n.Name] = n.Labels["zone"]
 		}
 		return out
@@ -276,7 +276,7 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 	// view takes it as gossip's Accept hook passed it).
 	rewrite := func(change func(*NodeStatus)) {
 		t.Helper()
-		rec, ok, err := a.store.Get(statusKey(nodes[1].name))
+		rec, ok, err := a.store.Get(StatusKey(nodes[1].name))
 		if err != nil || !ok {
 			t.Fatalf("n2's record: %v %v", ok, err)
 		}
@@ -290,12 +290,12 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 		if _, err := a.store.Apply(rec); err != nil {
 			t.Fatal(err)
 		}
-		a.views.rebuild(time.Now())
+		a.views.Rebuild(time.Now())
 	}
-	before := a.views.view()
+	before := a.views.View()
 	rewrite(func(s *NodeStatus) { s.Replicas = nil })
-	if after := a.views.view(); after.heldGen == before.heldGen || after.nodesGen != before.nodesGen {
-		t.Fatalf("a replica list change: held %d -> %d, nodes %d -> %d; want a held change only", before.heldGen, after.heldGen, before.nodesGen, after.nodesGen)
+	if after := a.views.View(); after.HeldGen == before.HeldGen || after.NodesGen != before.NodesGen {
+		t.Fatalf("a replica list change: held %d -> %d, nodes %d -> %d; want a held change only", before.HeldGen, after.HeldGen, before.NodesGen, after.NodesGen)
 	}
 	rewrite(func(s *NodeStatus) { s.Labels = map[string]string{"zone": "moved"} })
 	if got := eligible()[nodes[1].name]; got != "moved" {

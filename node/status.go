@@ -137,21 +137,21 @@ func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 		return 0
 	}
 	if string(b) == s.last {
-		rec, ok, err := s.store.Get(statusKey(s.name))
+		rec, ok, err := s.store.Get(StatusKey(s.name))
 		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.public())
 		if err != nil || own && string(rec.Value) == s.last {
 			return 0
 		}
 		if ok {
 			s.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
-				"key", keyID(rec.Signer), "deleted", rec.Deleted)
+				"key", KeyID(rec.Signer), "deleted", rec.Deleted)
 			s.clock.Update(rec.Version)
 		}
 	} else if wait := s.lastAt.Add(publishGap).Sub(now); !now.IsZero() && wait > 0 {
 		return wait
 	}
 	s.local.Store(&status.Replicas)
-	rec := crdt.Record{Key: statusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
+	rec := crdt.Record{Key: StatusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
 	if err := s.publish(rec); err != nil {
 		s.log.Warn("publish node status", "err", err)
 		return 0

@@ -31,7 +31,7 @@ func TestStatusBurstIsCoalesced(t *testing.T) {
 	deploy(t, n, "burst", 20, "img:v1")
 	var took time.Duration
 	waitFor(t, 20*time.Second, func() error {
-		rec, ok, err := n.agent.store.Get(statusKey("solo"))
+		rec, ok, err := n.agent.store.Get(StatusKey("solo"))
 		if err != nil || !ok {
 			return fmt.Errorf("no status record: %v", err)
 		}

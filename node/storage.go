@@ -75,7 +75,7 @@ func (t *tracked) Apply(r crdt.Record) (bool, error) {
 func (t *tracked) Purge(now time.Time, ttl time.Duration) (int, error) {
 	n, err := t.Store.Purge(now, ttl)
 	if n > 0 || err != nil {
-		t.setAll()
+		t.SetAll()
 	}
 	return n, err
 }
@@ -83,13 +83,13 @@ func (t *tracked) Purge(now time.Time, ttl time.Duration) (int, error) {
 // DropRecords is Store.DropRecords; every record is gone after it.
 func (t *tracked) DropRecords() error {
 	err := t.Store.DropRecords()
-	t.setAll()
+	t.SetAll()
 	return err
 }
 
-// setAll notes that any record may have changed (a purge, a drop, or a
+// SetAll notes that any record may have changed (a purge, a drop, or a
 // read of the changes that failed).
-func (t *tracked) setAll() {
+func (t *tracked) SetAll() {
 	t.mu.Lock()
 	t.all = true
 	t.mu.Unlock()
@@ -103,9 +103,9 @@ func (t *tracked) notify() {
 	}
 }
 
-// take returns the keys changed since the last take, or all when any
-// record may have changed (a purge, a drop, or the first take).
-func (t *tracked) take() (keys []string, all bool) {
+// Take returns the keys changed since the last Take, or all when any
+// record may have changed (a purge, a drop, or the first Take).
+func (t *tracked) Take() (keys []string, all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	all = t.all

@@ -80,8 +80,8 @@ func (sn *subnets) others() []ipam.Claim {
 			if name == sn.self || s.PodSubnet == "" {
 				continue
 			}
-			state, _ := memberState(ms, name)
-			if !reserved(state, version(name), sn.reclaimAfter) {
+			state, _ := MemberState(ms, name)
+			if !Reserved(state, version(name), sn.reclaimAfter) {
 				continue
 			}
 			out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
@@ -91,34 +91,15 @@ func (sn *subnets) others() []ipam.Claim {
 	return out
 }
 
-// reserved reports whether the subnet claim in a status record of
-// version v still holds, its node being in membership state state: a
-// live node's does, a down one's for reclaimAfter after its last write (a
-// dead node stops writing, so its record's age is how long it has been
-// gone).
-func reserved(state gossip.MemberState, v hlc.Timestamp, reclaimAfter time.Duration) bool {
-	return state.Up() || time.Since(time.Unix(0, v.Wall)) <= reclaimAfter
-}
-
-// memberState is the state of member name in ms, a membership sorted by
-// name (gossip.Cluster.Members); ok false when ms does not hold it.
-func memberState(ms []gossip.Member, name string) (gossip.MemberState, bool) {
-	i, ok := slices.BinarySearchFunc(ms, name, func(m gossip.Member, n string) int { return strings.Compare(m.Name, n) })
-	if !ok {
-		return "", false
-	}
-	return ms[i].State, true
-}
-
 // reservedFor is reserved for node name, from membership and the
 // status record held.
 func (sn *subnets) reservedFor(name string) bool {
-	rec, ok, err := sn.store.Get(statusKey(name))
+	rec, ok, err := sn.store.Get(StatusKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return false
 	}
 	m, _ := sn.gossip.Member(name)
-	return reserved(m.State, rec.Version, sn.reclaimAfter)
+	return Reserved(m.State, rec.Version, sn.reclaimAfter)
 }
 
 // current is the claim this node holds (zero before it claimed).

@@ -47,11 +47,11 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 			return fmt.Errorf("%s still holds %s, settled earlier by %s", b.name, got, a.name)
 		}
 		for _, n := range []*testNode{a, b} {
-			v := n.agent.views.view()
+			v := n.agent.views.View()
 			for _, m := range []*testNode{a, b} {
-				s, ok := v.statuses[m.name]
-				if !ok || !s.SubnetReady || !v.winners[m.name] || s.PodSubnet != m.agent.subnets.current().Subnet {
-					return fmt.Errorf("%s's view of %s: %+v (winner %v)", n.name, m.name, s.PodSubnet, v.winners[m.name])
+				s, ok := v.Statuses[m.name]
+				if !ok || !s.SubnetReady || !v.Winners[m.name] || s.PodSubnet != m.agent.subnets.current().Subnet {
+					return fmt.Errorf("%s's view of %s: %+v (winner %v)", n.name, m.name, s.PodSubnet, v.Winners[m.name])
 				}
 			}
 		}
@@ -114,7 +114,7 @@ func TestBackdatedClaimDoesNotMoveItsVictim(t *testing.T) {
 		t.Fatalf("%s moved from %s to %+v on a backdated claim", victim.name, mine.Subnet, got)
 	}
 	for _, n := range nodes[:3] {
-		if s := n.agent.views.view().statuses[evil.name]; s.PodSubnet == mine.Subnet {
+		if s := n.agent.views.View().Statuses[evil.name]; s.PodSubnet == mine.Subnet {
 			t.Fatalf("%s holds %s's backdated claim", n.name, evil.name)
 		}
 	}

@@ -46,7 +46,7 @@ type given struct {
 
 // givenSlots is what p gives the nodes of the Deployment replicas of all.
 // StatefulSet replicas do not count (see unreported).
-func givenSlots(all []desiredReplica, p placement.Placement) given {
+func givenSlots(all []DesiredReplica, p placement.Placement) given {
 	g := given{p: p, stateful: map[string]bool{}, nodes: map[string]bool{}}
 	var last *reconcile.Replica
 	for _, d := range all {
@@ -95,10 +95,10 @@ func unreported(g given, statuses map[string]NodeStatus) map[string]bool {
 	return out
 }
 
-// ackTracker remembers, per node, since when it has left an assigned
+// AckTracker remembers, per node, since when it has left an assigned
 // replica unlisted, and until when it is out of placement. Safe for
 // concurrent use.
-type ackTracker struct {
+type AckTracker struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	since   map[string]time.Time // unlisted continuously since
@@ -107,13 +107,13 @@ type ackTracker struct {
 	struck  map[string]time.Time // end of the last exclusion
 }
 
-func newAckTracker(timeout time.Duration) *ackTracker {
-	return &ackTracker{timeout: timeout, since: map[string]time.Time{}, until: map[string]time.Time{},
+func NewAckTracker(timeout time.Duration) *AckTracker {
+	return &AckTracker{timeout: timeout, since: map[string]time.Time{}, until: map[string]time.Time{},
 		strikes: map[string]int{}, struck: map[string]time.Time{}}
 }
 
 // excluded returns the nodes out of placement at now.
-func (t *ackTracker) excluded(now time.Time) map[string]bool {
+func (t *AckTracker) excluded(now time.Time) map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]bool{}
@@ -135,7 +135,7 @@ type exclusion struct {
 
 // due reports whether a node has been unlisted for the timeout at now:
 // observe would take it out of placement.
-func (t *ackTracker) due(now time.Time) bool {
+func (t *AckTracker) due(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, since := range t.since {
@@ -151,7 +151,7 @@ func (t *ackTracker) due(now time.Time) bool {
 // most limit nodes are out at once: when more look unresponsive, the
 // judgement, not the cluster, is likely wrong (a stalled rollout, a slow
 // store), and leaving most nodes out would stop what they run.
-func (t *ackTracker) observe(now time.Time, unlisted map[string]bool, limit int) []exclusion {
+func (t *AckTracker) observe(now time.Time, unlisted map[string]bool, limit int) []exclusion {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := 0

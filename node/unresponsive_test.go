@@ -57,7 +57,7 @@ func TestUnreportedFindsNodesThatDoNotListTheirReplicas(t *testing.T) {
 // resets the clock.
 func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	tr := newAckTracker(30 * time.Second)
+	tr := NewAckTracker(30 * time.Second)
 	fake := map[string]bool{"fake": true}
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	if x := tr.observe(at(0), fake, 1); len(x) != 0 {
@@ -84,7 +84,7 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 	}
 	// At most limit nodes out at once.
 	many := map[string]bool{"x": true, "y": true, "z": true}
-	tr2 := newAckTracker(30 * time.Second)
+	tr2 := NewAckTracker(30 * time.Second)
 	tr2.observe(t0, many, 1)
 	if x := tr2.observe(t0.Add(time.Minute), many, 1); len(x) != 1 || x[0].node != "x" {
 		t.Fatalf("with limit 1: %+v", x)
@@ -153,26 +153,26 @@ spec:
 	for _, n := range []string{"a", "b", "fake"} {
 		nodes = append(nodes, placement.Node{Name: n, Allocatable: placement.Resources{MilliCPU: 64000, MemoryBytes: 1 << 40}})
 	}
-	all := desiredReplicas(objs)
+	all := DesiredReplicas(objs)
 	p, _ := assign(nodes, objs, nil)
 	_, before := place(p, p, nodes, objs, compact(all), nil, nil)
 	ex := map[string]bool{"fake": true}
 	p, without := assign(nodes, objs, ex)
 	kept, after := place(p, without, nodes, objs, compact(all), ex, nil)
-	if base := owners(compact(all), kept); !slices.Equal(base.node, before.node) {
+	if base := Owners(compact(all), kept); !slices.Equal(base.Node, before.Node) {
 		t.Fatal("the base placement depends on exclusions")
 	}
 	var fakeDB, fakeWeb int
 	for _, r := range all {
-		if after.of(r.ID) == "fake" {
+		if after.Of(r.ID) == "fake" {
 			if r.AtMostOne {
 				fakeDB++
 			} else {
 				fakeWeb++
 			}
 		}
-		if r.AtMostOne && after.of(r.ID) != before.of(r.ID) {
-			t.Errorf("StatefulSet replica %s moved from %s to %s", r.Name, before.of(r.ID), after.of(r.ID))
+		if r.AtMostOne && after.Of(r.ID) != before.Of(r.ID) {
+			t.Errorf("StatefulSet replica %s moved from %s to %s", r.Name, before.Of(r.ID), after.Of(r.ID))
 		}
 	}
 	if fakeWeb != 0 || fakeDB == 0 {

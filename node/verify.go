@@ -117,20 +117,20 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case statusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case StatusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
 	}
 	switch kind {
-	case statusKind:
+	case StatusKind:
 		var s NodeStatus
 		// Unknown fields are ignored (a newer node may add some); what
 		// this node reads is checked.
 		if err := json.Unmarshal(r.Value, &s); err != nil {
 			return reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
-		if statusKey(s.Name) != r.Key {
+		if StatusKey(s.Name) != r.Key {
 			return reject(rejectKey, "record %q holds the status of node %q", r.Key, s.Name)
 		}
 		if r.Origin != s.Name {
@@ -139,7 +139,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 		// Checked as every node will read it: its times capped at the
 		// write (capTimes), so a claim dated in the future is judged
 		// by the earlier time it will be stored with.
-		capTimes(&s, r.Version)
+		CapTimes(&s, r.Version)
 		if rj := checkStatus(s, cluster); rj != nil || more == nil {
 			return rj
 		}
@@ -228,7 +228,7 @@ func checkStatus(s NodeStatus, cluster netip.Prefix) *rejection {
 		if err != nil {
 			return reject(rejectSubnet, "node %s: pod subnet %q: %v", s.Name, s.PodSubnet, err)
 		}
-		if !insideCluster(p, cluster) {
+		if !InsideCluster(p, cluster) {
 			return reject(rejectSubnet, "node %s: pod subnet %s is not a network of /%d to /28 inside --cluster-cidr %s", s.Name, p, cluster.Bits()+1, cluster)
 		}
 		subnet = p
@@ -290,13 +290,6 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 		}
 	}
 	return nil
-}
-
-// insideCluster reports whether p is a network (no host bits) of prefix
-// length cluster.Bits()+1 to 28 inside cluster.
-func insideCluster(p, cluster netip.Prefix) bool {
-	return p.IsValid() && p == p.Masked() && p.Addr().Is4() && cluster.IsValid() &&
-		p.Bits() > cluster.Bits() && p.Bits() <= 28 && cluster.Contains(p.Addr())
 }
 
 // checkText refuses invalid UTF-8, control characters and strings longer

@@ -42,7 +42,7 @@ func statusRecord(t testing.TB, s NodeStatus, origin string) crdt.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return crdt.Record{Key: statusKey(s.Name), Value: b, Version: hlc.Timestamp{Wall: 2}, Origin: origin}
+	return crdt.Record{Key: StatusKey(s.Name), Value: b, Version: hlc.Timestamp{Wall: 2}, Origin: origin}
 }
 
 // TestCheckRecordRefusesWhatAPeerMayNotSay covers the attacks found with a
@@ -65,7 +65,7 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		{"the whole cluster CIDR", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.0.0/16"; s.Replicas = nil }), "b"), rejectSubnet},
 		{"subnet with host bits", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.2.7/24" }), "b"), rejectSubnet},
 		{"another node's status", statusRecord(t, goodStatus(), "evil"), rejectOrigin},
-		{"status under another key", func() crdt.Record { r := statusRecord(t, goodStatus(), "b"); r.Key = statusKey("c"); return r }(), rejectKey},
+		{"status under another key", func() crdt.Record { r := statusRecord(t, goodStatus(), "b"); r.Key = StatusKey("c"); return r }(), rejectKey},
 		{"replica claiming another node", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Node = "c" }), "b"), rejectOrigin},
 		{"control character in a reason", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Reason = "ok\n-A INPUT -j ACCEPT" }), "b"), rejectText},
 		{"bad replica name", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Name = "../../etc" }), "b"), rejectName},
@@ -80,9 +80,9 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		{"API URL by host name", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://evil.example:7443" }), "b"), rejectAddress},
 		{"spec hash injection", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].SpecHash = "abc;rm" }), "b"), rejectSpecHash},
 		{"ready without a subnet", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = ""; s.Replicas = nil }), "b"), rejectSubnet},
-		{"not JSON of a status", crdt.Record{Key: statusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
+		{"not JSON of a status", crdt.Record{Key: StatusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
 		{"unknown kind", crdt.Record{Key: "secret/default/x", Value: []byte(`{}`), Origin: "b"}, rejectKey},
-		{"delete with a value", crdt.Record{Key: statusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
+		{"delete with a value", crdt.Record{Key: StatusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
 		{"invalid Deployment", crdt.Record{Key: "deployment/default/web", Origin: "b",
 			Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"replicas":-1}}`)}, rejectObject},
 		{"Deployment under another key", crdt.Record{Key: "deployment/default/other", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, rejectKey},
@@ -104,7 +104,7 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		})
 	}
 	// Deletes of known kinds are accepted (node forget, kubectl delete).
-	if rj := checkRecord(crdt.Record{Key: statusKey("b"), Origin: "a", Deleted: true}, testClusterCIDR); rj != nil {
+	if rj := checkRecord(crdt.Record{Key: StatusKey("b"), Origin: "a", Deleted: true}, testClusterCIDR); rj != nil {
 		t.Errorf("a node forget was refused: %v", rj)
 	}
 	if rj := checkRecord(crdt.Record{Key: "deployment/default/web", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, testClusterCIDR); rj != nil {
@@ -208,8 +208,8 @@ func FuzzStatusToDataplane(f *testing.F) {
 	aNet := netip.MustParsePrefix("10.22.7.0/24")
 	f.Add([]byte(strings.Replace(string(good), `"10.22.2.0/24"`, `"10.22.7.0/28"`, 1)))
 	f.Fuzz(func(t *testing.T, value []byte) {
-		rec := crdt.Record{Key: statusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
-		statuses := decodeStatuses([]crdt.Record{rec, aRec}, testClusterCIDR)
+		rec := crdt.Record{Key: StatusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
+		statuses := DecodeStatuses([]crdt.Record{rec, aRec}, testClusterCIDR)
 		if _, ok := statuses["b"]; !ok && checkRecord(rec, testClusterCIDR) == nil {
 			t.Fatalf("decodeStatuses drops a record checkRecord accepts")
 		}
@@ -221,8 +221,8 @@ func FuzzStatusToDataplane(f *testing.F) {
 		b, ok := statuses["b"]
 		backdated := ok && b.SubnetSince.Compare(aStatus.SubnetSince) <= 0
 		alive := map[string]bool{"a": true, "b": true}
-		alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
-		ready := readyEndpoints(alive, statuses, winningClaims(statuses))
+		alloc := service.Allocate(ServiceSpecs([]manifest.Object{svc}), svcNet)
+		ready := readyEndpoints(alive, statuses, WinningClaims(statuses))
 		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, ready)
 		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}))
 		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
@@ -242,7 +242,7 @@ func FuzzStatusToDataplane(f *testing.F) {
 				}
 			}
 		}
-		winners := winningClaims(statuses)
+		winners := WinningClaims(statuses)
 		var peers []route.Peer
 		for _, name := range []string{"a", "b"} {
 			s, ok := statuses[name]
@@ -294,11 +294,11 @@ func counterValue(t *testing.T, m *metrics, name, reason string) float64 {
 // TestHonestStatusBecomesEndpointAndRoute: the checked path still carries
 // what an honest node says (the fuzz target's good seed reaches rules).
 func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
-	statuses := decodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b")}, testClusterCIDR)
+	statuses := DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b")}, testClusterCIDR)
 	svc, dep := mustParse(t, goodServiceYAML), mustParse(t, goodDeploymentYAML)
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
-	alloc := service.Allocate(serviceSpecs([]manifest.Object{svc}), svcNet)
-	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses, winningClaims(statuses)))
+	alloc := service.Allocate(ServiceSpecs([]manifest.Object{svc}), svcNet)
+	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses, WinningClaims(statuses)))
 	if len(ports) != 1 || len(ports[0].Endpoints) != 1 || ports[0].Endpoints[0].String() != "10.22.2.5:8080" {
 		t.Fatalf("ports = %+v, want one endpoint 10.22.2.5:8080", ports)
 	}
@@ -306,8 +306,8 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	loser := goodStatus()
 	loser.Name, loser.SubnetSince = "c", hlc.Timestamp{Wall: 5}
 	loser.Replicas[0].Node, loser.Replicas[0].PodIP = "c", "10.22.2.6"
-	statuses = decodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
-	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses, winningClaims(statuses))
+	statuses = DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
+	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses, WinningClaims(statuses))
 	if got := ready["default/web"]; len(got) != 1 || got[0].String() != "10.22.2.5" {
 		t.Fatalf("ready = %v, want only the winning claim's 10.22.2.5", got)
 	}
@@ -369,7 +369,7 @@ func TestStatusTimesAreCappedAtTheirWrite(t *testing.T) {
 	s.Replicas[0].LastState = &api.Termination{Reason: "Error", ExitCode: 1, StartedAt: w.Add(-time.Second), FinishedAt: w.Add(time.Hour)}
 	rec := statusRecord(t, s, "b")
 	rec.Version = hlc.Timestamp{Wall: w.UnixNano()}
-	got, ok := decodeStatuses([]crdt.Record{rec}, testClusterCIDR)["b"]
+	got, ok := DecodeStatuses([]crdt.Record{rec}, testClusterCIDR)["b"]
 	if !ok {
 		t.Fatal("record dropped")
 	}

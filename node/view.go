@@ -14,31 +14,31 @@ import (
 	"github.com/starling-orchestrator/starling/placement"
 )
 
-// view is one consistent, immutable reading of the cluster as this node
+// View is one consistent, immutable reading of the cluster as this node
 // sees it (snapshot.go builds it): live members, node records, desired
 // objects decoded once, every desired replica and where placement puts
 // it, the Services' allocation and endpoints. Its maps and slices are
 // shared by every reader: never modify them.
-type view struct {
+type View struct {
 	built time.Time
-	// synced: the node held the cluster's state (members.synced) when
+	// Synced: the node held the cluster's state (members.Synced) when
 	// this view was built. The reconcile loop acts only on such views.
-	synced bool
-	// members is the membership as gossip gave it (routes follow it,
-	// without flap damping); alive the members that count for placement
-	// (members.aliveAfter).
-	members []gossip.Member
-	alive   map[string]bool
+	Synced bool
+	// Members is the membership as gossip gave it (routes follow it,
+	// without flap damping); alive the Members that count for placement
+	// (Members.aliveAfter).
+	Members []gossip.Member
+	Alive   map[string]bool
 	// aliveFrom is alive with what it was computed from (members.aliveAfter).
-	aliveFrom aliveSnap
-	statuses  map[string]NodeStatus
-	// oldSelf is this node's name while its held record is of an
+	aliveFrom Alive
+	Statuses  map[string]NodeStatus
+	// OldSelf is this node's name while its held record is of an
 	// earlier run of its agent (it restarted and has not published
 	// yet), else "": staleRecords judges only the other nodes'.
-	oldSelf string
-	// winners are the nodes whose subnet claim wins (winningClaims): the
+	OldSelf string
+	// Winners are the nodes whose subnet claim wins (winningClaims): the
 	// only ones eligible, routed and taken as endpoints.
-	winners map[string]bool
+	Winners map[string]bool
 	// claimWinners are the winners by claims alone (ipam.Winners);
 	// winners adds those whose only rivals no longer hold their claims
 	// (reclaimedWinners), recomputed on every derive.
@@ -46,59 +46,59 @@ type view struct {
 	// reclaimAt is when the first reservation that beat a claim
 	// expires (reclaimedWinners): zero when none did.
 	reclaimAt time.Time
-	workloads []manifest.Object // Deployments and StatefulSets
-	all       []desiredReplica  // sorted by ID
+	Workloads []manifest.Object // Deployments and StatefulSets
+	All       []DesiredReplica  // sorted by ID
 	// plain and plainWithout are placement's (assign), before the
 	// replicas held elsewhere (held) are kept where they run; placement
 	// is after.
 	plain, plainWithout placement.Placement
-	held                []placement.Holder
-	// stale are the live nodes whose held record an earlier run of
+	Held                []placement.Holder
+	// Stale are the live nodes whose held record an earlier run of
 	// their agent wrote (staleRecords): its copies' state is unknown.
-	stale     map[string]bool
-	placement placement.Placement
-	// owner is each desired replica's node, after leaving out the
+	Stale     map[string]bool
+	Placement placement.Placement
+	// Owner is each desired replica's node, after leaving out the
 	// excluded nodes (place; placement gives the owners before).
-	owner ownerTable
+	Owner OwnerTable
 	// given is placement's (givenSlots), for unreported; own is
 	// what owner gives this node (ownedBy). Both are computed with
 	// placement.
 	given given
-	own   *owned
-	// excluded are the nodes left out of placement for not listing the
+	Own   *owned
+	// Excluded are the nodes left out of placement for not listing the
 	// replicas placed on them (unresponsive.go).
-	excluded map[string]bool
-	// hashes are the workloads' current spec hashes by workload key, and
+	Excluded map[string]bool
+	// Hashes are the workloads' current spec Hashes by workload key, and
 	// probes the probes of their current templates (currentProbes).
-	hashes map[string]string
-	probes map[string]probe.Probes
-	// services are the Services, alloc their ClusterIPs and NodePorts,
+	Hashes map[string]string
+	Probes map[string]probe.Probes
+	// Services are the Services, alloc their ClusterIPs and NodePorts,
 	// svcIndex the workloads they select, svcPorts the dataplane input
 	// by Service key (serviceview.go).
-	services []manifest.Object
-	alloc    service.Allocation
-	svcIndex serviceIndex
-	svcPorts *portShards
-	// svcChanged are the Services whose ports differ from the previous
+	Services []manifest.Object
+	Alloc    service.Allocation
+	SvcIndex serviceIndex
+	SvcPorts *portShards
+	// SvcChanged are the Services whose ports differ from the previous
 	// view's; svcAll: this is the first view with ports.
-	svcChanged []string
+	SvcChanged []string
 	svcAll     bool
 	// objectsKey and placementKey identify the inputs the desired
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.
 	objectsKey, placementKey string
-	// eligible are the nodes placement may use; unlisted the nodes that
+	// Eligible are the nodes placement may use; unlisted the nodes that
 	// do not list the replicas placed on them (unreported).
-	eligible []placement.Node
+	Eligible []placement.Node
 	unlisted map[string]bool
 	// workloadsKey and nodesKey are placement's workload and node inputs
 	// (viewkeys.go), kept with the inputs they identify.
 	workloadsKey, nodesKey string
-	// objGen, heldGen, claimsGen and nodesGen are the builder's counts of
+	// ObjGen, HeldGen, claimsGen and NodesGen are the builder's counts of
 	// changes to the desired objects' and the status records, the subnet
 	// claims and the nodes' placement fields when this view was built
 	// (views.sync): equal counts, unchanged inputs.
-	objGen, heldGen, claimsGen, nodesGen uint64
+	ObjGen, HeldGen, claimsGen, NodesGen uint64
 }
 
 // assign runs placement (rendezvous hashing with bounded loads, package
@@ -123,10 +123,10 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 // placement only: a StatefulSet replica (at most one copy) must not move
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
-func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []desiredReplica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, owner ownerTable) {
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, owner OwnerTable) {
 	ws := workloadsOf(objs)
 	p = placement.Keep(plain, nodes, ws, held, placement.Options{})
-	owner = owners(all, p)
+	owner = Owners(all, p)
 	if len(excluded) == 0 {
 		return p, owner
 	}
@@ -134,7 +134,7 @@ func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs
 	without := placement.Keep(plainWithout, kept, ws, held, placement.Options{})
 	for i, d := range all {
 		if !d.tmpl.AtMostOne {
-			owner.node[i] = without.Owner(d.key(), d.ordinal)
+			owner.Node[i] = without.Owner(d.key(), d.ordinal)
 		}
 	}
 	return p, owner
@@ -143,110 +143,110 @@ func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs
 // owned is what placement gives one node: its replicas (of the view's
 // desired replicas, in ID order) and their workloads (WorkloadKey).
 type owned struct {
-	node      string
-	replicas  []reconcile.Replica
-	workloads map[string]bool
+	Node      string
+	Replicas  []reconcile.Replica
+	Workloads map[string]bool
 }
 
-// ownedBy is what owner gives self of all (read by index when owner was
+// OwnedBy is what owner gives self of all (read by index when owner was
 // built on all, by ID otherwise).
-func ownedBy(self string, all []desiredReplica, owner ownerTable) *owned {
-	o := &owned{node: self, workloads: map[string]bool{}}
-	aligned := len(all) == len(owner.all) && (len(all) == 0 || &all[0] == &owner.all[0])
+func OwnedBy(self string, all []DesiredReplica, owner OwnerTable) *owned {
+	o := &owned{Node: self, Workloads: map[string]bool{}}
+	aligned := len(all) == len(owner.All) && (len(all) == 0 || &all[0] == &owner.All[0])
 	for i, d := range all {
-		if aligned && owner.node[i] == self || !aligned && owner.of(d.id) == self {
-			o.replicas = append(o.replicas, d.replica())
-			o.workloads[d.key()] = true
+		if aligned && owner.Node[i] == self || !aligned && owner.Of(d.Id) == self {
+			o.Replicas = append(o.Replicas, d.Replica())
+			o.Workloads[d.key()] = true
 		}
 	}
 	return o
 }
 
-// desiredReplica is one desired replica in compact form, 48 bytes: its
+// DesiredReplica is one desired replica in compact form, 48 bytes: its
 // own ID, name and ordinal, and its workload's template (expansion),
 // shared. A reconcile.Replica is about 500 bytes (its Spec): a view's
 // 10,000 desired replicas came to 5 MB, which 1,000 simulated agents
 // could not hold; they are made whole (replica) only where a node acts
 // on them.
-type desiredReplica struct {
-	replicaRef
+type DesiredReplica struct {
+	ReplicaRef
 	tmpl *reconcile.Replica
 }
 
-// replica is d made whole.
-func (d desiredReplica) replica() reconcile.Replica {
+// Replica is d made whole.
+func (d DesiredReplica) Replica() reconcile.Replica {
 	r := *d.tmpl
-	r.ID, r.Name, r.Ordinal = d.id, d.name, d.ordinal
+	r.ID, r.Name, r.Ordinal = d.Id, d.name, d.ordinal
 	return r
 }
 
 // key is d's WorkloadKey.
-func (d desiredReplica) key() string { return reconcile.WorkloadKey(d.tmpl.Namespace, d.tmpl.Workload) }
+func (d DesiredReplica) key() string { return reconcile.WorkloadKey(d.tmpl.Namespace, d.tmpl.Workload) }
 
-// ownedBy is what v's placement gives self (computed with placement on
+// OwnedBy is what v's placement gives self (computed with placement on
 // views the builder derives).
-func (v *view) ownedBy(self string) *owned {
-	if v.own != nil && v.own.node == self {
-		return v.own
+func (v *View) OwnedBy(self string) *owned {
+	if v.Own != nil && v.Own.Node == self {
+		return v.Own
 	}
-	return ownedBy(self, v.all, v.owner)
+	return OwnedBy(self, v.All, v.Owner)
 }
 
-// candidates are the desired replicas reconcile.Owned may return for
+// Candidates are the desired replicas reconcile.Owned may return for
 // self: those placement gives it and those of its containers (a
 // make-before-break handoff keeps one); Owned passes over every other.
 // O(owned + containers x log replicas), where all of them cost
 // O(replicas of the cluster) on every pass.
-func (v *view) candidates(self string, observed []reconcile.Container) []reconcile.Replica {
-	own := v.ownedBy(self).replicas
+func (v *View) Candidates(self string, observed []reconcile.Container) []reconcile.Replica {
+	own := v.OwnedBy(self).Replicas
 	out := slices.Clip(own)
 	for _, c := range observed {
-		if v.owner.of(c.ID) == self {
+		if v.Owner.Of(c.ID) == self {
 			continue // in own
 		}
-		if i, ok := slices.BinarySearchFunc(v.all, c.ID, func(d desiredReplica, id string) int { return strings.Compare(d.id, id) }); ok {
-			out = append(out, v.all[i].replica())
+		if i, ok := slices.BinarySearchFunc(v.All, c.ID, func(d DesiredReplica, id string) int { return strings.Compare(d.Id, id) }); ok {
+			out = append(out, v.All[i].Replica())
 		}
 	}
 	return out
 }
 
-// current reports whether node name counts (alive, flap damping
-// included) and its held record is of its current run (not stale): what
+// Current reports whether node name counts (alive, flap damping
+// included) and its held record is of its Current run (not stale): what
 // that record lists runs now.
-func (v *view) current(name string) bool { return v.alive[name] && !v.stale[name] }
+func (v *View) Current(name string) bool { return v.Alive[name] && !v.Stale[name] }
 
-// liveReplicas is every replica copy that live nodes report in their
+// LiveReplicas is every replica copy that live nodes report in their
 // status records (reported): the input of rollout.Count.
-func (v *view) liveReplicas() []api.Replica {
+func (v *View) LiveReplicas() []api.Replica {
 	var out []api.Replica
-	for name := range v.statuses {
-		if v.alive[name] {
-			out = append(out, v.reported(name)...)
+	for name := range v.Statuses {
+		if v.Alive[name] {
+			out = append(out, v.Reported(name)...)
 		}
 	}
 	return out
 }
 
-// earlierRun reports whether status s was written by a run of its
+// EarlierRun reports whether status s was written by a run of its
 // node's agent that started before started (Started is kept to the
 // second: a run started within the same second is not told apart).
-func earlierRun(s NodeStatus, started time.Time) bool {
+func EarlierRun(s NodeStatus, started time.Time) bool {
 	return !s.Started.IsZero() && s.Started.Unix() < started.Unix()
 }
 
-// staleReason is the Reason of a copy listed in a stale record.
-const staleReason = "its node restarted and its record of the new run has not arrived"
+// StaleReason is the Reason of a copy listed in a stale record.
+const StaleReason = "its node restarted and its record of the new run has not arrived"
 
-// reported returns the replicas node name's held record lists, as they
+// Reported returns the replicas node name's held record lists, as they
 // count now. A stale record's copies (staleRecords: an earlier run of
 // the node's agent wrote it) are of unknown state: they are listed with
 // phase Unknown, not ready (staleReason), as placement and the rollout
 // gate take them (holderOf, rollout.go), so that get replicas and
 // rollout status count what the decisions count. Callers must not
 // modify the slice (a current record's own).
-func (v *view) reported(name string) []api.Replica {
-	s := v.statuses[name]
+func (v *View) Reported(name string) []api.Replica {
+	s := v.Statuses[name]
 	if !v.staleRecord(name) {
 		return s.Replicas
 	}
@@ -257,7 +257,7 @@ func (v *view) reported(name string) []api.Replica {
 			// Counted as it says (going, or no container), as the
 			// rollout gate and placement count it.
 		default:
-			r.Phase, r.Reason = api.PhaseUnknown, staleReason
+			r.Phase, r.Reason = api.PhaseUnknown, StaleReason
 		}
 		r.Ready = false
 		out[i] = r
@@ -268,16 +268,16 @@ func (v *view) reported(name string) []api.Replica {
 // staleRecord reports whether node name's held record is stale: an
 // earlier run of its agent wrote it (staleRecords), or it is this node's
 // own of an earlier run.
-func (v *view) staleRecord(name string) bool {
-	return v.stale[name] || name == v.oldSelf && name != ""
+func (v *View) staleRecord(name string) bool {
+	return v.Stale[name] || name == v.OldSelf && name != ""
 }
 
-// holding is the REPLICAS figure of get nodes: the copies node name's
+// Holding is the REPLICAS figure of get nodes: the copies node name's
 // record lists as it counts now (reported), less those going
 // (Terminating) and, in a stale record, those of unknown state.
-func (v *view) holding(name string) int {
+func (v *View) Holding(name string) int {
 	stale, n := v.staleRecord(name), 0
-	for _, r := range v.reported(name) {
+	for _, r := range v.Reported(name) {
 		if r.Phase != api.PhaseTerminating && !(stale && r.Phase == api.PhaseUnknown) {
 			n++
 		}
@@ -285,10 +285,10 @@ func (v *view) holding(name string) int {
 	return n
 }
 
-// statefulWorkloads is the set of StatefulSet workload keys in v.
-func (v *view) statefulWorkloads() map[string]bool {
+// StatefulWorkloads is the set of StatefulSet workload keys in v.
+func (v *View) StatefulWorkloads() map[string]bool {
 	out := map[string]bool{}
-	for _, o := range v.workloads {
+	for _, o := range v.Workloads {
 		if o.Kind == manifest.KindStatefulSet {
 			out[reconcile.WorkloadKey(o.Namespace, o.Name)] = true
 		}

@@ -36,20 +36,20 @@ type cachedObject struct {
 // Replicas would double what a node holds of the cluster's replicas.
 type expansion struct {
 	tmpl *reconcile.Replica
-	refs []replicaRef
+	refs []ReplicaRef
 }
 
-type replicaRef struct {
-	id, name string
+type ReplicaRef struct {
+	Id, name string
 	ordinal  int
 }
 
 // expand is desiredReplicas of o alone, in compact form.
 func expand(o manifest.Object) expansion {
-	rs := desiredReplicas([]manifest.Object{o})
-	e := expansion{refs: make([]replicaRef, len(rs))}
+	rs := DesiredReplicas([]manifest.Object{o})
+	e := expansion{refs: make([]ReplicaRef, len(rs))}
 	for i, r := range rs {
-		e.refs[i] = replicaRef{r.ID, r.Name, r.Ordinal}
+		e.refs[i] = ReplicaRef{r.ID, r.Name, r.Ordinal}
 	}
 	if len(rs) > 0 {
 		t := rs[0]
@@ -85,55 +85,55 @@ func (id recordID) same(r crdt.Record) bool {
 // objectsInto sets v's desired objects and what is computed from them,
 // sharing prev's when none of their records changed (by the store's
 // changed keys, then by the records themselves).
-func (vs *views) objectsInto(v, prev *view) error {
-	if prev != nil && prev.objGen == v.objGen {
+func (vs *Builder) objectsInto(v, prev *View) error {
+	if prev != nil && prev.ObjGen == v.ObjGen {
 		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.svcIndex, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.svcIndex, prev.hashes, prev.probes
+		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
 		return nil
 	}
 	var wrecs []crdt.Record
 	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
-		rs, err := vs.store.List(kindPrefix(kind))
+		rs, err := vs.store.List(KindPrefix(kind))
 		if err != nil {
 			return err
 		}
 		wrecs = append(wrecs, rs...)
 	}
-	srecs, err := vs.store.List(kindPrefix(manifest.KindService))
+	srecs, err := vs.store.List(KindPrefix(manifest.KindService))
 	if err != nil {
 		return err
 	}
 	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
 	if prev != nil && prev.objectsKey == v.objectsKey {
 		v.workloadsKey = prev.workloadsKey
-		v.workloads, v.all, v.services, v.alloc, v.svcIndex, v.hashes, v.probes = prev.workloads, prev.all, prev.services, prev.alloc, prev.svcIndex, prev.hashes, prev.probes
+		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
 		return nil
 	}
 	seen := map[string]bool{}
-	v.workloads = vs.decodeObjects(wrecs, seen)
-	v.services = vs.decodeObjects(srecs, seen)
+	v.Workloads = vs.DecodeObjects(wrecs, seen)
+	v.Services = vs.DecodeObjects(srecs, seen)
 	for k := range vs.objects {
 		if !seen[k] {
 			delete(vs.objects, k)
 		}
 	}
 	if vs.share != nil {
-		v.all = vs.share.replicaSet(recordsKey(wrecs), func() []desiredReplica { return vs.allReplicas(wrecs) })
+		v.All = vs.share.replicaSet(recordsKey(wrecs), func() []DesiredReplica { return vs.AllReplicas(wrecs) })
 	} else {
-		v.all = vs.allReplicas(wrecs)
+		v.All = vs.AllReplicas(wrecs)
 	}
-	v.hashes, v.probes = currentProbes(v.workloads)
-	v.alloc = service.Allocate(serviceSpecs(v.services), vs.serviceCIDR)
-	v.svcIndex = newServiceIndex(v.services, v.workloads)
-	v.workloadsKey = workloadsKey(v.workloads)
+	v.Hashes, v.Probes = currentProbes(v.Workloads)
+	v.Alloc = service.Allocate(ServiceSpecs(v.Services), vs.serviceCIDR)
+	v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
+	v.workloadsKey = workloadsKey(v.Workloads)
 	return nil
 }
 
-// allReplicas is desiredReplicas of the workloads decoded from recs (by
+// AllReplicas is desiredReplicas of the workloads decoded from recs (by
 // decodeObjects, just before), from the expansion cached with each
 // object: a write expands only its own workload's replicas, and the
 // others are merged in, in ID order.
-func (vs *views) allReplicas(recs []crdt.Record) []desiredReplica {
+func (vs *Builder) AllReplicas(recs []crdt.Record) []DesiredReplica {
 	var parts []expansion
 	total := 0
 	for _, r := range recs {
@@ -155,18 +155,18 @@ func (vs *views) allReplicas(recs []crdt.Record) []desiredReplica {
 // mergeByID merges expansions into one slice of total replicas sorted by
 // ID: a k-way merge through a heap of the expansions' heads, O(total log
 // k) comparisons and one write of each replica.
-func mergeByID(parts []expansion, total int) []desiredReplica {
+func mergeByID(parts []expansion, total int) []DesiredReplica {
 	if total == 0 {
 		return nil
 	}
-	out := make([]desiredReplica, 0, total)
+	out := make([]DesiredReplica, 0, total)
 	h := make([]expansion, 0, len(parts))
 	for _, p := range parts {
 		if len(p.refs) > 0 {
 			h = append(h, p)
 		}
 	}
-	less := func(i, j int) bool { return h[i].refs[0].id < h[j].refs[0].id }
+	less := func(i, j int) bool { return h[i].refs[0].Id < h[j].refs[0].Id }
 	down := func(i int) {
 		for {
 			l, m := 2*i+1, i
@@ -187,7 +187,7 @@ func mergeByID(parts []expansion, total int) []desiredReplica {
 		down(i)
 	}
 	for len(h) > 0 {
-		out = append(out, desiredReplica{h[0].refs[0], h[0].tmpl})
+		out = append(out, DesiredReplica{h[0].refs[0], h[0].tmpl})
 		if h[0].refs = h[0].refs[1:]; len(h[0].refs) == 0 {
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
@@ -197,10 +197,10 @@ func mergeByID(parts []expansion, total int) []desiredReplica {
 	return out
 }
 
-// decodeObjects returns the live objects of recs, sorted by key, decoding
+// DecodeObjects returns the live objects of recs, sorted by key, decoding
 // only records whose version changed since the last build; it marks their
 // keys in seen. Objects that do not decode are logged once and skipped.
-func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
+func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []manifest.Object {
 	var out []manifest.Object
 	for _, r := range recs {
 		if r.Deleted {
@@ -234,23 +234,23 @@ func (vs *views) decodeObjects(recs []crdt.Record, seen map[string]bool) []manif
 // (heldGen, objGen). Only the changed records are read and decoded; a
 // purge, a drop or the first sync relists them all. Called with build
 // held.
-func (vs *views) sync() error {
+func (vs *Builder) sync() error {
 	var keys []string
 	all := true
 	t, _ := vs.store.(*tracked)
 	if t != nil {
-		keys, all = t.take()
+		keys, all = t.Take()
 	}
 	// A read that fails leaves the changes unread: the next sync reads
 	// everything again.
 	failed := func(err error) error {
 		if t != nil {
-			t.setAll()
+			t.SetAll()
 		}
 		return err
 	}
 	if all {
-		recs, err := vs.store.List(statusKind + "/")
+		recs, err := vs.store.List(StatusKind + "/")
 		if err != nil {
 			return failed(err)
 		}
@@ -267,10 +267,10 @@ func (vs *views) sync() error {
 	}
 	for _, k := range keys {
 		switch {
-		case strings.HasPrefix(k, kindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, kindPrefix(manifest.KindStatefulSet)),
-			strings.HasPrefix(k, kindPrefix(manifest.KindService)):
+		case strings.HasPrefix(k, KindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, KindPrefix(manifest.KindStatefulSet)),
+			strings.HasPrefix(k, KindPrefix(manifest.KindService)):
 			vs.objGen++
-		case strings.HasPrefix(k, statusKind+"/"):
+		case strings.HasPrefix(k, StatusKind+"/"):
 			r, ok, err := vs.store.Get(k)
 			if err != nil {
 				return failed(err)
@@ -290,7 +290,7 @@ func (vs *views) sync() error {
 			if c.ok {
 				vs.held[c.status.Name] = c.status
 			}
-			if had != c.ok || had && !sameClaim(old.status, c.status) {
+			if had != c.ok || had && !SameClaim(old.status, c.status) {
 				vs.claimsGen++
 				if had {
 					vs.claims.set(old.status.Name, NodeStatus{}, false)
@@ -307,31 +307,31 @@ func (vs *views) sync() error {
 	return nil
 }
 
-// withHeld calls f with the node statuses the store holds now, by name,
+// WithHeld calls f with the node statuses the store holds now, by name,
 // and the versions of their records, decoding only the records that changed since the last look (checking
 // a new subnet claim against all of them listed and compared every
 // record: 1,000 claims x 1,000 records at each of 1,000 simulated nodes
 // forming). f must not keep or modify the map.
-func (vs *views) withHeld(f func(held map[string]NodeStatus, version func(name string) hlc.Timestamp)) {
+func (vs *Builder) WithHeld(f func(held map[string]NodeStatus, version func(name string) hlc.Timestamp)) {
 	vs.build.Lock()
 	defer vs.build.Unlock()
 	if err := vs.sync(); err != nil {
 		vs.log.Error("read the node statuses", "err", err)
 	}
-	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[statusKey(name)].from.version })
+	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[StatusKey(name)].from.version })
 }
 
-// claimsNear returns the held statuses whose subnet claim overlaps s's
+// ClaimsNear returns the held statuses whose subnet claim overlaps s's
 // (s's own held one included), found through the claim index: a new
 // claim is checked against these, not against every node's.
-func (vs *views) claimsNear(s NodeStatus) []NodeStatus {
+func (vs *Builder) ClaimsNear(s NodeStatus) []NodeStatus {
 	vs.build.Lock()
 	defer vs.build.Unlock()
 	if err := vs.sync(); err != nil {
 		vs.log.Error("read the node statuses", "err", err)
 	}
 	var out []NodeStatus
-	p, ok := s.prefix()
+	p, ok := s.Prefix()
 	if !ok {
 		for _, h := range vs.held {
 			if h.PodSubnet == s.PodSubnet {
@@ -342,7 +342,7 @@ func (vs *views) claimsNear(s NodeStatus) []NodeStatus {
 	}
 	vs.claims.near(p, func(name string) {
 		if h, ok := vs.held[name]; ok {
-			if hp, ok := h.prefix(); ok && hp.Overlaps(p) {
+			if hp, ok := h.Prefix(); ok && hp.Overlaps(p) {
 				out = append(out, h)
 			}
 		}
@@ -352,7 +352,7 @@ func (vs *views) claimsNear(s NodeStatus) []NodeStatus {
 
 // decodeStatusesCached is decodeStatuses over the cache of decoded
 // status records. Called with build held.
-func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
+func (vs *Builder) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
 	seen := map[string]bool{}
 	for _, r := range recs {
@@ -371,7 +371,7 @@ func (vs *views) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus 
 
 // decodeStatus decodes status record r through the cache. Called with
 // build held.
-func (vs *views) decodeStatus(r crdt.Record) cachedStatus {
+func (vs *Builder) decodeStatus(r crdt.Record) cachedStatus {
 	c, ok := vs.statuses[r.Key]
 	if ok && c.from.same(r) {
 		return c
@@ -381,7 +381,7 @@ func (vs *views) decodeStatus(r crdt.Record) cachedStatus {
 		return c
 	}
 	c = cachedStatus{from: idOf(r)}
-	for _, s := range decodeStatuses([]crdt.Record{r}, vs.clusterCIDR) {
+	for _, s := range DecodeStatuses([]crdt.Record{r}, vs.clusterCIDR) {
 		c.status, c.ok = s, true
 	}
 	vs.statuses[r.Key] = c

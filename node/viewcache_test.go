@@ -26,7 +26,7 @@ func TestAllReplicasFollowsEveryWrite(t *testing.T) {
 	objs := map[string]manifest.Object{}
 	version := int64(0)
 	recs := map[string]crdt.Record{}
-	vs := newViews()
+	vs := NewBuilder()
 	for step := range 300 {
 		name := names[rng.IntN(len(names))]
 		o := mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
@@ -53,12 +53,12 @@ spec:
 		}
 		recs[o.Key()] = rec
 		list := slices.SortedFunc(maps.Values(recs), func(a, b crdt.Record) int { return strings.Compare(a.Key, b.Key) })
-		decoded := vs.decodeObjects(list, map[string]bool{})
+		decoded := vs.DecodeObjects(list, map[string]bool{})
 		var got []reconcile.Replica
-		for _, d := range vs.allReplicas(list) {
-			got = append(got, d.replica())
+		for _, d := range vs.AllReplicas(list) {
+			got = append(got, d.Replica())
 		}
-		want := desiredReplicas(decoded)
+		want := DesiredReplicas(decoded)
 		if len(decoded) != len(objs) {
 			t.Fatalf("step %d: decoded %d objects, want %d", step, len(decoded), len(objs))
 		}
@@ -104,11 +104,11 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 			}
 		}
 		observed = append(observed, reconcile.Container{ID: "default_gone-0", Name: "gone-0", Namespace: "default", State: reconcile.StateRunning})
-		v := &view{all: compact(all), owner: tableOf(compact(all), owner)}
+		v := &View{All: compact(all), Owner: tableOf(compact(all), owner)}
 		in := reconcile.Ownership{Self: "self", All: all, Owner: ownerOf(owner), Observed: observed, ReadyElsewhere: ready,
 			HandoffSince: since, Now: now, Timeout: time.Minute}
 		wantMine, wantHandoffs := reconcile.Owned(in)
-		in.All = v.candidates("self", observed)
+		in.All = v.Candidates("self", observed)
 		gotMine, gotHandoffs := reconcile.Owned(in)
 		if !slices.EqualFunc(gotMine, wantMine, func(a, b reconcile.Replica) bool { return a.ID == b.ID }) || !maps.Equal(gotHandoffs, wantHandoffs) {
 			t.Fatalf("step %d: from the candidates Owned gives %d replicas and %v, from every replica %d and %v",
@@ -119,11 +119,11 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 
 // compact is rs as a view holds them (desiredReplica), each with a
 // template of its own.
-func compact(rs []reconcile.Replica) []desiredReplica {
-	out := make([]desiredReplica, len(rs))
+func compact(rs []reconcile.Replica) []DesiredReplica {
+	out := make([]DesiredReplica, len(rs))
 	for i, r := range rs {
 		t := r
-		out[i] = desiredReplica{replicaRef{r.ID, r.Name, r.Ordinal}, &t}
+		out[i] = DesiredReplica{ReplicaRef{r.ID, r.Name, r.Ordinal}, &t}
 	}
 	return out
 }
@@ -134,10 +134,10 @@ func ownerOf(m map[string]string) func(id string) string {
 }
 
 // tableOf is the ownerTable of all by owner (replica ID -> node).
-func tableOf(all []desiredReplica, owner map[string]string) ownerTable {
-	t := ownerTable{all: all, node: make([]string, len(all))}
+func tableOf(all []DesiredReplica, owner map[string]string) OwnerTable {
+	t := OwnerTable{All: all, Node: make([]string, len(all))}
 	for i, d := range all {
-		t.node[i] = owner[d.id]
+		t.Node[i] = owner[d.Id]
 	}
 	return t
 }

@@ -146,8 +146,8 @@ func (l *lease) set(ids []string) {
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
 // replicas: those observed and those it is about to create.
-func atMostOneIDs(v *view, observed []reconcile.Container, mine []reconcile.Replica) []string {
-	stateful := v.statefulWorkloads()
+func atMostOneIDs(v *View, observed []reconcile.Container, mine []reconcile.Replica) []string {
+	stateful := v.StatefulWorkloads()
 	var ids []string
 	for _, c := range observed {
 		if stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
