@@ -15,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // admit checks what validating each object alone cannot, before anything
@@ -38,11 +39,11 @@ func (o *objects) admit(objs []manifest.Object) error {
 		}
 	}
 	if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Service != nil }) {
-		recs, err := o.st.List(KindPrefix(manifest.KindService))
+		recs, err := o.st.List(view.KindPrefix(manifest.KindService))
 		if err != nil {
 			return err
 		}
-		stored, _ := LiveObjects(recs)
+		stored, _ := view.LiveObjects(recs)
 		if err := admitServices(objs, stored, o.serviceCIDR); err != nil {
 			errs = append(errs, err)
 		}
@@ -69,14 +70,14 @@ func admitServices(objs []manifest.Object, stored []manifest.Object, serviceCIDR
 	if err != nil {
 		return err
 	}
-	svcRange := PrefixOf(cidr)
+	svcRange := view.PrefixOf(cidr)
 	var others []manifest.Object
 	for _, o := range stored {
 		if !replaced[o.Namespace+"/"+o.Name] {
 			others = append(others, o)
 		}
 	}
-	alloc := service.Allocate(ServiceSpecs(others), cidr)
+	alloc := service.Allocate(view.ServiceSpecs(others), cidr)
 	ipHolder := map[netip.Addr]string{}
 	for k, ip := range alloc.ClusterIPs {
 		ipHolder[ip] = k

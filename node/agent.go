@@ -21,6 +21,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/runtime"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Agent is one Starling node. It holds the node's shared pieces (the
@@ -35,7 +36,7 @@ import (
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
-	store   Store
+	store   *tracked
 	clock   *hlc.Clock
 	rt      Runtime
 	metrics *metrics
@@ -56,10 +57,10 @@ type Agent struct {
 	rejects *rejects
 	// auth binds membership to node keys (memberauth.go).
 	auth *memberAuth
-	acks *AckTracker
+	acks *view.AckTracker
 
 	members  *members
-	views    *Builder
+	views    *view.Builder
 	status   *self
 	subnets  *subnets
 	replicas *replicas
@@ -204,7 +205,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if creds != nil {
 		a.trust = newTrust(creds, key, a.id)
 	}
-	clusterCIDR := PrefixOf(cluster)
+	clusterCIDR := view.PrefixOf(cluster)
 	a.rejects = newRejects(clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
 	a.rejects.forgotten = a.id.forgottenAt
 	a.members = newMembers(cfg, a.store, log)
@@ -228,10 +229,10 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
-	a.acks = NewAckTracker(cfg.AckTimeout)
+	a.acks = view.NewAckTracker(cfg.AckTimeout)
 	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
-	a.rejects.setHeld(func(s NodeStatus) []NodeStatus { return a.views.ClaimsNear(s) }, a.subnets.reservedFor)
+	a.rejects.setHeld(func(s view.NodeStatus) []view.NodeStatus { return a.views.ClaimsNear(s) }, a.subnets.reservedFor)
 	a.rejects.rival = a.subnets.noteRival
 	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
@@ -239,12 +240,10 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	// With the replicas of the last publication: a claim that moves
 	// keeps them listed (their addresses hidden) until the next pass.
 	a.subnets.publish = a.status.republish
-	a.views = NewBuilder()
+	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.cluster, Damping: a.members, Acks: a.acks,
+		ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
+		SelfStatus: func() view.NodeStatus { return a.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: cfg.shareDecodes})
 	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
-	a.views.self, a.views.store, a.views.cluster, a.views.Members, a.views.acks = cfg.Name, a.store, a.cluster, a.members, a.acks
-	a.views.serviceCIDR, a.views.clusterCIDR, a.views.placements, a.views.builds, a.views.log = serviceNet, clusterCIDR, a.metrics.placements, a.metrics.viewBuilds, log
-	a.views.selfStatus, a.views.started = func() NodeStatus { return a.status.status(nil) }, a.started
-	a.views.reclaimAfter, a.views.share = cfg.SubnetReclaimAfter, cfg.shareDecodes
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members, a.fence.certified, a.fence.uncertifiedGauge = a.cluster, a.members, a.auth.certified, a.metrics.uncertified
 	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}

@@ -15,6 +15,8 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -78,7 +80,7 @@ func (sn *subnets) askedFor() time.Duration {
 // p (or nothing yet), and it asked within askedFor or is up.
 func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool {
 	moved := false
-	sn.withHeld(func(held map[string]NodeStatus, version func(string) hlc.Timestamp) {
+	sn.withHeld(func(held map[string]view.NodeStatus, version func(string) hlc.Timestamp) {
 		// A record written before the question may show the subnet the
 		// asker claimed before this one (it lost it and picked again).
 		if s, ok := held[a.node]; ok && s.PodSubnet != "" && time.Unix(0, version(a.node).Wall).After(a.at) {
@@ -191,7 +193,7 @@ func arbiters(subnet, self string, members []gossip.Member) []string {
 			continue
 		}
 		since := int64(math.MaxInt64) // an agent without the metadata: youngest
-		if meta, ok := DecodeMeta(m.Meta); ok {
+		if meta, ok := member.DecodeMeta(m.Meta); ok {
 			since = meta.Since
 		}
 		pool = append(pool, aged{m.Name, since})

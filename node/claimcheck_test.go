@@ -10,6 +10,8 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // collidingNames returns two node names whose first pick (ipam.Pick) is
@@ -46,7 +48,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 			fastGossip(g)
 			accept := g.Accept
 			g.Accept = func(r crdt.Record) error {
-				if r.Key == StatusKey(a) || r.Key == StatusKey(b) {
+				if r.Key == view.StatusKey(a) || r.Key == view.StatusKey(b) {
 					return errors.New("not here yet")
 				}
 				return accept(r)
@@ -102,7 +104,7 @@ func TestArbitersStayAsTheClusterGrows(t *testing.T) {
 	members := func(n int) []gossip.Member {
 		var ms []gossip.Member
 		for i := range n {
-			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: EncodeMeta(Meta{Since: int64(1000 + i), Started: int64(5000 + i)})})
+			ms = append(ms, gossip.Member{Name: fmt.Sprintf("n%04d", i), State: gossip.StateAlive, Meta: member.EncodeMeta(member.Meta{Since: int64(1000 + i), Started: int64(5000 + i)})})
 		}
 		return ms
 	}
@@ -123,7 +125,7 @@ func TestArbitersStayAsTheClusterGrows(t *testing.T) {
 			t.Errorf("arbiter %s has no member-since", a)
 		}
 	}
-	if _, ok := DecodeMeta([]byte{MetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0}); ok {
+	if _, ok := member.DecodeMeta([]byte{member.MetaV1, 0xff, 0, 0, 0, 0, 0, 0, 0}); ok {
 		t.Error("a member-since beyond int64 decoded")
 	}
 }

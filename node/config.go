@@ -18,6 +18,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/node/logfile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Config is the agent's configuration: one field per knob, units in the
@@ -94,7 +95,7 @@ type Config struct {
 	HandoffTimeout time.Duration
 	// AckTimeout is how long a node may list none of the Deployment
 	// replicas placed on it in its status before placement leaves the
-	// node out for a while (unresponsive.go); keep it below
+	// node out for a while (node/view/unresponsive.go); keep it below
 	// HandoffTimeout so a moved replica's old copy still runs when that
 	// happens. 0 turns the check off.
 	AckTimeout time.Duration
@@ -159,7 +160,7 @@ type Config struct {
 	tuneGossip func(*gossip.Config)
 	// shareDecodes, when set, is shared by the agents of one process
 	// (the scale simulation) to decode identical records once.
-	shareDecodes *DecodeShare
+	shareDecodes *view.DecodeShare
 }
 
 // DefaultConfig returns the defaults documented in the README.

@@ -23,6 +23,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // An agent started with --dry-run (Config.DryRun) joins the cluster and
@@ -156,7 +157,7 @@ type dryRun struct {
 	members *members
 	subnets *subnets
 	status  *self
-	views   *Builder
+	views   *view.Builder
 	print   *printer
 	log     *slog.Logger
 	ready   chan struct{}
@@ -199,15 +200,15 @@ func (d *dryRun) loop(ctx context.Context) {
 // not ready and without replicas, so peers stop placing replicas on it
 // and routing to it.
 func (d *dryRun) withdrawOwnRecord() {
-	rec, ok, err := d.store.Get(StatusKey(d.self))
+	rec, ok, err := d.store.Get(view.StatusKey(d.self))
 	if err != nil || !ok || rec.Deleted {
 		return
 	}
-	var s NodeStatus
+	var s view.NodeStatus
 	if json.Unmarshal(rec.Value, &s) != nil || !s.SubnetReady && len(s.Replicas) == 0 {
 		return
 	}
-	CapTimes(&s, rec.Version) // the claim as its peers read it
+	view.CapTimes(&s, rec.Version) // the claim as its peers read it
 	d.subnets.set(ipam.Claim{Node: d.self, Subnet: s.PodSubnet, Since: s.SubnetSince}, false)
 	d.log.Warn("dry run: the cluster holds a ready record of this node's name; republishing it as not ready so peers neither place replicas here nor route here",
 		"subnet", s.PodSubnet)

@@ -13,6 +13,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // syncBuffer is a bytes.Buffer safe for the dry-run loop and the test.
@@ -84,7 +85,7 @@ spec:
 	if got := len(a0.rt.ids()); got != 3 {
 		t.Fatalf("a0 runs %d replicas, want all 3", got)
 	}
-	if storedValue(a0, StatusKey("dry")) != "" {
+	if storedValue(a0, view.StatusKey("dry")) != "" {
 		t.Fatal("a0 holds a node record of the dry-run node")
 	}
 	for _, c := range a0.agent.subnets.others() {
@@ -97,7 +98,7 @@ spec:
 	// A change is printed again: the Service deleted, its rules go; the
 	// unchanged sections are not repeated.
 	routesPrinted := strings.Count(out.String(), "routes this node would install")
-	recs, err := a0.agent.store.List(KindPrefix(manifest.KindService))
+	recs, err := a0.agent.store.List(view.KindPrefix(manifest.KindService))
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("service records: %v %v", recs, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/quorum"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // quorum is this node's knowledge of whether it sees a majority of the
@@ -63,7 +64,7 @@ type fence struct {
 	uncertifiedGauge prometheus.Gauge
 	// knownOf is the last count of known nodes, with its inputs.
 	knownOf struct {
-		v       *View
+		v       *view.View
 		members []gossip.Member
 		n       int
 	}
@@ -113,7 +114,7 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 // member whose going down this agent has not recorded yet counts as down
 // since now; a node memberlist does not know at all, since this agent
 // started).
-func (q *fence) fencing(v *View, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
+func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.Time) (reconcile.Fencing, int, int) {
 	// Counted without building sets (a reconcile at 1,000 nodes built
 	// three of them: 10 % of the CPU of the simulation): members is
 	// sorted by name.
@@ -147,7 +148,7 @@ func (q *fence) fencing(v *View, observed []reconcile.Container, now time.Time) 
 		if name == q.self || len(s.Replicas) == 0 {
 			continue
 		}
-		if st, member := MemberState(members, name); !st.Up() {
+		if st, member := view.MemberState(members, name); !st.Up() {
 			since, ok := q.members.downSince(name)
 			switch {
 			case ok:
@@ -177,7 +178,7 @@ func (q *fence) fencing(v *View, observed []reconcile.Container, now time.Time) 
 // known is the number of known nodes (see fencing): v's statuses, this
 // node, and live members without a status. It is counted once per view
 // and membership snapshot.
-func (q *fence) known(v *View, members []gossip.Member) int {
+func (q *fence) known(v *view.View, members []gossip.Member) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.knownOf.v == v && sameSnapshot(q.knownOf.members, members) {

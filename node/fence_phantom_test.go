@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // A quorum round asks and counts nodes only: a member no certified
@@ -58,7 +59,7 @@ func TestQuorumCountsNodesNotPhantoms(t *testing.T) {
 	}
 	// The known nodes are this node and the nodes with a record: a
 	// phantom, which has none, does not dilute the majority.
-	v := &View{Statuses: map[string]NodeStatus{"n1": {}, "n2": {}, "n3": {}}}
+	v := &view.View{Statuses: map[string]view.NodeStatus{"n1": {}, "n2": {}, "n3": {}}}
 	if got := q.known(v, ms); got != 3 {
 		t.Fatalf("known nodes %d with 2 phantoms in membership, want 3", got)
 	}

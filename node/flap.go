@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Flap damping: which members count as alive for placement (members).
@@ -26,7 +27,7 @@ import (
 // since nor waits for a member to settle, the answer is prev's without a
 // walk: the view looks every second, and walking 1,000 members for
 // nothing was 5 % of the CPU of a simulated 1,000-node cluster.
-func (m *members) AliveAfter(now time.Time, list []gossip.Member, prev *Alive) (Alive, bool) {
+func (m *members) AliveAfter(now time.Time, list []gossip.Member, prev *view.Alive) (view.Alive, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if prev != nil && prev.Gen == m.gen && len(m.memberBack) == 0 && m.selfUntil.IsZero() && sameSnapshot(prev.From, list) {
@@ -43,9 +44,9 @@ func (m *members) AliveAfter(now time.Time, list []gossip.Member, prev *Alive) (
 	}
 	m.walkAliveLocked(now, list, func(name string) { set[name] = true })
 	if prev != nil && maps.Equal(set, prev.Set) {
-		return Alive{Set: prev.Set, From: list, Gen: m.gen}, true
+		return view.Alive{Set: prev.Set, From: list, Gen: m.gen}, true
 	}
-	return Alive{Set: set, From: list, Gen: m.gen}, false
+	return view.Alive{Set: set, From: list, Gen: m.gen}, false
 }
 
 // sameSnapshot reports whether a and b are one membership snapshot

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/member"
 )
 
 // startGossip checks the node's identity and the age of its state, then
@@ -31,7 +32,7 @@ func (a *Agent) startGossip() error {
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
 	since := memberSince(a.store, a.log)
-	gc.Meta = EncodeMeta(Meta{Since: since, Started: a.started.UnixNano()})
+	gc.Meta = member.EncodeMeta(member.Meta{Since: since, Started: a.started.UnixNano()})
 	a.auth = newMemberAuth(a.cfg.Name, a.id.key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
 	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
 	if a.cfg.Advertise != "" {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -113,12 +116,12 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 	rep := func(ord int, phase api.Phase) api.Replica {
 		return api.Replica{Namespace: "default", Workload: "web", Ordinal: ord, Phase: phase, Created: t0}
 	}
-	statuses := map[string]NodeStatus{
+	statuses := map[string]view.NodeStatus{
 		owner:  {Replicas: []api.Replica{rep(0, api.PhaseRunning)}},
 		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}},
 		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
 	}
-	var x HeldIndex
+	var x view.HeldIndex
 	byNode := func(hs []placement.Holder) map[string]placement.Holder {
 		out := map[string]placement.Holder{}
 		for _, h := range hs {
@@ -130,21 +133,21 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
 		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.Elsewhere(1, p, p, nodes, statuses, nil); !SameHolders(again, got) {
+	if again := x.Elsewhere(1, p, p, nodes, statuses, nil); !view.SameHolders(again, got) {
 		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
-	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
+	statuses[away] = view.NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
 	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
 		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
 	// A Replace lists the new copy Pending: it still holds the replica.
-	statuses[away] = NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
+	statuses[away] = view.NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
 	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
 		t.Fatalf("a copy being replaced on %s: %+v", away, got)
 	}
 	// Placement changed (gen 2) and gives ordinal 0 to the node that
 	// holds it: nothing is away, with the same records.
-	statuses[owner] = NodeStatus{}
+	statuses[owner] = view.NodeStatus{}
 	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
 		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
 	}
@@ -170,7 +173,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		ws = append(ws, placement.Workload{Key: fmt.Sprintf("default/sim-%03d", i), Replicas: 100})
 	}
 	p := placement.Assign(nodes, ws, placement.Options{})
-	statuses := map[string]NodeStatus{}
+	statuses := map[string]view.NodeStatus{}
 	for key, owners := range p.Owners {
 		for ord, o := range owners {
 			s := statuses[o]
@@ -188,7 +191,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 	})
 	// A quarter of the replicas run on the next node instead (kept
 	// there after failures).
-	moved := map[string]NodeStatus{}
+	moved := map[string]view.NodeStatus{}
 	for i, n := range nodes {
 		for j, r := range statuses[n.Name].Replicas {
 			to := n.Name
@@ -201,7 +204,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		}
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
-		var x HeldIndex
+		var x view.HeldIndex
 		want := len(x.Elsewhere(1, p, p, nodes, moved, nil))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -214,7 +217,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
-		var x HeldIndex
+		var x view.HeldIndex
 		x.Elsewhere(1, p, p, nodes, statuses, nil)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -228,10 +231,10 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 	})
 }
 
-// heldElsewhere is heldIndex.elsewhere without an index: every record is
+// heldElsewhere is view.HeldIndex.elsewhere without an index: every record is
 // read.
-func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus) []placement.Holder {
-	var x HeldIndex
+func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]view.NodeStatus) []placement.Holder {
+	var x view.HeldIndex
 	return x.Elsewhere(0, p, without, eligible, statuses, nil)
 }
 
@@ -245,38 +248,38 @@ func heldElsewhere(p, without placement.Placement, eligible []placement.Node, st
 func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	meta := func(started time.Time) []byte {
-		return EncodeMeta(Meta{Since: t0.Add(-time.Hour).UnixNano(), Started: started.UnixNano()})
+		return member.EncodeMeta(member.Meta{Since: t0.Add(-time.Hour).UnixNano(), Started: started.UnixNano()})
 	}
 	run1, run2 := t0.Add(100*time.Millisecond), t0.Add(time.Minute+300*time.Millisecond)
 	members := []gossip.Member{
 		{Name: "a", State: gossip.StateAlive, Meta: meta(run1)},
 		{Name: "b", State: gossip.StateAlive, Meta: meta(run1)},
 		{Name: "back", State: gossip.StateAlive, Meta: meta(run2)},
-		{Name: "v1", State: gossip.StateAlive, Meta: encodeMemberMetaV1(t0.UnixNano())},
+		{Name: "v1", State: gossip.StateAlive, Meta: binary.BigEndian.AppendUint64([]byte{member.MetaV1}, uint64(t0.UnixNano()))},
 	}
 	alive := map[string]bool{"a": true, "b": true, "back": true, "v1": true}
 	// Records keep Started to the second (status.go).
-	statuses := map[string]NodeStatus{
+	statuses := map[string]view.NodeStatus{
 		"a":    {Started: run1.Truncate(time.Second)},
 		"b":    {Started: run1.Truncate(time.Second)},
 		"back": {Started: run1.Truncate(time.Second)},
 		"v1":   {Started: t0},
 	}
-	if got := StaleRecords(members, alive, statuses, "a"); !got["back"] || len(got) != 1 {
+	if got := view.StaleRecords(members, alive, statuses, "a"); !got["back"] || len(got) != 1 {
 		t.Fatalf("back with a new run, held with its record of the last one: want only it stale, got %v", got)
 	}
-	if got := StaleRecords(members, map[string]bool{"a": true, "b": true}, statuses, "a"); len(got) != 0 {
+	if got := view.StaleRecords(members, map[string]bool{"a": true, "b": true}, statuses, "a"); len(got) != 0 {
 		t.Fatalf("not counted yet (flap damping): nothing to say of its record, got %v", got)
 	}
-	statuses["back"] = NodeStatus{Started: run2.Truncate(time.Second)}
-	if got := StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
+	statuses["back"] = view.NodeStatus{Started: run2.Truncate(time.Second)}
+	if got := view.StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
 		t.Fatalf("its record of the new run arrived: nothing stale, got %v", got)
 	}
 	// A record of a run later than the metadata held (a restart within
 	// the failure detector's timeout, the alive message not here yet)
 	// is not stale.
 	members[2].Meta = meta(run1)
-	if got := StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
+	if got := view.StaleRecords(members, alive, statuses, "a"); len(got) != 0 {
 		t.Fatalf("a record newer than the metadata: nothing stale, got %v", got)
 	}
 
@@ -295,11 +298,11 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 	if other == "" {
 		t.Fatalf("want a node given none: %v", p.Owners)
 	}
-	statuses = map[string]NodeStatus{
+	statuses = map[string]view.NodeStatus{
 		back:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
 		other: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
 	}
-	var x HeldIndex
+	var x view.HeldIndex
 	for _, tc := range []struct {
 		stale map[string]bool
 		want  string

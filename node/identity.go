@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Node identity. Every node has its own Ed25519 key pair (RFC 8032), made
@@ -89,7 +91,7 @@ func (id *identity) sign(r crdt.Record) (crdt.Record, error) {
 // signer of the live status record held for it. ok is false when none is
 // held (a new name, or one freed by 'starling node forget').
 func (id *identity) boundKey(name string) ([]byte, bool) {
-	rec, ok, err := id.store.Get(StatusKey(name))
+	rec, ok, err := id.store.Get(view.StatusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return nil, false
 	}
@@ -107,15 +109,15 @@ func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool), revok
 		return reject(rejectUnsigned, "%s: unsigned record from %q", r.Key, r.Origin)
 	}
 	if !crdt.VerifySignature(r) {
-		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, KeyID(r.Signer))
+		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, member.KeyID(r.Signer))
 	}
 	if revoked(r.Signer) {
 		return reject(rejectRevoked, "%s: signed by key %s of %q, which 'starling node forget' revoked (the node needs a new identity: remove %s from its data dir)",
-			r.Key, KeyID(r.Signer), r.Origin, nodeKeyFile)
+			r.Key, member.KeyID(r.Signer), r.Origin, nodeKeyFile)
 	}
 	if want, ok := bound(r.Origin); ok && !bytes.Equal(want, r.Signer) {
 		return reject(rejectIdentity, "%s: signed by key %s, but node %q is key %s (free the name with 'starling node forget %s' if the node was replaced)",
-			r.Key, KeyID(r.Signer), r.Origin, KeyID(want), r.Origin)
+			r.Key, member.KeyID(r.Signer), r.Origin, member.KeyID(want), r.Origin)
 	}
 	return nil
 }
@@ -143,13 +145,13 @@ func revokedKey(pub []byte) string {
 // keyOwner returns the node whose held, live status record is signed by
 // pub.
 func (id *identity) keyOwner(pub []byte) (string, bool) {
-	recs, err := id.store.List(StatusKind + "/")
+	recs, err := id.store.List(view.StatusKind + "/")
 	if err != nil {
 		return "", false
 	}
 	for _, r := range recs {
 		if !r.Deleted && bytes.Equal(r.Signer, pub) {
-			return strings.TrimPrefix(r.Key, StatusKind+"/cluster/"), true
+			return strings.TrimPrefix(r.Key, view.StatusKind+"/cluster/"), true
 		}
 	}
 	return "", false

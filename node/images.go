@@ -25,6 +25,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/runtime"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Image records say which content an image name stands for in the
@@ -84,7 +85,7 @@ type images struct {
 	rt       Runtime
 	store    Store
 	clock    *hlc.Clock
-	views    *Builder
+	views    *view.Builder
 	cluster  *gossip.Cluster
 	peers    *peers
 	publish  func(...crdt.Record) error
@@ -190,7 +191,7 @@ func (im *images) sources(ctx context.Context, ref string) (string, []runtime.Im
 	v := im.views.View()
 	type peer struct {
 		name   string
-		status NodeStatus
+		status view.NodeStatus
 		rtt    time.Duration
 	}
 	var peers []peer

@@ -16,7 +16,9 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
+	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // info is what this node knows of the cluster, as the API shows it:
@@ -24,7 +26,7 @@ import (
 // implements apiserver.Cluster.
 type info struct {
 	self    string
-	views   *Builder
+	views   *view.Builder
 	status  *self
 	cluster *gossip.Cluster
 	store   Store
@@ -112,7 +114,7 @@ func (in *info) Nodes() []api.Node {
 			n.PodSubnet, n.Started, n.API, n.Ready, n.Insecure, n.DiskFull = s.PodSubnet, s.Started, s.API, s.SubnetReady, s.Insecure, s.DiskFull
 			n.Replicas = v.Holding(m.Name)
 		}
-		if meta, ok := DecodeMeta(m.Meta); ok && meta.Since > 0 {
+		if meta, ok := member.DecodeMeta(m.Meta); ok && meta.Since > 0 {
 			n.Joined = time.Unix(0, meta.Since).UTC()
 		}
 		if rtt, ok := in.cluster.RTT(m.Name); ok && m.Name != in.self {
@@ -134,7 +136,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 	if name == in.self {
 		return api.ForgetResult{}, api.Errorf(http.StatusConflict, "node %s is this node", name)
 	}
-	if _, ok, err := in.store.Get(StatusKey(name)); err != nil || !ok {
+	if _, ok, err := in.store.Get(view.StatusKey(name)); err != nil || !ok {
 		return api.ForgetResult{}, api.Errorf(http.StatusNotFound, "node %q is not known", name)
 	}
 	revoked, err := in.forgetNode(name)
@@ -166,7 +168,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 // also refusing the old key; before it, the records the node wrote for
 // the cluster are written again by this node (adoptRecords).
 func (in *info) forgetNode(name string) (revoked []byte, err error) {
-	rec, ok, err := in.store.Get(StatusKey(name))
+	rec, ok, err := in.store.Get(view.StatusKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (in *info) adoptRecords(key []byte) ([]crdt.Record, error) {
 	var out []crdt.Record
 	for _, r := range all {
 		kind, _, _ := strings.Cut(r.Key, "/")
-		if !bytes.Equal(r.Signer, key) || kind == StatusKind || kind == joinTokenKind || kind == revokedKind {
+		if !bytes.Equal(r.Signer, key) || kind == view.StatusKind || kind == joinTokenKind || kind == revokedKind {
 			continue
 		}
 		in.clock.Update(r.Version)

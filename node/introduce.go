@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 const (
@@ -22,7 +24,7 @@ const (
 	// record stays until someone removes it), not missed.
 	introduceWindow = 10 * time.Minute
 	// introduceSkew is how far ahead of this node's clock a record's
-	// start may be and still count (capTimes lets a writer date it up to
+	// start may be and still count (view.CapTimes lets a writer date it up to
 	// hlc.MaxOffset ahead, which would keep it recent for 70 minutes).
 	introduceSkew = time.Minute
 	// upQuestion asks a peer which of some members it holds up (alive
@@ -43,7 +45,7 @@ const (
 // by name) has never listed them, or holds them dead or left from an
 // earlier run (laterRun: a restart whose alive message this node
 // missed); this node (self) aside.
-func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self string, now time.Time) []string {
+func missedMembers(members []gossip.Member, statuses map[string]view.NodeStatus, self string, now time.Time) []string {
 	var out []string
 	for name, s := range statuses {
 		if name == self || s.Started.IsZero() || now.Sub(s.Started) > introduceWindow || s.Started.Sub(now) > introduceSkew {
@@ -62,10 +64,10 @@ func missedMembers(members []gossip.Member, statuses map[string]NodeStatus, self
 // laterRun reports whether status s is of a later run of the node's
 // agent than the one membership last heard of (m, held down): its start
 // is after the run start m's metadata gives, both by the node's own
-// clock (as staleRecords compares them), or, for metadata that gives
+// clock (as view.StaleRecords compares them), or, for metadata that gives
 // none, after m went down by this node's clock.
-func laterRun(m gossip.Member, s NodeStatus) bool {
-	if meta, ok := DecodeMeta(m.Meta); ok && meta.Started != 0 {
+func laterRun(m gossip.Member, s view.NodeStatus) bool {
+	if meta, ok := member.DecodeMeta(m.Meta); ok && meta.Started != 0 {
 		return s.Started.Unix() > meta.Started/int64(time.Second)
 	}
 	return m.Since.Before(s.Started)
@@ -87,7 +89,7 @@ func laterRun(m gossip.Member, s NodeStatus) bool {
 // per gossip.IntroduceGap); past the question's size they can delay an
 // introduction. Peers of an older version answer no such question:
 // while few are upgraded, introductions rarely run.
-func (m *members) introduceLoop(ctx context.Context, view func() *View) {
+func (m *members) introduceLoop(ctx context.Context, view func() *view.View) {
 	tick := time.NewTicker(introduceEvery)
 	defer tick.Stop()
 	var before []string

@@ -12,7 +12,9 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
+	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // A node that missed a member's alive message (every copy lost: at 300
@@ -49,7 +51,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 			b, _ := x.tr.StreamKinds()
 			return a[6] + b[6]
 		}
-		ghost := statusRecord(t, NodeStatus{Name: "ghost", Started: time.Now().UTC().Truncate(time.Second)}, "ghost")
+		ghost := statusRecord(t, view.NodeStatus{Name: "ghost", Started: time.Now().UTC().Truncate(time.Second)}, "ghost")
 		ghost.Version = x.agent.clock.Now()
 		_, key, _ := ed25519.GenerateKey(nil)
 		ghost, err := crdt.Sign(ghost, key)
@@ -118,7 +120,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	run := func(started time.Time) []byte {
-		return EncodeMeta(Meta{Since: 1, Started: started.UnixNano()})
+		return member.EncodeMeta(member.Meta{Since: 1, Started: started.UnixNano()})
 	}
 	members := []gossip.Member{
 		{Name: "a", State: gossip.StateAlive},
@@ -131,7 +133,7 @@ func TestMissedMembersAreRecentNodesMembershipDoesNotHoldUp(t *testing.T) {
 		{Name: "self", State: gossip.StateAlive},
 		{Name: "suspect", State: gossip.StateSuspect},
 	}
-	statuses := map[string]NodeStatus{
+	statuses := map[string]view.NodeStatus{
 		"a":              {Name: "a", Started: now},
 		"crashed":        {Name: "crashed", Started: now.Add(-time.Minute)},
 		"left-restarted": {Name: "left-restarted", Started: now.Add(-time.Second)},

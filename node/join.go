@@ -24,6 +24,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
+	"github.com/starling-orchestrator/starling/node/member"
 )
 
 // Joining a secure cluster. A new node holds an invitation (pki.go: its
@@ -108,7 +109,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 				if err := saveCredentials(dataDir, creds); err != nil {
 					return nil, nil, err
 				}
-				log.Info("joined the cluster with an invitation", "through", seed, "ca", inv.Pin[:16], "key", KeyID(req.Key), "took", time.Since(began))
+				log.Info("joined the cluster with an invitation", "through", seed, "ca", inv.Pin[:16], "key", member.KeyID(req.Key), "took", time.Since(began))
 				return creds, inv.Key, nil
 			}
 			var se *apierrors.StatusError

@@ -39,7 +39,7 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: st, clock: hlc.New(nil),
+	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: track(st), clock: hlc.New(nil),
 		id: &identity{name: "n1", key: key, store: st}}
 	a.trust = newTrust(creds, key, a.id)
 	gc := gossip.DefaultConfig()

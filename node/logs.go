@@ -12,6 +12,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // logs serves replicas' logs, as the kubelet serves a container's:
@@ -20,7 +21,7 @@ import (
 type logs struct {
 	self     string
 	rt       Runtime
-	views    *Builder
+	views    *view.Builder
 	replicas *replicas
 	peers    *peers
 	log      *slog.Logger

@@ -17,11 +17,13 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // memberAuth binds membership to node keys. A node signs its membership
 // metadata over its name and the address and port its alive messages
-// give (signMemberMeta); every node checks an alive message for a name
+// give (member.SignMeta); every node checks an alive message for a name
 // its held status record binds (the record's signer, certified by the
 // CA) against that key before memberlist applies it (check, the gossip
 // layer's CheckAlive), and routes to a subnet only via an address its
@@ -50,7 +52,7 @@ type memberAuth struct {
 
 	mu       sync.Mutex
 	bindings map[string]binding // by name, as of the status record's version
-	verified map[verifiedKey]Meta
+	verified map[verifiedKey]member.Meta
 	logged   map[[3]string]bool
 }
 
@@ -84,14 +86,14 @@ const (
 
 func newMemberAuth(self string, key ed25519.PrivateKey, since, started int64, st Store, log *slog.Logger, count *prometheus.CounterVec) *memberAuth {
 	return &memberAuth{self: self, key: key, since: since, started: started, store: st, log: log, count: count,
-		bindings: map[string]binding{}, verified: map[verifiedKey]Meta{}, logged: map[[3]string]bool{}}
+		bindings: map[string]binding{}, verified: map[verifiedKey]member.Meta{}, logged: map[[3]string]bool{}}
 }
 
 // sign is the gossip layer's SignMeta: this node's metadata, signed for
 // addr, the address and port memberlist advertises.
 func (ma *memberAuth) sign(addr netip.AddrPort) []byte {
 	ma.own.Store(&addr)
-	return SignMeta(Meta{Since: ma.since, Started: ma.started}, ma.self, addr, ma.key)
+	return member.SignMeta(member.Meta{Since: ma.since, Started: ma.started}, ma.self, addr, ma.key)
 }
 
 // errEarlierRun refuses an alive message of an earlier run of a node.
@@ -110,7 +112,7 @@ func (ma *memberAuth) check(a gossip.Alive) error {
 	m, err := ma.verify(a.Name, a.Addr, a.Meta, b.key)
 	if err != nil {
 		reason := memberSignature
-		if errors.Is(err, ErrUnsigned) {
+		if errors.Is(err, member.ErrUnsigned) {
 			reason = memberUnsigned
 		}
 		ma.refuse(a, reason, err)
@@ -156,8 +158,8 @@ func (ma *memberAuth) checkOwn(a gossip.Alive) error {
 	return errEarlierRun
 }
 
-// verify is verifyMemberMeta, cached by (name, address, metadata, key).
-func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key []byte) (Meta, error) {
+// verify is member.VerifyMeta, cached by (name, address, metadata, key).
+func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key []byte) (member.Meta, error) {
 	k := verifiedKey{name: name, meta: string(meta), key: string(key), addr: addr}
 	ma.mu.Lock()
 	m, ok := ma.verified[k]
@@ -165,7 +167,7 @@ func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key 
 	if ok {
 		return m, nil
 	}
-	m, err := VerifyMeta(name, addr, meta, key)
+	m, err := member.VerifyMeta(name, addr, meta, key)
 	if err != nil {
 		return m, err
 	}
@@ -182,7 +184,7 @@ func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key 
 // membership: the key that signed it, whether it signs its metadata,
 // and its run's start. ok is false when no live record is held.
 func (ma *memberAuth) binding(name string) (binding, bool) {
-	rec, ok, err := ma.store.Get(StatusKey(name))
+	rec, ok, err := ma.store.Get(view.StatusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return binding{}, false
 	}
@@ -230,7 +232,7 @@ func (ma *memberAuth) certified(name string) bool {
 // of s, m's held status record (routes go only there). A node whose
 // record does not say it signs (an agent that predates MemberSig) is
 // taken at membership's word, as before.
-func (ma *memberAuth) signedAddr(m gossip.Member, s NodeStatus) bool {
+func (ma *memberAuth) signedAddr(m gossip.Member, s view.NodeStatus) bool {
 	if !s.MemberSig {
 		return true
 	}

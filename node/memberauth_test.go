@@ -14,7 +14,9 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // TestMemberMetaSignatureBindsNameAddressAndRun: version 3 metadata
@@ -23,20 +25,20 @@ import (
 // versions read as unsigned. An agent that reads version 2 reads the
 // first 17 bytes of version 3 as before.
 func TestMemberMetaSignatureBindsNameAddressAndRun(t *testing.T) {
-	m := Meta{Since: 1_700_000_000_000_000_000, Started: 1_700_000_100_000_000_000}
+	m := member.Meta{Since: 1_700_000_000_000_000_000, Started: 1_700_000_100_000_000_000}
 	addr := netip.MustParseAddrPort("192.168.250.23:7946")
-	meta := SignMeta(m, "n3", addr, keyOf("n3"))
-	if len(meta) != MetaV3Len {
-		t.Fatalf("version 3 metadata is %d bytes, want %d", len(meta), MetaV3Len)
+	meta := member.SignMeta(m, "n3", addr, keyOf("n3"))
+	if len(meta) != member.MetaV3Len {
+		t.Fatalf("version 3 metadata is %d bytes, want %d", len(meta), member.MetaV3Len)
 	}
-	if got, err := VerifyMeta("n3", addr, meta, keyOf("n3").Public().(ed25519.PublicKey)); err != nil || got != m {
+	if got, err := member.VerifyMeta("n3", addr, meta, keyOf("n3").Public().(ed25519.PublicKey)); err != nil || got != m {
 		t.Fatalf("verify: %+v %v", got, err)
 	}
-	if got, ok := DecodeMeta(meta); !ok || got != m {
+	if got, ok := member.DecodeMeta(meta); !ok || got != m {
 		t.Fatalf("a version 2 reader reads %+v %v", got, ok)
 	}
 	mapped := netip.AddrPortFrom(netip.AddrFrom16(addr.Addr().As16()), addr.Port())
-	if _, err := VerifyMeta("n3", mapped, meta, keyOf("n3").Public().(ed25519.PublicKey)); err != nil {
+	if _, err := member.VerifyMeta("n3", mapped, meta, keyOf("n3").Public().(ed25519.PublicKey)); err != nil {
 		t.Fatalf("the IPv4-mapped form of the address: %v", err)
 	}
 	flipped := append([]byte(nil), meta...)
@@ -49,18 +51,18 @@ func TestMemberMetaSignatureBindsNameAddressAndRun(t *testing.T) {
 		key  ed25519.PublicKey
 		want error
 	}{
-		"another key":         {"n3", addr, meta, keyOf("evil").Public().(ed25519.PublicKey), ErrSignature},
-		"another name":        {"n2", addr, meta, pub, ErrSignature},
-		"another address":     {"n3", netip.MustParseAddrPort("192.168.250.52:7946"), meta, pub, ErrSignature},
-		"another port":        {"n3", netip.MustParseAddrPort("192.168.250.23:7947"), meta, pub, ErrSignature},
-		"a flipped bit":       {"n3", addr, flipped, pub, ErrSignature},
-		"cut short":           {"n3", addr, meta[:MetaV3Len-1], pub, ErrSignature},
-		"version 2":           {"n3", addr, EncodeMeta(m), pub, ErrUnsigned},
-		"none":                {"n3", addr, nil, pub, ErrUnsigned},
-		"not a key":           {"n3", addr, meta, pub[:5], ErrSignature},
-		"version 2 + 64 junk": {"n3", addr, append(EncodeMeta(m), meta[17:]...), pub, ErrUnsigned},
+		"another key":         {"n3", addr, meta, keyOf("evil").Public().(ed25519.PublicKey), member.ErrSignature},
+		"another name":        {"n2", addr, meta, pub, member.ErrSignature},
+		"another address":     {"n3", netip.MustParseAddrPort("192.168.250.52:7946"), meta, pub, member.ErrSignature},
+		"another port":        {"n3", netip.MustParseAddrPort("192.168.250.23:7947"), meta, pub, member.ErrSignature},
+		"a flipped bit":       {"n3", addr, flipped, pub, member.ErrSignature},
+		"cut short":           {"n3", addr, meta[:member.MetaV3Len-1], pub, member.ErrSignature},
+		"version 2":           {"n3", addr, member.EncodeMeta(m), pub, member.ErrUnsigned},
+		"none":                {"n3", addr, nil, pub, member.ErrUnsigned},
+		"not a key":           {"n3", addr, meta, pub[:5], member.ErrSignature},
+		"version 2 + 64 junk": {"n3", addr, append(member.EncodeMeta(m), meta[17:]...), pub, member.ErrUnsigned},
 	} {
-		if _, err := VerifyMeta(c.name, c.addr, c.meta, c.key); !errors.Is(err, c.want) {
+		if _, err := member.VerifyMeta(c.name, c.addr, c.meta, c.key); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
 		}
 	}
@@ -69,7 +71,7 @@ func TestMemberMetaSignatureBindsNameAddressAndRun(t *testing.T) {
 // authWith returns the memberAuth of node "n1" (run started at started)
 // over a store holding the status records of recs (name -> status,
 // signed by signer's key).
-func authWith(t *testing.T, started time.Time, statuses map[string]NodeStatus, signer map[string]string) (*memberAuth, *prometheus.CounterVec) {
+func authWith(t *testing.T, started time.Time, statuses map[string]view.NodeStatus, signer map[string]string) (*memberAuth, *prometheus.CounterVec) {
 	t.Helper()
 	st := store.NewMemory()
 	for name, s := range statuses {
@@ -93,33 +95,33 @@ func authWith(t *testing.T, started time.Time, statuses map[string]NodeStatus, s
 func TestMemberAuthTakesOnlyWhatTheNamesKeySigned(t *testing.T) {
 	now := time.Now()
 	run := now.Add(-time.Minute).Truncate(time.Second)
-	n2 := NodeStatus{Name: "n2", Started: run, MemberSig: true}
-	old := NodeStatus{Name: "old", Started: run}
-	ma, count := authWith(t, now, map[string]NodeStatus{"n2": n2, "old": old}, map[string]string{"n2": "n2", "old": "old"})
+	n2 := view.NodeStatus{Name: "n2", Started: run, MemberSig: true}
+	old := view.NodeStatus{Name: "old", Started: run}
+	ma, count := authWith(t, now, map[string]view.NodeStatus{"n2": n2, "old": old}, map[string]string{"n2": "n2", "old": "old"})
 	home := netip.MustParseAddrPort("192.168.250.22:7946")
 	evil := netip.MustParseAddrPort("192.168.250.52:7946")
-	thisRun := Meta{Since: 1, Started: run.Add(time.Second).UnixNano()}
-	good := SignMeta(thisRun, "n2", home, keyOf("n2"))
+	thisRun := member.Meta{Since: 1, Started: run.Add(time.Second).UnixNano()}
+	good := member.SignMeta(thisRun, "n2", home, keyOf("n2"))
 	cases := []struct {
 		name   string
 		a      gossip.Alive
 		reason string // "" when taken
 	}{
 		{"the node itself", gossip.Alive{Name: "n2", Addr: home, Meta: good}, ""},
-		{"the node at a new address it signed", gossip.Alive{Name: "n2", Addr: evil, Meta: SignMeta(thisRun, "n2", evil, keyOf("n2"))}, ""},
-		{"an impostor with a key of its own", gossip.Alive{Name: "n2", Addr: evil, Meta: SignMeta(thisRun, "n2", evil, keyOf("evil"))}, memberSignature},
+		{"the node at a new address it signed", gossip.Alive{Name: "n2", Addr: evil, Meta: member.SignMeta(thisRun, "n2", evil, keyOf("n2"))}, ""},
+		{"an impostor with a key of its own", gossip.Alive{Name: "n2", Addr: evil, Meta: member.SignMeta(thisRun, "n2", evil, keyOf("evil"))}, memberSignature},
 		{"a replay from another address", gossip.Alive{Name: "n2", Addr: evil, Meta: good}, memberSignature},
-		{"unsigned", gossip.Alive{Name: "n2", Addr: evil, Meta: EncodeMeta(thisRun)}, memberUnsigned},
+		{"unsigned", gossip.Alive{Name: "n2", Addr: evil, Meta: member.EncodeMeta(thisRun)}, memberUnsigned},
 		{"no metadata", gossip.Alive{Name: "n2", Addr: evil}, memberUnsigned},
 		{"a run before the held record's", gossip.Alive{Name: "n2", Addr: evil,
-			Meta: SignMeta(Meta{Since: 1, Started: run.Add(-time.Hour).UnixNano()}, "n2", evil, keyOf("n2"))}, memberEarlierRun},
+			Meta: member.SignMeta(member.Meta{Since: 1, Started: run.Add(-time.Hour).UnixNano()}, "n2", evil, keyOf("n2"))}, memberEarlierRun},
 		{"a run before the held metadata's", gossip.Alive{Name: "n2", Addr: evil,
-			Meta:     SignMeta(thisRun, "n2", evil, keyOf("n2")),
-			HeldAddr: home, HeldMeta: SignMeta(Meta{Since: 1, Started: thisRun.Started + 1}, "n2", home, keyOf("n2"))}, memberEarlierRun},
+			Meta:     member.SignMeta(thisRun, "n2", evil, keyOf("n2")),
+			HeldAddr: home, HeldMeta: member.SignMeta(member.Meta{Since: 1, Started: thisRun.Started + 1}, "n2", home, keyOf("n2"))}, memberEarlierRun},
 		{"held metadata nobody signed does not count", gossip.Alive{Name: "n2", Addr: home, Meta: good,
-			HeldAddr: evil, HeldMeta: SignMeta(Meta{Since: 1, Started: thisRun.Started + 1}, "n2", evil, keyOf("evil"))}, ""},
-		{"an agent that predates signing", gossip.Alive{Name: "old", Addr: evil, Meta: EncodeMeta(thisRun)}, ""},
-		{"a name no record binds", gossip.Alive{Name: "new", Addr: evil, Meta: EncodeMeta(thisRun)}, ""},
+			HeldAddr: evil, HeldMeta: member.SignMeta(member.Meta{Since: 1, Started: thisRun.Started + 1}, "n2", evil, keyOf("evil"))}, ""},
+		{"an agent that predates signing", gossip.Alive{Name: "old", Addr: evil, Meta: member.EncodeMeta(thisRun)}, ""},
+		{"a name no record binds", gossip.Alive{Name: "new", Addr: evil, Meta: member.EncodeMeta(thisRun)}, ""},
 	}
 	for _, c := range cases {
 		before := testutil.ToFloat64(count.WithLabelValues(c.reason))
@@ -144,13 +146,13 @@ func TestMemberAuthOwnEarlierRunAtAnOldAddress(t *testing.T) {
 	here := netip.MustParseAddrPort("192.168.250.33:7946")
 	was := netip.MustParseAddrPort("192.168.250.23:7946")
 	ma.sign(here)
-	earlier := SignMeta(Meta{Since: 1, Started: now.Add(-time.Minute).UnixNano()}, "n1", was, keyOf("n1"))
+	earlier := member.SignMeta(member.Meta{Since: 1, Started: now.Add(-time.Minute).UnixNano()}, "n1", was, keyOf("n1"))
 	if err := ma.check(gossip.Alive{Name: "n1", Addr: was, Meta: earlier}); !errors.Is(err, errEarlierRun) {
 		t.Errorf("own earlier run at the old address: %v", err)
 	}
 	for name, a := range map[string]gossip.Alive{
-		"own earlier run at this address": {Name: "n1", Addr: here, Meta: SignMeta(Meta{Since: 1, Started: now.Add(-time.Minute).UnixNano()}, "n1", here, keyOf("n1"))},
-		"another key under this name":     {Name: "n1", Addr: was, Meta: SignMeta(Meta{Since: 1, Started: 1}, "n1", was, keyOf("evil"))},
+		"own earlier run at this address": {Name: "n1", Addr: here, Meta: member.SignMeta(member.Meta{Since: 1, Started: now.Add(-time.Minute).UnixNano()}, "n1", here, keyOf("n1"))},
+		"another key under this name":     {Name: "n1", Addr: was, Meta: member.SignMeta(member.Meta{Since: 1, Started: 1}, "n1", was, keyOf("evil"))},
 	} {
 		if err := ma.check(a); err != nil {
 			t.Errorf("%s: %v, want it passed to memberlist", name, err)
@@ -164,8 +166,8 @@ func TestMemberAuthOwnEarlierRunAtAnOldAddress(t *testing.T) {
 func TestRoutesGoOnlyToSignedAddresses(t *testing.T) {
 	ma, _ := authWith(t, time.Now(), nil, nil)
 	addr := netip.MustParseAddrPort("192.168.250.22:7946")
-	s := NodeStatus{Name: "n2", MemberSig: true, Signer: keyOf("n2").Public().(ed25519.PublicKey)}
-	meta := SignMeta(Meta{Since: 1, Started: 2}, "n2", addr, keyOf("n2"))
+	s := view.NodeStatus{Name: "n2", MemberSig: true, Signer: keyOf("n2").Public().(ed25519.PublicKey)}
+	meta := member.SignMeta(member.Meta{Since: 1, Started: 2}, "n2", addr, keyOf("n2"))
 	m := gossip.Member{Name: "n2", Addr: "192.168.250.22", Port: 7946, Meta: meta}
 	if !ma.signedAddr(m, s) {
 		t.Fatal("the node's own signed address is not routed")
@@ -174,7 +176,7 @@ func TestRoutesGoOnlyToSignedAddresses(t *testing.T) {
 	if ma.signedAddr(m, s) {
 		t.Fatal("an address the node did not sign is routed")
 	}
-	m.Meta = SignMeta(Meta{Since: 1, Started: 2}, "n2", netip.MustParseAddrPort("192.168.250.52:7946"), keyOf("evil"))
+	m.Meta = member.SignMeta(member.Meta{Since: 1, Started: 2}, "n2", netip.MustParseAddrPort("192.168.250.52:7946"), keyOf("evil"))
 	if ma.signedAddr(m, s) {
 		t.Fatal("an address another key signed is routed")
 	}
@@ -190,9 +192,9 @@ func TestRoutesGoOnlyToSignedAddresses(t *testing.T) {
 func BenchmarkCheckAlive(b *testing.B) {
 	t := &testing.T{}
 	now := time.Now()
-	ma, _ := authWith(t, now, map[string]NodeStatus{"n2": {Name: "n2", Started: now.Add(-time.Minute), MemberSig: true}}, map[string]string{"n2": "n2"})
+	ma, _ := authWith(t, now, map[string]view.NodeStatus{"n2": {Name: "n2", Started: now.Add(-time.Minute), MemberSig: true}}, map[string]string{"n2": "n2"})
 	addr := netip.MustParseAddrPort("192.168.250.22:7946")
-	a := gossip.Alive{Name: "n2", Addr: addr, Meta: SignMeta(Meta{Since: 1, Started: now.UnixNano()}, "n2", addr, keyOf("n2"))}
+	a := gossip.Alive{Name: "n2", Addr: addr, Meta: member.SignMeta(member.Meta{Since: 1, Started: now.UnixNano()}, "n2", addr, keyOf("n2"))}
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
 			clear(ma.verified)

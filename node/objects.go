@@ -17,6 +17,8 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // objects is the desired state as the API reads and writes it: apply,
@@ -29,7 +31,7 @@ type objects struct {
 	serviceCIDR string
 	st          Store
 	clock       *hlc.Clock
-	views       *Builder
+	views       *view.Builder
 	publish     func(...crdt.Record) error
 	log         *slog.Logger
 }
@@ -65,7 +67,7 @@ func (o *objects) lookup(kind, namespace, name string) (crdt.Record, error) {
 // List returns the live objects of kind; Services show their allocated
 // ClusterIP and NodePorts.
 func (o *objects) List(kind string) ([]api.Object, error) {
-	recs, err := o.st.List(KindPrefix(kind))
+	recs, err := o.st.List(view.KindPrefix(kind))
 	if err != nil {
 		return nil, err
 	}
@@ -254,5 +256,5 @@ func (o *objects) workloadClash(objs []manifest.Object) error {
 // the node that accepted the write, and the key its signature verified
 // with (checked on arrival; this node's own key for its own writes).
 func apiObject(rec crdt.Record) api.Object {
-	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: KeyID(rec.Signer)}
+	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: member.KeyID(rec.Signer)}
 }

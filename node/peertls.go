@@ -23,6 +23,8 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/client"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Node-to-node requests in a secure cluster (log proxying, image
@@ -70,14 +72,14 @@ func (t *trust) check(cert *x509.Certificate, name string) error {
 	// Revoked first: a forgotten node's name is no longer bound, and it
 	// is told it was forgotten, not that it is unknown.
 	if t.id.isRevoked(pub) {
-		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, KeyID(pub), oneLine(name), oneLine(name))
+		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, member.KeyID(pub), oneLine(name), oneLine(name))
 	}
 	bound, ok := t.id.boundKey(name)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a node this one knows", errPeerCert, oneLine(name))
 	}
 	if !bytes.Equal(bound, pub) {
-		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, KeyID(pub), oneLine(name), KeyID(bound))
+		return fmt.Errorf("%w: key %s is not node %q's (%s)", errPeerCert, member.KeyID(pub), oneLine(name), member.KeyID(bound))
 	}
 	return nil
 }
@@ -266,7 +268,7 @@ var peerAPIClient = &http.Client{Transport: &http.Transport{
 // record gossips only when its host is the address membership knows the
 // peer by: holding the gossip key must not be enough to make this node
 // send its token, or proxy requests, somewhere else.
-func (p *peers) api(name string, s NodeStatus) (string, bool) {
+func (p *peers) api(name string, s view.NodeStatus) (string, bool) {
 	if s.API == "" {
 		return "", false
 	}
@@ -288,7 +290,7 @@ func (p *peers) api(name string, s NodeStatus) (string, bool) {
 // its TCP API, each request signed with this node's key. prepare also
 // drops whatever headers the request carried (a proxied request must not
 // take the operator's token along).
-func (p *peers) endpoint(name string, s NodeStatus) (base *url.URL, rt http.RoundTripper, prepare func(*http.Request), err error) {
+func (p *peers) endpoint(name string, s view.NodeStatus) (base *url.URL, rt http.RoundTripper, prepare func(*http.Request), err error) {
 	if p.trust == nil {
 		api, ok := p.api(name, s)
 		if !ok {
@@ -314,7 +316,7 @@ func (p *peers) endpoint(name string, s NodeStatus) (base *url.URL, rt http.Roun
 // blob fetches content blob d from node name (endpoint). The response is
 // the caller's to close. No overall timeout (images stream): ctx bounds
 // it.
-func (p *peers) blob(ctx context.Context, name string, s NodeStatus, d digest.Digest) (*http.Response, error) {
+func (p *peers) blob(ctx context.Context, name string, s view.NodeStatus, d digest.Digest) (*http.Response, error) {
 	base, rt, prepare, err := p.endpoint(name, s)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/member"
 )
 
 // The cluster's public-key infrastructure. `starling init` (or the first
@@ -96,7 +98,7 @@ func newCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "starling cluster CA " + KeyID(pub)},
+		Subject:               pkix.Name{CommonName: "starling cluster CA " + member.KeyID(pub)},
 		NotBefore:             now.Add(-certBackdate),
 		NotAfter:              now.Add(caValidity),
 		IsCA:                  true,
@@ -160,7 +162,7 @@ func verifyNodeCert(cert, ca *x509.Certificate, name string, pub []byte, now tim
 	}
 	certKey, ok := cert.PublicKey.(ed25519.PublicKey)
 	if !ok || subtle.ConstantTimeCompare(certKey, pub) != 1 {
-		return fmt.Errorf("certificate of %q is for key %s, not the record's signer %s", name, KeyID(certKey), KeyID(pub))
+		return fmt.Errorf("certificate of %q is for key %s, not the record's signer %s", name, member.KeyID(certKey), member.KeyID(pub))
 	}
 	return nil
 }

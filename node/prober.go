@@ -15,13 +15,14 @@ import (
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // prober runs the startup, liveness and readiness probes of this node's
 // running replicas and holds their results. It owns its lock.
 type prober struct {
 	rt      Runtime
-	views   *Builder
+	views   *view.Builder
 	store   Store
 	metrics *metrics
 	log     *slog.Logger
@@ -54,11 +55,11 @@ type seedKey struct {
 // refused across a restart under load). A record another key signed,
 // or none, seeds nothing.
 func readySeed(st Store, self string, key []byte) map[seedKey]bool {
-	rec, ok, err := st.Get(StatusKey(self))
+	rec, ok, err := st.Get(view.StatusKey(self))
 	if err != nil || !ok || rec.Deleted || !bytes.Equal(rec.Signer, key) {
 		return nil
 	}
-	var s NodeStatus
+	var s view.NodeStatus
 	if json.Unmarshal(rec.Value, &s) != nil {
 		return nil
 	}
@@ -83,14 +84,14 @@ func (p *prober) initial(c reconcile.Container, ps probe.Probes) probe.Status {
 	return st
 }
 
-// specs maps probesKey(namespace, workload, spec hash) to the
+// specs maps view.ProbesKey(namespace, workload, spec hash) to the
 // resolved probes of every workload's current template, and of the
 // templates of older revisions that observed containers still run (a
 // rollout in progress): probes belong to the spec a container was made
 // from, so a new template's probes never judge (or restart) old copies.
 // An old copy whose revision is not stored has no probes: ready when
 // running.
-func (p *prober) specs(v *View, observed []reconcile.Container) map[string]probe.Probes {
+func (p *prober) specs(v *view.View, observed []reconcile.Container) map[string]probe.Probes {
 	out := v.Probes
 	looked := map[string]bool{}
 	for _, c := range observed {
@@ -109,7 +110,7 @@ func (p *prober) specs(v *View, observed []reconcile.Container) map[string]probe
 		}
 		for _, r := range revs {
 			if r.SpecHash != cur && len(r.Template.Spec.Containers) > 0 {
-				AddProbes(out, c.Namespace, c.Workload, r.SpecHash, &r.Template)
+				view.AddProbes(out, c.Namespace, c.Workload, r.SpecHash, &r.Template)
 			}
 		}
 	}
@@ -134,7 +135,7 @@ func (p *prober) probeStatus(c reconcile.Container, ps probe.Probes) probe.Statu
 // why: without probes, yes; otherwise once its startup probe (if any)
 // and its readiness probe (if any) passed, and while no probe failed it.
 func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
-	ps, ok := specs[ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
+	ps, ok := specs[view.ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
 	if !ok {
 		return true, ""
 	}
@@ -201,7 +202,7 @@ func (p *prober) loop(ctx context.Context) {
 		live := map[string]bool{}
 		now := time.Now()
 		for _, c := range observed {
-			ps, ok := specs[ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
+			ps, ok := specs[view.ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
 			if !ok || c.State != reconcile.StateRunning || c.PodIP == "" {
 				continue
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // maxRejectLogKeys bounds the (writer, reason) pairs remembered for
@@ -38,7 +39,7 @@ type rejects struct {
 	// claimsNear returns the node statuses this node holds whose subnet
 	// claims overlap the argument's (for checkTakeover); nil until
 	// setHeld.
-	claimsNear func(NodeStatus) []NodeStatus
+	claimsNear func(view.NodeStatus) []view.NodeStatus
 	// reserved reports whether a node's subnet claim still holds: the
 	// node is live, or down for less than --subnet-reclaim-after.
 	reserved func(name string) bool
@@ -71,7 +72,7 @@ func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]
 
 // setHeld sets the lookups of the statuses this node holds and of
 // whether a node's claim is still reserved.
-func (x *rejects) setHeld(claimsNear func(NodeStatus) []NodeStatus, reserved func(string) bool) {
+func (x *rejects) setHeld(claimsNear func(view.NodeStatus) []view.NodeStatus, reserved func(string) bool) {
 	x.claimsNear, x.reserved = claimsNear, reserved
 }
 
@@ -117,7 +118,7 @@ func (x *rejects) check(r crdt.Record) error {
 // the holder of the gossip key and an old invitation cannot bind the
 // name by writing its record directly. (An invitation's join deadline
 // is checked only at the join port: a record's time is its writer's.)
-func (x *rejects) checkForgotten(s NodeStatus) *rejection {
+func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 	if x.forgotten == nil {
 		return nil
 	}
@@ -140,7 +141,7 @@ func (x *rejects) checkForgotten(s NodeStatus) *rejection {
 // holds: in a secure cluster its certificate (issued by the CA for that
 // node and the record's signer), and a new or changed subnet claim
 // (checkTakeover).
-func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
+func (x *rejects) checkStatus(s view.NodeStatus, r crdt.Record) *rejection {
 	if x.certs != nil {
 		if err := x.certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
@@ -154,7 +155,7 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 	}
 	near := x.claimsNear(s)
 	for _, h := range near {
-		if h.Name == s.Name && SameClaim(h, s) {
+		if h.Name == s.Name && view.SameClaim(h, s) {
 			return nil // the claim this node already holds: nothing new
 		}
 	}
@@ -174,7 +175,7 @@ func (x *rejects) checkStatus(s NodeStatus, r crdt.Record) *rejection {
 // rejection.rival, subnetmove.go). Claims that have not settled resolve
 // as before, by time; a node that comes back with the claim it held is
 // not affected (checkStatus skips a claim already held).
-func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) *rejection {
+func checkTakeover(s view.NodeStatus, held []view.NodeStatus, reserved func(string) bool) *rejection {
 	// As ipam.Lost(other, mine) for each other claim, with subnets parsed
 	// once (this runs for each new claim received, over every node's).
 	mine := ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince}
@@ -205,7 +206,7 @@ func checkTakeover(s NodeStatus, held []NodeStatus, reserved func(string) bool) 
 func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 	kind, rest, _ := strings.Cut(r.Key, "/")
 	switch {
-	case kind == StatusKind && r.Deleted:
+	case kind == view.StatusKind && r.Deleted:
 		name := strings.TrimPrefix(rest, "cluster/")
 		key, ok := x.bound(name)
 		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/runtime"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // replicas is the reconcile controller: one pass reads the view and the
@@ -24,7 +25,7 @@ type replicas struct {
 	drainDelay     time.Duration
 
 	rt      Runtime
-	views   *Builder
+	views   *view.Builder
 	acts    *actions
 	probes  *prober
 	fence   *fence
@@ -58,7 +59,7 @@ type replicas struct {
 // observation with today's readiness, so an endpoint that fails its probe
 // leaves every node's Service rules. It logs one warning per outage, and
 // retries every second.
-func (r *replicas) runtimeDown(v *View, err error) time.Duration {
+func (r *replicas) runtimeDown(v *view.View, err error) time.Duration {
 	r.mu.Lock()
 	first := !r.down
 	r.down = true

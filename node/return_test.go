@@ -13,6 +13,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // A node back from a crash holds its peers' records from before it, which
@@ -59,7 +60,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 			nd.conf = func(cfg *Config) {
 				cfg.store = refusing{Store: cfg.store, refuse: func(key string) bool {
 					from := refuseFrom.Load()
-					return from >= 0 && from != int64(i) && key == StatusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
+					return from >= 0 && from != int64(i) && key == view.StatusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()
 				}}
 			}
 			var join []string

@@ -10,6 +10,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // strategyOf resolves a workload's update strategy to replica counts.
@@ -57,7 +58,7 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // container observed here, so only their workloads are read: a pass
 // costs O(replicas of the cluster) map lookups, without building a copy
 // of every workload on every node.
-func (r *replicas) rolloutInput(v *View, observed []reconcile.Container) reconcile.Rollout {
+func (r *replicas) rolloutInput(v *view.View, observed []reconcile.Container) reconcile.Rollout {
 	specs := r.probes.specs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
@@ -95,7 +96,7 @@ func (r *replicas) rolloutInput(v *View, observed []reconcile.Container) reconci
 		if name == r.self || !v.Alive[name] {
 			continue
 		}
-		// A record an earlier run of the node wrote (staleRecords) lists
+		// A record an earlier run of the node wrote (view.StaleRecords) lists
 		// copies of unknown state: they count as copies (Recreate waits
 		// for an old one), never as ready ones (the budget).
 		current := !v.Stale[name]
@@ -127,13 +128,13 @@ func (r *replicas) localReady(c reconcile.Container, specs map[string]probe.Prob
 // decision is reconcile.Decide's input for this node at now, from the
 // snapshot v, its containers and the handoffs of the last pass. Reading
 // the quorum for it records and logs the quorum's changes (quorum.note).
-func (r *replicas) decision(v *View, observed []reconcile.Container, now time.Time) reconcile.Decision {
+func (r *replicas) decision(v *view.View, observed []reconcile.Container, now time.Time) reconcile.Decision {
 	f, seen, known := r.fence.fencing(v, observed, now)
 	r.fence.note(f, seen, known)
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
 			Self: r.self, All: v.Candidates(r.self, observed), Owner: v.Owner.Of, Observed: observed,
-			ReadyElsewhere: ReadyAtOwner(r.self, v.Current, v.Statuses, v.Owner.Of, observed),
+			ReadyElsewhere: view.ReadyAtOwner(r.self, v.Current, v.Statuses, v.Owner.Of, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
 		Rollout:       r.rolloutInput(v, observed),

@@ -42,7 +42,7 @@ func storedRevisions(st Store, namespace, name string, log *slog.Logger) ([]api.
 			continue
 		}
 		if w := rec.Version.Time().UTC(); r.Created.After(w) {
-			r.Created = w // dated after its write: capped, as node records' times are (capTimes)
+			r.Created = w // dated after its write: capped, as node records' times are (view.CapTimes)
 		}
 		revs = append(revs, r)
 		live = append(live, rec)

@@ -18,6 +18,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // call sends one API request to n's handler and decodes a 2xx answer
@@ -270,9 +271,9 @@ spec:
 	hash := manifest.SpecHash(d)
 	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: api.PhaseRunning, Ready: true}
 	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: api.PhaseRunning, Ready: true}
-	v := &View{
+	v := &view.View{
 		Alive:    map[string]bool{"a": true},
-		Statuses: map[string]NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
+		Statuses: map[string]view.NodeStatus{"a": {Name: "a", Replicas: []api.Replica{cur}}, "dead": {Name: "dead", Replicas: []api.Replica{old}}},
 	}
 	st := rolloutStatus(d, []api.Revision{{SpecHash: hash, Revision: 5}}, v.LiveReplicas())
 	if !st.Done || st.Old != 0 || st.Revision != 5 || st.ProgressDeadlineSeconds != 30 {
@@ -291,7 +292,7 @@ spec:
 	if st := rolloutStatus(d, nil, v.LiveReplicas()); st.Done || st.Ready != 0 || st.Updated != 1 {
 		t.Fatalf("status with a's record stale = %+v, want 1 updated, none ready", st)
 	}
-	if r := v.Reported("a")[0]; r.Phase != api.PhaseUnknown || r.Ready || r.Reason != StaleReason {
+	if r := v.Reported("a")[0]; r.Phase != api.PhaseUnknown || r.Ready || r.Reason != view.StaleReason {
 		t.Fatalf("a stale record's copy reads %s, ready %v, reason %q", r.Phase, r.Ready, r.Reason)
 	}
 	if v.Statuses["a"].Replicas[0].Phase != api.PhaseRunning {
@@ -310,18 +311,18 @@ spec:
 	// its phase (rollout status does not count a Terminating copy).
 	going := cur
 	going.Phase = api.PhaseTerminating
-	v.Statuses["a"] = NodeStatus{Name: "a", Replicas: []api.Replica{going}}
+	v.Statuses["a"] = view.NodeStatus{Name: "a", Replicas: []api.Replica{going}}
 	if st := rolloutStatus(d, nil, v.LiveReplicas()); st.Updated != 0 || st.Ready != 0 {
 		t.Fatalf("status with a stale record's Terminating copy = %+v, want it not counted", st)
 	}
 	// This node's own record from before it restarted (it has not
 	// published in this run) reads as stale as well.
 	started := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	own := NodeStatus{Name: "me", Started: started.Add(-time.Minute), Replicas: []api.Replica{cur}}
-	if !EarlierRun(own, started) || EarlierRun(NodeStatus{Started: started.Truncate(time.Second)}, started.Add(time.Millisecond)) {
+	own := view.NodeStatus{Name: "me", Started: started.Add(-time.Minute), Replicas: []api.Replica{cur}}
+	if !view.EarlierRun(own, started) || view.EarlierRun(view.NodeStatus{Started: started.Truncate(time.Second)}, started.Add(time.Millisecond)) {
 		t.Fatal("earlierRun does not tell this run's record from an earlier one's")
 	}
-	mine := &View{Alive: map[string]bool{"me": true}, Statuses: map[string]NodeStatus{"me": own}, OldSelf: "me"}
+	mine := &view.View{Alive: map[string]bool{"me": true}, Statuses: map[string]view.NodeStatus{"me": own}, OldSelf: "me"}
 	if st := rolloutStatus(d, nil, mine.LiveReplicas()); st.Done || st.Ready != 0 {
 		t.Fatalf("status from this node's record of its earlier run = %+v, want nothing ready", st)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/net/route"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // routeResync is how often routes are checked against the kernel, so a
@@ -21,7 +22,7 @@ type routeApplier func([]route.Route) (route.Change, error)
 // the view.
 type routes struct {
 	self        string
-	views       *Builder
+	views       *view.Builder
 	subnets     *subnets
 	auth        *memberAuth // nil: membership's address is taken as is (tests)
 	clusterCIDR netip.Prefix

@@ -12,7 +12,6 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/logfile"
-	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 func TestCheckRefRefusesPathsAndBadNames(t *testing.T) {
@@ -29,53 +28,6 @@ func TestCheckRefRefusesPathsAndBadNames(t *testing.T) {
 		if err := apiserver.CheckRef(tc.ns, tc.name); (err == nil) != tc.ok {
 			t.Errorf("apiserver.CheckRef(%q, %q) = %v, want ok=%v", tc.ns, tc.name, err, tc.ok)
 		}
-	}
-}
-
-func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
-	r := reconcile.NewReplica("default", "w", "aaaaaaaa", "", 0, reconcile.Spec{})
-	running := api.Replica{Name: r.Name, Namespace: "default", Phase: api.PhaseRunning, Ready: true}
-	statuses := map[string]NodeStatus{
-		"a": {Name: "a", Replicas: []api.Replica{running}},
-		"b": {Name: "b", Replicas: []api.Replica{running}},
-		"c": {Name: "c"},
-	}
-	alive := map[string]bool{"a": true, "b": true, "c": true}
-	stale := map[string]bool{}
-	counts := func(n string) bool { return alive[n] && !stale[n] }
-	owner := map[string]string{r.ID: "c"}
-	observed := []reconcile.Container{{ID: r.ID, Name: r.Name, Namespace: "default", State: reconcile.StateRunning}}
-	// a and b both run an old copy: neither may count it as the new one.
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
-		t.Fatal("b's old copy counted as the new owner's")
-	}
-	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); !got[r.ID] {
-		t.Fatal("the new owner's ready copy was not counted")
-	}
-	// A container without its name label (only its ID) is matched by ID.
-	unlabelled := []reconcile.Container{{ID: r.ID, State: reconcile.StateRunning}}
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), unlabelled); !got[r.ID] {
-		t.Fatal("the new owner's ready copy was not counted for a container without labels")
-	}
-	// A dead owner, this node as the owner, or no owner: nothing counts.
-	alive["c"] = false
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
-		t.Fatal("a dead owner's copy counted")
-	}
-	alive["c"] = true
-	// The owner back from a crash, held with the record its earlier run
-	// wrote: the copy it lists may have died with it.
-	stale["c"] = true
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
-		t.Fatal("a copy in a record of the owner's earlier run counted")
-	}
-	stale["c"] = false
-	if got := ReadyAtOwner("c", counts, statuses, ownerOf(owner), observed); got[r.ID] {
-		t.Fatal("this node's own copy counted as another owner's")
-	}
-	if got := ReadyAtOwner("a", counts, statuses, ownerOf(map[string]string{}), observed); got[r.ID] {
-		t.Fatal("a copy counted for a replica without an owner")
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // ruleSyncer applies Service rules: service.Syncer, or the dry run's
@@ -34,7 +35,7 @@ type ruleSyncer interface {
 // services keeps this node's Service rules following the view. It owns
 // its state.
 type services struct {
-	views       *Builder
+	views       *view.Builder
 	clusterCIDR netip.Prefix
 	rules       ruleSyncer
 	// ready is closed when rules may be applied (the pod network is up);
@@ -92,7 +93,7 @@ func (sv *services) loop(ctx context.Context) {
 // sync brings the rules to the current view: the Services noted as
 // changed since the last pass, or every port (the first view, or when
 // the syncer finds a full sync due). Call it after taking the channel of
-// the next view (views.changed), so a view stored meanwhile wakes the
+// the next view (view.Builder.Changed), so a view stored meanwhile wakes the
 // next pass.
 func (sv *services) sync(ctx context.Context) {
 	// The changed Services are taken before the view is loaded:
@@ -100,7 +101,7 @@ func (sv *services) sync(ctx context.Context) {
 	// the view loaded is theirs or a newer one, whose ports for
 	// them are as right; keys stored after the take come with the
 	// next pass, which the closed channel brings.
-	keys, all := sv.views.svcChanges.Take()
+	keys, all := sv.views.TakeServiceChanges()
 	v := sv.views.View()
 	cfg := service.Config{ClusterCIDR: sv.clusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
 	start := time.Now()
@@ -230,7 +231,7 @@ func serviceLinks(svcs []manifest.Object, alloc service.Allocation, ns string) [
 
 // withServiceLinks fills in the Service variables (serviceLinks) of the
 // replicas acts create, from the snapshot's Services.
-func withServiceLinks(v *View, acts []reconcile.Action) {
+func withServiceLinks(v *view.View, acts []reconcile.Action) {
 	for i := range acts {
 		act := &acts[i]
 		if act.Replica.ID == "" || act.Replica.Spec.NoServiceLinks || (act.Type != reconcile.Create && act.Type != reconcile.Replace) {

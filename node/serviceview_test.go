@@ -14,6 +14,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // readyEndpoints (the reference the view's endpoint index is checked
@@ -23,13 +24,13 @@ import (
 // subnet and has settled, and only addresses inside that subnet are
 // taken: a node cannot make another node's pods, or any other address,
 // endpoints of a Service.
-func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winners map[string]bool) map[string][]netip.Addr {
+func readyEndpoints(alive map[string]bool, statuses map[string]view.NodeStatus, winners map[string]bool) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name, s := range statuses {
 		if !alive[name] || !winners[name] || !s.SubnetReady {
 			continue
 		}
-		for _, a := range NodeReady(s) {
+		for _, a := range view.NodeReady(s) {
 			out[a.Workload] = append(out[a.Workload], a.Ip)
 		}
 	}
@@ -43,10 +44,10 @@ func readyEndpoints(alive map[string]bool, statuses map[string]NodeStatus, winne
 // builds the dataplane input of every Service (a Service
 // without an allocated ClusterIP has none).
 func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []manifest.Object, ready map[string][]netip.Addr) []service.Port {
-	idx := NewServiceIndex(svcs, workloads)
+	idx := view.NewServiceIndex(svcs, workloads)
 	var ports []service.Port
 	for _, o := range svcs {
-		ports = append(ports, ServicePortsOf(o, alloc, idx.Matches[o.Namespace+"/"+o.Name], ready)...)
+		ports = append(ports, view.ServicePortsOf(o, alloc, idx.Matches[o.Namespace+"/"+o.Name], ready)...)
 	}
 	return ports
 }
@@ -95,13 +96,13 @@ spec:
 		return svcs, workloads
 	}
 	names := []string{"a", "b", "c", "d", "e"}
-	statuses := map[string]NodeStatus{}
+	statuses := map[string]view.NodeStatus{}
 	for i, n := range names {
-		statuses[n] = NodeStatus{Name: n, PodSubnet: fmt.Sprintf("10.22.%d.0/24", i+1), SubnetReady: true}
+		statuses[n] = view.NodeStatus{Name: n, PodSubnet: fmt.Sprintf("10.22.%d.0/24", i+1), SubnetReady: true}
 	}
 	alive := map[string]bool{"a": true, "b": true, "c": true, "d": true, "e": true}
-	vs := NewBuilder()
-	var prev *View
+	vs := view.NewBuilder(view.Config{})
+	var prev *view.View
 	var model, full service.Model
 	cfg := service.Config{ClusterCIDR: testClusterCIDR}
 	port, objGen := 80, uint64(1)
@@ -123,21 +124,21 @@ spec:
 			}
 			statuses[names[i]] = s
 		}
-		v := &View{Alive: maps.Clone(alive), Statuses: maps.Clone(statuses), Winners: alive, ObjGen: objGen}
+		v := &view.View{Alive: maps.Clone(alive), Statuses: maps.Clone(statuses), Winners: alive, ObjGen: objGen}
 		if prev != nil && prev.ObjGen == objGen {
 			v.Services, v.Workloads, v.Alloc, v.SvcIndex = prev.Services, prev.Workloads, prev.Alloc, prev.SvcIndex
 		} else {
 			v.Services, v.Workloads = objects(port)
-			v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
-			v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
+			v.Alloc = service.Allocate(view.ServiceSpecs(v.Services), svcNet)
+			v.SvcIndex = view.NewServiceIndex(v.Services, v.Workloads)
 		}
 		vs.ServicesInto(v, prev)
 		vs.Set(v)
 		want := servicePorts(v.Services, v.Alloc, v.Workloads, readyEndpoints(v.Alive, v.Statuses, v.Winners))
-		if got := v.AllPorts(); !SamePorts(got, want) {
+		if got := v.AllPorts(); !view.SamePorts(got, want) {
 			t.Fatalf("step %d: the view's ports\n%+v\nwant\n%+v", step, got, want)
 		}
-		keys, all := vs.svcChanges.Take()
+		keys, all := vs.TakeServiceChanges()
 		if all {
 			model.Update(v.AllPorts(), cfg)
 		} else {
@@ -148,12 +149,12 @@ spec:
 			model.UpdateServices(svcs, cfg)
 		}
 		full.Update(want, cfg)
-		if !SamePorts(model.Ports(), full.Ports()) {
+		if !view.SamePorts(model.Ports(), full.Ports()) {
 			t.Fatalf("step %d: fed the noted Services %v, the model holds\n%+v\nwant\n%+v", step, keys, model.Ports(), full.Ports())
 		}
 		if prev != nil {
 			for _, k := range keys {
-				if SamePorts(v.SvcPorts.Get(k), prev.SvcPorts.Get(k)) {
+				if view.SamePorts(v.SvcPorts.Get(k), prev.SvcPorts.Get(k)) {
 					t.Fatalf("step %d: %s noted with unchanged ports", step, k)
 				}
 			}
@@ -177,7 +178,7 @@ func BenchmarkViewServices(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("%d", n), func(b *testing.B) {
 			nodes := n / 10
-			v := &View{Alive: map[string]bool{}, Statuses: map[string]NodeStatus{}, Winners: map[string]bool{}, ObjGen: 1}
+			v := &view.View{Alive: map[string]bool{}, Statuses: map[string]view.NodeStatus{}, Winners: map[string]bool{}, ObjGen: 1}
 			for w := 0; w < n; w++ {
 				v.Workloads = append(v.Workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
 				v.Services = append(v.Services, mustParse(b, fmt.Sprintf(`apiVersion: v1
@@ -188,12 +189,12 @@ spec:
   ports: [{name: web, port: 80, targetPort: 8080}]
 `, w, w)))
 			}
-			v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
-			v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
+			v.Alloc = service.Allocate(view.ServiceSpecs(v.Services), svcNet)
+			v.SvcIndex = view.NewServiceIndex(v.Services, v.Workloads)
 			for i := 0; i < nodes; i++ {
 				name := fmt.Sprintf("n%d", i)
 				v.Alive[name], v.Winners[name] = true, true
-				v.Statuses[name] = NodeStatus{Name: name, PodSubnet: fmt.Sprintf("10.%d.%d.0/24", 22+i/256, i%256), SubnetReady: true}
+				v.Statuses[name] = view.NodeStatus{Name: name, PodSubnet: fmt.Sprintf("10.%d.%d.0/24", 22+i/256, i%256), SubnetReady: true}
 			}
 			for w := 0; w < n; w++ {
 				for r := 0; r < 3; r++ {
@@ -204,11 +205,11 @@ spec:
 					v.Statuses[s.Name] = s
 				}
 			}
-			vs := NewBuilder()
+			vs := view.NewBuilder(view.Config{})
 			vs.ServicesInto(v, nil)
 			// Two views that differ in one replica's readiness, taken in
 			// turn.
-			views := [2]*View{v, nil}
+			views := [2]*view.View{v, nil}
 			next := *v
 			next.Statuses = maps.Clone(v.Statuses)
 			s := next.Statuses["n7"]
@@ -250,16 +251,16 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
 	svc := mustParse(t, goodServiceYAML)
 	dep := mustParse(t, goodDeploymentYAML)
-	vs := NewBuilder()
+	vs := view.NewBuilder(view.Config{})
 	rules := &modelSyncer{}
 	sv := &services{views: vs, clusterCIDR: testClusterCIDR, rules: rules, bridgeNF: func() bool { return true }, log: newTextLogger(io.Discard)}
-	build := func(prev *View, ready bool) *View {
+	build := func(prev *view.View, ready bool) *view.View {
 		s := goodStatus()
 		s.Replicas[0].Ready = ready
-		v := &View{Alive: map[string]bool{"b": true}, Winners: map[string]bool{"b": true}, Statuses: map[string]NodeStatus{"b": s}, ObjGen: 1,
+		v := &view.View{Alive: map[string]bool{"b": true}, Winners: map[string]bool{"b": true}, Statuses: map[string]view.NodeStatus{"b": s}, ObjGen: 1,
 			Services: []manifest.Object{svc}, Workloads: []manifest.Object{dep}}
-		v.Alloc = service.Allocate(ServiceSpecs(v.Services), svcNet)
-		v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
+		v.Alloc = service.Allocate(view.ServiceSpecs(v.Services), svcNet)
+		v.SvcIndex = view.NewServiceIndex(v.Services, v.Workloads)
 		vs.ServicesInto(v, prev)
 		return v
 	}
@@ -291,45 +292,45 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 // restart (the node never counted as down) keeps the endpoints it had in
 // rules: its pods run on.
 func TestStaleRecordsAddNoEndpointAndWithdrawNone(t *testing.T) {
-	rec := func(ip string) NodeStatus {
-		return NodeStatus{Name: "b", PodSubnet: "10.64.2.0/24", SubnetReady: true, Replicas: []api.Replica{
+	rec := func(ip string) view.NodeStatus {
+		return view.NodeStatus{Name: "b", PodSubnet: "10.64.2.0/24", SubnetReady: true, Replicas: []api.Replica{
 			{Namespace: "default", Workload: "web", Name: "web-1", Phase: api.PhaseRunning, Ready: true, PodIP: ip}}}
 	}
-	view := func(alive, stale bool, s NodeStatus) *View {
-		return &View{Statuses: map[string]NodeStatus{"b": s}, Alive: map[string]bool{"b": alive}, Stale: map[string]bool{"b": stale},
+	viewOf := func(alive, stale bool, s view.NodeStatus) *view.View {
+		return &view.View{Statuses: map[string]view.NodeStatus{"b": s}, Alive: map[string]bool{"b": alive}, Stale: map[string]bool{"b": stale},
 			Winners: map[string]bool{"b": true}}
 	}
 	const w = "default/web"
 	old := rec("10.64.2.7")
 
 	// Back from a crash: down, then alive with its old record.
-	var e EndpointIndex
-	e.Update(view(true, false, old))
-	e.Update(view(false, false, old))
+	var e view.EndpointIndex
+	e.Update(viewOf(true, false, old))
+	e.Update(viewOf(false, false, old))
 	if len(e.Ready[w]) != 0 {
 		t.Fatalf("a down node's endpoints: %v", e.Ready[w])
 	}
-	if changed := e.Update(view(true, true, old)); len(changed) != 0 || len(e.Ready[w]) != 0 {
+	if changed := e.Update(viewOf(true, true, old)); len(changed) != 0 || len(e.Ready[w]) != 0 {
 		t.Fatalf("the record of its earlier run added endpoints %v (changed %v)", e.Ready[w], changed)
 	}
-	if e.Update(view(true, false, rec("10.64.2.9"))); len(e.Ready[w]) != 1 || e.Ready[w][0].String() != "10.64.2.9" {
+	if e.Update(viewOf(true, false, rec("10.64.2.9"))); len(e.Ready[w]) != 1 || e.Ready[w][0].String() != "10.64.2.9" {
 		t.Fatalf("its record of the new run: endpoints %v, want 10.64.2.9", e.Ready[w])
 	}
 
 	// An agent restart: alive all along, a new run named before its record.
-	var r EndpointIndex
-	r.Update(view(true, false, old))
-	if changed := r.Update(view(true, true, old)); len(changed) != 0 || len(r.Ready[w]) != 1 {
+	var r view.EndpointIndex
+	r.Update(viewOf(true, false, old))
+	if changed := r.Update(viewOf(true, true, old)); len(changed) != 0 || len(r.Ready[w]) != 1 {
 		t.Fatalf("an agent restart withdrew endpoints: %v (changed %v)", r.Ready[w], changed)
 	}
 	// A later record of the earlier run (it arrived after the restart)
 	// withdraws what it no longer lists ready and adds nothing.
 	later := old
 	later.Replicas = append(slices.Clone(old.Replicas), api.Replica{Namespace: "default", Workload: "web", Name: "web-2", Phase: api.PhaseRunning, Ready: true, PodIP: "10.64.2.8"})
-	if r.Update(view(true, true, later)); len(r.Ready[w]) != 1 || r.Ready[w][0].String() != "10.64.2.7" {
+	if r.Update(viewOf(true, true, later)); len(r.Ready[w]) != 1 || r.Ready[w][0].String() != "10.64.2.7" {
 		t.Fatalf("a later record of the earlier run: endpoints %v, want only 10.64.2.7", r.Ready[w])
 	}
-	if r.Update(view(true, true, rec("10.64.2.8"))); len(r.Ready[w]) != 0 {
+	if r.Update(viewOf(true, true, rec("10.64.2.8"))); len(r.Ready[w]) != 0 {
 		t.Fatalf("a later record of the earlier run that lists 10.64.2.7 no more: endpoints %v, want none", r.Ready[w])
 	}
 }

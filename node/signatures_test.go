@@ -12,6 +12,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // TestSignaturesBindANameToOneKey: unsigned records and bad signatures are
@@ -75,7 +76,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	// while b's key is not revoked; a revocation of a live node's key is
 	// refused, under its own name or another; revocations are never
 	// deleted. Once b is down, a revocation is accepted, then the delete.
-	tomb := signAs(t, "a", crdt.Record{Key: StatusKey("b"), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})
+	tomb := signAs(t, "a", crdt.Record{Key: view.StatusKey("b"), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})
 	if got := reason(tomb); got != rejectIdentity {
 		t.Fatalf("delete of b's record without a revocation: %q", got)
 	}
@@ -121,25 +122,25 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	n2 := goodStatus()
 	n2.Name, n2.PodSubnet, n2.SubnetSince, n2.SubnetReady = "n2", "10.22.2.0/24", hlc.Timestamp{Wall: 100}, true
-	held := map[string]NodeStatus{"n2": n2}
+	held := map[string]view.NodeStatus{"n2": n2}
 	live := func(name string) bool { return name != "dead" } // reserved: live, or down for less than --subnet-reclaim-after
-	claim := func(subnet string, wall int64) NodeStatus {
+	claim := func(subnet string, wall int64) view.NodeStatus {
 		s := goodStatus()
 		s.Name, s.PodSubnet, s.SubnetSince = "evil", subnet, hlc.Timestamp{Wall: wall}
 		return s
 	}
 	for _, tc := range []struct {
 		name    string
-		s       NodeStatus
-		held    map[string]NodeStatus
+		s       view.NodeStatus
+		held    map[string]view.NodeStatus
 		refused bool
 	}{
 		{"backdated claim of a settled /24", claim("10.22.2.0/24", 1), held, true},
 		{"backdated /28 inside it", claim("10.22.2.16/28", 1), held, true},
 		{"a later claim (loses anyway)", claim("10.22.2.0/24", 200), held, false},
 		{"another subnet", claim("10.22.3.0/24", 1), held, false},
-		{"against an unsettled claim", claim("10.22.2.0/24", 1), map[string]NodeStatus{"n2": func() NodeStatus { s := n2; s.SubnetReady = false; return s }()}, false},
-		{"against a claim no longer reserved", claim("10.22.2.0/24", 1), map[string]NodeStatus{"dead": func() NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
+		{"against an unsettled claim", claim("10.22.2.0/24", 1), map[string]view.NodeStatus{"n2": func() view.NodeStatus { s := n2; s.SubnetReady = false; return s }()}, false},
+		{"against a claim no longer reserved", claim("10.22.2.0/24", 1), map[string]view.NodeStatus{"dead": func() view.NodeStatus { s := n2; s.Name = "dead"; return s }()}, false},
 	} {
 		rj := checkTakeover(tc.s, slices.Collect(maps.Values(tc.held)), live)
 		if (rj != nil) != tc.refused || rj != nil && rj.reason != rejectSubnetTaken {
@@ -150,9 +151,9 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	// node coming back), a changed one is checked.
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	x.setHeld(func(NodeStatus) []NodeStatus { return []NodeStatus{n2, back} }, live)
+	x.setHeld(func(view.NodeStatus) []view.NodeStatus { return []view.NodeStatus{n2, back} }, live)
 	x.setLive(live)
-	rec := func(s NodeStatus) crdt.Record {
+	rec := func(s view.NodeStatus) crdt.Record {
 		for i := range s.Replicas {
 			s.Replicas[i].Node = s.Name
 			s.Replicas[i].PodIP = ""
@@ -167,7 +168,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	}
 	// A claim dated far ahead in a record written (version 2) before
 	// n2's claim (100): stored, it reads as claimed at its write
-	// (capTimes), which beats n2's, so it is judged as that on arrival.
+	// (view.CapTimes), which beats n2's, so it is judged as that on arrival.
 	if err := x.check(rec(claim("10.22.2.0/24", 1<<62))); err == nil || !strings.Contains(err.Error(), "subnet-taken") {
 		t.Fatalf("a claim dated after its record's write, in a record older than the settled claim: %v", err)
 	}
@@ -192,7 +193,7 @@ func TestClaimOfADownNodeStaysReservedUntilReclaim(t *testing.T) {
 		{"dead", 25 * time.Hour, false},
 		{"", 25 * time.Hour, false},
 	} {
-		if got := Reserved(tc.state, at(tc.ago).Version, 24*time.Hour); got != tc.want {
+		if got := view.Reserved(tc.state, at(tc.ago).Version, 24*time.Hour); got != tc.want {
 			t.Errorf("%s, last write %s ago: reserved = %v, want %v", tc.state, tc.ago, got, tc.want)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // The scale simulation: an in-process cluster of N real agents (real
@@ -44,7 +45,7 @@ import (
 // without replicas (formation, idle, failure and return, the spread of 20
 // writes); STARLING_SIM_SKIP leaves phases out (simSkip).
 // STARLING_SIM_SHARE=1 has the agents decode identical records once for
-// all (decodeshare.go): the workload of 1,000 agents then fits in 24 GB,
+// all (node/view/decodeshare.go): the workload of 1,000 agents then fits in 24 GB,
 // and their CPU figures leave out all but one decoding of each desired
 // object's replicas and of each node record.
 
@@ -75,9 +76,9 @@ type simCluster struct {
 	// pubs classifies the node records published (simpubs_test.go).
 	pubs *simPubs
 	// pool holds the record bytes the nodes' stores share, and share
-	// what the agents decode from them (decodeshare.go).
+	// what the agents decode from them (node/view/decodeshare.go).
 	pool  *store.Pool
-	share *DecodeShare
+	share *view.DecodeShare
 }
 
 // simConfig is an agent's configuration in the simulation: production
@@ -177,24 +178,6 @@ func (c *simCluster) stopAll() {
 	}
 }
 
-func simDeployment(name string, replicas int) manifest.Object {
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      containers: [{name: c, image: "sim:v1"}]
-`, name, replicas, name, name)), "sim")
-	if err != nil {
-		panic(err)
-	}
-	return objs[0]
-}
-
 func TestScaleSimulation(t *testing.T) {
 	// Without STARLING_SIM, a cluster of 12 (about 10 s) keeps the
 	// simulation and what it asserts working.
@@ -217,7 +200,7 @@ func TestScaleSimulation(t *testing.T) {
 func simulate(t *testing.T, n int) {
 	c := &simCluster{t: t, mem: testnet.NewMem(time.Millisecond), pubs: newSimPubs(), pool: store.NewPool()}
 	if os.Getenv("STARLING_SIM_SHARE") != "" {
-		c.share = NewDecodeShare()
+		c.share = view.NewDecodeShare()
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	cpu0, real0 := cpuTime(), realNow()

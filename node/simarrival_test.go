@@ -7,6 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // returnArrival follows, at every other node, when it counts returning
@@ -27,7 +30,7 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 	}
 	for time.Since(back) < limit && (len(alive) < len(peers) || len(fresh) < len(peers)) {
 		if published < 0 {
-			if rec, ok, _ := f.store.Get(StatusKey(f.name)); ok && rec.Version.String() != old {
+			if rec, ok, _ := f.store.Get(view.StatusKey(f.name)); ok && rec.Version.String() != old {
 				published = time.Since(back)
 			}
 		}
@@ -38,7 +41,7 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 				}
 			}
 			if _, ok := fresh[o.name]; !ok {
-				if rec, ok, _ := o.store.Get(StatusKey(f.name)); ok && rec.Version.String() != old {
+				if rec, ok, _ := o.store.Get(view.StatusKey(f.name)); ok && rec.Version.String() != old {
 					fresh[o.name] = time.Since(back)
 				}
 			}
@@ -77,4 +80,21 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 	}
 	return strings.Join([]string{fmt.Sprintf("published its first record %v after the return", published.Round(time.Millisecond)),
 		line("alive", alive), line("new record", fresh), fmt.Sprintf("records refused by its peers since they started, by reason: %v", refused)}, "; ")
+}
+func simDeployment(name string, replicas int) manifest.Object {
+	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      containers: [{name: c, image: "sim:v1"}]
+`, name, replicas, name, name)), "sim")
+	if err != nil {
+		panic(err)
+	}
+	return objs[0]
 }

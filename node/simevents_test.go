@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // failAndReturn crashes 1 % of the nodes (at least one: a power cut, no
@@ -72,7 +73,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	with0 := toReturners()
 	olds := map[*simNode]string{}
 	for _, f := range failed {
-		if rec, ok, _ := c.up()[0].store.Get(StatusKey(f.name)); ok {
+		if rec, ok, _ := c.up()[0].store.Get(view.StatusKey(f.name)); ok {
 			olds[f] = rec.Version.String()
 		}
 	}
@@ -126,7 +127,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	// node's, with its replicas back), and its size compressed as
 	// streams carry it.
 	var recBytes, recZ int
-	if rec, ok, _ := c.up()[0].store.Get(StatusKey(failed[0].name)); ok {
+	if rec, ok, _ := c.up()[0].store.Get(view.StatusKey(failed[0].name)); ok {
 		recBytes, recZ = len(rec.Value), len(s2.Encode(nil, rec.Value))
 	}
 	// Who published: the returning nodes, and the stayers that did.
@@ -229,7 +230,7 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 						if n.name == name {
 							v := n.agent.views.View()
 							views = append(views, fmt.Sprintf("%s places it on %q (base %q, %d workloads placed, %d alive, excluded %v)",
-								name, v.Owner.Of(id), Owners(v.All, v.Placement).Of(id), len(v.Placement.Owners), len(v.Alive), v.Excluded))
+								name, v.Owner.Of(id), view.Owners(v.All, v.Placement).Of(id), len(v.Placement.Owners), len(v.Alive), v.Excluded))
 						}
 					}
 				}
@@ -254,13 +255,13 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 			if n.name != name {
 				continue
 			}
-			own, _, _ := n.store.Get(StatusKey(name))
-			held, _, _ := c.up()[0].store.Get(StatusKey(name))
+			own, _, _ := n.store.Get(view.StatusKey(name))
+			held, _, _ := c.up()[0].store.Get(view.StatusKey(name))
 			report("  %s's check of %s's record: %v", c.up()[0].name, name, c.up()[0].agent.rejects.check(own))
 			report("  excluded %s: its record %v (%d bytes), held by %s at %v; it lists %d replicas, placement gives it %d", name, own.Version, len(own.Value),
 				c.up()[0].name, held.Version, len(v.Statuses[name].Replicas), func() int {
 					k := 0
-					for _, o := range Owners(v.All, v.Placement).Node {
+					for _, o := range view.Owners(v.All, v.Placement).Node {
 						if o == name {
 							k++
 						}
@@ -292,7 +293,7 @@ func (c *simCluster) explainFormation() {
 		if _, ok := v0.Statuses[nd.name]; ok {
 			continue
 		}
-		rec, held, _ := nd.store.Get(StatusKey(nd.name))
+		rec, held, _ := nd.store.Get(view.StatusKey(nd.name))
 		t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
 			nd.agent.cluster.NumMembers(), nd.agent.members.IsSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
 			held, len(rec.Value), rec.Version)

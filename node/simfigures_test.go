@@ -16,6 +16,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // cpuTime is the process's CPU time so far (user + system).
@@ -336,11 +337,11 @@ func realNow() time.Duration {
 func realSince(t0 time.Duration) time.Duration { return realNow() - t0 }
 
 // heldStatus is the node status st holds for name.
-func heldStatus(st Store, cluster netip.Prefix, name string) (NodeStatus, bool) {
-	rec, ok, err := st.Get(StatusKey(name))
+func heldStatus(st Store, cluster netip.Prefix, name string) (view.NodeStatus, bool) {
+	rec, ok, err := st.Get(view.StatusKey(name))
 	if err != nil || !ok {
-		return NodeStatus{}, false
+		return view.NodeStatus{}, false
 	}
-	s, ok := DecodeStatuses([]crdt.Record{rec}, cluster)[name]
+	s, ok := view.DecodeStatuses([]crdt.Record{rec}, cluster)[name]
 	return s, ok
 }

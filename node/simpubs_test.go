@@ -11,6 +11,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // simPubs classifies the node records the simulation's agents publish by
@@ -29,10 +30,10 @@ func newSimPubs() *simPubs {
 // observe notes the records node is about to publish.
 func (p *simPubs) observe(node string, recs []crdt.Record) {
 	for _, rec := range recs {
-		if rec.Key != StatusKey(node) || rec.Deleted {
+		if rec.Key != view.StatusKey(node) || rec.Deleted {
 			continue
 		}
-		var st NodeStatus
+		var st view.NodeStatus
 		if json.Unmarshal(rec.Value, &st) != nil {
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Placement runs once per change of its inputs on each node, and only in
@@ -112,7 +113,7 @@ func ownedAsPlaced(t *testing.T, nodes []*testNode) {
 		if v.Own == nil || v.Own.Node != n.name {
 			t.Fatalf("%s: the view holds no list of what placement gives it", n.name)
 		}
-		if want := OwnedBy(n.name, v.All, v.Owner); !reflect.DeepEqual(v.Own, want) {
+		if want := view.OwnedBy(n.name, v.All, v.Owner); !reflect.DeepEqual(v.Own, want) {
 			t.Fatalf("%s: the view says it owns %d replicas, placement over its replicas gives %d", n.name, len(v.Own.Replicas), len(want.Replicas))
 		}
 	}
@@ -143,7 +144,7 @@ func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 	}
 	took := time.Since(t0)
-	time.Sleep(2 * ViewGap)
+	time.Sleep(2 * view.ViewGap)
 	got := builds() - before
 	limit := took.Seconds()/0.2 + 6 // viewGap: 200 ms (and a few rebuilds of the agent itself)
 	t.Logf("100 records over %v: %v view builds (at most %.0f)", took.Round(time.Millisecond), got, limit)
@@ -180,8 +181,7 @@ func (c *countingStore) List(prefix string) ([]crdt.Record, error) {
 func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	inner := &countingStore{Store: store.NewMemory()}
 	st := track(inner)
-	vs := NewBuilder()
-	vs.store, vs.clusterCIDR, vs.log = st, testClusterCIDR, newTextLogger(io.Discard)
+	vs := view.NewBuilder(view.Config{Records: st, ClusterCIDR: testClusterCIDR, Log: newTextLogger(io.Discard)})
 	status := func(i, wall int) crdt.Record {
 		s := goodStatus()
 		s.Name, s.Replicas = fmt.Sprintf("n%03d", i), nil
@@ -190,9 +190,9 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 		r.Version.Wall = int64(wall)
 		return r
 	}
-	held := func() map[string]NodeStatus {
-		var out map[string]NodeStatus
-		vs.WithHeld(func(m map[string]NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
+	held := func() map[string]view.NodeStatus {
+		var out map[string]view.NodeStatus
+		vs.WithHeld(func(m map[string]view.NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
 		return out
 	}
 	for i := range 200 {
@@ -205,7 +205,7 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	}
 	inner.gets, inner.listed = 0, 0
 	changed := status(7, 3)
-	var s NodeStatus
+	var s view.NodeStatus
 	json.Unmarshal(changed.Value, &s)
 	s.SubnetReady = false
 	changed.Value, _ = json.Marshal(s)
@@ -245,8 +245,8 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	if h := held(); len(h) != 200 || h["n250"].Name != "n250" {
 		t.Fatalf("after a purge: %d held (n250 %v), want 200 with n250", len(h), h["n250"].Name != "")
 	}
-	// claimsNear finds the claims that overlap a subnet, its own included.
-	near := vs.ClaimsNear(NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
+	// view.ClaimsNear finds the claims that overlap a subnet, its own included.
+	near := vs.ClaimsNear(view.NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
 	if len(near) != 1 || near[0].Name != "n007" {
 		t.Fatalf("claims near 10.22.7.0/24: %v", near)
 	}
@@ -274,13 +274,13 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 	})
 	// n2's record as a newer write would carry it (the store under the
 	// view takes it as gossip's Accept hook passed it).
-	rewrite := func(change func(*NodeStatus)) {
+	rewrite := func(change func(*view.NodeStatus)) {
 		t.Helper()
-		rec, ok, err := a.store.Get(StatusKey(nodes[1].name))
+		rec, ok, err := a.store.Get(view.StatusKey(nodes[1].name))
 		if err != nil || !ok {
 			t.Fatalf("n2's record: %v %v", ok, err)
 		}
-		var s NodeStatus
+		var s view.NodeStatus
 		if err := json.Unmarshal(rec.Value, &s); err != nil {
 			t.Fatal(err)
 		}
@@ -293,11 +293,11 @@ func TestViewFollowsANodesPlacementFields(t *testing.T) {
 		a.views.Rebuild(time.Now())
 	}
 	before := a.views.View()
-	rewrite(func(s *NodeStatus) { s.Replicas = nil })
+	rewrite(func(s *view.NodeStatus) { s.Replicas = nil })
 	if after := a.views.View(); after.HeldGen == before.HeldGen || after.NodesGen != before.NodesGen {
 		t.Fatalf("a replica list change: held %d -> %d, nodes %d -> %d; want a held change only", before.HeldGen, after.HeldGen, before.NodesGen, after.NodesGen)
 	}
-	rewrite(func(s *NodeStatus) { s.Labels = map[string]string{"zone": "moved"} })
+	rewrite(func(s *view.NodeStatus) { s.Labels = map[string]string{"zone": "moved"} })
 	if got := eligible()[nodes[1].name]; got != "moved" {
 		t.Fatalf("n2's new label not in the view's eligible nodes: zone %q", got)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -59,7 +61,7 @@ type self struct {
 // only what peers accept (checkStatus): reasons are one line of bounded
 // text, and a replica address outside the node's current subnet (left
 // from an earlier claim) is not published.
-func (s *self) status(replicas []api.Replica) NodeStatus {
+func (s *self) status(replicas []api.Replica) view.NodeStatus {
 	claim := s.subnets.current()
 	subnet, _ := netip.ParsePrefix(claim.Subnet)
 	out := make([]api.Replica, 0, len(replicas))
@@ -70,7 +72,7 @@ func (s *self) status(replicas []api.Replica) NodeStatus {
 		}
 		out = append(out, r)
 	}
-	return NodeStatus{
+	return view.NodeStatus{
 		Name:        s.name,
 		Advertise:   s.members.advertiseAddr(s.advertise),
 		API:         s.apiURL(),
@@ -137,21 +139,21 @@ func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 		return 0
 	}
 	if string(b) == s.last {
-		rec, ok, err := s.store.Get(StatusKey(s.name))
+		rec, ok, err := s.store.Get(view.StatusKey(s.name))
 		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.public())
 		if err != nil || own && string(rec.Value) == s.last {
 			return 0
 		}
 		if ok {
 			s.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
-				"key", KeyID(rec.Signer), "deleted", rec.Deleted)
+				"key", member.KeyID(rec.Signer), "deleted", rec.Deleted)
 			s.clock.Update(rec.Version)
 		}
 	} else if wait := s.lastAt.Add(publishGap).Sub(now); !now.IsZero() && wait > 0 {
 		return wait
 	}
 	s.local.Store(&status.Replicas)
-	rec := crdt.Record{Key: StatusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
+	rec := crdt.Record{Key: view.StatusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
 	if err := s.publish(rec); err != nil {
 		s.log.Warn("publish node status", "err", err)
 		return 0

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // A burst of replica changes is published as a few records, not one per
@@ -31,11 +33,11 @@ func TestStatusBurstIsCoalesced(t *testing.T) {
 	deploy(t, n, "burst", 20, "img:v1")
 	var took time.Duration
 	waitFor(t, 20*time.Second, func() error {
-		rec, ok, err := n.agent.store.Get(StatusKey("solo"))
+		rec, ok, err := n.agent.store.Get(view.StatusKey("solo"))
 		if err != nil || !ok {
 			return fmt.Errorf("no status record: %v", err)
 		}
-		var s NodeStatus
+		var s view.NodeStatus
 		if err := json.Unmarshal(rec.Value, &s); err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // metaSubnet holds this node's claim (JSON ipam.Claim) across restarts.
@@ -35,8 +36,8 @@ type subnets struct {
 	gossip       *gossip.Cluster
 	log          *slog.Logger
 	// withHeld calls its argument with the node statuses this node holds
-	// and their records' versions (views.withHeld).
-	withHeld func(func(held map[string]NodeStatus, version func(name string) hlc.Timestamp))
+	// and their records' versions (view.Builder.WithHeld).
+	withHeld func(func(held map[string]view.NodeStatus, version func(name string) hlc.Timestamp))
 	// publish gossips this node's record (self.publishStatus(nil)).
 	publish func()
 	// use configures the pod network for the claimed subnet; nil in
@@ -44,10 +45,10 @@ type subnets struct {
 	use func(*net.IPNet) error
 
 	// claimsNear returns the held statuses whose subnet claims overlap
-	// the argument's (views.claimsNear); changed is the view's change
-	// channel (views.changed). They feed the check for a displaced claim
+	// the argument's (view.Builder.ClaimsNear); changed is the view's change
+	// channel (view.Builder.Changed). They feed the check for a displaced claim
 	// (subnetmove.go).
-	claimsNear func(NodeStatus) []NodeStatus
+	claimsNear func(view.NodeStatus) []view.NodeStatus
 	changed    func() <-chan struct{}
 
 	// settled: the claim settled and the pod network uses it; false
@@ -75,13 +76,13 @@ type subnets struct {
 func (sn *subnets) others() []ipam.Claim {
 	ms := sn.gossip.Members()
 	var out []ipam.Claim
-	sn.withHeld(func(held map[string]NodeStatus, version func(string) hlc.Timestamp) {
+	sn.withHeld(func(held map[string]view.NodeStatus, version func(string) hlc.Timestamp) {
 		for name, s := range held {
 			if name == sn.self || s.PodSubnet == "" {
 				continue
 			}
-			state, _ := MemberState(ms, name)
-			if !Reserved(state, version(name), sn.reclaimAfter) {
+			state, _ := view.MemberState(ms, name)
+			if !view.Reserved(state, version(name), sn.reclaimAfter) {
 				continue
 			}
 			out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
@@ -94,12 +95,12 @@ func (sn *subnets) others() []ipam.Claim {
 // reservedFor is reserved for node name, from membership and the
 // status record held.
 func (sn *subnets) reservedFor(name string) bool {
-	rec, ok, err := sn.store.Get(StatusKey(name))
+	rec, ok, err := sn.store.Get(view.StatusKey(name))
 	if err != nil || !ok || rec.Deleted {
 		return false
 	}
 	m, _ := sn.gossip.Member(name)
-	return Reserved(m.State, rec.Version, sn.reclaimAfter)
+	return view.Reserved(m.State, rec.Version, sn.reclaimAfter)
 }
 
 // current is the claim this node holds (zero before it claimed).
@@ -148,7 +149,7 @@ func (sn *subnets) claimSubnet(ctx context.Context) bool {
 	settled := claim.Subnet != ""
 	// Every record this node writes is stamped after its claim, also when
 	// the wall clock stepped back since: peers read a claim dated after
-	// its record as made at the record's write (capTimes).
+	// its record as made at the record's write (view.CapTimes).
 	sn.clock.Update(claim.Since) // (a claim over hlc.MaxOffset ahead leaves the clock as it was)
 	if sn.fixed != "" && claim.Subnet != sn.fixed {
 		claim = ipam.Claim{Node: sn.self, Subnet: sn.fixed, Since: sn.clock.Now()}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 
 	"github.com/starling-orchestrator/starling/net/ipam"
 )
@@ -148,7 +149,7 @@ func (sn *subnets) displaced(mine ipam.Claim) (who string, held, moved bool) {
 	mine.Settled = true
 	var others []ipam.Claim
 	if sn.claimsNear != nil {
-		for _, h := range sn.claimsNear(NodeStatus{Name: sn.self, PodSubnet: mine.Subnet}) {
+		for _, h := range sn.claimsNear(view.NodeStatus{Name: sn.self, PodSubnet: mine.Subnet}) {
 			if h.Name != sn.self && sn.reservedFor(h.Name) {
 				others = append(others, ipam.Claim{Node: h.Name, Subnet: h.PodSubnet, Since: h.SubnetSince, Settled: h.SubnetReady})
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/member"
 )
 
 // The member's side of a join (join.go has the joining node's): admitting
@@ -180,11 +181,11 @@ func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 			req.Name, cert.NotBefore.Add(certBackdate).UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339)))
 	}
 	if look.revoked(req.Key) {
-		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("node key %s was revoked by 'starling node forget': make a new invitation with 'starling join-token %s'", KeyID(req.Key), req.Name)}
+		return &joinRefusal{http.StatusForbidden, fmt.Sprintf("node key %s was revoked by 'starling node forget': make a new invitation with 'starling join-token %s'", member.KeyID(req.Key), req.Name)}
 	}
 	if bound, ok := look.bound(req.Name); ok && !bytes.Equal(bound, req.Key) {
 		return &joinRefusal{http.StatusConflict, fmt.Sprintf("node name %q is in use by another node (key %s; this node's key is %s): invite this node under another name, or, if it replaces that node, run 'starling node forget %s' first",
-			req.Name, KeyID(bound), KeyID(req.Key), req.Name)}
+			req.Name, member.KeyID(bound), member.KeyID(req.Key), req.Name)}
 	}
 	return nil
 }
@@ -225,7 +226,7 @@ func (j *admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, 
 		}
 		return api.JoinAnswer{}, api.NewError(rf.status, rf)
 	}
-	j.log.Info("admitted a node", "name", req.Name, "key", KeyID(req.Key), "from", from)
+	j.log.Info("admitted a node", "name", req.Name, "key", member.KeyID(req.Key), "from", from)
 	return api.JoinAnswer{CA: j.trust.creds.CA.Raw, GossipKeys: j.keys()}, nil
 }
 

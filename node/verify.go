@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/view"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,7 @@ import (
 // Every record a peer sends is untrusted input, like an API body: it is
 // parsed into typed values and checked against what its writer may say
 // before it is stored, forwarded or acted on (checkRecord, the gossip
-// layer's Accept hook). Where statuses are read (decodeStatuses) the
+// layer's Accept hook). Where statuses are read (view.DecodeStatuses) the
 // writer, key and subnet range are checked again, cheaply; what depends on
 // the rest of the cluster (whose claim wins, whether a pod address lies in
 // its node's subnet) is checked where it is used.
@@ -110,36 +111,36 @@ func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
 // checkRecordWith is checkRecord with more checks of a node's status
 // (rejects.checkStatus: its certificate, its subnet claim against the
 // claims held), run once the status decodes and passes checkStatus.
-func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, crdt.Record) *rejection) *rejection {
+func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeStatus, crdt.Record) *rejection) *rejection {
 	kind, _, _ := strings.Cut(r.Key, "/")
 	if r.Deleted {
 		if len(r.Value) > 0 {
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case StatusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case view.StatusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
 	}
 	switch kind {
-	case StatusKind:
-		var s NodeStatus
+	case view.StatusKind:
+		var s view.NodeStatus
 		// Unknown fields are ignored (a newer node may add some); what
 		// this node reads is checked.
 		if err := json.Unmarshal(r.Value, &s); err != nil {
 			return reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
-		if StatusKey(s.Name) != r.Key {
+		if view.StatusKey(s.Name) != r.Key {
 			return reject(rejectKey, "record %q holds the status of node %q", r.Key, s.Name)
 		}
 		if r.Origin != s.Name {
 			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
 		// Checked as every node will read it: its times capped at the
-		// write (capTimes), so a claim dated in the future is judged
+		// write (view.CapTimes), so a claim dated in the future is judged
 		// by the earlier time it will be stored with.
-		CapTimes(&s, r.Version)
+		view.CapTimes(&s, r.Version)
 		if rj := checkStatus(s, cluster); rj != nil || more == nil {
 			return rj
 		}
@@ -202,7 +203,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(NodeStatus, 
 // --pod-subnet allows), capacity is within what a machine can have, and
 // every replica it lists has Kubernetes names, a known phase, and an
 // address inside the node's own pod subnet.
-func checkStatus(s NodeStatus, cluster netip.Prefix) *rejection {
+func checkStatus(s view.NodeStatus, cluster netip.Prefix) *rejection {
 	if errs := validation.IsDNS1123Label(s.Name); len(errs) > 0 {
 		return reject(rejectName, "node name %q: %s", s.Name, strings.Join(errs, "; "))
 	}
@@ -228,7 +229,7 @@ func checkStatus(s NodeStatus, cluster netip.Prefix) *rejection {
 		if err != nil {
 			return reject(rejectSubnet, "node %s: pod subnet %q: %v", s.Name, s.PodSubnet, err)
 		}
-		if !InsideCluster(p, cluster) {
+		if !view.InsideCluster(p, cluster) {
 			return reject(rejectSubnet, "node %s: pod subnet %s is not a network of /%d to /28 inside --cluster-cidr %s", s.Name, p, cluster.Bits()+1, cluster)
 		}
 		subnet = p

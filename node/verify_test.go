@@ -20,6 +20,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -29,20 +30,20 @@ var (
 )
 
 // goodStatus is what an honest node "b" with subnet 10.22.2.0/24 says.
-func goodStatus() NodeStatus {
-	return NodeStatus{Name: "b", Advertise: "192.168.222.12", API: "http://192.168.222.12:7443", PodSubnet: "10.22.2.0/24",
+func goodStatus() view.NodeStatus {
+	return view.NodeStatus{Name: "b", Advertise: "192.168.222.12", API: "http://192.168.222.12:7443", PodSubnet: "10.22.2.0/24",
 		SubnetSince: hlc.Timestamp{Wall: 1}, SubnetReady: true, Capacity: placement.Resources{MilliCPU: 2000, MemoryBytes: 8 << 30},
 		Labels: map[string]string{"zone": "a"},
 		Replicas: []api.Replica{{Name: "web-0", Namespace: "default", Workload: "web", Node: "b", Phase: api.PhaseRunning, Ready: true,
 			PodIP: "10.22.2.5", SpecHash: "0123abcd"}}}
 }
 
-func statusRecord(t testing.TB, s NodeStatus, origin string) crdt.Record {
+func statusRecord(t testing.TB, s view.NodeStatus, origin string) crdt.Record {
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return crdt.Record{Key: StatusKey(s.Name), Value: b, Version: hlc.Timestamp{Wall: 2}, Origin: origin}
+	return crdt.Record{Key: view.StatusKey(s.Name), Value: b, Version: hlc.Timestamp{Wall: 2}, Origin: origin}
 }
 
 // TestCheckRecordRefusesWhatAPeerMayNotSay covers the attacks found with a
@@ -52,37 +53,37 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 	if rj := checkRecord(statusRecord(t, goodStatus(), "b"), testClusterCIDR); rj != nil {
 		t.Fatalf("an honest status was refused: %v", rj)
 	}
-	with := func(f func(*NodeStatus)) NodeStatus { s := goodStatus(); f(&s); return s }
+	with := func(f func(*view.NodeStatus)) view.NodeStatus { s := goodStatus(); f(&s); return s }
 	cases := []struct {
 		name   string
 		rec    crdt.Record
 		reason string
 	}{
-		{"rule injection in podIP", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "10.22.2.9\n-A POSTROUTING -j ACCEPT" }), "b"), rejectPodIP},
-		{"foreign podIP (the writer's LAN address)", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "192.168.222.12" }), "b"), rejectPodIP},
-		{"podIP of another node's subnet", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].PodIP = "10.22.3.5" }), "b"), rejectPodIP},
-		{"subnet outside the cluster CIDR", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil }), "b"), rejectSubnet},
-		{"the whole cluster CIDR", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.0.0/16"; s.Replicas = nil }), "b"), rejectSubnet},
-		{"subnet with host bits", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = "10.22.2.7/24" }), "b"), rejectSubnet},
+		{"rule injection in podIP", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].PodIP = "10.22.2.9\n-A POSTROUTING -j ACCEPT" }), "b"), rejectPodIP},
+		{"foreign podIP (the writer's LAN address)", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].PodIP = "192.168.222.12" }), "b"), rejectPodIP},
+		{"podIP of another node's subnet", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].PodIP = "10.22.3.5" }), "b"), rejectPodIP},
+		{"subnet outside the cluster CIDR", statusRecord(t, with(func(s *view.NodeStatus) { s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil }), "b"), rejectSubnet},
+		{"the whole cluster CIDR", statusRecord(t, with(func(s *view.NodeStatus) { s.PodSubnet = "10.22.0.0/16"; s.Replicas = nil }), "b"), rejectSubnet},
+		{"subnet with host bits", statusRecord(t, with(func(s *view.NodeStatus) { s.PodSubnet = "10.22.2.7/24" }), "b"), rejectSubnet},
 		{"another node's status", statusRecord(t, goodStatus(), "evil"), rejectOrigin},
-		{"status under another key", func() crdt.Record { r := statusRecord(t, goodStatus(), "b"); r.Key = StatusKey("c"); return r }(), rejectKey},
-		{"replica claiming another node", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Node = "c" }), "b"), rejectOrigin},
-		{"control character in a reason", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Reason = "ok\n-A INPUT -j ACCEPT" }), "b"), rejectText},
-		{"bad replica name", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Name = "../../etc" }), "b"), rejectName},
-		{"bad namespace", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Namespace = "a b" }), "b"), rejectName},
-		{"unknown phase", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Phase = "Running\r" }), "b"), rejectPhase},
-		{"negative capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MilliCPU = -1 }), "b"), rejectRange},
-		{"absurd capacity", statusRecord(t, with(func(s *NodeStatus) { s.Capacity.MemoryBytes = 1 << 62 }), "b"), rejectRange},
-		{"unknown termination reason", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].Exit = &api.Termination{Reason: "Error\n-A INPUT"} }), "b"), rejectRange},
-		{"exit code out of range", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].LastState = &api.Termination{Reason: "Error", ExitCode: 4096} }), "b"), rejectRange},
-		{"bad label", statusRecord(t, with(func(s *NodeStatus) { s.Labels = map[string]string{"a b": "c"} }), "b"), rejectLabels},
-		{"API URL with a path", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://192.168.222.12:7443/x" }), "b"), rejectAddress},
-		{"API URL by host name", statusRecord(t, with(func(s *NodeStatus) { s.API = "http://evil.example:7443" }), "b"), rejectAddress},
-		{"spec hash injection", statusRecord(t, with(func(s *NodeStatus) { s.Replicas[0].SpecHash = "abc;rm" }), "b"), rejectSpecHash},
-		{"ready without a subnet", statusRecord(t, with(func(s *NodeStatus) { s.PodSubnet = ""; s.Replicas = nil }), "b"), rejectSubnet},
-		{"not JSON of a status", crdt.Record{Key: StatusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
+		{"status under another key", func() crdt.Record { r := statusRecord(t, goodStatus(), "b"); r.Key = view.StatusKey("c"); return r }(), rejectKey},
+		{"replica claiming another node", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Node = "c" }), "b"), rejectOrigin},
+		{"control character in a reason", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Reason = "ok\n-A INPUT -j ACCEPT" }), "b"), rejectText},
+		{"bad replica name", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Name = "../../etc" }), "b"), rejectName},
+		{"bad namespace", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Namespace = "a b" }), "b"), rejectName},
+		{"unknown phase", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Phase = "Running\r" }), "b"), rejectPhase},
+		{"negative capacity", statusRecord(t, with(func(s *view.NodeStatus) { s.Capacity.MilliCPU = -1 }), "b"), rejectRange},
+		{"absurd capacity", statusRecord(t, with(func(s *view.NodeStatus) { s.Capacity.MemoryBytes = 1 << 62 }), "b"), rejectRange},
+		{"unknown termination reason", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].Exit = &api.Termination{Reason: "Error\n-A INPUT"} }), "b"), rejectRange},
+		{"exit code out of range", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].LastState = &api.Termination{Reason: "Error", ExitCode: 4096} }), "b"), rejectRange},
+		{"bad label", statusRecord(t, with(func(s *view.NodeStatus) { s.Labels = map[string]string{"a b": "c"} }), "b"), rejectLabels},
+		{"API URL with a path", statusRecord(t, with(func(s *view.NodeStatus) { s.API = "http://192.168.222.12:7443/x" }), "b"), rejectAddress},
+		{"API URL by host name", statusRecord(t, with(func(s *view.NodeStatus) { s.API = "http://evil.example:7443" }), "b"), rejectAddress},
+		{"spec hash injection", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].SpecHash = "abc;rm" }), "b"), rejectSpecHash},
+		{"ready without a subnet", statusRecord(t, with(func(s *view.NodeStatus) { s.PodSubnet = ""; s.Replicas = nil }), "b"), rejectSubnet},
+		{"not JSON of a status", crdt.Record{Key: view.StatusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
 		{"unknown kind", crdt.Record{Key: "secret/default/x", Value: []byte(`{}`), Origin: "b"}, rejectKey},
-		{"delete with a value", crdt.Record{Key: StatusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
+		{"delete with a value", crdt.Record{Key: view.StatusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
 		{"invalid Deployment", crdt.Record{Key: "deployment/default/web", Origin: "b",
 			Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"replicas":-1}}`)}, rejectObject},
 		{"Deployment under another key", crdt.Record{Key: "deployment/default/other", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, rejectKey},
@@ -104,7 +105,7 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		})
 	}
 	// Deletes of known kinds are accepted (node forget, kubectl delete).
-	if rj := checkRecord(crdt.Record{Key: StatusKey("b"), Origin: "a", Deleted: true}, testClusterCIDR); rj != nil {
+	if rj := checkRecord(crdt.Record{Key: view.StatusKey("b"), Origin: "a", Deleted: true}, testClusterCIDR); rj != nil {
 		t.Errorf("a node forget was refused: %v", rj)
 	}
 	if rj := checkRecord(crdt.Record{Key: "deployment/default/web", Origin: "b", Value: mustEncode(t, goodDeploymentYAML)}, testClusterCIDR); rj != nil {
@@ -155,7 +156,7 @@ func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(&logged), m.rejectedRecords)
-	bad := signAs(t, "b", statusRecord(t, func() NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
+	bad := signAs(t, "b", statusRecord(t, func() view.NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
 			t.Fatal("accepted")
@@ -208,8 +209,8 @@ func FuzzStatusToDataplane(f *testing.F) {
 	aNet := netip.MustParsePrefix("10.22.7.0/24")
 	f.Add([]byte(strings.Replace(string(good), `"10.22.2.0/24"`, `"10.22.7.0/28"`, 1)))
 	f.Fuzz(func(t *testing.T, value []byte) {
-		rec := crdt.Record{Key: StatusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
-		statuses := DecodeStatuses([]crdt.Record{rec, aRec}, testClusterCIDR)
+		rec := crdt.Record{Key: view.StatusKey("b"), Value: value, Version: hlc.Timestamp{Wall: 2}, Origin: "b"}
+		statuses := view.DecodeStatuses([]crdt.Record{rec, aRec}, testClusterCIDR)
 		if _, ok := statuses["b"]; !ok && checkRecord(rec, testClusterCIDR) == nil {
 			t.Fatalf("decodeStatuses drops a record checkRecord accepts")
 		}
@@ -221,8 +222,8 @@ func FuzzStatusToDataplane(f *testing.F) {
 		b, ok := statuses["b"]
 		backdated := ok && b.SubnetSince.Compare(aStatus.SubnetSince) <= 0
 		alive := map[string]bool{"a": true, "b": true}
-		alloc := service.Allocate(ServiceSpecs([]manifest.Object{svc}), svcNet)
-		ready := readyEndpoints(alive, statuses, WinningClaims(statuses))
+		alloc := service.Allocate(view.ServiceSpecs([]manifest.Object{svc}), svcNet)
+		ready := readyEndpoints(alive, statuses, view.WinningClaims(statuses))
 		ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, ready)
 		text := string(service.Rules(ports, service.Config{ClusterCIDR: testClusterCIDR}))
 		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
@@ -242,7 +243,7 @@ func FuzzStatusToDataplane(f *testing.F) {
 				}
 			}
 		}
-		winners := WinningClaims(statuses)
+		winners := view.WinningClaims(statuses)
 		var peers []route.Peer
 		for _, name := range []string{"a", "b"} {
 			s, ok := statuses[name]
@@ -294,11 +295,11 @@ func counterValue(t *testing.T, m *metrics, name, reason string) float64 {
 // TestHonestStatusBecomesEndpointAndRoute: the checked path still carries
 // what an honest node says (the fuzz target's good seed reaches rules).
 func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
-	statuses := DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b")}, testClusterCIDR)
+	statuses := view.DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b")}, testClusterCIDR)
 	svc, dep := mustParse(t, goodServiceYAML), mustParse(t, goodDeploymentYAML)
 	svcNet := &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}
-	alloc := service.Allocate(ServiceSpecs([]manifest.Object{svc}), svcNet)
-	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses, WinningClaims(statuses)))
+	alloc := service.Allocate(view.ServiceSpecs([]manifest.Object{svc}), svcNet)
+	ports := servicePorts([]manifest.Object{svc}, alloc, []manifest.Object{dep}, readyEndpoints(map[string]bool{"b": true}, statuses, view.WinningClaims(statuses)))
 	if len(ports) != 1 || len(ports[0].Endpoints) != 1 || ports[0].Endpoints[0].String() != "10.22.2.5:8080" {
 		t.Fatalf("ports = %+v, want one endpoint 10.22.2.5:8080", ports)
 	}
@@ -306,8 +307,8 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	loser := goodStatus()
 	loser.Name, loser.SubnetSince = "c", hlc.Timestamp{Wall: 5}
 	loser.Replicas[0].Node, loser.Replicas[0].PodIP = "c", "10.22.2.6"
-	statuses = DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
-	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses, WinningClaims(statuses))
+	statuses = view.DecodeStatuses([]crdt.Record{statusRecord(t, goodStatus(), "b"), statusRecord(t, loser, "c")}, testClusterCIDR)
+	ready := readyEndpoints(map[string]bool{"b": true, "c": true}, statuses, view.WinningClaims(statuses))
 	if got := ready["default/web"]; len(got) != 1 || got[0].String() != "10.22.2.5" {
 		t.Fatalf("ready = %v, want only the winning claim's 10.22.2.5", got)
 	}
@@ -369,7 +370,7 @@ func TestStatusTimesAreCappedAtTheirWrite(t *testing.T) {
 	s.Replicas[0].LastState = &api.Termination{Reason: "Error", ExitCode: 1, StartedAt: w.Add(-time.Second), FinishedAt: w.Add(time.Hour)}
 	rec := statusRecord(t, s, "b")
 	rec.Version = hlc.Timestamp{Wall: w.UnixNano()}
-	got, ok := DecodeStatuses([]crdt.Record{rec}, testClusterCIDR)["b"]
+	got, ok := view.DecodeStatuses([]crdt.Record{rec}, testClusterCIDR)["b"]
 	if !ok {
 		t.Fatal("record dropped")
 	}

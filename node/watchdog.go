@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // The one-copy promise without the agent. A node that is cut off fences
@@ -146,7 +147,7 @@ func (l *lease) set(ids []string) {
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
 // replicas: those observed and those it is about to create.
-func atMostOneIDs(v *View, observed []reconcile.Container, mine []reconcile.Replica) []string {
+func atMostOneIDs(v *view.View, observed []reconcile.Container, mine []reconcile.Replica) []string {
 	stateful := v.StatefulWorkloads()
 	var ids []string
 	for _, c := range observed {

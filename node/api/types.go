@@ -234,7 +234,7 @@ type Node struct {
 	Insecure bool `json:"insecure,omitempty"`
 	// Unresponsive: the node left a replica placed on it unlisted in its
 	// status for longer than the acknowledgement timeout (30 s), so this
-	// node's placement leaves it out for a while (node/unresponsive.go).
+	// node's placement leaves it out for a while (node/view/unresponsive.go).
 	Unresponsive bool `json:"unresponsive,omitempty"`
 	// DiskFull: the node's data directory is full (below 64 MiB free); it
 	// refuses API writes and keeps running its replicas.

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"fmt"
@@ -57,7 +57,7 @@ func setKey(s map[string]bool) string {
 }
 
 // workloadsKey identifies placement's workload input (workloadsOf) and
-// the replicas' IDs it maps (desiredReplicas): keys, replica counts,
+// the replicas' IDs it maps (DesiredReplicas): keys, replica counts,
 // requests, node selectors, spec hashes and UIDs.
 func workloadsKey(objs []manifest.Object) string {
 	var b strings.Builder

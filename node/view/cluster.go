@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"encoding/json"
@@ -54,7 +54,7 @@ type NodeStatus struct {
 	DiskFull bool `json:"diskFull,omitempty"`
 	// Cert is the node's certificate (DER, base64 in JSON), issued by the
 	// cluster CA for Name and the key that signs this record; empty with
-	// --insecure. Peers refuse a status without a valid one (verify.go).
+	// --insecure. Peers refuse a status without a valid one (node/verify.go).
 	Cert []byte `json:"cert,omitempty"`
 	// MemberSig: the node signs its membership metadata (version 3,
 	// membermeta.go), so peers take an alive message for its name, and
@@ -63,10 +63,10 @@ type NodeStatus struct {
 	// before (an upgrade in place: docs/real-hosts.md).
 	MemberSig bool `json:"memberSig,omitempty"`
 
-	// subnet is PodSubnet parsed (decodeStatuses), for the checks that
+	// subnet is PodSubnet parsed (DecodeStatuses), for the checks that
 	// compare one claim with every node's.
 	subnet netip.Prefix
-	// Signer is the key that signed the record (decodeStatuses): the key
+	// Signer is the key that signed the record (DecodeStatuses): the key
 	// the node's name is bound to.
 	Signer []byte
 }
@@ -273,4 +273,3 @@ func PrefixOf(n *net.IPNet) netip.Prefix {
 	ones, _ := n.Mask.Size()
 	return netip.PrefixFrom(addr, ones).Masked()
 }
-

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"cmp"
@@ -52,7 +52,7 @@ func holds(r api.Replica) bool {
 
 // holderOf is the Holder of node's copy r of the replica of key. A copy
 // listed in a stale record (one an earlier run of the node's agent wrote:
-// back from a crash, the copy died with it; see staleRecords) is taken as
+// back from a crash, the copy died with it; see StaleRecords) is taken as
 // not running, of unknown age: any other copy that runs is kept first,
 // and with none the node keeps it (an agent restart, its pods running).
 func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"sort"
@@ -122,7 +122,7 @@ func hookOf(c corev1.Container, h *corev1.LifecycleHandler) *reconcile.Hook {
 	return nil
 }
 
-// specHashOf is the pod-template hash of a workload (manifest.SpecHash).
+// SpecHashOf is the pod-template hash of a workload (manifest.SpecHash).
 func specHashOf(o manifest.Object) string {
 	if o.Deployment != nil {
 		return manifest.SpecHash(o.Deployment)

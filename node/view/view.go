@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"slices"
@@ -29,17 +29,17 @@ type View struct {
 	// (Members.aliveAfter).
 	Members []gossip.Member
 	Alive   map[string]bool
-	// aliveFrom is alive with what it was computed from (members.aliveAfter).
+	// aliveFrom is alive with what it was computed from (members.AliveAfter).
 	aliveFrom Alive
 	Statuses  map[string]NodeStatus
 	// OldSelf is this node's name while its held record is of an
 	// earlier run of its agent (it restarted and has not published
-	// yet), else "": staleRecords judges only the other nodes'.
+	// yet), else "": StaleRecords judges only the other nodes'.
 	OldSelf string
-	// Winners are the nodes whose subnet claim wins (winningClaims): the
+	// Winners are the nodes whose subnet claim wins (WinningClaims): the
 	// only ones eligible, routed and taken as endpoints.
 	Winners map[string]bool
-	// claimWinners are the winners by claims alone (ipam.Winners);
+	// ClaimWinners are the winners by claims alone (ipam.Winners);
 	// winners adds those whose only rivals no longer hold their claims
 	// (reclaimedWinners), recomputed on every derive.
 	claimWinners map[string]bool
@@ -48,19 +48,19 @@ type View struct {
 	reclaimAt time.Time
 	Workloads []manifest.Object // Deployments and StatefulSets
 	All       []DesiredReplica  // sorted by ID
-	// plain and plainWithout are placement's (assign), before the
+	// plain and PlainWithout are placement's (assign), before the
 	// replicas held elsewhere (held) are kept where they run; placement
 	// is after.
 	plain, plainWithout placement.Placement
 	Held                []placement.Holder
 	// Stale are the live nodes whose held record an earlier run of
-	// their agent wrote (staleRecords): its copies' state is unknown.
+	// their agent wrote (StaleRecords): its copies' state is unknown.
 	Stale     map[string]bool
 	Placement placement.Placement
 	// Owner is each desired replica's node, after leaving out the
 	// excluded nodes (place; placement gives the owners before).
 	Owner OwnerTable
-	// given is placement's (givenSlots), for unreported; own is
+	// given is placement's (GivenSlots), for unreported; own is
 	// what owner gives this node (ownedBy). Both are computed with
 	// placement.
 	given given
@@ -69,11 +69,11 @@ type View struct {
 	// replicas placed on them (unresponsive.go).
 	Excluded map[string]bool
 	// Hashes are the workloads' current spec Hashes by workload key, and
-	// probes the probes of their current templates (currentProbes).
+	// probes the probes of their current templates (CurrentProbes).
 	Hashes map[string]string
 	Probes map[string]probe.Probes
 	// Services are the Services, alloc their ClusterIPs and NodePorts,
-	// svcIndex the workloads they select, svcPorts the dataplane input
+	// SvcIndex the workloads they select, SvcPorts the dataplane input
 	// by Service key (serviceview.go).
 	Services []manifest.Object
 	Alloc    service.Allocation
@@ -97,7 +97,7 @@ type View struct {
 	// ObjGen, HeldGen, claimsGen and NodesGen are the builder's counts of
 	// changes to the desired objects' and the status records, the subnet
 	// claims and the nodes' placement fields when this view was built
-	// (views.sync): equal counts, unchanged inputs.
+	// (Builder.sync): equal counts, unchanged inputs.
 	ObjGen, HeldGen, claimsGen, NodesGen uint64
 }
 
@@ -239,9 +239,9 @@ func EarlierRun(s NodeStatus, started time.Time) bool {
 const StaleReason = "its node restarted and its record of the new run has not arrived"
 
 // Reported returns the replicas node name's held record lists, as they
-// count now. A stale record's copies (staleRecords: an earlier run of
+// count now. A stale record's copies (StaleRecords: an earlier run of
 // the node's agent wrote it) are of unknown state: they are listed with
-// phase Unknown, not ready (staleReason), as placement and the rollout
+// phase Unknown, not ready (StaleReason), as placement and the rollout
 // gate take them (holderOf, rollout.go), so that get replicas and
 // rollout status count what the decisions count. Callers must not
 // modify the slice (a current record's own).
@@ -266,7 +266,7 @@ func (v *View) Reported(name string) []api.Replica {
 }
 
 // staleRecord reports whether node name's held record is stale: an
-// earlier run of its agent wrote it (staleRecords), or it is this node's
+// earlier run of its agent wrote it (StaleRecords), or it is this node's
 // own of an earlier run.
 func (v *View) staleRecord(name string) bool {
 	return v.Stale[name] || name == v.OldSelf && name != ""

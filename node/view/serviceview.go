@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"cmp"
@@ -112,8 +112,8 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 // ready endpoints changed, at a cost that follows the change (the nodes
 // whose record or standing changed, the workloads they run, the
 // Services selecting those) plus one look at each node. The keys of the
-// Services whose ports differ from prev's are kept in v (svcChanged,
-// svcAll), noted for the services loop when v is stored (views.set).
+// Services whose ports differ from prev's are kept in v (SvcChanged,
+// svcAll), noted for the services loop when v is stored (Builder.Set).
 // Called with build held, for each view derived.
 func (vs *Builder) ServicesInto(v, prev *View) {
 	changedW := vs.endpoints.Update(v)
@@ -184,7 +184,7 @@ type nodeEndpoints struct {
 	subnet   string
 	replicas *api.Replica
 	n        int
-	eps      []workloadAddr // sorted (nodeReady)
+	eps      []workloadAddr // sorted (NodeReady)
 }
 
 // workloadAddr is one ready endpoint: its workload (WorkloadKey) and

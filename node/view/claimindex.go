@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"maps"
@@ -16,7 +16,7 @@ import (
 // changed claim re-resolves its /24s alone. Resolving every claim on
 // each change, and comparing a new claim with every node's, cost O(N) per
 // claim at each node: O(N^3) across a forming cluster (a fifth of the CPU
-// of 1,000 simulated nodes). Not safe for concurrent use (views.build).
+// of 1,000 simulated nodes). Not safe for concurrent use (Builder.build).
 type claimIndex struct {
 	// by holds the narrow claims by /24, usually one each: a slice, as
 	// a map of one entry cost about 700 bytes (a third of a simulated
@@ -120,7 +120,7 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 // free: the claim of a new node on it was let settle (subnets.others
 // leaves those claims out), so it must also be routed and placed on.
 // Left out, the new holder of a dead node's subnet was never eligible
-// while the dead node's record stayed. claimWinners itself is returned
+// while the dead node's record stayed. ClaimWinners itself is returned
 // when nothing is added (and is never written). It sets v.reclaimAt to
 // when the first reservation that beat a claim expires: a rebuild from
 // then on must derive again even if no record changed. Called with build
@@ -149,7 +149,7 @@ func (vs *Builder) reclaimedWinners(v *View) map[string]bool {
 			}
 		}
 		vs.claims.near(p, check)
-		check(vs.self) // its unpublished claim is not in the index
+		check(vs.cfg.Self) // its unpublished claim is not in the index
 		if beaten {
 			continue
 		}
@@ -165,21 +165,21 @@ func (vs *Builder) reclaimedWinners(v *View) map[string]bool {
 // false while name is up (or is this node), whose claim holds however
 // old its record.
 func (vs *Builder) reservedUntil(v *View, name string) (time.Time, bool) {
-	if name == vs.self {
+	if name == vs.cfg.Self {
 		return time.Time{}, false
 	}
 	if state, _ := MemberState(v.Members, name); state.Up() {
 		return time.Time{}, false
 	}
-	return time.Unix(0, vs.statuses[StatusKey(name)].from.version.Wall).Add(vs.reclaimAfter), true
+	return time.Unix(0, vs.statuses[StatusKey(name)].from.version.Wall).Add(vs.cfg.ReclaimAfter), true
 }
 
 // reserved is subnets.reserved for node name as v and the records held
 // show it; this node's own claim always holds.
 func (vs *Builder) reserved(v *View, name string) bool {
-	if name == vs.self {
+	if name == vs.cfg.Self {
 		return true
 	}
 	state, _ := MemberState(v.Members, name)
-	return Reserved(state, vs.statuses[StatusKey(name)].from.version, vs.reclaimAfter)
+	return Reserved(state, vs.statuses[StatusKey(name)].from.version, vs.cfg.ReclaimAfter)
 }

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"maps"
@@ -151,3 +151,10 @@ func (c *serviceChanges) Take() (keys []string, all bool) {
 	c.keys, c.all = nil, false
 	return keys, all
 }
+
+// TakeServiceChanges returns and forgets the keys of the Services whose
+// ports changed in the views stored since the last call (all: every
+// Service may have changed, as before the first call). The services
+// loop takes them before it loads the view, so the view it loads holds
+// those changes or newer ones.
+func (vs *Builder) TakeServiceChanges() (keys []string, all bool) { return vs.svcChanges.Take() }

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"fmt"
@@ -63,8 +63,7 @@ func TestClaimIndexFollowsIpamWinners(t *testing.T) {
 // for less than --subnet-reclaim-after) keeps winning.
 func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	now := time.Now()
-	vs := NewBuilder()
-	vs.self, vs.reclaimAfter = "me", time.Minute
+	vs := NewBuilder(Config{Self: "me", ReclaimAfter: time.Minute})
 	v := &View{Statuses: map[string]NodeStatus{}}
 	claim := func(name, subnet string, since, wrote time.Time, state gossip.MemberState) {
 		s := NodeStatus{Name: name, PodSubnet: subnet, SubnetSince: hlc.Timestamp{Wall: since.UnixNano()}, SubnetReady: true}
@@ -99,7 +98,7 @@ func TestReclaimedSubnetsNewHolderWins(t *testing.T) {
 	if want := now.Add(-30 * time.Second).Add(time.Minute); !v.reclaimAt.Equal(want) {
 		t.Fatalf("reclaimAt %v, want %v (away's reservation expires)", v.reclaimAt, want)
 	}
-	// The views loop's idle tick rebuilds then (nothing else changed).
+	// The builder loop's idle tick rebuilds then (nothing else changed).
 	if !vs.timeInputsChanged(v, v.reclaimAt) {
 		t.Fatal("the view is not rebuilt when away's reservation expires")
 	}

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"fmt"
@@ -12,12 +12,13 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 // The view's desired replicas, built from each workload's cached
-// expansion (allReplicas), equal desiredReplicas of every workload over
+// expansion (AllReplicas), equal DesiredReplicas of every workload over
 // random writes: scales, new images, deletions and new workloads, with
 // names chosen so that IDs of different workloads interleave.
 func TestAllReplicasFollowsEveryWrite(t *testing.T) {
@@ -26,7 +27,7 @@ func TestAllReplicasFollowsEveryWrite(t *testing.T) {
 	objs := map[string]manifest.Object{}
 	version := int64(0)
 	recs := map[string]crdt.Record{}
-	vs := NewBuilder()
+	vs := NewBuilder(Config{})
 	for step := range 300 {
 		name := names[rng.IntN(len(names))]
 		o := mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
@@ -117,7 +118,7 @@ func TestCandidatesDecideAsEveryReplica(t *testing.T) {
 	}
 }
 
-// compact is rs as a view holds them (desiredReplica), each with a
+// compact is rs as a view holds them (DesiredReplica), each with a
 // template of its own.
 func compact(rs []reconcile.Replica) []DesiredReplica {
 	out := make([]DesiredReplica, len(rs))
@@ -133,11 +134,58 @@ func ownerOf(m map[string]string) func(id string) string {
 	return func(id string) string { return m[id] }
 }
 
-// tableOf is the ownerTable of all by owner (replica ID -> node).
+// tableOf is the OwnerTable of all by owner (replica ID -> node).
 func tableOf(all []DesiredReplica, owner map[string]string) OwnerTable {
 	t := OwnerTable{All: all, Node: make([]string, len(all))}
 	for i, d := range all {
 		t.Node[i] = owner[d.Id]
 	}
 	return t
+}
+
+func TestReadyAtOwnerCountsOnlyTheNewOwnersCopy(t *testing.T) {
+	r := reconcile.NewReplica("default", "w", "aaaaaaaa", "", 0, reconcile.Spec{})
+	running := api.Replica{Name: r.Name, Namespace: "default", Phase: api.PhaseRunning, Ready: true}
+	statuses := map[string]NodeStatus{
+		"a": {Name: "a", Replicas: []api.Replica{running}},
+		"b": {Name: "b", Replicas: []api.Replica{running}},
+		"c": {Name: "c"},
+	}
+	alive := map[string]bool{"a": true, "b": true, "c": true}
+	stale := map[string]bool{}
+	counts := func(n string) bool { return alive[n] && !stale[n] }
+	owner := map[string]string{r.ID: "c"}
+	observed := []reconcile.Container{{ID: r.ID, Name: r.Name, Namespace: "default", State: reconcile.StateRunning}}
+	// a and b both run an old copy: neither may count it as the new one.
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+		t.Fatal("b's old copy counted as the new owner's")
+	}
+	statuses["c"] = NodeStatus{Name: "c", Replicas: []api.Replica{running}}
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); !got[r.ID] {
+		t.Fatal("the new owner's ready copy was not counted")
+	}
+	// A container without its name label (only its ID) is matched by ID.
+	unlabelled := []reconcile.Container{{ID: r.ID, State: reconcile.StateRunning}}
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), unlabelled); !got[r.ID] {
+		t.Fatal("the new owner's ready copy was not counted for a container without labels")
+	}
+	// A dead owner, this node as the owner, or no owner: nothing counts.
+	alive["c"] = false
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+		t.Fatal("a dead owner's copy counted")
+	}
+	alive["c"] = true
+	// The owner back from a crash, held with the record its earlier run
+	// wrote: the copy it lists may have died with it.
+	stale["c"] = true
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+		t.Fatal("a copy in a record of the owner's earlier run counted")
+	}
+	stale["c"] = false
+	if got := ReadyAtOwner("c", counts, statuses, ownerOf(owner), observed); got[r.ID] {
+		t.Fatal("this node's own copy counted as another owner's")
+	}
+	if got := ReadyAtOwner("a", counts, statuses, ownerOf(map[string]string{}), observed); got[r.ID] {
+		t.Fatal("a copy counted for a replica without an owner")
+	}
 }

@@ -1,4 +1,4 @@
-package node
+package member
 
 import (
 	"crypto/ed25519"
@@ -21,7 +21,7 @@ import (
 //   - version 3 (81 bytes): 3, member-since, run start, then the node's
 //     Ed25519 signature (64 bytes, RFC 8032) over memberSigDomain, the
 //     node's name, the address and port its alive messages give, and
-//     the 16 bytes of member-since and run start (memberSignedBytes).
+//     the 16 bytes of member-since and run start (SignedBytes).
 //     The signature binds the address to the key the name is bound to
 //     (the signer of its certified status record): peers take an alive
 //     message for the name only with it (memberCheck), and route to a
@@ -50,7 +50,7 @@ type Meta struct {
 	// Started is when the node's current agent run Started (Unix ns),
 	// 0 when its metadata does not say (version 1). Peers learn it with
 	// the alive message that makes the node a member again, before any
-	// record it writes in that run (staleRecords).
+	// record it writes in that run (view.StaleRecords).
 	Started int64
 }
 
@@ -83,7 +83,7 @@ func SignMeta(m Meta, name string, addr netip.AddrPort, key ed25519.PrivateKey) 
 	return append(b, ed25519.Sign(key, SignedBytes(name, addr, m))...)
 }
 
-// Errors of verifyMemberMeta.
+// Errors of VerifyMeta.
 var (
 	ErrUnsigned  = errors.New("its metadata is not signed (an agent older than version 3 metadata, or not a node)")
 	ErrSignature = errors.New("its metadata is not signed by the key the name is bound to")
@@ -91,8 +91,8 @@ var (
 
 // VerifyMeta checks that meta, a peer's metadata for member name
 // at addr, is version 3 and signed by pub over that name and address,
-// and returns what it says. errMemberUnsigned: metadata of an earlier
-// version (or none); errMemberSignature: a signature by another key,
+// and returns what it says. ErrUnsigned: metadata of an earlier
+// version (or none); ErrSignature: a signature by another key,
 // over another address or name, or bytes that are not metadata.
 func VerifyMeta(name string, addr netip.AddrPort, meta []byte, pub ed25519.PublicKey) (Meta, error) {
 	if len(meta) == 0 || meta[0] < MetaV3 {

@@ -1,8 +1,9 @@
-package node
+package member
 
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -84,4 +85,10 @@ func FuzzVerifyMemberMeta(f *testing.F) {
 			t.Fatalf("%x verified with a key that never signed", b)
 		}
 	})
+}
+
+// keyOf is a fixed node key for tests, from the name.
+func keyOf(name string) ed25519.PrivateKey {
+	seed := sha256.Sum256([]byte("test key " + name))
+	return ed25519.NewKeyFromSeed(seed[:])
 }

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"net/netip"
@@ -12,6 +12,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -60,8 +61,8 @@ func ServiceSpecs(svcs []manifest.Object) []service.Spec {
 	return specs
 }
 
-// currentProbes returns each workload's current spec hash, by workload
-// key, and the probes of its current template (probesKey), computed once
+// CurrentProbes returns each workload's current spec hash, by workload
+// key, and the probes of its current template (ProbesKey), computed once
 // per snapshot.
 func currentProbes(workloads []manifest.Object) (hashes map[string]string, probes map[string]probe.Probes) {
 	hashes, probes = map[string]string{}, map[string]probe.Probes{}
@@ -131,7 +132,7 @@ func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
 	return &s
 }
 
-// containerPort resolves a port number or name of c's ports (0: no such
+// ContainerPort resolves a port number or name of c's ports (0: no such
 // name).
 func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 	if p.Type != intstr.String {
@@ -157,7 +158,7 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 // not running (held.go: any running copy is kept first, and with none
 // the node keeps them), the rollout budget and make-before-break do not
 // count them ready (rollout.go, cluster.go), get replicas and rollout
-// status show them Unknown, not ready (view.reported), and they add no endpoint
+// status show them Unknown, not ready (View.Reported), and they add no endpoint
 // (serviceview.go; those already in rules stay: an agent restarted
 // with its pods running). A node that only flapped, or was on the other
 // side of a partition, keeps its run and its record stays current. A run
@@ -169,7 +170,7 @@ func StaleRecords(members []gossip.Member, alive map[string]bool, statuses map[s
 		if m.Name == self || !alive[m.Name] {
 			continue
 		}
-		meta, ok := DecodeMeta(m.Meta)
+		meta, ok := member.DecodeMeta(m.Meta)
 		s, held := statuses[m.Name]
 		if !ok || meta.Started == 0 || !held || s.Started.IsZero() {
 			continue

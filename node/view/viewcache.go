@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"bytes"
@@ -23,8 +23,8 @@ type cachedObject struct {
 	from recordID
 	obj  manifest.Object
 	ok   bool
-	// replicas are obj's replicas (desiredReplicas), once expanded is
-	// set (allReplicas).
+	// replicas are obj's replicas (DesiredReplicas), once expanded is
+	// set (AllReplicas).
 	replicas expansion
 	expanded bool
 }
@@ -44,7 +44,7 @@ type ReplicaRef struct {
 	ordinal  int
 }
 
-// expand is desiredReplicas of o alone, in compact form.
+// expand is DesiredReplicas of o alone, in compact form.
 func expand(o manifest.Object) expansion {
 	rs := DesiredReplicas([]manifest.Object{o})
 	e := expansion{refs: make([]ReplicaRef, len(rs))}
@@ -93,13 +93,13 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 	}
 	var wrecs []crdt.Record
 	for _, kind := range []string{manifest.KindDeployment, manifest.KindStatefulSet} {
-		rs, err := vs.store.List(KindPrefix(kind))
+		rs, err := vs.cfg.Records.List(KindPrefix(kind))
 		if err != nil {
 			return err
 		}
 		wrecs = append(wrecs, rs...)
 	}
-	srecs, err := vs.store.List(KindPrefix(manifest.KindService))
+	srecs, err := vs.cfg.Records.List(KindPrefix(manifest.KindService))
 	if err != nil {
 		return err
 	}
@@ -117,20 +117,20 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 			delete(vs.objects, k)
 		}
 	}
-	if vs.share != nil {
-		v.All = vs.share.replicaSet(recordsKey(wrecs), func() []DesiredReplica { return vs.AllReplicas(wrecs) })
+	if vs.cfg.Share != nil {
+		v.All = vs.cfg.Share.replicaSet(recordsKey(wrecs), func() []DesiredReplica { return vs.AllReplicas(wrecs) })
 	} else {
 		v.All = vs.AllReplicas(wrecs)
 	}
 	v.Hashes, v.Probes = currentProbes(v.Workloads)
-	v.Alloc = service.Allocate(ServiceSpecs(v.Services), vs.serviceCIDR)
+	v.Alloc = service.Allocate(ServiceSpecs(v.Services), vs.cfg.ServiceCIDR)
 	v.SvcIndex = NewServiceIndex(v.Services, v.Workloads)
 	v.workloadsKey = workloadsKey(v.Workloads)
 	return nil
 }
 
-// AllReplicas is desiredReplicas of the workloads decoded from recs (by
-// decodeObjects, just before), from the expansion cached with each
+// AllReplicas is DesiredReplicas of the workloads decoded from recs (by
+// DecodeObjects, just before), from the expansion cached with each
 // object: a write expands only its own workload's replicas, and the
 // others are merged in, in ID order.
 func (vs *Builder) AllReplicas(recs []crdt.Record) []DesiredReplica {
@@ -144,7 +144,7 @@ func (vs *Builder) AllReplicas(recs []crdt.Record) []DesiredReplica {
 		if !c.expanded {
 			c.replicas, c.expanded = expand(c.obj), true
 			vs.objects[r.Key] = c
-			vs.share.putObject(r, c)
+			vs.cfg.Share.putObject(r, c)
 		}
 		parts = append(parts, c.replicas)
 		total += len(c.replicas.refs)
@@ -209,15 +209,15 @@ func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []man
 		seen[r.Key] = true
 		c, ok := vs.objects[r.Key]
 		if !ok || !c.from.same(r) {
-			if shared, ok := vs.share.object(r); ok {
+			if shared, ok := vs.cfg.Share.object(r); ok {
 				c = shared
 			} else {
 				o, err := manifest.Decode(r.Value)
 				c = cachedObject{from: idOf(r), obj: o, ok: err == nil}
 				if err != nil {
-					vs.log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
+					vs.cfg.Log.Error("stored object does not decode; skipped", "key", r.Key, "err", err)
 				}
-				vs.share.putObject(r, c)
+				vs.cfg.Share.putObject(r, c)
 			}
 			vs.objects[r.Key] = c
 		}
@@ -231,26 +231,19 @@ func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []man
 
 // sync brings held (and the status cache) up to date with the store's
 // changed keys, and counts the changes to statuses and desired objects
-// (heldGen, objGen). Only the changed records are read and decoded; a
+// (HeldGen, ObjGen). Only the changed records are read and decoded; a
 // purge, a drop or the first sync relists them all. Called with build
 // held.
 func (vs *Builder) sync() error {
-	var keys []string
-	all := true
-	t, _ := vs.store.(*tracked)
-	if t != nil {
-		keys, all = t.Take()
-	}
+	keys, all := vs.cfg.Records.Take()
 	// A read that fails leaves the changes unread: the next sync reads
 	// everything again.
 	failed := func(err error) error {
-		if t != nil {
-			t.SetAll()
-		}
+		vs.cfg.Records.SetAll()
 		return err
 	}
 	if all {
-		recs, err := vs.store.List(StatusKind + "/")
+		recs, err := vs.cfg.Records.List(StatusKind + "/")
 		if err != nil {
 			return failed(err)
 		}
@@ -271,7 +264,7 @@ func (vs *Builder) sync() error {
 			strings.HasPrefix(k, KindPrefix(manifest.KindService)):
 			vs.objGen++
 		case strings.HasPrefix(k, StatusKind+"/"):
-			r, ok, err := vs.store.Get(k)
+			r, ok, err := vs.cfg.Records.Get(k)
 			if err != nil {
 				return failed(err)
 			}
@@ -316,7 +309,7 @@ func (vs *Builder) WithHeld(f func(held map[string]NodeStatus, version func(name
 	vs.build.Lock()
 	defer vs.build.Unlock()
 	if err := vs.sync(); err != nil {
-		vs.log.Error("read the node statuses", "err", err)
+		vs.cfg.Log.Error("read the node statuses", "err", err)
 	}
 	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[StatusKey(name)].from.version })
 }
@@ -328,7 +321,7 @@ func (vs *Builder) ClaimsNear(s NodeStatus) []NodeStatus {
 	vs.build.Lock()
 	defer vs.build.Unlock()
 	if err := vs.sync(); err != nil {
-		vs.log.Error("read the node statuses", "err", err)
+		vs.cfg.Log.Error("read the node statuses", "err", err)
 	}
 	var out []NodeStatus
 	p, ok := s.Prefix()
@@ -350,7 +343,7 @@ func (vs *Builder) ClaimsNear(s NodeStatus) []NodeStatus {
 	return out
 }
 
-// decodeStatusesCached is decodeStatuses over the cache of decoded
+// decodeStatusesCached is DecodeStatuses over the cache of decoded
 // status records. Called with build held.
 func (vs *Builder) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
 	out := map[string]NodeStatus{}
@@ -376,15 +369,15 @@ func (vs *Builder) decodeStatus(r crdt.Record) cachedStatus {
 	if ok && c.from.same(r) {
 		return c
 	}
-	if c, ok := vs.share.status(r); ok {
+	if c, ok := vs.cfg.Share.status(r); ok {
 		vs.statuses[r.Key] = c
 		return c
 	}
 	c = cachedStatus{from: idOf(r)}
-	for _, s := range DecodeStatuses([]crdt.Record{r}, vs.clusterCIDR) {
+	for _, s := range DecodeStatuses([]crdt.Record{r}, vs.cfg.ClusterCIDR) {
 		c.status, c.ok = s, true
 	}
 	vs.statuses[r.Key] = c
-	vs.share.putStatus(r, c)
+	vs.cfg.Share.putStatus(r, c)
 	return c
 }

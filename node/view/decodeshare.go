@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"sync"
@@ -20,15 +20,15 @@ type DecodeShare struct {
 	// agent: an agent holding an older one decodes it itself.
 	statuses map[string]cachedStatus
 	// objects holds, by record key, the newest version of each desired
-	// object decoded (and expanded: allReplicas) by any agent.
+	// object decoded (and expanded: AllReplicas) by any agent.
 	objects map[string]cachedObject
-	// replicas holds the desired replicas (allReplicas) of the last
+	// replicas holds the desired replicas (AllReplicas) of the last
 	// few sets of workload records, by recordsKey.
 	replicas     map[string][]DesiredReplica
 	replicaOrder []string
 }
 
-// sharedReplicaSets is how many sets of desired replicas decodeShare
+// sharedReplicaSets is how many sets of desired replicas DecodeShare
 // keeps: agents converge on the same workload records, but while 100
 // Deployments are applied one by one they hold many different sets (at
 // 1,000 agents with 8 kept, their own copies still came to 2.4 GB).

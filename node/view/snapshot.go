@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 )
 
-// The one view. One goroutine (viewLoop) rebuilds the node's view of the
+// The one view. One goroutine (Builder.loop) rebuilds the node's view of the
 // cluster, an immutable snapshot, when the store or membership changes
 // (debounced by viewDebounce, at most one rebuild per viewGap) and when
 // what depends on time alone changes
 // (flap damping, exclusions: checked every viewTick). Every loop and every
-// API read takes the latest snapshot (Agent.view); nothing else reads the
+// API read takes the latest snapshot (Builder.View); nothing else reads the
 // desired state for a decision or calls placement. A rebuild decodes only
 // the records that changed since the last one, and runs placement only
 // when its inputs changed (live eligible nodes, workloads, exclusions):
@@ -42,43 +43,86 @@ const (
 	viewTick = time.Second
 )
 
-// Builder holds the current snapshot, wakes those waiting for the next, and
-// builds them from what it reads: the store, membership (members: flap
-// damping) and the nodes left out of placement (acks).
-type Builder struct {
-	self        string
-	store       Store
-	cluster     *gossip.Cluster
-	Members     *members
-	acks        *AckTracker
-	serviceCIDR *net.IPNet
-	clusterCIDR netip.Prefix
-	placements  prometheus.Counter
-	builds      prometheus.Counter // snapshots built
-	log         *slog.Logger
-	// selfStatus is this node's record before it published one;
-	// started is when this run of the agent started (a held record of
-	// this node from before it is of an earlier run: view.oldSelf).
-	selfStatus func() NodeStatus
-	started    time.Time
-	// reclaimAfter is --subnet-reclaim-after: how long a down node's
+// Records is what a Builder reads of the store: records by key and
+// prefix, a signal after writes, and which keys those writes changed.
+// Node's change-tracking store (node/storage.go) is one.
+type Records interface {
+	Get(key string) (crdt.Record, bool, error)
+	List(prefix string) ([]crdt.Record, error)
+	// Changed receives a value after writes that changed records.
+	Changed() <-chan struct{}
+	// Take returns the keys changed since the last Take; all is true
+	// when any record may have changed (a purge, a drop, the first
+	// call), and the keys are then not listed.
+	Take() (keys []string, all bool)
+	// SetAll makes the next Take answer all (a read that failed).
+	SetAll()
+}
+
+// Membership is what a Builder reads of membership: the members as
+// gossip gives them, sorted by name, and a signal when they change
+// (gossip.Cluster).
+type Membership interface {
+	Members() []gossip.Member
+	Changed() <-chan struct{}
+}
+
+// Damping is the node's judgment of its membership (node's members):
+// which members count as alive for placement (flap damping, Alive),
+// and whether the node holds the cluster's state.
+type Damping interface {
+	AliveAfter(now time.Time, list []gossip.Member, prev *Alive) (Alive, bool)
+	IsSynced() bool
+}
+
+// Config is what a Builder is made of; every field but the counters,
+// SelfStatus and Share is required.
+type Config struct {
+	// Self is this node's name.
+	Self       string
+	Records    Records
+	Membership Membership
+	Damping    Damping
+	// Acks judges the nodes that do not list the replicas placed on
+	// them (unresponsive.go).
+	Acks        *AckTracker
+	ServiceCIDR *net.IPNet
+	ClusterCIDR netip.Prefix
+	// Placements counts placements computed, Builds the snapshots built
+	// (nil: not counted).
+	Placements, Builds prometheus.Counter
+	Log                *slog.Logger
+	// SelfStatus is this node's record before it published one (nil:
+	// none); Started is when this run of the agent started (a held
+	// record of this node from before it is of an earlier run:
+	// View.OldSelf).
+	SelfStatus func() NodeStatus
+	Started    time.Time
+	// ReclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
-	reclaimAfter time.Duration
-	// share is what agents of one process decode once for all (nil
-	// but in the scale simulation: decodeshare.go).
-	share *DecodeShare
+	ReclaimAfter time.Duration
+	// Share is what agents of one process decode once for all (nil but
+	// in the scale simulation: decodeshare.go).
+	Share *DecodeShare
+}
+
+// Builder holds the current snapshot, wakes those waiting for the next,
+// and builds them from what it reads (Config): the records, membership
+// with its flap damping, and the nodes left out of placement.
+type Builder struct {
+	cfg Config
 
 	cur  atomic.Pointer[View]
 	mu   sync.Mutex
 	next chan struct{} // closed when a newer snapshot is stored
 
-	// Owned by the builder (viewLoop, or the first build before it
+	// Owned by the builder (Builder.loop, or the first build before it
 	// runs; build serialises them).
 	build sync.Mutex
 	// objects and statuses cache decoded records by key: a record is
 	// decoded again only when its version changed. held is the valid
 	// statuses by node name, kept up to date from the store's changed
-	// keys (sync); heldGen and objGen count the changes to held and to
+	// keys (sync); HeldGen and ObjGen count the changes to held and to
 	// the desired objects' records.
 	objects         map[string]cachedObject
 	statuses        map[string]cachedStatus
@@ -103,9 +147,14 @@ type Builder struct {
 	placementGen uint64
 }
 
-func NewBuilder() *Builder {
-	return &Builder{next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
-		claims: newClaimIndex(), reclaimAfter: DefaultConfig().SubnetReclaimAfter}
+// NewBuilder returns a Builder of views from c; the first view is built
+// by the first Rebuild or View.
+func NewBuilder(c Config) *Builder {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Builder{cfg: c, next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
+		claims: newClaimIndex()}
 }
 
 // Load returns the current snapshot (nil before the first build).
@@ -143,7 +192,7 @@ func (vs *Builder) View() *View {
 	return vs.Load()
 }
 
-// viewLoop rebuilds the snapshot on store and membership changes and when
+// Builder.loop rebuilds the snapshot on store and membership changes and when
 // its time-dependent inputs change; it is the only reader of the store's
 // and the cluster's change channels.
 func (vs *Builder) Loop(ctx context.Context) {
@@ -153,8 +202,8 @@ func (vs *Builder) Loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-vs.store.Changed():
-		case <-vs.cluster.Changed():
+		case <-vs.cfg.Records.Changed():
+		case <-vs.cfg.Membership.Changed():
 		case <-tick.C:
 			if v := vs.Load(); v != nil && !vs.timeInputsChanged(v, time.Now()) {
 				continue
@@ -184,13 +233,13 @@ func (vs *Builder) timeInputsChanged(v *View, now time.Time) bool {
 	if !v.reclaimAt.IsZero() && !now.Before(v.reclaimAt) {
 		return true
 	}
-	if vs.acks.due(now) {
+	if vs.cfg.Acks.due(now) {
 		return true
 	}
-	if _, same := vs.Members.AliveAfter(now, vs.cluster.Members(), &v.aliveFrom); !same {
+	if _, same := vs.cfg.Damping.AliveAfter(now, vs.cfg.Membership.Members(), &v.aliveFrom); !same {
 		return true
 	}
-	ex := vs.acks.excluded(now)
+	ex := vs.cfg.Acks.excluded(now)
 	if len(ex) != len(v.Excluded) {
 		return true
 	}
@@ -202,28 +251,28 @@ func (vs *Builder) timeInputsChanged(v *View, now time.Time) bool {
 	return false
 }
 
-// rebuildView builds a snapshot from the store and membership at now and
+// Builder.Rebuild builds a snapshot from the store and membership at now and
 // stores it; on a store error it logs and keeps the previous one.
 func (vs *Builder) Rebuild(now time.Time) {
 	vs.build.Lock()
 	defer vs.build.Unlock()
 	v, err := vs.buildAt(vs.Load(), now)
 	if err != nil {
-		vs.log.Error("read the cluster state for the view", "err", err)
+		vs.cfg.Log.Error("read the cluster state for the view", "err", err)
 		return
 	}
 	vs.Set(v)
-	if vs.builds != nil {
-		vs.builds.Inc()
+	if vs.cfg.Builds != nil {
+		vs.cfg.Builds.Inc()
 	}
 }
 
-// buildView computes the snapshot after prev (nil for the first one).
+// Builder.buildAt computes the snapshot after prev (nil for the first one).
 func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	// Read before the store and membership: a view marked synced holds
 	// at least the membership the sync's join brought (records announced
 	// in its digests may still be arriving).
-	v := &View{built: now, Synced: vs.Members.IsSynced()}
+	v := &View{built: now, Synced: vs.cfg.Damping.IsSynced()}
 	if err := vs.sync(); err != nil {
 		return nil, err
 	}
@@ -234,28 +283,28 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	// The statuses are shared with the previous view when no status
 	// record changed (and this node's own is held: until it is, the view
 	// shows what it would publish now).
-	_, selfHeld := vs.held[vs.self]
+	_, selfHeld := vs.held[vs.cfg.Self]
 	sameStatuses := prev != nil && prev.HeldGen == v.HeldGen && selfHeld
 	if sameStatuses {
 		v.Statuses = prev.Statuses
 	} else {
 		v.Statuses = maps.Clone(vs.held)
-		if !selfHeld && vs.selfStatus != nil {
-			v.Statuses[vs.self] = vs.selfStatus()
+		if !selfHeld && vs.cfg.SelfStatus != nil {
+			v.Statuses[vs.cfg.Self] = vs.cfg.SelfStatus()
 		}
 	}
-	v.Members = vs.cluster.Members()
+	v.Members = vs.cfg.Membership.Members()
 	var prevAlive *Alive
 	if prev != nil {
 		prevAlive = &prev.aliveFrom
 	}
-	v.aliveFrom, _ = vs.Members.AliveAfter(now, v.Members, prevAlive)
+	v.aliveFrom, _ = vs.cfg.Damping.AliveAfter(now, v.Members, prevAlive)
 	v.Alive = v.aliveFrom.Set
-	v.Stale = StaleRecords(v.Members, v.Alive, v.Statuses, vs.self)
-	if s, ok := v.Statuses[vs.self]; ok && EarlierRun(s, vs.started) {
-		v.OldSelf = vs.self
+	v.Stale = StaleRecords(v.Members, v.Alive, v.Statuses, vs.cfg.Self)
+	if s, ok := v.Statuses[vs.cfg.Self]; ok && EarlierRun(s, vs.cfg.Started) {
+		v.OldSelf = vs.cfg.Self
 	}
-	v.Excluded = vs.acks.excluded(now)
+	v.Excluded = vs.cfg.Acks.excluded(now)
 	if sameStatuses && prev.ObjGen == v.ObjGen && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
@@ -270,9 +319,9 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	} else {
 		vs.derive(v, prev, selfHeld)
 	}
-	for _, x := range vs.acks.observe(now, v.unlisted, (len(v.Eligible)-1)/2) {
-		vs.log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
-			"node", oneLine(x.node), "unlistedFor", vs.acks.timeout, "excludedFor", x.for_)
+	for _, x := range vs.cfg.Acks.observe(now, v.unlisted, (len(v.Eligible)-1)/2) {
+		vs.cfg.Log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
+			"node", x.node, "unlistedFor", vs.cfg.Acks.timeout, "excludedFor", x.for_)
 	}
 	return v, nil
 }
@@ -311,7 +360,7 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		v.plain, v.plainWithout = prev.plain, prev.plainWithout
 	} else {
 		v.plain, v.plainWithout = assign(v.Eligible, v.Workloads, v.Excluded)
-		vs.placements.Inc()
+		vs.cfg.Placements.Inc()
 		vs.placementGen++
 	}
 	// What the nodes run away from placement's choice stays there
@@ -322,11 +371,11 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
 			// node's replicas are the new expansions.
-			v.Own = OwnedBy(vs.self, v.All, v.Owner)
+			v.Own = OwnedBy(vs.cfg.Self, v.All, v.Owner)
 		}
 	} else {
 		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Held)
-		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.self, v.All, v.Owner)
+		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.cfg.Self, v.All, v.Owner)
 	}
 	vs.ServicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is
@@ -334,8 +383,8 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 	// replicas this node's exclusions moved to it (and others did not).
 	// A node does not judge itself, and leaves at most a minority out.
 	v.unlisted = unreported(v.given, v.Statuses)
-	delete(v.unlisted, vs.self)
-	if vs.acks.timeout <= 0 {
+	delete(v.unlisted, vs.cfg.Self)
+	if vs.cfg.Acks.timeout <= 0 {
 		v.unlisted = nil // the check is off (--ack-timeout 0)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package view
 
 import (
 	"maps"
@@ -18,7 +18,7 @@ import (
 // that sees it (Pending, ContainerCreating, Running, ...). So each node
 // watches, in its own view, whether every node lists the replicas
 // placement gives it; a node that lists none of them for longer than
-// ackTimeout is taken out of placement for a while (ackTracker), doubling
+// ackTimeout is taken out of placement for a while (AckTracker), doubling
 // each time it happens again, like a crash-loop backoff. With the
 // default ackTimeout (30 s) below the make-before-break HandoffTimeout
 // (60 s), the old owner of a moved Deployment replica still runs it when
@@ -36,7 +36,7 @@ const (
 // against: the placement (its owner of each slot: namespace, workload,
 // ordinal), the workloads whose replicas do not count (StatefulSets) and
 // the nodes that own a Deployment replica. It is built once per placement
-// (givenSlots), not on every view, and holds no per-replica index: one
+// (GivenSlots), not on every view, and holds no per-replica index: one
 // cost 1 MB a view at 10,000 replicas.
 type given struct {
 	p        placement.Placement
@@ -44,7 +44,7 @@ type given struct {
 	nodes    map[string]bool
 }
 
-// givenSlots is what p gives the nodes of the Deployment replicas of all.
+// GivenSlots is what p gives the nodes of the Deployment replicas of all.
 // StatefulSet replicas do not count (see unreported).
 func givenSlots(all []DesiredReplica, p placement.Placement) given {
 	g := given{p: p, stateful: map[string]bool{}, nodes: map[string]bool{}}
