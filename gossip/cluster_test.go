@@ -94,7 +94,7 @@ func TestConcurrentWritesToOneKeyEndWithOneWinner(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		want = append(want, crdt.Merge(ra, rb))
+		want = append(want, winner(ra, rb))
 	}
 	m := tc.waitConverged(10 * time.Second)
 	for _, w := range want {

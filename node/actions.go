@@ -188,13 +188,6 @@ func (x *actions) claimID(id string, listed uint64) (release func(), ok bool) {
 	}, true
 }
 
-func (x *actions) isBusy(id string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	_, ok := x.busy[id]
-	return ok
-}
-
 // creating reports whether a create (or replace) is in flight.
 func (x *actions) creating() bool {
 	x.mu.Lock()

@@ -77,16 +77,6 @@ func (r Record) compare(o Record) int {
 // nil and an empty Value counting as equal.
 func (r Record) Equal(other Record) bool { return r.compare(other) == 0 }
 
-// Merge returns the winner of a and b (by Record.Wins). It is commutative,
-// associative and idempotent up to Record.Equal. a and b are meant to share a
-// Key; Merge does not check it.
-func Merge(a, b Record) Record {
-	if b.Wins(a) {
-		return b
-	}
-	return a
-}
-
 // Expired reports whether r is a tombstone whose Version wall time is more
 // than ttl before now. Live records never expire.
 //
@@ -125,16 +115,6 @@ func (m Map) Apply(r Record) bool {
 	}
 	m[r.Key] = r
 	return true
-}
-
-// MergeMaps returns a new Map holding, for every key of a or b, the winner of
-// the two. a and b are not modified (their Values are shared).
-func MergeMaps(a, b Map) Map {
-	out := a.Clone()
-	for _, r := range b {
-		out.Apply(r)
-	}
-	return out
 }
 
 // Clone returns a shallow copy of m (Values are shared); never nil.

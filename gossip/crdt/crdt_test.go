@@ -53,7 +53,7 @@ func TestWins(t *testing.T) {
 			if got := tt.r.Wins(tt.o); got != tt.want {
 				t.Errorf("Wins = %v, want %v\n r = %+v\n o = %+v", got, tt.want, tt.r, tt.o)
 			}
-			if got, want := Merge(tt.r, tt.o), Merge(tt.o, tt.r); !got.Equal(want) {
+			if got, want := merge(tt.r, tt.o), merge(tt.o, tt.r); !got.Equal(want) {
 				t.Errorf("Merge not symmetric: %+v vs %+v", got, want)
 			}
 		})
@@ -91,8 +91,8 @@ func genRecord(keys ...string) *rapid.Generator[Record] {
 func TestMergeIsCommutative(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		a, b := genRecord().Draw(t, "a"), genRecord().Draw(t, "b")
-		if ab, ba := Merge(a, b), Merge(b, a); !ab.Equal(ba) {
-			t.Fatalf("Merge(a,b) = %+v, Merge(b,a) = %+v", ab, ba)
+		if ab, ba := merge(a, b), merge(b, a); !ab.Equal(ba) {
+			t.Fatalf("merge(a,b) = %+v, merge(b,a) = %+v", ab, ba)
 		}
 	})
 }
@@ -100,7 +100,7 @@ func TestMergeIsCommutative(t *testing.T) {
 func TestMergeIsAssociative(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		a, b, c := genRecord().Draw(t, "a"), genRecord().Draw(t, "b"), genRecord().Draw(t, "c")
-		if l, r := Merge(Merge(a, b), c), Merge(a, Merge(b, c)); !l.Equal(r) {
+		if l, r := merge(merge(a, b), c), merge(a, merge(b, c)); !l.Equal(r) {
 			t.Fatalf("(a∨b)∨c = %+v, a∨(b∨c) = %+v", l, r)
 		}
 	})
@@ -109,12 +109,12 @@ func TestMergeIsAssociative(t *testing.T) {
 func TestMergeIsIdempotent(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		a, b := genRecord().Draw(t, "a"), genRecord().Draw(t, "b")
-		if got := Merge(a, a); !got.Equal(a) {
-			t.Fatalf("Merge(a,a) = %+v, want %+v", got, a)
+		if got := merge(a, a); !got.Equal(a) {
+			t.Fatalf("merge(a,a) = %+v, want %+v", got, a)
 		}
-		ab := Merge(a, b)
-		if got := Merge(ab, b); !got.Equal(ab) {
-			t.Fatalf("Merge(Merge(a,b),b) = %+v, want %+v", got, ab)
+		ab := merge(a, b)
+		if got := merge(ab, b); !got.Equal(ab) {
+			t.Fatalf("merge(merge(a,b),b) = %+v, want %+v", got, ab)
 		}
 	})
 }
@@ -168,7 +168,7 @@ func TestMapApplyReportsChange(t *testing.T) {
 func TestMergeMapsLeavesInputsAlone(t *testing.T) {
 	a := Map{"k/n/1": live("k/n/1", ts(1, 0), "a", `1`), "k/n/2": live("k/n/2", ts(5, 0), "a", `1`)}
 	b := Map{"k/n/1": live("k/n/1", ts(2, 0), "b", `2`), "k/n/3": tomb("k/n/3", ts(1, 0), "b")}
-	got := MergeMaps(a, b)
+	got := mergeMaps(a, b)
 	want := Map{"k/n/1": b["k/n/1"], "k/n/2": a["k/n/2"], "k/n/3": b["k/n/3"]}
 	if !mapsEqual(got, want) {
 		t.Errorf("MergeMaps = %v, want %v", got, want)
@@ -176,8 +176,8 @@ func TestMergeMapsLeavesInputsAlone(t *testing.T) {
 	if len(a) != 2 || a["k/n/1"].Version != ts(1, 0) || len(b) != 2 {
 		t.Errorf("inputs modified: a=%v b=%v", a, b)
 	}
-	if got := MergeMaps(nil, nil); got == nil || len(got) != 0 {
-		t.Errorf("MergeMaps(nil, nil) = %#v, want empty non-nil map", got)
+	if got := mergeMaps(nil, nil); got == nil || len(got) != 0 {
+		t.Errorf("mergeMaps(nil, nil) = %#v, want empty non-nil map", got)
 	}
 }
 
@@ -280,9 +280,9 @@ func TestStateMergeConverges(t *testing.T) {
 		acc := Map(nil)
 		for _, i := range order {
 			if rapid.Bool().Draw(t, "accFirst") {
-				acc = MergeMaps(acc, states[i])
+				acc = mergeMaps(acc, states[i])
 			} else {
-				acc = MergeMaps(states[i], acc)
+				acc = mergeMaps(states[i], acc)
 			}
 		}
 		if !mapsEqual(acc, want) {
@@ -333,4 +333,23 @@ func TestExpired(t *testing.T) {
 	if tomb("a/b/c", ts(math.MaxInt64, 0), "n").Expired(early, time.Hour) {
 		t.Error("now near MinInt64: max-wall tombstone reported expired")
 	}
+}
+
+// merge is the join of two writes of one key as Map.Apply takes it: the
+// winner by Record.Wins. The properties below are those of Wins.
+func merge(a, b Record) Record {
+	if b.Wins(a) {
+		return b
+	}
+	return a
+}
+
+// mergeMaps is a new Map with, for every key of a or b, the winner of the
+// two, by Map.Apply; a and b are left alone.
+func mergeMaps(a, b Map) Map {
+	out := a.Clone()
+	for _, r := range b {
+		out.Apply(r)
+	}
+	return out
 }

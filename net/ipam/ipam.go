@@ -14,7 +14,6 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
-	"sort"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 )
@@ -140,19 +139,6 @@ func Taken(claims []Claim) map[string]bool {
 	for _, c := range claims {
 		out[c.Subnet] = true
 	}
-	return out
-}
-
-// Sorted returns claims sorted by subnet then winner first (for logs and
-// tests).
-func Sorted(claims []Claim) []Claim {
-	out := append([]Claim(nil), claims...)
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Subnet != out[j].Subnet {
-			return out[i].Subnet < out[j].Subnet
-		}
-		return out[i].Beats(out[j])
-	})
 	return out
 }
 
