@@ -5,7 +5,7 @@
 //
 // Every node keeps the whole map. Any two nodes that have received the same
 // set of records, in any order and with any duplication, hold identical maps,
-// because Merge picks the winner of two records by a total order that does
+// because Map.Apply keeps the winner (Record.Wins) of two records by a total order that does
 // not depend on who applies it. The package is pure: no I/O, no clocks other
 // than the ones passed in, and it knows nothing about containers.
 package crdt
