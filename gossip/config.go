@@ -144,7 +144,7 @@ type Config struct {
 	// the message says and what this node holds). A message it
 	// returns an error for is ignored (memberlist.AliveDelegate): the
 	// member's address, metadata and state stay as they were, and it is
-	// counted (Stats.RefusedAlive). It runs on memberlist's goroutines
+	// counted (Cluster.RefusedAlive). It runs on memberlist's goroutines
 	// with memberlist's node lock held: it must be quick and must not
 	// call into the Cluster. Every byte is untrusted: this is where the
 	// layer above binds a name to what may speak for it. With it set, a

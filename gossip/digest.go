@@ -36,6 +36,8 @@ import (
 // anti-entropy with checksums), with fixed hash buckets instead of a Merkle
 // tree: one level suffices at Starling's scale (thousands of objects), and a
 // fixed digest keeps push/pull a single round trip.
+
+// numBuckets is the number of hash buckets of a digest.
 const numBuckets = 256
 
 // bucketOf returns the bucket of key: the top byte of keyHash.

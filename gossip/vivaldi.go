@@ -20,6 +20,8 @@ import (
 //	float64         Error (dimensionless)
 //	float64         Adjustment, seconds
 //	float64         Height, seconds
+
+// coordFormat is the format byte of the ack payload (format 1 above).
 const coordFormat = 1
 
 // maxCoordSeconds bounds every distance-like component a peer may send. Real

@@ -32,6 +32,8 @@ import (
 //
 //	entry    string key, uint64 Version.Wall, uvarint Version.Logical,
 //	         string origin, byte flags (bit 0: deleted), uint64 record hash
+
+// msgType is a message's first byte: its type, as listed above.
 type msgType byte
 
 const (

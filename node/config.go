@@ -124,7 +124,7 @@ type Config struct {
 	// with the LAN defaults).
 	FailoverTimeout time.Duration
 	// FenceTimeout is how long a node may go without hearing from a
-	// majority of the cluster's known nodes (direct pings, once a second)
+	// majority of the cluster's known nodes (answers to its quorum questions: node/quorum, a round every 250 ms to 1 s)
 	// before it kills its StatefulSet replicas. FailoverTimeout must
 	// exceed it by at least 5 s.
 	FenceTimeout time.Duration

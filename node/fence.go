@@ -16,9 +16,10 @@ import (
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
-// quorum is this node's knowledge of whether it sees a majority of the
-// known nodes (fencing), from its own pings, and the settling that follows
-// a gap (selfBack). It owns its lock.
+// fence is this node's knowledge of whether it sees a majority of the
+// known nodes (fencing), from the answers to its quorum questions
+// (loop, quorum.Tracker), and the settling that follows a gap
+// (selfBack). It owns its lock.
 type fence struct {
 	self            string
 	fenceTimeout    time.Duration
@@ -97,11 +98,12 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 // neither as known nor as seen (memberAuth.certified), so phantoms can
 // neither dilute a majority nor make one. Seen are this node
 // and the certified members memberlist reports alive that answered one of this
-// node's direct pings (quorumLoop, once a second) within --fence-timeout;
+// node's quorum questions (loop: a round every 250 ms to 1 s, quorum.PeriodFor) within --fence-timeout;
 // a member back from dead, or one that answered no ping for longer than
 // --fence-timeout (memberlist may keep a cut-off member suspect for the
 // whole cut), counts only after --rejoin-settle of answers, time in
-// which this node takes the state the two sides wrote apart (peerAcks). So the minority side of a partition loses its
+// which this node takes the state the two sides wrote apart (the
+// tracker's settling, quorum.NewTracker). So the minority side of a partition loses its
 // majority --fence-timeout after the cut, whatever memberlist's failure
 // detector (one probe per interval, slowed down by Lifeguard on an
 // unhealthy node) makes of it, and well before the majority side has
@@ -192,7 +194,7 @@ func (q *fence) known(v *view.View, members []gossip.Member) int {
 	return n
 }
 
-// noteQuorum records whether this node has a quorum (f, once known) and
+// note records whether this node has a quorum (f, once known) and
 // logs its changes.
 func (q *fence) note(f reconcile.Fencing, seen, known int) {
 	if f.Unknown {
@@ -202,7 +204,7 @@ func (q *fence) note(f reconcile.Fencing, seen, known int) {
 	changed := f.Quorum != q.has
 	// A quorum regained after a partition needs no settling of its own:
 	// the peers it sees again count only after --rejoin-settle
-	// (memberBack, peerAcks), time in which this node takes their state.
+	// (quorum.Tracker), time in which this node takes their state.
 	q.has = f.Quorum
 	q.mu.Unlock()
 	if changed && f.Quorum {

@@ -167,9 +167,9 @@ func (im *images) WriteBlob(ctx context.Context, d digest.Digest, size func(int6
 	return err
 }
 
-// imageSources returns the digest the cluster recorded for image ref
-// (images.go) and the live peers to fetch it from, nearest first by
-// Vivaldi RTT estimate (peerGet). An image the cluster has no record of
+// sources returns the digest the cluster recorded for image ref
+// (publishImages) and the live peers to fetch it from, nearest first by
+// Vivaldi RTT estimate (gossip.Cluster.RTT). An image the cluster has no record of
 // is not taken from peers.
 func (im *images) sources(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
 	// The record is gossiped at import, like the workload that names

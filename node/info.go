@@ -46,7 +46,7 @@ var _ apiserver.Cluster = (*info)(nil)
 // Version is this agent's version and node name.
 func (in *info) Version() api.Version { return api.Version{Version: Version, Node: in.self} }
 
-// replicaView is the whole cluster's replicas as this node sees them: its
+// Replicas is the whole cluster's replicas as this node sees them: its
 // own, live observation, the others' from their gossiped status records
 // (dead and left nodes do not count), and desired replicas that no node
 // reports yet (Pending, with the node placement gave them).

@@ -161,7 +161,7 @@ func madeBeforeForget(cert *x509.Certificate, forgotten time.Time) bool {
 }
 
 // MakeInvitation is 'starling join-token NAME': an invitation for node
-// name, made with the CA in caDir (ca.crt and ca.key), valid ttl.
+// name, made with the CA in caDir (files ca.crt and ca.key), valid ttl.
 func MakeInvitation(caDir, name string, ttl time.Duration) (token string, joinBy time.Time, err error) {
 	ca, caKey, err := loadCA(caDir)
 	if err != nil {

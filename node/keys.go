@@ -36,7 +36,7 @@ import (
 // the peer port, so after a rotation it can no longer read or write
 // gossip. A member that was down during the rotation comes back with the
 // old key only; when gossip refuses it (gossip.ErrKeyMismatch) it asks a
-// seed for the current keys over mutual TLS (refreshGossipKeys) and joins.
+// seed for the current keys over mutual TLS (keyring.refresh) and joins.
 
 // maxGossipKeys bounds a keyring: the key in use and those of a rotation
 // or two in progress.
@@ -292,7 +292,7 @@ func (k *keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
 	return res, nil
 }
 
-// refreshGossipKeys asks the members at seeds (gossip addresses) for the
+// refresh asks the members at seeds (gossip addresses) for the
 // cluster's current gossip keys over mutual TLS and installs them, the
 // first in use; for a node that missed a rotation. It reports whether
 // the keyring changed.

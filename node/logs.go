@@ -86,9 +86,9 @@ func (f flushWriter) Flush() {
 // never forwarded twice.
 const proxiedHeader = "X-Starling-Proxied-By"
 
-// proxyLogs forwards a logs request to the live node whose status lists
+// proxy forwards a logs request to the live node whose status lists
 // the replica (httputil.ReverseProxy: streamed, flushed as it comes,
-// hop-by-hop headers handled), authenticated as this node (peerEndpoint),
+// hop-by-hop headers handled), authenticated as this node (peers.endpoint),
 // never with the operator's token. It reports whether it answered the
 // client.
 func (l *logs) proxy(w http.ResponseWriter, r *http.Request) bool {

@@ -60,7 +60,7 @@ type members struct {
 	syncOnce sync.Once
 
 	mu sync.Mutex
-	// Flap damping (aliveAfter): members seen down, since when, and when the
+	// Flap damping (AliveAfter): members seen down, since when, and when the
 	// ones that came back did.
 	memberDown map[string]time.Time
 	memberBack map[string]time.Time

@@ -143,7 +143,7 @@ func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.Apply
 	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "scaled"}, nil
 }
 
-// applyObjects stores objects as new versions and gossips them.
+// store stores objects as new versions and gossips them.
 // An object identical to the stored one is left alone ("unchanged"); a
 // new object gets a creationTimestamp, an update keeps the stored one.
 // A Deployment's revision records follow its template (rollout.Record),

@@ -166,7 +166,7 @@ func (t *trust) anyNodeTLS() *tls.Config {
 	}
 }
 
-// client is an HTTP client over conf, one connection per request.
+// peerClient is an HTTP client over conf, one connection per request.
 // peerClient is an API client of the peer port at addr over mutual TLS
 // (conf), each request bounded to 15 s.
 func peerClient(addr string, conf *tls.Config) (*client.Client, error) {

@@ -176,7 +176,7 @@ type probeRun struct {
 	kind probe.Kind
 }
 
-// proberLoop runs the startup, liveness and readiness probes of this
+// loop runs the startup, liveness and readiness probes of this
 // node's running replicas: exec probes in the container through the
 // runtime, httpGet and tcpSocket ones from the node's namespace to the pod
 // IP. It asks for a reconcile, which republishes the node's status and

@@ -15,7 +15,7 @@ import (
 // it runs no replica they may have replaced. Its peers replace the
 // replicas of a member they hold dead or left at once, and count it for
 // placement again only once it has been back for --rejoin-settle (flap
-// damping, aliveAfter). A node that joins after a crash or a move to a
+// damping, AliveAfter). A node that joins after a crash or a move to a
 // new address asks its peers, before it acts on the cluster's state, how
 // long they will go on settling it, and leaves itself out of placement
 // for as long: it stops the copies its peers run in its stead and takes
@@ -54,7 +54,7 @@ func (m *members) answerSettle(from string, now time.Time) []byte {
 
 // askSettle asks up to settleAsked alive peers, at once, how long they
 // will go on settling this node, and leaves this node out of its own
-// placement (aliveAfter) until the longest answer has passed, capped at
+// placement (AliveAfter) until the longest answer has passed, capped at
 // --rejoin-settle (a peer's answer is untrusted). Peers that do not answer
 // within introduceAskTimeout (an older version) count as 0.
 func (m *members) askSettle(now func() time.Time) {

@@ -68,7 +68,7 @@ type subnets struct {
 	lastCheck string // the last step of this node's claim check (noteCheck)
 }
 
-// otherClaims returns the subnet claims of other nodes that still hold
+// others returns the subnet claims of other nodes that still hold
 // them: alive nodes, and dead ones whose record is younger than
 // SubnetReclaimAfter (a dead node stops writing, so its record's age is
 // how long it has been gone). A claim whose node record is deleted

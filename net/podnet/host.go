@@ -8,7 +8,7 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 )
 
-// Host sysctls the pod network needs in the node's network namespace.
+// hostSysctls are the host sysctls the pod network needs in the node's network namespace.
 // bridge-nf-call-iptables makes bridged pod-to-pod traffic pass netfilter,
 // so Service DNAT and its reverse work for same-node backends (see
 // kernel Documentation/networking/ip-sysctl.rst and br_netfilter).

@@ -62,7 +62,7 @@ type Network struct {
 	// attaching is held (read) by each Attach from reading the bridge
 	// configuration to the end of its CNI ADD, and (write) by SetSubnet:
 	// an ADD in flight with the old configuration would put the old
-	// gateway back on the bridge (forceAddress) after SetSubnet moved it.
+	// gateway back on the bridge (the plugin's "forceAddress") after SetSubnet moved it.
 	attaching sync.RWMutex
 
 	// hostMu serializes PrepareHost and KeepHost (they create and

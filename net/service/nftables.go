@@ -241,7 +241,7 @@ func nodePortShow(p Port) string { return fmt.Sprintf("%s . %d", proto(p.Protoco
 
 // renderNFT returns what one canonical port (see Model) puts into the
 // table, but for the hairpin set, which is counted over all ports
-// (hairpinChange).
+// (nftChangeTx).
 func renderNFT(p Port, cfg Config) nftPort {
 	var r nftPort
 	id := p.key().String()

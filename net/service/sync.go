@@ -332,9 +332,6 @@ func (iptablesTables) forgetUDP(match func(*netlink.ConntrackFlow) bool) {
 	netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, udpFlows(match))
 }
 
-// ensureJumps creates Starling's entry chains and the jump rules into
-// them. Chains must exist before jumps can point at them; restore then
-// fills them atomically, so working rules are never flushed first.
 // JumpCommands are the jump rules Sync keeps in the built-in chains, as
 // the iptables commands that would add them (agent --dry-run prints them).
 func JumpCommands() []string {
@@ -345,6 +342,9 @@ func JumpCommands() []string {
 	return out
 }
 
+// ensureJumps creates Starling's entry chains and the jump rules into
+// them. Chains must exist before jumps can point at them; restore then
+// fills them atomically, so working rules are never flushed first.
 func (t iptablesTables) ensureJumps() error {
 	for _, j := range jumps {
 		if ok, err := t.ipt.ChainExists(j.table, j.target); err != nil {

@@ -139,7 +139,6 @@ type ScaleRequest struct {
 	Replicas int32 `json:"replicas"`
 }
 
-// Replica is one replica, desired or running, as `get replicas` shows it.
 // Phase is where a replica is in its life.
 type Phase string
 
@@ -172,6 +171,7 @@ const (
 // one readiness count of get, describe and rollout status.
 func (r Replica) Available() bool { return r.Phase == PhaseRunning && r.Ready }
 
+// Replica is one replica, desired or running, as `get replicas` shows it.
 type Replica struct {
 	Name      string    `json:"name"`
 	Namespace string    `json:"namespace"`

@@ -18,7 +18,7 @@ import (
 // log driver (see Args, Main).
 const DriverFlag = "--starling-log-driver"
 
-// Args are the arguments of a binary:// log URI (cio.BinaryIO) that makes
+// Args are the arguments of a binary:// log URI (containerd's cio.BinaryIO) that makes
 // containerd's shim run the starling binary as the log driver of one
 // container, writing to path. The shim passes each key and its value as
 // two arguments, in no fixed order.

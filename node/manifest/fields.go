@@ -56,7 +56,7 @@ func prefixed(prefix string, paths ...string) []string {
 	return out
 }
 
-// Server-owned metadata: accepted so output of `kubectl get -o yaml` can be
+// serverOwnedMeta is the server-owned metadata: accepted so output of `kubectl get -o yaml` can be
 // applied, and cleared by defaulting.
 var serverOwnedMeta = []string{
 	"metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
@@ -98,7 +98,7 @@ var containerFields = concat(
 		"securityContext.readOnlyRootFilesystem", "securityContext.allowPrivilegeEscalation",
 		"securityContext.capabilities.add", "securityContext.capabilities.drop",
 		"securityContext.seccompProfile.type",
-		// false is what kubectl prints; true is refused (validateSecurity).
+		// false is what kubectl prints; true is refused (validateContainerSecurity).
 		"securityContext.privileged",
 	},
 	prefixed("lifecycle.postStart.", hookFields...),

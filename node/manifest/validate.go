@@ -145,8 +145,6 @@ func nonNegative(v int64, p *field.Path) field.ErrorList {
 	return apivalidation.ValidateNonnegativeField(v, p)
 }
 
-// validateDeploymentSpec follows Kubernetes' ValidateDeploymentSpec
-// (k8s.io/kubernetes/pkg/apis/apps/validation) for the supported subset.
 // validateWorkloadSpec checks what Deployments and StatefulSets share:
 // replicas, a selector matching the template labels, template metadata.
 // The pod spec is checked by the caller.
@@ -187,6 +185,8 @@ func validateWorkloadSpec(replicas *int32, selector *metav1.LabelSelector, templ
 	return errs
 }
 
+// validateDeploymentSpec follows Kubernetes' ValidateDeploymentSpec
+// (k8s.io/kubernetes/pkg/apis/apps/validation) for the supported subset.
 func validateDeploymentSpec(s *appsv1.DeploymentSpec, p *field.Path) field.ErrorList {
 	errs := validateWorkloadSpec(s.Replicas, s.Selector, &s.Template, p)
 	errs = append(errs, validateStrategy(&s.Strategy, p.Child("strategy"))...)
@@ -759,7 +759,7 @@ func validateServicePorts(s *corev1.ServiceSpec, p *field.Path) field.ErrorList 
 	return errs
 }
 
-// Bounds of a pod's DNS settings: Kubernetes' (validation.go
+// Bounds of a pod's DNS settings: Kubernetes' (pkg/apis/core/validation/validation.go,
 // validatePodDNSConfig), which are the resolver's.
 const (
 	maxDNSNameservers     = 3

@@ -24,7 +24,7 @@ import (
 //     the 16 bytes of member-since and run start (SignedBytes).
 //     The signature binds the address to the key the name is bound to
 //     (the signer of its certified status record): peers take an alive
-//     message for the name only with it (memberCheck), and route to a
+//     message for the name only with it (node's memberAuth.check), and route to a
 //     subnet only via an address its owner signed (routes.desired).
 //
 // An agent that reads only version 1 takes a version 2 node for one

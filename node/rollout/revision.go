@@ -2,7 +2,7 @@
 // revision records to keep when a Deployment is written (numbering and
 // pruning as Kubernetes' deployment controller does it), which revision
 // an undo goes back to, and how far a rollout has come (Count). It does no
-// I/O: the agent reads and writes the records (node/server.go).
+// I/O: the agent reads and writes the records (node/objects.go, node/rollouts.go).
 package rollout
 
 import (

@@ -23,7 +23,7 @@ import (
 
 // Images from peers. A node that lacks an image pulls it from a peer as
 // it would from a registry, blob by blob, with containerd's own pull
-// (client.Pull with a resolver of ours): from the manifest (or index) of
+// (containerd's client.Pull with a resolver of ours): from the manifest (or index) of
 // the digest the cluster recorded down to the layers; blobs the node
 // already holds are not fetched (images that share base layers share
 // them), layers are fetched three at a time and unpacked as they arrive,

@@ -291,7 +291,7 @@ func fromLabels(id string, l map[string]string) reconcile.Container {
 // oomKilled reports whether the OOM killer hit the run of container id
 // that started at started: containerd's /tasks/oom event recorded in
 // LabelOOMAt, or, for an event this agent missed (it was down), the
-// container's cgroup counter (memory.events on cgroup v2,
+// container's cgroup counter (the file memory.events on cgroup v2,
 // memory.oom_control on v1), readable until the task is deleted.
 func (r *Runtime) oomKilled(id string, labels map[string]string, started time.Time) bool {
 	if at, err := time.Parse(time.RFC3339Nano, labels[LabelOOMAt]); err == nil && !at.Before(started) {

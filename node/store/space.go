@@ -449,7 +449,7 @@ func openFull(dir string, free uint64, log *slog.Logger) (*badger.DB, error) {
 			"free", mib(free), "resumes at", mib(ResumeFree))
 		return db, nil
 	case strings.Contains(err.Error(), "end offset:"):
-		// badger's ErrTruncateNeeded, wrapped without %w (y.Wrapf).
+		// badger's ErrTruncateNeeded, wrapped without %w (badger's y.Wrapf).
 		return nil, fmt.Errorf("open store %s: the filesystem of the data directory is full (%s free) and the store was not closed cleanly (the agent was killed or the machine lost power), so it can be opened only for writing, which needs room: free %s there (container logs, images, other files) and start again: %w",
 			dir, mib(free), mib(ResumeFree), err)
 	case errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "anifest"):

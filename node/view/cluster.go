@@ -57,7 +57,7 @@ type NodeStatus struct {
 	// --insecure. Peers refuse a status without a valid one (node/verify.go).
 	Cert []byte `json:"cert,omitempty"`
 	// MemberSig: the node signs its membership metadata (version 3,
-	// membermeta.go), so peers take an alive message for its name, and
+	// node/member), so peers take an alive message for its name, and
 	// route to its subnet, only at an address it signed. False from
 	// agents that predate it, whose unsigned alive messages are taken as
 	// before (an upgrade in place: docs/real-hosts.md).
@@ -96,7 +96,7 @@ func (s NodeStatus) Prefix() (netip.Prefix, bool) {
 // record is taken only when it is the status of the node that wrote it,
 // under its key, with a pod subnet (if any) inside cluster. Every record
 // from a peer passed checkRecord on arrival, and this node's own is made
-// to pass it (selfStatus); relational checks (whose claim wins, whether a
+// to pass it (Config.SelfStatus); relational checks (whose claim wins, whether a
 // pod address is inside its node's subnet) are made where statuses are
 // used. This runs on every read of the view, so it stays cheap.
 func DecodeStatuses(records []crdt.Record, cluster netip.Prefix) map[string]NodeStatus {

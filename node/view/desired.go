@@ -122,7 +122,7 @@ func hookOf(c corev1.Container, h *corev1.LifecycleHandler) *reconcile.Hook {
 	return nil
 }
 
-// SpecHashOf is the pod-template hash of a workload (manifest.SpecHash).
+// specHashOf is the pod-template hash of a workload (manifest.SpecHash).
 func specHashOf(o manifest.Object) string {
 	if o.Deployment != nil {
 		return manifest.SpecHash(o.Deployment)

@@ -192,7 +192,7 @@ func (vs *Builder) View() *View {
 	return vs.Load()
 }
 
-// Builder.loop rebuilds the snapshot on store and membership changes and when
+// Loop rebuilds the snapshot on store and membership changes and when
 // its time-dependent inputs change; it is the only reader of the store's
 // and the cluster's change channels.
 func (vs *Builder) Loop(ctx context.Context) {
@@ -251,7 +251,7 @@ func (vs *Builder) timeInputsChanged(v *View, now time.Time) bool {
 	return false
 }
 
-// Builder.Rebuild builds a snapshot from the store and membership at now and
+// Rebuild builds a snapshot from the store and membership at now and
 // stores it; on a store error it logs and keeps the previous one.
 func (vs *Builder) Rebuild(now time.Time) {
 	vs.build.Lock()
@@ -267,7 +267,7 @@ func (vs *Builder) Rebuild(now time.Time) {
 	}
 }
 
-// Builder.buildAt computes the snapshot after prev (nil for the first one).
+// buildAt computes the snapshot after prev (nil for the first one).
 func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	// Read before the store and membership: a view marked synced holds
 	// at least the membership the sync's join brought (records announced

@@ -44,7 +44,7 @@ type given struct {
 	nodes    map[string]bool
 }
 
-// GivenSlots is what p gives the nodes of the Deployment replicas of all.
+// givenSlots is what p gives the nodes of the Deployment replicas of all.
 // StatefulSet replicas do not count (see unreported).
 func givenSlots(all []DesiredReplica, p placement.Placement) given {
 	g := given{p: p, stateful: map[string]bool{}, nodes: map[string]bool{}}
@@ -78,7 +78,7 @@ func givenSlots(all []DesiredReplica, p placement.Placement) given {
 // name: during a rolling update the replica of the new spec is held back
 // while the old one still runs, and the node rightly lists the old one.
 // StatefulSet replicas do not count: a fenced node stops listing them,
-// rightly, and they never move off a live node (readView). It reads each
+// rightly, and they never move off a live node (placement.Keep). It reads each
 // owner's record up to its first listed slot: O(nodes) on a cluster that
 // agrees, where building every record's slots cost O(replicas) in
 // allocations on every view.

@@ -26,7 +26,7 @@ type View struct {
 	Synced bool
 	// Members is the membership as gossip gave it (routes follow it,
 	// without flap damping); alive the Members that count for placement
-	// (Members.aliveAfter).
+	// (Damping.AliveAfter).
 	Members []gossip.Member
 	Alive   map[string]bool
 	// aliveFrom is alive with what it was computed from (members.AliveAfter).
@@ -61,7 +61,7 @@ type View struct {
 	// excluded nodes (place; placement gives the owners before).
 	Owner OwnerTable
 	// given is placement's (GivenSlots), for unreported; own is
-	// what owner gives this node (ownedBy). Both are computed with
+	// what owner gives this node (OwnedBy). Both are computed with
 	// placement.
 	given given
 	Own   *owned
@@ -242,7 +242,7 @@ const StaleReason = "its node restarted and its record of the new run has not ar
 // count now. A stale record's copies (StaleRecords: an earlier run of
 // the node's agent wrote it) are of unknown state: they are listed with
 // phase Unknown, not ready (StaleReason), as placement and the rollout
-// gate take them (holderOf, rollout.go), so that get replicas and
+// gate take them (holderOf, node/rollout.go), so that get replicas and
 // rollout status count what the decisions count. Callers must not
 // modify the slice (a current record's own).
 func (v *View) Reported(name string) []api.Replica {

@@ -61,7 +61,7 @@ func ServiceSpecs(svcs []manifest.Object) []service.Spec {
 	return specs
 }
 
-// CurrentProbes returns each workload's current spec hash, by workload
+// currentProbes returns each workload's current spec hash, by workload
 // key, and the probes of its current template (ProbesKey), computed once
 // per snapshot.
 func currentProbes(workloads []manifest.Object) (hashes map[string]string, probes map[string]probe.Probes) {
@@ -132,7 +132,7 @@ func probeSpec(c corev1.Container, pr *corev1.Probe) *probe.Spec {
 	return &s
 }
 
-// ContainerPort resolves a port number or name of c's ports (0: no such
+// containerPort resolves a port number or name of c's ports (0: no such
 // name).
 func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 	if p.Type != intstr.String {
@@ -157,7 +157,7 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 // A stale record's copies are of unknown state: placement takes them as
 // not running (held.go: any running copy is kept first, and with none
 // the node keeps them), the rollout budget and make-before-break do not
-// count them ready (rollout.go, cluster.go), get replicas and rollout
+// count them ready (node/rollout.go, cluster.go), get replicas and rollout
 // status show them Unknown, not ready (View.Reported), and they add no endpoint
 // (serviceview.go; those already in rules stay: an agent restarted
 // with its pods running). A node that only flapped, or was on the other
@@ -185,7 +185,7 @@ func StaleRecords(members []gossip.Member, alive map[string]bool, statuses map[s
 	return out
 }
 
-// Alive is a set of live members (aliveAfter) with what it was computed
+// Alive is a set of live members (Damping.AliveAfter) with what it was computed
 // from: the membership snapshot and the flap-damping state's generation.
 type Alive struct {
 	Set  map[string]bool

@@ -463,7 +463,7 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 	default:
 		return fmt.Errorf("--with %q: want gossip-key, token or cert", with)
 	}
-	// Member metadata as node/membermeta.go lays it out: version 2 with
+	// Member metadata as node/member lays it out: version 2 with
 	// no key, or version 3 signed with the impostor's own key over the
 	// victim's name and its own address (what it can sign).
 	now := time.Now().UnixNano()
