@@ -17,6 +17,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
+	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/runtime"
@@ -42,9 +43,6 @@ type Agent struct {
 	metrics *metrics
 	token   string
 	started time.Time
-	// keepHost repairs the pod network's host rules (hostNetwork); nil
-	// without one.
-	keepHost func() (bool, error)
 
 	cluster *gossip.Cluster
 	id      *identity
@@ -67,8 +65,9 @@ type Agent struct {
 	probes   *prober
 	fence    *fence
 	lease    *lease
-	routes   *routes
-	services *services
+	routes   *dataplane.Routes
+	services *dataplane.Services
+	host     *dataplane.HostRules
 	dry      *dryRun // with --dry-run only
 	objects  *objects
 	info     *info
@@ -114,7 +113,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	ipt := iptablesBackend(ctx, log)
+	ipt := dataplane.IptablesBackend(ctx, log)
 	pn, err := podnet.New(podnet.Config{DataDir: cfg.DataDir, PodSubnet: pod, ClusterCIDR: cluster, PluginDirs: cfg.CNIPluginDirs, Iptables: ipt.Iptables})
 	if err != nil {
 		return nil, err
@@ -132,7 +131,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	syncer, err := serviceSyncer(ctx, cfg.ProxyMode, ipt, log)
+	syncer, err := dataplane.ServiceSyncer(ctx, cfg.ProxyMode, ipt, log)
 	if err != nil {
 		rt.Close()
 		return nil, err
@@ -255,21 +254,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
-	a.routes = &routes{self: cfg.Name, views: a.views, subnets: a.subnets, auth: a.auth, clusterCIDR: clusterCIDR, log: log, ready: closed(), synced: a.members.synced}
-	a.services = &services{views: a.views, clusterCIDR: clusterCIDR, ready: a.subnets.ready, synced: a.members.synced, bridgeNF: bridgeNFOn, log: log}
-	switch {
-	case cfg.DryRun:
-		// Nothing on the host changes: the route and rule loops print
-		// what they would apply, once the dry run's first look is done.
-		p := newPrinter(cfg.dryRunOut)
-		p.nft = dryRunNFT(context.Background(), cfg.ProxyMode)
-		a.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.members,
-			subnets: a.subnets, status: a.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
-		a.routes.apply, a.routes.ready = p.routes, a.dry.ready
-		a.services.rules, a.services.ready, a.services.bridgeNF = p, a.dry.ready, bridgeNFLoaded
-	case hn != nil:
-		a.routes.apply, a.services.rules, a.subnets.use, a.keepHost = hn.routes, hn.rules, hn.useSubnet, hn.keepHost
-	}
+	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn)
 	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
 	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
 	a.info = &info{self: cfg.Name, views: a.views, status: a.status, cluster: a.cluster, store: a.store, clock: a.clock, id: a.id,
@@ -313,7 +298,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
 		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
-		a.routes.loop, a.services.loop, a.diskLoop, a.hostLoop}
+		a.routes.Run, a.services.Run, a.diskLoop, a.host.Run}
 	if a.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
 			a.trust.renewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
+	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/view"
 )
@@ -32,8 +33,8 @@ type Config struct {
 	ContainerdAddress string
 	// Snapshotter for container root filesystems.
 	Snapshotter string
-	// ProxyMode is how Service rules are written: ProxyAuto (""),
-	// ProxyIptables or ProxyNftables (services.go, serviceSyncer).
+	// ProxyMode is how Service rules are written: dataplane.ProxyAuto (""),
+	// dataplane.ProxyIptables or dataplane.ProxyNftables (dataplane.ServiceSyncer).
 	ProxyMode string
 	// CgroupParent is the cgroup under which each replica's container gets
 	// its own; default /starling/<name>.
@@ -232,7 +233,7 @@ func (c Config) validate() (pod, cluster *net.IPNet, err error) {
 
 func (c Config) validateRest() error {
 	switch c.ProxyMode {
-	case ProxyAuto, ProxyIptables, ProxyNftables:
+	case dataplane.ProxyAuto, dataplane.ProxyIptables, dataplane.ProxyNftables:
 	default:
 		return fmt.Errorf("--proxy-mode %q: use nftables, iptables, or leave it empty to choose by the host", c.ProxyMode)
 	}

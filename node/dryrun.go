@@ -21,6 +21,7 @@ import (
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/net/xtables"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/preflight"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -119,12 +120,12 @@ func (p *printer) SyncServices(ctx context.Context, _ map[string][]service.Port,
 }
 
 // dryRunNFT reports whether a real start with proxy mode would write
-// nftables rules (serviceSyncer), asking the host without changing it.
+// nftables rules (dataplane.ServiceSyncer), asking the host without changing it.
 func dryRunNFT(ctx context.Context, mode string) bool {
 	switch mode {
-	case ProxyNftables:
+	case dataplane.ProxyNftables:
 		return true
-	case ProxyIptables:
+	case dataplane.ProxyIptables:
 		return false
 	}
 	var nftErr error
@@ -132,8 +133,8 @@ func dryRunNFT(ctx context.Context, mode string) bool {
 		nftErr = errors.New("no answer")
 	}
 	b, _ := xtables.Detect(ctx)
-	mode, _ = autoProxyMode(ctx, b, nftErr)
-	return mode == ProxyNftables
+	mode, _ = dataplane.AutoProxyMode(ctx, b, nftErr)
+	return mode == dataplane.ProxyNftables
 }
 
 // bridgeNFLoaded reports whether br_netfilter is loaded: where it is, a

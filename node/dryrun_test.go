@@ -12,6 +12,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
 )
@@ -58,7 +59,7 @@ spec:
 	}
 
 	out := &syncBuffer{}
-	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, ProxyIptables })
+	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, dataplane.ProxyIptables })
 	a0Subnet := a0.agent.subnets.current().Subnet
 	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
@@ -151,7 +152,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 func TestDryRunPrintsTheNFTablesTableInNftablesMode(t *testing.T) {
 	out := &syncBuffer{}
 	p := newPrinter(out)
-	p.nft = dryRunNFT(context.Background(), ProxyNftables)
+	p.nft = dryRunNFT(context.Background(), dataplane.ProxyNftables)
 	ports := []service.Port{{Service: "default/web", Name: "http", Protocol: service.TCP, ClusterIP: netip.MustParseAddr("10.23.0.10"), Port: 80,
 		NodePort: 30080, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.22.1.5:8080")}}}
 	if _, err := p.Sync(context.Background(), ports, service.Config{ClusterCIDR: netip.MustParsePrefix("10.22.0.0/16")}); err != nil {

@@ -3,48 +3,51 @@ package node
 import (
 	"context"
 	"net"
-	"time"
-)
+	"net/netip"
 
-// hostLoop puts the pod masquerade rule back within a second when someone
-// removed it (iptables -t nat -F, nft flush ruleset): the Service rules
-// and routes are repaired by their own loops, and this rule is what pods
-// need to reach anything outside the cluster.
-func (a *Agent) hostLoop(ctx context.Context) {
-	if a.keepHost == nil {
-		return
-	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	warned := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		repaired, err := a.keepHost()
-		switch {
-		case err != nil && !warned:
-			a.log.Warn("check the pod masquerade rule", "err", err)
-			warned = true
-		case err == nil && repaired:
-			a.log.Warn("the pod masquerade rule was gone (a flush of the nat table?); put back")
-			warned = false
-		case err == nil:
-			warned = false
-		}
-	}
-}
+	"github.com/starling-orchestrator/starling/node/dataplane"
+)
 
 // hostNetwork is what changes the node's network namespace: routes to
 // peers, Service rules and the pod network. In-process tests run without
 // one (nothing on the host changes); a dry run prints instead.
 type hostNetwork struct {
-	routes    routeApplier
-	rules     ruleSyncer
+	routes    dataplane.RouteApplier
+	rules     dataplane.RuleSyncer
 	useSubnet func(*net.IPNet) error
 	// keepHost checks the pod masquerade rule and puts it back when it
 	// is gone (podnet.Network.KeepHost).
 	keepHost func() (bool, error)
+}
+
+// wireDataplane builds the controllers of the host's network (package
+// dataplane) on hn's appliers, on the dry run's printers with
+// --dry-run, or on none (in-process tests: nothing on the host changes).
+func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR netip.Prefix, hn *hostNetwork) {
+	log := a.log
+	routeApply, rules, bridgeNF := dataplane.RouteApplier(nil), dataplane.RuleSyncer(nil), dataplane.BridgeNFOn
+	routesReady, rulesReady := (<-chan struct{})(closed()), (<-chan struct{})(a.subnets.ready)
+	var keepHost func() (bool, error)
+	switch {
+	case cfg.DryRun:
+		// Nothing on the host changes: the route and rule controllers
+		// print what they would apply, once the dry run's first look is
+		// done.
+		p := newPrinter(cfg.dryRunOut)
+		p.nft = dryRunNFT(context.Background(), cfg.ProxyMode)
+		a.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.members,
+			subnets: a.subnets, status: a.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
+		routeApply, rules, bridgeNF, routesReady, rulesReady = p.routes, p, bridgeNFLoaded, a.dry.ready, a.dry.ready
+	case hn != nil:
+		routeApply, rules, keepHost, a.subnets.use = hn.routes, hn.rules, hn.keepHost, hn.useSubnet
+	}
+	var addrs dataplane.Addresses
+	if a.auth != nil {
+		addrs = a.auth
+	}
+	a.routes = dataplane.NewRoutes(dataplane.RoutesConfig{Self: cfg.Name, Views: a.views, Subnet: a.subnets, Addresses: addrs, ClusterCIDR: clusterCIDR,
+		Apply: routeApply, Ready: routesReady, Synced: a.members.synced, Log: log})
+	a.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
+		Synced: a.members.synced, BridgeNF: bridgeNF, Log: log})
+	a.host = dataplane.NewHostRules(keepHost, log)
 }

@@ -27,7 +27,7 @@ import (
 // its held status record binds (the record's signer, certified by the
 // CA) against that key before memberlist applies it (check, the gossip
 // layer's CheckAlive), and routes to a subnet only via an address its
-// owner signed (signedAddr). An impostor holding the gossip key, a join
+// owner signed (SignedAddr). An impostor holding the gossip key, a join
 // token or a certificate minted for the name cannot sign, so it changes
 // no member's address, state or metadata on an honest node, and no
 // route, whether the real node is alive, dead or restarting.
@@ -37,7 +37,7 @@ import (
 // taken as before, unsigned, until it is upgraded (docs/real-hosts.md).
 // A name no record binds yet (a node joining, whose first status record
 // has not arrived) is taken unchecked: it has no subnet to route to, and
-// routes check again (signedAddr).
+// routes check again (SignedAddr).
 type memberAuth struct {
 	self    string
 	key     ed25519.PrivateKey
@@ -228,11 +228,11 @@ func (ma *memberAuth) certified(name string) bool {
 	return ok
 }
 
-// signedAddr reports whether m's address and port are signed by the key
+// SignedAddr reports whether m's address and port are signed by the key
 // of s, m's held status record (routes go only there). A node whose
 // record does not say it signs (an agent that predates MemberSig) is
 // taken at membership's word, as before.
-func (ma *memberAuth) signedAddr(m gossip.Member, s view.NodeStatus) bool {
+func (ma *memberAuth) SignedAddr(m gossip.Member, s view.NodeStatus) bool {
 	if !s.MemberSig {
 		return true
 	}

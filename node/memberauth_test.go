@@ -169,19 +169,19 @@ func TestRoutesGoOnlyToSignedAddresses(t *testing.T) {
 	s := view.NodeStatus{Name: "n2", MemberSig: true, Signer: keyOf("n2").Public().(ed25519.PublicKey)}
 	meta := member.SignMeta(member.Meta{Since: 1, Started: 2}, "n2", addr, keyOf("n2"))
 	m := gossip.Member{Name: "n2", Addr: "192.168.250.22", Port: 7946, Meta: meta}
-	if !ma.signedAddr(m, s) {
+	if !ma.SignedAddr(m, s) {
 		t.Fatal("the node's own signed address is not routed")
 	}
 	m.Addr = "192.168.250.52"
-	if ma.signedAddr(m, s) {
+	if ma.SignedAddr(m, s) {
 		t.Fatal("an address the node did not sign is routed")
 	}
 	m.Meta = member.SignMeta(member.Meta{Since: 1, Started: 2}, "n2", netip.MustParseAddrPort("192.168.250.52:7946"), keyOf("evil"))
-	if ma.signedAddr(m, s) {
+	if ma.SignedAddr(m, s) {
 		t.Fatal("an address another key signed is routed")
 	}
 	s.MemberSig = false
-	if !ma.signedAddr(m, s) {
+	if !ma.SignedAddr(m, s) {
 		t.Fatal("a node that predates signing is not routed")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
 )
@@ -253,7 +254,7 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 	dep := mustParse(t, goodDeploymentYAML)
 	vs := view.NewBuilder(view.Config{})
 	rules := &modelSyncer{}
-	sv := &services{views: vs, clusterCIDR: testClusterCIDR, rules: rules, bridgeNF: func() bool { return true }, log: newTextLogger(io.Discard)}
+	sv := dataplane.NewServices(dataplane.ServicesConfig{Views: vs, ClusterCIDR: testClusterCIDR, Rules: rules, BridgeNF: func() bool { return true }, Log: newTextLogger(io.Discard)})
 	build := func(prev *view.View, ready bool) *view.View {
 		s := goodStatus()
 		s.Replicas[0].Ready = ready
@@ -273,14 +274,14 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 	}
 	v1 := build(nil, false)
 	vs.Set(v1)
-	sv.sync(context.Background())
+	sv.Sync(context.Background())
 	if rules.m.Len() == 0 || endpoints() != 0 {
 		t.Fatalf("first view: %d ports, %d endpoints; want the Service's ports without endpoints", rules.m.Len(), endpoints())
 	}
 	v2 := build(v1, true)         // the replica is ready: one endpoint per port
-	sv.sync(context.Background()) // a pass before v2 is stored
+	sv.Sync(context.Background()) // a pass before v2 is stored
 	vs.Set(v2)
-	sv.sync(context.Background()) // the pass v2's storing wakes
+	sv.Sync(context.Background()) // the pass v2's storing wakes
 	if got, want := endpoints(), rules.m.Len(); got != want {
 		t.Fatalf("after the ready replica's view: %d endpoints in the rules, want %d (one per port)", got, want)
 	}

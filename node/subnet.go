@@ -103,6 +103,13 @@ func (sn *subnets) reservedFor(name string) bool {
 	return view.Reserved(m.State, rec.Version, sn.reclaimAfter)
 }
 
+// Own is this node's pod subnet (invalid before it claimed one): what
+// the routes controller routes locally (dataplane.Subnet).
+func (sn *subnets) Own() netip.Prefix {
+	p, _ := netip.ParsePrefix(sn.current().Subnet)
+	return p
+}
+
 // current is the claim this node holds (zero before it claimed).
 func (sn *subnets) current() ipam.Claim {
 	sn.mu.Lock()

@@ -1,4 +1,4 @@
-package node
+package dataplane
 
 import (
 	"context"
@@ -26,12 +26,12 @@ func TestAutoProxyModeFollowsTheHost(t *testing.T) {
 		{"host on iptables-legacy", xtables.Legacy, nil, ProxyIptables},
 		{"no nf_tables", xtables.NFT, errors.New("protocol not supported"), ProxyIptables},
 	} {
-		if got, why := autoProxyMode(ctx, tc.ipt, tc.nftErr); got != tc.want {
+		if got, why := AutoProxyMode(ctx, tc.ipt, tc.nftErr); got != tc.want {
 			t.Errorf("%s: %s (%s), want %s", tc.name, got, why, tc.want)
 		}
 	}
 	nftMinKernel = [2]int{1 << 20, 0}
-	if got, why := autoProxyMode(ctx, xtables.NFT, nil); got != ProxyIptables || why == "" {
+	if got, why := AutoProxyMode(ctx, xtables.NFT, nil); got != ProxyIptables || why == "" {
 		t.Errorf("kernel older than the floor: %s (%s), want iptables", got, why)
 	}
 }
