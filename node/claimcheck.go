@@ -15,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
@@ -246,7 +247,7 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 				named++
 				answered = true
 			default:
-				return oneLine(string(b)), false
+				return api.OneLine(string(b)), false
 			}
 		}
 		sn.noteCheck(fmt.Sprintf("round %d: %d of arbiters %v named it", round+1, named, asked))
@@ -333,7 +334,7 @@ func (sn *subnets) stayRegistered(ctx context.Context, claim ipam.Claim) {
 			}
 			asked[a] = true
 			if who := string(b); who != sn.self {
-				sn.log.Error("an arbiter of this node's settled subnet names another node: two nodes hold it", "subnet", p, "arbiter", a, "holder", oneLine(who))
+				sn.log.Error("an arbiter of this node's settled subnet names another node: two nodes hold it", "subnet", p, "arbiter", a, "holder", api.OneLine(who))
 			}
 		}
 	}

@@ -252,3 +252,21 @@ func MoveCAKey(dataDir, caDir string) error {
 	}
 	return nil
 }
+
+// readSecretFile reads a key or token file named by flag, refusing one that
+// group or others may read or write: a secret that other local users can
+// read is not a secret. The error gives the chmod that fixes it.
+func readSecretFile(flag, path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s %s: the file is accessible to group or others (mode %04o); make it private: chmod 600 %s", flag, path, perm, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return b, nil
+}

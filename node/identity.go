@@ -15,10 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
@@ -98,30 +95,6 @@ func (id *identity) boundKey(name string) ([]byte, bool) {
 	return rec.Signer, true
 }
 
-// checkSignature decides whether a record's signature is acceptable: it
-// must be signed, the signature must verify, its signer must not be
-// revoked (revoked), and it must be the key its writer's name is bound to
-// (bound), if the name is bound. A record that binds a name (a node's
-// first status record) is accepted from any key that is not revoked, so a
-// new node can join; from then on only that key speaks for the name.
-func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool), revoked func(key []byte) bool) *rejection {
-	if len(r.Sig) == 0 {
-		return reject(rejectUnsigned, "%s: unsigned record from %q", r.Key, r.Origin)
-	}
-	if !crdt.VerifySignature(r) {
-		return reject(rejectSignature, "%s: the signature does not verify (claimed writer %q, key %s)", r.Key, r.Origin, member.KeyID(r.Signer))
-	}
-	if revoked(r.Signer) {
-		return reject(rejectRevoked, "%s: signed by key %s of %q, which 'starling node forget' revoked (the node needs a new identity: remove %s from its data dir)",
-			r.Key, member.KeyID(r.Signer), r.Origin, nodeKeyFile)
-	}
-	if want, ok := bound(r.Origin); ok && !bytes.Equal(want, r.Signer) {
-		return reject(rejectIdentity, "%s: signed by key %s, but node %q is key %s (free the name with 'starling node forget %s' if the node was replaced)",
-			r.Key, member.KeyID(r.Signer), r.Origin, member.KeyID(want), r.Origin)
-	}
-	return nil
-}
-
 // Revocation. `starling node forget NAME` frees a dead node's name and
 // revokes the key it was bound to: "revoked/cluster/<key ID>" (40 hex
 // digits of the key's SHA-256) = {name, key}, signed by the node that
@@ -181,19 +154,4 @@ func (id *identity) forgottenAt(name string) (time.Time, bool) {
 		}
 	}
 	return at, !at.IsZero()
-}
-
-// checkRevocation checks a revocation record's value against its key.
-func checkRevocation(key string, value []byte) *rejection {
-	var rv revocation
-	if err := json.Unmarshal(value, &rv); err != nil {
-		return reject(rejectMalformed, "%s: %v", key, err)
-	}
-	if len(rv.Key) != ed25519.PublicKeySize || revokedKey(rv.Key) != key {
-		return reject(rejectKey, "record %q does not hold the key it names", key)
-	}
-	if errs := validation.IsDNS1123Label(rv.Name); len(errs) > 0 {
-		return reject(rejectName, "%s: node name %q", key, rv.Name)
-	}
-	return nil
 }

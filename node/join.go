@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,7 +67,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 	}
 	if inv.Name() != name {
 		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation is for node %q, not --name %s (start with --name %s, or make an invitation for %s with 'starling join-token %s')",
-			tokenFile, oneLine(inv.Name()), name, oneLine(inv.Name()), name, name)
+			tokenFile, api.OneLine(inv.Name()), name, api.OneLine(inv.Name()), name, name)
 	}
 	if by, ok := joinDeadline(inv.Cert); ok && time.Now().After(by) {
 		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation's time to join ended %s ago (at %s); make a new one with 'starling join-token %s'",
@@ -115,7 +114,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 			var se *apierrors.StatusError
 			switch {
 			case errors.As(err, &se) && se.ErrStatus.Code < 500:
-				final = append(final, fmt.Errorf("join through %s refused: %s", seed, oneLine(se.ErrStatus.Message)))
+				final = append(final, fmt.Errorf("join through %s refused: %s", seed, api.OneLine(se.ErrStatus.Message)))
 			case errors.Is(err, client.ErrPinMismatch):
 				final = append(final, fmt.Errorf("join through %s: %w", seed, client.ErrPinMismatch))
 			default:
@@ -189,78 +188,6 @@ func acceptJoin(jr *api.JoinAnswer, inv invitation) (*credentials, error) {
 	return &credentials{CA: ca, NodeCert: inv.Cert, GossipKeys: jr.GossipKeys}, nil
 }
 
-// setupCredentials gives a node what it needs to be a member: with
-// --insecure, nothing; a node that joined before uses the credentials in
-// its data dir; otherwise it joins with --join-token-file (whose
-// invitation brings the node's key, replacing key), or, given no --join,
-// creates a new cluster. It returns the node key. A node that holds the
-// CA key renews its certificate (renewNodeCert).
-func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
-	if cfg.Insecure {
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, caCertFile)); err == nil {
-			return nil, nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, caCertFile)
-		}
-		return nil, key, nil
-	}
-	creds, key, err := setupSecure(ctx, cfg, key, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cn := creds.NodeCert.Subject.CommonName; cn != cfg.Name {
-		return nil, nil, fmt.Errorf("--name %s: this data dir's certificate is for node %q; start with --name %s", cfg.Name, cn, cn)
-	}
-	if !creds.NodeCert.PublicKey.(ed25519.PublicKey).Equal(key.Public()) {
-		return nil, nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s, %s and %s and join again with a new invitation", nodeCertFile, nodeKeyFile, nodeKeyFile, nodeCertFile, caCertFile)
-	}
-	if err := renewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
-		return nil, nil, err
-	}
-	if creds.CAKey == nil && creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-nodeCertRenewBefore)) {
-		log.Warn("this node's certificate ends long before the CA (a certificate of a build before invitations) and this node holds no CA key to renew it: start it once with ca.key in its data dir (docs/real-hosts.md, Upgrades), or forget it and invite it again, before then",
-			"notAfter", creds.NodeCert.NotAfter)
-	}
-	if creds.CAKey != nil {
-		log.Warn("this node's data dir holds the cluster's CA key: whoever takes this node can add nodes to the cluster. Keep it only where you make invitations: move "+caCertFile+" and "+caKeyFile+" there (e.g. 'starling ca move-off', docs/real-hosts.md)",
-			"file", filepath.Join(cfg.DataDir, caKeyFile))
-	}
-	return creds, key, nil
-}
-
-// setupSecure is setupCredentials for a secure cluster.
-func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
-	creds, err := loadCredentials(cfg.DataDir)
-	switch {
-	case err == nil:
-		if cfg.JoinTokenFile != "" {
-			if _, err := os.Stat(cfg.JoinTokenFile); err == nil {
-				log.Warn("already a member of the cluster: --join-token-file is not needed; delete the file (it holds this node's key) and drop the flag", "file", cfg.JoinTokenFile)
-			}
-		}
-		return creds, key, nil
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, nil, err
-	case cfg.JoinTokenFile != "":
-		if len(cfg.Join) == 0 {
-			return nil, nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
-		}
-		_, bindPort, err := splitHostPort(cfg.BindAddr, 7946)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--bind %q: %w", cfg.BindAddr, err)
-		}
-		return joinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, cfg.Join, bindPort, log)
-	case len(cfg.Join) == 0:
-		if creds, err = initCluster(cfg.DataDir, cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
-			return nil, nil, err
-		}
-		log.Info("created a new cluster (CA, gossip key and this node's certificate in the data dir); invite nodes with 'starling join-token NODE-NAME' on this machine",
-			"ca", caPin(creds.CA)[:16], "dataDir", cfg.DataDir)
-		return creds, key, nil
-	default:
-		return nil, nil, fmt.Errorf("--join %s: joining a cluster needs an invitation: run 'starling join-token %s' where the cluster's CA key is kept (the first node, or where 'starling init' ran), save it to a file (chmod 600) and pass --join-token-file FILE",
-			strings.Join(cfg.Join, ","), cfg.Name)
-	}
-}
-
 // renewNodeCert issues a new certificate for this node (same name and
 // key) when it holds the CA key and the certificate in creds ends more
 // than nodeCertRenewBefore before the CA (a certificate of a build before
@@ -292,30 +219,6 @@ func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, i
 	}
 	creds.NodeCert = cert
 	return nil
-}
-
-// advertisedIPs are the addresses a node's certificate names: its
-// --advertise host (else its --bind host), and its --api-listen host,
-// wildcards left out.
-func advertisedIPs(cfg Config) []netip.Addr {
-	parse := func(s string) (netip.Addr, bool) {
-		host, _, err := splitHostPort(s, 0)
-		if s == "" || err != nil {
-			return netip.Addr{}, false
-		}
-		ip, err := netip.ParseAddr(host)
-		return ip.Unmap(), err == nil && !ip.IsUnspecified()
-	}
-	var out []netip.Addr
-	if ip, ok := parse(cfg.Advertise); ok {
-		out = append(out, ip)
-	} else if ip, ok := parse(cfg.BindAddr); ok {
-		out = append(out, ip)
-	}
-	if ip, ok := parse(cfg.APIListen); ok && !slices.Contains(out, ip) {
-		out = append(out, ip)
-	}
-	return out
 }
 
 // listenPeers opens the peer listener: TLS on the gossip bind address,
@@ -377,4 +280,20 @@ func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, 
 		return nil, err
 	}
 	return c.Raw, nil
+}
+
+// splitHostPort parses "ip:port" or "ip" with a default port.
+func splitHostPort(s string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return s, defPort, nil
+		}
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", portStr)
+	}
+	return host, port, nil
 }

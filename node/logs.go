@@ -82,10 +82,6 @@ func (f flushWriter) Flush() {
 	}
 }
 
-// proxiedHeader marks a request one agent forwards to another, so it is
-// never forwarded twice.
-const proxiedHeader = "X-Starling-Proxied-By"
-
 // proxy forwards a logs request to the live node whose status lists
 // the replica (httputil.ReverseProxy: streamed, flushed as it comes,
 // hop-by-hop headers handled), authenticated as this node (peers.endpoint),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/view"
 )
@@ -250,7 +251,7 @@ func (ma *memberAuth) refuse(a gossip.Alive, reason string, err error) {
 	ma.count.WithLabelValues(reason).Inc()
 	ma.logOnce([3]string{a.Name, a.Addr.String(), reason}, slog.LevelWarn,
 		"refused an alive message: the name is bound to another key (an impostor, or a node given a new key without 'starling node forget'); membership, routes and endpoints stay as they were (logged once per name, address and reason; see starling_rejected_members_total)",
-		"member", oneLine(a.Name), "addr", a.Addr.String(), "reason", reason, "err", oneLine(err.Error()))
+		"member", api.OneLine(a.Name), "addr", a.Addr.String(), "reason", reason, "err", api.OneLine(err.Error()))
 }
 
 func (ma *memberAuth) logOnce(k [3]string, level slog.Level, msg string, args ...any) {

@@ -75,22 +75,6 @@ func newMembers(cfg Config, st Store, log *slog.Logger) *members {
 		synced: make(chan struct{}), memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}}
 }
 
-// splitHostPort parses "ip:port" or "ip" with a default port.
-func splitHostPort(s string, defPort int) (string, int, error) {
-	host, portStr, err := net.SplitHostPort(s)
-	if err != nil {
-		if strings.Contains(err.Error(), "missing port") {
-			return s, defPort, nil
-		}
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("bad port %q", portStr)
-	}
-	return host, port, nil
-}
-
 // checkIdentity binds the data dir to the node name on first start and
 // refuses a different name later: a node's identity is what peers and
 // placement know it by.

@@ -67,7 +67,7 @@ func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 	from := r.Header.Get(headerPeerNode)
 	key, ok := bound(from)
 	if !ok || len(key) != ed25519.PublicKeySize {
-		return "", fmt.Errorf("%w: unknown node %q", errPeerAuth, oneLine(from))
+		return "", fmt.Errorf("%w: unknown node %q", errPeerAuth, api.OneLine(from))
 	}
 	unix, err := strconv.ParseInt(r.Header.Get(headerPeerDate), 10, 64)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
@@ -247,7 +248,7 @@ func (x *rejects) note(writer string, rj *rejection) {
 	switch {
 	case first:
 		x.log.Warn("refused a record from a peer (logged once per writer and reason; see starling_rejected_records_total)",
-			"writer", oneLine(writer), "reason", rj.reason, "err", oneLine(rj.err.Error()))
+			"writer", api.OneLine(writer), "reason", rj.reason, "err", api.OneLine(rj.err.Error()))
 	case overflow:
 		x.log.Warn("refused records from too many writers to log each; counting only (starling_rejected_records_total)")
 	}

@@ -66,7 +66,7 @@ func (s *self) status(replicas []api.Replica) view.NodeStatus {
 	subnet, _ := netip.ParsePrefix(claim.Subnet)
 	out := make([]api.Replica, 0, len(replicas))
 	for _, r := range replicas {
-		r.Reason = oneLine(r.Reason)
+		r.Reason = api.OneLine(r.Reason)
 		if ip, err := netip.ParseAddr(r.PodIP); r.PodIP != "" && (err != nil || !subnet.Contains(ip)) {
 			r.PodIP, r.Ready = "", false
 		}
@@ -145,7 +145,7 @@ func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 			return 0
 		}
 		if ok {
-			s.log.Warn("this node's status record was changed by another writer; republishing it", "writer", oneLine(rec.Origin),
+			s.log.Warn("this node's status record was changed by another writer; republishing it", "writer", api.OneLine(rec.Origin),
 				"key", member.KeyID(rec.Signer), "deleted", rec.Deleted)
 			s.clock.Update(rec.Version)
 		}

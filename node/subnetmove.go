@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
 
@@ -202,7 +203,7 @@ func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
 		}
 		return true
 	}
-	sn.noteCheck(fmt.Sprintf("a refused claim of %s on this node's subnet %s: no arbiter named it", oneLine(who), p))
+	sn.noteCheck(fmt.Sprintf("a refused claim of %s on this node's subnet %s: no arbiter named it", api.OneLine(who), p))
 	return false
 }
 

@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -38,25 +37,6 @@ func joinTokenKey(id string) string { return joinTokenKind + "/cluster/" + id }
 type joinTokenRecord struct {
 	SecretHash []byte    `json:"secretHash"` // 32 bytes, base64 in JSON
 	Expires    time.Time `json:"expires"`
-}
-
-// checkJoinToken checks a join-token record's key and value.
-func checkJoinToken(key string, value []byte) *rejection {
-	id := strings.TrimPrefix(key, joinTokenKind+"/cluster/")
-	if !isTokenID(id) {
-		return reject(rejectKey, "join token record %q: the ID is not 6 of [a-z0-9]", key)
-	}
-	var t joinTokenRecord
-	if err := json.Unmarshal(value, &t); err != nil {
-		return reject(rejectMalformed, "%s: %v", key, err)
-	}
-	if len(t.SecretHash) != sha256.Size {
-		return reject(rejectMalformed, "%s: the secret hash has %d bytes, not %d", key, len(t.SecretHash), sha256.Size)
-	}
-	if t.Expires.After(time.Now().Add(MaxJoinTokenTTL + time.Hour)) {
-		return reject(rejectRange, "%s: expires %s, more than %s from now", key, t.Expires.Format(time.RFC3339), MaxJoinTokenTTL)
-	}
-	return nil
 }
 
 func isTokenID(s string) bool {
@@ -145,7 +125,7 @@ func admit(req api.JoinRequest, look admitLookups, now time.Time) *joinRefusal {
 		return &joinRefusal{http.StatusForbidden, errTokenV1.Error()}
 	}
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
-		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", oneLine(req.Name), strings.Join(errs, "; "))}
+		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node name %q: %s (use --name with a DNS label such as node-1)", api.OneLine(req.Name), strings.Join(errs, "; "))}
 	}
 	if len(req.Key) != ed25519.PublicKeySize {
 		return &joinRefusal{http.StatusBadRequest, fmt.Sprintf("node key: want %d bytes, got %d", ed25519.PublicKeySize, len(req.Key))}
@@ -222,7 +202,7 @@ func (j *admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, 
 	}
 	if rf := admit(req, admitLookups{ca: j.trust.creds.CA, self: spkiPin(j.trust.cert.Load()), bound: j.id.boundKey, revoked: j.id.isRevoked, forgotten: j.id.forgottenAt}, time.Now()); rf != nil {
 		if j.warn.allow(rf.status, time.Now()) {
-			j.log.Warn("refused a node's join", "name", oneLine(req.Name), "from", from, "status", rf.status, "why", rf.msg)
+			j.log.Warn("refused a node's join", "name", api.OneLine(req.Name), "from", from, "status", rf.status, "why", rf.msg)
 		}
 		return api.JoinAnswer{}, api.NewError(rf.status, rf)
 	}

@@ -62,7 +62,6 @@ const (
 
 // Bounds of what a node may say of itself.
 const (
-	maxReasonLen    = 4096           // bytes of a replica's Reason
 	maxNodeReplicas = 4096           // replicas one node record may list
 	maxMilliCPU     = 1 << 20 * 1000 // a million cores: no real node shows more
 	maxMemoryBytes  = 1 << 50        // 1 PiB
@@ -181,13 +180,13 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
 		if _, err := manifest.Decode(b); err != nil {
-			return reject(rejectObject, "%s: template: %v", r.Key, oneLine(err.Error()))
+			return reject(rejectObject, "%s: template: %v", r.Key, api.OneLine(err.Error()))
 		}
 		return nil
 	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 		o, err := manifest.Decode(r.Value)
 		if err != nil {
-			return reject(rejectObject, "%s: %v", r.Key, oneLine(err.Error()))
+			return reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
 		}
 		if o.Key() != r.Key {
 			return reject(rejectKey, "record %q holds %s", r.Key, o.Key())
@@ -240,7 +239,7 @@ func checkStatus(s view.NodeStatus, cluster netip.Prefix) *rejection {
 		return reject(rejectRange, "node %s: capacity %d millicores, %d bytes: out of range", s.Name, s.Capacity.MilliCPU, s.Capacity.MemoryBytes)
 	}
 	if errs := metavalidation.ValidateLabels(s.Labels, field.NewPath("labels")); len(errs) > 0 {
-		return reject(rejectLabels, "node %s: %s", s.Name, oneLine(errs.ToAggregate().Error()))
+		return reject(rejectLabels, "node %s: %s", s.Name, api.OneLine(errs.ToAggregate().Error()))
 	}
 	if len(s.Replicas) > maxNodeReplicas {
 		return reject(rejectTooMany, "node %s: %d replicas, at most %d", s.Name, len(s.Replicas), maxNodeReplicas)
@@ -273,7 +272,7 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 	if r.SpecHash != "" && !isHex(r.SpecHash) {
 		return reject(rejectSpecHash, "replica %s: spec hash %q", r.Name, r.SpecHash)
 	}
-	if err := checkText(r.Reason, maxReasonLen); err != nil {
+	if err := checkText(r.Reason, api.MaxReasonLen); err != nil {
 		return reject(rejectText, "replica %s: reason: %v", r.Name, err)
 	}
 	for _, t := range []*api.Termination{r.Exit, r.LastState} {
@@ -308,26 +307,6 @@ func checkText(s string, max int) error {
 		}
 	}
 	return nil
-}
-
-// oneLine replaces control characters (line breaks among them) with
-// spaces and bounds s to maxReasonLen bytes, for text this node publishes
-// (a replica's Reason) or logs from a peer.
-func oneLine(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(c rune) rune {
-		if c < 0x20 || c == 0x7f || c >= 0x80 && c < 0xa0 {
-			return ' '
-		}
-		return c
-	}, s)
-	if len(s) > maxReasonLen {
-		s = s[:maxReasonLen]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-	}
-	return s
 }
 
 // isHex reports whether s is 8 to 64 lowercase hex digits (a spec hash).
