@@ -45,13 +45,13 @@ type Agent struct {
 	started time.Time
 
 	cluster *gossip.Cluster
-	id      *identity
+	id      *Identity
 	// trust holds the cluster's credentials and this node's certificate
 	// (pki.go, peertls.go), join admits new nodes (tokens.go) and keys
 	// rotates the gossip key (keys.go); all three nil with --insecure.
-	trust   *trust
-	join    *admission
-	keys    *keyring
+	trust   *Trust
+	join    *Admission
+	keys    *Keyring
 	rejects *rejects
 	// auth binds membership to node keys (memberauth.go).
 	auth *memberAuth
@@ -171,7 +171,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), started: time.Now(), metrics: newMetrics()}
 	if cfg.TokenFile != "" {
-		b, err := readSecretFile("--token-file", cfg.TokenFile)
+		b, err := ReadSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +182,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	key, err := loadOrCreateNodeKey(cfg.DataDir)
+	key, err := LoadOrCreateNodeKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -200,13 +200,13 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		a.store = track(disk)
 	}
 	a.metrics.reg.MustRegister(storeMetrics(a.store)...)
-	a.id = &identity{name: cfg.Name, key: key, store: a.store}
+	a.id = &Identity{Name: cfg.Name, Key: key, Store: a.store}
 	if creds != nil {
-		a.trust = newTrust(creds, key, a.id)
+		a.trust = NewTrust(creds, key, a.id)
 	}
 	clusterCIDR := view.PrefixOf(cluster)
-	a.rejects = newRejects(clusterCIDR, creds, a.id.boundKey, a.id.isRevoked, a.id.keyOwner, log, a.metrics.rejectedRecords)
-	a.rejects.forgotten = a.id.forgottenAt
+	a.rejects = newRejects(clusterCIDR, creds, a.id.BoundKey, a.id.IsRevoked, a.id.KeyOwner, log, a.metrics.rejectedRecords)
+	a.rejects.forgotten = a.id.ForgottenAt
 	a.members = newMembers(cfg, a.store, log)
 	if err := a.startGossip(); err != nil {
 		a.store.Close()
@@ -214,9 +214,9 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	}
 	a.members.certified = a.auth.certified
 	if a.trust != nil {
-		a.join = &admission{store: a.store, id: a.id, trust: a.trust, clock: a.clock, self: cfg.Name,
-			publish: a.publishDurable, keys: a.cluster.Keys, log: log}
-		a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: cfg.DataDir, self: cfg.Name, log: log}
+		a.join = &Admission{Store: a.store, Id: a.id, Trust: a.trust, Clock: a.clock, Self: cfg.Name,
+			Publish: a.publishDurable, GossipKeys: a.cluster.Keys, Log: log}
+		a.keys = &Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
 		a.members.keys = a.keys
 	}
 	a.wire(cfg, clusterCIDR, hn)
@@ -251,7 +251,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 		members: a.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
 	a.fence.kick = a.replicas.requestReconcile
 	a.members.onForgotten = a.replicas.stopAll
-	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.public()),
+	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.Public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
 	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn)
@@ -297,11 +297,11 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.members.watch(ctx, a.views.Changed) },
 		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
-		func(ctx context.Context) { a.keys.refreshLoop(ctx, a.members.targets) },
+		func(ctx context.Context) { a.keys.RefreshLoop(ctx, a.members.targets) },
 		a.routes.Run, a.services.Run, a.diskLoop, a.host.Run}
 	if a.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
-			a.trust.renewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)
+			a.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)
 		})
 	}
 	if a.dry != nil {
@@ -351,7 +351,7 @@ func (a *Agent) close() {
 // an error here is an I/O failure.
 func (a *Agent) publish(recs ...crdt.Record) error {
 	for _, r := range recs {
-		r, err := a.id.sign(r)
+		r, err := a.id.Sign(r)
 		if err != nil {
 			return fmt.Errorf("sign %s: %w", r.Key, err)
 		}

@@ -33,27 +33,27 @@ func TestSecretFilesOpenToOthersAreRefused(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := readSecretFile("--encrypt-key-file", path)
+	_, err := ReadSecretFile("--encrypt-key-file", path)
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) || !strings.Contains(err.Error(), "0644") {
 		t.Fatalf("0644: %v", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := readSecretFile("--encrypt-key-file", path); err != nil || string(b) != "secret\n" {
+	if b, err := ReadSecretFile("--encrypt-key-file", path); err != nil || string(b) != "secret\n" {
 		t.Fatalf("0600: %q %v", b, err)
 	}
 	// The node key is made private on first start and read back.
 	dir := t.TempDir()
-	k1, err := loadOrCreateNodeKey(dir)
+	k1, err := LoadOrCreateNodeKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(dir, nodeKeyFile))
+	fi, err := os.Stat(filepath.Join(dir, NodeKeyFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("node key mode %v, %v", fi.Mode(), err)
 	}
-	k2, err := loadOrCreateNodeKey(dir)
+	k2, err := LoadOrCreateNodeKey(dir)
 	if err != nil || !k1.Equal(k2) {
 		t.Fatalf("node key not kept across starts: %v", err)
 	}

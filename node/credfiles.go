@@ -16,14 +16,14 @@ import (
 
 // Credential files.
 
-func writePEM(path, typ string, der []byte) error {
-	return writePrivate(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+func WritePEM(path, typ string, der []byte) error {
+	return WritePrivate(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
 
-// writePrivate writes a file readable by its owner only, atomically: a
+// WritePrivate writes a file readable by its owner only, atomically: a
 // new temporary file (O_EXCL, mode 0600) in the same directory, synced,
 // then renamed over path.
-func writePrivate(path string, b []byte) error {
+func WritePrivate(path string, b []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
@@ -45,20 +45,20 @@ func writePrivate(path string, b []byte) error {
 }
 
 // WritePrivateFile is writePrivate for the CLI (client configs).
-func WritePrivateFile(path string, b []byte) error { return writePrivate(path, b) }
+func WritePrivateFile(path string, b []byte) error { return WritePrivate(path, b) }
 
 // saveCredentials writes creds into dataDir (ca.key only when creds
 // hold the CA key).
-func saveCredentials(dataDir string, creds *credentials) error {
+func saveCredentials(dataDir string, creds *Credentials) error {
 	if creds.CAKey != nil {
 		if err := saveCA(dataDir, creds.CA, creds.CAKey); err != nil {
 			return err
 		}
-	} else if err := writePEM(filepath.Join(dataDir, caCertFile), "CERTIFICATE", creds.CA.Raw); err != nil {
-		return fmt.Errorf("write %s: %w", caCertFile, err)
+	} else if err := WritePEM(filepath.Join(dataDir, CaCertFile), "CERTIFICATE", creds.CA.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", CaCertFile, err)
 	}
-	if err := writePEM(filepath.Join(dataDir, nodeCertFile), "CERTIFICATE", creds.NodeCert.Raw); err != nil {
-		return fmt.Errorf("write %s: %w", nodeCertFile, err)
+	if err := WritePEM(filepath.Join(dataDir, NodeCertFile), "CERTIFICATE", creds.NodeCert.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", NodeCertFile, err)
 	}
 	return saveGossipKeys(dataDir, creds.GossipKeys)
 }
@@ -69,11 +69,11 @@ func saveCA(dir string, ca *x509.Certificate, key ed25519.PrivateKey) error {
 	if err != nil {
 		return err
 	}
-	if err := writePEM(filepath.Join(dir, caCertFile), "CERTIFICATE", ca.Raw); err != nil {
-		return fmt.Errorf("write %s: %w", caCertFile, err)
+	if err := WritePEM(filepath.Join(dir, CaCertFile), "CERTIFICATE", ca.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", CaCertFile, err)
 	}
-	if err := writePEM(filepath.Join(dir, caKeyFile), "PRIVATE KEY", keyDER); err != nil {
-		return fmt.Errorf("write %s: %w", caKeyFile, err)
+	if err := WritePEM(filepath.Join(dir, CaKeyFile), "PRIVATE KEY", keyDER); err != nil {
+		return fmt.Errorf("write %s: %w", CaKeyFile, err)
 	}
 	return nil
 }
@@ -81,24 +81,24 @@ func saveCA(dir string, ca *x509.Certificate, key ed25519.PrivateKey) error {
 // loadCA reads the CA certificate and key in dir, checking that they
 // match.
 func loadCA(dir string) (*x509.Certificate, ed25519.PrivateKey, error) {
-	certPEM, err := readSecretFile("CA certificate", filepath.Join(dir, caCertFile))
+	certPEM, err := ReadSecretFile("CA certificate", filepath.Join(dir, CaCertFile))
 	if err != nil {
 		return nil, nil, err
 	}
 	ca, err := parseCertPEM(certPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, caCertFile), err)
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, CaCertFile), err)
 	}
-	keyPEM, err := readSecretFile("CA key", filepath.Join(dir, caKeyFile))
+	keyPEM, err := ReadSecretFile("CA key", filepath.Join(dir, CaKeyFile))
 	if err != nil {
 		return nil, nil, err
 	}
 	key, err := parseKeyPEM(keyPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, caKeyFile), err)
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, CaKeyFile), err)
 	}
 	if !key.Public().(ed25519.PublicKey).Equal(ca.PublicKey) {
-		return nil, nil, fmt.Errorf("%s: the key is not the CA certificate's", filepath.Join(dir, caKeyFile))
+		return nil, nil, fmt.Errorf("%s: the key is not the CA certificate's", filepath.Join(dir, CaKeyFile))
 	}
 	return ca, key, nil
 }
@@ -110,28 +110,28 @@ func saveGossipKeys(dataDir string, keys [][]byte) error {
 	for _, k := range keys {
 		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
 	}
-	return writePrivate(filepath.Join(dataDir, gossipKeyFile), []byte(b.String()))
+	return WritePrivate(filepath.Join(dataDir, GossipKeyFile), []byte(b.String()))
 }
 
-// loadCredentials reads the credentials in dataDir. It returns
+// LoadCredentials reads the credentials in dataDir. It returns
 // os.ErrNotExist (wrapped) when the node has none (it never joined a
 // secure cluster), and an error naming the file when one is missing,
 // open to group or others, or malformed.
-func loadCredentials(dataDir string) (*credentials, error) {
+func LoadCredentials(dataDir string) (*Credentials, error) {
 	read := func(name string) ([]byte, error) {
-		return readSecretFile(name, filepath.Join(dataDir, name))
+		return ReadSecretFile(name, filepath.Join(dataDir, name))
 	}
 	fail := func(name string, err error) error {
 		// %v, not %w: a missing file here is damage, not "never joined".
 		return fmt.Errorf("%s: %v (the node's cluster credentials are damaged; restore the file, or remove %s, %s, %s and %s from %s and join again with a new invitation)",
-			filepath.Join(dataDir, name), err, caCertFile, nodeCertFile, gossipKeyFile, nodeKeyFile, dataDir)
+			filepath.Join(dataDir, name), err, CaCertFile, NodeCertFile, GossipKeyFile, NodeKeyFile, dataDir)
 	}
-	caPEM, err := read(caCertFile)
+	caPEM, err := read(CaCertFile)
 	if errors.Is(err, os.ErrNotExist) {
 		// Never joined, unless other credential files say otherwise.
-		for _, f := range []string{nodeCertFile, gossipKeyFile} {
+		for _, f := range []string{NodeCertFile, GossipKeyFile} {
 			if _, serr := os.Stat(filepath.Join(dataDir, f)); serr == nil {
-				return nil, fail(caCertFile, err)
+				return nil, fail(CaCertFile, err)
 			}
 		}
 		return nil, err
@@ -139,37 +139,37 @@ func loadCredentials(dataDir string) (*credentials, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds := &credentials{}
+	creds := &Credentials{}
 	if creds.CA, err = parseCertPEM(caPEM); err != nil {
-		return nil, fail(caCertFile, err)
+		return nil, fail(CaCertFile, err)
 	}
 	// The CA key is held only by a first node made without 'starling
 	// init' that has not moved it off yet.
-	switch keyPEM, err := read(caKeyFile); {
+	switch keyPEM, err := read(CaKeyFile); {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return nil, fail(caKeyFile, err)
+		return nil, fail(CaKeyFile, err)
 	default:
 		if creds.CAKey, err = parseKeyPEM(keyPEM); err != nil {
-			return nil, fail(caKeyFile, err)
+			return nil, fail(CaKeyFile, err)
 		}
 		if !creds.CAKey.Public().(ed25519.PublicKey).Equal(creds.CA.PublicKey) {
-			return nil, fail(caKeyFile, errors.New("the key is not the CA certificate's"))
+			return nil, fail(CaKeyFile, errors.New("the key is not the CA certificate's"))
 		}
 	}
-	certPEM, err := read(nodeCertFile)
+	certPEM, err := read(NodeCertFile)
 	if err != nil {
-		return nil, fail(nodeCertFile, err)
+		return nil, fail(NodeCertFile, err)
 	}
 	if creds.NodeCert, err = parseCertPEM(certPEM); err != nil {
-		return nil, fail(nodeCertFile, err)
+		return nil, fail(NodeCertFile, err)
 	}
-	gk, err := read(gossipKeyFile)
+	gk, err := read(GossipKeyFile)
 	if err != nil {
-		return nil, fail(gossipKeyFile, err)
+		return nil, fail(GossipKeyFile, err)
 	}
 	if creds.GossipKeys, err = parseGossipKeys(gk); err != nil {
-		return nil, fail(gossipKeyFile, err)
+		return nil, fail(GossipKeyFile, err)
 	}
 	return creds, nil
 }
@@ -233,7 +233,7 @@ func MoveCAKey(dataDir, caDir string) error {
 		}
 	}
 	// A CA already there must be this one (its certificate alone too).
-	if b, err := os.ReadFile(filepath.Join(caDir, caCertFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(caDir, CaCertFile)); err == nil {
 		if have, err := parseCertPEM(b); err != nil || !have.Equal(ca) {
 			return fmt.Errorf("--ca-dir %s already holds another cluster's CA certificate; choose another directory", caDir)
 		}
@@ -247,16 +247,16 @@ func MoveCAKey(dataDir, caDir string) error {
 			return err
 		}
 	}
-	if err := os.Remove(filepath.Join(dataDir, caKeyFile)); err != nil {
+	if err := os.Remove(filepath.Join(dataDir, CaKeyFile)); err != nil {
 		return err
 	}
 	return nil
 }
 
-// readSecretFile reads a key or token file named by flag, refusing one that
+// ReadSecretFile reads a key or token file named by flag, refusing one that
 // group or others may read or write: a secret that other local users can
 // read is not a secret. The error gives the chmod that fixes it.
-func readSecretFile(flag, path string) ([]byte, error) {
+func ReadSecretFile(flag, path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)

@@ -25,7 +25,7 @@ func (a *Agent) startGossip() error {
 			a.members.droppedState = true
 		}
 	}
-	host, port, err := splitHostPort(a.cfg.BindAddr, 7946)
+	host, port, err := SplitHostPort(a.cfg.BindAddr, 7946)
 	if err != nil {
 		return fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
 	}
@@ -33,17 +33,17 @@ func (a *Agent) startGossip() error {
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
 	since := memberSince(a.store, a.log)
 	gc.Meta = member.EncodeMeta(member.Meta{Since: since, Started: a.started.UnixNano()})
-	a.auth = newMemberAuth(a.cfg.Name, a.id.key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
+	a.auth = newMemberAuth(a.cfg.Name, a.id.Key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
 	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
 	if a.cfg.Advertise != "" {
-		ahost, aport, err := splitHostPort(a.cfg.Advertise, port)
+		ahost, aport, err := SplitHostPort(a.cfg.Advertise, port)
 		if err != nil {
 			return fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
 		}
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
 	if a.trust != nil {
-		keys := a.trust.creds.GossipKeys
+		keys := a.trust.Creds.GossipKeys
 		gc.SecretKey, gc.ExtraKeys = keys[0], keys[1:]
 	}
 	gc.Logger = a.log.With("component", "gossip")

@@ -27,15 +27,15 @@ import (
 // identity: a record under the name signed by another key is refused
 // (reason "identity") until the name is freed with `starling node forget`.
 
-// nodeKeyFile holds the node's private key: its 32-byte seed, base64.
-const nodeKeyFile = "node.key"
+// NodeKeyFile holds the node's private key: its 32-byte seed, base64.
+const NodeKeyFile = "node.key"
 
-// loadOrCreateNodeKey reads the node key from dataDir, making one (mode
+// LoadOrCreateNodeKey reads the node key from dataDir, making one (mode
 // 0600) on first start. A key file open to group or others is refused,
 // like every secret file.
-func loadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
-	path := filepath.Join(dataDir, nodeKeyFile)
-	b, err := readSecretFile("node key", path)
+func LoadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dataDir, NodeKeyFile)
+	b, err := ReadSecretFile("node key", path)
 	if errors.Is(err, os.ErrNotExist) {
 		seed := make([]byte, ed25519.SeedSize)
 		if _, err := rand.Read(seed); err != nil {
@@ -60,35 +60,35 @@ func loadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
 // key the node made before it joined (an invitation brings the node's
 // key).
 func saveNodeKey(dataDir string, key ed25519.PrivateKey) error {
-	path := filepath.Join(dataDir, nodeKeyFile)
-	if err := writePrivate(path, []byte(base64.StdEncoding.EncodeToString(key.Seed())+"\n")); err != nil {
+	path := filepath.Join(dataDir, NodeKeyFile)
+	if err := WritePrivate(path, []byte(base64.StdEncoding.EncodeToString(key.Seed())+"\n")); err != nil {
 		return fmt.Errorf("write node key %s: %w", path, err)
 	}
 	return nil
 }
 
-// identity is this node's key, and what the node holds of other nodes'
+// Identity is this node's key, and what the node holds of other nodes'
 // keys: which key each name is bound to, and which keys are revoked (both
 // read from the store, the records being the cluster's shared view).
-type identity struct {
-	name  string
-	key   ed25519.PrivateKey
-	store Store
+type Identity struct {
+	Name  string
+	Key   ed25519.PrivateKey
+	Store Records
 }
 
-// public is this node's public key.
-func (id *identity) public() ed25519.PublicKey { return id.key.Public().(ed25519.PublicKey) }
+// Public is this node's Public key.
+func (id *Identity) Public() ed25519.PublicKey { return id.Key.Public().(ed25519.PublicKey) }
 
-// sign signs a record this node writes.
-func (id *identity) sign(r crdt.Record) (crdt.Record, error) {
-	return crdt.Sign(r, id.key)
+// Sign signs a record this node writes.
+func (id *Identity) Sign(r crdt.Record) (crdt.Record, error) {
+	return crdt.Sign(r, id.Key)
 }
 
-// boundKey returns the key a node name is bound to on this node: the
+// BoundKey returns the key a node name is bound to on this node: the
 // signer of the live status record held for it. ok is false when none is
 // held (a new name, or one freed by 'starling node forget').
-func (id *identity) boundKey(name string) ([]byte, bool) {
-	rec, ok, err := id.store.Get(view.StatusKey(name))
+func (id *Identity) BoundKey(name string) ([]byte, bool) {
+	rec, ok, err := id.Store.Get(view.StatusKey(name))
 	if err != nil || !ok || rec.Deleted || len(rec.Signer) == 0 {
 		return nil, false
 	}
@@ -102,23 +102,23 @@ func (id *identity) boundKey(name string) ([]byte, bool) {
 // revoked key are refused, so a forgotten node cannot come back with its
 // old identity; with a new key (a new node.key) it joins as a new node.
 
-const revokedKind = "revoked"
+const RevokedKind = "revoked"
 
-// revocation is the value of a revocation record.
-type revocation struct {
+// Revocation is the value of a Revocation record.
+type Revocation struct {
 	Name string `json:"name"`
 	Key  []byte `json:"key"` // Ed25519 public key, base64 in JSON
 }
 
-func revokedKey(pub []byte) string {
+func RevokedKey(pub []byte) string {
 	sum := sha256.Sum256(pub)
-	return revokedKind + "/cluster/" + hex.EncodeToString(sum[:20])
+	return RevokedKind + "/cluster/" + hex.EncodeToString(sum[:20])
 }
 
-// keyOwner returns the node whose held, live status record is signed by
+// KeyOwner returns the node whose held, live status record is signed by
 // pub.
-func (id *identity) keyOwner(pub []byte) (string, bool) {
-	recs, err := id.store.List(view.StatusKind + "/")
+func (id *Identity) KeyOwner(pub []byte) (string, bool) {
+	recs, err := id.Store.List(view.StatusKind + "/")
 	if err != nil {
 		return "", false
 	}
@@ -130,22 +130,22 @@ func (id *identity) keyOwner(pub []byte) (string, bool) {
 	return "", false
 }
 
-// isRevoked reports whether this node holds a revocation of key pub.
-func (id *identity) isRevoked(pub []byte) bool {
-	rec, ok, err := id.store.Get(revokedKey(pub))
+// IsRevoked reports whether this node holds a revocation of key pub.
+func (id *Identity) IsRevoked(pub []byte) bool {
+	rec, ok, err := id.Store.Get(RevokedKey(pub))
 	return err == nil && ok && !rec.Deleted
 }
 
-// forgottenAt is when node name was last forgotten: the latest write of
+// ForgottenAt is when node name was last forgotten: the latest write of
 // a revocation record naming it (its HLC wall time), if any.
-func (id *identity) forgottenAt(name string) (time.Time, bool) {
-	recs, err := id.store.List(revokedKind + "/")
+func (id *Identity) ForgottenAt(name string) (time.Time, bool) {
+	recs, err := id.Store.List(RevokedKind + "/")
 	if err != nil {
 		return time.Time{}, false
 	}
 	var at time.Time
 	for _, r := range recs {
-		var rv revocation
+		var rv Revocation
 		if r.Deleted || json.Unmarshal(r.Value, &rv) != nil || rv.Name != name {
 			continue
 		}
@@ -154,4 +154,11 @@ func (id *identity) forgottenAt(name string) (time.Time, bool) {
 		}
 	}
 	return at, !at.IsZero()
+}
+
+// Records is what the trust parts read of the store: records by key and
+// by prefix (node's change-tracking store).
+type Records interface {
+	Get(key string) (crdt.Record, bool, error)
+	List(prefix string) ([]crdt.Record, error)
 }

@@ -31,10 +31,10 @@ type info struct {
 	cluster *gossip.Cluster
 	store   Store
 	clock   *hlc.Clock
-	id      *identity
+	id      *Identity
 	publish func(...crdt.Record) error
-	join    *admission // nil with --insecure
-	keys    *keyring   // nil with --insecure
+	join    *Admission // nil with --insecure
+	keys    *Keyring   // nil with --insecure
 	// certified reports whether a member is a node (memberAuth.certified;
 	// nil: every member is): get nodes lists nodes, not phantoms.
 	certified func(name string) bool
@@ -145,14 +145,14 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 	}
 	res := api.ForgetResult{Name: name}
 	if revoked != nil {
-		res.RevokedKey = gossipKeyID(revoked)
+		res.RevokedKey = GossipKeyID(revoked)
 	}
 	// The forgotten node still holds the gossip key (and, like every
 	// node, the CA key: it could mint itself a new identity). A rotation
 	// shuts it out of gossip; every member installs the new key only once
 	// it holds the revocation, so none hands the key on to it.
 	if in.keys != nil && revoked != nil {
-		rot, err := in.keys.rotate(ctx, revoked)
+		rot, err := in.keys.Rotate(ctx, revoked)
 		res.Rotation = &rot
 		if err != nil {
 			res.RotationError = err.Error()
@@ -173,7 +173,7 @@ func (in *info) forgetNode(name string) (revoked []byte, err error) {
 		return nil, err
 	}
 	var recs []crdt.Record
-	if len(rec.Signer) > 0 && !in.id.isRevoked(rec.Signer) {
+	if len(rec.Signer) > 0 && !in.id.IsRevoked(rec.Signer) {
 		// What the node wrote for the cluster (objects applied through
 		// it, deletes, revisions, image records) would be refused, once
 		// its key is revoked, by every node that does not hold it yet:
@@ -183,11 +183,11 @@ func (in *info) forgetNode(name string) (revoked []byte, err error) {
 			return nil, err
 		}
 		recs = append(recs, adopted...)
-		b, err := json.Marshal(revocation{Name: name, Key: rec.Signer})
+		b, err := json.Marshal(Revocation{Name: name, Key: rec.Signer})
 		if err != nil {
 			return nil, err
 		}
-		recs = append(recs, crdt.Record{Key: revokedKey(rec.Signer), Value: b, Version: in.clock.Now(), Origin: in.self})
+		recs = append(recs, crdt.Record{Key: RevokedKey(rec.Signer), Value: b, Version: in.clock.Now(), Origin: in.self})
 		revoked = rec.Signer
 	}
 	in.clock.Update(rec.Version)
@@ -196,7 +196,7 @@ func (in *info) forgetNode(name string) (revoked []byte, err error) {
 		return nil, err
 	}
 	// The forgotten node may still hold the token it joined with.
-	return revoked, in.join.deleteTokens()
+	return revoked, in.join.DeleteTokens()
 }
 
 // adoptRecords returns new versions, written by this node, of the records
@@ -211,7 +211,7 @@ func (in *info) adoptRecords(key []byte) ([]crdt.Record, error) {
 	var out []crdt.Record
 	for _, r := range all {
 		kind, _, _ := strings.Cut(r.Key, "/")
-		if !bytes.Equal(r.Signer, key) || kind == view.StatusKind || kind == joinTokenKind || kind == revokedKind {
+		if !bytes.Equal(r.Signer, key) || kind == view.StatusKind || kind == JoinTokenKind || kind == RevokedKind {
 			continue
 		}
 		in.clock.Update(r.Version)

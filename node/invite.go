@@ -41,18 +41,18 @@ const (
 
 var tokenRE = regexp.MustCompile(`^SLTKN-2-([0-9a-f]{64})-([A-Za-z0-9_-]{100,1000})\.([A-Za-z0-9_-]{43})$`)
 
-// invitation is a parsed join token: the CA pin, the invited node's
+// Invitation is a parsed join token: the CA pin, the invited node's
 // certificate and key.
-type invitation struct {
+type Invitation struct {
 	Pin  string // hex SHA-256 of the CA's SubjectPublicKeyInfo
 	Cert *x509.Certificate
 	Key  ed25519.PrivateKey
 }
 
 // Name is the invited node's name.
-func (inv invitation) Name() string { return inv.Cert.Subject.CommonName }
+func (inv Invitation) Name() string { return inv.Cert.Subject.CommonName }
 
-func (inv invitation) String() string {
+func (inv Invitation) String() string {
 	b64 := base64.RawURLEncoding
 	return tokenPrefix + inv.Pin + "-" + b64.EncodeToString(inv.Cert.Raw) + "." + b64.EncodeToString(inv.Key.Seed())
 }
@@ -60,35 +60,35 @@ func (inv invitation) String() string {
 // errTokenV1 is the refusal of a version 1 join token.
 var errTokenV1 = errors.New("this join token is of an older kind, which needed the CA key on every node; make an invitation for the node where the cluster's CA key is kept: 'starling join-token NODE-NAME' (docs/real-hosts.md, \"Cluster, invitations and API token\")")
 
-// parseInvitation parses a token as 'starling join-token' prints it: the
+// ReadInvitation parses a token as 'starling join-token' prints it: the
 // certificate must parse and be for the key that follows.
-func parseInvitation(s string) (invitation, error) {
+func ReadInvitation(s string) (Invitation, error) {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(s, tokenPrefixV1) {
-		return invitation{}, errTokenV1
+		return Invitation{}, errTokenV1
 	}
 	m := tokenRE.FindStringSubmatch(s)
 	if m == nil {
-		return invitation{}, errors.New("not a join token (want SLTKN-2-<64 hex digits>-<certificate>.<key>, as 'starling join-token NODE-NAME' prints it)")
+		return Invitation{}, errors.New("not a join token (want SLTKN-2-<64 hex digits>-<certificate>.<key>, as 'starling join-token NODE-NAME' prints it)")
 	}
 	b64 := base64.RawURLEncoding
 	der, err := b64.DecodeString(m[2])
 	if err != nil {
-		return invitation{}, fmt.Errorf("join token: certificate: %w", err)
+		return Invitation{}, fmt.Errorf("join token: certificate: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return invitation{}, fmt.Errorf("join token: certificate: %w", err)
+		return Invitation{}, fmt.Errorf("join token: certificate: %w", err)
 	}
 	seed, err := b64.DecodeString(m[3])
 	if err != nil || len(seed) != ed25519.SeedSize {
-		return invitation{}, errors.New("join token: the key is not a 32-byte seed")
+		return Invitation{}, errors.New("join token: the key is not a 32-byte seed")
 	}
 	key := ed25519.NewKeyFromSeed(seed)
 	if pub, ok := cert.PublicKey.(ed25519.PublicKey); !ok || !pub.Equal(key.Public()) {
-		return invitation{}, errors.New("join token: the certificate is not for the key it carries (was the token cut or pasted together?)")
+		return Invitation{}, errors.New("join token: the certificate is not for the key it carries (was the token cut or pasted together?)")
 	}
-	return invitation{Pin: m[1], Cert: cert, Key: key}, nil
+	return Invitation{Pin: m[1], Cert: cert, Key: key}, nil
 }
 
 // Bounds of an invitation's lifetime (the time to join).
@@ -97,31 +97,31 @@ const (
 	MaxJoinTokenTTL     = 365 * 24 * time.Hour
 )
 
-// newInvitation makes node name's key and certificate with the CA key;
+// NewInvitation makes node name's key and certificate with the CA key;
 // the node must join within ttl of now.
-func newInvitation(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, ttl time.Duration, now time.Time) (invitation, error) {
+func NewInvitation(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, ttl time.Duration, now time.Time) (Invitation, error) {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return invitation{}, fmt.Errorf("node name %q: %s (a DNS label such as node-1: the agent's --name)", name, strings.Join(errs, "; "))
+		return Invitation{}, fmt.Errorf("node name %q: %s (a DNS label such as node-1: the agent's --name)", name, strings.Join(errs, "; "))
 	}
 	if ttl < time.Minute || ttl > MaxJoinTokenTTL {
-		return invitation{}, fmt.Errorf("--ttl %s: must be between 1m and %s (units: s, m, h; e.g. 24h)", ttl, MaxJoinTokenTTL)
+		return Invitation{}, fmt.Errorf("--ttl %s: must be between 1m and %s (units: s, m, h; e.g. 24h)", ttl, MaxJoinTokenTTL)
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return invitation{}, err
+		return Invitation{}, err
 	}
-	cert, err := issueNodeCert(ca, caKey, name, pub, nil, now, now.Add(ttl).Truncate(time.Second))
+	cert, err := SignNodeCert(ca, caKey, name, pub, nil, now, now.Add(ttl).Truncate(time.Second))
 	if err != nil {
-		return invitation{}, err
+		return Invitation{}, err
 	}
-	return invitation{Pin: caPin(ca), Cert: cert, Key: key}, nil
+	return Invitation{Pin: CaPin(ca), Cert: cert, Key: key}, nil
 }
 
-// joinDeadline is the join deadline an invitation's certificate carries;
+// JoinDeadline is the join deadline an invitation's certificate carries;
 // ok is false for a certificate that carries none (issued to a node that
 // had joined, or by a build before invitations): such a certificate
 // admits no new node.
-func joinDeadline(cert *x509.Certificate) (time.Time, bool) {
+func JoinDeadline(cert *x509.Certificate) (time.Time, bool) {
 	for _, ou := range cert.Subject.OrganizationalUnit {
 		if rest, ok := strings.CutPrefix(ou, joinByPrefix); ok {
 			t, err := time.Parse(time.RFC3339, rest)
@@ -131,7 +131,7 @@ func joinDeadline(cert *x509.Certificate) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// joinSigningBytes is what a joining node signs with its key: a domain
+// JoinSigningBytes is what a joining node signs with its key: a domain
 // string, its name, the SHA-256 of the certificate it presents, the pin
 // of the member it asks (the SHA-256 of that member's certificate's
 // SubjectPublicKeyInfo, which the joiner learned in a TLS handshake with
@@ -140,7 +140,7 @@ func joinDeadline(cert *x509.Certificate) (time.Time, bool) {
 // member it was meant for, and only for a minute: a node that took it
 // (any holder of a certificate of the cluster, a forgotten node's too)
 // cannot relay it to another member for the gossip keys.
-func joinSigningBytes(name string, cert []byte, server string, unix int64) []byte {
+func JoinSigningBytes(name string, cert []byte, server string, unix int64) []byte {
 	sum := sha256.Sum256(cert)
 	return fmt.Appendf(nil, "starling join v2\x00%s\x00%x\x00%s\x00%d", name, sum, server, unix)
 }
@@ -153,10 +153,10 @@ func joinSigningBytes(name string, cert []byte, server string, unix int64) []byt
 // both times.
 const forgetSkew = 5 * time.Second
 
-// madeBeforeForget reports whether a certificate issued at issued (its
+// MadeBeforeForget reports whether a certificate issued at issued (its
 // NotBefore plus certBackdate) predates the last forget of its name
 // (forgotten), clocks forgetSkew apart allowed for.
-func madeBeforeForget(cert *x509.Certificate, forgotten time.Time) bool {
+func MadeBeforeForget(cert *x509.Certificate, forgotten time.Time) bool {
 	return cert.NotBefore.Add(certBackdate).Before(forgotten.Add(-forgetSkew))
 }
 
@@ -167,17 +167,17 @@ func MakeInvitation(caDir, name string, ttl time.Duration) (token string, joinBy
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	inv, err := newInvitation(ca, caKey, name, ttl, time.Now())
+	inv, err := NewInvitation(ca, caKey, name, ttl, time.Now())
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	by, _ := joinDeadline(inv.Cert)
+	by, _ := JoinDeadline(inv.Cert)
 	return inv.String(), by, nil
 }
 
 // HoldsCAKey reports whether dir holds a CA key file.
 func HoldsCAKey(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, caKeyFile))
+	_, err := os.Stat(filepath.Join(dir, CaKeyFile))
 	return err == nil
 }
 
@@ -185,7 +185,7 @@ func HoldsCAKey(dir string) bool {
 // into the invited node's name, key and certificate (DER); for tools and
 // tests.
 func ParseInvitation(s string) (name string, key ed25519.PrivateKey, cert []byte, err error) {
-	inv, err := parseInvitation(s)
+	inv, err := ReadInvitation(s)
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -14,19 +14,19 @@ import (
 
 // testCA makes a cluster CA in a temp dir (initCluster, the CA key kept
 // with the first node's credentials).
-func testCA(t testing.TB) *credentials {
+func testCA(t testing.TB) *Credentials {
 	t.Helper()
 	dir := t.TempDir()
-	creds, err := initCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return creds
 }
 
-func testInvitation(t testing.TB, creds *credentials, name string, ttl time.Duration, now time.Time) invitation {
+func testInvitation(t testing.TB, creds *Credentials, name string, ttl time.Duration, now time.Time) Invitation {
 	t.Helper()
-	inv, err := newInvitation(creds.CA, creds.CAKey, name, ttl, now)
+	inv, err := NewInvitation(creds.CA, creds.CAKey, name, ttl, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +36,11 @@ func testInvitation(t testing.TB, creds *credentials, name string, ttl time.Dura
 func TestInvitationsParseAsPrinted(t *testing.T) {
 	creds := testCA(t)
 	inv := testInvitation(t, creds, "n2", time.Hour, time.Now())
-	got, err := parseInvitation(inv.String() + "\n")
+	got, err := ReadInvitation(inv.String() + "\n")
 	if err != nil || got.Pin != inv.Pin || !got.Cert.Equal(inv.Cert) || !got.Key.Equal(inv.Key) || got.Name() != "n2" {
 		t.Fatalf("parse(%q) = %+v, %v", inv, got, err)
 	}
-	if by, ok := joinDeadline(got.Cert); !ok || by.Sub(time.Now()) > time.Hour || by.Sub(time.Now()) < 59*time.Minute {
+	if by, ok := JoinDeadline(got.Cert); !ok || by.Sub(time.Now()) > time.Hour || by.Sub(time.Now()) < 59*time.Minute {
 		t.Fatalf("join deadline %v %v, want in an hour", by, ok)
 	}
 	other := testInvitation(t, creds, "n3", time.Hour, time.Now())
@@ -54,14 +54,14 @@ func TestInvitationsParseAsPrinted(t *testing.T) {
 		{s + "\n-A INPUT -j ACCEPT", "starling join-token NODE-NAME"},
 		{swapped, "not for the key it carries"},
 	} {
-		if _, err := parseInvitation(bad.tok); err == nil || !strings.Contains(err.Error(), bad.msg) {
+		if _, err := ReadInvitation(bad.tok); err == nil || !strings.Contains(err.Error(), bad.msg) {
 			t.Errorf("parse(%.40q...) = %v, want an error with %q", bad.tok, err, bad.msg)
 		}
 	}
-	if _, err := newInvitation(creds.CA, creds.CAKey, "N2\n", time.Hour, time.Now()); err == nil || !strings.Contains(err.Error(), "--name") {
+	if _, err := NewInvitation(creds.CA, creds.CAKey, "N2\n", time.Hour, time.Now()); err == nil || !strings.Contains(err.Error(), "--name") {
 		t.Errorf("an invitation for a bad name: %v", err)
 	}
-	if _, err := newInvitation(creds.CA, creds.CAKey, "n2", 10*time.Second, time.Now()); err == nil || !strings.Contains(err.Error(), "--ttl") {
+	if _, err := NewInvitation(creds.CA, creds.CAKey, "n2", 10*time.Second, time.Now()); err == nil || !strings.Contains(err.Error(), "--ttl") {
 		t.Errorf("an invitation with a 10s ttl: %v", err)
 	}
 }
@@ -71,7 +71,7 @@ const testServer = "1234abcd"
 
 // joinRequest is what joinWithToken sends for inv at unix to the member
 // testServer, as signed by the invitation's key.
-func joinRequest(inv invitation, unix int64) api.JoinRequest {
+func joinRequest(inv Invitation, unix int64) api.JoinRequest {
 	return SignJoinRequest(inv.Name(), inv.Key, inv.Cert.Raw, testServer, time.Unix(unix, 0))
 }
 
@@ -96,23 +96,23 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 	forgotten := testInvitation(t, creds, "n6", 2*time.Hour, now.Add(-time.Hour))
 	otherCA := testCA(t)
 	foreign := testInvitation(t, otherCA, "n3", time.Hour, now)
-	joinedCert, err := issueNodeCert(creds.CA, creds.CAKey, "n7", keyOf("n7").Public().(ed25519.PublicKey), nil, now, time.Time{})
+	joinedCert, err := SignNodeCert(creds.CA, creds.CAKey, "n7", keyOf("n7").Public().(ed25519.PublicKey), nil, now, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	look := admitLookups{
-		ca:      creds.CA,
-		self:    testServer,
-		bound:   func(name string) ([]byte, bool) { return n2.Key.Public().(ed25519.PublicKey), name == "n2" },
-		revoked: func(k []byte) bool { return revoked.Key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(k)) },
-		forgotten: func(name string) (time.Time, bool) {
+	look := AdmitLookups{
+		Ca:      creds.CA,
+		Self:    testServer,
+		Bound:   func(name string) ([]byte, bool) { return n2.Key.Public().(ed25519.PublicKey), name == "n2" },
+		Revoked: func(k []byte) bool { return revoked.Key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(k)) },
+		Forgotten: func(name string) (time.Time, bool) {
 			// n8 was forgotten "after" its new invitation by a node whose
 			// clock runs 3 s ahead of the CA machine's.
 			return map[string]time.Time{"n6": now.Add(-time.Minute), "n8": now.Add(-27 * time.Second)}[name], name == "n6" || name == "n8"
 		},
 	}
 	unix := now.Unix()
-	with := func(inv invitation, f func(*api.JoinRequest)) api.JoinRequest {
+	with := func(inv Invitation, f func(*api.JoinRequest)) api.JoinRequest {
 		r := joinRequest(inv, unix)
 		f(&r)
 		return r
@@ -136,7 +136,7 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		{"another name's certificate", with(good, func(r *api.JoinRequest) { r.Name = "n9" }), http.StatusForbidden, `not "n9"`},
 		{"another key's certificate", with(good, func(r *api.JoinRequest) { r.Key = keyOf("x").Public().(ed25519.PublicKey) }), http.StatusForbidden, "not the record's signer"},
 		{"not signed by the key", with(good, func(r *api.JoinRequest) {
-			r.Sig = ed25519.Sign(keyOf("x"), joinSigningBytes("n3", r.Cert, testServer, unix))
+			r.Sig = ed25519.Sign(keyOf("x"), JoinSigningBytes("n3", r.Cert, testServer, unix))
 		}), http.StatusForbidden, "not signed by the invitation's key"},
 		{"signature over another time", with(good, func(r *api.JoinRequest) { r.Time++ }), http.StatusForbidden, "not signed by the invitation's key"},
 		{"stale request", joinRequest(good, unix-600), http.StatusForbidden, "check the clocks"},
@@ -144,18 +144,18 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		{"a joined node's certificate", with(good, func(r *api.JoinRequest) {
 			k := keyOf("n7")
 			r.Name, r.Key, r.Cert = "n7", k.Public().(ed25519.PublicKey), joinedCert.Raw
-			r.Sig = ed25519.Sign(k, joinSigningBytes("n7", r.Cert, testServer, unix))
+			r.Sig = ed25519.Sign(k, JoinSigningBytes("n7", r.Cert, testServer, unix))
 		}), http.StatusForbidden, "no join deadline"},
 		{"revoked key", joinRequest(revoked, unix), http.StatusForbidden, "revoked"},
 		{"made before a forget", joinRequest(forgotten, unix), http.StatusForbidden, "made before 'starling node forget n6'"},
 		{"name in use", with(testInvitation(t, creds, "n2", time.Hour, now), keep), http.StatusConflict, "starling node forget n2"},
 	}
 	for _, tc := range cases {
-		rf := admit(tc.req, look, now)
+		rf := Admit(tc.req, look, now)
 		switch {
 		case tc.status == 0 && rf != nil:
 			t.Errorf("%s: refused: %v", tc.name, rf)
-		case tc.status != 0 && (rf == nil || rf.status != tc.status || !strings.Contains(rf.msg, tc.msg)):
+		case tc.status != 0 && (rf == nil || rf.Status != tc.status || !strings.Contains(rf.Msg, tc.msg)):
 			t.Errorf("%s: got %+v, want %d with %q", tc.name, rf, tc.status, tc.msg)
 		}
 	}
@@ -168,11 +168,11 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 // refused, and the data dir keeps its key.
 func TestMoveCAKeyOffANode(t *testing.T) {
 	dir, caDir, otherDir := t.TempDir(), t.TempDir(), t.TempDir()
-	creds, err := initCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := initCluster(t.TempDir(), otherDir, "x", keyOf("x"), nil, time.Now()); err != nil {
+	if _, err := CreateCluster(t.TempDir(), otherDir, "x", keyOf("x"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := MoveCAKey(dir, otherDir); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
@@ -182,7 +182,7 @@ func TestMoveCAKeyOffANode(t *testing.T) {
 		t.Fatalf("move to the data dir under another name: %v (data dir still holds its key: %v)", err, HoldsCAKey(dir))
 	}
 	certOnly := t.TempDir()
-	if err := os.WriteFile(filepath.Join(certOnly, caCertFile), mustRead(t, filepath.Join(otherDir, caCertFile)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(certOnly, CaCertFile), mustRead(t, filepath.Join(otherDir, CaCertFile)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := MoveCAKey(dir, certOnly); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
@@ -201,8 +201,8 @@ func TestMoveCAKeyOffANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := parseInvitation(tok)
-	if err != nil || inv.Pin != caPin(creds.CA) || verifyNodeCert(inv.Cert, creds.CA, "n2", inv.Key.Public().(ed25519.PublicKey), time.Now()) != nil {
+	inv, err := ReadInvitation(tok)
+	if err != nil || inv.Pin != CaPin(creds.CA) || VerifyNodeCert(inv.Cert, creds.CA, "n2", inv.Key.Public().(ed25519.PublicKey), time.Now()) != nil {
 		t.Fatalf("invitation from the CA dir: %v", err)
 	}
 }

@@ -44,24 +44,24 @@ import (
 // between nodes): its gossip port + 1.
 func peerPort(gossipPort int) int { return gossipPort + 1 }
 
-// spkiPin is the pin of a certificate's key: the hex SHA-256 of its
+// SpkiPin is the pin of a certificate's key: the hex SHA-256 of its
 // SubjectPublicKeyInfo.
-func spkiPin(cert *x509.Certificate) string {
+func SpkiPin(cert *x509.Certificate) string {
 	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
 	return hex.EncodeToString(sum[:])
 }
 
-// joinWithToken asks the members at seeds (gossip addresses) to admit
+// JoinWithToken asks the members at seeds (gossip addresses) to admit
 // the node the invitation in tokenFile invites, as node name, until one
 // answers or ctx ends; a refusal (bad invitation, name in use) ends it at
 // once. The credentials and the invitation's key are checked against
 // the invitation and saved in dataDir; the key is returned.
-func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds []string, defPort int, log *slog.Logger) (*credentials, ed25519.PrivateKey, error) {
-	b, err := readSecretFile("--join-token-file", tokenFile)
+func JoinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds []string, defPort int, log *slog.Logger) (*Credentials, ed25519.PrivateKey, error) {
+	b, err := ReadSecretFile("--join-token-file", tokenFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	inv, err := parseInvitation(string(b))
+	inv, err := ReadInvitation(string(b))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--join-token-file %s: %w", tokenFile, err)
 	}
@@ -69,7 +69,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation is for node %q, not --name %s (start with --name %s, or make an invitation for %s with 'starling join-token %s')",
 			tokenFile, api.OneLine(inv.Name()), name, api.OneLine(inv.Name()), name, name)
 	}
-	if by, ok := joinDeadline(inv.Cert); ok && time.Now().After(by) {
+	if by, ok := JoinDeadline(inv.Cert); ok && time.Now().After(by) {
 		return nil, nil, fmt.Errorf("--join-token-file %s: the invitation's time to join ended %s ago (at %s); make a new one with 'starling join-token %s'",
 			tokenFile, time.Since(by).Round(time.Second), by.Format(time.RFC3339), name)
 	}
@@ -83,7 +83,7 @@ func joinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds [
 		for _, seed := range seeds {
 			// Like gossip, a seed without a port is at this node's own
 			// gossip port.
-			host, port, err := splitHostPort(seed, defPort)
+			host, port, err := SplitHostPort(seed, defPort)
 			if err != nil {
 				return nil, nil, fmt.Errorf("--join %q: %w", seed, err)
 			}
@@ -150,7 +150,7 @@ func postJoin(ctx context.Context, base string, tlsConf *tls.Config, req api.Joi
 func SignJoinRequest(name string, key ed25519.PrivateKey, cert []byte, server string, now time.Time) api.JoinRequest {
 	unix := now.Unix()
 	return api.JoinRequest{Name: name, Key: key.Public().(ed25519.PublicKey), Cert: cert, Server: server, Time: unix,
-		Sig: ed25519.Sign(key, joinSigningBytes(name, cert, server, unix))}
+		Sig: ed25519.Sign(key, JoinSigningBytes(name, cert, server, unix))}
 }
 
 // serverPin opens TLS to addr with tlsConf (which checks the cluster CA)
@@ -166,34 +166,34 @@ func serverPin(ctx context.Context, addr string, tlsConf *tls.Config) (string, e
 	if len(certs) == 0 {
 		return "", errors.New("the member sent no certificate")
 	}
-	return spkiPin(certs[0]), nil
+	return SpkiPin(certs[0]), nil
 }
 
 // acceptJoin checks a join answer against the invitation: the CA must be
 // the one it pins and must have issued its certificate.
-func acceptJoin(jr *api.JoinAnswer, inv invitation) (*credentials, error) {
+func acceptJoin(jr *api.JoinAnswer, inv Invitation) (*Credentials, error) {
 	ca, err := x509.ParseCertificate(jr.CA)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
-	if caPin(ca) != inv.Pin {
+	if CaPin(ca) != inv.Pin {
 		return nil, errors.New("the CA certificate sent is not the one the invitation pins")
 	}
-	if err := verifyNodeCert(inv.Cert, ca, inv.Name(), inv.Key.Public().(ed25519.PublicKey), time.Now()); err != nil {
+	if err := VerifyNodeCert(inv.Cert, ca, inv.Name(), inv.Key.Public().(ed25519.PublicKey), time.Now()); err != nil {
 		return nil, err
 	}
 	if err := checkGossipKeys(jr.GossipKeys); err != nil {
 		return nil, err
 	}
-	return &credentials{CA: ca, NodeCert: inv.Cert, GossipKeys: jr.GossipKeys}, nil
+	return &Credentials{CA: ca, NodeCert: inv.Cert, GossipKeys: jr.GossipKeys}, nil
 }
 
-// renewNodeCert issues a new certificate for this node (same name and
+// RenewNodeCert issues a new certificate for this node (same name and
 // key) when it holds the CA key and the certificate in creds ends more
 // than nodeCertRenewBefore before the CA (a certificate of a build before
 // invitations, valid 90 days) or lacks one of ips, and saves it. A node
 // without the CA key keeps its certificate, valid as long as the CA.
-func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, ips []netip.Addr, now time.Time) error {
+func RenewNodeCert(dataDir string, creds *Credentials, key ed25519.PrivateKey, ips []netip.Addr, now time.Time) error {
 	if creds.CAKey == nil {
 		return nil
 	}
@@ -207,24 +207,24 @@ func renewNodeCert(dataDir string, creds *credentials, key ed25519.PrivateKey, i
 		}
 		missing = missing || !found
 	}
-	if !missing && !creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-nodeCertRenewBefore)) {
+	if !missing && !creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-NodeCertRenewBefore)) {
 		return nil
 	}
-	cert, err := issueNodeCert(creds.CA, creds.CAKey, creds.NodeCert.Subject.CommonName, key.Public().(ed25519.PublicKey), ips, now, time.Time{})
+	cert, err := SignNodeCert(creds.CA, creds.CAKey, creds.NodeCert.Subject.CommonName, key.Public().(ed25519.PublicKey), ips, now, time.Time{})
 	if err != nil {
 		return err
 	}
-	if err := writePEM(filepath.Join(dataDir, nodeCertFile), "CERTIFICATE", cert.Raw); err != nil {
-		return fmt.Errorf("write %s: %w", nodeCertFile, err)
+	if err := WritePEM(filepath.Join(dataDir, NodeCertFile), "CERTIFICATE", cert.Raw); err != nil {
+		return fmt.Errorf("write %s: %w", NodeCertFile, err)
 	}
 	creds.NodeCert = cert
 	return nil
 }
 
-// listenPeers opens the peer listener: TLS on the gossip bind address,
+// ListenPeers opens the peer listener: TLS on the gossip bind address,
 // port peerPort (an ephemeral port when gossip's is).
-func listenPeers(bind string, t *trust) (net.Listener, error) {
-	host, port, err := splitHostPort(bind, 7946)
+func ListenPeers(bind string, t *Trust) (net.Listener, error) {
+	host, port, err := SplitHostPort(bind, 7946)
 	if err != nil {
 		return nil, fmt.Errorf("--bind %q: %w", bind, err)
 	}
@@ -236,7 +236,7 @@ func listenPeers(bind string, t *trust) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer listener (join and TLS between nodes, the gossip port + 1) on %s: %w", addr, err)
 	}
-	return tls.NewListener(l, t.serverTLS()), nil
+	return tls.NewListener(l, t.ServerTLS()), nil
 }
 
 // JoinCluster joins a secure cluster with the invitation in tokenFile
@@ -249,7 +249,7 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	creds, key, err := joinWithToken(ctx, dataDir, tokenFile, name, []string{seed}, 7946, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	creds, key, err := JoinWithToken(ctx, dataDir, tokenFile, name, []string{seed}, 7946, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -261,11 +261,11 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 // the CA key (nil unless the node holds it) and the node key. For tools
 // and tests (the hostile peer plays a node whose files were taken).
 func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey, nodeKey ed25519.PrivateKey, err error) {
-	creds, err := loadCredentials(dataDir)
+	creds, err := LoadCredentials(dataDir)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	nodeKey, err = loadOrCreateNodeKey(dataDir)
+	nodeKey, err = LoadOrCreateNodeKey(dataDir)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -275,15 +275,15 @@ func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certifica
 // IssueNodeCert issues a node certificate with a cluster CA (see
 // JoinCluster); for tools and tests.
 func IssueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey) ([]byte, error) {
-	c, err := issueNodeCert(ca, caKey, name, pub, nil, time.Now(), time.Time{})
+	c, err := SignNodeCert(ca, caKey, name, pub, nil, time.Now(), time.Time{})
 	if err != nil {
 		return nil, err
 	}
 	return c.Raw, nil
 }
 
-// splitHostPort parses "ip:port" or "ip" with a default port.
-func splitHostPort(s string, defPort int) (string, int, error) {
+// SplitHostPort parses "ip:port" or "ip" with a default port.
+func SplitHostPort(s string, defPort int) (string, int, error) {
 	host, portStr, err := net.SplitHostPort(s)
 	if err != nil {
 		if strings.Contains(err.Error(), "missing port") {

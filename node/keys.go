@@ -59,41 +59,41 @@ func checkGossipKeys(keys [][]byte) error {
 // maxOpRevoked bounds api.KeyOp.Revoked.
 const maxOpRevoked = 16
 
-// errRevocationPending: a key op names a revocation this node does not
+// ErrRevocationPending: a key op names a revocation this node does not
 // hold yet (it travels by gossip; the sender retries).
-var errRevocationPending = errors.New("a revocation this rotation depends on has not reached this node yet")
+var ErrRevocationPending = errors.New("a revocation this rotation depends on has not reached this node yet")
 
 // pendingRevocation returns errRevocationPending when one of op's
 // revoked keys is not revoked here yet.
-func (k *keyring) pendingRevocation(op api.KeyOp) error {
+func (k *Keyring) pendingRevocation(op api.KeyOp) error {
 	if len(op.Revoked) > maxOpRevoked {
 		return fmt.Errorf("revoked: %d keys (at most %d)", len(op.Revoked), maxOpRevoked)
 	}
 	for _, pub := range op.Revoked {
-		if !k.trust.id.isRevoked(pub) {
-			return errRevocationPending
+		if !k.Trust.id.IsRevoked(pub) {
+			return ErrRevocationPending
 		}
 	}
 	return nil
 }
 
-// gossipKeyID names a gossip key in output and logs: 16 hex digits of
+// GossipKeyID names a gossip key in output and logs: 16 hex digits of
 // its SHA-256 (never the key).
-func gossipKeyID(k []byte) string {
+func GossipKeyID(k []byte) string {
 	sum := sha256.Sum256(k)
 	return hex.EncodeToString(sum[:8])
 }
 
-// keyring is this node's part in key rotations: its gossip keyring
+// Keyring is this node's part in key rotations: its gossip Keyring
 // (gossip.Cluster's), saved in dataDir, and the calls to other nodes'
-// keyrings over mutual TLS (trust). A nil *keyring is a node running with
+// keyrings over mutual TLS (trust). A nil *Keyring is a node running with
 // --insecure (no gossip key).
-type keyring struct {
-	cluster *gossip.Cluster
-	trust   *trust
-	dataDir string
-	self    string // this node's name
-	log     *slog.Logger
+type Keyring struct {
+	Cluster *gossip.Cluster
+	Trust   *Trust
+	DataDir string
+	Self    string // this node's name
+	Log     *slog.Logger
 	// mu serialises keyring changes with their saving; rotating allows
 	// one rotation from this node at a time.
 	mu       sync.Mutex
@@ -104,7 +104,7 @@ type keyring struct {
 var errRotationRunning = errors.New("a key rotation from this node is under way; wait for it to finish")
 
 // apply changes this node's keyring and saves it.
-func (k *keyring) apply(op api.KeyOp) error {
+func (k *Keyring) apply(op api.KeyOp) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(op.Key) != 32 {
@@ -113,30 +113,30 @@ func (k *keyring) apply(op api.KeyOp) error {
 	var err error
 	switch op.Op {
 	case "install":
-		if len(k.cluster.Keys()) >= maxGossipKeys && !slices.ContainsFunc(k.cluster.Keys(), func(have []byte) bool { return bytes.Equal(have, op.Key) }) {
+		if len(k.Cluster.Keys()) >= maxGossipKeys && !slices.ContainsFunc(k.Cluster.Keys(), func(have []byte) bool { return bytes.Equal(have, op.Key) }) {
 			return fmt.Errorf("the keyring holds %d keys already; finish or undo the rotation in progress", maxGossipKeys)
 		}
-		err = k.cluster.InstallKey(op.Key)
+		err = k.Cluster.InstallKey(op.Key)
 	case "use":
-		err = k.cluster.UseKey(op.Key)
+		err = k.Cluster.UseKey(op.Key)
 	case "remove":
-		err = k.cluster.RemoveKey(op.Key)
+		err = k.Cluster.RemoveKey(op.Key)
 	default:
 		return fmt.Errorf("op %q: want install, use or remove", op.Op)
 	}
 	if err != nil {
 		return err
 	}
-	k.log.Info("gossip keyring changed", "op", op.Op, "key", gossipKeyID(op.Key))
-	return saveGossipKeys(k.dataDir, k.cluster.Keys())
+	k.Log.Info("gossip keyring changed", "op", op.Op, "key", GossipKeyID(op.Key))
+	return saveGossipKeys(k.DataDir, k.Cluster.Keys())
 }
 
 // KeyOp runs a key operation a rotating node sends (the peer port's
 // POST /v1/keys, nodes only): 409 while a revocation it names has not
 // arrived, 400 for an op that cannot be applied.
-func (k *keyring) KeyOp(op api.KeyOp) error {
+func (k *Keyring) KeyOp(op api.KeyOp) error {
 	if err := k.pendingRevocation(op); err != nil {
-		if errors.Is(err, errRevocationPending) {
+		if errors.Is(err, ErrRevocationPending) {
 			return api.NewError(http.StatusConflict, err)
 		}
 		return api.NewError(http.StatusBadRequest, err)
@@ -149,7 +149,7 @@ func (k *keyring) KeyOp(op api.KeyOp) error {
 
 // Keys is this node's keyring, the key in use first (the peer port's
 // GET /v1/keys, nodes only).
-func (k *keyring) Keys() [][]byte { return k.cluster.Keys() }
+func (k *Keyring) Keys() [][]byte { return k.Cluster.Keys() }
 
 // revocationWait bounds how long post retries a node that has not
 // received a revocation yet (gossip spreads one in about a second).
@@ -158,11 +158,11 @@ const revocationWait = 30 * time.Second
 // post sends op to node name's keyring over mutual TLS; while name
 // answers that a revocation in op.Revoked has not reached it yet, it
 // retries every 500 ms for up to revocationWait.
-func (k *keyring) post(ctx context.Context, name string, op api.KeyOp) error {
+func (k *Keyring) post(ctx context.Context, name string, op api.KeyOp) error {
 	deadline := time.Now().Add(revocationWait)
 	for {
 		err := k.postOnce(ctx, name, op)
-		if !errors.Is(err, errRevocationPending) || time.Now().After(deadline) {
+		if !errors.Is(err, ErrRevocationPending) || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -174,29 +174,29 @@ func (k *keyring) post(ctx context.Context, name string, op api.KeyOp) error {
 }
 
 // postOnce is one POST /v1/keys to node name.
-func (k *keyring) postOnce(ctx context.Context, name string, op api.KeyOp) error {
-	addr, ok := peerAddr(k.cluster.Members(), name)
+func (k *Keyring) postOnce(ctx context.Context, name string, op api.KeyOp) error {
+	addr, ok := PeerAddr(k.Cluster.Members(), name)
 	if !ok {
 		return fmt.Errorf("node %s is not a member", name)
 	}
-	c, err := peerClient(addr, k.trust.clientTLS(name))
+	c, err := peerClient(addr, k.Trust.ClientTLS(name))
 	if err != nil {
 		return err
 	}
 	err = c.KeyOp(ctx, op)
-	if apierrors.IsConflict(err) && strings.Contains(err.Error(), errRevocationPending.Error()) {
-		return errRevocationPending
+	if apierrors.IsConflict(err) && strings.Contains(err.Error(), ErrRevocationPending.Error()) {
+		return ErrRevocationPending
 	}
 	return err
 }
 
-// rotate runs a rotation from this node: install, use, remove on every
+// Rotate runs a rotation from this node: install, use, remove on every
 // live member (this one included). It stops at the first step that fails
 // on any node, leaving every node able to read every other (the new key
 // installed or in use on some, the old one still installed on all), and
 // reports per node. revoked are node keys every member must hold as
 // revoked before it installs the new key (api.KeyOp.Revoked).
-func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotation, error) {
+func (k *Keyring) Rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotation, error) {
 	if k == nil {
 		return api.KeyRotation{}, errInsecureKeys
 	}
@@ -209,7 +209,7 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 	// key in use here instead of starting another, so no node is left
 	// with a key the others removed.
 	var key []byte
-	old := k.cluster.Keys()
+	old := k.Cluster.Keys()
 	if len(old) > 1 {
 		key, old = old[0], old[1:]
 	} else {
@@ -219,9 +219,9 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 		}
 	}
 	var members, down, skipped []string
-	for _, m := range k.cluster.Members() {
+	for _, m := range k.Cluster.Members() {
 		switch {
-		case m.Name != k.self && !k.trust.isNode(m.Name):
+		case m.Name != k.Self && !k.Trust.isNode(m.Name):
 			// A member with no certified identity (a forgotten node,
 			// or a process that holds only the gossip key) gets no key
 			// now and none from a peer later.
@@ -235,12 +235,12 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 	slices.Sort(members)
 	slices.Sort(down)
 	slices.Sort(skipped)
-	res := api.KeyRotation{Key: gossipKeyID(key), Resumed: len(k.cluster.Keys()) > 1, Nodes: members, Down: down, Skipped: skipped}
+	res := api.KeyRotation{Key: GossipKeyID(key), Resumed: len(k.Cluster.Keys()) > 1, Nodes: members, Down: down, Skipped: skipped}
 	step := func(op string, key []byte) error {
 		var failed []string
 		for _, name := range members {
 			var err error
-			if name == k.self {
+			if name == k.Self {
 				err = k.apply(api.KeyOp{Op: op, Key: key})
 			} else {
 				o := api.KeyOp{Op: op, Key: key}
@@ -253,10 +253,10 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
 			}
 		}
-		res.Steps = append(res.Steps, api.KeyStep{Op: op, Key: gossipKeyID(key), Failed: failed})
+		res.Steps = append(res.Steps, api.KeyStep{Op: op, Key: GossipKeyID(key), Failed: failed})
 		if len(failed) > 0 {
 			return fmt.Errorf("%s key %s failed on %d of %d nodes (the cluster keeps working: every node still holds the old key); run 'starling keys rotate' again once they are up: %v",
-				op, gossipKeyID(key), len(failed), len(members), failed)
+				op, GossipKeyID(key), len(failed), len(members), failed)
 		}
 		return nil
 	}
@@ -271,7 +271,7 @@ func (k *keyring) rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 			return res, err
 		}
 	}
-	k.log.Info("rotated the gossip key", "key", gossipKeyID(key), "nodes", len(members), "down", down)
+	k.Log.Info("rotated the gossip key", "key", GossipKeyID(key), "nodes", len(members), "down", down)
 	return res, nil
 }
 
@@ -280,8 +280,8 @@ var errInsecureKeys = errors.New("this cluster runs with --insecure: gossip has 
 
 // RotateKeys runs a rotation from this node (the operator's POST
 // /v1/keys/rotate): 400 with --insecure, 502 when a node failed a step.
-func (k *keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
-	res, err := k.rotate(ctx)
+func (k *Keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
+	res, err := k.Rotate(ctx)
 	if err != nil {
 		status := http.StatusBadGateway
 		if k == nil {
@@ -292,14 +292,14 @@ func (k *keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
 	return res, nil
 }
 
-// refresh asks the members at seeds (gossip addresses) for the
+// Refresh asks the members at seeds (gossip addresses) for the
 // cluster's current gossip keys over mutual TLS and installs them, the
 // first in use; for a node that missed a rotation. It reports whether
 // the keyring changed.
-func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
+func (k *Keyring) Refresh(ctx context.Context, seeds []string) (bool, error) {
 	var errs []error
 	for _, seed := range seeds {
-		host, port, err := splitHostPort(seed, 7946)
+		host, port, err := SplitHostPort(seed, 7946)
 		if err != nil {
 			continue
 		}
@@ -308,7 +308,7 @@ func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", seed, err))
 			continue
 		}
-		have := k.cluster.Keys()
+		have := k.Cluster.Keys()
 		if bytes.Equal(have[0], keys[0]) {
 			return false, nil
 		}
@@ -325,7 +325,7 @@ func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 				k.apply(api.KeyOp{Op: "remove", Key: key})
 			}
 		}
-		k.log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", gossipKeyID(keys[0]))
+		k.Log.Info("took the cluster's current gossip keys from a seed (this node missed a key rotation)", "seed", seed, "key", GossipKeyID(keys[0]))
 		return true, nil
 	}
 	return false, errors.Join(errs...)
@@ -333,8 +333,8 @@ func (k *keyring) refresh(ctx context.Context, seeds []string) (bool, error) {
 
 // fetch is GET /v1/keys at addr (a peer port), over mutual TLS with any
 // node of the cluster (trust.anyNodeTLS).
-func (k *keyring) fetch(ctx context.Context, addr string) ([][]byte, error) {
-	c, err := peerClient(addr, k.trust.anyNodeTLS())
+func (k *Keyring) fetch(ctx context.Context, addr string) ([][]byte, error) {
+	c, err := peerClient(addr, k.Trust.anyNodeTLS())
 	if err != nil {
 		return nil, err
 	}
@@ -352,19 +352,19 @@ func (k *keyring) fetch(ctx context.Context, addr string) ([][]byte, error) {
 // whether the cluster moved to a gossip key it lacks.
 const keyRefreshInterval = 30 * time.Second
 
-// refreshLoop covers a node that was running but cut off while the
+// RefreshLoop covers a node that was running but cut off while the
 // cluster rotated its key: it sees every peer dead (they cannot read it,
 // nor it them). Every keyRefreshInterval in that state it asks the peers
 // it knows (and targets) for the current keys (refresh) and, given new ones,
 // joins again.
-func (k *keyring) refreshLoop(ctx context.Context, targets func() []string) {
+func (k *Keyring) RefreshLoop(ctx context.Context, targets func() []string) {
 	if k == nil {
 		return
 	}
-	every(ctx, keyRefreshInterval, func() {
+	Every(ctx, keyRefreshInterval, func() {
 		var peers []string
-		for _, m := range k.cluster.Members() {
-			if m.Name == k.self {
+		for _, m := range k.Cluster.Members() {
+			if m.Name == k.Self {
 				continue
 			}
 			if m.State.Up() {
@@ -376,9 +376,9 @@ func (k *keyring) refreshLoop(ctx context.Context, targets func() []string) {
 			return
 		}
 		seeds := append(targets(), peers...)
-		if changed, _ := k.refresh(ctx, seeds); changed {
-			if _, err := k.cluster.Join(seeds); err != nil {
-				k.log.Warn("join after taking new gossip keys", "err", err)
+		if changed, _ := k.Refresh(ctx, seeds); changed {
+			if _, err := k.Cluster.Join(seeds); err != nil {
+				k.Log.Warn("join after taking new gossip keys", "err", err)
 			}
 		}
 	})

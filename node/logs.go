@@ -45,7 +45,7 @@ func (l *logs) ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name
 		o.Follow = func() bool { return l.replicas.runningNow(id) }
 	}
 	if len(logfile.Files(path)) == 0 {
-		if r.Header.Get(proxiedHeader) == "" && l.proxy(w, r) {
+		if r.Header.Get(ProxiedHeader) == "" && l.proxy(w, r) {
 			return
 		}
 		what := "no logs"

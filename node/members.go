@@ -47,7 +47,7 @@ type members struct {
 	log       *slog.Logger
 	// keys refreshes the gossip keys after a rotation this node missed
 	// (nil with --insecure).
-	keys *keyring
+	keys *Keyring
 	// fenceTimeout is how long a forgotten node keeps its replicas
 	// (--fence-timeout); onForgotten stops them (nil: nothing runs).
 	fenceTimeout time.Duration
@@ -234,7 +234,7 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 		}
 		if errors.Is(err, gossip.ErrKeyMismatch) && m.keys != nil {
 			// The cluster rotated its key while this node was away.
-			if changed, rerr := m.keys.refresh(ctx, targets); changed {
+			if changed, rerr := m.keys.Refresh(ctx, targets); changed {
 				continue
 			} else if api.IsRevoked(rerr) {
 				if !forgotten.Swap(true) {

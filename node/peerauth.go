@@ -29,7 +29,7 @@ import (
 // the API.
 
 const (
-	headerPeerNode = "X-Starling-Node"
+	HeaderPeerNode = "X-Starling-Node"
 	headerPeerDate = "X-Starling-Date"
 	peerAuthScheme = "Starling-Node "
 	peerAuthSkew   = time.Minute
@@ -41,11 +41,11 @@ func peerSigningBytes(method, requestURI, from, to string, unix int64) []byte {
 	return []byte(peerAuthCtx + method + "\n" + requestURI + "\n" + from + "\n" + to + "\n" + strconv.FormatInt(unix, 10))
 }
 
-// signPeerRequest authenticates req, meant for node to, as this node.
-func (id *identity) signPeerRequest(req *http.Request, to string, now time.Time) {
+// SignPeerRequest authenticates req, meant for node to, as this node.
+func (id *Identity) SignPeerRequest(req *http.Request, to string, now time.Time) {
 	unix := now.Unix()
-	sig := ed25519.Sign(id.key, peerSigningBytes(req.Method, req.URL.RequestURI(), id.name, to, unix))
-	req.Header.Set(headerPeerNode, id.name)
+	sig := ed25519.Sign(id.Key, peerSigningBytes(req.Method, req.URL.RequestURI(), id.Name, to, unix))
+	req.Header.Set(HeaderPeerNode, id.Name)
 	req.Header.Set(headerPeerDate, strconv.FormatInt(unix, 10))
 	req.Header.Set("Authorization", peerAuthScheme+base64.StdEncoding.EncodeToString(sig))
 }
@@ -53,9 +53,9 @@ func (id *identity) signPeerRequest(req *http.Request, to string, now time.Time)
 // errPeerAuth is wrapped by every verifyPeerRequest error.
 var errPeerAuth = errors.New("node authentication failed")
 
-// verifyPeerRequest checks a request signed by signPeerRequest for node
+// VerifyPeerRequest checks a request signed by signPeerRequest for node
 // self, with bound giving each node name's key, and returns the caller.
-func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte, bool), now time.Time) (string, error) {
+func VerifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte, bool), now time.Time) (string, error) {
 	auth := r.Header.Get("Authorization")
 	if !strings.HasPrefix(auth, peerAuthScheme) {
 		return "", fmt.Errorf("%w: no node signature", errPeerAuth)
@@ -64,7 +64,7 @@ func verifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return "", fmt.Errorf("%w: malformed signature", errPeerAuth)
 	}
-	from := r.Header.Get(headerPeerNode)
+	from := r.Header.Get(HeaderPeerNode)
 	key, ok := bound(from)
 	if !ok || len(key) != ed25519.PublicKeySize {
 		return "", fmt.Errorf("%w: unknown node %q", errPeerAuth, api.OneLine(from))
@@ -102,11 +102,11 @@ func peerRoute(r *http.Request) bool {
 	return pattern != ""
 }
 
-// requireAuth guards the TCP API of node self: the operator's bearer
+// RequireAuth guards the TCP API of node self: the operator's bearer
 // token for every route, or, with --insecure (secure false), a node's
 // signature (verifyPeerRequest; bound gives each node name's key) for
 // the peer routes.
-func requireAuth(next http.Handler, token, self string, secure bool, bound func(string) ([]byte, bool)) http.Handler {
+func RequireAuth(next http.Handler, token, self string, secure bool, bound func(string) ([]byte, bool)) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
@@ -121,7 +121,7 @@ func requireAuth(next http.Handler, token, self string, secure bool, bound func(
 				apiserver.WriteError(w, api.Errorf(http.StatusForbidden, "a node's signature opens only the peer routes (logs, image blobs)"))
 				return
 			}
-			if _, err := verifyPeerRequest(r, self, bound, time.Now()); err != nil {
+			if _, err := VerifyPeerRequest(r, self, bound, time.Now()); err != nil {
 				apiserver.WriteError(w, api.NewError(http.StatusUnauthorized, err))
 				return
 			}

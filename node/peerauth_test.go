@@ -14,7 +14,7 @@ import (
 // accepts it only for the peer routes, only for itself, only within the
 // clock skew, only from the key the caller's name is bound to.
 func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
-	a := &identity{name: "n1", key: keyOf("n1")}
+	a := &Identity{Name: "n1", Key: keyOf("n1")}
 	bound := func(name string) ([]byte, bool) {
 		if name == "n1" {
 			return keyOf("n1").Public().(ed25519.PublicKey), true
@@ -24,13 +24,13 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	signed := func(method, uri, to string, at time.Time) *http.Request {
 		r := httptest.NewRequest(method, uri, nil)
-		a.signPeerRequest(r, to, at)
+		a.SignPeerRequest(r, to, at)
 		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer") || len(h) < 20 {
 			t.Fatalf("Authorization = %q", h)
 		}
 		return r
 	}
-	if from, err := verifyPeerRequest(signed("GET", "/v1/images/blobs/sha256:0123", "n2", now), "n2", bound, now); err != nil || from != "n1" {
+	if from, err := VerifyPeerRequest(signed("GET", "/v1/images/blobs/sha256:0123", "n2", now), "n2", bound, now); err != nil || from != "n1" {
 		t.Fatalf("a good request: %q %v", from, err)
 	}
 	for name, tc := range map[string]struct {
@@ -48,17 +48,17 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 		}(), "n2", now},
 		"unknown node": {func() *http.Request {
 			r := signed("GET", "/v1/logs/default/x", "n2", now)
-			r.Header.Set(headerPeerNode, "n9")
+			r.Header.Set(HeaderPeerNode, "n9")
 			return r
 		}(), "n2", now},
 	} {
-		if _, err := verifyPeerRequest(tc.r, tc.self, bound, tc.at); err == nil {
+		if _, err := VerifyPeerRequest(tc.r, tc.self, bound, tc.at); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	// Through the middleware: peer routes only.
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	h := requireAuth(ok, "operator-token-0123456789", "n2", false, bound)
+	h := RequireAuth(ok, "operator-token-0123456789", "n2", false, bound)
 	for _, tc := range []struct {
 		method, uri string
 		want        int

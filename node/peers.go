@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -18,8 +17,8 @@ import (
 // peers is how this node calls other nodes (log proxying, image blobs).
 type peers struct {
 	self    string
-	trust   *trust // nil with --insecure
-	id      *identity
+	trust   *Trust // nil with --insecure
+	id      *Identity
 	cluster *gossip.Cluster
 }
 
@@ -62,22 +61,22 @@ func (p *peers) endpoint(name string, s view.NodeStatus) (base *url.URL, rt http
 	if p.trust == nil {
 		api, ok := p.api(name, s)
 		if !ok {
-			return nil, nil, nil, errNoPeerAPI
+			return nil, nil, nil, ErrNoPeerAPI
 		}
 		if base, err = url.Parse(api); err != nil {
 			return nil, nil, nil, err
 		}
 		return base, peerAPIClient.Transport, func(req *http.Request) {
 			req.Header = http.Header{}
-			p.id.signPeerRequest(req, name, time.Now())
-			req.Header.Set(proxiedHeader, p.self)
+			p.id.SignPeerRequest(req, name, time.Now())
+			req.Header.Set(ProxiedHeader, p.self)
 		}, nil
 	}
-	addr, ok := peerAddr(p.cluster.Members(), name)
+	addr, ok := PeerAddr(p.cluster.Members(), name)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("node %s is not a member", name)
 	}
-	return &url.URL{Scheme: "https", Host: addr}, peerHTTPClient(p.trust.clientTLS(name), 0).Transport,
+	return &url.URL{Scheme: "https", Host: addr}, PeerHTTPClient(p.trust.ClientTLS(name), 0).Transport,
 		func(req *http.Request) { req.Header = http.Header{} }, nil
 }
 
@@ -108,18 +107,3 @@ func (p preparing) RoundTrip(req *http.Request) (*http.Response, error) {
 	p.prepare(req)
 	return p.rt.RoundTrip(req)
 }
-
-// peerAddr is node name's peer port, at the address membership knows it
-// by.
-func peerAddr(members []gossip.Member, name string) (string, bool) {
-	for _, m := range members {
-		if m.Name == name {
-			return net.JoinHostPort(m.Addr, strconv.Itoa(peerPort(int(m.Port)))), true
-		}
-	}
-	return "", false
-}
-
-// proxiedHeader marks a request one agent forwards to another, so it is
-// never forwarded twice.
-const proxiedHeader = "X-Starling-Proxied-By"

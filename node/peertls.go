@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/client"
@@ -33,20 +35,20 @@ import (
 // requests go to the peer's TCP API, signed with the node key
 // (peerauth.go).
 
-// trust is what a node of a secure cluster proves itself with and checks
+// Trust is what a node of a secure cluster proves itself with and checks
 // peers against: the cluster credentials, its current certificate (which
 // renewLoop renews) and key, and the identities it holds (bound keys,
-// revocations). A nil *trust is a node running with --insecure.
-type trust struct {
-	creds *credentials
+// revocations). A nil *Trust is a node running with --insecure.
+type Trust struct {
+	Creds *Credentials
 	key   ed25519.PrivateKey
-	id    *identity
-	cert  atomic.Pointer[x509.Certificate]
+	id    *Identity
+	Cert  atomic.Pointer[x509.Certificate]
 }
 
-func newTrust(creds *credentials, key ed25519.PrivateKey, id *identity) *trust {
-	t := &trust{creds: creds, key: key, id: id}
-	t.cert.Store(creds.NodeCert)
+func NewTrust(creds *Credentials, key ed25519.PrivateKey, id *Identity) *Trust {
+	t := &Trust{Creds: creds, key: key, id: id}
+	t.Cert.Store(creds.NodeCert)
 	return t
 }
 
@@ -59,17 +61,17 @@ var (
 
 // check checks a peer's certificate (already verified against the CA) for
 // node name: its key must be the key name is bound to, and not revoked.
-func (t *trust) check(cert *x509.Certificate, name string) error {
+func (t *Trust) check(cert *x509.Certificate, name string) error {
 	pub, ok := cert.PublicKey.(ed25519.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: not an Ed25519 key", errPeerCert)
 	}
 	// Revoked first: a forgotten node's name is no longer bound, and it
 	// is told it was forgotten, not that it is unknown.
-	if t.id.isRevoked(pub) {
+	if t.id.IsRevoked(pub) {
 		return fmt.Errorf("%w: key %s of %q is revoked ('starling node forget %s')", errPeerRevoked, member.KeyID(pub), api.OneLine(name), api.OneLine(name))
 	}
-	bound, ok := t.id.boundKey(name)
+	bound, ok := t.id.BoundKey(name)
 	if !ok {
 		return fmt.Errorf("%w: %q is not a node this one knows", errPeerCert, api.OneLine(name))
 	}
@@ -81,52 +83,52 @@ func (t *trust) check(cert *x509.Certificate, name string) error {
 
 // isNode reports whether name is a node this one holds a certified,
 // unrevoked identity of.
-func (t *trust) isNode(name string) bool {
-	key, ok := t.id.boundKey(name)
-	return ok && !t.id.isRevoked(key)
+func (t *Trust) isNode(name string) bool {
+	key, ok := t.id.BoundKey(name)
+	return ok && !t.id.IsRevoked(key)
 }
 
-// tlsCert is this node's current certificate for TLS, with the CA's.
-func (t *trust) tlsCert() *tls.Certificate {
-	cert := t.cert.Load()
-	return &tls.Certificate{Certificate: [][]byte{cert.Raw, t.creds.CA.Raw}, PrivateKey: t.key, Leaf: cert}
+// TLSCert is this node's current certificate for TLS, with the CA's.
+func (t *Trust) TLSCert() *tls.Certificate {
+	cert := t.Cert.Load()
+	return &tls.Certificate{Certificate: [][]byte{cert.Raw, t.Creds.CA.Raw}, PrivateKey: t.key, Leaf: cert}
 }
 
-// certDER is this node's certificate (DER); nil with --insecure.
-func (t *trust) certDER() []byte {
+// CertDER is this node's certificate (DER); nil with --insecure.
+func (t *Trust) CertDER() []byte {
 	if t == nil {
 		return nil
 	}
-	return t.cert.Load().Raw
+	return t.Cert.Load().Raw
 }
 
-func (t *trust) caPool() *x509.CertPool {
+func (t *Trust) caPool() *x509.CertPool {
 	pool := x509.NewCertPool()
-	pool.AddCert(t.creds.CA)
+	pool.AddCert(t.Creds.CA)
 	return pool
 }
 
-// serverTLS is the peer listener's TLS configuration: this node's
+// ServerTLS is the peer listener's TLS configuration: this node's
 // certificate; a client certificate is optional at the handshake (a
 // joining node has none yet) and, when given, must chain to the CA;
 // requirePeer guards the routes that need one.
-func (t *trust) serverTLS() *tls.Config {
+func (t *Trust) ServerTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.TLSCert(), nil },
 		ClientAuth:     tls.VerifyClientCertIfGiven,
 		ClientCAs:      t.caPool(),
 	}
 }
 
-// clientTLS is the TLS configuration for calling node name: its
+// ClientTLS is the TLS configuration for calling node name: its
 // certificate must chain to the CA, name it, and carry its bound key.
-func (t *trust) clientTLS(name string) *tls.Config {
+func (t *Trust) ClientTLS(name string) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
 		RootCAs:              t.caPool(),
 		ServerName:           name, // node certificates carry their name as a DNS SAN
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.TLSCert(), nil },
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return fmt.Errorf("%w: none", errPeerCert)
@@ -139,11 +141,11 @@ func (t *trust) clientTLS(name string) *tls.Config {
 // anyNodeTLS is clientTLS for an address whose node name is not known (a
 // seed): any node of the cluster will do, its name taken from its
 // certificate and checked like clientTLS's.
-func (t *trust) anyNodeTLS() *tls.Config {
+func (t *Trust) anyNodeTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
 		InsecureSkipVerify:   true, //nolint:gosec // verified in VerifyConnection: the chain, then the name's bound key
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.tlsCert(), nil },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.TLSCert(), nil },
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return fmt.Errorf("%w: none", errPeerCert)
@@ -165,10 +167,10 @@ func (t *trust) anyNodeTLS() *tls.Config {
 // peerClient is an API client of the peer port at addr over mutual TLS
 // (conf), each request bounded to 15 s.
 func peerClient(addr string, conf *tls.Config) (*client.Client, error) {
-	return client.New("https://"+addr, client.WithTransport(peerHTTPClient(conf, 0).Transport), client.WithTimeout(15*time.Second))
+	return client.New("https://"+addr, client.WithTransport(PeerHTTPClient(conf, 0).Transport), client.WithTimeout(15*time.Second))
 }
 
-func peerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
+func PeerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		TLSClientConfig:       conf,
@@ -178,11 +180,11 @@ func peerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
 	}}
 }
 
-// requirePeer admits requests from nodes only: a client certificate that
+// RequirePeer admits requests from nodes only: a client certificate that
 // chains to the CA (checked by crypto/tls) and whose key is its node's
 // (check). The request is marked as proxied by the caller, so it is
 // answered here and never forwarded again.
-func (t *trust) requirePeer(next http.Handler) http.Handler {
+func (t *Trust) RequirePeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			apiserver.WriteError(w, api.Errorf(http.StatusUnauthorized, "this port serves nodes: present a node certificate"))
@@ -197,7 +199,7 @@ func (t *trust) requirePeer(next http.Handler) http.Handler {
 			apiserver.WriteError(w, api.NewError(http.StatusForbidden, err))
 			return
 		}
-		r.Header.Set(proxiedHeader, cert.Subject.CommonName)
+		r.Header.Set(ProxiedHeader, cert.Subject.CommonName)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -206,27 +208,27 @@ func (t *trust) requirePeer(next http.Handler) http.Handler {
 // certificate needs renewing.
 const certRenewCheck = 12 * time.Hour
 
-// renewLoop renews this node's certificate (renewNodeCert, saved in
+// RenewLoop renews this node's certificate (renewNodeCert, saved in
 // dataDir) while ctx lasts, and calls renewed after each renewal (the
 // next status record carries the new one).
-func (t *trust) renewLoop(ctx context.Context, dataDir string, ips []netip.Addr, log *slog.Logger, renewed func()) {
-	every(ctx, certRenewCheck, func() {
-		c := *t.creds
-		c.NodeCert = t.cert.Load()
-		if err := renewNodeCert(dataDir, &c, t.key, ips, time.Now()); err != nil {
-			log.Error("renew node certificate", "err", err, "file", filepath.Join(dataDir, nodeCertFile))
+func (t *Trust) RenewLoop(ctx context.Context, dataDir string, ips []netip.Addr, log *slog.Logger, renewed func()) {
+	Every(ctx, certRenewCheck, func() {
+		c := *t.Creds
+		c.NodeCert = t.Cert.Load()
+		if err := RenewNodeCert(dataDir, &c, t.key, ips, time.Now()); err != nil {
+			log.Error("renew node certificate", "err", err, "file", filepath.Join(dataDir, NodeCertFile))
 			return
 		}
-		if c.NodeCert != t.cert.Load() {
-			t.cert.Store(c.NodeCert)
+		if c.NodeCert != t.Cert.Load() {
+			t.Cert.Store(c.NodeCert)
 			log.Info("renewed node certificate", "notAfter", c.NodeCert.NotAfter)
 			renewed()
 		}
 	})
 }
 
-// every calls f every d until ctx ends (first after d).
-func every(ctx context.Context, d time.Duration, f func()) {
+// Every calls f Every d until ctx ends (first after d).
+func Every(ctx context.Context, d time.Duration, f func()) {
 	tk := time.NewTicker(d)
 	defer tk.Stop()
 	for {
@@ -239,5 +241,20 @@ func every(ctx context.Context, d time.Duration, f func()) {
 	}
 }
 
-// errNoPeerAPI: with --insecure, the peer serves no TCP API to call.
-var errNoPeerAPI = errors.New("the node serves no TCP API at its gossip address (with --insecure, start agents with --api-listen and --token-file)")
+// ErrNoPeerAPI: with --insecure, the peer serves no TCP API to call.
+var ErrNoPeerAPI = errors.New("the node serves no TCP API at its gossip address (with --insecure, start agents with --api-listen and --token-file)")
+
+// PeerAddr is node name's peer port, at the address membership knows it
+// by.
+func PeerAddr(members []gossip.Member, name string) (string, bool) {
+	for _, m := range members {
+		if m.Name == name {
+			return net.JoinHostPort(m.Addr, strconv.Itoa(peerPort(int(m.Port)))), true
+		}
+	}
+	return "", false
+}
+
+// ProxiedHeader marks a request one agent forwards to another, so it is
+// never forwarded twice.
+const ProxiedHeader = "X-Starling-Proxied-By"

@@ -28,19 +28,19 @@ import (
 // for that node and the record's signer.
 func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 	d := t.TempDir()
-	creds, err := initCluster(d, d, "a", keyOf("a"), nil, time.Now())
+	creds, err := CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreignCA, foreignKey, _ := newCA(time.Now())
-	cert := func(ca *credentials, name, keyName string) []byte {
-		c, err := issueNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	foreignCA, foreignKey, _ := NewCA(time.Now())
+	cert := func(ca *Credentials, name, keyName string) []byte {
+		c, err := SignNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.Raw
 	}
-	foreign := &credentials{CA: foreignCA, CAKey: foreignKey}
+	foreign := &Credentials{CA: foreignCA, CAKey: foreignKey}
 	m := newMetrics()
 	x := newRejects(testClusterCIDR, creds, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), m.rejectedRecords)
 	cases := []struct {
@@ -75,7 +75,7 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 // it binds the name.
 func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 	d := t.TempDir()
-	creds, err := initCluster(d, d, "a", keyOf("a"), nil, time.Now())
+	creds, err := CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 		{"made two hours before the forget", now.Add(-3 * time.Hour), false},
 		{"made after the forget", now, true},
 	} {
-		c, err := issueNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, tc.issued, time.Time{})
+		c, err := SignNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, tc.issued, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,23 +110,23 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 // client and as a server; a request with no certificate gets 401.
 func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 	d := t.TempDir()
-	creds, err := initCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(a *trust) string {
-		srv := httptest.NewUnstartedServer(a.requirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, "hello "+r.Header.Get(proxiedHeader))
+	serve := func(a *Trust) string {
+		srv := httptest.NewUnstartedServer(a.RequirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "hello "+r.Header.Get(ProxiedHeader))
 		})))
-		srv.TLS = a.serverTLS()
-		srv.TLS.Certificates = []tls.Certificate{*a.tlsCert()} // else httptest puts its own
+		srv.TLS = a.ServerTLS()
+		srv.TLS.Certificates = []tls.Certificate{*a.TLSCert()} // else httptest puts its own
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	call := func(from *trust, to, url string) (int, string, error) {
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.clientTLS(to)}}
+	call := func(from *Trust, to, url string) (int, string, error) {
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.ClientTLS(to)}}
 		resp, err := client.Get(url)
 		if err != nil {
 			return 0, "", err
@@ -164,14 +164,14 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 // after renewing its certificate (same key).
 func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	d := t.TempDir()
-	creds, err := initCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(tr *trust) string {
+	serve := func(tr *Trust) string {
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-		srv.TLS = tr.serverTLS()
-		srv.TLS.Certificates = []tls.Certificate{*tr.tlsCert()}
+		srv.TLS = tr.ServerTLS()
+		srv.TLS.Certificates = []tls.Certificate{*tr.TLSCert()}
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
@@ -180,14 +180,14 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	real := peerTrust(t, creds, "n1", "n1")
 	impostor := peerTrust(t, creds, "n1", "evil")
 	get := func(url, serverPin string) error {
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: client.PinnedTLS(caPin(creds.CA), serverPin)}}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: client.PinnedTLS(CaPin(creds.CA), serverPin)}}
 		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err
 	}
-	pin := spkiPin(real.cert.Load())
+	pin := SpkiPin(real.Cert.Load())
 	if err := get(serve(real), pin); err != nil {
 		t.Fatalf("the pinned node: %v", err)
 	}
@@ -197,11 +197,11 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	if err := get(serve(impostor), ""); err != nil {
 		t.Fatalf("with the CA pin alone (joining), any node will do: %v", err)
 	}
-	renewed, err := issueNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	renewed, err := SignNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	real.cert.Store(renewed)
+	real.Cert.Store(renewed)
 	if err := get(serve(real), pin); err != nil {
 		t.Fatalf("the pinned node after renewal: %v", err)
 	}
@@ -212,10 +212,10 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 // for an empty one (which would make a new CA).
 func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := initCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
+	if _, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, caCertFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, CaCertFile)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -224,7 +224,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "damaged") || errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("setup with ca.crt gone: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, caCertFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, CaCertFile)); err == nil {
 		t.Fatal("a new CA was made")
 	}
 }
@@ -236,10 +236,10 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 // revocation reaches it, the same request installs the key.
 func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	a, _ := joinServer(t)
-	a.keys = &keyring{cluster: a.cluster, trust: a.trust, dataDir: t.TempDir(), self: "n1", log: a.log}
+	a.keys = &Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.trust.serverTLS()
-	srv.TLS.Certificates = []tls.Certificate{*a.trust.tlsCert()}
+	srv.TLS = a.trust.ServerTLS()
+	srv.TLS.Certificates = []tls.Certificate{*a.trust.TLSCert()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	// n2 is a node n1 knows (a certified status record binds its key).
@@ -248,8 +248,8 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	if _, err := a.store.Apply(signAs(t, "n2", statusRecord(t, s, "n2"))); err != nil {
 		t.Fatal(err)
 	}
-	n2 := peerTrust(t, a.trust.creds, "n2", "n2", "n1", "n2")
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n2.clientTLS("n1")}}
+	n2 := peerTrust(t, a.trust.Creds, "n2", "n2", "n1", "n2")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n2.ClientTLS("n1")}}
 	forgotten := keyOf("n3").Public().(ed25519.PublicKey)
 	newKey := bytes.Repeat([]byte{7}, 32)
 	install := func() (int, string) {
@@ -262,14 +262,14 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, errRevocationPending.Error()) {
+	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, ErrRevocationPending.Error()) {
 		t.Fatalf("install before the revocation arrived: %d %s", code, body)
 	}
 	if len(a.cluster.Keys()) != 1 {
 		t.Fatalf("the key was installed before the revocation arrived: %d keys", len(a.cluster.Keys()))
 	}
-	rv, _ := json.Marshal(revocation{Name: "n3", Key: forgotten})
-	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: revokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
+	rv, _ := json.Marshal(Revocation{Name: "n3", Key: forgotten})
+	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: RevokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := install(); code != http.StatusOK {

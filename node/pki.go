@@ -49,10 +49,10 @@ import (
 // 'starling init' writes ca.crt and ca.key into its --ca-dir instead
 // (DefaultCADir), and the node's files into --data-dir.
 const (
-	caCertFile    = "ca.crt"
-	caKeyFile     = "ca.key"
-	nodeCertFile  = "node.crt"
-	gossipKeyFile = "gossip.key"
+	CaCertFile    = "ca.crt"
+	CaKeyFile     = "ca.key"
+	NodeCertFile  = "node.crt"
+	GossipKeyFile = "gossip.key"
 )
 
 // Certificate lifetimes. A node certificate is valid as long as the CA
@@ -62,15 +62,15 @@ const (
 // invitations) renew theirs to that lifetime (renewNodeCert).
 const (
 	caValidity = 10 * 365 * 24 * time.Hour
-	// nodeCertRenewBefore: a node that holds the CA key renews its
+	// NodeCertRenewBefore: a node that holds the CA key renews its
 	// certificate once it ends this much before the CA does.
-	nodeCertRenewBefore = 30 * 24 * time.Hour
+	NodeCertRenewBefore = 30 * 24 * time.Hour
 	// certBackdate allows for clocks a little behind the issuer's.
 	certBackdate = 5 * time.Minute
 )
 
-// credentials are what makes a node a member of a secure cluster.
-type credentials struct {
+// Credentials are what makes a node a member of a secure cluster.
+type Credentials struct {
 	CA *x509.Certificate
 	// CAKey is nil on a node that does not hold the CA key (every node
 	// but one made without 'starling init', and that one once the key is
@@ -82,12 +82,12 @@ type credentials struct {
 	GossipKeys [][]byte
 }
 
-// caPin is the pin of a CA certificate: the hex SHA-256 of its
+// CaPin is the pin of a CA certificate: the hex SHA-256 of its
 // SubjectPublicKeyInfo (64 hex digits).
-func caPin(ca *x509.Certificate) string { return spkiPin(ca) }
+func CaPin(ca *x509.Certificate) string { return SpkiPin(ca) }
 
-// newCA makes a CA key and its self-signed certificate (caValidity).
-func newCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
+// NewCA makes a CA key and its self-signed certificate (caValidity).
+func NewCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -114,11 +114,11 @@ func newCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
 	return ca, key, err
 }
 
-// issueNodeCert issues the certificate of node name for its key pub,
+// SignNodeCert issues the certificate of node name for its key pub,
 // valid from now until the CA expires, for both TLS ends (server and
 // client), with ips (the node's addresses) as IP SANs. A non-zero joinBy
 // is the invitation's join deadline (joinDeadline).
-func issueNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey, ips []netip.Addr, now, joinBy time.Time) (*x509.Certificate, error) {
+func SignNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey, ips []netip.Addr, now, joinBy time.Time) (*x509.Certificate, error) {
 	serial, err := randomSerial()
 	if err != nil {
 		return nil, err
@@ -149,9 +149,9 @@ func randomSerial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
-// verifyNodeCert checks that cert was issued by ca for node name and key
+// VerifyNodeCert checks that cert was issued by ca for node name and key
 // pub and is valid at now.
-func verifyNodeCert(cert, ca *x509.Certificate, name string, pub []byte, now time.Time) error {
+func VerifyNodeCert(cert, ca *x509.Certificate, name string, pub []byte, now time.Time) error {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
@@ -167,11 +167,11 @@ func verifyNodeCert(cert, ca *x509.Certificate, name string, pub []byte, now tim
 	return nil
 }
 
-// certCache remembers node certificates that verified, so that the
+// CertCache remembers node certificates that verified, so that the
 // certificate every status record carries costs one map lookup after the
 // first: the key is the SHA-256 of (certificate DER, name, signer), the
 // value the certificate's NotAfter. Bounded: cleared when full.
-type certCache struct {
+type CertCache struct {
 	ca *x509.Certificate
 	mu sync.Mutex
 	ok map[[32]byte]time.Time
@@ -179,12 +179,12 @@ type certCache struct {
 
 const maxCertCache = 4096
 
-func newCertCache(ca *x509.Certificate) *certCache {
-	return &certCache{ca: ca, ok: map[[32]byte]time.Time{}}
+func NewCertCache(ca *x509.Certificate) *CertCache {
+	return &CertCache{ca: ca, ok: map[[32]byte]time.Time{}}
 }
 
-// verify checks the DER certificate der for node name and key pub.
-func (c *certCache) verify(der []byte, name string, pub []byte, now time.Time) error {
+// Verify checks the DER certificate der for node name and key pub.
+func (c *CertCache) Verify(der []byte, name string, pub []byte, now time.Time) error {
 	h := sha256.New()
 	h.Write(der)
 	h.Write([]byte{0})
@@ -206,7 +206,7 @@ func (c *certCache) verify(der []byte, name string, pub []byte, now time.Time) e
 	if err != nil {
 		return fmt.Errorf("certificate does not parse: %w", err)
 	}
-	if err := verifyNodeCert(cert, c.ca, name, pub, now); err != nil {
+	if err := VerifyNodeCert(cert, c.ca, name, pub, now); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -218,21 +218,21 @@ func (c *certCache) verify(der []byte, name string, pub []byte, now time.Time) e
 	return nil
 }
 
-// initCluster makes a new cluster's credentials for node name (key
+// CreateCluster makes a new cluster's credentials for node name (key
 // nodeKey): the CA into caDir, the node's certificate and the gossip key
 // into dataDir (caDir may be dataDir). It refuses a data dir that already
 // holds credentials, and a CA dir that already holds a CA.
-func initCluster(dataDir, caDir, name string, nodeKey ed25519.PrivateKey, ips []netip.Addr, now time.Time) (*credentials, error) {
+func CreateCluster(dataDir, caDir, name string, nodeKey ed25519.PrivateKey, ips []netip.Addr, now time.Time) (*Credentials, error) {
 	for _, d := range []string{dataDir, caDir} {
-		if _, err := os.Stat(filepath.Join(d, caCertFile)); err == nil {
-			return nil, fmt.Errorf("%s already belongs to a cluster (%s exists); use another directory", d, caCertFile)
+		if _, err := os.Stat(filepath.Join(d, CaCertFile)); err == nil {
+			return nil, fmt.Errorf("%s already belongs to a cluster (%s exists); use another directory", d, CaCertFile)
 		}
 	}
-	ca, caKey, err := newCA(now)
+	ca, caKey, err := NewCA(now)
 	if err != nil {
 		return nil, fmt.Errorf("make cluster CA: %w", err)
 	}
-	cert, err := issueNodeCert(ca, caKey, name, nodeKey.Public().(ed25519.PublicKey), ips, now, time.Time{})
+	cert, err := SignNodeCert(ca, caKey, name, nodeKey.Public().(ed25519.PublicKey), ips, now, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -244,10 +244,10 @@ func initCluster(dataDir, caDir, name string, nodeKey ed25519.PrivateKey, ips []
 		if err := saveCA(caDir, ca, caKey); err != nil {
 			return nil, err
 		}
-		creds := &credentials{CA: ca, NodeCert: cert, GossipKeys: [][]byte{gk}}
+		creds := &Credentials{CA: ca, NodeCert: cert, GossipKeys: [][]byte{gk}}
 		return creds, saveCredentials(dataDir, creds)
 	}
-	creds := &credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: [][]byte{gk}}
+	creds := &Credentials{CA: ca, CAKey: caKey, NodeCert: cert, GossipKeys: [][]byte{gk}}
 	return creds, saveCredentials(dataDir, creds)
 }
 
@@ -275,13 +275,13 @@ func InitCluster(dataDir, caDir, name string) (pin string, err error) {
 			return "", fmt.Errorf("%s %s: %w", flag, d, err)
 		}
 	}
-	key, err := loadOrCreateNodeKey(dataDir)
+	key, err := LoadOrCreateNodeKey(dataDir)
 	if err != nil {
 		return "", err
 	}
-	creds, err := initCluster(dataDir, caDir, name, key, nil, time.Now())
+	creds, err := CreateCluster(dataDir, caDir, name, key, nil, time.Now())
 	if err != nil {
 		return "", err
 	}
-	return caPin(creds.CA), nil
+	return CaPin(creds.CA), nil
 }

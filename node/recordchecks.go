@@ -15,11 +15,11 @@ import (
 
 // checkJoinToken checks a join-token record's key and value.
 func checkJoinToken(key string, value []byte) *rejection {
-	id := strings.TrimPrefix(key, joinTokenKind+"/cluster/")
-	if !isTokenID(id) {
+	id := strings.TrimPrefix(key, JoinTokenKind+"/cluster/")
+	if !IsTokenID(id) {
 		return reject(rejectKey, "join token record %q: the ID is not 6 of [a-z0-9]", key)
 	}
-	var t joinTokenRecord
+	var t JoinTokenRecord
 	if err := json.Unmarshal(value, &t); err != nil {
 		return reject(rejectMalformed, "%s: %v", key, err)
 	}
@@ -47,7 +47,7 @@ func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool), revok
 	}
 	if revoked(r.Signer) {
 		return reject(rejectRevoked, "%s: signed by key %s of %q, which 'starling node forget' revoked (the node needs a new identity: remove %s from its data dir)",
-			r.Key, member.KeyID(r.Signer), r.Origin, nodeKeyFile)
+			r.Key, member.KeyID(r.Signer), r.Origin, NodeKeyFile)
 	}
 	if want, ok := bound(r.Origin); ok && !bytes.Equal(want, r.Signer) {
 		return reject(rejectIdentity, "%s: signed by key %s, but node %q is key %s (free the name with 'starling node forget %s' if the node was replaced)",
@@ -58,11 +58,11 @@ func checkSignature(r crdt.Record, bound func(name string) ([]byte, bool), revok
 
 // checkRevocation checks a revocation record's value against its key.
 func checkRevocation(key string, value []byte) *rejection {
-	var rv revocation
+	var rv Revocation
 	if err := json.Unmarshal(value, &rv); err != nil {
 		return reject(rejectMalformed, "%s: %v", key, err)
 	}
-	if len(rv.Key) != ed25519.PublicKeySize || revokedKey(rv.Key) != key {
+	if len(rv.Key) != ed25519.PublicKeySize || RevokedKey(rv.Key) != key {
 		return reject(rejectKey, "record %q does not hold the key it names", key)
 	}
 	if errs := validation.IsDNS1123Label(rv.Name); len(errs) > 0 {

@@ -31,7 +31,7 @@ const maxRejectLogKeys = 1024
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
-	certs   *certCache                       // the cluster CA's verifier; nil with --insecure
+	certs   *CertCache                       // the cluster CA's verifier; nil with --insecure
 	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
 	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
 	// keyOwner returns the node whose held, live status record is signed
@@ -62,11 +62,11 @@ type rejects struct {
 	full      bool
 }
 
-func newRejects(cluster netip.Prefix, creds *credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
+func newRejects(cluster netip.Prefix, creds *Credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
 	log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	var certs *certCache
+	var certs *CertCache
 	if creds != nil {
-		certs = newCertCache(creds.CA)
+		certs = NewCertCache(creds.CA)
 	}
 	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
 }
@@ -131,7 +131,7 @@ func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 		return nil
 	}
 	cert, err := x509.ParseCertificate(s.Cert) // verified above
-	if err != nil || madeBeforeForget(cert, at) {
+	if err != nil || MadeBeforeForget(cert, at) {
 		return reject(rejectRevoked, "status of node %q: its certificate was made before 'starling node forget %s' (%s), which voids it; invite the node again with 'starling join-token %s'",
 			s.Name, s.Name, at.UTC().Format(time.RFC3339), s.Name)
 	}
@@ -144,7 +144,7 @@ func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 // (checkTakeover).
 func (x *rejects) checkStatus(s view.NodeStatus, r crdt.Record) *rejection {
 	if x.certs != nil {
-		if err := x.certs.verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
+		if err := x.certs.Verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)
 		}
 		if rj := x.checkForgotten(s); rj != nil {
@@ -213,10 +213,10 @@ func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {
 			return reject(rejectIdentity, "%s: delete of node %q's record by %q without a revocation of its key (use 'starling node forget', which revokes it first)", r.Key, name, r.Origin)
 		}
-	case kind == revokedKind && r.Deleted:
+	case kind == RevokedKind && r.Deleted:
 		return reject(rejectRevoked, "%s: revocations are never deleted", r.Key)
-	case kind == revokedKind:
-		var rv revocation
+	case kind == RevokedKind:
+		var rv Revocation
 		if json.Unmarshal(r.Value, &rv) != nil {
 			return reject(rejectMalformed, "%s: not a revocation", r.Key)
 		}

@@ -24,11 +24,11 @@ var Version = "dev"
 // tokens, the client config, key rotation): apiserver.Admin. join and
 // keys are nil with --insecure, and answer so.
 type admin struct {
-	*admission
-	keys   *keyring
+	*Admission
+	keys   *Keyring
 	status *self
 	token  string
-	trust  *trust
+	trust  *Trust
 }
 
 var _ apiserver.Admin = admin{}
@@ -39,7 +39,7 @@ var _ apiserver.Admin = admin{}
 func (ad admin) ClientConfig() api.ClientConfig {
 	cc := api.ClientConfig{Server: ad.status.apiURL(), Token: ad.token}
 	if ad.trust != nil {
-		cc.CAPin, cc.ServerPin = caPin(ad.trust.creds.CA), spkiPin(ad.trust.cert.Load())
+		cc.CAPin, cc.ServerPin = CaPin(ad.trust.Creds.CA), SpkiPin(ad.trust.Cert.Load())
 	}
 	return cc
 }
@@ -51,8 +51,8 @@ func (ad admin) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
 
 // peerAPI is what other nodes ask this one on the peer port.
 type peerAPI struct {
-	*admission
-	*keyring
+	*Admission
+	*Keyring
 }
 
 var _ apiserver.Peer = peerAPI{}
@@ -63,7 +63,7 @@ func (a *Agent) backend() apiserver.Backend {
 		Node:          a.cfg.Name,
 		Objects:       a.objects,
 		Cluster:       a.info,
-		Admin:         admin{admission: a.join, keys: a.keys, status: a.status, token: a.token, trust: a.trust},
+		Admin:         admin{Admission: a.join, keys: a.keys, status: a.status, token: a.token, trust: a.trust},
 		Images:        a.images,
 		Logs:          a.logs,
 		Metrics:       promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
@@ -76,7 +76,7 @@ func (a *Agent) handler() http.Handler { return apiserver.Handler(a.backend()) }
 
 // peerHandler is the node-to-node API of the peer port.
 func (a *Agent) peerHandler() http.Handler {
-	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.join, a.keys}, a.logs, a.images, a.trust.requirePeer)
+	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.join, a.keys}, a.logs, a.images, a.trust.RequirePeer)
 }
 
 // listen opens the agent's API listeners: the unix socket (always), the
@@ -111,14 +111,14 @@ func (a *Agent) listen() ([]*http.Server, []net.Listener, error) {
 			// TLS with the node's certificate; clients check it against
 			// the cluster CA's pin (starling config).
 			tl = tls.NewListener(tl, &tls.Config{MinVersion: tls.VersionTLS12,
-				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.trust.tlsCert(), nil }})
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.trust.TLSCert(), nil }})
 		}
-		auth := requireAuth(handler, a.token, a.cfg.Name, a.trust != nil, a.id.boundKey)
+		auth := RequireAuth(handler, a.token, a.cfg.Name, a.trust != nil, a.id.BoundKey)
 		servers = append(servers, &http.Server{Handler: auth, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
 	if a.trust != nil {
-		pl, err := listenPeers(a.cfg.BindAddr, a.trust)
+		pl, err := ListenPeers(a.cfg.BindAddr, a.trust)
 		if err != nil {
 			return fail(err)
 		}

@@ -81,8 +81,8 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		t.Fatalf("delete of b's record without a revocation: %q", got)
 	}
 	revoke := func(name string, key []byte) crdt.Record {
-		v, _ := json.Marshal(revocation{Name: name, Key: key})
-		return signAs(t, "a", crdt.Record{Key: revokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
+		v, _ := json.Marshal(Revocation{Name: name, Key: key})
+		return signAs(t, "a", crdt.Record{Key: RevokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
 	}
 	alive["b"] = true
 	if got := reason(revoke("b", first.Signer)); got != rejectRevoked {
@@ -91,7 +91,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	if got := reason(revoke("nobody", first.Signer)); got != rejectRevoked {
 		t.Fatalf("revocation of live b's key under another name: %q", got)
 	}
-	if got := reason(signAs(t, "a", crdt.Record{Key: revokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
+	if got := reason(signAs(t, "a", crdt.Record{Key: RevokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
 		t.Fatalf("delete of a revocation: %q", got)
 	}
 	alive["b"] = false

@@ -38,8 +38,8 @@ type self struct {
 
 	store   Store
 	clock   *hlc.Clock
-	id      *identity
-	trust   *trust // nil with --insecure
+	id      *Identity
+	trust   *Trust // nil with --insecure
 	members *members
 	subnets *subnets
 	publish func(...crdt.Record) error
@@ -86,7 +86,7 @@ func (s *self) status(replicas []api.Replica) view.NodeStatus {
 		Insecure:    s.insecure,
 		MemberSig:   true,
 		DiskFull:    s.diskFull.Load(),
-		Cert:        s.trust.certDER(),
+		Cert:        s.trust.CertDER(),
 	}
 }
 
@@ -140,7 +140,7 @@ func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 	}
 	if string(b) == s.last {
 		rec, ok, err := s.store.Get(view.StatusKey(s.name))
-		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.public())
+		own := ok && !rec.Deleted && rec.Origin == s.name && bytes.Equal(rec.Signer, s.id.Public())
 		if err != nil || own && string(rec.Value) == s.last {
 			return 0
 		}

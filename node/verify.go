@@ -117,7 +117,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case view.StatusKind, imageKind, revokedKind, joinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case view.StatusKind, imageKind, RevokedKind, JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -146,9 +146,9 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		return more(s, r)
 	case imageKind:
 		return checkImage(r.Key, r.Value)
-	case revokedKind:
+	case RevokedKind:
 		return checkRevocation(r.Key, r.Value)
-	case joinTokenKind:
+	case JoinTokenKind:
 		return checkJoinToken(r.Key, r.Value)
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)

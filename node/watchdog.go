@@ -90,7 +90,7 @@ func (l *lease) loop(ctx context.Context) {
 	if !l.enabled {
 		return
 	}
-	every(ctx, leaseRenewPeriod, l.renew)
+	Every(ctx, leaseRenewPeriod, l.renew)
 }
 
 // renew writes the lease, naming the cgroups of atMostOne, if this node
@@ -194,7 +194,7 @@ func ensureWatchdog(dataDir string) error {
 		return err
 	}
 	go cmd.Wait() // reap it if it exits while this agent runs
-	return writePrivate(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"))
+	return WritePrivate(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"))
 }
 
 // watchdogPoll is how often the watchdog reads the lease.
