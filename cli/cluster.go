@@ -11,12 +11,13 @@ import (
 
 	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // newInitCmd is `starling init`: a new cluster's secrets, made offline.
 func newInitCmd(g *globals) *cobra.Command {
 	host, _ := os.Hostname()
-	name, dataDir, caDir := host, node.DefaultConfig().DataDir, node.DefaultCADir()
+	name, dataDir, caDir := host, node.DefaultConfig().DataDir, trust.DefaultCADir()
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create a new cluster: its CA in --ca-dir, this node's key and certificate and the gossip key in --data-dir",
@@ -31,7 +32,7 @@ empty data dir makes a cluster by itself, keeping the CA key in its data
 dir (it warns until you move it: 'starling ca move-off').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pin, err := node.InitCluster(dataDir, caDir, name)
+			pin, err := trust.InitCluster(dataDir, caDir, name)
 			if err != nil {
 				return err
 			}
@@ -52,9 +53,9 @@ func findCADir(flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
 	}
-	tried := []string{node.DefaultCADir(), node.DefaultConfig().DataDir}
+	tried := []string{trust.DefaultCADir(), node.DefaultConfig().DataDir}
 	for _, d := range tried {
-		if node.HoldsCAKey(d) {
+		if trust.HoldsCAKey(d) {
 			return d, nil
 		}
 	}
@@ -64,7 +65,7 @@ func findCADir(flag string) (string, error) {
 // newJoinTokenCmd is `starling join-token NAME`: an invitation for one
 // node, made with the CA key.
 func newJoinTokenCmd(g *globals) *cobra.Command {
-	ttl, caDir := node.DefaultJoinTokenTTL, ""
+	ttl, caDir := trust.DefaultJoinTokenTTL, ""
 	cmd := &cobra.Command{
 		Use:   "join-token NODE-NAME",
 		Short: "Print an invitation (join token) for one new node; run it where the CA key is kept",
@@ -84,7 +85,7 @@ it with mode 0600 and delete it once the node joined.`,
 			if err != nil {
 				return err
 			}
-			tok, by, err := node.MakeInvitation(dir, args[0], ttl)
+			tok, by, err := trust.MakeInvitation(dir, args[0], ttl)
 			if err != nil {
 				return err
 			}
@@ -101,7 +102,7 @@ it with mode 0600 and delete it once the node joined.`,
 // newCACmd is `starling ca`: where the cluster's CA key is kept.
 func newCACmd(g *globals) *cobra.Command {
 	ca := &cobra.Command{Use: "ca", Short: "Keep the cluster's CA key off the nodes"}
-	dataDir, caDir := node.DefaultConfig().DataDir, node.DefaultCADir()
+	dataDir, caDir := node.DefaultConfig().DataDir, trust.DefaultCADir()
 	moveOff := &cobra.Command{
 		Use:   "move-off",
 		Short: "Move the CA key out of a node's data dir, to where invitations are made",
@@ -112,7 +113,7 @@ workstation, a USB key) for the best protection. Restart the agent to drop
 the key from its memory too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := node.MoveCAKey(dataDir, caDir); err != nil {
+			if err := trust.MoveCAKey(dataDir, caDir); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "moved the CA key from %s to %s; restart the agent to drop it from memory; make invitations with 'starling join-token NODE-NAME --ca-dir %s'\n", dataDir, caDir, caDir)

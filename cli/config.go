@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // The CLI's client config: one cluster's TCP API, the pin of its CA and
@@ -125,7 +125,7 @@ file; --server and --token override its server and token.`,
 				return err
 			}
 			// A new file, mode 0600 from its creation, renamed into place.
-			if err := node.WritePrivateFile(out, b); err != nil {
+			if err := trust.WritePrivateFile(out, b); err != nil {
 				return err
 			}
 			pin := cc.CAPin

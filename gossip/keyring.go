@@ -12,7 +12,7 @@ import (
 // old one), then uses it (encrypts with it), then removes the old one.
 // Between the steps every node can read every other, so the cluster keeps
 // working. The gossip layer only changes its own keyring; distributing the
-// key to the members is its caller's job (node/keys.go, over mutual TLS).
+// key to the members is its caller's job (node/trust/keys.go, over mutual TLS).
 
 // ErrNoKeyring: the cluster runs without encryption.
 var ErrNoKeyring = errors.New("gossip: no keyring (gossip is not encrypted)")

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -45,13 +47,13 @@ type Agent struct {
 	started time.Time
 
 	cluster *gossip.Cluster
-	id      *Identity
+	id      *trust.Identity
 	// trust holds the cluster's credentials and this node's certificate
-	// (pki.go, peertls.go), join admits new nodes (tokens.go) and keys
-	// rotates the gossip key (keys.go); all three nil with --insecure.
-	trust   *Trust
-	join    *Admission
-	keys    *Keyring
+	// (node/trust/pki.go, node/trust/peertls.go), join admits new nodes (node/trust/tokens.go) and keys
+	// rotates the gossip key (node/trust/keys.go); all three nil with --insecure.
+	trust   *trust.Trust
+	join    *trust.Admission
+	keys    *trust.Keyring
 	rejects *rejects
 	// auth binds membership to node keys (memberauth.go).
 	auth *memberAuth
@@ -171,7 +173,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	log = log.With("node", cfg.Name)
 	a := &Agent{cfg: cfg, log: log, rt: rt, clock: hlc.New(nil), started: time.Now(), metrics: newMetrics()}
 	if cfg.TokenFile != "" {
-		b, err := ReadSecretFile("--token-file", cfg.TokenFile)
+		b, err := trust.ReadSecretFile("--token-file", cfg.TokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +184,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
 	}
-	key, err := LoadOrCreateNodeKey(cfg.DataDir)
+	key, err := trust.LoadOrCreateNodeKey(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -200,9 +202,9 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		a.store = track(disk)
 	}
 	a.metrics.reg.MustRegister(storeMetrics(a.store)...)
-	a.id = &Identity{Name: cfg.Name, Key: key, Store: a.store}
+	a.id = &trust.Identity{Name: cfg.Name, Key: key, Store: a.store}
 	if creds != nil {
-		a.trust = NewTrust(creds, key, a.id)
+		a.trust = trust.NewTrust(creds, key, a.id)
 	}
 	clusterCIDR := view.PrefixOf(cluster)
 	a.rejects = newRejects(clusterCIDR, creds, a.id.BoundKey, a.id.IsRevoked, a.id.KeyOwner, log, a.metrics.rejectedRecords)
@@ -214,9 +216,9 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	}
 	a.members.certified = a.auth.certified
 	if a.trust != nil {
-		a.join = &Admission{Store: a.store, Id: a.id, Trust: a.trust, Clock: a.clock, Self: cfg.Name,
+		a.join = &trust.Admission{Store: a.store, Id: a.id, Trust: a.trust, Clock: a.clock, Self: cfg.Name,
 			Publish: a.publishDurable, GossipKeys: a.cluster.Keys, Log: log}
-		a.keys = &Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
+		a.keys = &trust.Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
 		a.members.keys = a.keys
 	}
 	a.wire(cfg, clusterCIDR, hn)

@@ -75,7 +75,7 @@ type Config struct {
 	Join []string
 	// JoinTokenFile holds a join token ('starling join-token'); a node
 	// that is not yet a member of a cluster joins with it through Join.
-	// Once joined, the node keeps its credentials in DataDir (pki.go) and
+	// Once joined, the node keeps its credentials in DataDir (node/trust/pki.go) and
 	// the token is not needed again. The file must not be readable by
 	// group or others.
 	JoinTokenFile string

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // TestNodeLabelsAreValidated: the defaults validate; labels that peers
@@ -33,27 +35,27 @@ func TestSecretFilesOpenToOthersAreRefused(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ReadSecretFile("--encrypt-key-file", path)
+	_, err := trust.ReadSecretFile("--encrypt-key-file", path)
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) || !strings.Contains(err.Error(), "0644") {
 		t.Fatalf("0644: %v", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := ReadSecretFile("--encrypt-key-file", path); err != nil || string(b) != "secret\n" {
+	if b, err := trust.ReadSecretFile("--encrypt-key-file", path); err != nil || string(b) != "secret\n" {
 		t.Fatalf("0600: %q %v", b, err)
 	}
 	// The node key is made private on first start and read back.
 	dir := t.TempDir()
-	k1, err := LoadOrCreateNodeKey(dir)
+	k1, err := trust.LoadOrCreateNodeKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(dir, NodeKeyFile))
+	fi, err := os.Stat(filepath.Join(dir, trust.NodeKeyFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("node key mode %v, %v", fi.Mode(), err)
 	}
-	k2, err := LoadOrCreateNodeKey(dir)
+	k2, err := trust.LoadOrCreateNodeKey(dir)
 	if err != nil || !k1.Equal(k2) {
 		t.Fatalf("node key not kept across starts: %v", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // setupCredentials gives a node what it needs to be a member: with
@@ -19,11 +21,11 @@ import (
 // its data dir; otherwise it joins with --join-token-file (whose
 // invitation brings the node's key, replacing key), or, given no --join,
 // creates a new cluster. It returns the node key. A node that holds the
-// CA key renews its certificate (renewNodeCert).
-func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*Credentials, ed25519.PrivateKey, error) {
+// CA key renews its certificate (trust.RenewNodeCert).
+func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*trust.Credentials, ed25519.PrivateKey, error) {
 	if cfg.Insecure {
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, CaCertFile)); err == nil {
-			return nil, nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, CaCertFile)
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, trust.CaCertFile)); err == nil {
+			return nil, nil, fmt.Errorf("--insecure: %s belongs to a secure cluster (it holds %s); start without --insecure", cfg.DataDir, trust.CaCertFile)
 		}
 		return nil, key, nil
 	}
@@ -35,25 +37,25 @@ func setupCredentials(ctx context.Context, cfg Config, key ed25519.PrivateKey, l
 		return nil, nil, fmt.Errorf("--name %s: this data dir's certificate is for node %q; start with --name %s", cfg.Name, cn, cn)
 	}
 	if !creds.NodeCert.PublicKey.(ed25519.PublicKey).Equal(key.Public()) {
-		return nil, nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s, %s and %s and join again with a new invitation", NodeCertFile, NodeKeyFile, NodeKeyFile, NodeCertFile, CaCertFile)
+		return nil, nil, fmt.Errorf("%s: the certificate is not for this node's key (%s); remove %s, %s and %s and join again with a new invitation", trust.NodeCertFile, trust.NodeKeyFile, trust.NodeKeyFile, trust.NodeCertFile, trust.CaCertFile)
 	}
-	if err := RenewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
+	if err := trust.RenewNodeCert(cfg.DataDir, creds, key, advertisedIPs(cfg), time.Now()); err != nil {
 		return nil, nil, err
 	}
-	if creds.CAKey == nil && creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-NodeCertRenewBefore)) {
+	if creds.CAKey == nil && creds.NodeCert.NotAfter.Before(creds.CA.NotAfter.Add(-trust.NodeCertRenewBefore)) {
 		log.Warn("this node's certificate ends long before the CA (a certificate of a build before invitations) and this node holds no CA key to renew it: start it once with ca.key in its data dir (docs/real-hosts.md, Upgrades), or forget it and invite it again, before then",
 			"notAfter", creds.NodeCert.NotAfter)
 	}
 	if creds.CAKey != nil {
-		log.Warn("this node's data dir holds the cluster's CA key: whoever takes this node can add nodes to the cluster. Keep it only where you make invitations: move "+CaCertFile+" and "+CaKeyFile+" there (e.g. 'starling ca move-off', docs/real-hosts.md)",
-			"file", filepath.Join(cfg.DataDir, CaKeyFile))
+		log.Warn("this node's data dir holds the cluster's CA key: whoever takes this node can add nodes to the cluster. Keep it only where you make invitations: move "+trust.CaCertFile+" and "+trust.CaKeyFile+" there (e.g. 'starling ca move-off', docs/real-hosts.md)",
+			"file", filepath.Join(cfg.DataDir, trust.CaKeyFile))
 	}
 	return creds, key, nil
 }
 
 // setupSecure is setupCredentials for a secure cluster.
-func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*Credentials, ed25519.PrivateKey, error) {
-	creds, err := LoadCredentials(cfg.DataDir)
+func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *slog.Logger) (*trust.Credentials, ed25519.PrivateKey, error) {
+	creds, err := trust.LoadCredentials(cfg.DataDir)
 	switch {
 	case err == nil:
 		if cfg.JoinTokenFile != "" {
@@ -68,17 +70,17 @@ func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *s
 		if len(cfg.Join) == 0 {
 			return nil, nil, errors.New("--join-token-file: also give --join with the address of any cluster node")
 		}
-		_, bindPort, err := SplitHostPort(cfg.BindAddr, 7946)
+		_, bindPort, err := trust.SplitHostPort(cfg.BindAddr, 7946)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--bind %q: %w", cfg.BindAddr, err)
 		}
-		return JoinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, cfg.Join, bindPort, log)
+		return trust.JoinWithToken(ctx, cfg.DataDir, cfg.JoinTokenFile, cfg.Name, cfg.Join, bindPort, log)
 	case len(cfg.Join) == 0:
-		if creds, err = CreateCluster(cfg.DataDir, cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
+		if creds, err = trust.CreateCluster(cfg.DataDir, cfg.DataDir, cfg.Name, key, advertisedIPs(cfg), time.Now()); err != nil {
 			return nil, nil, err
 		}
 		log.Info("created a new cluster (CA, gossip key and this node's certificate in the data dir); invite nodes with 'starling join-token NODE-NAME' on this machine",
-			"ca", CaPin(creds.CA)[:16], "dataDir", cfg.DataDir)
+			"ca", trust.CaPin(creds.CA)[:16], "dataDir", cfg.DataDir)
 		return creds, key, nil
 	default:
 		return nil, nil, fmt.Errorf("--join %s: joining a cluster needs an invitation: run 'starling join-token %s' where the cluster's CA key is kept (the first node, or where 'starling init' ran), save it to a file (chmod 600) and pass --join-token-file FILE",
@@ -91,7 +93,7 @@ func setupSecure(ctx context.Context, cfg Config, key ed25519.PrivateKey, log *s
 // wildcards left out.
 func advertisedIPs(cfg Config) []netip.Addr {
 	parse := func(s string) (netip.Addr, bool) {
-		host, _, err := SplitHostPort(s, 0)
+		host, _, err := trust.SplitHostPort(s, 0)
 		if s == "" || err != nil {
 			return netip.Addr{}, false
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/member"
 )
@@ -25,7 +27,7 @@ func (a *Agent) startGossip() error {
 			a.members.droppedState = true
 		}
 	}
-	host, port, err := SplitHostPort(a.cfg.BindAddr, 7946)
+	host, port, err := trust.SplitHostPort(a.cfg.BindAddr, 7946)
 	if err != nil {
 		return fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
 	}
@@ -36,7 +38,7 @@ func (a *Agent) startGossip() error {
 	a.auth = newMemberAuth(a.cfg.Name, a.id.Key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
 	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
 	if a.cfg.Advertise != "" {
-		ahost, aport, err := SplitHostPort(a.cfg.Advertise, port)
+		ahost, aport, err := trust.SplitHostPort(a.cfg.Advertise, port)
 		if err != nil {
 			return fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -31,10 +33,10 @@ type info struct {
 	cluster *gossip.Cluster
 	store   Store
 	clock   *hlc.Clock
-	id      *Identity
+	id      *trust.Identity
 	publish func(...crdt.Record) error
-	join    *Admission // nil with --insecure
-	keys    *Keyring   // nil with --insecure
+	join    *trust.Admission // nil with --insecure
+	keys    *trust.Keyring   // nil with --insecure
 	// certified reports whether a member is a node (memberAuth.certified;
 	// nil: every member is): get nodes lists nodes, not phantoms.
 	certified func(name string) bool
@@ -145,7 +147,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 	}
 	res := api.ForgetResult{Name: name}
 	if revoked != nil {
-		res.RevokedKey = GossipKeyID(revoked)
+		res.RevokedKey = trust.GossipKeyID(revoked)
 	}
 	// The forgotten node still holds the gossip key (and, like every
 	// node, the CA key: it could mint itself a new identity). A rotation
@@ -163,7 +165,7 @@ func (in *info) Forget(ctx context.Context, name string) (api.ForgetResult, erro
 }
 
 // forgetNode deletes a dead node's record, freeing its subnet and its
-// name at once, and revokes the key the name was bound to (identity.go):
+// name at once, and revokes the key the name was bound to (node/trust/identity.go):
 // the revocation is written first, so no node frees the name without
 // also refusing the old key; before it, the records the node wrote for
 // the cluster are written again by this node (adoptRecords).
@@ -183,11 +185,11 @@ func (in *info) forgetNode(name string) (revoked []byte, err error) {
 			return nil, err
 		}
 		recs = append(recs, adopted...)
-		b, err := json.Marshal(Revocation{Name: name, Key: rec.Signer})
+		b, err := json.Marshal(trust.Revocation{Name: name, Key: rec.Signer})
 		if err != nil {
 			return nil, err
 		}
-		recs = append(recs, crdt.Record{Key: RevokedKey(rec.Signer), Value: b, Version: in.clock.Now(), Origin: in.self})
+		recs = append(recs, crdt.Record{Key: trust.RevokedKey(rec.Signer), Value: b, Version: in.clock.Now(), Origin: in.self})
 		revoked = rec.Signer
 	}
 	in.clock.Update(rec.Version)
@@ -211,7 +213,7 @@ func (in *info) adoptRecords(key []byte) ([]crdt.Record, error) {
 	var out []crdt.Record
 	for _, r := range all {
 		kind, _, _ := strings.Cut(r.Key, "/")
-		if !bytes.Equal(r.Signer, key) || kind == view.StatusKind || kind == JoinTokenKind || kind == RevokedKind {
+		if !bytes.Equal(r.Signer, key) || kind == view.StatusKind || kind == trust.JoinTokenKind || kind == trust.RevokedKind {
 			continue
 		}
 		in.clock.Update(r.Version)

@@ -9,24 +9,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
-// testCA makes a cluster CA in a temp dir (initCluster, the CA key kept
+// testCA makes a cluster CA in a temp dir (trust.CreateCluster, the CA key kept
 // with the first node's credentials).
-func testCA(t testing.TB) *Credentials {
+func testCA(t testing.TB) *trust.Credentials {
 	t.Helper()
 	dir := t.TempDir()
-	creds, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := trust.CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return creds
 }
 
-func testInvitation(t testing.TB, creds *Credentials, name string, ttl time.Duration, now time.Time) Invitation {
+func testInvitation(t testing.TB, creds *trust.Credentials, name string, ttl time.Duration, now time.Time) trust.Invitation {
 	t.Helper()
-	inv, err := NewInvitation(creds.CA, creds.CAKey, name, ttl, now)
+	inv, err := trust.NewInvitation(creds.CA, creds.CAKey, name, ttl, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +38,11 @@ func testInvitation(t testing.TB, creds *Credentials, name string, ttl time.Dura
 func TestInvitationsParseAsPrinted(t *testing.T) {
 	creds := testCA(t)
 	inv := testInvitation(t, creds, "n2", time.Hour, time.Now())
-	got, err := ReadInvitation(inv.String() + "\n")
+	got, err := trust.ReadInvitation(inv.String() + "\n")
 	if err != nil || got.Pin != inv.Pin || !got.Cert.Equal(inv.Cert) || !got.Key.Equal(inv.Key) || got.Name() != "n2" {
 		t.Fatalf("parse(%q) = %+v, %v", inv, got, err)
 	}
-	if by, ok := JoinDeadline(got.Cert); !ok || by.Sub(time.Now()) > time.Hour || by.Sub(time.Now()) < 59*time.Minute {
+	if by, ok := trust.JoinDeadline(got.Cert); !ok || by.Sub(time.Now()) > time.Hour || by.Sub(time.Now()) < 59*time.Minute {
 		t.Fatalf("join deadline %v %v, want in an hour", by, ok)
 	}
 	other := testInvitation(t, creds, "n3", time.Hour, time.Now())
@@ -54,14 +56,14 @@ func TestInvitationsParseAsPrinted(t *testing.T) {
 		{s + "\n-A INPUT -j ACCEPT", "starling join-token NODE-NAME"},
 		{swapped, "not for the key it carries"},
 	} {
-		if _, err := ReadInvitation(bad.tok); err == nil || !strings.Contains(err.Error(), bad.msg) {
+		if _, err := trust.ReadInvitation(bad.tok); err == nil || !strings.Contains(err.Error(), bad.msg) {
 			t.Errorf("parse(%.40q...) = %v, want an error with %q", bad.tok, err, bad.msg)
 		}
 	}
-	if _, err := NewInvitation(creds.CA, creds.CAKey, "N2\n", time.Hour, time.Now()); err == nil || !strings.Contains(err.Error(), "--name") {
+	if _, err := trust.NewInvitation(creds.CA, creds.CAKey, "N2\n", time.Hour, time.Now()); err == nil || !strings.Contains(err.Error(), "--name") {
 		t.Errorf("an invitation for a bad name: %v", err)
 	}
-	if _, err := NewInvitation(creds.CA, creds.CAKey, "n2", 10*time.Second, time.Now()); err == nil || !strings.Contains(err.Error(), "--ttl") {
+	if _, err := trust.NewInvitation(creds.CA, creds.CAKey, "n2", 10*time.Second, time.Now()); err == nil || !strings.Contains(err.Error(), "--ttl") {
 		t.Errorf("an invitation with a 10s ttl: %v", err)
 	}
 }
@@ -69,10 +71,10 @@ func TestInvitationsParseAsPrinted(t *testing.T) {
 // testServer is the pin of the member admit runs on in these tests.
 const testServer = "1234abcd"
 
-// joinRequest is what joinWithToken sends for inv at unix to the member
+// joinRequest is what trust.JoinWithToken sends for inv at unix to the member
 // testServer, as signed by the invitation's key.
-func joinRequest(inv Invitation, unix int64) api.JoinRequest {
-	return SignJoinRequest(inv.Name(), inv.Key, inv.Cert.Raw, testServer, time.Unix(unix, 0))
+func joinRequest(inv trust.Invitation, unix int64) api.JoinRequest {
+	return trust.SignJoinRequest(inv.Name(), inv.Key, inv.Cert.Raw, testServer, time.Unix(unix, 0))
 }
 
 // TestAdmitChecksInvitationKeyAndName: a join needs a certificate the
@@ -96,11 +98,11 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 	forgotten := testInvitation(t, creds, "n6", 2*time.Hour, now.Add(-time.Hour))
 	otherCA := testCA(t)
 	foreign := testInvitation(t, otherCA, "n3", time.Hour, now)
-	joinedCert, err := SignNodeCert(creds.CA, creds.CAKey, "n7", keyOf("n7").Public().(ed25519.PublicKey), nil, now, time.Time{})
+	joinedCert, err := trust.SignNodeCert(creds.CA, creds.CAKey, "n7", keyOf("n7").Public().(ed25519.PublicKey), nil, now, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	look := AdmitLookups{
+	look := trust.AdmitLookups{
 		Ca:      creds.CA,
 		Self:    testServer,
 		Bound:   func(name string) ([]byte, bool) { return n2.Key.Public().(ed25519.PublicKey), name == "n2" },
@@ -112,7 +114,7 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		},
 	}
 	unix := now.Unix()
-	with := func(inv Invitation, f func(*api.JoinRequest)) api.JoinRequest {
+	with := func(inv trust.Invitation, f func(*api.JoinRequest)) api.JoinRequest {
 		r := joinRequest(inv, unix)
 		f(&r)
 		return r
@@ -127,7 +129,7 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		{"valid", joinRequest(good, unix), 0, ""},
 		{"made after a forget, clocks 3 s apart", joinRequest(reinvited, unix), 0, ""},
 		{"a used invitation, past its deadline", joinRequest(n2, unix), http.StatusForbidden, "time to join ended"},
-		{"meant for another member", SignJoinRequest("n3", good.Key, good.Cert.Raw, "feedbeef", now), http.StatusForbidden, "meant for another member"},
+		{"meant for another member", trust.SignJoinRequest("n3", good.Key, good.Cert.Raw, "feedbeef", now), http.StatusForbidden, "meant for another member"},
 		{"from the future", joinRequest(good, unix+600), http.StatusForbidden, "check the clocks"},
 		{"bad name", with(good, func(r *api.JoinRequest) { r.Name = "N3\n" }), http.StatusBadRequest, "--name"},
 		{"bad key", with(good, func(r *api.JoinRequest) { r.Key = r.Key[:5] }), http.StatusBadRequest, "node key"},
@@ -136,7 +138,7 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		{"another name's certificate", with(good, func(r *api.JoinRequest) { r.Name = "n9" }), http.StatusForbidden, `not "n9"`},
 		{"another key's certificate", with(good, func(r *api.JoinRequest) { r.Key = keyOf("x").Public().(ed25519.PublicKey) }), http.StatusForbidden, "not the record's signer"},
 		{"not signed by the key", with(good, func(r *api.JoinRequest) {
-			r.Sig = ed25519.Sign(keyOf("x"), JoinSigningBytes("n3", r.Cert, testServer, unix))
+			r.Sig = ed25519.Sign(keyOf("x"), trust.JoinSigningBytes("n3", r.Cert, testServer, unix))
 		}), http.StatusForbidden, "not signed by the invitation's key"},
 		{"signature over another time", with(good, func(r *api.JoinRequest) { r.Time++ }), http.StatusForbidden, "not signed by the invitation's key"},
 		{"stale request", joinRequest(good, unix-600), http.StatusForbidden, "check the clocks"},
@@ -144,14 +146,14 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 		{"a joined node's certificate", with(good, func(r *api.JoinRequest) {
 			k := keyOf("n7")
 			r.Name, r.Key, r.Cert = "n7", k.Public().(ed25519.PublicKey), joinedCert.Raw
-			r.Sig = ed25519.Sign(k, JoinSigningBytes("n7", r.Cert, testServer, unix))
+			r.Sig = ed25519.Sign(k, trust.JoinSigningBytes("n7", r.Cert, testServer, unix))
 		}), http.StatusForbidden, "no join deadline"},
 		{"revoked key", joinRequest(revoked, unix), http.StatusForbidden, "revoked"},
 		{"made before a forget", joinRequest(forgotten, unix), http.StatusForbidden, "made before 'starling node forget n6'"},
 		{"name in use", with(testInvitation(t, creds, "n2", time.Hour, now), keep), http.StatusConflict, "starling node forget n2"},
 	}
 	for _, tc := range cases {
-		rf := Admit(tc.req, look, now)
+		rf := trust.Admit(tc.req, look, now)
 		switch {
 		case tc.status == 0 && rf != nil:
 			t.Errorf("%s: refused: %v", tc.name, rf)
@@ -168,41 +170,41 @@ func TestAdmitChecksInvitationKeyAndName(t *testing.T) {
 // refused, and the data dir keeps its key.
 func TestMoveCAKeyOffANode(t *testing.T) {
 	dir, caDir, otherDir := t.TempDir(), t.TempDir(), t.TempDir()
-	creds, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := trust.CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CreateCluster(t.TempDir(), otherDir, "x", keyOf("x"), nil, time.Now()); err != nil {
+	if _, err := trust.CreateCluster(t.TempDir(), otherDir, "x", keyOf("x"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := MoveCAKey(dir, otherDir); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
-		t.Fatalf("move to another cluster's CA dir: %v (data dir still holds its key: %v)", err, HoldsCAKey(dir))
+	if err := trust.MoveCAKey(dir, otherDir); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !trust.HoldsCAKey(dir) {
+		t.Fatalf("move to another cluster's CA dir: %v (data dir still holds its key: %v)", err, trust.HoldsCAKey(dir))
 	}
-	if err := MoveCAKey(dir, dir+"/."); err == nil || !strings.Contains(err.Error(), "the data dir itself") || !HoldsCAKey(dir) {
-		t.Fatalf("move to the data dir under another name: %v (data dir still holds its key: %v)", err, HoldsCAKey(dir))
+	if err := trust.MoveCAKey(dir, dir+"/."); err == nil || !strings.Contains(err.Error(), "the data dir itself") || !trust.HoldsCAKey(dir) {
+		t.Fatalf("move to the data dir under another name: %v (data dir still holds its key: %v)", err, trust.HoldsCAKey(dir))
 	}
 	certOnly := t.TempDir()
-	if err := os.WriteFile(filepath.Join(certOnly, CaCertFile), mustRead(t, filepath.Join(otherDir, CaCertFile)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(certOnly, trust.CaCertFile), mustRead(t, filepath.Join(otherDir, trust.CaCertFile)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := MoveCAKey(dir, certOnly); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !HoldsCAKey(dir) {
+	if err := trust.MoveCAKey(dir, certOnly); err == nil || !strings.Contains(err.Error(), "another cluster's CA") || !trust.HoldsCAKey(dir) {
 		t.Fatalf("move to a dir with another cluster's CA certificate only: %v", err)
 	}
-	if err := MoveCAKey(dir, caDir); err != nil {
+	if err := trust.MoveCAKey(dir, caDir); err != nil {
 		t.Fatal(err)
 	}
-	if HoldsCAKey(dir) || !HoldsCAKey(caDir) {
-		t.Fatalf("after move-off: data dir holds a CA key %v, CA dir %v", HoldsCAKey(dir), HoldsCAKey(caDir))
+	if trust.HoldsCAKey(dir) || !trust.HoldsCAKey(caDir) {
+		t.Fatalf("after move-off: data dir holds a CA key %v, CA dir %v", trust.HoldsCAKey(dir), trust.HoldsCAKey(caDir))
 	}
-	if _, _, err := MakeInvitation(dir, "n2", time.Hour); err == nil {
+	if _, _, err := trust.MakeInvitation(dir, "n2", time.Hour); err == nil {
 		t.Fatal("an invitation made from a data dir without the CA key")
 	}
-	tok, _, err := MakeInvitation(caDir, "n2", time.Hour)
+	tok, _, err := trust.MakeInvitation(caDir, "n2", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := ReadInvitation(tok)
-	if err != nil || inv.Pin != CaPin(creds.CA) || VerifyNodeCert(inv.Cert, creds.CA, "n2", inv.Key.Public().(ed25519.PublicKey), time.Now()) != nil {
+	inv, err := trust.ReadInvitation(tok)
+	if err != nil || inv.Pin != trust.CaPin(creds.CA) || trust.VerifyNodeCert(inv.Cert, creds.CA, "n2", inv.Key.Public().(ed25519.PublicKey), time.Now()) != nil {
 		t.Fatalf("invitation from the CA dir: %v", err)
 	}
 }

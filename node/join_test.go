@@ -18,19 +18,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/store"
 )
 
 // joinServer runs the peer port of a cluster's first node (credentials
-// made by initCluster in a temp dir, which holds the CA key); it returns
+// made by trust.CreateCluster in a temp dir, which holds the CA key); it returns
 // the node and the server.
 func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 	t.Helper()
 	dir := t.TempDir()
 	key := keyOf("n1")
-	creds, err := CreateCluster(dir, dir, "n1", key, nil, time.Now())
+	creds, err := trust.CreateCluster(dir, dir, "n1", key, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,8 +42,8 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 	}
 	t.Cleanup(func() { st.Close() })
 	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: track(st), clock: hlc.New(nil),
-		id: &Identity{Name: "n1", Key: key, Store: st}}
-	a.trust = NewTrust(creds, key, a.id)
+		id: &trust.Identity{Name: "n1", Key: key, Store: st}}
+	a.trust = trust.NewTrust(creds, key, a.id)
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort, gc.SecretKey = "n1", "127.0.0.1", 0, creds.GossipKeys[0]
 	gc.Logger = a.log
@@ -49,7 +51,7 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.cluster.Shutdown() })
-	a.join = &Admission{Store: st, Id: a.id, Trust: a.trust, Clock: a.clock, Self: "n1", GossipKeys: a.cluster.Keys, Log: a.log}
+	a.join = &trust.Admission{Store: st, Id: a.id, Trust: a.trust, Clock: a.clock, Self: "n1", GossipKeys: a.cluster.Keys, Log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
 	srv.TLS = a.trust.ServerTLS()
 	// httptest would put its own certificate in an empty list.
@@ -79,11 +81,11 @@ func writeToken(t *testing.T, tok string) string {
 func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	a, srv := joinServer(t)
 	seed := strings.TrimPrefix(srv.URL, "https://")
-	host, port, _ := SplitHostPort(seed, 0)
-	// joinWithToken dials the gossip port + 1.
+	host, port, _ := trust.SplitHostPort(seed, 0)
+	// trust.JoinWithToken dials the gossip port + 1.
 	gossipAddr := net.JoinHostPort(host, strconv.Itoa(port-1))
 	dir := t.TempDir()
-	made, err := LoadOrCreateNodeKey(dir) // as the agent does before it joins
+	made, err := trust.LoadOrCreateNodeKey(dir) // as the agent does before it joins
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,26 +93,26 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	creds, key, err := JoinWithToken(ctx, dir, writeToken(t, inv.String()), "n2", []string{gossipAddr}, 7946, log)
+	creds, key, err := trust.JoinWithToken(ctx, dir, writeToken(t, inv.String()), "n2", []string{gossipAddr}, 7946, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !key.Equal(inv.Key) || key.Equal(made) {
 		t.Fatal("the joined node's key is not the invitation's")
 	}
-	if saved, err := LoadOrCreateNodeKey(dir); err != nil || !saved.Equal(inv.Key) {
+	if saved, err := trust.LoadOrCreateNodeKey(dir); err != nil || !saved.Equal(inv.Key) {
 		t.Fatalf("node.key after the join is not the invitation's key (%v)", err)
 	}
 	if !creds.CA.Equal(a.trust.Creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.trust.Creds.GossipKeys[0]) || creds.CAKey != nil {
 		t.Fatal("the joined node holds another CA or gossip key, or a CA key")
 	}
-	for _, f := range []string{CaCertFile, NodeCertFile, GossipKeyFile, NodeKeyFile} {
+	for _, f := range []string{trust.CaCertFile, trust.NodeCertFile, trust.GossipKeyFile, trust.NodeKeyFile} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v mode %v", f, err, fi.Mode())
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, CaKeyFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, trust.CaKeyFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the joined node has a CA key file: %v", err)
 	}
 	cfg := DefaultConfig()
@@ -121,24 +123,24 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 
 	otherCA := testCA(t)
 	wrongPin := testInvitation(t, a.trust.Creds, "n3", time.Hour, time.Now())
-	wrongPin.Pin = CaPin(otherCA.CA)
+	wrongPin.Pin = trust.CaPin(otherCA.CA)
 	start := time.Now()
-	_, _, err = JoinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", []string{gossipAddr}, 7946, log)
+	_, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "does not chain to the pinned cluster CA") || time.Since(start) > 5*time.Second {
 		t.Fatalf("an invitation pinning another CA: %v after %s", err, time.Since(start))
 	}
 	foreign := testInvitation(t, otherCA, "n3", time.Hour, time.Now())
-	foreign.Pin = CaPin(a.trust.Creds.CA)
+	foreign.Pin = trust.CaPin(a.trust.Creds.CA)
 	start = time.Now()
-	_, _, err = JoinWithToken(ctx, t.TempDir(), writeToken(t, foreign.String()), "n3", []string{gossipAddr}, 7946, log)
+	_, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, foreign.String()), "n3", []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "starling join-token n3") || time.Since(start) > 5*time.Second {
 		t.Fatalf("another CA's certificate: %v after %s", err, time.Since(start))
 	}
-	if _, _, err = JoinWithToken(ctx, t.TempDir(), writeToken(t, inv.String()), "n9", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "start with --name n2") {
+	if _, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, inv.String()), "n9", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "start with --name n2") {
 		t.Fatalf("an invitation for another name: %v", err)
 	}
 	late := testInvitation(t, a.trust.Creds, "n4", time.Minute, time.Now().Add(-time.Hour))
-	if _, _, err = JoinWithToken(ctx, t.TempDir(), writeToken(t, late.String()), "n4", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "time to join ended") {
+	if _, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, late.String()), "n4", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "time to join ended") {
 		t.Fatalf("an invitation past its deadline: %v", err)
 	}
 }
@@ -188,11 +190,11 @@ func TestSetupCredentials(t *testing.T) {
 	shortCA := *creds.CA
 	shortCA.NotAfter = time.Now().Add(10 * 24 * time.Hour)
 	// It names the advertised address: only its end is due.
-	old, err := SignNodeCert(&shortCA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, time.Now().Add(-80*24*time.Hour), time.Time{})
+	old, err := trust.SignNodeCert(&shortCA, creds.CAKey, "n1", key.Public().(ed25519.PublicKey), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, time.Now().Add(-80*24*time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePEM(filepath.Join(dir, NodeCertFile), "CERTIFICATE", old.Raw); err != nil {
+	if err := trust.WritePEM(filepath.Join(dir, trust.NodeCertFile), "CERTIFICATE", old.Raw); err != nil {
 		t.Fatal(err)
 	}
 	renewed, _, err := setupCredentials(ctx, cfg, key, log)
@@ -201,10 +203,10 @@ func TestSetupCredentials(t *testing.T) {
 	}
 	// Moved off, the CA key renews nothing and is not warned about; the
 	// short certificate is.
-	if err := WritePEM(filepath.Join(dir, NodeCertFile), "CERTIFICATE", old.Raw); err != nil {
+	if err := trust.WritePEM(filepath.Join(dir, trust.NodeCertFile), "CERTIFICATE", old.Raw); err != nil {
 		t.Fatal(err)
 	}
-	if err := MoveCAKey(dir, t.TempDir()); err != nil {
+	if err := trust.MoveCAKey(dir, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	logs.Reset()
@@ -221,7 +223,7 @@ func TestSetupCredentials(t *testing.T) {
 // rewritten, its certificate is not).
 func BenchmarkAcceptCertifiedStatusRecord(b *testing.B) {
 	creds := testCA(b)
-	cert, err := SignNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	cert, err := trust.SignNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -247,12 +249,12 @@ func BenchmarkAcceptCertifiedStatusRecord(b *testing.B) {
 func BenchmarkVerifyNodeCert(b *testing.B) {
 	creds := testCA(b)
 	pub := keyOf("b").Public().(ed25519.PublicKey)
-	cert, err := SignNodeCert(creds.CA, creds.CAKey, "b", pub, nil, time.Now(), time.Time{})
+	cert, err := trust.SignNodeCert(creds.CA, creds.CAKey, "b", pub, nil, time.Now(), time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if err := NewCertCache(creds.CA).Verify(cert.Raw, "b", pub, time.Now()); err != nil {
+		if err := trust.NewCertCache(creds.CA).Verify(cert.Raw, "b", pub, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -262,7 +264,7 @@ func BenchmarkVerifyNodeCert(b *testing.B) {
 // with keyOf(keyName) and a certificate for them, and its own store, in
 // which each of known is bound to keyOf(its name), as a certified status
 // record makes it.
-func peerTrust(t *testing.T, creds *Credentials, name, keyName string, known ...string) *Trust {
+func peerTrust(t *testing.T, creds *trust.Credentials, name, keyName string, known ...string) *trust.Trust {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "store"))
 	if err != nil {
@@ -277,11 +279,11 @@ func peerTrust(t *testing.T, creds *Credentials, name, keyName string, known ...
 		}
 	}
 	key := keyOf(keyName)
-	cert, err := SignNodeCert(creds.CA, creds.CAKey, name, key.Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	cert, err := trust.SignNodeCert(creds.CA, creds.CAKey, name, key.Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := *creds
 	c.NodeCert = cert
-	return NewTrust(&c, key, &Identity{Name: name, Key: key, Store: st})
+	return trust.NewTrust(&c, key, &trust.Identity{Name: name, Key: key, Store: st})
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/logfile"
@@ -45,7 +47,7 @@ func (l *logs) ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name
 		o.Follow = func() bool { return l.replicas.runningNow(id) }
 	}
 	if len(logfile.Files(path)) == 0 {
-		if r.Header.Get(ProxiedHeader) == "" && l.proxy(w, r) {
+		if r.Header.Get(trust.ProxiedHeader) == "" && l.proxy(w, r) {
 			return
 		}
 		what := "no logs"

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
 )
@@ -47,7 +49,7 @@ type members struct {
 	log       *slog.Logger
 	// keys refreshes the gossip keys after a rotation this node missed
 	// (nil with --insecure).
-	keys *Keyring
+	keys *trust.Keyring
 	// fenceTimeout is how long a forgotten node keeps its replicas
 	// (--fence-timeout); onForgotten stops them (nil: nothing runs).
 	fenceTimeout time.Duration

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/opencontainers/go-digest"
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/client"
@@ -17,8 +19,8 @@ import (
 // peers is how this node calls other nodes (log proxying, image blobs).
 type peers struct {
 	self    string
-	trust   *Trust // nil with --insecure
-	id      *Identity
+	trust   *trust.Trust // nil with --insecure
+	id      *trust.Identity
 	cluster *gossip.Cluster
 }
 
@@ -61,7 +63,7 @@ func (p *peers) endpoint(name string, s view.NodeStatus) (base *url.URL, rt http
 	if p.trust == nil {
 		api, ok := p.api(name, s)
 		if !ok {
-			return nil, nil, nil, ErrNoPeerAPI
+			return nil, nil, nil, trust.ErrNoPeerAPI
 		}
 		if base, err = url.Parse(api); err != nil {
 			return nil, nil, nil, err
@@ -69,14 +71,14 @@ func (p *peers) endpoint(name string, s view.NodeStatus) (base *url.URL, rt http
 		return base, peerAPIClient.Transport, func(req *http.Request) {
 			req.Header = http.Header{}
 			p.id.SignPeerRequest(req, name, time.Now())
-			req.Header.Set(ProxiedHeader, p.self)
+			req.Header.Set(trust.ProxiedHeader, p.self)
 		}, nil
 	}
-	addr, ok := PeerAddr(p.cluster.Members(), name)
+	addr, ok := trust.PeerAddr(p.cluster.Members(), name)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("node %s is not a member", name)
 	}
-	return &url.URL{Scheme: "https", Host: addr}, PeerHTTPClient(p.trust.ClientTLS(name), 0).Transport,
+	return &url.URL{Scheme: "https", Host: addr}, trust.PeerHTTPClient(p.trust.ClientTLS(name), 0).Transport,
 		func(req *http.Request) { req.Header = http.Header{} }, nil
 }
 

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
@@ -28,19 +30,19 @@ import (
 // for that node and the record's signer.
 func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 	d := t.TempDir()
-	creds, err := CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
+	creds, err := trust.CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreignCA, foreignKey, _ := NewCA(time.Now())
-	cert := func(ca *Credentials, name, keyName string) []byte {
-		c, err := SignNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	foreignCA, foreignKey, _ := trust.NewCA(time.Now())
+	cert := func(ca *trust.Credentials, name, keyName string) []byte {
+		c, err := trust.SignNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.Raw
 	}
-	foreign := &Credentials{CA: foreignCA, CAKey: foreignKey}
+	foreign := &trust.Credentials{CA: foreignCA, CAKey: foreignKey}
 	m := newMetrics()
 	x := newRejects(testClusterCIDR, creds, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), m.rejectedRecords)
 	cases := []struct {
@@ -75,7 +77,7 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 // it binds the name.
 func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 	d := t.TempDir()
-	creds, err := CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
+	creds, err := trust.CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 		{"made two hours before the forget", now.Add(-3 * time.Hour), false},
 		{"made after the forget", now, true},
 	} {
-		c, err := SignNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, tc.issued, time.Time{})
+		c, err := trust.SignNodeCert(creds.CA, creds.CAKey, "b", keyOf("b").Public().(ed25519.PublicKey), nil, tc.issued, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,13 +112,13 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 // client and as a server; a request with no certificate gets 401.
 func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 	d := t.TempDir()
-	creds, err := CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := trust.CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(a *Trust) string {
+	serve := func(a *trust.Trust) string {
 		srv := httptest.NewUnstartedServer(a.RequirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, "hello "+r.Header.Get(ProxiedHeader))
+			io.WriteString(w, "hello "+r.Header.Get(trust.ProxiedHeader))
 		})))
 		srv.TLS = a.ServerTLS()
 		srv.TLS.Certificates = []tls.Certificate{*a.TLSCert()} // else httptest puts its own
@@ -125,7 +127,7 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	call := func(from *Trust, to, url string) (int, string, error) {
+	call := func(from *trust.Trust, to, url string) (int, string, error) {
 		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.ClientTLS(to)}}
 		resp, err := client.Get(url)
 		if err != nil {
@@ -164,11 +166,11 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 // after renewing its certificate (same key).
 func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	d := t.TempDir()
-	creds, err := CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := trust.CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(tr *Trust) string {
+	serve := func(tr *trust.Trust) string {
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 		srv.TLS = tr.ServerTLS()
 		srv.TLS.Certificates = []tls.Certificate{*tr.TLSCert()}
@@ -180,14 +182,14 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	real := peerTrust(t, creds, "n1", "n1")
 	impostor := peerTrust(t, creds, "n1", "evil")
 	get := func(url, serverPin string) error {
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: client.PinnedTLS(CaPin(creds.CA), serverPin)}}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: client.PinnedTLS(trust.CaPin(creds.CA), serverPin)}}
 		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err
 	}
-	pin := SpkiPin(real.Cert.Load())
+	pin := trust.SpkiPin(real.Cert.Load())
 	if err := get(serve(real), pin); err != nil {
 		t.Fatalf("the pinned node: %v", err)
 	}
@@ -197,7 +199,7 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 	if err := get(serve(impostor), ""); err != nil {
 		t.Fatalf("with the CA pin alone (joining), any node will do: %v", err)
 	}
-	renewed, err := SignNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
+	renewed, err := trust.SignNodeCert(creds.CA, creds.CAKey, "n1", keyOf("n1").Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,10 +214,10 @@ func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
 // for an empty one (which would make a new CA).
 func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
+	if _, err := trust.CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, CaCertFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, trust.CaCertFile)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -224,7 +226,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "damaged") || errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("setup with ca.crt gone: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, CaCertFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, trust.CaCertFile)); err == nil {
 		t.Fatal("a new CA was made")
 	}
 }
@@ -236,7 +238,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 // revocation reaches it, the same request installs the key.
 func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	a, _ := joinServer(t)
-	a.keys = &Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
+	a.keys = &trust.Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
 	srv.TLS = a.trust.ServerTLS()
 	srv.TLS.Certificates = []tls.Certificate{*a.trust.TLSCert()}
@@ -262,14 +264,14 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, ErrRevocationPending.Error()) {
+	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, trust.ErrRevocationPending.Error()) {
 		t.Fatalf("install before the revocation arrived: %d %s", code, body)
 	}
 	if len(a.cluster.Keys()) != 1 {
 		t.Fatalf("the key was installed before the revocation arrived: %d keys", len(a.cluster.Keys()))
 	}
-	rv, _ := json.Marshal(Revocation{Name: "n3", Key: forgotten})
-	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: RevokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
+	rv, _ := json.Marshal(trust.Revocation{Name: "n3", Key: forgotten})
+	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: trust.RevokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := install(); code != http.StatusOK {

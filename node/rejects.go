@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -31,11 +33,11 @@ const maxRejectLogKeys = 1024
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
-	certs   *CertCache                       // the cluster CA's verifier; nil with --insecure
-	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Agent.boundKey)
-	revoked func(key []byte) bool            // whether a key was revoked (Agent.isRevoked)
+	certs   *trust.CertCache                 // the cluster CA's verifier; nil with --insecure
+	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Identity.BoundKey)
+	revoked func(key []byte) bool            // whether a key was revoked (Identity.IsRevoked)
 	// keyOwner returns the node whose held, live status record is signed
-	// by key, if any (Agent.keyOwner).
+	// by key, if any (Identity.KeyOwner).
 	keyOwner func(key []byte) (string, bool)
 	// claimsNear returns the node statuses this node holds whose subnet
 	// claims overlap the argument's (for checkTakeover); nil until
@@ -51,8 +53,8 @@ type rejects struct {
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
 	live atomic.Pointer[func(name string) bool]
-	// forgotten is when a node name was last forgotten (identity.
-	// forgottenAt); nil: never checked. A status record that would bind
+	// forgotten is when a node name was last forgotten
+	// (Identity.ForgottenAt); nil: never checked. A status record that would bind
 	// a free name with a certificate made before that is refused.
 	forgotten func(name string) (time.Time, bool)
 	log       *slog.Logger
@@ -62,11 +64,11 @@ type rejects struct {
 	full      bool
 }
 
-func newRejects(cluster netip.Prefix, creds *Credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
+func newRejects(cluster netip.Prefix, creds *trust.Credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
 	log *slog.Logger, count *prometheus.CounterVec) *rejects {
-	var certs *CertCache
+	var certs *trust.CertCache
 	if creds != nil {
-		certs = NewCertCache(creds.CA)
+		certs = trust.NewCertCache(creds.CA)
 	}
 	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
 }
@@ -131,7 +133,7 @@ func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 		return nil
 	}
 	cert, err := x509.ParseCertificate(s.Cert) // verified above
-	if err != nil || MadeBeforeForget(cert, at) {
+	if err != nil || trust.MadeBeforeForget(cert, at) {
 		return reject(rejectRevoked, "status of node %q: its certificate was made before 'starling node forget %s' (%s), which voids it; invite the node again with 'starling join-token %s'",
 			s.Name, s.Name, at.UTC().Format(time.RFC3339), s.Name)
 	}
@@ -213,10 +215,10 @@ func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {
 			return reject(rejectIdentity, "%s: delete of node %q's record by %q without a revocation of its key (use 'starling node forget', which revokes it first)", r.Key, name, r.Origin)
 		}
-	case kind == RevokedKind && r.Deleted:
+	case kind == trust.RevokedKind && r.Deleted:
 		return reject(rejectRevoked, "%s: revocations are never deleted", r.Key)
-	case kind == RevokedKind:
-		var rv Revocation
+	case kind == trust.RevokedKind:
+		var rv trust.Revocation
 		if json.Unmarshal(r.Value, &rv) != nil {
 			return reject(rejectMalformed, "%s: not a revocation", r.Key)
 		}

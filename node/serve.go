@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -24,11 +26,11 @@ var Version = "dev"
 // tokens, the client config, key rotation): apiserver.Admin. join and
 // keys are nil with --insecure, and answer so.
 type admin struct {
-	*Admission
-	keys   *Keyring
+	*trust.Admission
+	keys   *trust.Keyring
 	status *self
 	token  string
-	trust  *Trust
+	trust  *trust.Trust
 }
 
 var _ apiserver.Admin = admin{}
@@ -39,7 +41,7 @@ var _ apiserver.Admin = admin{}
 func (ad admin) ClientConfig() api.ClientConfig {
 	cc := api.ClientConfig{Server: ad.status.apiURL(), Token: ad.token}
 	if ad.trust != nil {
-		cc.CAPin, cc.ServerPin = CaPin(ad.trust.Creds.CA), SpkiPin(ad.trust.Cert.Load())
+		cc.CAPin, cc.ServerPin = trust.CaPin(ad.trust.Creds.CA), trust.SpkiPin(ad.trust.Cert.Load())
 	}
 	return cc
 }
@@ -51,8 +53,8 @@ func (ad admin) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
 
 // peerAPI is what other nodes ask this one on the peer port.
 type peerAPI struct {
-	*Admission
-	*Keyring
+	*trust.Admission
+	*trust.Keyring
 }
 
 var _ apiserver.Peer = peerAPI{}
@@ -113,12 +115,12 @@ func (a *Agent) listen() ([]*http.Server, []net.Listener, error) {
 			tl = tls.NewListener(tl, &tls.Config{MinVersion: tls.VersionTLS12,
 				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.trust.TLSCert(), nil }})
 		}
-		auth := RequireAuth(handler, a.token, a.cfg.Name, a.trust != nil, a.id.BoundKey)
+		auth := trust.RequireAuth(handler, a.token, a.cfg.Name, a.trust != nil, a.id.BoundKey)
 		servers = append(servers, &http.Server{Handler: auth, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
 	if a.trust != nil {
-		pl, err := ListenPeers(a.cfg.BindAddr, a.trust)
+		pl, err := trust.ListenPeers(a.cfg.BindAddr, a.trust)
 		if err != nil {
 			return fail(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -81,8 +83,8 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		t.Fatalf("delete of b's record without a revocation: %q", got)
 	}
 	revoke := func(name string, key []byte) crdt.Record {
-		v, _ := json.Marshal(Revocation{Name: name, Key: key})
-		return signAs(t, "a", crdt.Record{Key: RevokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
+		v, _ := json.Marshal(trust.Revocation{Name: name, Key: key})
+		return signAs(t, "a", crdt.Record{Key: trust.RevokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
 	}
 	alive["b"] = true
 	if got := reason(revoke("b", first.Signer)); got != rejectRevoked {
@@ -91,7 +93,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	if got := reason(revoke("nobody", first.Signer)); got != rejectRevoked {
 		t.Fatalf("revocation of live b's key under another name: %q", got)
 	}
-	if got := reason(signAs(t, "a", crdt.Record{Key: RevokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
+	if got := reason(signAs(t, "a", crdt.Record{Key: trust.RevokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
 		t.Fatalf("delete of a revocation: %q", got)
 	}
 	alive["b"] = false

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -38,8 +40,8 @@ type self struct {
 
 	store   Store
 	clock   *hlc.Clock
-	id      *Identity
-	trust   *Trust // nil with --insecure
+	id      *trust.Identity
+	trust   *trust.Trust // nil with --insecure
 	members *members
 	subnets *subnets
 	publish func(...crdt.Record) error

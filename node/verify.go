@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/view"
 
@@ -117,7 +119,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case view.StatusKind, imageKind, RevokedKind, JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 			return nil
 		}
 		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -146,9 +148,9 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		return more(s, r)
 	case imageKind:
 		return checkImage(r.Key, r.Value)
-	case RevokedKind:
+	case trust.RevokedKind:
 		return checkRevocation(r.Key, r.Value)
-	case JoinTokenKind:
+	case trust.JoinTokenKind:
 		return checkJoinToken(r.Key, r.Value)
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/trust"
+
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
 )
@@ -90,7 +92,7 @@ func (l *lease) loop(ctx context.Context) {
 	if !l.enabled {
 		return
 	}
-	Every(ctx, leaseRenewPeriod, l.renew)
+	trust.Every(ctx, leaseRenewPeriod, l.renew)
 }
 
 // renew writes the lease, naming the cgroups of atMostOne, if this node
@@ -194,7 +196,7 @@ func ensureWatchdog(dataDir string) error {
 		return err
 	}
 	go cmd.Wait() // reap it if it exits while this agent runs
-	return WritePrivate(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"))
+	return trust.WritePrivate(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"))
 }
 
 // watchdogPoll is how often the watchdog reads the lease.

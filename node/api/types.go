@@ -59,7 +59,7 @@ type ClientConfig struct {
 type KeyRotation struct {
 	// Key is the ID of the new key.
 	Key string `json:"key"`
-	// Resumed: the node's keyring held more than one key (a rotation that
+	// Resumed: the node's trust.Keyring held more than one key (a rotation that
 	// had not finished); it was completed with the key in use instead of
 	// a new one.
 	Resumed bool `json:"resumed,omitempty"`
@@ -336,7 +336,7 @@ type JoinRequest struct {
 	// the member the request is meant for.
 	Server string `json:"server"`
 	Time   int64  `json:"time"` // when the request was signed, Unix seconds
-	Sig    []byte `json:"sig"`  // Ed25519 signature by Key (node.joinSigningBytes)
+	Sig    []byte `json:"sig"`  // Ed25519 signature by Key (trust.JoinSigningBytes)
 	// TokenID and Secret are a version 1 token's (before invitations):
 	// such a request is refused with a message saying what to do.
 	TokenID string `json:"tokenID,omitempty"`
@@ -363,7 +363,7 @@ type KeyOp struct {
 }
 
 // KeyList answers GET /v1/keys on the peer port: the node's gossip
-// keyring, the key in use first.
+// trust.Keyring, the key in use first.
 type KeyList struct {
 	Keys [][]byte `json:"keys"`
 }

@@ -68,7 +68,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
-	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 func main() {
@@ -109,7 +109,7 @@ func main() {
 
 func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fakeAPI bool, serveBlobs, poison, invitations string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	key, gossipKey, ca, ownCert, err := node.JoinCluster(ctx, dataDir, name, tokenFile, join)
+	key, gossipKey, ca, ownCert, err := trust.JoinCluster(ctx, dataDir, name, tokenFile, join)
 	cancel()
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func run(name, bind, tokenFile, dataDir, join, victim, victimSubnet string, fake
 		if err != nil {
 			return err
 		}
-		n, k, der, err := node.ParseInvitation(string(b))
+		n, k, der, err := trust.ParseInvitation(string(b))
 		if err != nil {
 			return fmt.Errorf("--invitations %s: %w", f, err)
 		}
@@ -317,7 +317,7 @@ func runStranger(name, bind, join string) error {
 // runForgotten: see --forgotten. join is the seed's IP (gossip port 7946,
 // peer port 7947).
 func runForgotten(name, bind, dataDir, join string) error {
-	keys, ca, caKey, nodeKey, err := node.LoadClusterSecrets(dataDir)
+	keys, ca, caKey, nodeKey, err := trust.LoadClusterSecrets(dataDir)
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func runForgotten(name, bind, dataDir, join string) error {
 		}
 		caKey, with = nodeKey, "its own node key posing as the CA (it holds no CA key)"
 	}
-	cert, err := node.IssueNodeCert(ca, caKey, name, pub)
+	cert, err := trust.IssueNodeCert(ca, caKey, name, pub)
 	if err != nil {
 		return err
 	}
@@ -353,7 +353,7 @@ func runForgotten(name, bind, dataDir, join string) error {
 		server = hex.EncodeToString(sum[:])
 		conn.Close()
 	}
-	body, _ := json.Marshal(node.SignJoinRequest(name, key, cert, server, time.Now()))
+	body, _ := json.Marshal(trust.SignJoinRequest(name, key, cert, server, time.Now()))
 	anyServer := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the answer is what is tested
 	if resp, err := anyServer.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body)); err != nil {
 		fmt.Println("join with a minted invitation: err", err)
@@ -421,14 +421,14 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 	var status *crdt.Record
 	switch with {
 	case "gossip-key":
-		keys, _, _, _, err := node.LoadClusterSecrets(secretsFrom)
+		keys, _, _, _, err := trust.LoadClusterSecrets(secretsFrom)
 		if err != nil {
 			return err
 		}
 		gossipKeys = keys
 	case "token":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		k, gk, _, _, err := node.JoinCluster(ctx, dataDir, victim+"-imp", tokenFile, join)
+		k, gk, _, _, err := trust.JoinCluster(ctx, dataDir, victim+"-imp", tokenFile, join)
 		cancel()
 		if err != nil {
 			return err
@@ -436,7 +436,7 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 		fmt.Println("admitted with the invitation as", victim+"-imp")
 		key, gossipKeys = k, [][]byte{gk}
 	case "cert":
-		keys, ca, caKey, _, err := node.LoadClusterSecrets(secretsFrom)
+		keys, ca, caKey, _, err := trust.LoadClusterSecrets(secretsFrom)
 		if err != nil {
 			return err
 		}
@@ -447,7 +447,7 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 		if err != nil {
 			return err
 		}
-		cert, err := node.IssueNodeCert(ca, caKey, victim, pub)
+		cert, err := trust.IssueNodeCert(ca, caKey, victim, pub)
 		if err != nil {
 			return err
 		}

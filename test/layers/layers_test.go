@@ -42,13 +42,14 @@ var allowed = map[string][]string{
 	"node/client":    {"node/api"},
 	"node/apiserver": {"node/api", "node/manifest"},
 	"node/member":    nil,
+	"node/trust":     {"gossip", "gossip/crdt", "gossip/hlc", "node/api", "node/apiserver", "node/client", "node/member", "node/view"},
 	"node/dataplane": {"gossip", "net/", "node/view"},
 	"node/view": {"gossip", "gossip/crdt", "gossip/hlc", "net/ipam", "net/service", "node/api", "node/manifest", "node/member",
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "placement"},
-	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "placement"},
+	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile"},
 }
 

@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ import (
 // NodeKeyFile holds the node's private key: its 32-byte seed, base64.
 const NodeKeyFile = "node.key"
 
-// LoadOrCreateNodeKey reads the node key from dataDir, making one (mode
+// LoadOrCreateNodeKey reads the node key from DataDir, making one (mode
 // 0600) on first start. A key file open to group or others is refused,
 // like every secret file.
 func LoadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
@@ -56,7 +56,7 @@ func LoadOrCreateNodeKey(dataDir string) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
-// saveNodeKey writes key as the node key in dataDir (0600), replacing a
+// saveNodeKey writes key as the node key in DataDir (0600), replacing a
 // key the node made before it joined (an invitation brings the node's
 // key).
 func saveNodeKey(dataDir string, key ed25519.PrivateKey) error {

@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // member's peer port (the gossip port + 1, 7947 by default), accepts the
 // member's certificate only if it chains to the CA the invitation pins,
 // and sends its name, its certificate and its signature over them and
-// the time (joinSigningBytes); never its key. The member admits it
+// the time (JoinSigningBytes); never its key. The member admits it
 // (admit): the certificate chains to the CA, is for that name and key and
 // carries a join deadline that has not passed, the signature verifies,
 // the key is not revoked and the name is not bound to another key. The
@@ -55,7 +55,7 @@ func SpkiPin(cert *x509.Certificate) string {
 // the node the invitation in tokenFile invites, as node name, until one
 // answers or ctx ends; a refusal (bad invitation, name in use) ends it at
 // once. The credentials and the invitation's key are checked against
-// the invitation and saved in dataDir; the key is returned.
+// the invitation and saved in DataDir; the key is returned.
 func JoinWithToken(ctx context.Context, dataDir, tokenFile, name string, seeds []string, defPort int, log *slog.Logger) (*Credentials, ed25519.PrivateKey, error) {
 	b, err := ReadSecretFile("--join-token-file", tokenFile)
 	if err != nil {
@@ -190,7 +190,7 @@ func acceptJoin(jr *api.JoinAnswer, inv Invitation) (*Credentials, error) {
 
 // RenewNodeCert issues a new certificate for this node (same name and
 // key) when it holds the CA key and the certificate in creds ends more
-// than nodeCertRenewBefore before the CA (a certificate of a build before
+// than NodeCertRenewBefore before the CA (a certificate of a build before
 // invitations, valid 90 days) or lacks one of ips, and saves it. A node
 // without the CA key keeps its certificate, valid as long as the CA.
 func RenewNodeCert(dataDir string, creds *Credentials, key ed25519.PrivateKey, ips []netip.Addr, now time.Time) error {
@@ -241,7 +241,7 @@ func ListenPeers(bind string, t *Trust) (net.Listener, error) {
 
 // JoinCluster joins a secure cluster with the invitation in tokenFile
 // through the member at seed (a gossip address), as node name, and saves
-// the credentials in dataDir. It returns the node key (the
+// the credentials in DataDir. It returns the node key (the
 // invitation's), the gossip key, the CA certificate and the node's
 // certificate (DER). For tools and tests that speak gossip themselves;
 // the agent joins by itself.
@@ -257,7 +257,7 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 }
 
 // LoadClusterSecrets reads what a node's data dir holds of the cluster's
-// secrets: its gossip keyring (the key in use first), the CA certificate,
+// secrets: its gossip Keyring (the key in use first), the CA certificate,
 // the CA key (nil unless the node holds it) and the node key. For tools
 // and tests (the hostile peer plays a node whose files were taken).
 func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey, nodeKey ed25519.PrivateKey, err error) {

@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"crypto/ed25519"
@@ -59,7 +59,7 @@ const (
 // that issued it: no node holds the CA key to renew it, and a node's
 // identity is ended by revoking its key ('starling node forget'), not by
 // expiry. Nodes that still hold the CA key (clusters made before
-// invitations) renew theirs to that lifetime (renewNodeCert).
+// invitations) renew theirs to that lifetime (RenewNodeCert).
 const (
 	caValidity = 10 * 365 * 24 * time.Hour
 	// NodeCertRenewBefore: a node that holds the CA key renews its
@@ -78,7 +78,7 @@ type Credentials struct {
 	CAKey    ed25519.PrivateKey
 	NodeCert *x509.Certificate
 	// GossipKeys are the gossip keys (32 bytes, AES-256-GCM, memberlist's
-	// keyring), the one in use first; more than one during a rotation.
+	// Keyring), the one in use first; more than one during a rotation.
 	GossipKeys [][]byte
 }
 
@@ -117,7 +117,7 @@ func NewCA(now time.Time) (*x509.Certificate, ed25519.PrivateKey, error) {
 // SignNodeCert issues the certificate of node name for its key pub,
 // valid from now until the CA expires, for both TLS ends (server and
 // client), with ips (the node's addresses) as IP SANs. A non-zero joinBy
-// is the invitation's join deadline (joinDeadline).
+// is the invitation's join deadline (JoinDeadline).
 func SignNodeCert(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, pub ed25519.PublicKey, ips []netip.Addr, now, joinBy time.Time) (*x509.Certificate, error) {
 	serial, err := randomSerial()
 	if err != nil {
@@ -220,7 +220,7 @@ func (c *CertCache) Verify(der []byte, name string, pub []byte, now time.Time) e
 
 // CreateCluster makes a new cluster's credentials for node name (key
 // nodeKey): the CA into caDir, the node's certificate and the gossip key
-// into dataDir (caDir may be dataDir). It refuses a data dir that already
+// into DataDir (caDir may be DataDir). It refuses a data dir that already
 // holds credentials, and a CA dir that already holds a CA.
 func CreateCluster(dataDir, caDir, name string, nodeKey ed25519.PrivateKey, ips []netip.Addr, now time.Time) (*Credentials, error) {
 	for _, d := range []string{dataDir, caDir} {
@@ -266,8 +266,8 @@ func DefaultCADir() string {
 
 // InitCluster is `starling init`: it makes the node key (if there is none)
 // and a new cluster's CA (into caDir, 0700), gossip key and this node's
-// certificate (into dataDir), and returns the CA pin. The agent started
-// on dataDir is the cluster's first node; 'starling join-token NAME',
+// certificate (into DataDir), and returns the CA pin. The agent started
+// on DataDir is the cluster's first node; 'starling join-token NAME',
 // run where caDir is, invites others.
 func InitCluster(dataDir, caDir, name string) (pin string, err error) {
 	for flag, d := range map[string]string{"--data-dir": dataDir, "--ca-dir": caDir} {

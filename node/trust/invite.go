@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"crypto/ed25519"
@@ -23,10 +23,10 @@ import (
 //
 // The certificate is the new node's, for its name and the key whose
 // 32-byte Ed25519 seed follows, and says by when the node must join
-// (joinDeadline). The pin lets the node check it talks to this cluster;
+// (JoinDeadline). The pin lets the node check it talks to this cluster;
 // the key proves to the member it asks that it is the node the CA
 // invited, without sending the key: the joiner signs its request
-// (joinSigningBytes). Anyone who holds the token can be that node (the
+// (JoinSigningBytes). Anyone who holds the token can be that node (the
 // token is its key): keep it like a password, and it admits only until
 // its deadline. Version 1 tokens (SLTKN-1-..., a secret that any node
 // checked, the node then issuing the certificate with its own copy of

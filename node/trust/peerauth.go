@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"bytes"
@@ -50,10 +50,10 @@ func (id *Identity) SignPeerRequest(req *http.Request, to string, now time.Time)
 	req.Header.Set("Authorization", peerAuthScheme+base64.StdEncoding.EncodeToString(sig))
 }
 
-// errPeerAuth is wrapped by every verifyPeerRequest error.
+// errPeerAuth is wrapped by every VerifyPeerRequest error.
 var errPeerAuth = errors.New("node authentication failed")
 
-// VerifyPeerRequest checks a request signed by signPeerRequest for node
+// VerifyPeerRequest checks a request signed by SignPeerRequest for node
 // self, with bound giving each node name's key, and returns the caller.
 func VerifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte, bool), now time.Time) (string, error) {
 	auth := r.Header.Get("Authorization")
@@ -104,7 +104,7 @@ func peerRoute(r *http.Request) bool {
 
 // RequireAuth guards the TCP API of node self: the operator's bearer
 // token for every route, or, with --insecure (secure false), a node's
-// signature (verifyPeerRequest; bound gives each node name's key) for
+// signature (VerifyPeerRequest; bound gives each node name's key) for
 // the peer routes.
 func RequireAuth(next http.Handler, token, self string, secure bool, bound func(string) ([]byte, bool)) http.Handler {
 	want := []byte("Bearer " + token)

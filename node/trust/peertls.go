@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ import (
 
 // Trust is what a node of a secure cluster proves itself with and checks
 // peers against: the cluster credentials, its current certificate (which
-// renewLoop renews) and key, and the identities it holds (bound keys,
+// RenewLoop renews) and key, and the identities it holds (bound keys,
 // revocations). A nil *Trust is a node running with --insecure.
 type Trust struct {
 	Creds *Credentials
@@ -111,7 +111,7 @@ func (t *Trust) caPool() *x509.CertPool {
 // ServerTLS is the peer listener's TLS configuration: this node's
 // certificate; a client certificate is optional at the handshake (a
 // joining node has none yet) and, when given, must chain to the CA;
-// requirePeer guards the routes that need one.
+// RequirePeer guards the routes that need one.
 func (t *Trust) ServerTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
@@ -138,9 +138,9 @@ func (t *Trust) ClientTLS(name string) *tls.Config {
 	}
 }
 
-// anyNodeTLS is clientTLS for an address whose node name is not known (a
+// anyNodeTLS is ClientTLS for an address whose node name is not known (a
 // seed): any node of the cluster will do, its name taken from its
-// certificate and checked like clientTLS's.
+// certificate and checked like ClientTLS's.
 func (t *Trust) anyNodeTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
@@ -208,8 +208,8 @@ func (t *Trust) RequirePeer(next http.Handler) http.Handler {
 // certificate needs renewing.
 const certRenewCheck = 12 * time.Hour
 
-// RenewLoop renews this node's certificate (renewNodeCert, saved in
-// dataDir) while ctx lasts, and calls renewed after each renewal (the
+// RenewLoop renews this node's certificate (RenewNodeCert, saved in
+// DataDir) while ctx lasts, and calls renewed after each renewal (the
 // next status record carries the new one).
 func (t *Trust) RenewLoop(ctx context.Context, dataDir string, ips []netip.Addr, log *slog.Logger, renewed func()) {
 	Every(ctx, certRenewCheck, func() {

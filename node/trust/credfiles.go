@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"crypto/ed25519"
@@ -44,10 +44,10 @@ func WritePrivate(path string, b []byte) error {
 	return err
 }
 
-// WritePrivateFile is writePrivate for the CLI (client configs).
+// WritePrivateFile is WritePrivate for the CLI (client configs).
 func WritePrivateFile(path string, b []byte) error { return WritePrivate(path, b) }
 
-// saveCredentials writes creds into dataDir (ca.key only when creds
+// saveCredentials writes creds into DataDir (ca.key only when creds
 // hold the CA key).
 func saveCredentials(dataDir string, creds *Credentials) error {
 	if creds.CAKey != nil {
@@ -113,7 +113,7 @@ func saveGossipKeys(dataDir string, keys [][]byte) error {
 	return WritePrivate(filepath.Join(dataDir, GossipKeyFile), []byte(b.String()))
 }
 
-// LoadCredentials reads the credentials in dataDir. It returns
+// LoadCredentials reads the credentials in DataDir. It returns
 // os.ErrNotExist (wrapped) when the node has none (it never joined a
 // secure cluster), and an error naming the file when one is missing,
 // open to group or others, or malformed.
@@ -216,8 +216,8 @@ func parseKeyPEM(b []byte) (ed25519.PrivateKey, error) {
 }
 
 // MoveCAKey is 'starling ca move-off': it copies the CA certificate and
-// key from dataDir into caDir (0600; a CA already there must be the same)
-// and then removes the key from dataDir.
+// key from DataDir into caDir (0600; a CA already there must be the same)
+// and then removes the key from DataDir.
 func MoveCAKey(dataDir, caDir string) error {
 	ca, key, err := loadCA(dataDir)
 	if err != nil {

@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 // a node that presents an invitation (pki.go).
 
 // JoinTokenKind is the store kind of version 1 join-token records:
-// "jointoken/cluster/<token ID>" = joinTokenRecord, written by builds
+// "jointoken/cluster/<token ID>" = JoinTokenRecord, written by builds
 // before invitations. They admit nobody now; records still held are
 // checked as before and deleted by 'starling node forget'.
 const JoinTokenKind = "jointoken"
@@ -54,7 +54,7 @@ func IsTokenID(s string) bool {
 // Admission admits new nodes (the member's side of a join): the store
 // holds what admit reads (bound names, revocations) and the version 1
 // token records that node forget deletes, publish writes records
-// (signed, gossiped), keys gives the gossip keyring to hand a new node.
+// (signed, gossiped), keys gives the gossip Keyring to hand a new node.
 // A nil *Admission is a node running with --insecure.
 type Admission struct {
 	Store      Records
