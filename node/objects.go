@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -143,9 +141,9 @@ func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.Apply
 	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "scaled"}, nil
 }
 
-// store stores objects as new versions and gossips them.
-// An object identical to the stored one is left alone ("unchanged"); a
-// new object gets a creationTimestamp, an update keeps the stored one.
+// store stores objects as new versions and gossips them, each as
+// manifest.Apply decides over the stored one (created, configured, or
+// unchanged and left alone).
 // A Deployment's revision records follow its template (rollout.Record),
 // unchanged ones too (which records a Deployment stored before revisions
 // existed); they are written before the objects, so a node that sees a
@@ -154,13 +152,13 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 	var recs, revRecs []crdt.Record
 	results := make([]api.ApplyResult, len(objs))
 	for i, obj := range objs {
-		results[i] = api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "created"}
-		old, found, err := o.st.Get(obj.Key())
+		results[i] = api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name}
+		stored, found, err := o.st.Get(obj.Key())
 		if err != nil {
 			return nil, err
 		}
 		if found {
-			o.clock.Update(old.Version) // the new version must win over the old
+			o.clock.Update(stored.Version) // the new version must win over the old
 		}
 		if obj.Deployment != nil {
 			rs, err := o.revisionChanges(obj.Deployment)
@@ -169,41 +167,16 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 			}
 			revRecs = append(revRecs, rs...)
 		}
-		// uid and creationTimestamp are kept from the stored object (an
-		// object stored before Starling gave UIDs keeps none: a new one
-		// would rename its replicas); generation counts changes of the
-		// object, as in Kubernetes.
-		meta := objectMeta(&obj)
-		meta.CreationTimestamp, meta.Generation, meta.UID = metav1.Time{}, 0, ""
-		created := true
-		if found && !old.Deleted {
-			created = false
-			if prev, err := manifest.Decode(old.Value); err == nil {
-				pm := objectMeta(&prev)
-				meta.CreationTimestamp, meta.Generation, meta.UID = pm.CreationTimestamp, pm.Generation, pm.UID
-			}
-			same, err := manifest.Encode(obj)
-			if err != nil {
-				return nil, err
-			}
-			if bytes.Equal(old.Value, same) {
-				results[i].Result = "unchanged"
-				continue
-			}
-			results[i].Result = "configured"
+		var old []byte
+		if found && !stored.Deleted {
+			old = stored.Value
 		}
-		if meta.CreationTimestamp.IsZero() {
-			meta.CreationTimestamp = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
-		}
-		if created {
-			// A new object, also one applied again after a delete: its
-			// replicas are not its predecessor's (reconcile.NewReplica).
-			meta.UID = uuid.NewUUID()
-		}
-		meta.Generation++
-		value, err := manifest.Encode(obj)
+		value, result, err := manifest.Apply(old, obj, time.Now(), uuid.NewUUID())
 		if err != nil {
 			return nil, err
+		}
+		if results[i].Result = result; value == nil {
+			continue
 		}
 		recs = append(recs, crdt.Record{Key: obj.Key(), Value: value, Version: o.clock.Now(), Origin: o.self})
 	}
@@ -214,16 +187,6 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 	// change (the view loop would take up to its debounce).
 	o.views.Rebuild(time.Now())
 	return results, nil
-}
-
-func objectMeta(o *manifest.Object) *metav1.ObjectMeta {
-	switch {
-	case o.Deployment != nil:
-		return &o.Deployment.ObjectMeta
-	case o.StatefulSet != nil:
-		return &o.StatefulSet.ObjectMeta
-	}
-	return &o.Service.ObjectMeta
 }
 
 // workloadClash refuses a Deployment and a StatefulSet of one name in one
