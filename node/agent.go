@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		log.Warn("preflight: "+w.What, "fix", w.Fix)
 	}
 	if cfg.DryRun {
-		a, err := newAgent(ctx, cfg, log, dryRuntime{}, nil)
+		a, err := newAgent(ctx, cfg, hooks{}, log, dryRuntime{}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +153,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		},
 		keepHost: pn.KeepHost,
 	}
-	if a, err = newAgent(ctx, cfg, log, rt, &hn); err != nil {
+	if a, err = newAgent(ctx, cfg, hooks{}, log, rt, &hn); err != nil {
 		rt.Close()
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // credentials (joining with a token if it has none: setupCredentials),
 // opens the store, starts gossip and wires the parts. On error it closes
 // nothing of rt's.
-func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn *hostNetwork) (*Agent, error) {
+func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Runtime, hn *hostNetwork) (*Agent, error) {
 	_, cluster, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -192,8 +192,8 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.store != nil {
-		a.store = track(cfg.store)
+	if h.store != nil {
+		a.store = track(h.store)
 	} else {
 		disk, err := store.Open(cfg.DataDir + "/store")
 		if err != nil {
@@ -210,7 +210,7 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 	a.rejects = newRejects(clusterCIDR, creds, a.id.BoundKey, a.id.IsRevoked, a.id.KeyOwner, log, a.metrics.rejectedRecords)
 	a.rejects.forgotten = a.id.ForgottenAt
 	a.members = newMembers(cfg, a.store, log)
-	if err := a.startGossip(); err != nil {
+	if err := a.startGossip(h.tuneGossip); err != nil {
 		a.store.Close()
 		return nil, err
 	}
@@ -221,12 +221,12 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, rt Runtime, hn 
 		a.keys = &trust.Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
 		a.members.keys = a.keys
 	}
-	a.wire(cfg, clusterCIDR, hn)
+	a.wire(cfg, h, clusterCIDR, hn)
 	return a, nil
 }
 
 // wire builds the agent's parts on its shared pieces.
-func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
+func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
@@ -243,7 +243,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.subnets.publish = a.status.republish
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.cluster, Damping: a.members, Acks: a.acks,
 		ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
-		SelfStatus: func() view.NodeStatus { return a.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: cfg.shareDecodes})
+		SelfStatus: func() view.NodeStatus { return a.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
 	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
 	a.fence = newFence(cfg, a.started, log)
 	a.fence.cluster, a.fence.members, a.fence.certified, a.fence.uncertifiedGauge = a.cluster, a.members, a.auth.certified, a.metrics.uncertified
@@ -256,7 +256,7 @@ func (a *Agent) wire(cfg Config, clusterCIDR netip.Prefix, hn *hostNetwork) {
 	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.Public()),
 		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
 	a.replicas.probes = a.probes
-	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn)
+	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
 	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
 	a.info = &info{self: cfg.Name, views: a.views, status: a.status, cluster: a.cluster, store: a.store, clock: a.clock, id: a.id,

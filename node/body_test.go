@@ -12,7 +12,7 @@ import (
 // cut off while it streams and refused with 413 naming the limit; one at
 // the limit goes through.
 func TestImageImportOverTheCapIsRefused(t *testing.T) {
-	n := start(t, "a0", t.TempDir(), nil, func(c *Config) { c.MaxImageBytes = 4096 })
+	n := start(t, "a0", t.TempDir(), nil, func(c *testSetup) { c.MaxImageBytes = 4096 })
 	post := func(size int) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		n.agent.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/images", bytes.NewReader(make([]byte, size))))

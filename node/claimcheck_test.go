@@ -43,7 +43,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 	a, b := collidingNames(256)
 	// The rivals' node records reach nobody for the length of the test
 	// (each node refuses them): later than any claim check.
-	slowGossip := func(c *Config) {
+	slowGossip := func(c *testSetup) {
 		c.tuneGossip = func(g *gossip.Config) {
 			fastGossip(g)
 			accept := g.Accept

@@ -35,7 +35,7 @@ func TestRestartFromDiskRejoinsWithoutSeed(t *testing.T) {
 }
 
 func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
-	ttl := func(c *Config) { c.TombstoneTTL = 1 * time.Second }
+	ttl := func(c *testSetup) { c.TombstoneTTL = 1 * time.Second }
 	a0 := start(t, "a0", t.TempDir(), nil, ttl)
 	a1 := start(t, "a1", t.TempDir(), []string{a0.addr()}, ttl)
 	a2 := start(t, "a2", t.TempDir(), []string{a0.addr()}, ttl)
@@ -109,7 +109,7 @@ func TestPartitionedAgentsConvergeAfterHeal(t *testing.T) {
 		if i > 0 {
 			join = []string{nodes[0].addr()}
 		}
-		nodes = append(nodes, start(t, name, t.TempDir(), join, func(c *Config) {
+		nodes = append(nodes, start(t, name, t.TempDir(), join, func(c *testSetup) {
 			c.tuneGossip = func(g *gossip.Config) { fastGossip(g); g.Transport = tr }
 		}))
 	}
@@ -160,7 +160,7 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 	}
 	before := nodes[3].agent.subnets.current()
 	nodes[3].stop()
-	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *Config) { c.SubnetSettle = 200 * time.Millisecond })
+	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *testSetup) { c.SubnetSettle = 200 * time.Millisecond })
 	waitFor(t, 10*time.Second, func() error {
 		if !again.agent.subnets.isReady() {
 			return fmt.Errorf("restarted node has not settled its subnet")
@@ -257,7 +257,7 @@ func TestRestartWithNoPeerWaitsBeforeActingAlone(t *testing.T) {
 	}
 	const grace = 6 * time.Second
 	started := time.Now()
-	back := start(t, "a2", nodes[2].dir, []string{nodes[0].addr()}, func(c *Config) {
+	back := start(t, "a2", nodes[2].dir, []string{nodes[0].addr()}, func(c *testSetup) {
 		c.FenceTimeout, c.FailoverTimeout = time.Second, grace
 	})
 	created := func() int {
@@ -284,7 +284,7 @@ func TestNodeWithATakenNameNeverActs(t *testing.T) {
 	deploy(t, nodes[0], "few", 4, "img:v1")
 	waitFor(t, 20*time.Second, func() error { return runningEverywhere(nodes, "few", 4) })
 	const grace = 6 * time.Second
-	twin := start(t, nodes[1].name, t.TempDir(), []string{nodes[0].addr()}, func(c *Config) {
+	twin := start(t, nodes[1].name, t.TempDir(), []string{nodes[0].addr()}, func(c *testSetup) {
 		c.FenceTimeout, c.FailoverTimeout = time.Second, grace
 	})
 	time.Sleep(grace + 2*time.Second)

@@ -43,8 +43,14 @@ func fastGossip(g *gossip.Config) {
 	g.ReconnectInterval = 200 * time.Millisecond
 }
 
-func testConfig(name, dir string, join []string) Config {
-	cfg := DefaultConfig()
+// testSetup is an in-process agent's configuration and test hooks.
+type testSetup struct {
+	Config
+	hooks
+}
+
+func testConfig(name, dir string, join []string) testSetup {
+	cfg := testSetup{Config: DefaultConfig()}
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.Insecure = true // loopback only
 	cfg.ResyncInterval = 200 * time.Millisecond
@@ -57,7 +63,7 @@ func testConfig(name, dir string, join []string) Config {
 }
 
 // start runs an agent for name in dir; join lists seed addresses.
-func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config)) *testNode {
+func start(t *testing.T, name, dir string, join []string, mutate ...func(*testSetup)) *testNode {
 	t.Helper()
 	cfg := testConfig(name, dir, join)
 	for _, m := range mutate {
@@ -68,7 +74,7 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*Config
 	if os.Getenv("STARLING_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
 	}
-	a, err := newAgent(context.Background(), cfg, log, n.rt, nil)
+	a, err := newAgent(context.Background(), cfg.Config, cfg.hooks, log, n.rt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +106,7 @@ func (n *testNode) addr() string {
 
 func startCluster(t *testing.T, size int) []*testNode {
 	t.Helper()
-	var tune []func(*Config)
+	var tune []func(*testSetup)
 	if size > 10 {
 		// Many agents in one process on 2 cores starve each other's
 		// goroutines; with the fast probes of fastGossip they then
@@ -108,7 +114,7 @@ func startCluster(t *testing.T, size int) []*testNode {
 		// the flapping membership. These tests are about placement
 		// converging, so failure detection is relaxed for them, as for
 		// the gossip layer's own large simulations (issue 12).
-		tune = append(tune, func(c *Config) {
+		tune = append(tune, func(c *testSetup) {
 			c.tuneGossip = func(g *gossip.Config) {
 				fastGossip(g)
 				g.ProbeInterval, g.ProbeTimeout, g.SuspicionMult = 500*time.Millisecond, 400*time.Millisecond, 6

@@ -5,7 +5,6 @@ package node
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -15,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/logfile"
-	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Config is the agent's configuration: one field per knob, units in the
@@ -150,18 +147,6 @@ type Config struct {
 	// and changes nothing in the network namespace; it prints, when they
 	// change, the subnet, routes and Service rules it would install.
 	DryRun bool
-
-	// dryRunOut receives the dry-run output (nil: stdout); for tests.
-	dryRunOut io.Writer
-	// store, when set, is the store to use instead of badger in DataDir
-	// (in-process simulations keep store.Memory across restarts).
-	store Store
-	// tuneGossip, when set, adjusts the gossip configuration (in-process
-	// tests use it for loopback ports and fast timers).
-	tuneGossip func(*gossip.Config)
-	// shareDecodes, when set, is shared by the agents of one process
-	// (the scale simulation) to decode identical records once.
-	shareDecodes *view.DecodeShare
 }
 
 // DefaultConfig returns the defaults documented in the README.

@@ -59,7 +59,7 @@ spec:
 	}
 
 	out := &syncBuffer{}
-	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, dataplane.ProxyIptables })
+	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *testSetup) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, dataplane.ProxyIptables })
 	a0Subnet := a0.agent.subnets.current().Subnet
 	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
@@ -131,7 +131,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 	subnet := a1.agent.subnets.current().Subnet
 	a1.stop()
 	out := &syncBuffer{}
-	start(t, "a1", dir, []string{a0.addr()}, func(c *Config) { c.DryRun, c.dryRunOut = true, out })
+	start(t, "a1", dir, []string{a0.addr()}, func(c *testSetup) { c.DryRun, c.dryRunOut = true, out })
 	waitFor(t, 10*time.Second, func() error {
 		if s := a0.agent.views.View().Statuses["a1"]; s.SubnetReady || s.PodSubnet != subnet {
 			return fmt.Errorf("a0 sees a1 as %+v, want not ready, subnet %s", s, subnet)

@@ -12,7 +12,7 @@ import (
 
 // startGossip checks the node's identity and the age of its state, then
 // starts memberlist (without joining; Run does that).
-func (a *Agent) startGossip() error {
+func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	if err := checkIdentity(a.store, a.cfg.Name, a.cfg.DataDir); err != nil {
 		return err
 	}
@@ -85,8 +85,8 @@ func (a *Agent) startGossip() error {
 	if a.cfg.SuspicionMult > 0 {
 		gc.SuspicionMult = a.cfg.SuspicionMult
 	}
-	if a.cfg.tuneGossip != nil {
-		a.cfg.tuneGossip(&gc)
+	if tune != nil {
+		tune(&gc)
 	}
 	a.cluster, err = gossip.New(gc, a.store)
 	if err != nil {

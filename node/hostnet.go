@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 
@@ -23,7 +24,7 @@ type hostNetwork struct {
 // wireDataplane builds the controllers of the host's network (package
 // dataplane) on hn's appliers, on the dry run's printers with
 // --dry-run, or on none (in-process tests: nothing on the host changes).
-func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR netip.Prefix, hn *hostNetwork) {
+func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR netip.Prefix, hn *hostNetwork, dryRunOut io.Writer) {
 	log := a.log
 	routeApply, rules, bridgeNF := dataplane.RouteApplier(nil), dataplane.RuleSyncer(nil), dataplane.BridgeNFOn
 	routesReady, rulesReady := (<-chan struct{})(closed()), (<-chan struct{})(a.subnets.ready)
@@ -33,7 +34,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		// Nothing on the host changes: the route and rule controllers
 		// print what they would apply, once the dry run's first look is
 		// done.
-		p := newPrinter(cfg.dryRunOut)
+		p := newPrinter(dryRunOut)
 		p.nft = dryRunNFT(context.Background(), cfg.ProxyMode)
 		a.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.members,
 			subnets: a.subnets, status: a.status, views: a.views, print: p, log: log, ready: make(chan struct{})}

@@ -30,7 +30,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		defer c.stopAll()
 		add := func(name string, join []string) *simNode {
 			nd := &simNode{name: name, rt: newFakeRuntime(), store: store.NewMemoryPooled(c.pool)}
-			nd.conf = func(cfg *Config) {
+			nd.conf = func(cfg *testSetup) {
 				tune := cfg.tuneGossip
 				cfg.tuneGossip = func(g *gossip.Config) { tune(g); g.PushPullInterval = time.Hour }
 			}

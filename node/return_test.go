@@ -57,7 +57,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 		refuseFrom.Store(-1)
 		for i := range n {
 			nd := &simNode{name: fmt.Sprintf("r%02d", i), rt: newFakeRuntime(), store: store.NewMemoryPooled(c.pool)}
-			nd.conf = func(cfg *Config) {
+			nd.conf = func(cfg *testSetup) {
 				cfg.store = refusing{Store: cfg.store, refuse: func(key string) bool {
 					from := refuseFrom.Load()
 					return from >= 0 && from != int64(i) && key == view.StatusKey(fmt.Sprintf("r%02d", from)) && time.Now().UnixNano() < refuseUntil.Load()

@@ -65,7 +65,7 @@ type simNode struct {
 	cancel      context.CancelFunc
 	wg          *sync.WaitGroup
 	down        bool
-	conf        func(*Config) // when set, changes its agent's configuration
+	conf        func(*testSetup) // when set, changes its agent's configuration
 }
 
 // simCluster is the simulated cluster.
@@ -84,8 +84,8 @@ type simCluster struct {
 // simConfig is an agent's configuration in the simulation: production
 // defaults (memberlist's LAN timing, the agent's flags) but for what
 // cannot exist in a bubble (no disk store, no watchdog process).
-func simConfig(name, dir string, join []string, tr *testnet.MemTransport) Config {
-	cfg := DefaultConfig()
+func simConfig(name, dir string, join []string, tr *testnet.MemTransport) testSetup {
+	cfg := testSetup{Config: DefaultConfig()}
 	cfg.Name, cfg.DataDir, cfg.Join = name, dir, join
 	cfg.Insecure = true
 	cfg.FenceWatchdog = false
@@ -128,7 +128,7 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	if os.Getenv("STARLING_SIM_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	a, err := newAgent(context.Background(), cfg, log, n.rt, nil)
+	a, err := newAgent(context.Background(), cfg.Config, cfg.hooks, log, n.rt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 	waitFor(t, 10*time.Second, func() error { return settledOn(a) })
 	// A cluster of its own: it cannot hear a. Its label keeps the
 	// "pinned" replicas on it alone, so they run on through the move.
-	b := start(t, late, t.TempDir(), nil, func(c *Config) { c.Labels = map[string]string{"pin": "b"} })
+	b := start(t, late, t.TempDir(), nil, func(c *testSetup) { c.Labels = map[string]string{"pin": "b"} })
 	waitFor(t, 10*time.Second, func() error { return settledOn(b) })
 	shared := a.agent.subnets.current().Subnet
 	if got := b.agent.subnets.current().Subnet; got != shared {
