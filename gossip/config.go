@@ -344,7 +344,7 @@ func (c Config) memberlistConfig(d *delegate, logw *logWriter) (*memberlist.Conf
 		// address as soon as it is dead (a node back from a crash at a new
 		// DHCP lease), since CheckAlive refuses what its key did not sign.
 		// Without it memberlist kept the old address until it reaped the
-		// member (GossipToTheDeadTime, 30 s on a LAN) and the node was
+		// member (memberlist.Config.GossipToTheDeadTime, 30 s on a LAN) and the node was
 		// "a second node" meanwhile.
 		mc.DeadNodeReclaimTime = time.Nanosecond
 	}

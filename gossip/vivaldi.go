@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/serf/coordinate"
 )
 
-// Vivaldi coordinates ride on memberlist's probe acks (PingDelegate): each ack
+// Vivaldi coordinates ride on memberlist's probe acks (memberlist.PingDelegate): each ack
 // carries the responder's coordinate, and the prober feeds it with the
 // measured RTT to its coordinate.Client, as serf does (serf ping_delegate.go).
 //

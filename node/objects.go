@@ -169,7 +169,7 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 		}
 		var old []byte
 		if found && !stored.Deleted {
-			old = stored.Value
+			old = append([]byte{}, stored.Value...) // stored, even if empty: configured, not created
 		}
 		value, result, err := manifest.Apply(old, obj, time.Now(), uuid.NewUUID())
 		if err != nil {

@@ -46,7 +46,7 @@ type ClientConfig struct {
 	// hex digits; empty with --insecure.
 	CAPin string `json:"caPin,omitempty"`
 	// ServerPin is the SHA-256 of the server node's certificate key
-	// (SubjectPublicKeyInfo), 64 hex digits: the CLI accepts only that
+	// (its x509 SubjectPublicKeyInfo), 64 hex digits: the CLI accepts only that
 	// node, since any node of the cluster can make certificates.
 	ServerPin string `json:"serverPin,omitempty"`
 	// Token is the API bearer token.
@@ -59,7 +59,7 @@ type ClientConfig struct {
 type KeyRotation struct {
 	// Key is the ID of the new key.
 	Key string `json:"key"`
-	// Resumed: the node's trust.Keyring held more than one key (a rotation that
+	// Resumed: the node's keyring held more than one key (a rotation that
 	// had not finished); it was completed with the key in use instead of
 	// a new one.
 	Resumed bool `json:"resumed,omitempty"`
@@ -363,7 +363,7 @@ type KeyOp struct {
 }
 
 // KeyList answers GET /v1/keys on the peer port: the node's gossip
-// trust.Keyring, the key in use first.
+// keyring, the key in use first.
 type KeyList struct {
 	Keys [][]byte `json:"keys"`
 }

@@ -12,7 +12,7 @@ type Peer interface {
 	// Join admits a node with a join token (the caller is not a node
 	// yet: from is its address, for the certificate and the logs).
 	Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, error)
-	// Keys is this node's gossip trust.Keyring, the key in use first.
+	// Keys is this node's gossip keyring, the key in use first.
 	Keys() [][]byte
 	// KeyOp installs, uses or removes a gossip key (409 until a
 	// revocation the op names has arrived).
@@ -21,7 +21,7 @@ type Peer interface {
 
 // PeerHandler is the node-to-node API: join (open to anyone with a
 // token), and behind trust.RequirePeer (mutual TLS with a node certificate)
-// logs, image blobs and the gossip trust.Keyring.
+// logs, image blobs and the gossip keyring.
 func PeerHandler(node string, p Peer, logs Logs, images Images, requirePeer func(http.Handler) http.Handler) http.Handler {
 	s := &server{b: Backend{Node: node, Logs: logs, Images: images}}
 	mux := http.NewServeMux()

@@ -169,7 +169,7 @@ func (c *Client) Join(ctx context.Context, req api.JoinRequest) (api.JoinAnswer,
 	return out, err
 }
 
-// Keys returns a peer's gossip trust.Keyring, the key in use first.
+// Keys returns a peer's gossip keyring, the key in use first.
 func (c *Client) Keys(ctx context.Context) ([][]byte, error) {
 	var out api.KeyList
 	err := c.call(ctx, api.RouteKeys, nil, nil, &out)

@@ -55,7 +55,7 @@ type options struct {
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithPins accepts an https server only if its certificate chains to the
-// CA whose SubjectPublicKeyInfo hashes to trust.CaPin and carries the node key
+// CA whose SubjectPublicKeyInfo hashes to the CA pin and carries the node key
 // whose SubjectPublicKeyInfo hashes to serverPin (SHA-256, hex; see
 // PinnedTLS). An https server needs pins or WithTLS.
 func WithPins(caPin, serverPin string) Option {

@@ -13,7 +13,7 @@ import (
 )
 
 // PinnedTLS is a TLS client configuration that accepts a server whose
-// certificate chain holds the CA pinned by trust.CaPin (64 hex digits: the
+// certificate chain holds the CA pinned by the CA pin (64 hex digits: the
 // SHA-256 of its SubjectPublicKeyInfo) and whose own certificate that CA
 // issued. With serverPin (the SHA-256 of the server certificate's
 // SubjectPublicKeyInfo, i.e. of the node's key, which renewals keep) it

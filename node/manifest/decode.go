@@ -281,7 +281,7 @@ func typeMismatch(js []byte, v any) *field.Error {
 		return nil
 	}
 	// Field is a dotted path of JSON names with the Go names of embedded
-	// structs (ProbeHandler) in between; JSON names start in lower case.
+	// structs (corev1.ProbeHandler) in between; JSON names start in lower case.
 	var names []string
 	for _, n := range strings.Split(ute.Field, ".") {
 		if n != "" && !unicode.IsUpper(rune(n[0])) {

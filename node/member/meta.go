@@ -47,7 +47,7 @@ type Meta struct {
 	// Since is when the node first started with its data (Unix ns):
 	// its age as a member (arbiters).
 	Since int64
-	// Started is when the node's current agent run Started (Unix ns),
+	// Started is when the node's current agent run started (Unix ns),
 	// 0 when its metadata does not say (version 1). Peers learn it with
 	// the alive message that makes the node a member again, before any
 	// record it writes in that run (view.StaleRecords).

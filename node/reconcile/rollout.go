@@ -19,7 +19,7 @@ type Strategy struct {
 	// Paused stops the update where it is: no old copy is replaced, and
 	// ordinals without any copy are created with the current spec.
 	Paused bool
-	// Reverse updates the highest ordinal first (StatefulSets).
+	// Reverse updates the highest ordinal first (as StatefulSets do).
 	Reverse bool
 	// Ordered starts ordinal i only once ordinals 0..i-1 all have a ready
 	// copy (StatefulSet podManagementPolicy OrderedReady).

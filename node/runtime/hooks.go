@@ -17,7 +17,7 @@ import (
 // Lifecycle hooks (postStart, preStop), run as the kubelet runs them
 // (pkg/kubelet/lifecycle/handlers.go, kuberuntime_container.go): postStart
 // right after the container's process starts, a failure stops the run
-// (FailedPostStartHook) and the container restarts under the usual
+// (reason FailedPostStartHook) and the container restarts under the usual
 // backoff; preStop before the stop signal, within the grace period.
 
 // LabelLifecycle holds the container's hooks (lifecycle as JSON), so a

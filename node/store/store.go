@@ -529,7 +529,7 @@ func (s *Store) Purge(now time.Time, ttl time.Duration) (int, error) {
 		expired = expired[len(batch):]
 	}
 	// Reclaim value-log files until badger finds nothing worth rewriting
-	// (ErrNoRewrite) or another GC runs (ErrRejected); neither is a failure.
+	// (badger.ErrNoRewrite) or another GC runs (badger.ErrRejected); neither is a failure.
 	for {
 		if err := s.db.RunValueLogGC(vlogDiscardRatio); err != nil {
 			break

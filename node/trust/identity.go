@@ -76,7 +76,7 @@ type Identity struct {
 	Store Records
 }
 
-// Public is this node's Public key.
+// Public is this node's public key.
 func (id *Identity) Public() ed25519.PublicKey { return id.Key.Public().(ed25519.PublicKey) }
 
 // Sign signs a record this node writes.
@@ -104,7 +104,7 @@ func (id *Identity) BoundKey(name string) ([]byte, bool) {
 
 const RevokedKind = "revoked"
 
-// Revocation is the value of a Revocation record.
+// Revocation is the value of a revocation record.
 type Revocation struct {
 	Name string `json:"name"`
 	Key  []byte `json:"key"` // Ed25519 public key, base64 in JSON

@@ -257,7 +257,7 @@ func JoinCluster(ctx context.Context, dataDir, name, tokenFile, seed string) (no
 }
 
 // LoadClusterSecrets reads what a node's data dir holds of the cluster's
-// secrets: its gossip Keyring (the key in use first), the CA certificate,
+// secrets: its gossip keyring (the key in use first), the CA certificate,
 // the CA key (nil unless the node holds it) and the node key. For tools
 // and tests (the hostile peer plays a node whose files were taken).
 func LoadClusterSecrets(dataDir string) (gossipKeys [][]byte, ca *x509.Certificate, caKey, nodeKey ed25519.PrivateKey, err error) {

@@ -24,11 +24,11 @@ import (
 )
 
 // Gossip key rotation with no downtime ('starling keys rotate'), after
-// serf's and Consul's Keyring: the node that takes the command makes a
+// serf's and Consul's keyring: the node that takes the command makes a
 // new key and asks every live member, over mutual TLS on the peer port
 // (peertls.go), to install it (accept it alongside the old one), then to
 // use it (encrypt with it), then to remove the old ones. Between steps
-// every node reads every other. Each node saves its Keyring in
+// every node reads every other. Each node saves its keyring in
 // <data-dir>/gossip.key (the key in use first).
 //
 // The new key never travels over gossip: a node that 'starling node
@@ -38,11 +38,11 @@ import (
 // old key only; when gossip refuses it (gossip.ErrKeyMismatch) it asks a
 // seed for the current keys over mutual TLS (Keyring.Refresh) and joins.
 
-// maxGossipKeys bounds a Keyring: the key in use and those of a rotation
+// maxGossipKeys bounds a keyring: the key in use and those of a rotation
 // or two in progress.
 const maxGossipKeys = 4
 
-// checkGossipKeys checks a Keyring received from a peer: 1 to
+// checkGossipKeys checks a keyring received from a peer: 1 to
 // maxGossipKeys keys of 32 bytes.
 func checkGossipKeys(keys [][]byte) error {
 	if len(keys) == 0 || len(keys) > maxGossipKeys {
@@ -84,7 +84,7 @@ func GossipKeyID(k []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// Keyring is this node's part in key rotations: its gossip Keyring
+// Keyring is this node's part in key rotations: its gossip keyring
 // (gossip.Cluster's), saved in DataDir, and the calls to other nodes'
 // keyrings over mutual TLS (trust). A nil *Keyring is a node running with
 // --insecure (no gossip key).
@@ -94,7 +94,7 @@ type Keyring struct {
 	DataDir string
 	Self    string // this node's name
 	Log     *slog.Logger
-	// mu serialises Keyring changes with their saving; rotating allows
+	// mu serialises keyring changes with their saving; rotating allows
 	// one rotation from this node at a time.
 	mu       sync.Mutex
 	rotating sync.Mutex
@@ -103,7 +103,7 @@ type Keyring struct {
 // errRotationRunning: a rotation from this node is under way.
 var errRotationRunning = errors.New("a key rotation from this node is under way; wait for it to finish")
 
-// apply changes this node's Keyring and saves it.
+// apply changes this node's keyring and saves it.
 func (k *Keyring) apply(op api.KeyOp) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -147,7 +147,7 @@ func (k *Keyring) KeyOp(op api.KeyOp) error {
 	return nil
 }
 
-// Keys is this node's Keyring, the key in use first (the peer port's
+// Keys is this node's keyring, the key in use first (the peer port's
 // GET /v1/keys, nodes only).
 func (k *Keyring) Keys() [][]byte { return k.Cluster.Keys() }
 
@@ -155,7 +155,7 @@ func (k *Keyring) Keys() [][]byte { return k.Cluster.Keys() }
 // received a revocation yet (gossip spreads one in about a second).
 const revocationWait = 30 * time.Second
 
-// post sends op to node name's Keyring over mutual TLS; while name
+// post sends op to node name's keyring over mutual TLS; while name
 // answers that a revocation in op.Revoked has not reached it yet, it
 // retries every 500 ms for up to revocationWait.
 func (k *Keyring) post(ctx context.Context, name string, op api.KeyOp) error {
@@ -204,7 +204,7 @@ func (k *Keyring) Rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 		return api.KeyRotation{}, errRotationRunning
 	}
 	defer k.rotating.Unlock()
-	// A Keyring with more than one key is a rotation that did not
+	// A keyring with more than one key is a rotation that did not
 	// finish (a node was unreachable): this one completes it with the
 	// key in use here instead of starting another, so no node is left
 	// with a key the others removed.
@@ -295,7 +295,7 @@ func (k *Keyring) RotateKeys(ctx context.Context) (api.KeyRotation, error) {
 // Refresh asks the members at seeds (gossip addresses) for the
 // cluster's current gossip keys over mutual TLS and installs them, the
 // first in use; for a node that missed a rotation. It reports whether
-// the Keyring changed.
+// the keyring changed.
 func (k *Keyring) Refresh(ctx context.Context, seeds []string) (bool, error) {
 	var errs []error
 	for _, seed := range seeds {

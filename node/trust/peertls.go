@@ -163,13 +163,14 @@ func (t *Trust) anyNodeTLS() *tls.Config {
 	}
 }
 
-// peerClient is an HTTP client over conf, one connection per request.
 // peerClient is an API client of the peer port at addr over mutual TLS
 // (conf), each request bounded to 15 s.
 func peerClient(addr string, conf *tls.Config) (*client.Client, error) {
 	return client.New("https://"+addr, client.WithTransport(PeerHTTPClient(conf, 0).Transport), client.WithTimeout(15*time.Second))
 }
 
+// PeerHTTPClient is an HTTP client over conf, one connection per
+// request, each bounded to timeout (0: none).
 func PeerHTTPClient(conf *tls.Config, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
@@ -227,7 +228,7 @@ func (t *Trust) RenewLoop(ctx context.Context, dataDir string, ips []netip.Addr,
 	})
 }
 
-// Every calls f Every d until ctx ends (first after d).
+// Every calls f every d until ctx ends (first after d).
 func Every(ctx context.Context, d time.Duration, f func()) {
 	tk := time.NewTicker(d)
 	defer tk.Stop()

@@ -54,7 +54,7 @@ func IsTokenID(s string) bool {
 // Admission admits new nodes (the member's side of a join): the store
 // holds what admit reads (bound names, revocations) and the version 1
 // token records that node forget deletes, publish writes records
-// (signed, gossiped), keys gives the gossip Keyring to hand a new node.
+// (signed, gossiped), keys gives the gossip keyring to hand a new node.
 // A nil *Admission is a node running with --insecure.
 type Admission struct {
 	Store      Records
@@ -114,7 +114,7 @@ type AdmitLookups struct {
 	Self    string
 	Bound   func(name string) ([]byte, bool)
 	Revoked func(key []byte) bool
-	// Forgotten is when name was last Forgotten ('starling node
+	// Forgotten is when name was last forgotten ('starling node
 	// forget'), if ever: invitations made before then are void.
 	Forgotten func(name string) (time.Time, bool)
 }

@@ -120,7 +120,7 @@ func (ix *claimIndex) near(p netip.Prefix, f func(name string)) {
 // free: the claim of a new node on it was let settle (subnets.others
 // leaves those claims out), so it must also be routed and placed on.
 // Left out, the new holder of a dead node's subnet was never eligible
-// while the dead node's record stayed. ClaimWinners itself is returned
+// while the dead node's record stayed. v.claimWinners itself is returned
 // when nothing is added (and is never written). It sets v.reclaimAt to
 // when the first reservation that beat a claim expires: a rebuild from
 // then on must derive again even if no record changed. Called with build

@@ -214,7 +214,7 @@ type OwnerTable struct {
 	Node []string
 }
 
-// Of is the node Of the replica Of ID id ("" when none: not desired, or
+// Of is the node of the replica of ID id ("" when none: not desired, or
 // placed nowhere). O(log replicas).
 func (o OwnerTable) Of(id string) string {
 	if i, ok := slices.BinarySearchFunc(o.All, id, func(d DesiredReplica, id string) int { return strings.Compare(d.Id, id) }); ok {

@@ -42,7 +42,7 @@ type heldSlot struct {
 }
 
 // holds reports whether r is a copy that counts: not being stopped
-// (Terminating) and not failing to be created (CreateBackOff). A Pending
+// (Terminating) and not failing to be created (api.PhaseCreateBackOff). A Pending
 // copy counts (not running, age unknown): a Replace lists its old copy
 // Terminating and its new one Pending, and the replica must not leave
 // the node for it.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
 )
 
 // The one view. One goroutine (Builder.loop) rebuilds the node's view of the
@@ -122,7 +123,7 @@ type Builder struct {
 	// objects and statuses cache decoded records by key: a record is
 	// decoded again only when its version changed. held is the valid
 	// statuses by node name, kept up to date from the store's changed
-	// keys (sync); HeldGen and ObjGen count the changes to held and to
+	// keys (sync); heldGen and objGen count the changes to held and to
 	// the desired objects' records.
 	objects         map[string]cachedObject
 	statuses        map[string]cachedStatus
@@ -321,7 +322,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	}
 	for _, x := range vs.cfg.Acks.observe(now, v.unlisted, (len(v.Eligible)-1)/2) {
 		vs.cfg.Log.Warn("a node does not list the replicas placed on it (it says it is ready but does not run them); placing nothing on it for a while",
-			"node", x.node, "unlistedFor", vs.cfg.Acks.timeout, "excludedFor", x.for_)
+			"node", api.OneLine(x.node), "unlistedFor", vs.cfg.Acks.timeout, "excludedFor", x.for_)
 	}
 	return v, nil
 }
@@ -360,7 +361,9 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		v.plain, v.plainWithout = prev.plain, prev.plainWithout
 	} else {
 		v.plain, v.plainWithout = assign(v.Eligible, v.Workloads, v.Excluded)
-		vs.cfg.Placements.Inc()
+		if vs.cfg.Placements != nil {
+			vs.cfg.Placements.Inc()
+		}
 		vs.placementGen++
 	}
 	// What the nodes run away from placement's choice stays there

@@ -34,9 +34,9 @@ const (
 
 // given is, for one placement, what unreported checks the records
 // against: the placement (its owner of each slot: namespace, workload,
-// ordinal), the workloads whose replicas do not count (StatefulSets) and
+// ordinal), the workloads whose replicas do not count (those of StatefulSets) and
 // the nodes that own a Deployment replica. It is built once per placement
-// (GivenSlots), not on every view, and holds no per-replica index: one
+// (givenSlots), not on every view, and holds no per-replica index: one
 // cost 1 MB a view at 10,000 replicas.
 type given struct {
 	p        placement.Placement

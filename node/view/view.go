@@ -21,11 +21,11 @@ import (
 // shared by every reader: never modify them.
 type View struct {
 	built time.Time
-	// Synced: the node held the cluster's state (members.Synced) when
+	// Synced: the node held the cluster's state (Damping.IsSynced) when
 	// this view was built. The reconcile loop acts only on such views.
 	Synced bool
 	// Members is the membership as gossip gave it (routes follow it,
-	// without flap damping); alive the Members that count for placement
+	// without flap damping); alive the members that count for placement
 	// (Damping.AliveAfter).
 	Members []gossip.Member
 	Alive   map[string]bool
@@ -39,7 +39,7 @@ type View struct {
 	// Winners are the nodes whose subnet claim wins (WinningClaims): the
 	// only ones eligible, routed and taken as endpoints.
 	Winners map[string]bool
-	// ClaimWinners are the winners by claims alone (ipam.Winners);
+	// claimWinners are the winners by claims alone (ipam.Winners);
 	// winners adds those whose only rivals no longer hold their claims
 	// (reclaimedWinners), recomputed on every derive.
 	claimWinners map[string]bool
@@ -48,7 +48,7 @@ type View struct {
 	reclaimAt time.Time
 	Workloads []manifest.Object // Deployments and StatefulSets
 	All       []DesiredReplica  // sorted by ID
-	// plain and PlainWithout are placement's (assign), before the
+	// plain and plainWithout are placement's (assign), before the
 	// replicas held elsewhere (held) are kept where they run; placement
 	// is after.
 	plain, plainWithout placement.Placement
@@ -60,7 +60,7 @@ type View struct {
 	// Owner is each desired replica's node, after leaving out the
 	// excluded nodes (place; placement gives the owners before).
 	Owner OwnerTable
-	// given is placement's (GivenSlots), for unreported; own is
+	// given is placement's (givenSlots), for unreported; own is
 	// what owner gives this node (OwnedBy). Both are computed with
 	// placement.
 	given given
@@ -68,8 +68,8 @@ type View struct {
 	// Excluded are the nodes left out of placement for not listing the
 	// replicas placed on them (unresponsive.go).
 	Excluded map[string]bool
-	// Hashes are the workloads' current spec Hashes by workload key, and
-	// probes the probes of their current templates (CurrentProbes).
+	// Hashes are the workloads' current spec hashes by workload key, and
+	// probes the probes of their current templates (currentProbes).
 	Hashes map[string]string
 	Probes map[string]probe.Probes
 	// Services are the Services, alloc their ClusterIPs and NodePorts,
@@ -212,7 +212,7 @@ func (v *View) Candidates(self string, observed []reconcile.Container) []reconci
 }
 
 // Current reports whether node name counts (alive, flap damping
-// included) and its held record is of its Current run (not stale): what
+// included) and its held record is of its current run (not stale): what
 // that record lists runs now.
 func (v *View) Current(name string) bool { return v.Alive[name] && !v.Stale[name] }
 

@@ -231,7 +231,7 @@ func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []man
 
 // sync brings held (and the status cache) up to date with the store's
 // changed keys, and counts the changes to statuses and desired objects
-// (HeldGen, ObjGen). Only the changed records are read and decoded; a
+// (heldGen, objGen). Only the changed records are read and decoded; a
 // purge, a drop or the first sync relists them all. Called with build
 // held.
 func (vs *Builder) sync() error {

@@ -135,7 +135,7 @@ func TestDocCommentsStartWithTheirName(t *testing.T) {
 // house style cites names that way. A plain word in parentheses is
 // English, not checked.
 var cited = regexp.MustCompile("`([A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\\(\\))?`" +
-	"|\\(([A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z]+[A-Z][A-Za-z0-9_]*)(?:\\(\\))?[),;: ]")
+	"|\\(([A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)+|[A-Za-z][a-z0-9]+[A-Z][A-Za-z0-9_]*)(?:\\(\\))?[),;: ]")
 
 // goFile matches a Go file a comment cites: "(snapshot.go)",
 // "node/server.go".
