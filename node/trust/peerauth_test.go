@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"crypto/ed25519"
@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // TestPeerRequestsAreSignedByTheNodeNotTheToken: a node's request to a
@@ -16,7 +14,7 @@ import (
 // accepts it only for the peer routes, only for itself, only within the
 // clock skew, only from the key the caller's name is bound to.
 func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
-	a := &trust.Identity{Name: "n1", Key: keyOf("n1")}
+	a := &Identity{Name: "n1", Key: keyOf("n1")}
 	bound := func(name string) ([]byte, bool) {
 		if name == "n1" {
 			return keyOf("n1").Public().(ed25519.PublicKey), true
@@ -32,7 +30,7 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 		}
 		return r
 	}
-	if from, err := trust.VerifyPeerRequest(signed("GET", "/v1/images/blobs/sha256:0123", "n2", now), "n2", bound, now); err != nil || from != "n1" {
+	if from, err := VerifyPeerRequest(signed("GET", "/v1/images/blobs/sha256:0123", "n2", now), "n2", bound, now); err != nil || from != "n1" {
 		t.Fatalf("a good request: %q %v", from, err)
 	}
 	for name, tc := range map[string]struct {
@@ -50,17 +48,17 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 		}(), "n2", now},
 		"unknown node": {func() *http.Request {
 			r := signed("GET", "/v1/logs/default/x", "n2", now)
-			r.Header.Set(trust.HeaderPeerNode, "n9")
+			r.Header.Set(HeaderPeerNode, "n9")
 			return r
 		}(), "n2", now},
 	} {
-		if _, err := trust.VerifyPeerRequest(tc.r, tc.self, bound, tc.at); err == nil {
+		if _, err := VerifyPeerRequest(tc.r, tc.self, bound, tc.at); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	// Through the middleware: peer routes only.
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	h := trust.RequireAuth(ok, "operator-token-0123456789", "n2", false, bound)
+	h := RequireAuth(ok, "operator-token-0123456789", "n2", false, bound)
 	for _, tc := range []struct {
 		method, uri string
 		want        int
