@@ -536,6 +536,9 @@ func TestLostDeltaIsRepairedByDigestExchange(t *testing.T) {
 			})
 			c.joinAll()
 			c.waitMembers(3, 10*time.Second)
+			// Past the digests a join's push/pull sends a second later
+			// (digestAfterJoin), which would carry the write too.
+			time.Sleep(1500 * time.Millisecond)
 			r := c.nodes[0].record("obj/default/lost", "v")
 			enc, err := crdt.EncodeRecord(r)
 			if err != nil {

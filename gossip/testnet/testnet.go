@@ -28,6 +28,9 @@ type Network struct {
 	byAddr map[string]string // "127.0.0.1:port" -> node name
 	group  map[string]int    // node name -> group; absent = group 0
 	cut    bool
+	// noStreams are the (from, to) node pairs whose dials fail
+	// (CutStreams).
+	noStreams map[[2]string]bool
 }
 
 // New returns an empty Network.
@@ -133,6 +136,33 @@ func (n *Network) Heal() {
 	n.cut = false
 }
 
+// CutStreams makes node from's dials to node to fail until
+// RestoreStreams (the other way, and packets, still go through).
+func (n *Network) CutStreams(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.noStreams == nil {
+		n.noStreams = map[[2]string]bool{}
+	}
+	n.noStreams[[2]string{from, to}] = true
+}
+
+// RestoreStreams undoes CutStreams(from, to).
+func (n *Network) RestoreStreams(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.noStreams, [2]string{from, to})
+}
+
+// streamCut reports whether from's dials to the node at addr fail
+// (CutStreams).
+func (n *Network) streamCut(from, addr string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	to, ok := n.byAddr[addr]
+	return ok && n.noStreams[[2]string{from, to}]
+}
+
 // blocked reports whether from may not send to the node at addr.
 func (n *Network) blocked(from, addr string) bool {
 	n.mu.Lock()
@@ -171,7 +201,7 @@ func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 }
 
 func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	if t.net.blocked(t.name, a.Addr) {
+	if t.net.blocked(t.name, a.Addr) || t.net.streamCut(t.name, a.Addr) {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("testnet: %s cut off from %s", t.name, a.Addr)}
 	}
 	conn, err := t.nt.DialAddressTimeout(a, timeout)
