@@ -117,6 +117,11 @@ type Cluster struct {
 	// back (resyncWith), for tests.
 	resyncMu sync.Mutex
 	resyncs  map[string]int
+	// afterJoin holds the members a digest is pending for after a join's
+	// push/pull (digestAfterJoin): one at most per member, and at most
+	// maxAfterJoin in all, however many push/pulls a key holder opens.
+	afterJoinMu sync.Mutex
+	afterJoin   map[string]bool
 	// membersSnap is Members' sorted copy, nil after any change of
 	// members (set under membersMu).
 	membersSnap atomic.Pointer[[]Member]
@@ -264,6 +269,7 @@ func newCluster(cfg Config, state State) (*Cluster, error) {
 		members:     map[string]*Member{},
 		moved:       map[string]moved{},
 		resyncs:     map[string]int{},
+		afterJoin:   map[string]bool{},
 		pulling:     map[string]pending{},
 		asks:        map[uint64]pendingAsk{},
 		askSeq:      rand.Uint64(),

@@ -202,7 +202,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		return
 	}
 	if c.cfg.Name > remote.From {
-		if join {
+		if join && c.pendAfterJoin(remote.From) {
 			c.spawn(func() { c.digestAfterJoin(remote.From) })
 		}
 		return
@@ -210,11 +210,32 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	c.syncDigest(remote)
 }
 
+// maxAfterJoin bounds the digests pending after joins (pendAfterJoin).
+const maxAfterJoin = 64
+
+// pendAfterJoin notes a digest pending for name after a join's push/pull
+// and reports whether one should be sent: not when one already is, or
+// maxAfterJoin are.
+func (c *Cluster) pendAfterJoin(name string) bool {
+	c.afterJoinMu.Lock()
+	defer c.afterJoinMu.Unlock()
+	if c.afterJoin[name] || len(c.afterJoin) >= maxAfterJoin {
+		return false
+	}
+	c.afterJoin[name] = true
+	return true
+}
+
 // digestAfterJoin sends this node's digest to member name a second after
 // a join's push/pull with it, if it is still a member: name, whose name
 // sorts first, then syncs the buckets that still differ (a digest's
 // receiver syncs).
 func (c *Cluster) digestAfterJoin(name string) {
+	defer func() {
+		c.afterJoinMu.Lock()
+		delete(c.afterJoin, name)
+		c.afterJoinMu.Unlock()
+	}()
 	select {
 	case <-c.ctx.Done():
 		return

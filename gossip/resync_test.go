@@ -372,3 +372,20 @@ func TestJoinerGetsTheSeedsRecordsWhenTheSeedsSyncIsLost(t *testing.T) {
 		t.Fatalf("the joiner holds %v, want the seed's record", got)
 	}
 }
+
+// Digests after joins are bounded: one pending per member, maxAfterJoin
+// in all, however many join push/pulls a holder of the gossip key opens.
+func TestDigestsAfterJoinsAreBounded(t *testing.T) {
+	c := newTCluster(t, 1, nil).nodes[0].c
+	if !c.pendAfterJoin("a") || c.pendAfterJoin("a") {
+		t.Fatal("want one digest pending for a, not two")
+	}
+	for i := 1; i < maxAfterJoin; i++ {
+		if !c.pendAfterJoin(fmt.Sprint("m", i)) {
+			t.Fatalf("digest %d refused below the bound", i)
+		}
+	}
+	if c.pendAfterJoin("one-too-many") {
+		t.Fatalf("more than %d digests pending", maxAfterJoin)
+	}
+}
