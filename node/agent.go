@@ -9,12 +9,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/trust"
 
-	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/podnet"
@@ -28,56 +26,30 @@ import (
 )
 
 // Agent is one Starling node. It holds the node's shared pieces (the
-// store, gossip, the clock, its identity) and wires the small parts that
-// do the work, each owning its own state: the view of the cluster
-// (views), membership (members), this node's record (self), its pod
-// subnet (subnets), the reconcile controller (replicas), probes
-// (prober), quorum and fence lease (quorum, lease), routes and Service
-// rules (routes, services), and what the API serves (objects, info,
-// images, logs; package apiserver). Its own methods are construction,
-// Run and wiring only.
+// store, the clock, the runtime, metrics, the view of the cluster) and
+// its parts grouped by role, each part owning its own state: guard (who
+// may say what), mem (membership), own (this node's record and subnet),
+// work (the controllers of its replicas), network (routes and Service
+// rules) and api (what the API serves; package apiserver). Every field
+// is set in New; its own methods are construction (agent.go, gossip.go,
+// hostnet.go), Run and its loops' start and stop, publishing signed
+// records, the disk watch (disk.go) and the API's listeners (serve.go).
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
+	started time.Time
 	store   *tracked
 	clock   *hlc.Clock
 	rt      Runtime
 	metrics *metrics
-	token   string
-	started time.Time
+	views   *view.Builder
 
-	cluster *gossip.Cluster
-	id      *trust.Identity
-	// trust holds the cluster's credentials and this node's certificate
-	// (node/trust/pki.go, node/trust/peertls.go), join admits new nodes (node/trust/tokens.go) and keys
-	// rotates the gossip key (node/trust/keys.go); all three nil with --insecure.
-	trust   *trust.Trust
-	join    *trust.Admission
-	keys    *trust.Keyring
-	rejects *rejects
-	// auth binds membership to node keys (memberauth.go).
-	auth *memberAuth
-	acks *view.AckTracker
-
-	members  *members
-	views    *view.Builder
-	status   *self
-	subnets  *subnets
-	replicas *replicas
-	probes   *prober
-	fence    *fence
-	lease    *lease
-	routes   *dataplane.Routes
-	services *dataplane.Services
-	host     *dataplane.HostRules
-	dry      *dryRun // with --dry-run only
-	objects  *objects
-	info     *info
-	images   *images
-	logs     *logs
-	peers    *peers
-	// answerer answers peers' quorum questions once wired.
-	answerer atomic.Pointer[fence]
+	guard   guard
+	mem     membership
+	own     ownParts
+	work    workloads
+	network network
+	api     apiParts
 }
 
 // New checks the host's prerequisites (a *preflight.Error lists every
@@ -104,7 +76,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		if checkErr != nil {
-			fmt.Fprint(a.dry.print.out, comment(time.Now(), "a real start would refuse: "+checkErr.Error()))
+			fmt.Fprint(a.network.dry.print.out, comment(time.Now(), "a real start would refuse: "+checkErr.Error()))
 			log.Warn("dry run: host prerequisites missing (listed on stdout); a real start would refuse")
 		}
 		return a, nil
@@ -125,7 +97,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	var a *Agent
 	fetch := func(ctx context.Context, ref string) (string, []runtime.ImageSource, error) {
-		return a.images.sources(ctx, ref)
+		return a.work.images.sources(ctx, ref)
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
 		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit,
@@ -177,7 +149,7 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 		if err != nil {
 			return nil, err
 		}
-		if a.token = strings.TrimSpace(string(b)); len(a.token) < 16 {
+		if a.api.token = strings.TrimSpace(string(b)); len(a.api.token) < 16 {
 			return nil, fmt.Errorf("--token-file %s: token must be at least 16 characters", cfg.TokenFile)
 		}
 	}
@@ -202,24 +174,24 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 		a.store = track(disk)
 	}
 	a.metrics.reg.MustRegister(storeMetrics(a.store)...)
-	a.id = &trust.Identity{Name: cfg.Name, Key: key, Store: a.store}
+	a.guard.id = &trust.Identity{Name: cfg.Name, Key: key, Store: a.store}
 	if creds != nil {
-		a.trust = trust.NewTrust(creds, key, a.id)
+		a.guard.trust = trust.NewTrust(creds, key, a.guard.id)
 	}
 	clusterCIDR := view.PrefixOf(cluster)
-	a.rejects = newRejects(clusterCIDR, creds, a.id.BoundKey, a.id.IsRevoked, a.id.KeyOwner, log, a.metrics.rejectedRecords)
-	a.rejects.forgotten = a.id.ForgottenAt
-	a.members = newMembers(cfg, a.store, log)
+	a.guard.rejects = newRejects(clusterCIDR, creds, a.guard.id.BoundKey, a.guard.id.IsRevoked, a.guard.id.KeyOwner, log, a.metrics.rejectedRecords)
+	a.guard.rejects.forgotten = a.guard.id.ForgottenAt
+	a.mem.members = newMembers(cfg, a.store, log)
 	if err := a.startGossip(h.tuneGossip); err != nil {
 		a.store.Close()
 		return nil, err
 	}
-	a.members.certified = a.auth.certified
-	if a.trust != nil {
-		a.join = &trust.Admission{Store: a.store, Id: a.id, Trust: a.trust, Clock: a.clock, Self: cfg.Name,
-			Publish: a.publishDurable, GossipKeys: a.cluster.Keys, Log: log}
-		a.keys = &trust.Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
-		a.members.keys = a.keys
+	a.mem.members.certified = a.guard.auth.certified
+	if a.guard.trust != nil {
+		a.guard.join = &trust.Admission{Store: a.store, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: cfg.Name,
+			Publish: a.publishDurable, GossipKeys: a.mem.cluster.Keys, Log: log}
+		a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
+		a.mem.members.keys = a.guard.keys
 	}
 	a.wire(cfg, h, clusterCIDR, hn)
 	return a, nil
@@ -230,44 +202,44 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetw
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
-	a.acks = view.NewAckTracker(cfg.AckTimeout)
-	a.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, store: a.store, clock: a.clock, gossip: a.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
-	a.rejects.setHeld(func(s view.NodeStatus) []view.NodeStatus { return a.views.ClaimsNear(s) }, a.subnets.reservedFor)
-	a.rejects.rival = a.subnets.noteRival
-	a.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
-		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.id, trust: a.trust, members: a.members,
-		subnets: a.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
+	a.mem.acks = view.NewAckTracker(cfg.AckTimeout)
+	a.own.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
+		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
+	a.guard.rejects.setHeld(func(s view.NodeStatus) []view.NodeStatus { return a.views.ClaimsNear(s) }, a.own.subnets.reservedFor)
+	a.guard.rejects.rival = a.own.subnets.noteRival
+	a.own.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
+		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.guard.id, trust: a.guard.trust, members: a.mem.members,
+		subnets: a.own.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
 	// With the replicas of the last publication: a claim that moves
 	// keeps them listed (their addresses hidden) until the next pass.
-	a.subnets.publish = a.status.republish
-	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.cluster, Damping: a.members, Acks: a.acks,
+	a.own.subnets.publish = a.own.status.republish
+	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
 		ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
-		SelfStatus: func() view.NodeStatus { return a.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
-	a.subnets.withHeld, a.subnets.claimsNear, a.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
-	a.fence = newFence(cfg, a.started, log)
-	a.fence.cluster, a.fence.members, a.fence.certified, a.fence.uncertifiedGauge = a.cluster, a.members, a.auth.certified, a.metrics.uncertified
-	a.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.fence, log: log}
-	a.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
-		rt: a.rt, views: a.views, acts: newActions(), fence: a.fence, lease: a.lease, status: a.status, subnets: a.subnets,
-		members: a.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
-	a.fence.kick = a.replicas.requestReconcile
-	a.members.onForgotten = a.replicas.stopAll
-	a.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.id.Public()),
-		observed: a.replicas.lastObserved, kick: a.replicas.requestReconcile, status: map[string]probe.Status{}}
-	a.replicas.probes = a.probes
+		SelfStatus: func() view.NodeStatus { return a.own.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
+	a.own.subnets.withHeld, a.own.subnets.claimsNear, a.own.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
+	a.work.fence = newFence(cfg, a.started, log)
+	a.work.fence.cluster, a.work.fence.members, a.work.fence.certified, a.work.fence.uncertifiedGauge = a.mem.cluster, a.mem.members, a.guard.auth.certified, a.metrics.uncertified
+	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
+	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
+		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,
+		members: a.mem.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
+	a.work.fence.kick = a.work.replicas.requestReconcile
+	a.mem.members.onForgotten = a.work.replicas.stopAll
+	a.work.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.guard.id.Public()),
+		observed: a.work.replicas.lastObserved, kick: a.work.replicas.requestReconcile, status: map[string]probe.Status{}}
+	a.work.replicas.probes = a.work.probes
 	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
-	a.peers = &peers{self: cfg.Name, trust: a.trust, id: a.id, cluster: a.cluster}
-	a.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
-	a.info = &info{self: cfg.Name, views: a.views, status: a.status, cluster: a.cluster, store: a.store, clock: a.clock, id: a.id,
-		publish: a.publishDurable, join: a.join, keys: a.keys, certified: a.auth.certified, log: log}
-	a.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
-		cluster: a.cluster, peers: a.peers, publish: a.publishDurable, log: log, imported: func() {
-			a.replicas.acts.resetFailures()
-			a.replicas.requestReconcile()
+	a.api.peers = &peers{self: cfg.Name, trust: a.guard.trust, id: a.guard.id, cluster: a.mem.cluster}
+	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
+	a.api.info = &info{self: cfg.Name, views: a.views, status: a.own.status, cluster: a.mem.cluster, store: a.store, clock: a.clock, id: a.guard.id,
+		publish: a.publishDurable, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth.certified, log: log}
+	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
+		cluster: a.mem.cluster, peers: a.api.peers, publish: a.publishDurable, log: log, imported: func() {
+			a.work.replicas.acts.resetFailures()
+			a.work.replicas.requestReconcile()
 		}}
-	a.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.replicas, peers: a.peers, log: log}
-	a.answerer.Store(a.fence)
+	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
+	a.mem.answerer.Store(a.work.fence)
 }
 
 // Run reconciles and serves the API until ctx is cancelled, then waits
@@ -295,23 +267,23 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 	a.views.Rebuild(time.Now())
 	loops := []func(context.Context){a.views.Loop,
-		func(ctx context.Context) { a.members.joinLoop(ctx, a.views.Changed) },
-		func(ctx context.Context) { a.members.watch(ctx, a.views.Changed) },
-		func(ctx context.Context) { a.members.introduceLoop(ctx, a.views.Load) },
+		func(ctx context.Context) { a.mem.members.joinLoop(ctx, a.views.Changed) },
+		func(ctx context.Context) { a.mem.members.watch(ctx, a.views.Changed) },
+		func(ctx context.Context) { a.mem.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
-		func(ctx context.Context) { a.keys.RefreshLoop(ctx, a.members.targets) },
-		a.routes.Run, a.services.Run, a.diskLoop, a.host.Run}
-	if a.trust != nil {
+		func(ctx context.Context) { a.guard.keys.RefreshLoop(ctx, a.mem.members.targets) },
+		a.network.routes.Run, a.network.services.Run, a.diskLoop, a.network.host.Run}
+	if a.guard.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
-			a.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.replicas.requestReconcile)
+			a.guard.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.work.replicas.requestReconcile)
 		})
 	}
-	if a.dry != nil {
+	if a.network.dry != nil {
 		// No reconcile or probes: only printing.
-		loops = append(loops, a.dry.loop)
+		loops = append(loops, a.network.dry.loop)
 	} else {
-		loops = append(loops, func(ctx context.Context) { a.fence.loop(ctx, a.members.synced) }, a.lease.loop, a.probes.loop, a.replicas.loop,
-			func(ctx context.Context) { a.rt.WatchExits(ctx, a.replicas.requestReconcile) })
+		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop,
+			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.requestReconcile) })
 	}
 	var wg sync.WaitGroup
 	for _, f := range loops {
@@ -327,23 +299,23 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 // detection, when nothing moves (kubelet restarts; Nomad clients'
 // leave_on_terminate=false). A dry run, which runs nothing, leaves.
 func (a *Agent) stop() {
-	if a.members.IsSynced() {
-		a.members.markSeen()
+	if a.mem.members.IsSynced() {
+		a.mem.members.markSeen()
 	}
-	if a.dry == nil {
-		a.replicas.stopStateful()
+	if a.network.dry == nil {
+		a.work.replicas.stopStateful()
 		return
 	}
-	if lerr := a.cluster.Leave(5 * time.Second); lerr != nil {
+	if lerr := a.mem.cluster.Leave(5 * time.Second); lerr != nil {
 		a.log.Warn("leave cluster", "err", lerr)
 	}
 }
 
 func (a *Agent) close() {
-	a.replicas.wg.Wait()
+	a.work.replicas.wg.Wait()
 	// After Leave this is a no-op; on an early return it stops memberlist
 	// before the store it writes to is closed.
-	a.cluster.Shutdown()
+	a.mem.cluster.Shutdown()
 	a.store.Close()
 	a.rt.Close()
 }
@@ -353,11 +325,11 @@ func (a *Agent) close() {
 // an error here is an I/O failure.
 func (a *Agent) publish(recs ...crdt.Record) error {
 	for _, r := range recs {
-		r, err := a.id.Sign(r)
+		r, err := a.guard.id.Sign(r)
 		if err != nil {
 			return fmt.Errorf("sign %s: %w", r.Key, err)
 		}
-		if err := a.cluster.Publish(r); err != nil {
+		if err := a.mem.cluster.Publish(r); err != nil {
 			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
 		}
 	}

@@ -37,7 +37,7 @@ import (
 // with the highest rendezvous score for it (Thaler & Ravishankar 1998),
 // the same for every claimant that sees the same members. An arbiter
 // remembers the first node that asked it about the subnet and names it to
-// every later asker until the check is over (askedFor), unless a settled
+// every later asker until the check is over (askers.keep), unless a settled
 // claim holds the subnet. Two claimants of one subnet ask the same
 // arbiters, each of which names one of them, so at most one is named by
 // all of its arbiters and settles; the other picks another subnet.
@@ -56,29 +56,9 @@ const (
 	claimAskTimeout  = time.Second
 )
 
-// maxAsked bounds the first askers an arbiter remembers (one per subnet
-// of the cluster CIDR at most; a /12 has 4,096).
-const maxAsked = 4096
-
-// askedClaim is the first node that asked about a subnet, and when.
-type askedClaim struct {
-	node string
-	at   time.Time
-}
-
-// askedFor is how long an arbiter names a subnet's first asker at least:
-// the longest a claim check can last. After that it names it as long as
-// the asker is up and does not claim another subnet (stillClaims): a
-// record can take minutes to reach every node while a thousand form, and
-// an arbiter that forgot a settled claimant before its record came named
-// the next asker, which settled the subnet a second time.
-func (sn *subnets) askedFor() time.Duration {
-	return claimCheckRounds * (sn.settle + claimCheckPeers*claimAskTimeout)
-}
-
 // stillClaims reports whether a, the first asker about subnet p, may still
 // hold or be checking its claim: its record, if this node holds it, claims
-// p (or nothing yet), and it asked within askedFor or is up.
+// p (or nothing yet), and it asked within askers.keep or is up.
 func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool {
 	moved := false
 	sn.withHeld(func(held map[string]view.NodeStatus, version func(string) hlc.Timestamp) {
@@ -92,44 +72,11 @@ func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool
 	if moved {
 		return false
 	}
-	if now.Sub(a.at) < sn.askedFor() {
+	if now.Sub(a.at) < sn.askers.keep {
 		return true
 	}
 	m, ok := sn.gossip.Member(a.node)
 	return ok && m.State.Up()
-}
-
-// firstAsker returns the node that asked about subnet p first and still
-// claims it (stillClaims), recording node (at now) when none does.
-func (sn *subnets) firstAsker(p netip.Prefix, node string, now time.Time) string {
-	sn.mu.Lock()
-	a, ok := sn.asked[p]
-	sn.mu.Unlock()
-	if ok && a.node != node && sn.stillClaims(p, a, now) {
-		return a.node
-	}
-	sn.mu.Lock()
-	defer sn.mu.Unlock()
-	if sn.asked == nil {
-		sn.asked = map[netip.Prefix]askedClaim{}
-	}
-	if cur, ok := sn.asked[p]; ok && cur.node == node {
-		return node // keep the time of its first question
-	} else if ok && cur != a {
-		return cur.node // another asker came first meanwhile
-	}
-	if len(sn.asked) >= maxAsked {
-		for k, a := range sn.asked {
-			if now.Sub(a.at) >= sn.askedFor() {
-				delete(sn.asked, k)
-			}
-		}
-		if len(sn.asked) >= maxAsked {
-			return node // remember nothing more; answer as asked
-		}
-	}
-	sn.asked[p] = askedClaim{node: node, at: now}
-	return node
 }
 
 // holder is the node whose claim on subnet p (or one overlapping it) this
@@ -139,7 +86,7 @@ func (sn *subnets) firstAsker(p netip.Prefix, node string, now time.Time) string
 func (sn *subnets) holder(p netip.Prefix, asker string, now time.Time) string {
 	claims := sn.others()
 	if mine := sn.current(); mine.Subnet != "" {
-		mine.Settled = sn.isReady()
+		mine.Settled = sn.settled.Load()
 		claims = append(claims, mine)
 	}
 	var best *ipam.Claim
@@ -155,7 +102,7 @@ func (sn *subnets) holder(p netip.Prefix, asker string, now time.Time) string {
 	if best != nil {
 		return best.Node
 	}
-	return sn.firstAsker(p, asker, now)
+	return sn.askers.first(p, asker, now, func(a askedClaim) bool { return sn.stillClaims(p, a, now) })
 }
 
 // answerClaim answers a claim check from node from: the holder of the
@@ -231,7 +178,8 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 	q := append([]byte{claimQuestion}, p.Masked().String()...)
 	answered := false
 	for round := 0; round < claimCheckRounds; round++ {
-		if first := sn.firstAsker(p.Masked(), sn.self, time.Now()); first != sn.self {
+		now := time.Now()
+		if first := sn.askers.first(p.Masked(), sn.self, now, func(a askedClaim) bool { return sn.stillClaims(p.Masked(), a, now) }); first != sn.self {
 			return first, false
 		}
 		asked := arbiters(p.Masked().String(), sn.self, sn.gossip.Members())
@@ -250,7 +198,7 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 				return api.OneLine(string(b)), false
 			}
 		}
-		sn.noteCheck(fmt.Sprintf("round %d: %d of arbiters %v named it", round+1, named, asked))
+		sn.lastCheck.Store(fmt.Sprintf("round %d: %d of arbiters %v named it", round+1, named, asked))
 		if named == len(asked) {
 			return "", true
 		}
@@ -261,18 +209,10 @@ func (sn *subnets) confirm(ctx context.Context, claim ipam.Claim) (who string, o
 		}
 	}
 	if !answered {
-		sn.noteCheck("no arbiter answered in any round: alone, the claim stands")
+		sn.lastCheck.Store("no arbiter answered in any round: alone, the claim stands")
 		return "", true
 	}
 	return "", false // answers, but never enough: the claimant checks again
-}
-
-// noteCheck keeps the last step of this node's claim check, for
-// diagnostics (the scale simulation prints it for subnets settled twice).
-func (sn *subnets) noteCheck(s string) {
-	sn.mu.Lock()
-	sn.lastCheck = s
-	sn.mu.Unlock()
 }
 
 // metaSince holds, in the store's meta, when this node first started with

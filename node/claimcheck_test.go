@@ -62,7 +62,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, func() error {
 		for _, n := range nodes {
-			if !n.agent.subnets.isReady() {
+			if !n.agent.own.subnets.settled.Load() {
 				return fmt.Errorf("%s has not settled", n.name)
 			}
 		}
@@ -80,7 +80,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 	wg.Wait()
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range rivals {
-			if !n.agent.subnets.isReady() {
+			if !n.agent.own.subnets.settled.Load() {
 				return fmt.Errorf("%s has not settled", n.name)
 			}
 		}
@@ -88,7 +88,7 @@ func TestRivalClaimsOnOneSubnetSettleOnce(t *testing.T) {
 	})
 	seen := map[string]string{}
 	for _, n := range append(nodes, rivals...) {
-		s := n.agent.subnets.current().Subnet
+		s := n.agent.own.subnets.current().Subnet
 		if other, dup := seen[s]; dup {
 			t.Fatalf("%s and %s both settled on %s", other, n.name, s)
 		}

@@ -25,7 +25,7 @@ func TestRestartFromDiskRejoinsWithoutSeed(t *testing.T) {
 		t.Fatal("restarted node lost its desired state")
 	}
 	waitFor(t, 15*time.Second, func() error {
-		if got := a2.agent.cluster.NumMembers(); got != 2 {
+		if got := a2.agent.mem.cluster.NumMembers(); got != 2 {
 			return fmt.Errorf("a2 sees %d live members, want 2 (a1, a2)", got)
 		}
 		return nil
@@ -61,8 +61,8 @@ func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
 		return nil
 	})
 	time.Sleep(1500 * time.Millisecond)
-	a0.agent.members.purgeTombstones()
-	a1.agent.members.purgeTombstones()
+	a0.agent.mem.members.purgeTombstones()
+	a1.agent.mem.members.purgeTombstones()
 	// a2 comes back with its stale copy: it must drop it, not spread it.
 	back := start(t, "a2", a2.dir, []string{a0.addr()}, ttl)
 	time.Sleep(2 * time.Second)
@@ -84,7 +84,7 @@ func TestStoppedAgentStaysAMember(t *testing.T) {
 	nodes := startCluster(t, 3)
 	nodes[2].stop() // what SIGTERM does
 	waitFor(t, 30*time.Second, func() error {
-		for _, m := range nodes[0].agent.cluster.Members() {
+		for _, m := range nodes[0].agent.mem.cluster.Members() {
 			if m.Name == "a2" && m.State == gossip.StateLeft {
 				t.Fatalf("a0 sees a2 left after a stop, want alive until failure detection finds it dead")
 			}
@@ -115,7 +115,7 @@ func TestPartitionedAgentsConvergeAfterHeal(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
-			if got := n.agent.cluster.NumMembers(); got != 5 {
+			if got := n.agent.mem.cluster.NumMembers(); got != 5 {
 				return fmt.Errorf("%s sees %d members", n.name, got)
 			}
 		}
@@ -149,8 +149,8 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 	nodes := startCluster(t, 5)
 	seen := map[string]string{}
 	for _, n := range nodes {
-		c := n.agent.subnets.current()
-		if c.Subnet == "" || !n.agent.subnets.isReady() {
+		c := n.agent.own.subnets.current()
+		if c.Subnet == "" || !n.agent.own.subnets.settled.Load() {
 			t.Fatalf("%s has no settled subnet: %+v", n.name, c)
 		}
 		if other, dup := seen[c.Subnet]; dup {
@@ -158,16 +158,16 @@ func TestNodesClaimDistinctSubnetsAndKeepThemAcrossRestarts(t *testing.T) {
 		}
 		seen[c.Subnet] = n.name
 	}
-	before := nodes[3].agent.subnets.current()
+	before := nodes[3].agent.own.subnets.current()
 	nodes[3].stop()
 	again := start(t, nodes[3].name, nodes[3].dir, []string{nodes[0].addr()}, func(c *testSetup) { c.SubnetSettle = 200 * time.Millisecond })
 	waitFor(t, 10*time.Second, func() error {
-		if !again.agent.subnets.isReady() {
+		if !again.agent.own.subnets.settled.Load() {
 			return fmt.Errorf("restarted node has not settled its subnet")
 		}
 		return nil
 	})
-	if got := again.agent.subnets.current(); got.Subnet != before.Subnet {
+	if got := again.agent.own.subnets.current(); got.Subnet != before.Subnet {
 		t.Fatalf("restart changed the subnet: %s -> %s", before.Subnet, got.Subnet)
 	}
 }
@@ -192,14 +192,14 @@ func TestForgottenNodesWritesStayWithTheCluster(t *testing.T) {
 	})
 	nodes[1].stop() // leaves
 	waitFor(t, 10*time.Second, func() error {
-		for _, m := range nodes[0].agent.cluster.Members() {
+		for _, m := range nodes[0].agent.mem.cluster.Members() {
 			if m.Name == nodes[1].name && m.State == "alive" {
 				return fmt.Errorf("%s still alive", m.Name)
 			}
 		}
 		return nil
 	})
-	if _, err := nodes[0].agent.info.forgetNode(nodes[1].name); err != nil {
+	if _, err := nodes[0].agent.api.info.forgetNode(nodes[1].name); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, _ := nodes[0].agent.store.Get(key)
@@ -291,7 +291,7 @@ func TestNodeWithATakenNameNeverActs(t *testing.T) {
 	twin.rt.mu.Lock()
 	created := twin.rt.created
 	twin.rt.mu.Unlock()
-	if twin.agent.members.IsSynced() || created > 0 {
-		t.Fatalf("a node under a live node's name: synced %v, created %d replicas after %v", twin.agent.members.IsSynced(), created, grace+2*time.Second)
+	if twin.agent.mem.members.IsSynced() || created > 0 {
+		t.Fatalf("a node under a live node's name: synced %v, created %d replicas after %v", twin.agent.mem.members.IsSynced(), created, grace+2*time.Second)
 	}
 }

@@ -79,7 +79,7 @@ func start(t *testing.T, name, dir string, join []string, mutate ...func(*testSe
 		t.Fatal(err)
 	}
 	n.agent = a
-	n.rt.subnet = func() string { return a.subnets.current().Subnet }
+	n.rt.subnet = func() string { return a.own.subnets.current().Subnet }
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { defer close(n.done); a.Run(ctx) }()
@@ -96,7 +96,7 @@ func (n *testNode) stop() {
 
 // addr is the node's gossip address.
 func (n *testNode) addr() string {
-	for _, m := range n.agent.cluster.Members() {
+	for _, m := range n.agent.mem.cluster.Members() {
 		if m.Name == n.name {
 			return fmt.Sprintf("%s:%d", m.Addr, m.Port)
 		}
@@ -138,7 +138,7 @@ func startCluster(t *testing.T, size int) []*testNode {
 	// placement agrees everywhere.
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
-			if got := n.agent.cluster.NumMembers(); got != size {
+			if got := n.agent.mem.cluster.NumMembers(); got != size {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, size)
 			}
 			v := n.agent.views.View()
@@ -194,7 +194,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.agent.objects.store(objs); err != nil {
+	if _, err := n.agent.api.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -255,7 +255,7 @@ func testConverges(t *testing.T, size int) {
 	}
 	// Every node answers for the whole cluster.
 	for _, n := range nodes {
-		reps := n.agent.info.Replicas()
+		reps := n.agent.api.info.Replicas()
 		running := 0
 		for _, r := range reps {
 			if r.Phase == api.PhaseRunning {
@@ -270,7 +270,7 @@ func testConverges(t *testing.T, size int) {
 			// bound is about the test machine, not the product; #12's
 			// simulation on a virtual clock is where time is measured.
 			waitFor(t, 30*time.Second, func() error {
-				reps := n.agent.info.Replicas()
+				reps := n.agent.api.info.Replicas()
 				running = 0
 				for _, r := range reps {
 					if r.Phase == api.PhaseRunning {
@@ -358,7 +358,7 @@ func TestActionsNeverRestOnAStaleList(t *testing.T) {
 				}
 			}
 			n.rt.mu.Unlock()
-			n.agent.replicas.requestReconcile()
+			n.agent.work.replicas.requestReconcile()
 		}
 	}()
 	time.Sleep(4 * time.Second)

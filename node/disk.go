@@ -39,15 +39,15 @@ func (a *Agent) diskLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		full := a.store.Space().Full
-		if a.status.diskFull.Swap(full) != full {
+		if a.own.status.diskFull.Swap(full) != full {
 			if full {
 				a.log.Error("data directory full: replicas keep running, API writes are refused, peers' records are held in memory", "dataDir", a.cfg.DataDir)
 			} else {
 				a.log.Info("data directory has room again: API writes accepted", "dataDir", a.cfg.DataDir)
 			}
-			local, _ := a.status.replicas()
-			a.status.forget()
-			a.status.publishStatus(local)
+			local, _ := a.own.status.replicas()
+			a.own.status.forget()
+			a.own.status.publishStatus(local)
 		}
 		select {
 		case <-ctx.Done():

@@ -38,7 +38,7 @@ func (s *syncBuffer) String() string {
 func TestDryRunPrintsSubnetRoutesAndServiceRulesAndTakesNothing(t *testing.T) {
 	a0 := start(t, "a0", t.TempDir(), nil)
 	waitFor(t, 10*time.Second, func() error {
-		if !a0.agent.subnets.isReady() {
+		if !a0.agent.own.subnets.settled.Load() {
 			return fmt.Errorf("a0 has not settled its subnet")
 		}
 		return nil
@@ -54,13 +54,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a0.agent.objects.store(svc); err != nil {
+	if _, err := a0.agent.api.objects.store(svc); err != nil {
 		t.Fatal(err)
 	}
 
 	out := &syncBuffer{}
 	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *testSetup) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, dataplane.ProxyIptables })
-	a0Subnet := a0.agent.subnets.current().Subnet
+	a0Subnet := a0.agent.own.subnets.current().Subnet
 	wantDNAT := "-j DNAT --to-destination " + a0.rt.podIP(1) + ":8080"
 	wantRoute := fmt.Sprintf("ip route replace %s via 127.0.0.1 proto 87\n", a0Subnet)
 	waitFor(t, 20*time.Second, func() error {
@@ -73,7 +73,7 @@ spec:
 		}
 		return nil
 	})
-	claim := dry.agent.subnets.current().Subnet
+	claim := dry.agent.own.subnets.current().Subnet
 	if claim == "" || claim == a0Subnet || !strings.Contains(out.String(), "\n"+claim+"\n") {
 		t.Fatalf("dry run would claim %q (a0 holds %s):\n%s", claim, a0Subnet, out)
 	}
@@ -89,11 +89,11 @@ spec:
 	if storedValue(a0, view.StatusKey("dry")) != "" {
 		t.Fatal("a0 holds a node record of the dry-run node")
 	}
-	for _, c := range a0.agent.subnets.others() {
+	for _, c := range a0.agent.own.subnets.others() {
 		t.Fatalf("a0 sees a subnet claim: %+v", c)
 	}
-	if dry.rt.created != 0 || dry.agent.subnets.isReady() {
-		t.Fatalf("dry-run node created %d containers, subnet ready %v", dry.rt.created, dry.agent.subnets.isReady())
+	if dry.rt.created != 0 || dry.agent.own.subnets.settled.Load() {
+		t.Fatalf("dry-run node created %d containers, subnet ready %v", dry.rt.created, dry.agent.own.subnets.settled.Load())
 	}
 
 	// A change is printed again: the Service deleted, its rules go; the
@@ -128,7 +128,7 @@ func TestDryRunRepublishesAReadyRecordOfItsNameAsNotReady(t *testing.T) {
 		}
 		return nil
 	})
-	subnet := a1.agent.subnets.current().Subnet
+	subnet := a1.agent.own.subnets.current().Subnet
 	a1.stop()
 	out := &syncBuffer{}
 	start(t, "a1", dir, []string{a0.addr()}, func(c *testSetup) { c.DryRun, c.dryRunOut = true, out })

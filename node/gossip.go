@@ -16,15 +16,15 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	if err := checkIdentity(a.store, a.cfg.Name, a.cfg.DataDir); err != nil {
 		return err
 	}
-	if a.members.staleState() {
-		if len(a.members.targets()) == 0 {
+	if a.mem.members.staleState() {
+		if len(a.mem.members.targets()) == 0 {
 			a.log.Warn("state is older than --tombstone-ttl but there is no peer to resync from; keeping it")
 		} else {
 			a.log.Warn("this node was away longer than --tombstone-ttl: discarding its desired state and resyncing from peers", "ttl", a.cfg.TombstoneTTL)
 			if err := a.store.DropRecords(); err != nil {
 				return err
 			}
-			a.members.droppedState = true
+			a.mem.members.droppedState = true
 		}
 	}
 	host, port, err := trust.SplitHostPort(a.cfg.BindAddr, 7946)
@@ -35,8 +35,8 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
 	since := memberSince(a.store, a.log)
 	gc.Meta = member.EncodeMeta(member.Meta{Since: since, Started: a.started.UnixNano()})
-	a.auth = newMemberAuth(a.cfg.Name, a.id.Key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
-	gc.SignMeta, gc.CheckAlive = a.auth.sign, a.auth.check
+	a.guard.auth = newMemberAuth(a.cfg.Name, a.guard.id.Key, since, a.started.UnixNano(), a.store, a.log, a.metrics.rejectedMembers)
+	gc.SignMeta, gc.CheckAlive = a.guard.auth.sign, a.guard.auth.check
 	if a.cfg.Advertise != "" {
 		ahost, aport, err := trust.SplitHostPort(a.cfg.Advertise, port)
 		if err != nil {
@@ -44,8 +44,8 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 		}
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
-	if a.trust != nil {
-		keys := a.trust.Creds.GossipKeys
+	if a.guard.trust != nil {
+		keys := a.guard.trust.Creds.GossipKeys
 		gc.SecretKey, gc.ExtraKeys = keys[0], keys[1:]
 	}
 	gc.Logger = a.log.With("component", "gossip")
@@ -54,20 +54,20 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	// wall clock is behind, still writes versions that win over what it has
 	// seen: a delete after an apply is never older than the apply).
 	gc.Clock = a.clock
-	gc.Accept = a.rejects.check
+	gc.Accept = a.guard.rejects.check
 	// Peers' questions (quorum counts, claim checks, members up) are answered once
 	// the agent is wired (wire).
 	gc.Answer = func(from string, q []byte) []byte {
-		f := a.answerer.Load()
+		f := a.mem.answerer.Load()
 		switch {
 		case f == nil || len(q) == 0:
 			return nil
 		case q[0] == claimQuestion:
-			return a.subnets.answerClaim(from, q[1:])
+			return a.own.subnets.answerClaim(from, q[1:])
 		case q[0] == upQuestion:
-			return a.members.answerUp(q[1:])
+			return a.mem.members.answerUp(q[1:])
 		case q[0] == settleQuestion && len(q) == 1:
-			return a.members.answerSettle(from, time.Now())
+			return a.mem.members.answerSettle(from, time.Now())
 		}
 		return f.answer(from, q)
 	}
@@ -88,13 +88,13 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	if tune != nil {
 		tune(&gc)
 	}
-	a.cluster, err = gossip.New(gc, a.store)
+	a.mem.cluster, err = gossip.New(gc, a.store)
 	if err != nil {
 		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
 	}
-	a.members.cluster = a.cluster
-	a.rejects.setLive(func(name string) bool {
-		for _, m := range a.cluster.Members() {
+	a.mem.members.cluster = a.mem.cluster
+	a.guard.rejects.setLive(func(name string) bool {
+		for _, m := range a.mem.cluster.Members() {
 			if m.Name == name {
 				return m.State.Up()
 			}

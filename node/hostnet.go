@@ -27,7 +27,7 @@ type hostNetwork struct {
 func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR netip.Prefix, hn *hostNetwork, dryRunOut io.Writer) {
 	log := a.log
 	routeApply, rules, bridgeNF := dataplane.RouteApplier(nil), dataplane.RuleSyncer(nil), dataplane.BridgeNFOn
-	routesReady, rulesReady := (<-chan struct{})(closed()), (<-chan struct{})(a.subnets.ready)
+	routesReady, rulesReady := (<-chan struct{})(closed()), (<-chan struct{})(a.own.subnets.ready)
 	var keepHost func() (bool, error)
 	switch {
 	case cfg.DryRun:
@@ -36,19 +36,19 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		// done.
 		p := newPrinter(dryRunOut)
 		p.nft = dryRunNFT(context.Background(), cfg.ProxyMode)
-		a.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.members,
-			subnets: a.subnets, status: a.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
-		routeApply, rules, bridgeNF, routesReady, rulesReady = p.routes, p, bridgeNFLoaded, a.dry.ready, a.dry.ready
+		a.network.dry = &dryRun{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, store: a.store, clock: a.clock, members: a.mem.members,
+			subnets: a.own.subnets, status: a.own.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
+		routeApply, rules, bridgeNF, routesReady, rulesReady = p.routes, p, bridgeNFLoaded, a.network.dry.ready, a.network.dry.ready
 	case hn != nil:
-		routeApply, rules, keepHost, a.subnets.use = hn.routes, hn.rules, hn.keepHost, hn.useSubnet
+		routeApply, rules, keepHost, a.own.subnets.use = hn.routes, hn.rules, hn.keepHost, hn.useSubnet
 	}
 	var addrs dataplane.Addresses
-	if a.auth != nil {
-		addrs = a.auth
+	if a.guard.auth != nil {
+		addrs = a.guard.auth
 	}
-	a.routes = dataplane.NewRoutes(dataplane.RoutesConfig{Self: cfg.Name, Views: a.views, Subnet: a.subnets, Addresses: addrs, ClusterCIDR: clusterCIDR,
-		Apply: routeApply, Ready: routesReady, Synced: a.members.synced, Log: log})
-	a.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
-		Synced: a.members.synced, BridgeNF: bridgeNF, Log: log})
-	a.host = dataplane.NewHostRules(keepHost, log)
+	a.network.routes = dataplane.NewRoutes(dataplane.RoutesConfig{Self: cfg.Name, Views: a.views, Subnet: a.own.subnets, Addresses: addrs, ClusterCIDR: clusterCIDR,
+		Apply: routeApply, Ready: routesReady, Synced: a.mem.members.synced, Log: log})
+	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
+		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
+	a.network.host = dataplane.NewHostRules(keepHost, log)
 }

@@ -40,7 +40,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		}
 		seed := add("i0", nil)
 		x := add("i1", []string{seed.tr.Addr()})
-		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return x.agent.cluster.NumMembers() == 2 }); !ok {
+		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return x.agent.mem.cluster.NumMembers() == 2 }); !ok {
 			t.Fatal("i1 did not join i0")
 		}
 		c.mem.Strip("i1", 4) // i1 hears no alive message from now on
@@ -58,7 +58,7 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := x.agent.cluster.Publish(ghost); err != nil {
+		if err := x.agent.mem.cluster.Publish(ghost); err != nil {
 			t.Fatal(err)
 		}
 		was := pushPulls()
@@ -74,15 +74,15 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 			t.Helper()
 			if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool {
 				s := x.agent.views.View().Statuses["i2"]
-				return s.Started.Equal(m.agent.status.started.UTC().Truncate(time.Second)) && seed.agent.cluster.NumMembers() == 3
+				return s.Started.Equal(m.agent.own.status.started.UTC().Truncate(time.Second)) && seed.agent.mem.cluster.NumMembers() == 3
 			}); !ok {
 				t.Fatalf("%s: i1 never got i2's record of this run, or i0 never saw i2", what)
 			}
-			if st, _ := x.agent.cluster.State("i2"); st.Up() {
+			if st, _ := x.agent.mem.cluster.State("i2"); st.Up() {
 				t.Fatalf("%s: i1 holds i2 %s before anything could tell it: the test lets alive messages through", what, st)
 			}
 			took, ok := wait(2*time.Minute, 100*time.Millisecond, func() bool {
-				st, _ := x.agent.cluster.State("i2")
+				st, _ := x.agent.mem.cluster.State("i2")
 				return st == gossip.StateAlive
 			})
 			if limit := 2*introduceEvery + time.Second; !ok || took > limit {
@@ -97,14 +97,14 @@ func TestAMemberMissedByGossipIsLearnedFromItsRecord(t *testing.T) {
 		m.cancel()
 		m.wg.Wait()
 		m.agent.stop()
-		if err := m.agent.cluster.Leave(5 * time.Second); err != nil {
+		if err := m.agent.mem.cluster.Leave(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		m.agent.replicas.wg.Wait()
-		m.agent.cluster.Shutdown()
+		m.agent.work.replicas.wg.Wait()
+		m.agent.mem.cluster.Shutdown()
 		m.tr.Shutdown()
 		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool {
-			st, _ := x.agent.cluster.State("i2")
+			st, _ := x.agent.mem.cluster.State("i2")
 			return st == gossip.StateLeft
 		}); !ok {
 			t.Fatal("i1 does not hold i2 left")

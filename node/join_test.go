@@ -42,20 +42,20 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 	}
 	t.Cleanup(func() { st.Close() })
 	a := &Agent{cfg: Config{Name: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), store: track(st), clock: hlc.New(nil),
-		id: &trust.Identity{Name: "n1", Key: key, Store: st}}
-	a.trust = trust.NewTrust(creds, key, a.id)
+		guard: guard{id: &trust.Identity{Name: "n1", Key: key, Store: st}}}
+	a.guard.trust = trust.NewTrust(creds, key, a.guard.id)
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort, gc.SecretKey = "n1", "127.0.0.1", 0, creds.GossipKeys[0]
 	gc.Logger = a.log
-	if a.cluster, err = gossip.New(gc, gossip.NewMemState()); err != nil {
+	if a.mem.cluster, err = gossip.New(gc, gossip.NewMemState()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.cluster.Shutdown() })
-	a.join = &trust.Admission{Store: st, Id: a.id, Trust: a.trust, Clock: a.clock, Self: "n1", GossipKeys: a.cluster.Keys, Log: a.log}
+	t.Cleanup(func() { a.mem.cluster.Shutdown() })
+	a.guard.join = &trust.Admission{Store: st, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: "n1", GossipKeys: a.mem.cluster.Keys, Log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.trust.ServerTLS()
+	srv.TLS = a.guard.trust.ServerTLS()
 	// httptest would put its own certificate in an empty list.
-	srv.TLS.Certificates = []tls.Certificate{*a.trust.TLSCert()}
+	srv.TLS.Certificates = []tls.Certificate{*a.guard.trust.TLSCert()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return a, srv
@@ -89,7 +89,7 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := testInvitation(t, a.trust.Creds, "n2", time.Hour, time.Now())
+	inv := testInvitation(t, a.guard.trust.Creds, "n2", time.Hour, time.Now())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -103,7 +103,7 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	if saved, err := trust.LoadOrCreateNodeKey(dir); err != nil || !saved.Equal(inv.Key) {
 		t.Fatalf("node.key after the join is not the invitation's key (%v)", err)
 	}
-	if !creds.CA.Equal(a.trust.Creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.trust.Creds.GossipKeys[0]) || creds.CAKey != nil {
+	if !creds.CA.Equal(a.guard.trust.Creds.CA) || len(creds.GossipKeys) != 1 || string(creds.GossipKeys[0]) != string(a.guard.trust.Creds.GossipKeys[0]) || creds.CAKey != nil {
 		t.Fatal("the joined node holds another CA or gossip key, or a CA key")
 	}
 	for _, f := range []string{trust.CaCertFile, trust.NodeCertFile, trust.GossipKeyFile, trust.NodeKeyFile} {
@@ -122,7 +122,7 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	}
 
 	otherCA := testCA(t)
-	wrongPin := testInvitation(t, a.trust.Creds, "n3", time.Hour, time.Now())
+	wrongPin := testInvitation(t, a.guard.trust.Creds, "n3", time.Hour, time.Now())
 	wrongPin.Pin = trust.CaPin(otherCA.CA)
 	start := time.Now()
 	_, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, wrongPin.String()), "n3", []string{gossipAddr}, 7946, log)
@@ -130,7 +130,7 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 		t.Fatalf("an invitation pinning another CA: %v after %s", err, time.Since(start))
 	}
 	foreign := testInvitation(t, otherCA, "n3", time.Hour, time.Now())
-	foreign.Pin = trust.CaPin(a.trust.Creds.CA)
+	foreign.Pin = trust.CaPin(a.guard.trust.Creds.CA)
 	start = time.Now()
 	_, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, foreign.String()), "n3", []string{gossipAddr}, 7946, log)
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "starling join-token n3") || time.Since(start) > 5*time.Second {
@@ -139,7 +139,7 @@ func TestJoinWithInvitationOverPinnedTLS(t *testing.T) {
 	if _, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, inv.String()), "n9", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "start with --name n2") {
 		t.Fatalf("an invitation for another name: %v", err)
 	}
-	late := testInvitation(t, a.trust.Creds, "n4", time.Minute, time.Now().Add(-time.Hour))
+	late := testInvitation(t, a.guard.trust.Creds, "n4", time.Minute, time.Now().Add(-time.Hour))
 	if _, _, err = trust.JoinWithToken(ctx, t.TempDir(), writeToken(t, late.String()), "n4", []string{gossipAddr}, 7946, log); err == nil || !strings.Contains(err.Error(), "time to join ended") {
 		t.Fatalf("an invitation past its deadline: %v", err)
 	}

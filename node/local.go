@@ -165,7 +165,7 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	if err != nil {
 		return true
 	}
-	markOutsideSubnet(observed, r.subnets.current(), r.subnets.isReady())
+	markOutsideSubnet(observed, r.subnets.current(), r.subnets.settled.Load())
 	here := make([]reconcile.Replica, len(observed))
 	for i, c := range observed {
 		here[i] = reconcile.Replica{ID: c.ID}

@@ -238,10 +238,10 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 // revocation reaches it, the same request installs the key.
 func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	a, _ := joinServer(t)
-	a.keys = &trust.Keyring{Cluster: a.cluster, Trust: a.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
+	a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
 	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.trust.ServerTLS()
-	srv.TLS.Certificates = []tls.Certificate{*a.trust.TLSCert()}
+	srv.TLS = a.guard.trust.ServerTLS()
+	srv.TLS.Certificates = []tls.Certificate{*a.guard.trust.TLSCert()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	// n2 is a node n1 knows (a certified status record binds its key).
@@ -250,7 +250,7 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	if _, err := a.store.Apply(signAs(t, "n2", statusRecord(t, s, "n2"))); err != nil {
 		t.Fatal(err)
 	}
-	n2 := peerTrust(t, a.trust.Creds, "n2", "n2", "n1", "n2")
+	n2 := peerTrust(t, a.guard.trust.Creds, "n2", "n2", "n1", "n2")
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n2.ClientTLS("n1")}}
 	forgotten := keyOf("n3").Public().(ed25519.PublicKey)
 	newKey := bytes.Repeat([]byte{7}, 32)
@@ -267,8 +267,8 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	if code, body := install(); code != http.StatusConflict || !strings.Contains(body, trust.ErrRevocationPending.Error()) {
 		t.Fatalf("install before the revocation arrived: %d %s", code, body)
 	}
-	if len(a.cluster.Keys()) != 1 {
-		t.Fatalf("the key was installed before the revocation arrived: %d keys", len(a.cluster.Keys()))
+	if len(a.mem.cluster.Keys()) != 1 {
+		t.Fatalf("the key was installed before the revocation arrived: %d keys", len(a.mem.cluster.Keys()))
 	}
 	rv, _ := json.Marshal(trust.Revocation{Name: "n3", Key: forgotten})
 	if _, err := a.store.Apply(signAs(t, "n2", crdt.Record{Key: trust.RevokedKey(forgotten), Value: rv, Version: a.clock.Now(), Origin: "n2"})); err != nil {
@@ -277,7 +277,7 @@ func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	if code, body := install(); code != http.StatusOK {
 		t.Fatalf("install once the revocation arrived: %d %s", code, body)
 	}
-	if keys := a.cluster.Keys(); len(keys) != 2 || !bytes.Equal(keys[1], newKey) && !bytes.Equal(keys[0], newKey) {
+	if keys := a.mem.cluster.Keys(); len(keys) != 2 || !bytes.Equal(keys[1], newKey) && !bytes.Equal(keys[0], newKey) {
 		t.Fatalf("keyring after the install: %d keys", len(keys))
 	}
 }

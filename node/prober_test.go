@@ -70,14 +70,14 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.agent.objects.store(objs); err != nil {
+	if _, err := n.agent.api.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // oneReplica returns the node's view of workload's only replica.
 func oneReplica(n *testNode, workload string) (api.Replica, error) {
-	for _, r := range n.agent.info.Replicas() {
+	for _, r := range n.agent.api.info.Replicas() {
 		if r.Workload == workload {
 			return r, nil
 		}

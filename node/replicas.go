@@ -196,7 +196,7 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 		return r.runtimeDown(v, err)
 	}
 	r.runtimeUp()
-	markOutsideSubnet(observed, r.subnets.current(), r.subnets.isReady())
+	markOutsideSubnet(observed, r.subnets.current(), r.subnets.settled.Load())
 	r.metrics.observe(observed)
 	r.probes.markUnhealthy(observed)
 	out := reconcile.Decide(r.decision(v, observed, start), time.Now())

@@ -73,7 +73,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 		defer c.stopAll()
 		if _, ok := wait(3*time.Minute, 500*time.Millisecond, func() bool {
 			for _, nd := range c.nodes {
-				if nd.agent.cluster.NumMembers() != n || !nd.agent.subnets.isReady() {
+				if nd.agent.mem.cluster.NumMembers() != n || !nd.agent.own.subnets.settled.Load() {
 					return false
 				}
 			}
@@ -85,7 +85,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 		for d := range deployments {
 			objs = append(objs, simDeployment(fmt.Sprintf("sim-%d", d), replicas/deployments))
 		}
-		if _, err := c.nodes[0].agent.objects.store(objs); err != nil {
+		if _, err := c.nodes[0].agent.api.objects.store(objs); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := wait(time.Minute, 100*time.Millisecond, func() bool { return c.singleOwners(replicas) }); !ok {
@@ -134,7 +134,7 @@ func returnAndCount(t *testing.T, late time.Duration) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if gone.agent.cluster.NumMembers() != n || !gone.agent.subnets.isReady() {
+			if gone.agent.mem.cluster.NumMembers() != n || !gone.agent.own.subnets.settled.Load() {
 				t.Fatalf("return %d (%s): the returning node did not settle", round+1, gone.name)
 			}
 			gone.rt.mu.Lock()

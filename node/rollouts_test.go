@@ -68,7 +68,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.agent.objects.store(objs); err != nil {
+	if _, err := n.agent.api.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -63,11 +63,11 @@ var _ apiserver.Peer = peerAPI{}
 func (a *Agent) backend() apiserver.Backend {
 	return apiserver.Backend{
 		Node:          a.cfg.Name,
-		Objects:       a.objects,
-		Cluster:       a.info,
-		Admin:         admin{Admission: a.join, keys: a.keys, status: a.status, token: a.token, trust: a.trust},
-		Images:        a.images,
-		Logs:          a.logs,
+		Objects:       a.api.objects,
+		Cluster:       a.api.info,
+		Admin:         admin{Admission: a.guard.join, keys: a.guard.keys, status: a.own.status, token: a.api.token, trust: a.guard.trust},
+		Images:        a.work.images,
+		Logs:          a.work.logs,
 		Metrics:       promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		MaxImageBytes: a.cfg.MaxImageBytes,
 	}
@@ -78,7 +78,7 @@ func (a *Agent) handler() http.Handler { return apiserver.Handler(a.backend()) }
 
 // peerHandler is the node-to-node API of the peer port.
 func (a *Agent) peerHandler() http.Handler {
-	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.join, a.keys}, a.logs, a.images, a.trust.RequirePeer)
+	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.guard.join, a.guard.keys}, a.work.logs, a.work.images, a.guard.trust.RequirePeer)
 }
 
 // listen opens the agent's API listeners: the unix socket (always), the
@@ -109,18 +109,18 @@ func (a *Agent) listen() ([]*http.Server, []net.Listener, error) {
 		if err != nil {
 			return fail(fmt.Errorf("--api-listen %s: %w", a.cfg.APIListen, err))
 		}
-		if a.trust != nil {
+		if a.guard.trust != nil {
 			// TLS with the node's certificate; clients check it against
 			// the cluster CA's pin (starling config).
 			tl = tls.NewListener(tl, &tls.Config{MinVersion: tls.VersionTLS12,
-				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.trust.TLSCert(), nil }})
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.guard.trust.TLSCert(), nil }})
 		}
-		auth := trust.RequireAuth(handler, a.token, a.cfg.Name, a.trust != nil, a.id.BoundKey)
+		auth := trust.RequireAuth(handler, a.api.token, a.cfg.Name, a.guard.trust != nil, a.guard.id.BoundKey)
 		servers = append(servers, &http.Server{Handler: auth, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
 		listeners = append(listeners, tl)
 	}
-	if a.trust != nil {
-		pl, err := trust.ListenPeers(a.cfg.BindAddr, a.trust)
+	if a.guard.trust != nil {
+		pl, err := trust.ListenPeers(a.cfg.BindAddr, a.guard.trust)
 		if err != nil {
 			return fail(err)
 		}

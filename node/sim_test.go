@@ -133,10 +133,10 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 		t.Fatal(err)
 	}
 	n.agent, n.down = a, false
-	n.rt.subnet = func() string { return a.subnets.current().Subnet }
+	n.rt.subnet = func() string { return a.own.subnets.current().Subnet }
 	if c.pubs != nil {
-		publish := a.status.publish
-		a.status.publish = func(recs ...crdt.Record) error {
+		publish := a.own.status.publish
+		a.own.status.publish = func(recs ...crdt.Record) error {
 			c.pubs.observe(n.name, recs)
 			return publish(recs...)
 		}
@@ -151,8 +151,8 @@ func (c *simCluster) crash(n *simNode) {
 	n.tr.Shutdown()
 	n.cancel()
 	n.wg.Wait()
-	n.agent.replicas.wg.Wait()
-	n.agent.cluster.Shutdown()
+	n.agent.work.replicas.wg.Wait()
+	n.agent.mem.cluster.Shutdown()
 	n.rt.mu.Lock()
 	n.rt.containers = map[string]reconcile.Container{}
 	n.rt.mu.Unlock()
@@ -171,8 +171,8 @@ func (c *simCluster) stopAll() {
 	for _, n := range c.nodes {
 		if !n.down {
 			n.wg.Wait()
-			n.agent.replicas.wg.Wait()
-			n.agent.cluster.Shutdown()
+			n.agent.work.replicas.wg.Wait()
+			n.agent.mem.cluster.Shutdown()
 			n.tr.Shutdown()
 		}
 	}
@@ -236,12 +236,12 @@ func simulate(t *testing.T, n int) {
 		done, fewestMembers, fewestRecords, selfReady := 0, n, n, 0
 		settled := map[string]int{}
 		for _, nd := range c.nodes {
-			if nd.agent.subnets.isReady() {
+			if nd.agent.own.subnets.settled.Load() {
 				selfReady++
-				settled[nd.agent.subnets.current().Subnet]++
+				settled[nd.agent.own.subnets.current().Subnet]++
 			}
 			v := nd.agent.views.View()
-			members, ready := nd.agent.cluster.NumMembers(), 0
+			members, ready := nd.agent.mem.cluster.NumMembers(), 0
 			for _, s := range v.Statuses {
 				if s.SubnetReady {
 					ready++
@@ -256,7 +256,7 @@ func simulate(t *testing.T, n int) {
 			next += 30 * time.Second
 			var pruned int64
 			for _, nd := range c.nodes {
-				pruned += nd.agent.cluster.DeltasPruned()
+				pruned += nd.agent.mem.cluster.DeltasPruned()
 			}
 			report("forming, %v after the last join (real %v): %d nodes formed; fewest members seen %d, fewest ready records %d (ready at their own node %d, subnets settled twice %d); deltas dropped from full queues %d",
 				time.Since(formed0).Round(time.Second), realSince(real0).Round(time.Second), done, fewestMembers, fewestRecords, selfReady, selfReady-len(settled), pruned)
@@ -266,16 +266,14 @@ func simulate(t *testing.T, n int) {
 	if !ok {
 		bySubnet := map[string][]*simNode{}
 		for _, nd := range c.nodes {
-			bySubnet[nd.agent.subnets.current().Subnet] = append(bySubnet[nd.agent.subnets.current().Subnet], nd)
+			bySubnet[nd.agent.own.subnets.current().Subnet] = append(bySubnet[nd.agent.own.subnets.current().Subnet], nd)
 		}
 		for sub, nds := range bySubnet {
 			if len(nds) < 2 {
 				continue
 			}
 			for _, nd := range nds {
-				nd.agent.subnets.mu.Lock()
-				claim, check := nd.agent.subnets.claim, nd.agent.subnets.lastCheck
-				nd.agent.subnets.mu.Unlock()
+				claim, check := nd.agent.own.subnets.current(), nd.agent.own.subnets.lastCheck.Load()
 				t.Logf("%s settled twice: %s since %v, its check: %s", sub, nd.name, claim.Since, check)
 			}
 		}
@@ -284,7 +282,7 @@ func simulate(t *testing.T, n int) {
 	}
 	settled := map[string]string{}
 	for _, nd := range c.nodes {
-		sub := nd.agent.subnets.current().Subnet
+		sub := nd.agent.own.subnets.current().Subnet
 		if other, dup := settled[sub]; dup {
 			t.Errorf("%s and %s both settled on %s", other, nd.name, sub)
 		}
@@ -323,7 +321,7 @@ func simulate(t *testing.T, n int) {
 	}
 	p0 := c.placements()
 	for d := range deployments {
-		if _, err := c.nodes[rng.IntN(n)].agent.objects.store([]manifest.Object{simDeployment(fmt.Sprintf("sim-%03d", d), 100)}); err != nil {
+		if _, err := c.nodes[rng.IntN(n)].agent.api.objects.store([]manifest.Object{simDeployment(fmt.Sprintf("sim-%03d", d), 100)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -363,7 +361,7 @@ func (c *simCluster) writeSpread(rng *rand.Rand, report func(string, ...any), de
 		nd := c.nodes[rng.IntN(n)]
 		obj := simDeployment(fmt.Sprintf("sim-%03d", w%deployments), replicas)
 		obj.Deployment.Annotations = map[string]string{"sim/spread": strconv.Itoa(w)}
-		if _, err := nd.agent.objects.store([]manifest.Object{obj}); err != nil {
+		if _, err := nd.agent.api.objects.store([]manifest.Object{obj}); err != nil {
 			c.t.Fatal(err)
 		}
 		rec, _, _ := nd.store.Get(obj.Key())

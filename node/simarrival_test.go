@@ -36,7 +36,7 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 		}
 		for _, o := range peers {
 			if _, ok := alive[o.name]; !ok {
-				if m, known := o.agent.cluster.Member(f.name); known && m.State.Up() {
+				if m, known := o.agent.mem.cluster.Member(f.name); known && m.State.Up() {
 					alive[o.name] = time.Since(back)
 				}
 			}

@@ -35,7 +35,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	detected, ok := wait(5*time.Minute, 100*time.Millisecond, func() bool {
 		for _, o := range c.up() {
 			for _, f := range failed {
-				if m, known := o.agent.cluster.Member(f.name); known && m.State.Up() {
+				if m, known := o.agent.mem.cluster.Member(f.name); known && m.State.Up() {
 					return false
 				}
 			}
@@ -100,7 +100,7 @@ func (c *simCluster) failAndReturn(rng *rand.Rand, report func(string, ...any), 
 	}
 	took, ok = wait(5*time.Minute, 100*time.Millisecond, func() bool {
 		for _, o := range c.nodes {
-			if o.agent.cluster.NumMembers() != n {
+			if o.agent.mem.cluster.NumMembers() != n {
 				return false
 			}
 		}
@@ -203,7 +203,7 @@ func (c *simCluster) firstStart(report func(string, ...any), label string, f *si
 			}
 		}
 		report("%s: %s started its first container %v after its return (synced %v); its view then: %d eligible nodes, %d held copies away from placement, %d of the %d replicas it runs listed Running elsewhere",
-			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.members.IsSynced(), len(v.Eligible), len(v.Held), elsewhere, len(ids))
+			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.mem.members.IsSynced(), len(v.Eligible), len(v.Held), elsewhere, len(ids))
 		return
 	}
 }
@@ -257,7 +257,7 @@ func (c *simCluster) explainOwners(report func(string, ...any), want int) {
 			}
 			own, _, _ := n.store.Get(view.StatusKey(name))
 			held, _, _ := c.up()[0].store.Get(view.StatusKey(name))
-			report("  %s's check of %s's record: %v", c.up()[0].name, name, c.up()[0].agent.rejects.check(own))
+			report("  %s's check of %s's record: %v", c.up()[0].name, name, c.up()[0].agent.guard.rejects.check(own))
 			report("  excluded %s: its record %v (%d bytes), held by %s at %v; it lists %d replicas, placement gives it %d", name, own.Version, len(own.Value),
 				c.up()[0].name, held.Version, len(v.Statuses[name].Replicas), func() int {
 					k := 0
@@ -285,8 +285,8 @@ func (c *simCluster) explainFormation() {
 				notReady++
 			}
 		}
-		t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.cluster.NumMembers(), len(v.Statuses), notReady,
-			nd.agent.members.IsSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady())
+		t.Logf("%s: %d members, %d records, %d not ready, synced %v, subnet %q ready %v", nd.name, nd.agent.mem.cluster.NumMembers(), len(v.Statuses), notReady,
+			nd.agent.mem.members.IsSynced(), nd.agent.own.subnets.current().Subnet, nd.agent.own.subnets.settled.Load())
 	}
 	v0 := c.nodes[0].agent.views.View()
 	for _, nd := range c.nodes {
@@ -295,12 +295,12 @@ func (c *simCluster) explainFormation() {
 		}
 		rec, held, _ := nd.store.Get(view.StatusKey(nd.name))
 		t.Logf("%s missing at n0000: %d members, synced %v, subnet %q ready %v, own record held %v (%d bytes, version %v)", nd.name,
-			nd.agent.cluster.NumMembers(), nd.agent.members.IsSynced(), nd.agent.subnets.current().Subnet, nd.agent.subnets.isReady(),
+			nd.agent.mem.cluster.NumMembers(), nd.agent.mem.members.IsSynced(), nd.agent.own.subnets.current().Subnet, nd.agent.own.subnets.settled.Load(),
 			held, len(rec.Value), rec.Version)
-		mine := nd.agent.subnets.current()
+		mine := nd.agent.own.subnets.current()
 		for other, st := range v0.Statuses {
 			if st.PodSubnet == mine.Subnet {
-				seen, ok := heldStatus(nd.store, nd.agent.subnets.clusterCIDR, other)
+				seen, ok := heldStatus(nd.store, nd.agent.own.subnets.clusterCIDR, other)
 				t.Logf("   %s holds %s at n0000 (since %v ready %v); at %s: held %v since %v ready %v; mine since %v",
 					other, st.PodSubnet, st.SubnetSince, st.SubnetReady, nd.name, ok, seen.SubnetSince, seen.SubnetReady, mine.Since)
 			}
@@ -325,8 +325,8 @@ func (c *simCluster) explainFormation() {
 	// (its store has the ready one).
 	inStore, lost := 0, 0
 	for _, nd := range c.nodes {
-		if s, ok := v0.Statuses[nd.name]; ok && !s.SubnetReady && nd.agent.subnets.isReady() {
-			if held, ok := heldStatus(c.nodes[0].store, nd.agent.subnets.clusterCIDR, nd.name); ok && held.SubnetReady {
+		if s, ok := v0.Statuses[nd.name]; ok && !s.SubnetReady && nd.agent.own.subnets.settled.Load() {
+			if held, ok := heldStatus(c.nodes[0].store, nd.agent.own.subnets.clusterCIDR, nd.name); ok && held.SubnetReady {
 				inStore++
 			} else {
 				lost++
@@ -336,7 +336,7 @@ func (c *simCluster) explainFormation() {
 	t.Logf("n0000: %d records ready at their node are not ready in its view: %d of them ready in its store, %d not", inStore+lost, inStore, lost)
 	var pruned int64
 	for _, nd := range c.nodes {
-		pruned += nd.agent.cluster.DeltasPruned()
+		pruned += nd.agent.mem.cluster.DeltasPruned()
 	}
 	t.Logf("deltas dropped from full queues: %d", pruned)
 }
@@ -369,7 +369,7 @@ func (c *simCluster) busy(report func(string, ...any), deployments int) {
 			}
 			obj := simDeployment(fmt.Sprintf("sim-%03d", i%deployments), 100)
 			obj.Deployment.Annotations = map[string]string{"sim/write": strconv.Itoa(i)}
-			c.nodes[i%n].agent.objects.store([]manifest.Object{obj})
+			c.nodes[i%n].agent.api.objects.store([]manifest.Object{obj})
 		}
 	}()
 	busy := c.measure(60 * time.Second)

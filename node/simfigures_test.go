@@ -123,7 +123,7 @@ func (c *simCluster) writesBy() map[string]float64 {
 func (c *simCluster) questions() int64 {
 	var n int64
 	for _, nd := range c.nodes {
-		n += nd.agent.fence.questions.Load()
+		n += nd.agent.work.fence.questions.Load()
 	}
 	return n
 }

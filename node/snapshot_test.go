@@ -52,7 +52,7 @@ func TestPlacementRunsOncePerChange(t *testing.T) {
 	idle := quiet()
 	for range 50 {
 		for _, n := range nodes {
-			n.agent.info.Replicas()
+			n.agent.api.info.Replicas()
 			call(t, n, "GET", "/v1/nodes", nil, nil)
 			call(t, n, "GET", "/v1/objects/deployment", nil, nil)
 		}
@@ -86,7 +86,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[1].agent.objects.store(objs); err != nil {
+	if _, err := nodes[1].agent.api.objects.store(objs); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() error {
@@ -126,7 +126,7 @@ func ownedAsPlaced(t *testing.T, nodes []*testNode) {
 func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
 	n := start(t, "solo", t.TempDir(), nil)
 	waitFor(t, 20*time.Second, func() error {
-		if !n.agent.subnets.isReady() {
+		if !n.agent.own.subnets.settled.Load() {
 			return fmt.Errorf("no subnet yet")
 		}
 		return nil

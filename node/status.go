@@ -80,7 +80,7 @@ func (s *self) status(replicas []api.Replica) view.NodeStatus {
 		API:         s.apiURL(),
 		PodSubnet:   claim.Subnet,
 		SubnetSince: claim.Since,
-		SubnetReady: s.subnets.isReady(),
+		SubnetReady: s.subnets.settled.Load(),
 		Capacity:    s.capacity,
 		Labels:      s.labels,
 		Started:     s.started.UTC().Truncate(time.Second),

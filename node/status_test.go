@@ -20,7 +20,7 @@ import (
 func TestStatusBurstIsCoalesced(t *testing.T) {
 	n := start(t, "solo", t.TempDir(), nil)
 	waitFor(t, 20*time.Second, func() error {
-		if !n.agent.subnets.isReady() {
+		if !n.agent.own.subnets.settled.Load() {
 			return fmt.Errorf("no subnet yet")
 		}
 		return nil

@@ -62,10 +62,13 @@ type subnets struct {
 	// node refused (noteRival), by node; rivalKick wakes the check.
 	rivals    map[string]ipam.Claim
 	rivalKick chan struct{}
-	// asked holds, by subnet, the first node that asked this node to
+	// askers holds, by subnet, the first node that asked this node to
 	// confirm a claim on it (see answerClaim).
-	asked     map[netip.Prefix]askedClaim
-	lastCheck string // the last step of this node's claim check (noteCheck)
+	askers *askers
+	// lastCheck is the last step of this node's claim check, for
+	// diagnostics (the scale simulation prints it for subnets settled
+	// twice).
+	lastCheck atomic.Value // string
 }
 
 // others returns the subnet claims of other nodes that still hold
@@ -131,9 +134,6 @@ func (sn *subnets) set(c ipam.Claim, persist bool) {
 		}
 	}
 }
-
-// isReady reports whether the claim settled and pods may run on it.
-func (sn *subnets) isReady() bool { return sn.settled.Load() }
 
 // kept is the claim this node persisted in an earlier run (zero if none).
 func (sn *subnets) kept() ipam.Claim {

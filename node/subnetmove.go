@@ -203,7 +203,7 @@ func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
 		}
 		return true
 	}
-	sn.noteCheck(fmt.Sprintf("a refused claim of %s on this node's subnet %s: no arbiter named it", api.OneLine(who), p))
+	sn.lastCheck.Store(fmt.Sprintf("a refused claim of %s on this node's subnet %s: no arbiter named it", api.OneLine(who), p))
 	return false
 }
 
@@ -214,7 +214,7 @@ func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
 // It runs in the gossip layer's accept hook: it only takes sn.mu.
 func (sn *subnets) noteRival(c ipam.Claim) {
 	mine := sn.current()
-	if !c.Settled || c.Node == sn.self || mine.Subnet == "" || !sn.isReady() {
+	if !c.Settled || c.Node == sn.self || mine.Subnet == "" || !sn.settled.Load() {
 		return
 	}
 	mine.Settled = true

@@ -27,8 +27,8 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 	// "pinned" replicas on it alone, so they run on through the move.
 	b := start(t, late, t.TempDir(), nil, func(c *testSetup) { c.Labels = map[string]string{"pin": "b"} })
 	waitFor(t, 10*time.Second, func() error { return settledOn(b) })
-	shared := a.agent.subnets.current().Subnet
-	if got := b.agent.subnets.current().Subnet; got != shared {
+	shared := a.agent.own.subnets.current().Subnet
+	if got := b.agent.own.subnets.current().Subnet; got != shared {
 		t.Fatalf("the two nodes claimed %s and %s: the names do not collide", shared, got)
 	}
 	deploy(t, b, "before", 3, "img:v1")
@@ -36,33 +36,33 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "before", 3) })
 	waitFor(t, 10*time.Second, func() error { return runningEverywhere([]*testNode{b}, "pinned", 2) })
 
-	if _, err := b.agent.cluster.Join([]string{a.addr()}); err != nil {
+	if _, err := b.agent.mem.cluster.Join([]string{a.addr()}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() error {
 		if err := settledOn(b); err != nil {
 			return err
 		}
-		if got := b.agent.subnets.current().Subnet; got == shared {
+		if got := b.agent.own.subnets.current().Subnet; got == shared {
 			return fmt.Errorf("%s still holds %s, settled earlier by %s", b.name, got, a.name)
 		}
 		for _, n := range []*testNode{a, b} {
 			v := n.agent.views.View()
 			for _, m := range []*testNode{a, b} {
 				s, ok := v.Statuses[m.name]
-				if !ok || !s.SubnetReady || !v.Winners[m.name] || s.PodSubnet != m.agent.subnets.current().Subnet {
+				if !ok || !s.SubnetReady || !v.Winners[m.name] || s.PodSubnet != m.agent.own.subnets.current().Subnet {
 					return fmt.Errorf("%s's view of %s: %+v (winner %v)", n.name, m.name, s.PodSubnet, v.Winners[m.name])
 				}
 			}
 		}
 		return nil
 	})
-	if got := a.agent.subnets.current().Subnet; got != shared {
+	if got := a.agent.own.subnets.current().Subnet; got != shared {
 		t.Fatalf("%s, whose claim was earlier, moved: %s -> %s", a.name, shared, got)
 	}
 	// Every pod of the moved node has an address of its new subnet: the
 	// ones set up on the old one were rebuilt.
-	moved := netip.MustParsePrefix(b.agent.subnets.current().Subnet)
+	moved := netip.MustParsePrefix(b.agent.own.subnets.current().Subnet)
 	waitFor(t, 30*time.Second, func() error {
 		if err := runningEverywhere([]*testNode{a, b}, "before", 3); err != nil {
 			return err
@@ -82,7 +82,7 @@ func TestDisplacedSettledClaimMoves(t *testing.T) {
 
 // settledOn fails until n's pod subnet claim settled.
 func settledOn(n *testNode) error {
-	if c := n.agent.subnets.current(); c.Subnet == "" || !n.agent.subnets.isReady() {
+	if c := n.agent.own.subnets.current(); c.Subnet == "" || !n.agent.own.subnets.settled.Load() {
 		return fmt.Errorf("%s has no settled subnet yet (%+v)", n.name, c)
 	}
 	return nil
@@ -96,21 +96,21 @@ func settledOn(n *testNode) error {
 func TestBackdatedClaimDoesNotMoveItsVictim(t *testing.T) {
 	nodes := startCluster(t, 4)
 	victim, evil := nodes[1], nodes[3]
-	mine := victim.agent.subnets.current()
+	mine := victim.agent.own.subnets.current()
 	forged := ipam.Claim{Node: evil.name, Subnet: mine.Subnet, Since: hlc.Timestamp{Wall: mine.Since.Wall - int64(time.Hour)}}
-	evil.agent.subnets.set(forged, false)
-	evil.agent.subnets.publish()
+	evil.agent.own.subnets.set(forged, false)
+	evil.agent.own.subnets.publish()
 	waitFor(t, 10*time.Second, func() error {
-		victim.agent.subnets.mu.Lock()
-		_, noted := victim.agent.subnets.rivals[evil.name]
-		victim.agent.subnets.mu.Unlock()
+		victim.agent.own.subnets.mu.Lock()
+		_, noted := victim.agent.own.subnets.rivals[evil.name]
+		victim.agent.own.subnets.mu.Unlock()
 		if !noted {
 			return fmt.Errorf("%s has not refused %s's claim on its subnet yet", victim.name, evil.name)
 		}
 		return nil
 	})
 	time.Sleep(2 * keepCheckEvery) // checks on the refusal and on the tick
-	if got := victim.agent.subnets.current(); got.Subnet != mine.Subnet || !victim.agent.subnets.isReady() {
+	if got := victim.agent.own.subnets.current(); got.Subnet != mine.Subnet || !victim.agent.own.subnets.settled.Load() {
 		t.Fatalf("%s moved from %s to %+v on a backdated claim", victim.name, mine.Subnet, got)
 	}
 	for _, n := range nodes[:3] {
