@@ -14,30 +14,28 @@ import (
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
+// deployment is the Deployment most tests run: replicas copies of the
+// echo server answering message, with a 3 s grace period and limits.
 func deployment(name string, replicas int, message string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 3
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: %q}]
-        ports: [{containerPort: 8080}]
-        resources: {limits: {memory: 48Mi, cpu: 250m}}
-`, name, replicas, name, name, message)
+	return harness.App{Name: name, Replicas: int32(replicas), Grace: harness.Seconds(3), Env: harness.Env("MESSAGE", message),
+		Ports: harness.Port8080, Limits: harness.Limits("memory", "48Mi", "cpu", "250m")}.Deployment()
 }
 
+// apply applies manifest on n, failing the test on an error.
 func apply(t *testing.T, n *harness.Node, manifest string) {
 	t.Helper()
 	if _, err := n.CLIInput(strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// importEcho imports the echo image (harness.EchoImage) on each node.
+func importEcho(t *testing.T, nodes ...*harness.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
