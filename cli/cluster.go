@@ -143,11 +143,10 @@ rotation stops there with every node still able to read every other; run
 it again once the node is up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.KeyRotation
 			res, err = c.RotateKeys(ctx)

@@ -53,11 +53,10 @@ stored and every problem is listed.`,
 				}
 				req.Objects = append(req.Objects, b)
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var resp api.ApplyResponse
 			if resp.Results, err = c.Apply(ctx, req); err != nil {
@@ -114,11 +113,10 @@ func newDeleteCmd(g *globals) *cobra.Command {
 				}
 				refs = append(refs, ref{kind, g.namespace, name})
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var failed []string
 			for _, r := range refs {
@@ -157,11 +155,10 @@ func newScaleCmd(g *globals) *cobra.Command {
 			if !cmd.Flags().Changed("replicas") {
 				return fmt.Errorf("--replicas: required")
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if res, err = c.Scale(ctx, k, g.namespace, name, replicas); err != nil {
@@ -262,11 +259,10 @@ func newImageCmd(g *globals) *cobra.Command {
 		Short: "List the node's images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var out api.ImageList
 			if out.Items, err = c.Images(ctx); err != nil {
@@ -302,11 +298,10 @@ reached it. If the rotation does not finish (a node unreachable), the
 node is forgotten all the same and the command fails with what to run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ForgetResult
 			if res, err = c.ForgetNode(ctx, args[0]); err != nil {
@@ -339,11 +334,10 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(g.stdout, "client: %s\n", node.Version)
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var v api.Version
 			if v, err = c.Version(ctx); err != nil {

@@ -91,11 +91,10 @@ certificate against the CA pin. --config or STARLING_CONFIG select another
 file; --server and --token override its server and token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var cc api.ClientConfig
 			if cc, err = c.ClientConfig(ctx); err != nil {

@@ -24,11 +24,10 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var obj api.Object
 			if obj, err = c.Get(ctx, kind, g.namespace, name); err != nil {

@@ -132,11 +132,10 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			default:
 				return fmt.Errorf("-o %q: use wide, json or yaml", o.output)
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			name := ""
 			if len(args) == 2 {

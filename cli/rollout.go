@@ -65,11 +65,10 @@ func newRolloutActionCmd(g *globals, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if res, err = c.RolloutAction(ctx, rolloutRoute[action], g.namespace, name); err != nil {
@@ -97,11 +96,10 @@ template becomes the newest revision. See 'starling rollout history'.`,
 			if to < 0 {
 				return fmt.Errorf("--to-revision %d: give a revision number from 'starling rollout history deployment/%s', or 0 for the previous one", to, name)
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var res api.ApplyResult
 			if res, err = c.RolloutUndo(ctx, g.namespace, name, to); err != nil {
@@ -125,11 +123,10 @@ func newRolloutHistoryCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := timeoutCtx(cmd)
 			defer cancel()
 			var l api.RevisionList
 			if l.Items, err = c.RolloutHistory(ctx, g.namespace, name); err != nil {

@@ -128,6 +128,18 @@ func timeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), defaultTimeout)
 }
 
+// connect returns a client of the agent (see client) and a context that
+// ends after defaultTimeout (timeoutCtx); the caller calls cancel when
+// done. Its errors are client's.
+func (g *globals) connect(cmd *cobra.Command) (*client.Client, context.Context, context.CancelFunc, error) {
+	c, err := g.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := timeoutCtx(cmd)
+	return c, ctx, cancel, nil
+}
+
 // age renders the time since since as kubectl's AGE column does
 // (duration.HumanDuration: 45s, 12m, 3h10m, 2d3h, 4y); "<unknown>" for
 // the zero time.

@@ -142,12 +142,15 @@ func sortReplicas(items []api.Replica) {
 	})
 }
 
-// apiTermination is t as the API shows it (nil for nil).
-func apiTermination(t *reconcile.Termination) *api.Termination {
+// apiTermination is t with its times in UTC, as the API shows them (nil
+// for nil).
+func apiTermination(t *api.Termination) *api.Termination {
 	if t == nil {
 		return nil
 	}
-	return &api.Termination{ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, StartedAt: t.StartedAt.UTC(), FinishedAt: t.FinishedAt.UTC()}
+	u := *t
+	u.StartedAt, u.FinishedAt = t.StartedAt.UTC(), t.FinishedAt.UTC()
+	return &u
 }
 
 // publishRunning publishes, before a run's first pass, this node's record

@@ -9,7 +9,11 @@
 // change of desired state and every resync period.
 package reconcile
 
-import "time"
+import (
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/api"
+)
 
 // Port is one container port.
 type Port struct {
@@ -213,7 +217,7 @@ type Container struct {
 	OOMKilled bool
 	// Last is the run before the current one, if it ended (kubectl's
 	// Last State); nil for a container never restarted.
-	Last        *Termination
+	Last        *api.Termination
 	GracePeriod time.Duration
 	// StopReason says why the agent stopped the last run ("liveness probe
 	// failed: HTTP 500"); empty when it ended by itself or still runs.
@@ -226,23 +230,10 @@ type Container struct {
 	Unhealthy string
 }
 
-// Termination is how one run of a container ended, as Kubernetes'
-// ContainerStateTerminated says it.
-type Termination struct {
-	ExitCode int `json:"exitCode"`
-	// Signal is the signal that ended it (exit status 128+n), 0 for none.
-	Signal int `json:"signal,omitempty"`
-	// Reason is the kubelet's: "Completed" (exit 0), "Error" (any other
-	// exit) or "OOMKilled".
-	Reason     string    `json:"reason"`
-	StartedAt  time.Time `json:"startedAt"`
-	FinishedAt time.Time `json:"finishedAt"`
-}
-
 // Terminated returns how a run that started at started and exited at
 // finished with exit status code ended; oom says the OOM killer killed it.
-func Terminated(code uint32, oom bool, started, finished time.Time) Termination {
-	t := Termination{ExitCode: int(code), StartedAt: started, FinishedAt: finished}
+func Terminated(code uint32, oom bool, started, finished time.Time) api.Termination {
+	t := api.Termination{ExitCode: int(code), StartedAt: started, FinishedAt: finished}
 	if code > 128 && code <= 128+64 {
 		t.Signal = int(code) - 128
 	}

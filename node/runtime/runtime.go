@@ -77,7 +77,7 @@ const (
 	LabelStoppedRun = "starling.io/stopped-run"
 	// LabelOOMAt is when the kernel's OOM killer last hit the container
 	// (containerd's /tasks/oom event); LabelLast is how the run before the
-	// current one ended (reconcile.Termination as JSON).
+	// current one ended (api.Termination as JSON).
 	LabelOOMAt = "starling.io/oom-at"
 	LabelLast  = "starling.io/last-termination"
 )
@@ -280,7 +280,7 @@ func fromLabels(id string, l map[string]string) reconcile.Container {
 		c.StopReason = l[LabelStopReason]
 	}
 	if b := l[LabelLast]; b != "" {
-		var t reconcile.Termination
+		var t api.Termination
 		if json.Unmarshal([]byte(b), &t) == nil {
 			c.Last = &t
 		}

@@ -56,7 +56,7 @@ func Env(pairs ...string) []corev1.EnvVar {
 }
 
 // FieldEnv returns a variable set from a field of the pod
-// (valueFrom.fieldRef), e.g. "status.podIP".
+// (the field valueFrom.fieldRef in YAML), e.g. "status.podIP".
 func FieldEnv(name, fieldPath string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}}
 }

@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"node/logfile":   nil,
 	"node/preflight": nil,
 	"node/quorum":    {"gossip/crdt"},
-	"node/reconcile": {"placement"},
+	"node/reconcile": {"node/api", "placement"},
 	"node/rollout":   {"node/api", "node/manifest"},
 	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile"},
 	"node/store":     {"gossip/crdt"},
