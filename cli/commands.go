@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -155,17 +157,9 @@ func newScaleCmd(g *globals) *cobra.Command {
 			if !cmd.Flags().Changed("replicas") {
 				return fmt.Errorf("--replicas: required")
 			}
-			c, ctx, cancel, err := g.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			var res api.ApplyResult
-			if res, err = c.Scale(ctx, k, g.namespace, name, replicas); err != nil {
-				return err
-			}
-			fmt.Fprintln(g.stdout, resultLine(res))
-			return nil
+			return g.printResult(call(g, cmd, func(ctx context.Context, c *client.Client) (api.ApplyResult, error) {
+				return c.Scale(ctx, k, g.namespace, name, replicas)
+			}))
 		},
 	}
 	cmd.Flags().Int32Var(&replicas, "replicas", 0, "the new number of replicas (required)")
@@ -298,13 +292,10 @@ reached it. If the rotation does not finish (a node unreachable), the
 node is forgotten all the same and the command fails with what to run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			res, err := call(g, cmd, func(ctx context.Context, c *client.Client) (api.ForgetResult, error) {
+				return c.ForgetNode(ctx, args[0])
+			})
 			if err != nil {
-				return err
-			}
-			defer cancel()
-			var res api.ForgetResult
-			if res, err = c.ForgetNode(ctx, args[0]); err != nil {
 				return err
 			}
 			if res.RevokedKey != "" {
@@ -334,13 +325,8 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(g.stdout, "client: %s\n", node.Version)
-			c, ctx, cancel, err := g.connect(cmd)
+			v, err := call(g, cmd, func(ctx context.Context, c *client.Client) (api.Version, error) { return c.Version(ctx) })
 			if err != nil {
-				return err
-			}
-			defer cancel()
-			var v api.Version
-			if v, err = c.Version(ctx); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agent:  %s (node %s)\n", v.Version, v.Node)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/trust"
 )
 
@@ -91,13 +93,8 @@ certificate against the CA pin. --config or STARLING_CONFIG select another
 file; --server and --token override its server and token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel, err := g.connect(cmd)
+			cc, err := call(g, cmd, func(ctx context.Context, c *client.Client) (api.ClientConfig, error) { return c.ClientConfig(ctx) })
 			if err != nil {
-				return err
-			}
-			defer cancel()
-			var cc api.ClientConfig
-			if cc, err = c.ClientConfig(ctx); err != nil {
 				return err
 			}
 			if server != "" {

@@ -29,19 +29,19 @@ func newDescribeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cancel()
-			var obj api.Object
-			if obj, err = c.Get(ctx, kind, g.namespace, name); err != nil {
+			obj, err := c.Get(ctx, kind, g.namespace, name)
+			if err != nil {
 				return err
 			}
 			o, err := manifest.Decode(obj.Object)
 			if err != nil {
 				return err
 			}
-			var reps api.ReplicaList
-			if reps.Items, err = c.Replicas(ctx); err != nil {
+			reps, err := c.Replicas(ctx)
+			if err != nil {
 				return err
 			}
-			return describe(g.stdout, o, obj, reps.Items)
+			return describe(g.stdout, o, obj, reps)
 		},
 	}
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")

@@ -303,14 +303,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 	if ok, err := structured(w, o.output, out); ok {
 		return err
 	}
-	header := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
-	if o.allNamespaces {
-		header = append([]string{"NAMESPACE"}, header...)
-	}
-	if o.output == "wide" {
-		header = append(header, "IP", "NODE", "SPEC-HASH", "REASON")
-	}
-	t := newTable(w, header...)
+	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}, "IP", "NODE", "SPEC-HASH", "REASON")...)
 	for _, r := range items {
 		ready := "0/1"
 		if r.Ready {
@@ -320,16 +313,10 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 		if ip == "" {
 			ip = "<none>"
 		}
-		row := []string{r.Name, ready, replicaStatus(r), restarts(r, time.Now()), age(replicaCreated(r))}
-		if o.allNamespaces {
-			row = append([]string{r.Namespace}, row...)
-		}
-		if o.output == "wide" {
-			// The whole reason, last: a cut one hid the hint that says
-			// what to do.
-			row = append(row, ip, orNone(r.Node), r.SpecHash, printable(r.Reason))
-		}
-		t.row(row...)
+		// The whole reason, last: a cut one hid the hint that says what
+		// to do.
+		t.row(o.cells(r.Namespace, []string{r.Name, ready, replicaStatus(r), restarts(r, time.Now()), age(replicaCreated(r))},
+			ip, orNone(r.Node), r.SpecHash, printable(r.Reason))...)
 	}
 	return t.flush()
 }
@@ -346,25 +333,11 @@ func printDeployments(w io.Writer, o getOpts, objs []manifest.Object, reps []api
 	if ok, err := structured(w, o.output, list); ok {
 		return err
 	}
-	header := []string{"NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}
-	if o.allNamespaces {
-		header = append([]string{"NAMESPACE"}, header...)
-	}
-	if o.output == "wide" {
-		header = append(header, "IMAGE", "SPEC-HASH")
-	}
-	t := newTable(w, header...)
+	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}, "IMAGE", "SPEC-HASH")...)
 	for _, obj := range objs {
 		d := obj.Deployment
 		st := deploymentStatus(d, reps)
-		row := []string{d.Name, fmt.Sprintf("%d/%d", st.ReadyReplicas, obj.Replicas()), strconv.Itoa(int(st.UpdatedReplicas)), strconv.Itoa(int(st.AvailableReplicas)), age(d.CreationTimestamp.Time)}
-		if o.allNamespaces {
-			row = append([]string{d.Namespace}, row...)
-		}
-		if o.output == "wide" {
-			row = append(row, d.Spec.Template.Spec.Containers[0].Image, manifest.SpecHash(d))
-		}
-		t.row(row...)
+		t.row(o.cells(d.Namespace, []string{d.Name, fmt.Sprintf("%d/%d", st.ReadyReplicas, obj.Replicas()), strconv.Itoa(int(st.UpdatedReplicas)), strconv.Itoa(int(st.AvailableReplicas)), age(d.CreationTimestamp.Time)}, d.Spec.Template.Spec.Containers[0].Image, manifest.SpecHash(d))...)
 	}
 	return t.flush()
 }
@@ -379,14 +352,7 @@ func printStatefulSets(w io.Writer, o getOpts, objs []manifest.Object, reps []ap
 	if ok, err := structured(w, o.output, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}); ok {
 		return err
 	}
-	header := []string{"NAME", "READY", "AGE"}
-	if o.allNamespaces {
-		header = append([]string{"NAMESPACE"}, header...)
-	}
-	if o.output == "wide" {
-		header = append(header, "IMAGE", "SPEC-HASH")
-	}
-	t := newTable(w, header...)
+	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "READY", "AGE"}, "IMAGE", "SPEC-HASH")...)
 	for _, obj := range objs {
 		st := obj.StatefulSet
 		hash := manifest.TemplateHash(&st.Spec.Template)
@@ -396,14 +362,7 @@ func printStatefulSets(w io.Writer, o getOpts, objs []manifest.Object, reps []ap
 				ready++
 			}
 		}
-		row := []string{st.Name, fmt.Sprintf("%d/%d", ready, desired), age(st.CreationTimestamp.Time)}
-		if o.allNamespaces {
-			row = append([]string{st.Namespace}, row...)
-		}
-		if o.output == "wide" {
-			row = append(row, st.Spec.Template.Spec.Containers[0].Image, hash)
-		}
-		t.row(row...)
+		t.row(o.cells(st.Namespace, []string{st.Name, fmt.Sprintf("%d/%d", ready, desired), age(st.CreationTimestamp.Time)}, st.Spec.Template.Spec.Containers[0].Image, hash)...)
 	}
 	return t.flush()
 }
@@ -440,27 +399,13 @@ func printServices(w io.Writer, o getOpts, objs []manifest.Object) error {
 	if ok, err := structured(w, o.output, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}); ok {
 		return err
 	}
-	header := []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"}
-	if o.allNamespaces {
-		header = append([]string{"NAMESPACE"}, header...)
-	}
-	if o.output == "wide" {
-		header = append(header, "SELECTOR")
-	}
-	t := newTable(w, header...)
+	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"}, "SELECTOR")...)
 	for _, s := range items {
 		ip := s.Spec.ClusterIP
 		if ip == "" {
 			ip = "<pending>"
 		}
-		row := []string{s.Name, string(s.Spec.Type), ip, servicePorts(s), age(s.CreationTimestamp.Time)}
-		if o.allNamespaces {
-			row = append([]string{s.Namespace}, row...)
-		}
-		if o.output == "wide" {
-			row = append(row, labels.Set(s.Spec.Selector).String())
-		}
-		t.row(row...)
+		t.row(o.cells(s.Namespace, []string{s.Name, string(s.Spec.Type), ip, servicePorts(s), age(s.CreationTimestamp.Time)}, labels.Set(s.Spec.Selector).String())...)
 	}
 	return t.flush()
 }
@@ -488,4 +433,16 @@ func replicaCreated(r api.Replica) time.Time {
 		return r.Started
 	}
 	return r.Created
+}
+
+// cells is a row of a table (or its header): namespace first with
+// --all-namespaces, wide last with -o wide, as kubectl lays them out.
+func (o getOpts) cells(namespace string, row []string, wide ...string) []string {
+	if o.allNamespaces {
+		row = append([]string{namespace}, row...)
+	}
+	if o.output == "wide" {
+		row = append(row, wide...)
+	}
+	return row
 }

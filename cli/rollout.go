@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -65,17 +66,9 @@ func newRolloutActionCmd(g *globals, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := g.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			var res api.ApplyResult
-			if res, err = c.RolloutAction(ctx, rolloutRoute[action], g.namespace, name); err != nil {
-				return err
-			}
-			fmt.Fprintln(g.stdout, resultLine(res))
-			return nil
+			return g.printResult(call(g, cmd, func(ctx context.Context, c *client.Client) (api.ApplyResult, error) {
+				return c.RolloutAction(ctx, rolloutRoute[action], g.namespace, name)
+			}))
 		},
 	}
 }
@@ -96,17 +89,9 @@ template becomes the newest revision. See 'starling rollout history'.`,
 			if to < 0 {
 				return fmt.Errorf("--to-revision %d: give a revision number from 'starling rollout history deployment/%s', or 0 for the previous one", to, name)
 			}
-			c, ctx, cancel, err := g.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			var res api.ApplyResult
-			if res, err = c.RolloutUndo(ctx, g.namespace, name, to); err != nil {
-				return err
-			}
-			fmt.Fprintln(g.stdout, resultLine(res))
-			return nil
+			return g.printResult(call(g, cmd, func(ctx context.Context, c *client.Client) (api.ApplyResult, error) {
+				return c.RolloutUndo(ctx, g.namespace, name, to)
+			}))
 		},
 	}
 	cmd.Flags().Int64Var(&to, "to-revision", 0, "the revision to roll back to (0: the previous one)")

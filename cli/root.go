@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
 )
 
@@ -138,6 +139,29 @@ func (g *globals) connect(cmd *cobra.Command) (*client.Client, context.Context, 
 	}
 	ctx, cancel := timeoutCtx(cmd)
 	return c, ctx, cancel, nil
+}
+
+// printResult prints what a write did to one object (resultLine), or
+// returns err.
+func (g *globals) printResult(res api.ApplyResult, err error) error {
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(g.stdout, resultLine(res))
+	return nil
+}
+
+// call calls f with a client of the agent and a context that ends after
+// defaultTimeout, and returns what f returns: one request's answer.
+// Errors are connect's or f's.
+func call[T any](g *globals, cmd *cobra.Command, f func(context.Context, *client.Client) (T, error)) (T, error) {
+	c, ctx, cancel, err := g.connect(cmd)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer cancel()
+	return f(ctx, c)
 }
 
 // age renders the time since since as kubectl's AGE column does
