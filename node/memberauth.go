@@ -173,10 +173,7 @@ func (ma *memberAuth) verify(name string, addr netip.AddrPort, meta []byte, key 
 		return m, err
 	}
 	ma.mu.Lock()
-	if len(ma.verified) >= maxMemberCache {
-		clear(ma.verified)
-	}
-	ma.verified[k] = m
+	putBounded(ma.verified, k, m)
 	ma.mu.Unlock()
 	return m, nil
 }
@@ -204,10 +201,7 @@ func (ma *memberAuth) binding(name string) (binding, bool) {
 	}
 	b = binding{version: rec.Version, key: rec.Signer, memberSig: s.MemberSig, started: s.Started}
 	ma.mu.Lock()
-	if len(ma.bindings) >= maxMemberCache {
-		clear(ma.bindings)
-	}
-	ma.bindings[name] = b
+	putBounded(ma.bindings, name, b)
 	ma.mu.Unlock()
 	return b, true
 }
@@ -264,4 +258,14 @@ func (ma *memberAuth) logOnce(k [3]string, level slog.Level, msg string, args ..
 	if first {
 		ma.log.Log(context.Background(), level, msg, args...)
 	}
+}
+
+// putBounded stores v at k in m, emptying m first when it holds
+// maxMemberCache entries (a name flood costs memory once, then starts
+// over).
+func putBounded[K comparable, V any](m map[K]V, k K, v V) {
+	if len(m) >= maxMemberCache {
+		clear(m)
+	}
+	m[k] = v
 }
