@@ -113,17 +113,16 @@ func (x *actions) clearFailure(act reconcile.Action) {
 	}
 }
 
-// failureWait is how long the action must still wait after a failure.
-func (x *actions) failureWait(act reconcile.Action, now time.Time) time.Duration {
+// backoffs returns, by container ID, when an action on it may be tried
+// again after a failure (reconcile.Decision.Backoff).
+func (x *actions) backoffs() map[string]time.Time {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var wait time.Duration
-	for _, id := range act.IDs() {
-		if f, ok := x.failures[id]; ok && f.until.After(now) {
-			wait = max(wait, f.until.Sub(now))
-		}
+	out := make(map[string]time.Time, len(x.failures))
+	for id, f := range x.failures {
+		out[id] = f.until
 	}
-	return wait
+	return out
 }
 
 // lastFailure returns the error of the last failed action on id, if any.

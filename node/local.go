@@ -168,7 +168,7 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	if err != nil {
 		return true
 	}
-	markOutsideSubnet(observed, r.subnets.current(), r.subnets.settled.Load())
+	observed = reconcile.Local{Subnet: localSubnet(r.subnets.current(), r.subnets.settled.Load())}.Mark(observed)
 	here := make([]reconcile.Replica, len(observed))
 	for i, c := range observed {
 		here[i] = reconcile.Replica{ID: c.ID}

@@ -143,19 +143,19 @@ func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bo
 	return ps.Ready(st), ps.NotReadyReason(st)
 }
 
-// markUnhealthy sets Unhealthy on the running containers whose liveness
-// or startup probe failed this run, so Plan stops (and so restarts) them.
-func (p *prober) markUnhealthy(observed []reconcile.Container) {
+// unhealthy returns, by container ID, the running containers of
+// observed whose liveness or startup probe failed this run, with the
+// reason (reconcile.Local: Plan stops, and so restarts, them).
+func (p *prober) unhealthy(observed []reconcile.Container) map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, c := range observed {
-		if c.State != reconcile.StateRunning {
-			continue
-		}
-		if st, ok := p.status[probeKey(c)]; ok && st.Failed != "" {
-			observed[i].Unhealthy = st.Failed
+	out := map[string]string{}
+	for _, c := range observed {
+		if st, ok := p.status[probeKey(c)]; ok && st.Failed != "" && c.State == reconcile.StateRunning {
+			out[c.ID] = st.Failed
 		}
 	}
+	return out
 }
 
 // execIn runs exec probes in container id through the runtime; a

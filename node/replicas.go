@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -196,10 +195,17 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 		return r.runtimeDown(v, err)
 	}
 	r.runtimeUp()
-	markOutsideSubnet(observed, r.subnets.current(), r.subnets.settled.Load())
 	r.metrics.observe(observed)
-	r.probes.markUnhealthy(observed)
-	out := reconcile.Decide(r.decision(v, observed, start), time.Now())
+	// What the node knows beyond containerd's word, on a copy: every
+	// step below sees the same containers (Decide marks them again).
+	local := reconcile.Local{Subnet: localSubnet(r.subnets.current(), r.subnets.settled.Load()), Unhealthy: r.probes.unhealthy(observed)}
+	observed = local.Mark(observed)
+	f, seen, known := r.fence.fencing(v, observed, start)
+	r.fence.note(f, seen, known)
+	d := r.decision(v, observed, f, start)
+	d.Local, d.Backoff, d.ServiceEnv = local, r.acts.backoffs(), serviceEnv(v)
+	out := reconcile.Decide(d, time.Now())
+	observed = out.Observed
 	r.mu.Lock()
 	r.observed, r.mine = observed, out.Mine
 	r.mu.Unlock()
@@ -207,15 +213,9 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	r.handoffs = out.Handoffs
 	r.acts.pruneFailures(out.Mine, observed)
 	requeue := out.Requeue
-	acts := slices.Clone(out.Actions)
-	withServiceLinks(v, acts)
-	for _, act := range acts {
-		if wait := r.acts.failureWait(act, time.Now()); wait > 0 {
-			if requeue == 0 || wait < requeue {
-				requeue = wait
-			}
-			continue
-		}
+	for _, act := range out.Actions {
+		// Decide left out the actions under backoff; claim guards
+		// against an action that began or ended since the list.
 		if !r.acts.claim(act, listed) {
 			continue
 		}

@@ -126,11 +126,9 @@ func (r *replicas) localReady(c reconcile.Container, specs map[string]probe.Prob
 }
 
 // decision is reconcile.Decide's input for this node at now, from the
-// snapshot v, its containers and the handoffs of the last pass. Reading
-// the quorum for it records and logs the quorum's changes (quorum.note).
-func (r *replicas) decision(v *view.View, observed []reconcile.Container, now time.Time) reconcile.Decision {
-	f, seen, known := r.fence.fencing(v, observed, now)
-	r.fence.note(f, seen, known)
+// snapshot v, its containers, the fencing input f (fence.fencing) and the
+// handoffs of the last pass; it changes nothing.
+func (r *replicas) decision(v *view.View, observed []reconcile.Container, f reconcile.Fencing, now time.Time) reconcile.Decision {
 	return reconcile.Decision{
 		Ownership: reconcile.Ownership{
 			Self: r.self, All: v.Candidates(r.self, observed), Owner: v.Owner.Of, Observed: observed,

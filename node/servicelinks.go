@@ -96,14 +96,8 @@ func serviceLinks(svcs []manifest.Object, alloc service.Allocation, ns string) [
 	return out
 }
 
-// withServiceLinks fills in the Service variables (serviceLinks) of the
-// replicas acts create, from the snapshot's Services.
-func withServiceLinks(v *view.View, acts []reconcile.Action) {
-	for i := range acts {
-		act := &acts[i]
-		if act.Replica.ID == "" || act.Replica.Spec.NoServiceLinks || (act.Type != reconcile.Create && act.Type != reconcile.Replace) {
-			continue
-		}
-		act.Replica.ServiceEnv = serviceLinks(v.Services, v.Alloc, act.Replica.Namespace)
-	}
+// serviceEnv returns the Service variables of a namespace from the
+// view's Services (serviceLinks), for reconcile.Decision.ServiceEnv.
+func serviceEnv(v *view.View) func(namespace string) []reconcile.EnvVar {
+	return func(ns string) []reconcile.EnvVar { return serviceLinks(v.Services, v.Alloc, ns) }
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
 
 	"github.com/starling-orchestrator/starling/net/ipam"
@@ -235,19 +234,13 @@ func (sn *subnets) noteRival(c ipam.Claim) {
 	}
 }
 
-// markOutsideSubnet marks the observed containers whose address lies
-// outside claim, this node's subnet, once it settled (settled): their
-// sandboxes were set up before the claim moved, so Plan rebuilds them on
-// the new subnet. Before it settles nothing is marked: a sandbox built
-// then would get an address of the old subnet again.
-func markOutsideSubnet(observed []reconcile.Container, claim ipam.Claim, settled bool) {
+// localSubnet is this node's settled pod subnet for
+// reconcile.Local.Subnet: invalid while none is settled, or when the
+// claim does not parse.
+func localSubnet(claim ipam.Claim, settled bool) netip.Prefix {
 	p, err := netip.ParsePrefix(claim.Subnet)
 	if !settled || err != nil {
-		return
+		return netip.Prefix{}
 	}
-	for i := range observed {
-		if ip, err := netip.ParseAddr(observed[i].PodIP); err == nil && !p.Contains(ip) {
-			observed[i].OutsideSubnet = true
-		}
-	}
+	return p
 }

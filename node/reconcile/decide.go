@@ -1,6 +1,10 @@
 package reconcile
 
-import "time"
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
 
 // Decision is everything one reconcile pass of a node decides from: the
 // cluster as its snapshot shows it, what runs on the node, what it knows
@@ -23,6 +27,42 @@ type Decision struct {
 	// is fenced (killed at once).
 	Stateful      map[string]bool
 	StatefulGrace time.Duration
+	// Local is what this node knows of its containers besides containerd's
+	// word: Decide marks a copy of the observed containers with it.
+	Local Local
+	// Backoff holds, by container ID, when an action on that container
+	// may be tried again after a failure (zero or past: now). Actions on
+	// such a container wait, and Requeue comes when the first may run.
+	Backoff map[string]time.Time
+	// ServiceEnv returns the Service variables of a namespace (docker
+	// links, as the kubelet gives them), for the replicas that a create
+	// or replace starts and that want them; nil: none.
+	ServiceEnv func(namespace string) []EnvVar
+}
+
+// Local is what the node knows of its containers that containerd does
+// not say: its pod subnet (settled; invalid while none is) and the
+// liveness failures of its prober, by container ID.
+type Local struct {
+	Subnet    netip.Prefix
+	Unhealthy map[string]string
+}
+
+// Mark returns a copy of observed with OutsideSubnet set on the containers
+// whose address lies outside l.Subnet (when valid) and Unhealthy on the
+// running ones whose liveness failed; observed is not changed.
+func (l Local) Mark(observed []Container) []Container {
+	out := slices.Clone(observed)
+	for i := range out {
+		c := &out[i]
+		if ip, err := netip.ParseAddr(c.PodIP); err == nil && l.Subnet.IsValid() && !l.Subnet.Contains(ip) {
+			c.OutsideSubnet = true
+		}
+		if why := l.Unhealthy[c.ID]; why != "" && c.State == StateRunning {
+			c.Unhealthy = why
+		}
+	}
+	return out
 }
 
 // Output is what Decide decided.
@@ -37,9 +77,13 @@ type Output struct {
 	// Fenced: the node knows it has no quorum (its StatefulSet replicas
 	// are killed).
 	Fenced bool
-	// Actions and Requeue are Plan's, with StatefulSet stops bounded.
+	// Actions and Requeue are Plan's, with StatefulSet stops bounded,
+	// Service variables filled in, and actions under a failure's backoff
+	// left for later (Requeue).
 	Actions []Action
 	Requeue time.Duration
+	// Observed are the containers as Decide saw them (Local.Mark).
+	Observed []Container
 }
 
 // Decide composes one pass: Owned (what placement and handoffs give this
@@ -49,29 +93,50 @@ type Output struct {
 // StatefulGrace, and immediate when fenced. Requeue is at most 1 s while
 // a handoff is under way (the new owner's readiness is watched closely).
 func Decide(d Decision, now time.Time) Output {
-	observed := d.Ownership.Observed
+	observed := d.Local.Mark(d.Ownership.Observed)
+	d.Ownership.Observed = observed
 	owned, handoffs := Owned(d.Ownership)
 	r := d.Rollout
 	r.Mine, r.Observed = owned, observed
 	gated := Gate(r)
 	f := d.Fencing
 	f.Observed = observed
-	out := Output{Mine: Fence(gated, f), Handoffs: handoffs, Fenced: !f.Unknown && !f.Quorum}
+	out := Output{Mine: Fence(gated, f), Handoffs: handoffs, Fenced: !f.Unknown && !f.Quorum, Observed: observed}
 	res := Plan(out.Mine, observed, now)
-	for i := range res.Actions {
-		act := &res.Actions[i]
-		if act.Type != Remove && act.Type != Replace && act.Type != Stop || !d.Stateful[WorkloadKey(act.Old.Namespace, act.Old.Workload)] {
+	out.Requeue = res.Requeue
+	for _, act := range res.Actions {
+		if wait := backoff(d.Backoff, act, now); wait > 0 {
+			if out.Requeue == 0 || wait < out.Requeue {
+				out.Requeue = wait
+			}
 			continue
 		}
-		act.Old.GracePeriod = min(act.Old.GracePeriod, d.StatefulGrace)
-		if out.Fenced {
-			act.Old.GracePeriod = 0
-			act.Reason = "fenced: no quorum"
+		if (act.Type == Remove || act.Type == Replace || act.Type == Stop) && d.Stateful[WorkloadKey(act.Old.Namespace, act.Old.Workload)] {
+			act.Old.GracePeriod = min(act.Old.GracePeriod, d.StatefulGrace)
+			if out.Fenced {
+				act.Old.GracePeriod = 0
+				act.Reason = "fenced: no quorum"
+			}
 		}
+		if (act.Type == Create || act.Type == Replace) && act.Replica.ID != "" && !act.Replica.Spec.NoServiceLinks && d.ServiceEnv != nil {
+			act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
+		}
+		out.Actions = append(out.Actions, act)
 	}
-	out.Actions, out.Requeue = res.Actions, res.Requeue
 	if len(handoffs) > 0 && (out.Requeue == 0 || out.Requeue > time.Second) {
 		out.Requeue = time.Second
 	}
 	return out
+}
+
+// backoff is how long act must still wait after a failed action on one
+// of its containers (Decision.Backoff).
+func backoff(until map[string]time.Time, act Action, now time.Time) time.Duration {
+	var wait time.Duration
+	for _, id := range act.IDs() {
+		if u, ok := until[id]; ok && u.After(now) {
+			wait = max(wait, u.Sub(now))
+		}
+	}
+	return wait
 }

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -139,4 +140,65 @@ func TestDecideProperties(t *testing.T) {
 			}
 		}
 	})
+}
+
+// What the node knows beyond containerd, decided in the pass, not edited
+// into its list: a container outside the settled subnet is replaced, one
+// whose liveness failed is stopped, an action under a failure's backoff
+// waits (and the pass comes back when it may run), and a create gets its
+// namespace's Service variables unless the pod opts out.
+func TestDecideTakesLocalKnowledgeBackoffAndServiceLinks(t *testing.T) {
+	web0, web1 := rep("web", "aaaaaaaa", 0), rep("web", "aaaaaaaa", 1)
+	quiet := rep("quiet", "aaaaaaaa", 0)
+	quiet.Spec.NoServiceLinks = true
+	moved, sick := running(web0), running(web1)
+	moved.PodIP, sick.PodIP = "10.244.9.5", "10.244.1.6"
+	observed := []Container{moved, sick}
+	d := decision([]Replica{web0, web1, quiet}, nil, observed, Fencing{Quorum: true})
+	d.Rollout.Strategies["default/quiet"] = Strategy{Replicas: 1, MaxUnavailable: 1}
+	d.Rollout.Strategies["default/web"] = Strategy{Replicas: 2, MaxUnavailable: 2}
+	d.Local = Local{Subnet: netip.MustParsePrefix("10.244.1.0/24"), Unhealthy: map[string]string{sick.ID: "liveness probe failed: HTTP 500"}}
+	d.ServiceEnv = func(ns string) []EnvVar { return []EnvVar{{Name: "WEB_SERVICE_HOST", Value: ns}} }
+	out := Decide(d, t0)
+	t.Logf("actions: %s", actionsString(out.Actions))
+	if observed[0].OutsideSubnet || observed[1].Unhealthy != "" {
+		t.Fatalf("Decide edited the observed containers: %+v", observed)
+	}
+	if !out.Observed[0].OutsideSubnet || out.Observed[1].Unhealthy == "" {
+		t.Fatalf("Output.Observed not marked: %+v", out.Observed)
+	}
+	byName := map[string]Action{}
+	for _, a := range out.Actions {
+		byName[string(a.Type)+" "+a.Replica.Name+a.Old.Name] = a
+	}
+	create, ok := byName["create quiet-aaaaaaaa-0"]
+	if !ok || len(create.Replica.ServiceEnv) != 0 {
+		t.Errorf("quiet (enableServiceLinks: false) created with %v, ok %v; actions %s", create.Replica.ServiceEnv, ok, actionsString(out.Actions))
+	}
+	if len(out.Actions) < 2 {
+		t.Fatalf("want the moved container replaced and the sick one stopped: %s", actionsString(out.Actions))
+	}
+	for _, a := range out.Actions {
+		if a.Type == Replace && len(a.Replica.ServiceEnv) != 1 {
+			t.Errorf("replace of %s without its Service variables", a.Replica.Name)
+		}
+	}
+
+	// The same pass with a failed action on the moved container: it
+	// waits 3 s, the rest goes on, and the pass comes back then.
+	d.Backoff = map[string]time.Time{moved.ID: t0.Add(3 * time.Second), sick.ID: t0.Add(-time.Second)}
+	later := Decide(d, t0)
+	if len(later.Actions) != len(out.Actions)-1 {
+		t.Errorf("with a backoff on %s: %s, want one action fewer than %s", moved.ID, actionsString(later.Actions), actionsString(out.Actions))
+	}
+	for _, a := range later.Actions {
+		for _, id := range a.IDs() {
+			if id == moved.ID {
+				t.Errorf("an action on a container under backoff: %s", actionsString(later.Actions))
+			}
+		}
+	}
+	if later.Requeue <= 0 || later.Requeue > 3*time.Second {
+		t.Errorf("requeue %v, want at most the 3 s backoff", later.Requeue)
+	}
 }
