@@ -25,7 +25,7 @@ import (
 
 // info is what this node knows of the cluster, as the API shows it:
 // every replica, the members, and forgetting a node that is gone. It
-// implements apiserver.Cluster.
+// implements apiserver.Info.
 type info struct {
 	self    string
 	views   *view.Builder
@@ -43,7 +43,7 @@ type info struct {
 	log       *slog.Logger
 }
 
-var _ apiserver.Cluster = (*info)(nil)
+var _ apiserver.Info = (*info)(nil)
 
 // Version is this agent's version and node name.
 func (in *info) Version() api.Version { return api.Version{Version: Version, Node: in.self} }

@@ -64,7 +64,7 @@ func (a *Agent) backend() apiserver.Backend {
 	return apiserver.Backend{
 		Node:          a.cfg.Name,
 		Objects:       a.api.objects,
-		Cluster:       a.api.info,
+		Info:          a.api.info,
 		Admin:         admin{Admission: a.guard.join, keys: a.guard.keys, status: a.own.status, token: a.api.token, trust: a.guard.trust},
 		Images:        a.work.images,
 		Logs:          a.work.logs,

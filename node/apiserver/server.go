@@ -58,8 +58,8 @@ const (
 	RolloutResume  RolloutCommand = "resume"
 )
 
-// Cluster is what this node knows of the cluster.
-type Cluster interface {
+// Info is what this node knows of the cluster.
+type Info interface {
 	Version() api.Version
 	Replicas() []api.Replica
 	Nodes() []api.Node
@@ -95,7 +95,7 @@ type Logs interface {
 type Backend struct {
 	Node    string // this node's name, for messages
 	Objects Objects
-	Cluster Cluster
+	Info    Info
 	Admin   Admin
 	Images  Images
 	Logs    Logs
@@ -112,20 +112,20 @@ func Handler(b Backend) http.Handler {
 	s := &server{b: b}
 	mux := http.NewServeMux()
 	handle := func(r api.Route, h http.HandlerFunc) { mux.HandleFunc(r.String(), h) }
-	handle(api.RouteVersion, func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, b.Cluster.Version()) })
+	handle(api.RouteVersion, func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, b.Info.Version()) })
 	handle(api.RouteApply, s.apply)
 	handle(api.RouteObjects, s.list)
 	handle(api.RouteObject, s.get)
 	handle(api.RouteDeleteObject, s.delete)
 	handle(api.RouteScale, s.scale)
 	handle(api.RouteReplicas, func(w http.ResponseWriter, r *http.Request) {
-		WriteJSON(w, http.StatusOK, api.ReplicaList{Items: nonNil(b.Cluster.Replicas())})
+		WriteJSON(w, http.StatusOK, api.ReplicaList{Items: nonNil(b.Info.Replicas())})
 	})
 	handle(api.RouteNodes, func(w http.ResponseWriter, r *http.Request) {
-		WriteJSON(w, http.StatusOK, api.NodeList{Items: nonNil(b.Cluster.Nodes())})
+		WriteJSON(w, http.StatusOK, api.NodeList{Items: nonNil(b.Info.Nodes())})
 	})
 	handle(api.RouteForgetNode, func(w http.ResponseWriter, r *http.Request) {
-		answer(w, http.StatusOK)(b.Cluster.Forget(r.Context(), r.PathValue("name")))
+		answer(w, http.StatusOK)(b.Info.Forget(r.Context(), r.PathValue("name")))
 	})
 	handle(api.RouteJoinTokens, s.joinToken)
 	handle(api.RouteClientConfig, func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, b.Admin.ClientConfig()) })

@@ -16,9 +16,9 @@ type Decision struct {
 	// handoffs); its Observed are the node's containers, which every step
 	// below sees.
 	Ownership Ownership
-	// Rollout is Gate's input but for Mine and Observed, which Decide
+	// Budget is Gate's input but for Mine and Observed, which Decide
 	// fills in (the owned replicas, the containers).
-	Rollout Rollout
+	Budget Budget
 	// Fencing is Fence's input but for Observed, which Decide fills in.
 	Fencing Fencing
 	// Stateful lists the StatefulSet workloads by WorkloadKey; their stops
@@ -96,7 +96,7 @@ func Decide(d Decision, now time.Time) Output {
 	observed := d.Local.Mark(d.Ownership.Observed)
 	d.Ownership.Observed = observed
 	owned, handoffs := Owned(d.Ownership)
-	r := d.Rollout
+	r := d.Budget
 	r.Mine, r.Observed = owned, observed
 	gated := Gate(r)
 	f := d.Fencing

@@ -21,7 +21,7 @@ func decision(all []Replica, owner map[string]string, observed []Container, f Fe
 	}
 	return Decision{
 		Ownership: Ownership{Self: "a", All: all, Owner: ownerOf(own), Observed: observed, Now: t0, Timeout: time.Minute},
-		Rollout: Rollout{Ready: func(string) bool { return true }, Strategies: map[string]Strategy{
+		Budget: Budget{Ready: func(string) bool { return true }, Strategies: map[string]Strategy{
 			"default/db": {Replicas: 2, MaxUnavailable: 1, Reverse: true}, "default/web": {Replicas: 1, MaxUnavailable: 1}}},
 		Fencing:       f,
 		Stateful:      map[string]bool{"default/db": true},
@@ -155,8 +155,8 @@ func TestDecideTakesLocalKnowledgeBackoffAndServiceLinks(t *testing.T) {
 	moved.PodIP, sick.PodIP = "10.244.9.5", "10.244.1.6"
 	observed := []Container{moved, sick}
 	d := decision([]Replica{web0, web1, quiet}, nil, observed, Fencing{Quorum: true})
-	d.Rollout.Strategies["default/quiet"] = Strategy{Replicas: 1, MaxUnavailable: 1}
-	d.Rollout.Strategies["default/web"] = Strategy{Replicas: 2, MaxUnavailable: 2}
+	d.Budget.Strategies["default/quiet"] = Strategy{Replicas: 1, MaxUnavailable: 1}
+	d.Budget.Strategies["default/web"] = Strategy{Replicas: 2, MaxUnavailable: 2}
 	d.Local = Local{Subnet: netip.MustParsePrefix("10.244.1.0/24"), Unhealthy: map[string]string{sick.ID: "liveness probe failed: HTTP 500"}}
 	d.ServiceEnv = func(ns string) []EnvVar { return []EnvVar{{Name: "WEB_SERVICE_HOST", Value: ns}} }
 	out := Decide(d, t0)

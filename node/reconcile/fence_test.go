@@ -46,7 +46,7 @@ func TestFenceAtMostOne(t *testing.T) {
 	// A StatefulSet replica that Gate keeps at its old spec (the update
 	// waits) is still fenced.
 	oldDb0 := stateful("00000000", 0)
-	kept := Gate(Rollout{Mine: []Replica{db0}, Observed: []Container{running(oldDb0)}, Ready: func(string) bool { return true },
+	kept := Gate(Budget{Mine: []Replica{db0}, Observed: []Container{running(oldDb0)}, Ready: func(string) bool { return true },
 		Strategies: map[string]Strategy{"default/db": {Replicas: 2, MaxUnavailable: 1, Reverse: true, Paused: true}}})
 	if len(kept) != 1 || kept[0].SpecHash != "00000000" || !kept[0].AtMostOne {
 		t.Fatalf("Gate kept %+v, want the old db-0 marked AtMostOne", kept)
@@ -67,7 +67,7 @@ func TestStatefulReplicaUpdatesInPlaceHighestFirst(t *testing.T) {
 		t.Fatalf("a StatefulSet replica keeps its name and ID across specs: %s %s", new0.ID, old0.ID)
 	}
 	copies := []Copy{{Ordinal: 0, SpecHash: "aaaaaaaa", Ready: true}, {Ordinal: 1, SpecHash: "aaaaaaaa", Ready: true}, {Ordinal: 2, SpecHash: "aaaaaaaa", Ready: true}}
-	in := Rollout{
+	in := Budget{
 		Mine: []Replica{new0, new2}, Observed: []Container{running(old0), running(old2)},
 		Ready:      func(string) bool { return true },
 		Strategies: map[string]Strategy{"default/db": strat},
@@ -84,7 +84,7 @@ func TestStatefulReplicaUpdatesInPlaceHighestFirst(t *testing.T) {
 	}
 	// OrderedReady: db-1 with no copy waits until db-0 is ready.
 	db1 := stateful("bbbbbbbb", 1)
-	in = Rollout{Mine: []Replica{db1}, Ready: func(string) bool { return false },
+	in = Budget{Mine: []Replica{db1}, Ready: func(string) bool { return false },
 		Strategies: map[string]Strategy{"default/db": strat},
 		Copies:     map[string][]Copy{"default/db": {{Ordinal: 0, SpecHash: "bbbbbbbb"}}}}
 	if got := Gate(in); len(got) != 0 {

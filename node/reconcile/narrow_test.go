@@ -9,7 +9,7 @@ import (
 )
 
 // The agent builds Decide's inputs for part of the cluster only
-// (node/rollout.go rolloutInput, node/fence.go fencing): the rollout
+// (node/decision.go budgetInput, node/fence.go fencing): the rollout
 // strategies and copies of the workloads whose replicas placement gives
 // this node or whose containers run here, and the held ordinals of
 // StatefulSets. That is sound only if Decide reads nothing else: over
@@ -36,7 +36,7 @@ func decideNarrowed(rt *rapid.T) {
 	var all []Replica
 	owner := map[string]string{}
 	var observed []Container
-	full := Rollout{Strategies: map[string]Strategy{}, Copies: map[string][]Copy{}}
+	full := Budget{Strategies: map[string]Strategy{}, Copies: map[string][]Copy{}}
 	held := map[string]map[int]bool{}
 	stateful := map[string]bool{}
 	ready := map[string]bool{}
@@ -99,7 +99,7 @@ func decideNarrowed(rt *rapid.T) {
 	d := Decision{
 		Ownership: Ownership{Self: "a", All: all, Owner: ownerOf(owner), Observed: observed, HandoffSince: handoffs, Now: t0, Timeout: time.Minute,
 			ReadyElsewhere: readyElsewhere},
-		Rollout: full, Fencing: fencing, Stateful: stateful, StatefulGrace: 8 * time.Second,
+		Budget: full, Fencing: fencing, Stateful: stateful, StatefulGrace: 8 * time.Second,
 	}
 
 	// What the agent asks about: placement's replicas for this node,
@@ -114,10 +114,10 @@ func decideNarrowed(rt *rapid.T) {
 		asked[WorkloadKey(c.Namespace, c.Workload)] = true
 	}
 	narrow := d
-	narrow.Rollout.Strategies = maps.Clone(full.Strategies)
-	narrow.Rollout.Copies = maps.Clone(full.Copies)
-	maps.DeleteFunc(narrow.Rollout.Strategies, func(k string, _ Strategy) bool { return !asked[k] })
-	maps.DeleteFunc(narrow.Rollout.Copies, func(k string, _ []Copy) bool { return !asked[k] })
+	narrow.Budget.Strategies = maps.Clone(full.Strategies)
+	narrow.Budget.Copies = maps.Clone(full.Copies)
+	maps.DeleteFunc(narrow.Budget.Strategies, func(k string, _ Strategy) bool { return !asked[k] })
+	maps.DeleteFunc(narrow.Budget.Copies, func(k string, _ []Copy) bool { return !asked[k] })
 	narrow.Fencing.Held = maps.Clone(held)
 	maps.DeleteFunc(narrow.Fencing.Held, func(k string, _ map[int]bool) bool { return !stateful[k] })
 

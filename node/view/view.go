@@ -242,7 +242,7 @@ const StaleReason = "its node restarted and its record of the new run has not ar
 // count now. A stale record's copies (StaleRecords: an earlier run of
 // the node's agent wrote it) are of unknown state: they are listed with
 // phase Unknown, not ready (StaleReason), as placement and the rollout
-// gate take them (holderOf, node/rollout.go), so that get replicas and
+// gate take them (holderOf, node/decision.go), so that get replicas and
 // rollout status count what the decisions count. Callers must not
 // modify the slice (a current record's own).
 func (v *View) Reported(name string) []api.Replica {

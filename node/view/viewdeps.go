@@ -157,7 +157,7 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 // A stale record's copies are of unknown state: placement takes them as
 // not running (held.go: any running copy is kept first, and with none
 // the node keeps them), the rollout budget and make-before-break do not
-// count them ready (node/rollout.go, cluster.go), get replicas and rollout
+// count them ready (node/decision.go, nodestatus.go), get replicas and rollout
 // status show them Unknown, not ready (View.Reported), and they add no endpoint
 // (serviceview.go; those already in rules stay: an agent restarted
 // with its pods running). A node that only flapped, or was on the other

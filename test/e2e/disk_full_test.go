@@ -26,9 +26,7 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	apply(t, n1, deployment("full-a", 2, "a"))
 	waitFor(t, 60*time.Second, func() error { _, err := readyOnePerNode(n1, "full-a", 2); return err })
 
@@ -82,15 +80,22 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 		}
 		return nil
 	}
-	took, err := eventually(15*time.Second, func() error {
-		if err := storeFull(1); err != nil {
+	// shown says whether n2's /metrics and get nodes on both nodes say
+	// n2's data directory is full (or not).
+	shown := func(full bool) error {
+		want := 0.0
+		if full {
+			want = 1
+		}
+		if err := storeFull(want); err != nil {
 			return err
 		}
-		if err := nodeState(n2, true); err != nil {
+		if err := nodeState(n2, full); err != nil {
 			return err
 		}
-		return nodeState(n1, true)
-	})
+		return nodeState(n1, full)
+	}
+	took, err := eventually(15*time.Second, func() error { return shown(true) })
 	if err != nil {
 		t.Fatalf("full data directory not reported: %v\n%s", err, n2.Tail(20))
 	}
@@ -157,15 +162,7 @@ func TestFullDataDirectoryRefusesWritesAndRecovers(t *testing.T) {
 
 	// Space returns: writes resume by themselves.
 	free()
-	took, err = eventually(15*time.Second, func() error {
-		if err := storeFull(0); err != nil {
-			return err
-		}
-		if err := nodeState(n1, false); err != nil {
-			return err
-		}
-		return nodeState(n2, false)
-	})
+	took, err = eventually(15*time.Second, func() error { return shown(false) })
 	if err != nil {
 		t.Fatalf("space returned: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -55,17 +57,9 @@ func TestDryRunPrintsRoutesAndRulesAndInstallsNothing(t *testing.T) {
 	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, deployment("web", 1, "hello")+`---
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  selector: {app: web}
-  ports: [{port: 80, targetPort: 8080}]
-`)
+	importEcho(t, n1)
+	apply(t, n1, harness.Manifests(deployment("web", 1, "hello"),
+		harness.App{Name: "web"}.Service("web", []corev1.ServicePort{harness.ServicePort(80, "8080")})))
 	reps, _ := waitRunning(t, n1, "web", 1, 60*time.Second)
 
 	n2, err := c.AddNode("n2", 2)

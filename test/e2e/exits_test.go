@@ -26,29 +26,14 @@ import (
 func TestEveryExitExplained(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
+	importEcho(t, n1)
+	exiting := func(name, image, memory string, command ...string) string {
+		return harness.App{Name: name, Namespace: "exits", Replicas: 1, Image: image, Command: command,
+			Limits: harness.Limits("memory", memory)}.Deployment()
 	}
-	exiting := func(name, command, limits string) string {
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s, namespace: exits}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        command: %s
-        resources: {limits: %s}
-`, name, name, name, command, limits)
-	}
-	apply(t, n1, exiting("done", "[/echo, check]", "{memory: 64Mi}"))
-	apply(t, n1, exiting("three", "[/echo, check, -exit, '3']", "{memory: 64Mi}"))
-	apply(t, n1, exiting("oom", "[/echo, check, -alloc, '256', -sleep, 1s]", "{memory: 48Mi}"))
+	apply(t, n1, exiting("done", "", "64Mi", "/echo", "check"))
+	apply(t, n1, exiting("three", "", "64Mi", "/echo", "check", "-exit", "3"))
+	apply(t, n1, exiting("oom", "", "48Mi", "/echo", "check", "-alloc", "256", "-sleep", "1s"))
 	// An image whose User its /etc/passwd does not have.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -63,7 +48,7 @@ spec:
 	if _, err := n1.CLI("image", "import", ghostTar); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, n1, strings.Replace(exiting("ghost", "[/echo]", "{memory: 64Mi}"), "starling.local/echo:v1", "starling.local/echo:ghost", 1))
+	apply(t, n1, exiting("ghost", "starling.local/echo:ghost", "64Mi", "/echo"))
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)
 		if err != nil {
@@ -137,28 +122,12 @@ spec:
 func TestLogsKeepTheEnd(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
+	importEcho(t, n1)
+	workload := func(name string, command ...string) string {
+		return harness.App{Name: name, Namespace: "logs", Replicas: 1, Grace: harness.Seconds(5), Command: command}.Deployment()
 	}
-	workload := func(name, command string) string {
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s, namespace: logs}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        command: %s
-`, name, name, name, command)
-	}
-	apply(t, n1, workload("crash", "[/echo, check, -exit, '3']"))
-	apply(t, n1, workload("srv", "[/echo]"))
+	apply(t, n1, workload("crash", "/echo", "check", "-exit", "3"))
+	apply(t, n1, workload("srv", "/echo"))
 	names := map[string]string{}
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)
@@ -215,26 +184,11 @@ spec:
 func TestLogsRotateAndCarryTimes(t *testing.T) {
 	c := newCluster(t, 1, "--container-log-max-size", "16KiB", "--container-log-max-files", "3")
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	// 2000 lines of 100 bytes: about 330 KB in the CRI format, 20 times
 	// what 3 files of 16 KiB keep.
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: chatty, namespace: rotate}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: chatty}}
-  template:
-    metadata: {labels: {app: chatty}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        command: [/echo, chatter, "2000", "100"]
-`)
+	apply(t, n1, harness.App{Name: "chatty", Namespace: "rotate", Replicas: 1, Grace: harness.Seconds(1),
+		Command: []string{"/echo", "chatter", "2000", "100"}}.Deployment())
 	var name string
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -139,16 +141,8 @@ func startHostile(t *testing.T, c *harness.Cluster, name string, i int, args ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + n.NetNS, hostile,
+	return n, nsenter(t, "", append([]string{"--net=/run/netns/" + n.NetNS, hostile,
 		"--name", name, "--bind", n.IP, "--token-file", tokenFile, "--data-dir", filepath.Join(n.Dir, "hostile"), "--join", c.Nodes[0].IP}, args...)...)
-	out := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
-	return n, out
 }
 
 // dataplane returns what a node programmed: its nat and filter rules
@@ -243,9 +237,7 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	// echo:v1 is recorded (imported on n1); the spy gets its manifest and
 	// config, then n1's copy is removed behind the agent's back, so no
 	// honest node has it.
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	recorded := imageDigest(t, n1, "starling.local/echo:v1")
 	ctrCtx, ctrCancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ctrCancel()
@@ -284,19 +276,10 @@ func TestSharedImagesAreVerifiedAndPeersNeverGetTheToken(t *testing.T) {
 	// left in n1's content store would make n1's pull from the spy
 	// succeed with the genuine layer.
 	n1.Exec(ctrCtx, "ctr", "--address", n1.ContainerdSocket(), "-n", "starling", "content", "rm", m.Layers[0].Digest, m.Config.Digest, recorded)
-	if _, err := n1.CLIInput(strings.NewReader(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: needs-image}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: ni}}
-  template:
-    metadata: {labels: {app: ni}}
-    spec:
-      containers: [{name: c, image: "starling.local/echo:v1", ports: [{containerPort: 8080}]}]
-`), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
+	// Deployment needs-image, of pods labelled app=ni.
+	apply(t, n1, harness.App{Name: "ni", Replicas: 3, Container: "c", Ports: harness.Port8080}.Deployment(func(d *appsv1.Deployment) {
+		d.Name = "needs-image"
+	}))
 	n1.CLI("logs", "ghost-0") // proxied to spy, which says it runs ghost-0
 	waitFor(t, 60*time.Second, func() error {
 		s := out.String()
@@ -332,9 +315,7 @@ spec:
 		}
 	}
 	// An honest copy again: the replicas on n2 get the recorded content.
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitFor(t, 90*time.Second, func() error {
 		if d := imageDigestOrEmpty(n2, "starling.local/echo:v1"); d != recorded {
 			return fmt.Errorf("n2 holds echo:v1 at %q, want %s", d, recorded)
@@ -404,9 +385,7 @@ func TestForgottenNodeCannotComeBackWithItsOldKey(t *testing.T) {
 	}
 	madeOld := time.Now()
 	// Replicas on both nodes: n2's keep running across its clean stop.
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	apply(t, n1, deployment("forgot", 4, "f"))
 	waitRunning(t, n1, "forgot", 4, 90*time.Second)
 	ran := n2.RunningContainers()
@@ -564,9 +543,7 @@ func TestNodeThatRunsNothingIsLeftOutOfPlacement(t *testing.T) {
 	c := newCluster(t, 2, "--ack-timeout", "10s")
 	n1 := c.Nodes[0]
 	waitReadyNodes(t, n1, 2)
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	startHostile(t, c, "fake", 5, "--fake-api")
 	waitReadyNodes(t, n1, 3) // the fake node counts as ready
 	apply(t, n1, deployment("spread", 4, "x"))

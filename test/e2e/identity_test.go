@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestReappliedDeploymentDoesNotMeetItsPredecessor: a Deployment deleted
@@ -16,25 +20,11 @@ import (
 func TestReappliedDeploymentDoesNotMeetItsPredecessor(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	const manifest = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: again, namespace: identity}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: again}}
-  template:
-    metadata: {labels: {app: again}}
-    spec:
-      terminationGracePeriodSeconds: 20
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: SHUTDOWN_DELAY, value: 15s}]
-        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
-`
+	importEcho(t, n1)
+	manifest := harness.App{Name: "again", Namespace: "identity", Replicas: 2, Grace: harness.Seconds(20),
+		Env: harness.Env("SHUTDOWN_DELAY", "15s"),
+		Readiness: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1}}.Deployment()
 	apply(t, n1, manifest)
 	ready := func() (map[string]bool, error) {
 		items, err := apiReplicas(n1)

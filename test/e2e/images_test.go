@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
@@ -39,20 +41,7 @@ func TestShortImageNamesMatch(t *testing.T) {
 	if err != nil || !strings.Contains(out, "docker.io/library/echo:short") {
 		t.Fatalf("image import: %v\n%s", err, out)
 	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: short}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: short}}
-  template:
-    metadata: {labels: {app: short}}
-    spec:
-      containers:
-      - name: echo
-        image: echo:short
-        ports: [{containerPort: 8080}]
-`)
+	apply(t, n1, harness.App{Name: "short", Replicas: 4, Image: "echo:short", Ports: harness.Port8080}.Deployment())
 	waitFor(t, 90*time.Second, func() error {
 		cs := harness.TakeCensus(c.Nodes, "default", "short")
 		if cs.Available != 4 || len(cs.ReadyByNode) != 2 {
@@ -60,19 +49,7 @@ spec:
 		}
 		return nil
 	})
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: missing}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: missing}}
-  template:
-    metadata: {labels: {app: missing}}
-    spec:
-      containers:
-      - name: c
-        image: nosuch:1.0
-`)
+	apply(t, n1, harness.App{Name: "missing", Replicas: 1, Container: "c", Image: "nosuch:1.0"}.Deployment())
 	waitFor(t, 60*time.Second, func() error {
 		out, err := n1.CLI("describe", "deployment", "missing")
 		if err != nil {
@@ -93,30 +70,10 @@ spec:
 func TestEnvAsTheKubeletGivesIt(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: env}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: env}}
-  template:
-    metadata: {labels: {app: env}}
-    spec:
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env:
-        - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
-        - {name: ME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-        - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
-        - {name: HALF, value: "80"}
-        - {name: PORT, value: "$(HALF)80"}
-        - {name: MESSAGE, value: "ip=$(IP) me=$(ME) node=$(NODE) lit=$$(ME) unknown=$(NOPE)"}
-        ports: [{containerPort: 8080}]
-`)
+	importEcho(t, n1)
+	env := []corev1.EnvVar{harness.FieldEnv("IP", "status.podIP"), harness.FieldEnv("ME", "metadata.name"), harness.FieldEnv("NODE", "spec.nodeName")}
+	env = append(env, harness.Env("HALF", "80", "PORT", "$(HALF)80", "MESSAGE", "ip=$(IP) me=$(ME) node=$(NODE) lit=$$(ME) unknown=$(NOPE)")...)
+	apply(t, n1, harness.App{Name: "env", Replicas: 1, Env: env, Ports: harness.Port8080}.Deployment())
 	var r replica
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)
@@ -148,33 +105,16 @@ spec:
 func TestPodFilesAsTheKubeletMakesThem(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: files, namespace: podfiles}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: files}}
-  template:
-    metadata: {labels: {app: files}}
-    spec:
-      hostname: web
-      subdomain: sub
-      hostAliases: [{ip: 10.9.9.9, hostnames: [db.lan]}]
-      dnsConfig:
-        nameservers: [192.0.2.53]
-        searches: [lan]
-        options: [{name: ndots, value: "2"}]
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{containerPort: 8080}]
-        readinessProbe:
-          exec: {command: [/echo, check, -get, "http://localhost:8080/healthz"]}
-          periodSeconds: 1
-`)
+	importEcho(t, n1)
+	apply(t, n1, harness.App{Name: "files", Namespace: "podfiles", Replicas: 1, Ports: harness.Port8080,
+		Readiness: harness.ExecProbe(0, "/echo", "check", "-get", "http://localhost:8080/healthz"),
+		Pod: func(p *corev1.PodSpec) {
+			p.Hostname, p.Subdomain = "web", "sub"
+			p.HostAliases = []corev1.HostAlias{{IP: "10.9.9.9", Hostnames: []string{"db.lan"}}}
+			ndots := "2"
+			p.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}, Searches: []string{"lan"},
+				Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}}}
+		}}.Deployment())
 	var r replica
 	waitFor(t, 60*time.Second, func() error {
 		items, err := apiReplicas(n1)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -60,19 +59,7 @@ func TestImpostorsNeverTakeANodesName(t *testing.T) {
 			// n1 made the cluster, so its data dir holds the CA key.
 			args = append(args, "--secrets-from", n1.DataDir)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, "nsenter", args...)
-		out := &syncWriter{}
-		outs = append(outs, out)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cancel()
-			cmd.Wait()
-			t.Logf("impostor with %s:\n%s", with, out)
-		})
+		outs = append(outs, nsenter(t, "impostor with "+with, args...))
 	}
 
 	// The sampler: every 0.2 s, what n1 and n3 hold of n2 and route to
@@ -86,64 +73,43 @@ func TestImpostorsNeverTakeANodesName(t *testing.T) {
 			faults = append(faults, time.Now().Format("15:04:05.0")+" "+fmt.Sprintf(format, args...))
 		}
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for tick := time.NewTicker(200 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
-			}
-			for _, n := range []*harness.Node{n1, n3} {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				nodes, err := n.API().Nodes(ctx)
-				routes, rerr := n.Exec(ctx, "ip", "route", "show")
-				cancel()
-				if err == nil {
-					for _, m := range nodes {
-						if m.Name == "n2" && m.Address != n2.IP {
-							fault("%s holds n2 %s at %s", n.Name, m.State, m.Address)
-						}
+	stopRoutes := every(200*time.Millisecond, func() {
+		for _, n := range []*harness.Node{n1, n3} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			nodes, err := n.API().Nodes(ctx)
+			routes, rerr := n.Exec(ctx, "ip", "route", "show")
+			cancel()
+			if err == nil {
+				for _, m := range nodes {
+					if m.Name == "n2" && m.Address != n2.IP {
+						fault("%s holds n2 %s at %s", n.Name, m.State, m.Address)
 					}
 				}
-				if rerr == nil {
-					for _, line := range strings.Split(routes, "\n") {
-						if strings.HasPrefix(line, n2.PodSubnet+" ") && !strings.Contains(line, "via "+n2.IP+" ") {
-							fault("%s routes n2's subnet: %s", n.Name, line)
-						}
-						for _, h := range impostors {
-							if strings.Contains(line, "via "+h.IP+" ") {
-								fault("%s routes to an impostor: %s", n.Name, line)
-							}
+			}
+			if rerr == nil {
+				for _, line := range strings.Split(routes, "\n") {
+					if strings.HasPrefix(line, n2.PodSubnet+" ") && !strings.Contains(line, "via "+n2.IP+" ") {
+						fault("%s routes n2's subnet: %s", n.Name, line)
+					}
+					for _, h := range impostors {
+						if strings.Contains(line, "via "+h.IP+" ") {
+							fault("%s routes to an impostor: %s", n.Name, line)
 						}
 					}
 				}
 			}
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		for tick := time.NewTicker(500 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
-			}
-			if body, err := harness.HTTPGet(n1.NetNS, "http://"+bait+":8080/", 300*time.Millisecond); err == nil && strings.Contains(body, "impostor") {
-				fault("a request from n1 to %s reached an impostor", bait)
-			}
+	})
+	stopRequests := every(500*time.Millisecond, func() {
+		if body, err := harness.HTTPGet(n1.NetNS, "http://"+bait+":8080/", 300*time.Millisecond); err == nil && strings.Contains(body, "impostor") {
+			fault("a request from n1 to %s reached an impostor", bait)
 		}
-	}()
+	})
 	var once sync.Once
 	finish := func() {
 		once.Do(func() {
-			close(stop)
-			wg.Wait()
+			stopRoutes()
+			stopRequests()
 			for _, f := range faults {
 				t.Error(f)
 			}
@@ -163,18 +129,7 @@ func TestImpostorsNeverTakeANodesName(t *testing.T) {
 
 	n2.KillAgent(syscall.SIGKILL)
 	killed := time.Now()
-	waitFor(t, 30*time.Second, func() error {
-		nodes, err := n1.API().Nodes(context.Background())
-		if err != nil {
-			return err
-		}
-		for _, m := range nodes {
-			if m.Name == "n2" && m.State == "dead" {
-				return nil
-			}
-		}
-		return fmt.Errorf("n1 does not hold n2 dead yet")
-	})
+	waitHeld(t, 30*time.Second, []*harness.Node{n1}, "n2", "dead", "")
 	t.Logf("n1 held n2 dead %v after the kill", time.Since(killed).Round(100*time.Millisecond))
 	time.Sleep(40 * time.Second) // past memberlist's reaping of the dead (30 s)
 
@@ -182,22 +137,7 @@ func TestImpostorsNeverTakeANodesName(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	waitFor(t, 30*time.Second, func() error {
-		for _, n := range []*harness.Node{n1, n3} {
-			nodes, err := n.API().Nodes(context.Background())
-			if err != nil {
-				return err
-			}
-			alive := false
-			for _, m := range nodes {
-				alive = alive || m.Name == "n2" && m.State == "alive" && m.Address == n2.IP
-			}
-			if !alive {
-				return fmt.Errorf("%s does not hold n2 alive at %s yet", n.Name, n2.IP)
-			}
-		}
-		return nil
-	})
+	waitHeld(t, 30*time.Second, []*harness.Node{n1, n3}, "n2", "alive", n2.IP)
 	back := time.Since(restarted)
 	t.Logf("n2 alive again on n1 and n3 %v after its agent was up", back.Round(100*time.Millisecond))
 	if back > 2*time.Second {

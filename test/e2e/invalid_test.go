@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
@@ -31,43 +32,11 @@ import (
 func TestOutOfWindowSegmentDoesNotResetAServiceConnection(t *testing.T) {
 	c := newCluster(t, 2)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: invalid-web}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: invalid-web}}
-  template:
-    metadata: {labels: {app: invalid-web}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: invalid-client}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: invalid-client}}
-  template:
-    metadata: {labels: {app: invalid-client}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers: [{name: echo, image: starling.local/echo:v1}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: invalid-web}
-spec:
-  selector: {app: invalid-web}
-  ports: [{port: 80, targetPort: http}]
-`)
+	importEcho(t, n1)
+	webApp := harness.App{Name: "invalid-web", Replicas: 1, Grace: harness.Seconds(1), Ports: harness.HTTPPort}
+	apply(t, n1, harness.Manifests(webApp.Deployment(),
+		harness.App{Name: "invalid-client", Replicas: 1, Grace: harness.Seconds(1)}.Deployment(),
+		webApp.Service("invalid-web", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	var web, client replica
 	var placed string // the placement seen, and since when
 	var since time.Time

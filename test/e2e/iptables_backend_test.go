@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -20,31 +22,9 @@ import (
 func TestRulesGoWhereTheHostsFirewallIs(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: fw}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: fw}}
-  template:
-    metadata: {labels: {app: fw}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: fw}
-spec:
-  selector: {app: fw}
-  ports: [{port: 80, targetPort: http}]
-`)
+	importEcho(t, n1)
+	fw := harness.App{Name: "fw", Replicas: 1, Grace: harness.Seconds(1), Ports: harness.HTTPPort}
+	apply(t, n1, harness.Manifests(fw.Deployment(), fw.Service("fw", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	vip := clusterIP(t, n1, "fw")
 	starlingChains := func(save string) (int, bool, error) {
 		out, err := n1.Exec(t.Context(), save)

@@ -22,10 +22,10 @@ import (
 func TestCreateAfterAnInterruptedOne(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, strings.Replace(deployment("left", 0, "x"), "metadata: {name: left}", "metadata: {name: left, namespace: leftovers}", 1))
+	importEcho(t, n1)
+	left := echoApp("left", 0, "x")
+	left.Namespace = "leftovers"
+	apply(t, n1, left.Deployment())
 	var hash string
 	waitFor(t, 30*time.Second, func() error {
 		out, err := n1.CLI("describe", "deployment", "left", "-n", "leftovers")

@@ -31,9 +31,7 @@ func TestNodeBackAtANewAddress(t *testing.T) {
 	t.Parallel() // mostly waiting for failure detection: runs beside another such test
 	c := newCluster(t, 3)
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitReadyNodes(t, n1, 3)
 	apply(t, n1, deployment("homeapp", 6, "homeapp"))
 	waitFor(t, 90*time.Second, func() error {
@@ -94,7 +92,7 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	oldIP := n3.IP
 	var mu sync.Mutex
-	var routed map[string]time.Time // by honest node: first time it routes n3's subnet to the new address
+	routed := map[string]time.Time{} // by honest node: first time it routes n3's subnet to the new address
 	var returned time.Time
 	sawDead := false // n1 held n3 dead (before its return is meant to be before that)
 	// maxCopies: the most copies running at once on all nodes; after the
@@ -103,73 +101,53 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	maxCopies, most := 0, ""
 	var doubledSince time.Time
 	var longestDoubled time.Duration
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for tick := time.NewTicker(200 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
-			}
-			byNode := map[string]int{}
-			for _, n := range c.Nodes {
-				byNode[n.Name] = len(n.TaskPIDs())
-			}
-			if !afterDetection {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				nodes, err := n1.API().Nodes(ctx)
-				cancel()
-				for _, m := range nodes {
-					if err == nil && m.Name == "n3" && m.State == "dead" {
-						mu.Lock()
-						sawDead = true
-						mu.Unlock()
-					}
+	stop := every(200*time.Millisecond, func() {
+		byNode := map[string]int{}
+		for _, n := range c.Nodes {
+			byNode[n.Name] = len(n.TaskPIDs())
+		}
+		if !afterDetection {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			nodes, err := n1.API().Nodes(ctx)
+			cancel()
+			for _, m := range nodes {
+				if err == nil && m.Name == "n3" && m.State == "dead" {
+					mu.Lock()
+					sawDead = true
+					mu.Unlock()
 				}
 			}
-			copies := (byNode["n1"] + byNode["n2"] + byNode["n3"]) / perCopy
+		}
+		copies := (byNode["n1"] + byNode["n2"] + byNode["n3"]) / perCopy
+		mu.Lock()
+		newIP, ret := n3.IP, returned
+		mu.Unlock()
+		for _, n := range []*harness.Node{n1, n2} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			out, err := n.Exec(ctx, "ip", "route", "show", n3.PodSubnet)
+			cancel()
 			mu.Lock()
-			newIP, ret := n3.IP, returned
-			mu.Unlock()
-			for _, n := range []*harness.Node{n1, n2} {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				out, err := n.Exec(ctx, "ip", "route", "show", n3.PodSubnet)
-				cancel()
-				mu.Lock()
-				if err == nil && !ret.IsZero() && strings.Contains(out, "via "+newIP+" ") && routed[n.Name].IsZero() {
-					routed[n.Name] = time.Now()
-				}
-				mu.Unlock()
-			}
-			mu.Lock()
-			if copies > maxCopies {
-				maxCopies, most = copies, fmt.Sprintf("containers by node %v at %s", byNode, time.Now().Format("15:04:05.0"))
-			}
-			switch {
-			case ret.IsZero():
-			case copies > 6 && doubledSince.IsZero():
-				doubledSince = time.Now()
-			case copies > 6:
-				longestDoubled = max(longestDoubled, time.Since(doubledSince))
-			default:
-				doubledSince = time.Time{}
+			if err == nil && !ret.IsZero() && strings.Contains(out, "via "+newIP+" ") && routed[n.Name].IsZero() {
+				routed[n.Name] = time.Now()
 			}
 			mu.Unlock()
 		}
-	}()
-	routed = map[string]time.Time{}
-	defer func() { // also when a wait below fails
-		select {
-		case <-stop:
+		mu.Lock()
+		if copies > maxCopies {
+			maxCopies, most = copies, fmt.Sprintf("containers by node %v at %s", byNode, time.Now().Format("15:04:05.0"))
+		}
+		switch {
+		case ret.IsZero():
+		case copies > 6 && doubledSince.IsZero():
+			doubledSince = time.Now()
+		case copies > 6:
+			longestDoubled = max(longestDoubled, time.Since(doubledSince))
 		default:
-			close(stop)
-			wg.Wait()
+			doubledSince = time.Time{}
 		}
-	}()
+		mu.Unlock()
+	})
+	defer stop() // also when a wait below fails
 
 	n3.KillAgent(syscall.SIGKILL)
 	if err := n3.MoveTo(i); err != nil {
@@ -177,18 +155,7 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	}
 	time.Sleep(2 * time.Second)
 	if afterDetection {
-		waitFor(t, 30*time.Second, func() error {
-			nodes, err := n1.API().Nodes(context.Background())
-			if err != nil {
-				return err
-			}
-			for _, m := range nodes {
-				if m.Name == "n3" && m.State == "dead" {
-					return nil
-				}
-			}
-			return fmt.Errorf("n1 does not hold n3 dead yet")
-		})
+		waitHeld(t, 30*time.Second, []*harness.Node{n1}, "n3", "dead", "")
 		time.Sleep(5 * time.Second)
 	}
 	if err := n3.RestartAgent(); err != nil {
@@ -200,22 +167,7 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	t.Logf("n3 back at %s (was %s; after detection: %v)", n3.IP, oldIP, afterDetection)
 
 	// Every honest node holds n3 alive at its new address.
-	waitFor(t, 30*time.Second, func() error {
-		for _, n := range []*harness.Node{n1, n2} {
-			nodes, err := n.API().Nodes(context.Background())
-			if err != nil {
-				return err
-			}
-			ok := false
-			for _, m := range nodes {
-				ok = ok || m.Name == "n3" && m.State == "alive" && m.Address == n3.IP
-			}
-			if !ok {
-				return fmt.Errorf("%s does not hold n3 alive at %s: %+v", n.Name, n3.IP, nodes)
-			}
-		}
-		return nil
-	})
+	waitHeld(t, 30*time.Second, []*harness.Node{n1, n2}, "n3", "alive", n3.IP)
 	waitFor(t, 45*time.Second, func() error {
 		cs := harness.TakeCensus(c.Nodes, "default", "homeapp")
 		if cs.Available != 6 || cs.Existing != 6 || len(cs.Names) != 6 {
@@ -227,8 +179,7 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	if d := time.Until(returned.Add(32 * time.Second)); d > 0 {
 		time.Sleep(d)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 
 	// Failure detection here: memberlist's suspicion of a dead address, at
 	// most ~6 s for 3 nodes with the agent's gossip timing.

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,26 +23,10 @@ func TestPhantomMembersCountForNothing(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	honest := []*harness.Node{n1, n2} // c.Nodes grows with the phantoms' hosts
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitReadyNodes(t, n1, 2)
-	apply(t, n1, `apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: db, namespace: phantoms}
-spec:
-  replicas: 1
-  serviceName: db
-  selector: {matchLabels: {app: db}}
-  template:
-    metadata: {labels: {app: db}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{containerPort: 8080}]
-`)
+	apply(t, n1, harness.App{Name: "db", Namespace: "phantoms", Replicas: 1, Grace: harness.Seconds(2),
+		Ports: harness.Port8080}.StatefulSet("db"))
 	const id = "phantoms_db-0"
 	var on []string
 	waitFor(t, 90*time.Second, func() error {
@@ -97,19 +79,8 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+h.NetNS, hostile, "--impostor", name, "--with", "gossip-key",
+		nsenter(t, "phantom "+name, "--net=/run/netns/"+h.NetNS, hostile, "--impostor", name, "--with", "gossip-key",
 			"--secrets-from", n2.DataDir, "--bind", h.IP, "--join", n1.IP)
-		out := &syncWriter{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cancel()
-			cmd.Wait()
-			t.Logf("phantom %s:\n%s", name, out)
-		})
 	}
 	// Both honest nodes hold the phantoms as members (the attack is on).
 	for _, n := range honest {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -101,37 +103,13 @@ func checkProcs(n *harness.Node, id string) (int, string) {
 func TestExecReadinessProbeOnEveryNode(t *testing.T) {
 	c := newCluster(t, 3)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	// Placement spreads over the nodes n1 knows to be alive and ready.
 	waitReadyNodes(t, n1, 3)
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: execready}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: execready}}
-  template:
-    metadata: {labels: {app: execready}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe:
-          exec: {command: [/echo, check, -absent, /tmp/unready]}
-          periodSeconds: 1
-          failureThreshold: 1
----
-apiVersion: v1
-kind: Service
-metadata: {name: execready}
-spec:
-  selector: {app: execready}
-  ports: [{port: 80, targetPort: http}]
-`)
+	execready := harness.App{Name: "execready", Replicas: 3, Grace: harness.Seconds(1), Ports: harness.HTTPPort,
+		Readiness: harness.ExecProbe(1, "/echo", "check", "-absent", "/tmp/unready")}
+	apply(t, n1, harness.Manifests(execready.Deployment(),
+		execready.Service("execready", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	inRules := func(ip string, want bool) error {
 		for _, n := range c.Nodes {
 			dest, err := n.ServiceDestinations(t.Context())
@@ -226,24 +204,9 @@ spec:
 
 	// A command that outlives timeoutSeconds fails the probe and is
 	// killed: at most the running probe's process is ever in the container.
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: execslow}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: execslow}}
-  template:
-    metadata: {labels: {app: execslow}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        readinessProbe:
-          exec: {command: [/echo, check, -sleep, 30s]}
-          timeoutSeconds: 1
-          periodSeconds: 1
-`)
+	slowCheck := harness.ExecProbe(0, "/echo", "check", "-sleep", "30s")
+	slowCheck.TimeoutSeconds = 1
+	apply(t, n1, harness.App{Name: "execslow", Replicas: 1, Grace: harness.Seconds(1), Readiness: slowCheck}.Deployment())
 	var slow replica
 	if _, err := eventually(30*time.Second, func() (err error) {
 		slow, err = replicaOf(n1, "execslow", "")
@@ -276,31 +239,9 @@ spec:
 func TestLivenessFailureRestartsContainer(t *testing.T) {
 	c := newCluster(t, 1)
 	n := c.Nodes[0]
-	if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: live}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: live}}
-  template:
-    metadata: {labels: {app: live}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        livenessProbe:
-          httpGet: {path: /livez, port: http}
-          periodSeconds: 1
-          failureThreshold: 2
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-`)
+	importEcho(t, n)
+	apply(t, n, harness.App{Name: "live", Replicas: 1, Grace: harness.Seconds(5), Ports: harness.HTTPPort,
+		Liveness: harness.HTTPProbe("/livez", 2), Readiness: harness.HTTPProbe("/healthz", 0)}.Deployment())
 	var r replica
 	if _, err := eventually(30*time.Second, func() (err error) {
 		if r, err = replicaOf(n, "live", ""); err == nil && !r.Ready {
@@ -399,53 +340,14 @@ spec:
 func TestStartupProbeHoldsReadinessUntilItPasses(t *testing.T) {
 	c := newCluster(t, 1)
 	n := c.Nodes[0]
-	if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: slowstart}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: slowstart}}
-  template:
-    metadata: {labels: {app: slowstart}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        startupProbe:
-          exec: {command: [/echo, check, -exists, /tmp/started]}
-          periodSeconds: 1
-          failureThreshold: 60
-        livenessProbe:
-          exec: {command: [/echo, check, -exists, /tmp/started]}
-          periodSeconds: 1
-          failureThreshold: 1
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: neverstart}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: neverstart}}
-  template:
-    metadata: {labels: {app: neverstart}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        startupProbe:
-          exec: {command: [/echo, check, -exists, /tmp/never]}
-          periodSeconds: 1
-          failureThreshold: 2
-`)
+	importEcho(t, n)
+	slowstart := harness.App{Name: "slowstart", Replicas: 1, Grace: harness.Seconds(1), Ports: harness.HTTPPort,
+		Liveness:  harness.ExecProbe(1, "/echo", "check", "-exists", "/tmp/started"),
+		Readiness: harness.HTTPProbe("/healthz", 0),
+		Pod:       startupProbe(harness.ExecProbe(60, "/echo", "check", "-exists", "/tmp/started"))}
+	neverstart := harness.App{Name: "neverstart", Replicas: 1, Grace: harness.Seconds(1),
+		Pod: startupProbe(harness.ExecProbe(2, "/echo", "check", "-exists", "/tmp/never"))}
+	apply(t, n, harness.Manifests(slowstart.Deployment(), neverstart.Deployment()))
 	r, _ := waitRunning(t, n, "slowstart", 1, 30*time.Second)
 	slow := r[0]
 	// The readiness endpoint passes from the start: only the startup
@@ -504,6 +406,11 @@ spec:
 	if mean, count := probeMean(t, c, n, "startup", "exec"); count > 0 {
 		t.Logf("exec startup probe mean %v over %d probes", mean.Round(time.Millisecond), count)
 	}
+}
+
+// startupProbe sets p as the startup probe of a pod's container.
+func startupProbe(p *corev1.Probe) func(*corev1.PodSpec) {
+	return func(spec *corev1.PodSpec) { spec.Containers[0].StartupProbe = p }
 }
 
 // waitReadyNodes waits until n sees want nodes alive with a settled subnet

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -38,9 +40,7 @@ func TestImagePullPolicyIsHonoured(t *testing.T) {
 	}
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	waitReadyNodes(t, n1, 2)
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	ctr := func(args ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -53,27 +53,12 @@ func TestImagePullPolicyIsHonoured(t *testing.T) {
 	ctr("images", "tag", "starling.local/echo:v1", "starling.local/ghost:latest")
 	ctr("images", "rm", "starling.local/echo:v1")
 
-	pinned := func(name, image, policy, zone string) string {
-		p := ""
-		if policy != "" {
-			p = "\n        imagePullPolicy: " + policy
-		}
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      nodeSelector: {zone: %s}
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: %s%s
-        ports: [{containerPort: 8080}]
-`, name, name, name, zone, image, p)
+	pinned := func(name, image string, policy corev1.PullPolicy, zone string) string {
+		return harness.App{Name: name, Replicas: 1, Image: image, Grace: harness.Seconds(2), Ports: harness.Port8080,
+			Pod: func(p *corev1.PodSpec) {
+				p.NodeSelector = map[string]string{"zone": zone}
+				p.Containers[0].ImagePullPolicy = policy
+			}}.Deployment()
 	}
 	running := func(name, node string) func() error {
 		return func() error {

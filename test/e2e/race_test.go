@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestEveryStartIsCounted: three Deployments of 4 applied at once (the
@@ -16,29 +18,13 @@ import (
 func TestEveryStartIsCounted(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	var all strings.Builder
+	importEcho(t, n1)
+	var all []string
 	for _, name := range []string{"r1", "r2", "r3"} {
-		fmt.Fprintf(&all, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[1]s, namespace: race}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
----
-`, name)
+		all = append(all, harness.App{Name: name, Namespace: "race", Replicas: 4, Grace: harness.Seconds(1),
+			Readiness: healthz8080()}.Deployment())
 	}
-	apply(t, n1, all.String())
+	apply(t, n1, harness.Manifests(all...))
 	var reps []replica
 	waitFor(t, 90*time.Second, func() error {
 		items, err := apiReplicas(n1)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -28,46 +30,15 @@ func TestRealSoftwareRunsUnchanged(t *testing.T) {
 			t.Fatalf("image import: %v %s", err, out)
 		}
 	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: real}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers:
-      - name: nginx
-        image: nginx:1.22
-        ports: [{containerPort: 80}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: real}
-spec:
-  selector: {app: web}
-  ports: [{port: 8080, targetPort: 80}]
-  clusterIP: 10.23.0.80
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cache, namespace: real}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: cache}}
-  template:
-    metadata: {labels: {app: cache}}
-    spec:
-      terminationGracePeriodSeconds: 10
-      containers:
-      - name: redis
-        image: redis:7.0
-        ports: [{containerPort: 6379}]
-        readinessProbe:
-          exec: {command: [redis-cli, -h, localhost, ping]}
-          periodSeconds: 1
-`)
+	web := harness.App{Name: "web", Namespace: "real", Replicas: 1, Container: "nginx", Image: "nginx:1.22",
+		Ports: []corev1.ContainerPort{{ContainerPort: 80}}}
+	cache := harness.App{Name: "cache", Namespace: "real", Replicas: 1, Container: "redis", Image: "redis:7.0",
+		Ports: []corev1.ContainerPort{{ContainerPort: 6379}}, Grace: harness.Seconds(10),
+		Readiness: harness.ExecProbe(0, "redis-cli", "-h", "localhost", "ping")}
+	apply(t, n1, harness.Manifests(
+		web.Deployment(),
+		web.Service("web", []corev1.ServicePort{harness.ServicePort(8080, "80")}, func(s *corev1.ServiceSpec) { s.ClusterIP = "10.23.0.80" }),
+		cache.Deployment()))
 	names := map[string]string{}
 	waitFor(t, 90*time.Second, func() error {
 		items, err := apiReplicas(n1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,12 +28,8 @@ import (
 func TestAgentRestartsUnderCPULoadLoseNoServiceRequest(t *testing.T) {
 	c := newCluster(t, 3)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n1.CLIInput(strings.NewReader(servicesManifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
+	apply(t, n1, servicesManifest)
 	var mine replica
 	waitFor(t, 60*time.Second, func() error {
 		counts, _, err := perNode(n1, "web")

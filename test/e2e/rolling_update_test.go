@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -14,28 +17,12 @@ import (
 // rolling is a Deployment of the echo image with a 1 s readiness period
 // and the given rolling-update budget; message changes the spec hash.
 func rolling(name string, replicas int, maxUnavailable, maxSurge int, message string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  strategy:
-    type: RollingUpdate
-    rollingUpdate: {maxUnavailable: %d, maxSurge: %d}
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: %q}]
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-`, name, replicas, maxUnavailable, maxSurge, name, name, message)
+	unavailable, surge := intstr.FromInt32(int32(maxUnavailable)), intstr.FromInt32(int32(maxSurge))
+	return harness.App{Name: name, Replicas: int32(replicas), Grace: harness.Seconds(2), Env: harness.Env("MESSAGE", message),
+		Ports: harness.HTTPPort, Readiness: harness.HTTPProbe("/healthz", 0)}.Deployment(func(d *appsv1.Deployment) {
+		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &unavailable, MaxSurge: &surge}}
+	})
 }
 
 // takeCensus counts the copies of workload (namespace default), each node
@@ -81,34 +68,29 @@ func TestRollingUpdateKeepsBudgetAcrossNodes(t *testing.T) {
 	c := newCluster(t, 3)
 	nodes := c.Nodes
 	n1 := nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	apply(t, n1, rolling("roll", 6, 1, 0, "v1"))
 	h1, took := rolledOutTo(t, nodes, "roll", 6, "", 90*time.Second)
 	t.Logf("v1: 6 replicas ready in %v", took.Round(time.Millisecond))
 
-	// maxUnavailable=1, maxSurge=0.
-	s := harness.Sample(nodes, "default", "roll", 100*time.Millisecond)
-	apply(t, n1, rolling("roll", 6, 1, 0, "v2"))
-	h2, took := rolledOutTo(t, nodes, "roll", 6, h1, 120*time.Second)
-	s.Stop()
-	t.Logf("maxUnavailable=1 maxSurge=0: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.Samples, s.MinAvailable, s.MaxExisting)
-	if s.MinAvailable < 5 || s.MaxExisting > 6 {
-		t.Fatalf("budget broken: min available %d (want >= 5), max copies %d (want <= 6)", s.MinAvailable, s.MaxExisting)
+	// roll rolls out message with a budget, sampling every node every
+	// 100 ms: never fewer than minAvailable available nor more than
+	// maxExisting copies.
+	roll := func(maxUnavailable, maxSurge int, message, old string, minAvailable, maxExisting int) string {
+		t.Helper()
+		s := harness.Sample(nodes, "default", "roll", 100*time.Millisecond)
+		apply(t, n1, rolling("roll", 6, maxUnavailable, maxSurge, message))
+		h, took := rolledOutTo(t, nodes, "roll", 6, old, 120*time.Second)
+		s.Stop()
+		t.Logf("maxUnavailable=%d maxSurge=%d: rolled out in %v; %d samples, min available %d, max copies %d",
+			maxUnavailable, maxSurge, took.Round(time.Millisecond), s.Samples, s.MinAvailable, s.MaxExisting)
+		if s.MinAvailable < minAvailable || s.MaxExisting > maxExisting {
+			t.Fatalf("budget broken: min available %d (want >= %d), max copies %d (want <= %d)", s.MinAvailable, minAvailable, s.MaxExisting, maxExisting)
+		}
+		return h
 	}
-
-	// maxUnavailable=0, maxSurge=1.
-	s = harness.Sample(nodes, "default", "roll", 100*time.Millisecond)
-	apply(t, n1, rolling("roll", 6, 0, 1, "v3"))
-	h3, took := rolledOutTo(t, nodes, "roll", 6, h2, 120*time.Second)
-	s.Stop()
-	t.Logf("maxUnavailable=0 maxSurge=1: rolled out in %v; %d samples, min available %d, max copies %d",
-		took.Round(time.Millisecond), s.Samples, s.MinAvailable, s.MaxExisting)
-	if s.MinAvailable < 6 || s.MaxExisting > 7 {
-		t.Fatalf("budget broken: min available %d (want >= 6), max copies %d (want <= 7)", s.MinAvailable, s.MaxExisting)
-	}
+	h2 := roll(1, 0, "v2", h1, 5, 6)
+	h3 := roll(0, 1, "v3", h2, 6, 7)
 
 	// Replicas alone: the 6 keep their containers and processes.
 	before := map[string][]int{}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,25 +12,8 @@ import (
 // rolloutManifest is Deployment web running the echo image tag with
 // MESSAGE=message, ready when /healthz answers.
 func rolloutManifest(tag, message string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 3
-      containers:
-      - name: echo
-        image: starling.local/echo:%s
-        env: [{name: MESSAGE, value: %q}]
-        ports: [{containerPort: 8080}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: 8080}
-          periodSeconds: 1
-`, tag, message)
+	return harness.App{Name: "web", Replicas: 2, Image: "starling.local/echo:" + tag, Grace: harness.Seconds(3),
+		Env: harness.Env("MESSAGE", message), Ports: harness.Port8080, Readiness: healthz8080()}.Deployment()
 }
 
 // rolledOut runs `rollout status` to completion and returns the one spec

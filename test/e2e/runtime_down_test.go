@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
@@ -20,35 +22,10 @@ import (
 func TestReadinessFollowsTheProbeWhileContainerdIsDown(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: outage}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: outage}}
-  template:
-    metadata: {labels: {app: outage}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-          failureThreshold: 1
----
-apiVersion: v1
-kind: Service
-metadata: {name: outage}
-spec:
-  selector: {app: outage}
-  ports: [{port: 80, targetPort: http}]
-`)
+	importEcho(t, n1)
+	outage := harness.App{Name: "outage", Replicas: 2, Grace: harness.Seconds(1), Ports: harness.HTTPPort,
+		Readiness: harness.HTTPProbe("/healthz", 1)}
+	apply(t, n1, harness.Manifests(outage.Deployment(), outage.Service("outage", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	var target replica // the replica on n1
 	_, err := eventually(60*time.Second, func() error {
 		byNode, err := readyOnePerNode(n2, "outage", 2)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/containerd"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
@@ -28,31 +29,19 @@ import (
 func TestSandboxAsCRIGivesIt(t *testing.T) {
 	c := newCluster(t, 1, "--pids-limit", "64")
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
+	importEcho(t, n1)
+	workload := func(name string, pod corev1.PodSecurityContext, container corev1.SecurityContext) string {
+		return harness.App{Name: name, Namespace: "sandbox", Replicas: 1, Ports: harness.Port8080, Pod: func(spec *corev1.PodSpec) {
+			spec.SecurityContext, spec.Containers[0].SecurityContext = &pod, &container
+		}}.Deployment()
 	}
-	workload := func(name, podSecurity, security string) string {
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s, namespace: sandbox}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      securityContext: %s
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{containerPort: 8080}]
-        securityContext: %s
-`, name, name, name, podSecurity, security)
-	}
-	apply(t, n1, workload("plain", "{}", "{}"))
-	apply(t, n1, workload("hardened", "{runAsUser: 1000, runAsGroup: 3000}", "{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}"))
-	apply(t, n1, workload("raw", "{seccompProfile: {type: Unconfined}}", "{capabilities: {add: [NET_RAW]}}"))
-	apply(t, n1, workload("nonroot", "{runAsNonRoot: true}", "{}"))
+	apply(t, n1, workload("plain", corev1.PodSecurityContext{}, corev1.SecurityContext{}))
+	apply(t, n1, workload("hardened", corev1.PodSecurityContext{RunAsUser: new(int64(1000)), RunAsGroup: new(int64(3000))},
+		corev1.SecurityContext{ReadOnlyRootFilesystem: new(true), AllowPrivilegeEscalation: new(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}))
+	apply(t, n1, workload("raw", corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}},
+		corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}}))
+	apply(t, n1, workload("nonroot", corev1.PodSecurityContext{RunAsNonRoot: new(true)}, corev1.SecurityContext{}))
 	ips, names := map[string]string{}, map[string]string{}
 	var nonroot replica
 	waitFor(t, 60*time.Second, func() error {

@@ -9,92 +9,58 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
-const servicesManifest = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  selector: {app: web}
-  ports: [{name: http, port: 80, targetPort: http}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web-np}
-spec:
-  type: NodePort
-  selector: {app: web}
-  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: client}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: client}}
-  template:
-    metadata: {labels: {app: client}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers: [{name: echo, image: starling.local/echo:v1}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: nobody}
-spec:
-  selector: {app: nobody}
-  ports: [{port: 80}]
-`
+// servicesManifest is web, 3 echo servers with their port named http,
+// behind a ClusterIP Service (port 80, named http) and a NodePort one
+// (30080); 3 clients; and a Service that selects no pod.
+var servicesManifest = func() string {
+	web := harness.App{Name: "web", Replicas: 3, Grace: harness.Seconds(2), Ports: harness.HTTPPort}
+	return harness.Manifests(
+		web.Deployment(),
+		web.Service("web", []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}),
+		web.Service("web-np", []corev1.ServicePort{harness.ServicePort(80, "8080")}, func(s *corev1.ServiceSpec) {
+			s.Type = corev1.ServiceTypeNodePort
+			s.Ports[0].NodePort = 30080
+		}),
+		harness.App{Name: "client", Replicas: 3, Grace: harness.Seconds(1)}.Deployment(),
+		harness.App{Name: "nobody"}.Service("nobody", []corev1.ServicePort{harness.ServicePort(80, "")}),
+	)
+}()
 
-const linkedManifest = `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: linked}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: linked}}
-  template:
-    metadata: {labels: {app: linked}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)"}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: unlinked}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: unlinked}}
-  template:
-    metadata: {labels: {app: unlinked}}
-    spec:
-      enableServiceLinks: false
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)"}]
-`
+// linkedManifest is two echo servers whose MESSAGE refers to web's
+// Service variables: linked gets them (enableServiceLinks, the default),
+// unlinked does not.
+var linkedManifest = func() string {
+	app := func(name string) harness.App {
+		return harness.App{Name: name, Replicas: 1, Grace: harness.Seconds(1),
+			Env: harness.Env("MESSAGE", "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)")}
+	}
+	unlinked := app("unlinked")
+	unlinked.Pod = func(p *corev1.PodSpec) {
+		links := false
+		p.EnableServiceLinks = &links
+	}
+	return harness.Manifests(app("linked").Deployment(), unlinked.Deployment())
+}()
+
+// oneWebPerNode says whether n sees one replica of servicesManifest's web
+// Running on each of n1, n2 and n3.
+func oneWebPerNode(n *harness.Node) error {
+	counts, _, err := perNode(n, "web")
+	if err != nil {
+		return err
+	}
+	if counts["n1"] != 1 || counts["n2"] != 1 || counts["n3"] != 1 {
+		return fmt.Errorf("want one web replica Running per node: %s", fmtCounts(counts))
+	}
+	return nil
+}
 
 func clusterIP(t *testing.T, n *harness.Node, name string) string {
 	t.Helper()
@@ -128,22 +94,9 @@ func field(body, key string) string {
 func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 	c := newCluster(t, 3)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n1.CLIInput(strings.NewReader(servicesManifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	_, err := eventually(60*time.Second, func() error {
-		counts, _, err := perNode(n1, "web")
-		if err != nil {
-			return err
-		}
-		if counts["n1"] != 1 || counts["n2"] != 1 || counts["n3"] != 1 {
-			return fmt.Errorf("want one web replica Running per node: %s", fmtCounts(counts))
-		}
-		return nil
-	})
+	importEcho(t, n1)
+	apply(t, n1, servicesManifest)
+	_, err := eventually(60*time.Second, func() error { return oneWebPerNode(n1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,9 +184,7 @@ func TestServicesClusterIPNodePortHairpinAndRepair(t *testing.T) {
 	// refer to them; with enableServiceLinks: false it gets none, and the
 	// references stay as written.
 	npIP := clusterIP(t, n1, "web-np")
-	if _, err := n1.CLIInput(strings.NewReader(linkedManifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
+	apply(t, n1, linkedManifest)
 	for workload, want := range map[string]string{
 		"linked":   vip + ":80 tcp://" + npIP + ":80",
 		"unlinked": "$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT_HTTP) $(WEB_NP_PORT)",
@@ -323,20 +274,12 @@ func errorIs(err error, target syscall.Errno) bool {
 func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 	c := newCluster(t, 3)
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n1.CLIInput(strings.NewReader(servicesManifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
+	apply(t, n1, servicesManifest)
 	var mine replica
 	_, err := eventually(60*time.Second, func() error {
-		counts, _, err := perNode(n1, "web")
-		if err != nil {
+		if err := oneWebPerNode(n1); err != nil {
 			return err
-		}
-		if counts["n1"] != 1 || counts["n2"] != 1 || counts["n3"] != 1 {
-			return fmt.Errorf("want one web replica per node: %s", fmtCounts(counts))
 		}
 		all, _ := replicas(n1)
 		for _, r := range all {
@@ -505,29 +448,11 @@ func TestServiceNetworkSurvivesRestartsCutsAndBridgeNetfilterOff(t *testing.T) {
 }
 
 func udpManifest(message string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: udp}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: udp}}
-  template:
-    metadata: {labels: {app: udp}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: %q}]
-        ports: [{containerPort: 8080, protocol: UDP}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: udp}
-spec:
-  selector: {app: udp}
-  ports: [{port: 53, protocol: UDP, targetPort: 8080}]
-`, message)
+	udp := harness.App{Name: "udp", Replicas: 1, Grace: harness.Seconds(1), Env: harness.Env("MESSAGE", message),
+		Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolUDP}}}
+	port := harness.ServicePort(53, "8080")
+	port.Protocol = corev1.ProtocolUDP
+	return harness.Manifests(udp.Deployment(), udp.Service("udp", []corev1.ServicePort{port}))
 }
 
 // TestUDPServiceFollowsReplacedEndpoint: a client that keeps its UDP
@@ -536,9 +461,7 @@ spec:
 func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
 	c := newCluster(t, 1)
 	n := c.Nodes[0]
-	if _, err := n.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n)
 	apply(t, n, udpManifest("one"))
 	first, _ := waitRunning(t, n, "udp", 1, 20*time.Second)
 	vip := clusterIP(t, n, "udp")
@@ -605,35 +528,10 @@ func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
 func TestReadinessDrivesEndpointsOnEveryNode(t *testing.T) {
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, n1, `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: probed}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: probed}}
-  template:
-    metadata: {labels: {app: probed}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-          failureThreshold: 1
----
-apiVersion: v1
-kind: Service
-metadata: {name: probed}
-spec:
-  selector: {app: probed}
-  ports: [{port: 80, targetPort: http}]
-`)
+	importEcho(t, n1)
+	probed := harness.App{Name: "probed", Replicas: 2, Grace: harness.Seconds(1), Ports: harness.HTTPPort,
+		Readiness: harness.HTTPProbe("/healthz", 1)}
+	apply(t, n1, harness.Manifests(probed.Deployment(), probed.Service("probed", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	var target replica
 	inRules := func(want bool) error {
 		for _, n := range []*harness.Node{n1, n2} {

@@ -11,26 +11,6 @@ import (
 	"github.com/starling-orchestrator/starling/test/harness"
 )
 
-const statefulSet = `apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: db}
-spec:
-  replicas: 3
-  serviceName: db
-  selector: {matchLabels: {app: db}}
-  template:
-    metadata: {labels: {app: db}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-`
-
 // runningCopies returns, for each StatefulSet replica ID, the nodes whose
 // cgroups hold a process of it: the truth, read from the kernel, not from
 // any agent.
@@ -49,41 +29,30 @@ func runningCopies(nodes []*harness.Node, prefix string) map[string][]string {
 // duplicateWatch samples every node's cgroups every 100 ms and records
 // any StatefulSet replica running on two nodes at once.
 type duplicateWatch struct {
-	stop, done chan struct{}
-	mu         sync.Mutex
-	dups       []string
-	samples    int
+	stop    func()
+	mu      sync.Mutex
+	dups    []string
+	samples int
 }
 
 func watchDuplicates(nodes []*harness.Node, prefix string) *duplicateWatch {
-	w := &duplicateWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-tick.C:
+	w := &duplicateWatch{}
+	w.stop = every(100*time.Millisecond, func() {
+		copies := runningCopies(nodes, prefix)
+		w.mu.Lock()
+		w.samples++
+		for id, on := range copies {
+			if len(on) > 1 {
+				w.dups = append(w.dups, fmt.Sprintf("%s on %v at %s", id, on, time.Now().Format("15:04:05.000")))
 			}
-			copies := runningCopies(nodes, prefix)
-			w.mu.Lock()
-			w.samples++
-			for id, on := range copies {
-				if len(on) > 1 {
-					w.dups = append(w.dups, fmt.Sprintf("%s on %v at %s", id, on, time.Now().Format("15:04:05.000")))
-				}
-			}
-			w.mu.Unlock()
 		}
-	}()
+		w.mu.Unlock()
+	})
 	return w
 }
 
 func (w *duplicateWatch) finish() ([]string, int) {
-	close(w.stop)
-	<-w.done
+	w.stop()
 	return w.dups, w.samples
 }
 
@@ -95,11 +64,10 @@ func (w *duplicateWatch) finish() ([]string, int) {
 func TestStatefulSetAtMostOneUnderPartition(t *testing.T) {
 	c := newCluster(t, 5)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitReadyNodes(t, n1, 5)
-	apply(t, n1, statefulSet)
+	apply(t, n1, harness.App{Name: "db", Replicas: 3, Grace: harness.Seconds(2), Ports: harness.HTTPPort,
+		Readiness: harness.HTTPProbe("/healthz", 0)}.StatefulSet("db"))
 	const prefix = "default_db-"
 	placed := func() (map[string]string, error) {
 		copies := runningCopies(c.Nodes, prefix)

@@ -6,27 +6,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // stalledDeployment is a Deployment of 4 replicas that rolls one at a
 // time and never below 4 ready (maxSurge 1, maxUnavailable 0).
 func stalledDeployment(image string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: stall}
-spec:
-  replicas: 4
-  strategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
-  selector: {matchLabels: {app: stall}}
-  template:
-    metadata: {labels: {app: stall}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: echo
-        image: %s
-        ports: [{containerPort: 8080}]
-`, image)
+	return harness.App{Name: "stall", Replicas: 4, Image: image, Grace: harness.Seconds(1), Ports: harness.Port8080}.Deployment(
+		func(d *appsv1.Deployment) {
+			surge, unavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+			d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &surge, MaxUnavailable: &unavailable}
+		})
 }
 
 // Status during a rollout whose new version never starts: get
@@ -42,9 +36,7 @@ func TestStalledRolloutShowsKubernetesStatusAndTheReasonEveryTime(t *testing.T) 
 	t.Parallel() // long and mostly waiting: runs beside another such test
 	c := newCluster(t, 2)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	apply(t, n1, stalledDeployment("starling.local/echo:v1"))
 	waitFor(t, 60*time.Second, func() error {
 		all, err := replicas(n1)

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
@@ -37,43 +40,14 @@ func TestStopsAsTheKubeletDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stopper := func(name, image string, grace int) string {
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: %d
-      containers:
-      - name: echo
-        image: %s
-        env: [{name: SHUTDOWN_DELAY, value: 1500ms}]
-        ports: [{containerPort: 8080}]
-`, name, name, name, grace, image)
+	stopper := func(name, image string, grace int64) string {
+		return harness.App{Name: name, Replicas: 1, Image: image, Grace: harness.Seconds(grace),
+			Env: harness.Env("SHUTDOWN_DELAY", "1500ms"), Ports: harness.Port8080}.Deployment()
 	}
 	apply(t, n1, stopper("quit", "starling.local/echo:quit", 10))
-	apply(t, n1, stopper("term", "starling.local/echo:v1", 10))
-	apply(t, n1, stopper("zero", "starling.local/echo:v1", 0))
-	ips := map[string]string{}
-	waitFor(t, 60*time.Second, func() error {
-		items, err := apiReplicas(n1)
-		if err != nil {
-			return err
-		}
-		for _, r := range items {
-			if r.Ready && r.PodIP != "" {
-				ips[r.Workload] = r.PodIP
-			}
-		}
-		if len(ips) != 3 {
-			return fmt.Errorf("ready: %v", ips)
-		}
-		return nil
-	})
+	apply(t, n1, stopper("term", harness.EchoImage, 10))
+	apply(t, n1, stopper("zero", harness.EchoImage, 0))
+	ips := waitReadyIPs(t, n1, "quit", "term", "zero")
 	for _, w := range []string{"quit", "term", "zero"} {
 		if _, err := n1.CLI("delete", "deployment", w); err != nil {
 			t.Fatal(err)
@@ -110,51 +84,25 @@ spec:
 func TestLifecycleHooksRunAsTheKubeletRunsThem(t *testing.T) {
 	c := newCluster(t, 1)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
+	importEcho(t, n1)
+	hooked := func(name string, grace int64, lifecycle *corev1.Lifecycle, readiness *corev1.Probe) string {
+		return harness.App{Name: name, Replicas: 1, Grace: harness.Seconds(grace), Env: harness.Env("SHUTDOWN_DELAY", "1500ms"),
+			Ports: harness.HTTPPort, Readiness: readiness,
+			Pod: func(spec *corev1.PodSpec) { spec.Containers[0].Lifecycle = lifecycle }}.Deployment()
 	}
-	hooked := func(name string, grace int, lifecycle, extra string) string {
-		return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[1]s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec:
-      terminationGracePeriodSeconds: %[2]d
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: SHUTDOWN_DELAY, value: 1500ms}]
-        ports: [{name: http, containerPort: 8080}]
-        lifecycle:
-%[3]s
-%[4]s`, name, grace, lifecycle, extra)
+	exec := func(command ...string) *corev1.LifecycleHandler {
+		return &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: command}}
 	}
-	apply(t, n1, hooked("hooked", 10, `          postStart: {exec: {command: [/echo, check, -sleep, 1s, -get, "http://127.0.0.1:8080/set?file=started"]}}
-          preStop: {exec: {command: [/echo, check, -get, "http://127.0.0.1:8080/sick", -linger, 2s]}}`,
-		`        readinessProbe: {exec: {command: [/echo, check, -exists, /tmp/started]}, periodSeconds: 1}`))
-	apply(t, n1, hooked("sleeper", 10, `          preStop: {sleep: {seconds: 3}}`, ""))
-	apply(t, n1, hooked("failing", 2, `          postStart: {httpGet: {port: http, path: /set}}`, ""))
+	apply(t, n1, hooked("hooked", 10, &corev1.Lifecycle{
+		PostStart: exec("/echo", "check", "-sleep", "1s", "-get", "http://127.0.0.1:8080/set?file=started"),
+		PreStop:   exec("/echo", "check", "-get", "http://127.0.0.1:8080/sick", "-linger", "2s")},
+		harness.ExecProbe(0, "/echo", "check", "-exists", "/tmp/started")))
+	apply(t, n1, hooked("sleeper", 10, &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}}, nil))
+	apply(t, n1, hooked("failing", 2, &corev1.Lifecycle{
+		PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromString("http"), Path: "/set"}}}, nil))
 
-	ips := map[string]string{}
-	waitFor(t, 60*time.Second, func() error {
-		items, err := apiReplicas(n1)
-		if err != nil {
-			return err
-		}
-		for _, r := range items {
-			if r.Ready && r.PodIP != "" {
-				ips[r.Workload] = r.PodIP
-			}
-		}
-		if ips["hooked"] == "" || ips["sleeper"] == "" {
-			return fmt.Errorf("ready: %v (hooked is ready only once its postStart hook ran)", ips)
-		}
-		return nil
-	})
+	// hooked is ready only once its postStart hook ran.
+	ips := waitReadyIPs(t, n1, "hooked", "sleeper")
 	// The failing hook: a GET the server answers 400.
 	waitFor(t, 60*time.Second, func() error {
 		out, err := n1.CLI("get", "replicas", "-o", "json")
@@ -227,4 +175,29 @@ spec:
 		t.Errorf("sleeper: stop signal %v after delete, want after its 3 s preStop sleep", sleeperSignalAt)
 	}
 	t.Logf("preStop exec ran before SIGTERM; preStop sleep 3s: signal %v after delete", sleeperSignalAt.Round(100*time.Millisecond))
+}
+
+// waitReadyIPs waits until every workload of want has a ready replica on
+// n and returns the pod IPs of ready replicas, by workload.
+func waitReadyIPs(t *testing.T, n *harness.Node, want ...string) map[string]string {
+	t.Helper()
+	ips := map[string]string{}
+	waitFor(t, 60*time.Second, func() error {
+		items, err := apiReplicas(n)
+		if err != nil {
+			return err
+		}
+		for _, r := range items {
+			if r.Ready && r.PodIP != "" {
+				ips[r.Workload] = r.PodIP
+			}
+		}
+		for _, w := range want {
+			if ips[w] == "" {
+				return fmt.Errorf("%s not ready: %v", w, ips)
+			}
+		}
+		return nil
+	})
+	return ips
 }

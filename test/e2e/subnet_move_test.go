@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -44,13 +46,13 @@ func TestDisplacedSubnetMovesWithItsPods(t *testing.T) {
 		claimed = time.Now()
 	}
 	n1, n3 := c.Nodes[0], c.Nodes[2]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitReadyNodes(t, n1, 3)
 	held := n3.PodSubnet
 	// A replica that runs on n3 through the cut and after.
-	apply(t, n1, strings.Replace(deployment("pinned", 1, "pinned"), "      terminationGracePeriodSeconds", "      nodeSelector: {zone: n3}\n      terminationGracePeriodSeconds", 1))
+	pinned := echoApp("pinned", 1, "pinned")
+	pinned.Pod = func(p *corev1.PodSpec) { p.NodeSelector = map[string]string{"zone": "n3"} }
+	apply(t, n1, pinned.Deployment())
 	waitFor(t, 60*time.Second, func() error { _, err := readyOnePerNode(n1, "pinned", 1); return err })
 
 	if err := c.Partition([]*harness.Node{n3}); err != nil {

@@ -22,26 +22,10 @@ import (
 func TestStatefulReplicaNeverRunsTwiceWhenItsAgentHangs(t *testing.T) {
 	c := newCluster(t, 3)
 	n1 := c.Nodes[0]
-	if _, err := n1.CLI("image", "import", echoV1Tar); err != nil {
-		t.Fatal(err)
-	}
+	importEcho(t, n1)
 	waitReadyNodes(t, n1, 3)
-	apply(t, n1, `apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: solo, namespace: fence}
-spec:
-  replicas: 1
-  serviceName: solo
-  selector: {matchLabels: {app: solo}}
-  template:
-    metadata: {labels: {app: solo}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        ports: [{containerPort: 8080}]
-`)
+	apply(t, n1, harness.App{Name: "solo", Namespace: "fence", Replicas: 1, Grace: harness.Seconds(2),
+		Ports: harness.Port8080}.StatefulSet("solo"))
 	const id = "fence_solo-0"
 	host := func() *harness.Node {
 		t.Helper()

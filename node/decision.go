@@ -50,7 +50,7 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 	return s
 }
 
-// rolloutInput builds reconcile.Gate's input but for the owned replicas
+// budgetInput builds reconcile.Gate's input but for the owned replicas
 // (Decide adds them): the strategies of the Deployments Gate may be asked
 // about, and every copy of them the cluster view knows (this node's from
 // its own observation, live peers' from their status records). Gate asks
@@ -58,13 +58,13 @@ func strategyOf(o manifest.Object) reconcile.Strategy {
 // container observed here, so only their workloads are read: a pass
 // costs O(replicas of the cluster) map lookups, without building a copy
 // of every workload on every node.
-func (r *replicas) rolloutInput(v *view.View, observed []reconcile.Container) reconcile.Rollout {
+func (r *replicas) budgetInput(v *view.View, observed []reconcile.Container) reconcile.Budget {
 	specs := r.probes.specs(v, observed)
 	ready := map[string]bool{}
 	for _, c := range observed {
 		ready[c.ID] = r.localReady(c, specs)
 	}
-	in := reconcile.Rollout{
+	in := reconcile.Budget{
 		Ready:      func(id string) bool { return ready[id] },
 		Strategies: map[string]reconcile.Strategy{},
 		Copies:     map[string][]reconcile.Copy{},
@@ -135,7 +135,7 @@ func (r *replicas) decision(v *view.View, observed []reconcile.Container, f reco
 			ReadyElsewhere: view.ReadyAtOwner(r.self, v.Current, v.Statuses, v.Owner.Of, observed),
 			HandoffSince:   r.handoffs, Now: now, Timeout: r.handoffTimeout,
 		},
-		Rollout:       r.rolloutInput(v, observed),
+		Budget:        r.budgetInput(v, observed),
 		Fencing:       f,
 		Stateful:      v.StatefulWorkloads(),
 		StatefulGrace: r.fence.statefulGrace(),

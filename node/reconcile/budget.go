@@ -37,8 +37,8 @@ type Copy struct {
 	Ready bool
 }
 
-// Rollout is the input of Gate.
-type Rollout struct {
+// Budget is the input of Gate: the rolling-update budget of each workload and what counts against it.
+type Budget struct {
 	// Mine are this node's replicas as Owned returns them (current spec).
 	Mine []Replica
 	// Observed are the containers on this node.
@@ -52,7 +52,7 @@ type Rollout struct {
 	Copies map[string][]Copy
 }
 
-// WorkloadKey is the key of a workload in Rollout maps: "namespace/name".
+// WorkloadKey is the key of a workload in Budget maps: "namespace/name".
 func WorkloadKey(namespace, workload string) string { return namespace + "/" + workload }
 
 // Step is what Gate decided for one ordinal that still runs an old spec.
@@ -118,7 +118,7 @@ const (
 //
 // A partly done update continues after any restart: every input is
 // observed (containers, gossiped status), none remembered.
-func Gate(in Rollout) []Replica {
+func Gate(in Budget) []Replica {
 	old := map[slotKey][]Container{}
 	local := map[string]Container{}
 	for _, c := range in.Observed {

@@ -80,7 +80,7 @@ func TestGateKeepsOldCopiesAsDecided(t *testing.T) {
 	oldA, newA := rep("w", "aaaaaaaa", 0), rep("w", "bbbbbbbb", 0)
 	oldB, newB := rep("w", "aaaaaaaa", 1), rep("w", "bbbbbbbb", 1)
 	ready := map[string]bool{}
-	in := Rollout{
+	in := Budget{
 		Mine:       []Replica{newA, newB},
 		Observed:   []Container{running(oldA), running(oldB)},
 		Ready:      func(id string) bool { return ready[id] },
@@ -116,7 +116,7 @@ func TestGateKeepsOldCopiesAsDecided(t *testing.T) {
 
 	// Recreate: every old copy stops, and no new one starts while an old
 	// one runs anywhere.
-	in = Rollout{Mine: []Replica{newA, newB}, Observed: []Container{running(oldA)}, Ready: func(string) bool { return true },
+	in = Budget{Mine: []Replica{newA, newB}, Observed: []Container{running(oldA)}, Ready: func(string) bool { return true },
 		Strategies: map[string]Strategy{"default/w": {Replicas: 2, Recreate: true}},
 		Copies: map[string][]Copy{"default/w": {
 			{Ordinal: 0, SpecHash: "aaaaaaaa", Ready: true}, {Ordinal: 1, SpecHash: "aaaaaaaa", Ready: true, Node: "n2"}}}}
@@ -129,7 +129,7 @@ func TestGateKeepsOldCopiesAsDecided(t *testing.T) {
 	}
 
 	// A change of replicas alone: the spec is the same, nothing to gate.
-	in = Rollout{Mine: []Replica{oldA}, Observed: []Container{running(oldA)}, Ready: func(string) bool { return true },
+	in = Budget{Mine: []Replica{oldA}, Observed: []Container{running(oldA)}, Ready: func(string) bool { return true },
 		Strategies: map[string]Strategy{"default/w": {Replicas: 5, MaxUnavailable: 1}}}
 	if got := names(Gate(in)); got != "w-aaaaaaaa-0" {
 		t.Fatalf("same spec: Gate = %q", got)
@@ -243,7 +243,7 @@ func TestRolloutNeverExceedsBudgetWithStaleViews(t *testing.T) {
 					seen = append(seen, Copy{Node: self, Ordinal: ord, SpecHash: c.hash, Ready: ready[ct.ID]})
 				}
 			}
-			want := Gate(Rollout{Mine: mine, Observed: observed, Ready: func(id string) bool { return ready[id] },
+			want := Gate(Budget{Mine: mine, Observed: observed, Ready: func(id string) bool { return ready[id] },
 				Strategies: map[string]Strategy{"default/w": strat}, Copies: map[string][]Copy{"default/w": seen}})
 			for _, a := range Plan(want, observed, t0).Actions {
 				ord := a.Replica.Ordinal
