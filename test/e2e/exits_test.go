@@ -24,9 +24,7 @@ import (
 // ago)" in `get replicas`, Last State in `describe`. An image whose User
 // is not in its /etc/passwd says so, naming the user, with no host path.
 func TestEveryExitExplained(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	exiting := func(name, image, memory string, command ...string) string {
 		return harness.App{Name: name, Namespace: "exits", Replicas: 1, Image: image, Command: command,
 			Limits: harness.Limits("memory", memory)}.Deployment()
@@ -120,9 +118,7 @@ func TestEveryExitExplained(t *testing.T) {
 // the command returns); 'logs --previous' shows a restarted replica's
 // previous run; '--tail N' the last N lines.
 func TestLogsKeepTheEnd(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	workload := func(name string, command ...string) string {
 		return harness.App{Name: name, Namespace: "logs", Replicas: 1, Grace: harness.Seconds(5), Command: command}.Deployment()
 	}
@@ -182,9 +178,7 @@ func TestLogsKeepTheEnd(t *testing.T) {
 // fill the disk, and `logs` still reads across the rotated files with
 // --tail, --timestamps, --since and --since-time; stderr is in it.
 func TestLogsRotateAndCarryTimes(t *testing.T) {
-	c := newCluster(t, 1, "--container-log-max-size", "16KiB", "--container-log-max-files", "3")
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t, "--container-log-max-size", "16KiB", "--container-log-max-files", "3")
 	// 2000 lines of 100 bytes: about 330 KB in the CRI format, 20 times
 	// what 3 files of 16 KiB keep.
 	apply(t, n1, harness.App{Name: "chatty", Namespace: "rotate", Replicas: 1, Grace: harness.Seconds(1),

@@ -18,9 +18,7 @@ import (
 // a new UID) that start without waiting for the old ones' grace period
 // (15 s of SHUTDOWN_DELAY here), and whose logs are their own.
 func TestReappliedDeploymentDoesNotMeetItsPredecessor(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	manifest := harness.App{Name: "again", Namespace: "identity", Replicas: 2, Grace: harness.Seconds(20),
 		Env: harness.Env("SHUTDOWN_DELAY", "15s"),
 		Readiness: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},

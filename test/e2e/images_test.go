@@ -68,9 +68,7 @@ func TestShortImageNamesMatch(t *testing.T) {
 // reference stays as written. The echo server answers with its MESSAGE
 // and listens on the PORT built from a reference.
 func TestEnvAsTheKubeletGivesIt(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	env := []corev1.EnvVar{harness.FieldEnv("IP", "status.podIP"), harness.FieldEnv("ME", "metadata.name"), harness.FieldEnv("NODE", "spec.nodeName")}
 	env = append(env, harness.Env("HALF", "80", "PORT", "$(HALF)80", "MESSAGE", "ip=$(IP) me=$(ME) node=$(NODE) lit=$$(ME) unknown=$(NOPE)")...)
 	apply(t, n1, harness.App{Name: "env", Replicas: 1, Env: env, Ports: harness.Port8080}.Deployment())
@@ -103,9 +101,7 @@ func TestEnvAsTheKubeletGivesIt(t *testing.T) {
 // /etc/hostname and /etc/resolv.conf (the node's resolver plus
 // dnsConfig), so an exec readiness probe that talks to localhost passes.
 func TestPodFilesAsTheKubeletMakesThem(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	apply(t, n1, harness.App{Name: "files", Namespace: "podfiles", Replicas: 1, Ports: harness.Port8080,
 		Readiness: harness.ExecProbe(0, "/echo", "check", "-get", "http://localhost:8080/healthz"),
 		Pod: func(p *corev1.PodSpec) {

@@ -20,9 +20,7 @@ import (
 // script), it wrote to nft and said nothing: both sets ran, in an order
 // nobody chose.
 func TestRulesGoWhereTheHostsFirewallIs(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	fw := harness.App{Name: "fw", Replicas: 1, Grace: harness.Seconds(1), Ports: harness.HTTPPort}
 	apply(t, n1, harness.Manifests(fw.Deployment(), fw.Service("fw", []corev1.ServicePort{harness.ServicePort(80, "http")})))
 	vip := clusterIP(t, n1, "fw")

@@ -20,9 +20,7 @@ import (
 // already exists", and the replica never ran). The next create removes
 // the leftover and the replica runs.
 func TestCreateAfterAnInterruptedOne(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	left := echoApp("left", 0, "x")
 	left.Namespace = "leftovers"
 	apply(t, n1, left.Deployment())

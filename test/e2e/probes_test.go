@@ -237,9 +237,7 @@ func TestExecReadinessProbeOnEveryNode(t *testing.T) {
 // process, same pod IP) and is ready again; failing again right away, it
 // waits out the crash backoff with the probe's reason shown.
 func TestLivenessFailureRestartsContainer(t *testing.T) {
-	c := newCluster(t, 1)
-	n := c.Nodes[0]
-	importEcho(t, n)
+	n := echoNode(t)
 	apply(t, n, harness.App{Name: "live", Replicas: 1, Grace: harness.Seconds(5), Ports: harness.HTTPPort,
 		Liveness: harness.HTTPProbe("/livez", 2), Readiness: harness.HTTPProbe("/healthz", 0)}.Deployment())
 	var r replica

@@ -16,9 +16,7 @@ import (
 // current run's log says "echo listening" once, and a replica that never
 // restarted has no previous run.
 func TestEveryStartIsCounted(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	var all []string
 	for _, name := range []string{"r1", "r2", "r3"} {
 		all = append(all, harness.App{Name: name, Namespace: "race", Replicas: 4, Grace: harness.Seconds(1),

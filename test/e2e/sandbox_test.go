@@ -27,9 +27,7 @@ import (
 // back through containerd; runAsNonRoot with an image that runs as root
 // is refused with a reason.
 func TestSandboxAsCRIGivesIt(t *testing.T) {
-	c := newCluster(t, 1, "--pids-limit", "64")
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t, "--pids-limit", "64")
 	workload := func(name string, pod corev1.PodSecurityContext, container corev1.SecurityContext) string {
 		return harness.App{Name: name, Namespace: "sandbox", Replicas: 1, Ports: harness.Port8080, Pod: func(spec *corev1.PodSpec) {
 			spec.SecurityContext, spec.Containers[0].SecurityContext = &pod, &container

@@ -459,9 +459,7 @@ func udpManifest(message string) string {
 // socket reaches the new endpoint after the old one is replaced (stale
 // conntrack entries are deleted).
 func TestUDPServiceFollowsReplacedEndpoint(t *testing.T) {
-	c := newCluster(t, 1)
-	n := c.Nodes[0]
-	importEcho(t, n)
+	n := echoNode(t)
 	apply(t, n, udpManifest("one"))
 	first, _ := waitRunning(t, n, "udp", 1, 20*time.Second)
 	vip := clusterIP(t, n, "udp")

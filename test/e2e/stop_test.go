@@ -82,9 +82,7 @@ func TestStopsAsTheKubeletDoes(t *testing.T) {
 // sick before it gets SIGTERM) and a sleep (the server sees no signal
 // for the sleep's length).
 func TestLifecycleHooksRunAsTheKubeletRunsThem(t *testing.T) {
-	c := newCluster(t, 1)
-	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	n1 := echoNode(t)
 	hooked := func(name string, grace int64, lifecycle *corev1.Lifecycle, readiness *corev1.Probe) string {
 		return harness.App{Name: name, Replicas: 1, Grace: harness.Seconds(grace), Env: harness.Env("SHUTDOWN_DELAY", "1500ms"),
 			Ports: harness.HTTPPort, Readiness: readiness,

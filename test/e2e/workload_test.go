@@ -200,3 +200,12 @@ func TestTCPAPIRequiresTokenAndServesLogsAndMetrics(t *testing.T) {
 		t.Fatal("plain HTTP to the TLS API answered")
 	}
 }
+
+// echoNode starts a cluster of one node (with agentArgs) that has the
+// echo image, the start of most single-node tests.
+func echoNode(t *testing.T, agentArgs ...string) *harness.Node {
+	t.Helper()
+	n := newCluster(t, 1, agentArgs...).Nodes[0]
+	importEcho(t, n)
+	return n
+}
