@@ -11,39 +11,30 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/distribution/reference"
 	"golang.org/x/sys/unix"
 
 	"github.com/containerd/containerd"
-	eventstypes "github.com/containerd/containerd/api/events"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
-	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/events"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
-	"github.com/containerd/containerd/remotes/docker"
 	containerdlog "github.com/containerd/log"
-	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -210,108 +201,6 @@ func (r *Runtime) PreviousLogPath(id string) string {
 // LogPath returns the log file of container id.
 func (r *Runtime) LogPath(id string) string { return filepath.Join(r.cfg.LogDir, id+".log") }
 
-// List observes every Starling container and its task state.
-func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
-	ctx = r.ctx(ctx)
-	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
-	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
-	}
-	out := make([]reconcile.Container, 0, len(cs))
-	for _, c := range cs {
-		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
-		if err != nil {
-			if errdefs.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("container %s: %w", c.ID(), err)
-		}
-		if info.Labels[LabelNode] != "" && info.Labels[LabelNode] != r.cfg.Node {
-			continue // another node's container in a shared containerd
-		}
-		oc := fromLabels(c.ID(), info.Labels)
-		oc.CreatedAt = info.CreatedAt
-		if oc.PodIP != "" && !r.net.Ready(c.ID()) {
-			// The sandbox is gone (host reboot): Plan rebuilds it.
-			oc.PodIP = ""
-		}
-		oc.State = reconcile.StateCreated
-		task, err := c.Task(ctx, nil)
-		switch {
-		case errdefs.IsNotFound(err):
-		case err != nil:
-			oc.State = reconcile.StateUnknown
-		default:
-			st, err := task.Status(ctx)
-			switch {
-			case err != nil:
-				oc.State = reconcile.StateUnknown
-			case st.Status == containerd.Running:
-				oc.State = reconcile.StateRunning
-			case st.Status == containerd.Stopped:
-				oc.State = reconcile.StateExited
-				oc.ExitedAt = st.ExitTime
-				oc.ExitCode = st.ExitStatus
-				oc.OOMKilled = r.oomKilled(c.ID(), info.Labels, oc.StartedAt)
-			case st.Status == containerd.Created:
-				oc.State = reconcile.StateCreated
-			default:
-				oc.State = reconcile.StateUnknown
-			}
-		}
-		out = append(out, oc)
-	}
-	return out, nil
-}
-
-func fromLabels(id string, l map[string]string) reconcile.Container {
-	c := reconcile.Container{
-		ID: id, Name: l[LabelName], Namespace: l[LabelNamespace], Workload: l[LabelWorkload], UID: l[LabelUID],
-		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP],
-	}
-	c.Ordinal, _ = strconv.Atoi(l[LabelOrdinal])
-	c.Restarts, _ = strconv.Atoi(l[LabelRestarts])
-	c.BackoffStep, _ = strconv.Atoi(l[LabelBackoffStep])
-	c.StartedAt, _ = time.Parse(time.RFC3339Nano, l[LabelStartedAt])
-	if g, err := strconv.Atoi(l[LabelGrace]); err == nil {
-		c.GracePeriod = time.Duration(g) * time.Second
-	}
-	if run := l[LabelStoppedRun]; run != "" && run == l[LabelStartedAt] {
-		c.StopReason = l[LabelStopReason]
-	}
-	if b := l[LabelLast]; b != "" {
-		var t api.Termination
-		if json.Unmarshal([]byte(b), &t) == nil {
-			c.Last = &t
-		}
-	}
-	return c
-}
-
-// oomKilled reports whether the OOM killer hit the run of container id
-// that started at started: containerd's /tasks/oom event recorded in
-// LabelOOMAt, or, for an event this agent missed (it was down), the
-// container's cgroup counter (the file memory.events on cgroup v2,
-// memory.oom_control on v1), readable until the task is deleted.
-func (r *Runtime) oomKilled(id string, labels map[string]string, started time.Time) bool {
-	if at, err := time.Parse(time.RFC3339Nano, labels[LabelOOMAt]); err == nil && !at.Before(started) {
-		return true
-	}
-	cg := r.CgroupPath(id)
-	for _, f := range []string{filepath.Join("/sys/fs/cgroup", cg, "memory.events"), filepath.Join("/sys/fs/cgroup/memory", cg, "memory.oom_control")} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok && strings.TrimSpace(v) != "0" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // Execute carries out one action. Errors name the replica and the step.
 func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
 	switch a.Type {
@@ -332,155 +221,6 @@ func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
 	return fmt.Errorf("unknown action %q", a.Type)
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// NormalizeImage returns the full name of image reference ref, as
-// containerd and Docker store it: "nginx" -> "docker.io/library/nginx:latest",
-// "nginx:1.22" -> "docker.io/library/nginx:1.22", "ghcr.io/a/b@sha256:..."
-// unchanged (digests are kept). A reference that does not parse is
-// returned as is (manifest validation refuses those at apply).
-func NormalizeImage(ref string) string {
-	named, err := reference.ParseDockerRef(ref)
-	if err != nil {
-		return ref
-	}
-	return named.String()
-}
-
-// imageName names image ref in a message as the user wrote it, with its
-// full name when that differs: "nginx:1.22 (docker.io/library/nginx:1.22)".
-func imageName(ref string) string {
-	if full := NormalizeImage(ref); full != ref {
-		return ref + " (" + full + ")"
-	}
-	return ref
-}
-
-// Image pull policies (a container's imagePullPolicy, as the kubelet
-// honours it with containerd).
-const (
-	// PullIfNotPresent uses the node's copy when it has one; else the
-	// nearest peer's, else the registry's. "" means this.
-	PullIfNotPresent = "IfNotPresent"
-	// PullAlways takes the image the cluster holds as current: the one
-	// last imported under ref (its digest gossiped with the import), from
-	// this node when its copy has that digest, else from a peer; for an
-	// image no node imported, the registry's. It never falls back to a
-	// local copy of another digest.
-	PullAlways = "Always"
-	// PullNever uses the node's copy only.
-	PullNever = "Never"
-)
-
-// EnsureImage returns image ref (any reference a Deployment may name,
-// normalized by NormalizeImage), unpacked, as pull policy policy
-// (PullIfNotPresent, PullAlways, PullNever) asks. Errors name the image,
-// the policy when it decided, every source tried and what to do.
-func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string) (containerd.Image, error) {
-	ctx = r.ctx(ctx)
-	full := NormalizeImage(ref)
-	var img containerd.Image
-	var err error
-	switch policy {
-	case PullNever:
-		img, err = r.client.GetImage(ctx, full)
-		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("image %s is not on this node and imagePullPolicy is Never (ErrImageNeverPull): import it on this node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to take it from a peer or its registry", imageName(ref))
-		}
-	case PullAlways:
-		img, err = r.pullAlways(ctx, ref, full)
-		if err != nil {
-			return nil, err
-		}
-	default:
-		img, err = r.client.GetImage(ctx, full)
-		if errdefs.IsNotFound(err) {
-			img, err = r.fetch(ctx, ref, full)
-			if err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", imageName(ref), err)
-	}
-	if ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter); err != nil || !ok {
-		untrack := r.transfers.unpacking(full)
-		err := img.Unpack(ctx, r.cfg.Snapshotter)
-		untrack()
-		if err != nil {
-			return nil, fmt.Errorf("unpack image %s: %w", imageName(ref), err)
-		}
-	}
-	return img, nil
-}
-
-// fetch gets image full (ref as the user wrote it), which this node does
-// not hold, from the nearest peer that has it, else from its registry.
-func (r *Runtime) fetch(ctx context.Context, ref, full string) (containerd.Image, error) {
-	// Peers first: an edge cluster often has no registry, or a slow or
-	// unreachable one (a failing DNS lookup alone costs ~10 s per
-	// create), and a peer's copy is what the other nodes run.
-	var peerErr error = errors.New("no peer image source")
-	if r.cfg.FetchImage != nil {
-		var want string
-		var sources []ImageSource
-		if want, sources, peerErr = r.cfg.FetchImage(ctx, full); peerErr == nil {
-			img, err := r.fetchFromPeers(ctx, full, want, sources)
-			if err == nil {
-				return img, nil
-			}
-			peerErr = err
-		}
-	}
-	img, err := r.pullRegistry(ctx, full)
-	if err != nil {
-		return nil, fmt.Errorf("image %s is not on this node and could not be fetched (peers: %v; registry: %v): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)", imageName(ref), peerErr, err)
-	}
-	return img, nil
-}
-
-// pullAlways is EnsureImage for PullAlways: the digest the cluster
-// recorded for full at its last import, from this node's copy if it has
-// that digest, else from a peer; for an image no node imported, the
-// registry's current one. A copy of another digest is never used.
-func (r *Runtime) pullAlways(ctx context.Context, ref, full string) (containerd.Image, error) {
-	var want string
-	var sources []ImageSource
-	peerErr := errors.New("no peer image source")
-	if r.cfg.FetchImage != nil {
-		want, sources, peerErr = r.cfg.FetchImage(ctx, full)
-	}
-	if want == "" {
-		img, err := r.pullRegistry(ctx, full)
-		if err != nil {
-			return nil, fmt.Errorf("image %s resolves nowhere and imagePullPolicy is Always (ErrImagePull): no node imported it (%v) and its registry failed (%v); import it on any node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to run the copy a node holds", imageName(ref), peerErr, err)
-		}
-		return img, nil
-	}
-	if img, err := r.client.GetImage(ctx, full); err == nil && img.Target().Digest.String() == want {
-		return img, nil
-	}
-	if peerErr == nil {
-		var img containerd.Image
-		if img, peerErr = r.fetchFromPeers(ctx, full, want, sources); peerErr == nil {
-			return img, nil
-		}
-	}
-	return nil, fmt.Errorf("image %s: imagePullPolicy is Always and the copy the cluster holds as current (%s, its last import) could not be fetched (%v) (ErrImagePull); this node's copy, if any, is another digest and is not used: check that a node holding it is up, or import it again", imageName(ref), want, peerErr)
-}
-
-// pullRegistry pulls full from its registry and unpacks it.
-func (r *Runtime) pullRegistry(ctx context.Context, full string) (containerd.Image, error) {
-	return r.client.Pull(ctx, full, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
-		containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
-}
-
 // processArgs applies Kubernetes' rules: command replaces the image's
 // entrypoint (and drops its cmd), args replace the image's cmd.
 func processArgs(cfg ocispec.ImageConfig, spec reconcile.Spec) []string {
@@ -492,22 +232,6 @@ func processArgs(cfg ocispec.ImageConfig, spec reconcile.Spec) []string {
 		cmd = spec.Args
 	}
 	return append(append([]string{}, entry...), cmd...)
-}
-
-func imageConfig(ctx context.Context, img containerd.Image) (ocispec.ImageConfig, error) {
-	desc, err := img.Config(ctx)
-	if err != nil {
-		return ocispec.ImageConfig{}, err
-	}
-	var ic ocispec.Image
-	b, err := content.ReadBlob(ctx, img.ContentStore(), desc)
-	if err != nil {
-		return ocispec.ImageConfig{}, err
-	}
-	if err := json.Unmarshal(b, &ic); err != nil {
-		return ocispec.ImageConfig{}, err
-	}
-	return ic.Config, nil
 }
 
 func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error) {
@@ -817,133 +541,6 @@ func (r *Runtime) stop(ctx context.Context, old reconcile.Container, reason stri
 	return nil
 }
 
-// ErrNotRunning: the container has no running task to exec in.
-var ErrNotRunning = errors.New("container is not running")
-
-// execOutputMax bounds the output Exec returns (kubelet keeps 10 KiB;
-// ours goes into a one-line reason).
-const execOutputMax = 1024
-
-// Exec runs argv in container id's running task, as runc exec with the
-// container's own process settings (user, environment, working
-// directory, capabilities), the way CRI execs probes, and returns its exit
-// status and the first 1 KiB of its stdout and stderr. timeout bounds the
-// command from its start, as CRI's ExecSync does: past it the process is
-// killed (SIGKILL) and the error wraps context.DeadlineExceeded. ctx
-// bounds the containerd calls. The exec process is deleted in every case.
-// ErrNotRunning (wrapped) when the container or its task is gone or not
-// running; any other error means the command could not be started (e.g.
-// executable not found).
-func (r *Runtime) Exec(ctx context.Context, id string, argv []string, timeout time.Duration) (exitCode int, output string, err error) {
-	ctx = r.ctx(ctx)
-	c, err := r.client.LoadContainer(ctx, id)
-	if errdefs.IsNotFound(err) {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
-	} else if err != nil {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
-	}
-	spec, err := c.Spec(ctx)
-	if err != nil {
-		return -1, "", fmt.Errorf("exec in %s: read spec: %w", id, err)
-	}
-	task, err := c.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
-	} else if err != nil {
-		return -1, "", fmt.Errorf("exec in %s: load task: %w", id, err)
-	}
-	if st, err := task.Status(ctx); err != nil || st.Status != containerd.Running {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
-	}
-	pspec := *spec.Process
-	pspec.Args = argv
-	pspec.Terminal = false
-	// The shim writes the output straight to a file: no FIFOs for the
-	// client to drain, so a command whose children keep its output open
-	// cannot hang the prober.
-	execID := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), r.execSeq.Add(1))
-	outPath := filepath.Join(r.cfg.LogDir, "exec", id+"-"+execID+".out")
-	if err := os.MkdirAll(filepath.Dir(outPath), 0o700); err != nil {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
-	}
-	defer os.Remove(outPath)
-	// Clean-up must happen even when ctx has ended.
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	}
-	proc, err := task.Exec(ctx, execID, &pspec, cio.LogFile(outPath))
-	if err != nil {
-		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
-	}
-	defer func() {
-		dctx, cancel := cleanupCtx()
-		defer cancel()
-		if _, derr := proc.Delete(dctx, containerd.WithProcessKill); derr != nil && !errdefs.IsNotFound(derr) {
-			r.log.Warn("delete exec process", "container", id, "exec", execID, "err", derr)
-		}
-	}()
-	// Wait before Start so the exit cannot be missed; on a context of its
-	// own so that ctx ending does not lose the killed process's exit.
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
-	exited, err := proc.Wait(wctx)
-	if err != nil {
-		return -1, "", fmt.Errorf("exec in %s: wait: %w", id, err)
-	}
-	if err := proc.Start(ctx); err != nil {
-		if errdefs.IsNotFound(err) {
-			return -1, "", fmt.Errorf("exec in %s: %w", id, ErrNotRunning)
-		}
-		return -1, "", fmt.Errorf("exec in %s: %w", id, err)
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var cause error
-	select {
-	case st := <-exited:
-		code, _, err := st.Result()
-		if err != nil {
-			return -1, "", fmt.Errorf("exec in %s: %w", id, err)
-		}
-		// The shim copies the output to the file on its own and may
-		// still be copying when the exit arrives (a probe's reason then
-		// lost the command's message, now and then); deleting the
-		// process waits for that copy to end.
-		dctx, cancel := cleanupCtx()
-		_, derr := proc.Delete(dctx)
-		cancel()
-		if derr != nil && !errdefs.IsNotFound(derr) {
-			r.log.Warn("delete exec process", "container", id, "exec", execID, "err", derr)
-		}
-		return int(code), readHead(outPath, execOutputMax), nil
-	case <-timer.C:
-		cause = fmt.Errorf("exec in %s: command ran longer than %v: %w", id, timeout, context.DeadlineExceeded)
-	case <-ctx.Done():
-		cause = fmt.Errorf("exec in %s: %w", id, ctx.Err())
-	}
-	kctx, cancel := cleanupCtx()
-	defer cancel()
-	if err := proc.Kill(kctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-		r.log.Warn("kill timed-out exec process", "container", id, "exec", execID, "err", err)
-	}
-	select {
-	case <-exited:
-	case <-kctx.Done():
-	}
-	return -1, readHead(outPath, execOutputMax), cause
-}
-
-// readHead returns up to n bytes from the start of file path.
-func readHead(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return string(b)
-}
-
 // deleteContainer stops c's task (SIGTERM, then SIGKILL after grace) and
 // deletes the container with its snapshot.
 func (r *Runtime) deleteContainer(ctx context.Context, c containerd.Container, grace time.Duration) error {
@@ -1036,124 +633,4 @@ func (r *Runtime) CleanupSandboxes(ctx context.Context, containers []reconcile.C
 		release()
 	}
 	return errors.Join(errs...)
-}
-
-// ImportImages loads an OCI or docker-archive tarball into the node's
-// image store, unpacks every image in it and returns their names.
-func (r *Runtime) ImportImages(ctx context.Context, tar io.Reader) ([]string, error) {
-	ctx = r.ctx(ctx)
-	// containerd's Import updates a name, else creates it: a pull from a
-	// peer that created the name in between would fail the import.
-	r.imageNames.Lock()
-	imgs, err := r.client.Import(ctx, tar, containerd.WithAllPlatforms(false))
-	r.imageNames.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("import images: %w (the file must be an OCI or docker-archive tarball)", err)
-	}
-	var names []string
-	for _, i := range imgs {
-		img := containerd.NewImage(r.client, i)
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return names, fmt.Errorf("unpack %s: %w", i.Name, err)
-		}
-		names = append(names, i.Name)
-	}
-	return names, nil
-}
-
-// recordOOM stores the time of a /tasks/oom event in its container's
-// labels (LabelOOMAt), so the exit that follows reads OOMKilled.
-func (r *Runtime) recordOOM(ctx context.Context, e *events.Envelope) {
-	v, err := typeurl.UnmarshalAny(e.Event)
-	if err != nil {
-		return
-	}
-	oom, ok := v.(*eventstypes.TaskOOM)
-	if !ok {
-		return
-	}
-	c, err := r.client.LoadContainer(r.ctx(ctx), oom.ContainerID)
-	if err != nil {
-		return
-	}
-	if _, err := c.SetLabels(r.ctx(ctx), map[string]string{LabelOOMAt: e.Timestamp.UTC().Format(time.RFC3339Nano)}); err != nil {
-		r.log.Warn("record an OOM kill in labels", "container", oom.ContainerID, "err", err)
-	}
-}
-
-// WatchExits calls onExit whenever a task in Starling's namespace exits,
-// so a crashed replica is restarted at once instead of at the next resync.
-// It returns when ctx ends; a broken event stream is re-subscribed every
-// second, with one warning per outage (containerd down), not one a
-// second.
-func (r *Runtime) WatchExits(ctx context.Context, onExit func()) {
-	broken := false
-	for ctx.Err() == nil {
-		events, errs := r.client.Subscribe(r.ctx(ctx), `topic=="/tasks/exit"`, `topic=="/tasks/oom"`)
-	recv:
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e := <-events:
-				if broken {
-					r.log.Info("containerd event stream back")
-					broken = false
-				}
-				if e != nil && e.Topic == "/tasks/oom" {
-					r.recordOOM(ctx, e)
-				}
-				onExit()
-			case err := <-errs:
-				switch {
-				case ctx.Err() != nil:
-				case !broken:
-					r.log.Warn("containerd event stream broke; resubscribing every second", "err", err)
-				default:
-					r.log.Debug("containerd event stream still broken", "err", err)
-				}
-				broken = true
-				break recv
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// ImageDigest returns the digest of image ref's target ("sha256:...");
-// ref is normalized (NormalizeImage).
-func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
-	img, err := r.client.ImageService().Get(r.ctx(ctx), NormalizeImage(ref))
-	if err != nil {
-		return "", err
-	}
-	return img.Target.Digest.String(), nil
-}
-
-// HasImage reports whether the node stores image ref (normalized).
-func (r *Runtime) HasImage(ctx context.Context, ref string) bool {
-	_, err := r.client.ImageService().Get(r.ctx(ctx), NormalizeImage(ref))
-	return err == nil
-}
-
-// Images lists the images stored on the node.
-func (r *Runtime) Images(ctx context.Context) ([]api.Image, error) {
-	ctx = r.ctx(ctx)
-	imgs, err := r.client.ImageService().List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Image, 0, len(imgs))
-	for _, i := range imgs {
-		// The unpacked-independent size: manifest, config and layers.
-		size, err := containerd.NewImage(r.client, i).Size(ctx)
-		if err != nil {
-			size = i.Target.Size
-		}
-		out = append(out, api.Image{Name: i.Name, Digest: i.Target.Digest.String(), Size: size})
-	}
-	return out, nil
 }
