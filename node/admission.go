@@ -8,36 +8,23 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dustin/go-humanize"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/net/service"
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // admit checks what validating each object alone cannot, before anything
-// is stored: the size of its encoding, and for a Service its requested
-// ClusterIP (inside --service-cidr, not the range's first or last
-// address, not held by another Service) and NodePorts (not held by
-// another Service). Objects of the batch are checked against each other
-// too. Errors name the object and the field, as kubectl's do, and list
-// every problem.
+// is stored, for the Services of objs: a requested ClusterIP (inside
+// --service-cidr, not the range's first or last address, not held by
+// another Service) and NodePorts (not held by another Service). Objects
+// of the batch are checked against each other too. Errors name the
+// object and the field, as kubectl's do, and list every problem. (The
+// size of each object is checked on its encoding, in objects.write.)
 func (o *objects) admit(objs []manifest.Object) error {
 	var errs []error
-	for _, obj := range objs {
-		b, err := manifest.Encode(obj)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %s/%s: %w", obj.Kind, obj.Namespace, obj.Name, err))
-			continue
-		}
-		if len(b) > api.MaxObjectBytes {
-			errs = append(errs, fmt.Errorf("%s %s/%s: object is %s; the limit is %s: move large data out of the manifest (for example into the image)",
-				obj.Kind, obj.Namespace, obj.Name, humanize.IBytes(uint64(len(b))), humanize.IBytes(api.MaxObjectBytes)))
-		}
-	}
 	if slices.ContainsFunc(objs, func(o manifest.Object) bool { return o.Service != nil }) {
 		recs, err := o.st.List(view.KindPrefix(manifest.KindService))
 		if err != nil {

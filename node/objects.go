@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/dustin/go-humanize"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -44,10 +45,7 @@ func (o *objects) Apply(objs []manifest.Object) ([]api.ApplyResult, error) {
 	if err := o.workloadClash(objs); err != nil {
 		return nil, api.NewError(http.StatusConflict, err)
 	}
-	if err := o.admit(objs); err != nil {
-		return nil, api.NewError(http.StatusUnprocessableEntity, err)
-	}
-	return o.store(objs)
+	return o.write(objs, func() error { return o.admit(objs) })
 }
 
 // lookup returns the live record of kind namespace/name; 404 when none.
@@ -141,15 +139,23 @@ func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.Apply
 	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "scaled"}, nil
 }
 
-// store stores objects as new versions and gossips them, each as
+// store is write without further checks (scale, rollout commands and
+// tests).
+func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) { return o.write(objs, nil) }
+
+// write stores objects as new versions and gossips them, each as
 // manifest.Apply decides over the stored one (created, configured, or
-// unchanged and left alone).
+// unchanged and left alone), all or none: an object whose encoding is
+// over api.MaxObjectBytes, or an error from admit (nil: none), stores
+// nothing (422, every problem listed). Each object is encoded once, by
+// manifest.Apply, and the size checked is that of what is stored.
 // A Deployment's revision records follow its template (rollout.Record),
 // unchanged ones too (which records a Deployment stored before revisions
 // existed); they are written before the objects, so a node that sees a
 // new template has mostly seen its revision already.
-func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
+func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.ApplyResult, error) {
 	var recs, revRecs []crdt.Record
+	var errs []error
 	results := make([]api.ApplyResult, len(objs))
 	for i, obj := range objs {
 		results[i] = api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name}
@@ -178,7 +184,19 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 		if results[i].Result = result; value == nil {
 			continue
 		}
+		if len(value) > api.MaxObjectBytes {
+			errs = append(errs, fmt.Errorf("%s %s/%s: object is %s; the limit is %s: move large data out of the manifest (for example into the image)",
+				obj.Kind, obj.Namespace, obj.Name, humanize.IBytes(uint64(len(value))), humanize.IBytes(api.MaxObjectBytes)))
+		}
 		recs = append(recs, crdt.Record{Key: obj.Key(), Value: value, Version: o.clock.Now(), Origin: o.self})
+	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, api.NewError(http.StatusUnprocessableEntity, errors.Join(errs...))
 	}
 	if err := o.publish(append(revRecs, recs...)...); err != nil {
 		return nil, err
