@@ -12,6 +12,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestGetNodesShowsInsecureNodes: a node running with --insecure says so
@@ -67,17 +68,8 @@ func TestUploadProgressRedrawsOneLine(t *testing.T) {
 // its progress deadline, that it timed out (issue 13: it printed READY 6/6
 // UP-TO-DATE 6 AVAILABLE 0, and -o json had no status).
 func TestDeploymentStatusDuringAStalledRollout(t *testing.T) {
-	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 6
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: c, image: "img:v2"}]
-`), "test")
+	web := harness.App{Name: "web", Replicas: 6, Container: "c", Image: "img:v2"}
+	objs, err := manifest.Parse([]byte(web.Deployment()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,11 +152,7 @@ func TestPartitionedWritesConvergeAfterHeal(t *testing.T) {
 func TestBigRecordReplicatesToAllNodes(t *testing.T) {
 	tc := newTCluster(t, 5, nil)
 	tc.joinAll()
-	big := tc.nodes[2].record("test/big/blob", "")
-	big.Value = []byte(jsonString(900 << 10))
-	if err := tc.nodes[2].c.Publish(big); err != nil {
-		t.Fatal(err)
-	}
+	big := tc.nodes[2].publishSized(t, "test/big/blob", 900<<10)
 	t0 := time.Now()
 	took := tc.spread(big, t0, 20*time.Second)
 	t.Logf("900 KiB record reached 5 nodes in %s", took)
@@ -385,11 +381,7 @@ func TestRTTIsEstimatedFromProbes(t *testing.T) {
 func TestShutdownStopsGoroutinesAndStateUse(t *testing.T) {
 	tc := newTCluster(t, 3, nil)
 	tc.joinAll()
-	big := tc.nodes[0].record("test/big/b", "")
-	big.Value = []byte(jsonString(200 << 10))
-	if err := tc.nodes[0].c.Publish(big); err != nil {
-		t.Fatal(err)
-	}
+	tc.nodes[0].publishSized(t, "test/big/b", 200<<10)
 	// Writes keep arriving at n02 while it shuts down; recState fails the
 	// test on any use after Shutdown returns.
 	stop := make(chan struct{})

@@ -32,6 +32,18 @@ func fuzzRoundTrip(t *testing.T, b []byte, decode func([]byte) ([]byte, error)) 
 	}
 }
 
+// fuzzCodec fuzzes decode from the seeds: what it accepts, encode must
+// give back as the same bytes.
+func fuzzCodec[T any](f *testing.F, decode func([]byte) (T, error), encode func(T) []byte) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
+			v, err := decode(b)
+			return encode(v), err
+		})
+	})
+}
+
 func FuzzDecodeMessage(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzRoundTrip(t, b, decodeAny) })
@@ -65,55 +77,15 @@ func FuzzDecodeRecords(f *testing.F) {
 	})
 }
 
-func FuzzDecodeDigest(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
-			d, err := decodeDigest(b)
-			return encodeDigest(d), err
-		})
-	})
-}
+func FuzzDecodeDigest(f *testing.F) { fuzzCodec(f, decodeDigest, encodeDigest) }
 
-func FuzzDecodeRequest(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
-			r, err := decodeRequest(b)
-			return encodeRequest(r), err
-		})
-	})
-}
+func FuzzDecodeRequest(f *testing.F) { fuzzCodec(f, decodeRequest, encodeRequest) }
 
-func FuzzDecodePull(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
-			p, err := decodePull(b)
-			return encodePull(p), err
-		})
-	})
-}
+func FuzzDecodePull(f *testing.F) { fuzzCodec(f, decodePull, encodePull) }
 
-func FuzzDecodeHave(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
-			h, err := decodeHave(b)
-			return encodeHave(h), err
-		})
-	})
-}
+func FuzzDecodeHave(f *testing.F) { fuzzCodec(f, decodeHave, encodeHave) }
 
-func FuzzDecodeLeave(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fuzzRoundTrip(t, b, func(b []byte) ([]byte, error) {
-			name, err := decodeLeave(b)
-			return encodeLeave(name), err
-		})
-	})
-}
+func FuzzDecodeLeave(f *testing.F) { fuzzCodec(f, decodeLeave, encodeLeave) }
 
 func FuzzDecodeCoordinate(f *testing.F) {
 	c, _ := decodeCoordinate(encodeCoordinate(newTestCoordinate()), 8)

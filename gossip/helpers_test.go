@@ -134,6 +134,18 @@ func (n *tnode) publish(t testing.TB, key, value string) crdt.Record {
 	return r
 }
 
+// publishSized writes a record on n whose value is a JSON string of size
+// bytes, and fails the test on error.
+func (n *tnode) publishSized(t testing.TB, key string, size int) crdt.Record {
+	t.Helper()
+	r := n.record(key, "")
+	r.Value = []byte(jsonString(size))
+	if err := n.c.Publish(r); err != nil {
+		t.Fatalf("%s: Publish(%s): %v", n.name, key, err)
+	}
+	return r
+}
+
 // shutdown stops n, as a crash.
 func (n *tnode) shutdown(t testing.TB) {
 	t.Helper()

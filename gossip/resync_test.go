@@ -96,11 +96,7 @@ func TestBigRecordSpreadsWithoutTheWriterSendingToAll(t *testing.T) {
 	tc.joinAll()
 	writer := tc.nodes[0]
 	base := writer.c.pullsAnswered.Load()
-	big := writer.record("test/big/manifest", "")
-	big.Value = []byte(jsonString(8 << 10))
-	if err := writer.c.Publish(big); err != nil {
-		t.Fatal(err)
-	}
+	big := writer.publishSized(t, "test/big/manifest", 8<<10)
 	took := tc.spread(big, time.Now(), 20*time.Second)
 	served := writer.c.pullsAnswered.Load() - base
 	total := int64(0)
@@ -123,11 +119,7 @@ func TestBigRecordRewrittenQuicklyConvergesOnTheLastWrite(t *testing.T) {
 	writer := tc.nodes[1]
 	var last crdt.Record
 	for i := range 5 {
-		last = writer.record("test/big/status", "")
-		last.Value = []byte(jsonString(4<<10 + i))
-		if err := writer.c.Publish(last); err != nil {
-			t.Fatal(err)
-		}
+		last = writer.publishSized(t, "test/big/status", 4<<10+i)
 		time.Sleep(15 * time.Millisecond)
 	}
 	took := tc.spread(last, time.Now(), 5*time.Second)
@@ -231,11 +223,7 @@ func TestMidSizeRecordIsAnnouncedAndPulledByPacket(t *testing.T) {
 	}
 	writer := tc.nodes[0]
 	pulls0, packets0 := answers()
-	mid := writer.record("test/mid/status", "")
-	mid.Value = []byte(jsonString(400))
-	if err := writer.c.Publish(mid); err != nil {
-		t.Fatal(err)
-	}
+	mid := writer.publishSized(t, "test/mid/status", 400)
 	took := tc.spread(mid, time.Now(), 10*time.Second)
 	pulls, packets := answers()
 	t.Logf("a 400-byte record reached %d nodes in %s: %d pulls answered, %d by packet", n, took, pulls-pulls0, packets-packets0)
@@ -246,11 +234,7 @@ func TestMidSizeRecordIsAnnouncedAndPulledByPacket(t *testing.T) {
 	}
 
 	pulls0, _ = answers()
-	small := writer.record("test/small/status", "")
-	small.Value = []byte(jsonString(100))
-	if err := writer.c.Publish(small); err != nil {
-		t.Fatal(err)
-	}
+	small := writer.publishSized(t, "test/small/status", 100)
 	tc.spread(small, time.Now(), 10*time.Second)
 	if pulls, _ := answers(); pulls != pulls0 {
 		t.Fatalf("a 100-byte record was pulled %d times, want 0 (a delta)", pulls-pulls0)
@@ -265,22 +249,14 @@ func TestPacketPullsAreBounded(t *testing.T) {
 	tc := newTCluster(t, 2, nil)
 	tc.joinAll()
 	holder := tc.nodes[0]
-	r := holder.record("test/mid/flood", "")
-	r.Value = []byte(jsonString(400))
-	if err := holder.c.Publish(r); err != nil {
-		t.Fatal(err)
-	}
+	r := holder.publishSized(t, "test/mid/flood", 400)
 	base := holder.c.packetAnswers.Load()
 	if !holder.c.answerPullByPacket(pull{From: "stranger", Keys: []string{r.Key}}) || holder.c.packetAnswers.Load() != base {
 		t.Fatalf("a stranger's pull was answered")
 	}
 	// A record too big for a packet goes to the TCP path and spends none
 	// of the rate.
-	big := holder.record("test/mid/big", "")
-	big.Value = []byte(jsonString(4 * holder.c.maxDelta))
-	if err := holder.c.Publish(big); err != nil {
-		t.Fatal(err)
-	}
+	big := holder.publishSized(t, "test/mid/big", 4*holder.c.maxDelta)
 	for range 2 * packetPullRate {
 		if holder.c.answerPullByPacket(pull{From: tc.nodes[1].name, Keys: []string{big.Key}}) {
 			t.Fatalf("a record of %d bytes was answered by packet", len(big.Value))

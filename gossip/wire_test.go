@@ -37,35 +37,15 @@ func decodeAny(b []byte) ([]byte, error) {
 		}
 		return encodeRecords(encs)[0], nil
 	case msgDigest:
-		d, err := decodeDigest(b)
-		if err != nil {
-			return nil, err
-		}
-		return encodeDigest(d), nil
+		return reencode(b, decodeDigest, encodeDigest)
 	case msgRequest:
-		r, err := decodeRequest(b)
-		if err != nil {
-			return nil, err
-		}
-		return encodeRequest(r), nil
+		return reencode(b, decodeRequest, encodeRequest)
 	case msgPull:
-		p, err := decodePull(b)
-		if err != nil {
-			return nil, err
-		}
-		return encodePull(p), nil
+		return reencode(b, decodePull, encodePull)
 	case msgLeave:
-		name, err := decodeLeave(b)
-		if err != nil {
-			return nil, err
-		}
-		return encodeLeave(name), nil
+		return reencode(b, decodeLeave, encodeLeave)
 	case msgHave:
-		h, err := decodeHave(b)
-		if err != nil {
-			return nil, err
-		}
-		return encodeHave(h), nil
+		return reencode(b, decodeHave, encodeHave)
 	case msgPush:
 		inner, err := decodePush(b)
 		if err != nil {
@@ -87,6 +67,15 @@ func decodeAny(b []byte) ([]byte, error) {
 		return encodeQuestion(msgType(b[0]), q), nil
 	}
 	return nil, errMalformed
+}
+
+// reencode decodes b with decode and, if that succeeds, encodes the result.
+func reencode[T any](b []byte, decode func([]byte) (T, error), encode func(T) []byte) ([]byte, error) {
+	v, err := decode(b)
+	if err != nil {
+		return nil, err
+	}
+	return encode(v), nil
 }
 
 func TestMessagesRoundTrip(t *testing.T) {

@@ -8,10 +8,15 @@ import (
 	"testing"
 )
 
-func names(n int) []Node {
+// names returns n nodes n0, n1, ...
+func names(n int) []Node { return nodesNamed("n%d", n) }
+
+// nodesNamed returns n unlabelled, unlimited nodes of weight 1, node i
+// named fmt.Sprintf(format, i).
+func nodesNamed(format string, n int) []Node {
 	ns := make([]Node, n)
 	for i := range ns {
-		ns[i] = Node{Name: fmt.Sprintf("n%d", i)}
+		ns[i] = Node{Name: fmt.Sprintf(format, i)}
 	}
 	return ns
 }

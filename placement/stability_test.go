@@ -9,13 +9,7 @@ import (
 )
 
 // uniformNodes returns n unlabelled, unlimited nodes of weight 1.
-func uniformNodes(n int) []Node {
-	ns := make([]Node, n)
-	for i := range ns {
-		ns[i] = Node{Name: fmt.Sprintf("node-%03d", i)}
-	}
-	return ns
-}
+func uniformNodes(n int) []Node { return nodesNamed("node-%03d", n) }
 
 // uniformWorkloads returns count workloads of replicas replicas each.
 func uniformWorkloads(count, replicas int) []Workload {

@@ -47,6 +47,25 @@ func pluginsWithAdd(t *testing.T, onAdd string) string {
 	return dir
 }
 
+// inNetwork runs f in a network namespace of its own (netnstest.Run)
+// with a Network of bridge on the pod subnet 10.99.1.0/24 of the cluster
+// 10.99.0.0/16, its CNI plugins in plugins; moved is the subnet a test
+// moves it to, 10.99.2.0/24.
+func inNetwork(t *testing.T, bridge, plugins string, f func(ns *netnstest.NS, n *Network, moved *net.IPNet) error) {
+	t.Helper()
+	_, cluster, _ := net.ParseCIDR("10.99.0.0/16")
+	_, old, _ := net.ParseCIDR("10.99.1.0/24")
+	_, moved, _ := net.ParseCIDR("10.99.2.0/24")
+	dir := t.TempDir()
+	netnstest.Run(t, func(ns *netnstest.NS) error {
+		n, err := New(Config{DataDir: dir, Bridge: bridge, PodSubnet: old, ClusterCIDR: cluster, PluginDirs: []string{plugins}})
+		if err != nil {
+			return err
+		}
+		return f(ns, n, moved)
+	})
+}
+
 // A subnet that moves while a sandbox is being attached ends with the
 // bridge on the new subnet's gateway. (The attach in flight ran the
 // bridge plugin with the old configuration after SetSubnet had moved the
@@ -55,15 +74,7 @@ func pluginsWithAdd(t *testing.T, onAdd string) string {
 func TestSubnetMoveDuringAttachLeavesTheNewGateway(t *testing.T) {
 	started := filepath.Join(t.TempDir(), "add-started")
 	plugins := pluginsWithSlowAdd(t, started)
-	_, cluster, _ := net.ParseCIDR("10.99.0.0/16")
-	_, old, _ := net.ParseCIDR("10.99.1.0/24")
-	_, moved, _ := net.ParseCIDR("10.99.2.0/24")
-	dir := t.TempDir()
-	netnstest.Run(t, func(ns *netnstest.NS) error {
-		n, err := New(Config{DataDir: dir, Bridge: "sttest0", PodSubnet: old, ClusterCIDR: cluster, PluginDirs: []string{plugins}})
-		if err != nil {
-			return err
-		}
+	inNetwork(t, "sttest0", plugins, func(ns *netnstest.NS, n *Network, moved *net.IPNet) error {
 		ctx := context.Background()
 		defer n.Detach(ctx, "first")  //nolint:errcheck // cleanup
 		defer n.Detach(ctx, "second") //nolint:errcheck
@@ -110,15 +121,7 @@ func TestHungPluginReleasesTheAttachLock(t *testing.T) {
 	plugins := pluginsWithAdd(t, "exec sleep 600")
 	defer func(d time.Duration) { attachTimeout = d }(attachTimeout)
 	attachTimeout = time.Second
-	_, cluster, _ := net.ParseCIDR("10.99.0.0/16")
-	_, old, _ := net.ParseCIDR("10.99.1.0/24")
-	_, moved, _ := net.ParseCIDR("10.99.2.0/24")
-	dir := t.TempDir()
-	netnstest.Run(t, func(ns *netnstest.NS) error {
-		n, err := New(Config{DataDir: dir, Bridge: "sttest1", PodSubnet: old, ClusterCIDR: cluster, PluginDirs: []string{plugins}})
-		if err != nil {
-			return err
-		}
+	inNetwork(t, "sttest1", plugins, func(ns *netnstest.NS, n *Network, moved *net.IPNet) error {
 		start := time.Now()
 		if _, err := n.Attach(context.Background(), "hung"); err == nil {
 			return fmt.Errorf("an attach whose plugin hangs succeeded")
@@ -129,9 +132,9 @@ func TestHungPluginReleasesTheAttachLock(t *testing.T) {
 		if _, err := os.Stat(n.NetNSPath("hung")); !os.IsNotExist(err) {
 			return fmt.Errorf("the failed attach left its namespace behind (%v)", err)
 		}
-		moved := ns.Go(func() error { return n.SetSubnet(moved) })
+		moving := ns.Go(func() error { return n.SetSubnet(moved) })
 		select {
-		case err := <-moved:
+		case err := <-moving:
 			return err
 		case <-time.After(10 * time.Second):
 			return fmt.Errorf("SetSubnet still waits 10 s after the hung attach failed")

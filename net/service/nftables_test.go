@@ -327,18 +327,8 @@ func TestNFTSyncerTableFollowsTheModel(t *testing.T) {
 func TestNFTSyncerServesClusterIPsAndNodePorts(t *testing.T) {
 	cfg := Config{ClusterCIDR: clusterCIDR}
 	inNewNetns(t, func() error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "pods"}, PeerName: "pods1"}
-		if err := netlink.LinkAdd(veth); err != nil {
+		if _, err := vethUp("pods", "pods1"); err != nil {
 			return err
-		}
-		for _, name := range []string{"pods", "pods1"} {
-			l, err := netlink.LinkByName(name)
-			if err == nil {
-				err = netlink.LinkSetUp(l)
-			}
-			if err != nil {
-				return err
-			}
 		}
 		d, err := netlink.LinkByName("pods")
 		if err != nil {

@@ -24,9 +24,19 @@ func addrPorts(eps ...string) []netip.AddrPort {
 
 var clusterCIDR = netip.MustParsePrefix("10.22.0.0/16")
 
+// hasRules fails t for each of wants that the rules text lacks.
+func hasRules(t *testing.T, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("rules lack %q:\n%s", want, text)
+		}
+	}
+}
+
 func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 	text := string(Rules([]Port{webPort("10.22.1.2:8080", "10.22.2.2:8080", "10.22.3.2:8080")}, Config{ClusterCIDR: clusterCIDR}))
-	for _, want := range []string{
+	hasRules(t, text,
 		"--probability 0.3333333333 -j STARLING-SEP-",
 		"--probability 0.5000000000 -j STARLING-SEP-",
 		"-j DNAT --to-destination 10.22.3.2:8080",
@@ -35,11 +45,7 @@ func TestRulesSpreadEvenlyOverEndpoints(t *testing.T) {
 		"-A STARLING-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
 		"-A STARLING-MARK-MASQ -j MARK --or-mark 0x4000",
 		"-A STARLING-CANARY -j RETURN",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("rules lack %q:\n%s", want, text)
-		}
-	}
+	)
 	// The last endpoint is taken unconditionally (1/(n-i) with i = n-1).
 	if strings.Count(text, "--probability") != 2 {
 		t.Errorf("want 2 probability rules for 3 endpoints:\n%s", text)
@@ -53,15 +59,11 @@ func TestRulesRejectServicesWithoutEndpoints(t *testing.T) {
 	if strings.Contains(text, ":STARLING-SVC-") {
 		t.Errorf("a port without endpoints got a service chain:\n%s", text)
 	}
-	for _, want := range []string{
+	hasRules(t, text,
 		"-A STARLING-REJECT -d 10.23.0.10/32 -p tcp -m tcp --dport 80",
 		"-A STARLING-REJECT -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080",
 		"REJECT --reject-with icmp-port-unreachable",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("rules lack %q:\n%s", want, text)
-		}
-	}
+	)
 }
 
 func TestRulesMasqueradeAllMarksEveryServicePacket(t *testing.T) {

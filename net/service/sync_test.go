@@ -26,6 +26,25 @@ func inNewNetns(t *testing.T, f func() error) {
 	netnstest.Run(t, func(*netnstest.NS) error { return f() })
 }
 
+// vethUp adds a veth pair of name and peer to the current network
+// namespace and sets both ends up.
+func vethUp(name, peer string) (*netlink.Veth, error) {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, err
+	}
+	for _, n := range []string{name, peer} {
+		l, err := netlink.LinkByName(n)
+		if err == nil {
+			err = netlink.LinkSetUp(l)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return veth, nil
+}
+
 // kernelPortChains counts the per-port chains of the nat table.
 func kernelPortChains(s *Syncer) (int, error) {
 	chains, err := s.b.(xt).t.natChains()
@@ -80,18 +99,9 @@ func TestRestartedSyncerRemovesWhatWentAwayWhileDown(t *testing.T) {
 	inNewNetns(t, func() error {
 		// Endpoints behind a veth: packets to them leave (and nobody
 		// answers), after conntrack has its entries.
-		dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ep0"}, PeerName: "ep1"}
-		if err := netlink.LinkAdd(dummy); err != nil {
+		dummy, err := vethUp("ep0", "ep1")
+		if err != nil {
 			return err
-		}
-		for _, name := range []string{"ep0", "ep1"} {
-			l, err := netlink.LinkByName(name)
-			if err == nil {
-				err = netlink.LinkSetUp(l)
-			}
-			if err != nil {
-				return err
-			}
 		}
 		addr, _ := netlink.ParseAddr("10.22.1.1/24")
 		if err := netlink.AddrAdd(dummy, addr); err != nil {

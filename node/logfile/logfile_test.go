@@ -15,6 +15,27 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 11, 0, 0, 123456789, time.UTC)
 
+// newWriter returns a Writer of c.log in a fresh directory, and its path.
+func newWriter(t *testing.T, maxSize int64, maxFiles int) (string, *Writer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c.log")
+	w, err := NewWriter(path, maxSize, maxFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, w
+}
+
+// readLog returns what Read writes of the log at path with o.
+func readLog(t *testing.T, path string, o ReadOptions) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := Read(context.Background(), path, o, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
 func TestEntryRoundTripsAndForeignLinesStayWhole(t *testing.T) {
 	for _, e := range []Entry{
 		{Time: t0, Stream: Stdout, Content: []byte("hello world")},
@@ -57,11 +78,7 @@ func FuzzParse(f *testing.F) {
 // The kubelet's rotation: files never grow past maxSize, at most maxFiles
 // are kept, and together they hold the newest lines in order.
 func TestWriterRotatesBySizeAndKeepsMaxFiles(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := NewWriter(path, 1024, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := newWriter(t, 1024, 3)
 	for i := 0; i < 200; i++ {
 		if err := w.Write(Entry{Time: t0, Stream: Stdout, Content: []byte(fmt.Sprintf("line %03d", i))}); err != nil {
 			t.Fatal(err)
@@ -77,11 +94,7 @@ func TestWriterRotatesBySizeAndKeepsMaxFiles(t *testing.T) {
 			t.Errorf("%s is %d bytes, over the 1024 max", f, st.Size())
 		}
 	}
-	var out bytes.Buffer
-	if err := Read(context.Background(), path, ReadOptions{Tail: -1}, &out); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(readLog(t, path, ReadOptions{Tail: -1}), "\n"), "\n")
 	if lines[len(lines)-1] != "line 199" || len(lines) < 60 {
 		t.Fatalf("read %d lines ending %q", len(lines), lines[len(lines)-1])
 	}
@@ -95,11 +108,7 @@ func TestWriterRotatesBySizeAndKeepsMaxFiles(t *testing.T) {
 // The driver cuts long lines into partial entries and keeps an
 // unterminated last line; the reader joins them again.
 func TestDriveAndReadJoinLongLines(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := NewWriter(path, DefaultMaxSize, DefaultMaxFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := newWriter(t, DefaultMaxSize, DefaultMaxFiles)
 	long := strings.Repeat("x", MaxLineBytes*2+10)
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
@@ -128,11 +137,7 @@ func TestDriveAndReadJoinLongLines(t *testing.T) {
 	if n := strings.Count(string(raw), " stdout P "); n != 2 {
 		t.Errorf("%d partial entries, want 2 for a line of 2 x 16 KiB + 10", n)
 	}
-	var out bytes.Buffer
-	if err := Read(context.Background(), path, ReadOptions{Tail: -1}, &out); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
+	got := readLog(t, path, ReadOptions{Tail: -1})
 	for _, want := range []string{"first\n", long + "\n", "oops\n", "no newline at the end\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("read log lacks %.40q", want)
@@ -141,11 +146,7 @@ func TestDriveAndReadJoinLongLines(t *testing.T) {
 }
 
 func TestReadTailSinceTimestamps(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := NewWriter(path, 1024, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := newWriter(t, 1024, 4)
 	for i := 0; i < 60; i++ {
 		w.Write(Entry{Time: t0.Add(time.Duration(i) * time.Second), Stream: Stdout, Content: []byte(fmt.Sprintf("l%02d", i))})
 	}
@@ -155,13 +156,7 @@ func TestReadTailSinceTimestamps(t *testing.T) {
 		t.Fatalf("%d files: the test wants rotated ones", n)
 	}
 	w.Close()
-	read := func(o ReadOptions) string {
-		var b bytes.Buffer
-		if err := Read(context.Background(), path, o, &b); err != nil {
-			t.Fatal(err)
-		}
-		return b.String()
-	}
+	read := func(o ReadOptions) string { return readLog(t, path, o) }
 	if got := read(ReadOptions{Tail: 3}); got != "l58\nl59\nhalf and half\n" {
 		t.Errorf("tail 3 across rotated files: %q", got)
 	}
@@ -183,11 +178,7 @@ func TestReadTailSinceTimestamps(t *testing.T) {
 // Following reads through a rotation and ends, with everything written,
 // when the container stops.
 func TestFollowThroughRotationToTheEnd(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := NewWriter(path, 1024, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := newWriter(t, 1024, 5)
 	w.Write(Entry{Time: t0, Stream: Stdout, Content: []byte("start")})
 	running := true
 	written := make(chan struct{})
@@ -200,7 +191,6 @@ func TestFollowThroughRotationToTheEnd(t *testing.T) {
 		}
 		close(written)
 	}()
-	var out bytes.Buffer
 	follow := func() bool {
 		select {
 		case <-written:
@@ -209,10 +199,8 @@ func TestFollowThroughRotationToTheEnd(t *testing.T) {
 		}
 		return running
 	}
-	if err := Read(context.Background(), path, ReadOptions{Tail: -1, Follow: follow, Poll: time.Millisecond}, &out); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	out := readLog(t, path, ReadOptions{Tail: -1, Follow: follow, Poll: time.Millisecond})
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if len(lines) != 101 || lines[0] != "start" || lines[100] != "line 099" {
 		t.Fatalf("followed %d lines (%q ... %q), want all 101 through the rotations", len(lines), lines[0], lines[len(lines)-1])
 	}
@@ -223,11 +211,7 @@ func TestFollowThroughRotationToTheEnd(t *testing.T) {
 // long line whole when its last piece comes; with --tail too, and a line
 // left unfinished at the end of the log still comes out.
 func TestLongLinesJoinWithinTheirStream(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := NewWriter(path, DefaultMaxSize, DefaultMaxFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := newWriter(t, DefaultMaxSize, DefaultMaxFiles)
 	at := t0
 	for _, e := range []Entry{
 		{Stream: "stdout", Partial: true, Content: []byte("long-")},
@@ -254,12 +238,8 @@ func TestLongLinesJoinWithinTheirStream(t *testing.T) {
 			t0.Add(time.Second).UTC().Format(time.RFC3339Nano) + " long-line-end\n" +
 			t0.Add(4*time.Second).UTC().Format(time.RFC3339Nano) + " unfinished-to the end"},
 	} {
-		var out bytes.Buffer
-		if err := Read(context.Background(), path, tc.o, &out); err != nil {
-			t.Fatal(err)
-		}
-		if out.String() != tc.want {
-			t.Errorf("%+v: read %q, want %q", tc.o, out.String(), tc.want)
+		if got := readLog(t, path, tc.o); got != tc.want {
+			t.Errorf("%+v: read %q, want %q", tc.o, got, tc.want)
 		}
 	}
 }

@@ -69,6 +69,20 @@ func value(i, n int) string {
 	return fmt.Sprintf("%q", fmt.Sprintf("%06d", i)+strings.Repeat("x", n))
 }
 
+// storeOnSmallDisk opens a store in the directory store of a fresh
+// 200 MiB smallDisk and writes n records cm/<group>/<i> of about size
+// bytes into it.
+func storeOnSmallDisk(t *testing.T, group string, n, size int) (disk, dir string, s *Store) {
+	t.Helper()
+	disk = smallDisk(t, 200)
+	dir = filepath.Join(disk, "store")
+	s = open(t, dir)
+	for i := range n {
+		mustApply(t, s, rec(fmt.Sprintf("cm/%s/%d", group, i), int64(i+1), "n1", value(i, size)), true)
+	}
+	return disk, dir, s
+}
+
 // A full disk used to crash the process with SIGBUS inside badger (its
 // memtable is a sparse file written through mmap), on the first write and
 // again after every restart. Now the store writes nothing to disk below
@@ -77,12 +91,7 @@ func value(i, n int) string {
 // names the directory and ENOSPC, and everything resumes by itself once
 // space returns.
 func TestFullDiskHoldsWritesAndRecovers(t *testing.T) {
-	disk := smallDisk(t, 200)
-	dir := filepath.Join(disk, "store")
-	s := open(t, dir)
-	for i := range 20 {
-		mustApply(t, s, rec(fmt.Sprintf("cm/before/%d", i), int64(i+1), "n1", value(i, 4096)), true)
-	}
+	disk, dir, s := storeOnSmallDisk(t, "before", 20, 4096)
 	if _, err := os.Stat(filepath.Join(dir, ballastName)); err != nil {
 		t.Fatalf("no ballast file: %v", err)
 	}
@@ -170,12 +179,7 @@ func TestFullDiskHoldsWritesAndRecovers(t *testing.T) {
 // ballast first. Open then starts full, and the memtable's records are
 // all there.
 func TestCloseAndOpenOnAFilesystemFilledWhileIdle(t *testing.T) {
-	disk := smallDisk(t, 200)
-	dir := filepath.Join(disk, "store")
-	s := open(t, dir)
-	for i := range 500 {
-		mustApply(t, s, rec(fmt.Sprintf("cm/idle/%d", i), int64(i+1), "n1", value(i, 8192)), true)
-	}
+	disk, dir, s := storeOnSmallDisk(t, "idle", 500, 8192)
 	free := fill(t, disk)
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

@@ -37,6 +37,22 @@ func testRecord(clock *hlc.Clock, key, value string) crdt.Record {
 	return crdt.Record{Key: key, Value: []byte(value), Version: clock.Now(), Origin: "n1"}
 }
 
+// openWithRecords opens the store in dir and writes n records
+// deployment/default/web-<i> into it, versioned by clock.
+func openWithRecords(t *testing.T, dir string, clock *hlc.Clock, n int) *Store {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := s.Apply(testRecord(clock, fmt.Sprintf("deployment/default/web-%d", i), `{"v":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
 // writeAndCrash writes records into a store in dir from a child process
 // that exits without closing it (as a killed agent does): its memtable
 // log is left longer than its last entry.
@@ -55,16 +71,7 @@ func TestHelperWriteAndExit(t *testing.T) {
 	if dir == "" {
 		t.Skip("a helper of writeAndCrash")
 	}
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := hlc.New(nil)
-	for i := range 20 {
-		if _, err := s.Apply(testRecord(clock, fmt.Sprintf("deployment/default/web-%d", i), `{"v":1}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openWithRecords(t, dir, hlc.New(nil), 20)
 	os.Exit(0) // no Close
 }
 
@@ -90,15 +97,7 @@ func TestStoreOpensOnAFilesystemWithNothingFree(t *testing.T) {
 			if tc.crashed {
 				writeAndCrash(t, dir)
 			} else {
-				s, err := Open(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range 20 {
-					if _, err := s.Apply(testRecord(clock, fmt.Sprintf("deployment/default/web-%d", i), `{"v":1}`)); err != nil {
-						t.Fatal(err)
-					}
-				}
+				s := openWithRecords(t, dir, clock, 20)
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -205,16 +204,7 @@ func TestStoreNotClosedOnAFullFilesystemFailsWithTheFix(t *testing.T) {
 func TestStoreClosesAndOpensAfterFillingToZeroWhileRunning(t *testing.T) {
 	fs := smallDisk(t, 250)
 	dir := filepath.Join(fs, "store")
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := hlc.New(nil)
-	for i := range 200 {
-		if _, err := s.Apply(testRecord(clock, fmt.Sprintf("deployment/default/web-%d", i), `{"v":1}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := openWithRecords(t, dir, hlc.New(nil), 200)
 	first := fill(t, fs)
 	if sp := s.Space(); !sp.Full {
 		t.Fatalf("space %+v, want full", sp)
@@ -224,7 +214,7 @@ func TestStoreClosesAndOpensAfterFillingToZeroWhileRunning(t *testing.T) {
 		t.Fatalf("close at 0 bytes free: %v", err)
 	}
 	third := fill(t, fs, "filler3") // the reserve's blocks
-	s, err = Open(dir)
+	s, err := Open(dir)
 	if err != nil {
 		t.Fatalf("open at 0 bytes free after the close: %v", err)
 	}

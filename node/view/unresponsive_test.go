@@ -10,6 +10,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/placement"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestUnreportedFindsNodesThatDoNotListTheirReplicas: a node that lists
@@ -125,27 +126,9 @@ func TestAckTrackerExcludesAfterTimeoutWithBackoff(t *testing.T) {
 // StatefulSet replicas placement gives it (at most one copy: they never
 // move off a live node on one node's judgement).
 func TestPlaceLeavesExcludedNodesOutOfDeploymentsOnly(t *testing.T) {
-	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 12
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: c, image: img}]}
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: db}
-spec:
-  replicas: 12
-  serviceName: db
-  selector: {matchLabels: {app: db}}
-  template:
-    metadata: {labels: {app: db}}
-    spec: {containers: [{name: c, image: img}]}
-`), "test")
+	web := harness.App{Name: "web", Replicas: 12, Container: "c", Image: "img"}
+	db := harness.App{Name: "db", Replicas: 12, Container: "c", Image: "img"}
+	objs, err := manifest.Parse([]byte(harness.Manifests(web.Deployment(), db.StatefulSet("db"))), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // The view's desired replicas, built from each workload's cached
@@ -30,16 +31,7 @@ func TestAllReplicasFollowsEveryWrite(t *testing.T) {
 	vs := NewBuilder(Config{})
 	for step := range 300 {
 		name := names[rng.IntN(len(names))]
-		o := mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[1]s}
-spec:
-  replicas: %[2]d
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec: {containers: [{name: c, image: "x:%[3]d"}]}
-`, name, rng.IntN(13), rng.IntN(3)))
+		o := mustParse(t, harness.App{Name: name, Replicas: int32(rng.IntN(13)), Container: "c", Image: fmt.Sprintf("x:%d", rng.IntN(3))}.Deployment())
 		version++
 		b, err := manifest.Encode(o)
 		if err != nil {

@@ -13,6 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/test/harness"
 )
@@ -36,12 +40,18 @@ type clusterFigures struct {
 }
 
 // rolloutStrategies are the strategies timed, in order: the label printed,
-// the Deployment's name and the manifest's strategy block ("" leaves Kubernetes' default,
+// the Deployment's name and its strategy (the zero value leaves Kubernetes' default,
 // RollingUpdate 25%/25%: for 10 replicas 2 unavailable, 3 surge).
-var rolloutStrategies = []struct{ label, deployment, yaml string }{
-	{"default 25%/25%", "roll-default", ""},
-	{"maxUnavailable=1,maxSurge=0", "roll-one", "  strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1, maxSurge: 0}}\n"},
+var rolloutStrategies = []struct {
+	label, deployment string
+	strategy          appsv1.DeploymentStrategy
+}{
+	{"default 25%/25%", "roll-default", appsv1.DeploymentStrategy{}},
+	{"maxUnavailable=1,maxSurge=0", "roll-one", appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr(intstr.FromInt32(1)), MaxSurge: ptr(intstr.FromInt32(0))}}},
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // clusterBench runs the cluster group and prints it. Ctrl-C or SIGTERM
 // stops it and still tears the cluster down.
@@ -83,7 +93,7 @@ func measureCluster(ctx context.Context, c *harness.Cluster, echoTar string, age
 	}
 	figs.rollout = map[string][]time.Duration{}
 	for _, s := range rolloutStrategies {
-		ds, err := rollouts(ctx, c.Nodes, s.deployment, s.yaml, rolloutRuns)
+		ds, err := rollouts(ctx, c.Nodes, s.deployment, s.strategy, rolloutRuns)
 		if err != nil {
 			return figs, err
 		}
@@ -128,39 +138,16 @@ func allAlive(nodes []*harness.Node) (bool, error) {
 }
 
 // deploymentYAML is a Deployment of the echo image with an httpGet
-// readiness probe every second; message (an env value) sets the spec hash,
-// strategy is a `  strategy: ...` line or "".
-func deploymentYAML(name string, replicas int, strategy, message string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-%s  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: echo
-        image: starling.local/echo:v1
-        env: [{name: MESSAGE, value: %q}]
-        ports: [{name: http, containerPort: %d}]
-        readinessProbe:
-          httpGet: {path: /healthz, port: http}
-          periodSeconds: 1
-`, name, replicas, strategy, name, name, message, echoPort)
+// readiness probe every second; message (an env value) sets the spec hash.
+func deploymentYAML(name string, replicas int, strategy appsv1.DeploymentStrategy, message string) string {
+	app := harness.App{Name: name, Replicas: int32(replicas), Grace: harness.Seconds(2), Env: harness.Env("MESSAGE", message),
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: echoPort}}, Readiness: harness.HTTPProbe("/healthz", 0)}
+	return app.Deployment(func(d *appsv1.Deployment) { d.Spec.Strategy = strategy })
 }
 
 // serviceYAML is a ClusterIP Service selecting the Deployment name.
 func serviceYAML(name string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: %s}
-spec:
-  selector: {app: %s}
-  ports: [{port: 80, targetPort: http}]
-`, name, name)
+	return harness.App{Name: name}.Service(name, []corev1.ServicePort{harness.ServicePort(80, "http")})
 }
 
 func apply(n *harness.Node, manifest string) error {
@@ -178,7 +165,7 @@ func apply(n *harness.Node, manifest string) error {
 func failover(ctx context.Context, c *harness.Cluster, runs int) (rulesGone, replaced []time.Duration, err error) {
 	const name = "failover"
 	n1 := c.Nodes[0]
-	if err := apply(n1, deploymentYAML(name, failoverReplicas, "", "v1")+"---\n"+serviceYAML(name)); err != nil {
+	if err := apply(n1, harness.Manifests(deploymentYAML(name, failoverReplicas, appsv1.DeploymentStrategy{}, "v1"), serviceYAML(name))); err != nil {
 		return nil, nil, err
 	}
 	for i := 0; i < runs; i++ {
@@ -322,7 +309,7 @@ func waitGone(ctx context.Context, nodes []*harness.Node, workload string) error
 // with the given strategy block: from apply to every copy of the new spec
 // hash ready and no copy of an older one left. It deletes the Deployment
 // at the end.
-func rollouts(ctx context.Context, nodes []*harness.Node, name, strategy string, runs int) ([]time.Duration, error) {
+func rollouts(ctx context.Context, nodes []*harness.Node, name string, strategy appsv1.DeploymentStrategy, runs int) ([]time.Duration, error) {
 	n1 := nodes[0]
 	if err := apply(n1, deploymentYAML(name, rolloutReplicas, strategy, "m0")); err != nil {
 		return nil, err

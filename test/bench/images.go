@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
@@ -42,18 +44,11 @@ func imageBench(a artifacts, runs int) error {
 	if err != nil {
 		return fmt.Errorf("build the big image: %w", err)
 	}
-	c, err := harness.NewNamed(filepath.Join(a.dir, "images"), fmt.Sprintf("stbi%d-", os.Getpid()), a.binary, nil)
+	c, n1, err := firstNode(a, "images", "stbi", "n1")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	n1, err := c.AddNode("n1", 1)
-	if err != nil {
-		return err
-	}
-	if err := n1.StartAgent(); err != nil {
-		return err
-	}
 	if _, err := n1.CLI("image", "import", tar); err != nil {
 		return err
 	}
@@ -226,19 +221,8 @@ var logTime = regexp.MustCompile(`^time=(\S+) `)
 // and from then to the replica running.
 func peerFetch(n *harness.Node, k int) (fetch, rest time.Duration, err error) {
 	name := fmt.Sprintf("big%d", k)
-	m := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[1]s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec:
-      nodeSelector: {bench: n%[2]d}
-      terminationGracePeriodSeconds: 2
-      containers: [{name: echo, image: "starling.local/big:v1"}]
-`, name, k)
+	m := harness.App{Name: name, Replicas: 1, Image: "starling.local/big:v1", Grace: harness.Seconds(2),
+		Pod: func(p *corev1.PodSpec) { p.NodeSelector = map[string]string{"bench": fmt.Sprintf("n%d", k)} }}.Deployment()
 	if _, err := n.CLIInput(strings.NewReader(m), "apply", "-f", "-"); err != nil {
 		return 0, 0, err
 	}

@@ -33,18 +33,7 @@ import (
 )
 
 func manifest(name string, replicas int) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers: [{name: echo, image: "starling.local/echo:v1", ports: [{containerPort: 8080}]}]
-`, name, replicas, name, name)
+	return harness.App{Name: name, Replicas: int32(replicas), Grace: harness.Seconds(2), Ports: harness.Port8080}.Deployment()
 }
 
 func running(n *harness.Node, workload string) (int, int, error) {
@@ -228,19 +217,31 @@ func withArtifacts(f func(artifacts) error) error {
 	return f(a)
 }
 
+// firstNode creates a cluster in a.dir/sub whose namespaces are named
+// prefix<pid>-, with one node, name, whose agent it starts; on an error
+// it closes the cluster.
+func firstNode(a artifacts, sub, prefix, name string) (*harness.Cluster, *harness.Node, error) {
+	c, err := harness.NewNamed(filepath.Join(a.dir, sub), fmt.Sprintf("%s%d-", prefix, os.Getpid()), a.binary, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := c.AddNode(name, 1)
+	if err == nil {
+		err = n.StartAgent()
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, n, nil
+}
+
 func run(a artifacts, runs int) error {
-	c, err := harness.NewNamed(filepath.Join(a.dir, "cluster"), fmt.Sprintf("stbench%d-", os.Getpid()), a.binary, nil)
+	c, n, err := firstNode(a, "cluster", "stbench", "bench1")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	n, err := c.AddNode("bench1", 1)
-	if err != nil {
-		return err
-	}
-	if err := n.StartAgent(); err != nil {
-		return err
-	}
 	// Idle with no workload: settled, nothing imported yet.
 	time.Sleep(30 * time.Second)
 	idleEmpty := rssKiB(n.AgentPID())

@@ -355,35 +355,16 @@ func runForgotten(name, bind, dataDir, join string) error {
 	}
 	body, _ := json.Marshal(trust.SignJoinRequest(name, key, cert, server, time.Now()))
 	anyServer := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the answer is what is tested
-	if resp, err := anyServer.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body)); err != nil {
-		fmt.Println("join with a minted invitation: err", err)
-	} else {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			fmt.Println("join with a minted invitation: ADMITTED")
-		} else {
-			fmt.Printf("join with a minted invitation: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
-		}
-	}
+	resp, err := anyServer.Post("https://"+join+":7947/v1/join", "application/json", bytes.NewReader(body))
+	printAnswer("join with a minted invitation", "ADMITTED", resp, err)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: roots, ServerName: "n1", InsecureSkipVerify: true, //nolint:gosec // the answer is what is tested
 		Certificates: []tls.Certificate{{Certificate: [][]byte{cert, ca.Raw}, PrivateKey: key}},
 	}}}
-	resp, err := client.Get("https://" + join + ":7947/v1/keys")
-	if err != nil {
-		fmt.Println("gossip keys with the minted certificate: err", err)
-	} else {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			fmt.Println("gossip keys with the minted certificate: GIVEN")
-		} else {
-			fmt.Printf("gossip keys with the minted certificate: status %d: %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
-		}
-	}
+	resp, err = client.Get("https://" + join + ":7947/v1/keys")
+	printAnswer("gossip keys with the minted certificate", "GIVEN", resp, err)
 	cfg := gossip.DefaultConfig()
 	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.SecretKey, cfg.ExtraKeys = name, bind, 7946, keys[0], keys[1:]
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -501,6 +482,22 @@ func runImpostor(victim, with, bind, secretsFrom, tokenFile, dataDir, join, serv
 			c.Publish(*status)
 		}
 		time.Sleep(2 * time.Second)
+	}
+}
+
+// printAnswer prints what an HTTP request for what got: its error, ok
+// for 200 OK, else the status and the start of the body.
+func printAnswer(what, ok string, resp *http.Response, err error) {
+	if err != nil {
+		fmt.Println(what+": err", err)
+		return
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		fmt.Println(what + ": " + ok)
+	} else {
+		fmt.Printf("%s: status %d: %s\n", what, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 }
 
