@@ -214,7 +214,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetw
 	// keeps them listed (their addresses hidden) until the next pass.
 	a.own.subnets.publish = a.own.status.republish
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
-		ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
+		Checked: a.guard.rejects.checked, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
 		SelfStatus: func() view.NodeStatus { return a.own.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
 	a.own.subnets.withHeld, a.own.subnets.claimsNear, a.own.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
 	a.work.fence = newFence(cfg, a.started, log)

@@ -57,11 +57,14 @@ type rejects struct {
 	// (Identity.ForgottenAt); nil: never checked. A status record that would bind
 	// a free name with a certificate made before that is refused.
 	forgotten func(name string) (time.Time, bool)
-	log       *slog.Logger
-	count     *prometheus.CounterVec
-	mu        sync.Mutex
-	seen      map[[2]string]bool
-	full      bool
+	// checked keeps the statuses this check decoded, for the view
+	// (view.Config.Checked).
+	checked *view.Checked
+	log     *slog.Logger
+	count   *prometheus.CounterVec
+	mu      sync.Mutex
+	seen    map[[2]string]bool
+	full    bool
 }
 
 func newRejects(cluster netip.Prefix, creds *trust.Credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
@@ -70,7 +73,8 @@ func newRejects(cluster netip.Prefix, creds *trust.Credentials, bound func(strin
 	if creds != nil {
 		certs = trust.NewCertCache(creds.CA)
 	}
-	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, log: log, count: count, seen: map[[2]string]bool{}}
+	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, checked: view.NewChecked(),
+		log: log, count: count, seen: map[[2]string]bool{}}
 }
 
 // setHeld sets the lookups of the statuses this node holds and of
@@ -145,6 +149,15 @@ func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 // node and the record's signer), and a new or changed subnet claim
 // (checkTakeover).
 func (x *rejects) checkStatus(s view.NodeStatus, r crdt.Record) *rejection {
+	rj := x.checkClaim(s, r)
+	if rj == nil {
+		x.checked.Note(r, s, x.cluster)
+	}
+	return rj
+}
+
+// checkClaim is checkStatus but for noting what passed.
+func (x *rejects) checkClaim(s view.NodeStatus, r crdt.Record) *rejection {
 	if x.certs != nil {
 		if err := x.certs.Verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)

@@ -102,6 +102,9 @@ type Config struct {
 	// ReclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
 	ReclaimAfter time.Duration
+	// Checked holds the statuses decoded when their records were checked
+	// on arrival (nil: none), so the view does not decode them again.
+	Checked *Checked
 	// Share is what agents of one process decode once for all (nil but
 	// in the scale simulation: decodeshare.go).
 	Share *DecodeShare

@@ -369,6 +369,11 @@ func (vs *Builder) decodeStatus(r crdt.Record) cachedStatus {
 	if ok && c.from.same(r) {
 		return c
 	}
+	if c, ok := vs.cfg.Checked.take(r); ok {
+		vs.statuses[r.Key] = c
+		vs.cfg.Share.putStatus(r, c)
+		return c
+	}
 	if c, ok := vs.cfg.Share.status(r); ok {
 		vs.statuses[r.Key] = c
 		return c
