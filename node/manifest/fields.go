@@ -2,8 +2,11 @@ package manifest
 
 import (
 	"encoding/json"
-	"sort"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -172,80 +175,198 @@ func concat(lists ...[]string) []string {
 }
 
 // unsupportedFields returns a Forbidden error for every non-empty field of
-// obj outside allowed, naming its exact path. obj is walked in its JSON form,
-// the same shape users write.
+// obj outside allowed, naming its exact path. obj is walked as its JSON
+// form says it (the same shape users write: the names in its json tags,
+// inline structs flattened, fields that omitempty or omitzero leave out
+// skipped), by reflection, without encoding it.
 func unsupportedFields(allowed *fieldTree, obj any) field.ErrorList {
-	js, err := json.Marshal(obj)
-	if err != nil {
-		return field.ErrorList{field.InternalError(nil, err)}
-	}
-	var v any
-	if err := json.Unmarshal(js, &v); err != nil {
-		return field.ErrorList{field.InternalError(nil, err)}
-	}
 	var errs field.ErrorList
-	walkFields(allowed, v, nil, &errs)
+	walkValue(allowed, reflect.ValueOf(obj), nil, &errs)
 	return errs
 }
 
-func walkFields(t *fieldTree, v any, path *field.Path, errs *field.ErrorList) {
-	if t.leaf || isEmpty(v) {
-		return
+var marshalerType = reflect.TypeFor[json.Marshaler]()
+
+// asMarshaler returns v as a json.Marshaler when its type (or, for an
+// addressable v, its pointer) encodes itself (metav1.Time,
+// intstr.IntOrString, resource.Quantity): a scalar to this walk.
+func asMarshaler(v reflect.Value) (json.Marshaler, bool) {
+	if v.Kind() != reflect.Pointer && v.Kind() != reflect.Interface && v.Type().Implements(marshalerType) {
+		return v.Interface().(json.Marshaler), true
 	}
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			var p *field.Path
-			if path == nil {
-				p = field.NewPath(k)
-			} else {
-				p = path.Child(k)
+	if v.Kind() != reflect.Pointer && v.CanAddr() && v.Addr().Type().Implements(marshalerType) {
+		return v.Addr().Interface().(json.Marshaler), true
+	}
+	return nil, false
+}
+
+// jsonField is how encoding/json writes one field of a struct type.
+type jsonField struct {
+	name      string
+	index     []int // through embedded structs without a name, flattened as "inline" ones are
+	omitEmpty bool
+	omitZero  bool
+}
+
+// jsonFieldsOf caches the fields of struct types (reflect.Type ->
+// []jsonField).
+var jsonFieldsOf sync.Map
+
+// fieldsOf returns how encoding/json writes struct type t's fields, sorted
+// by name: "-" and unexported ones left out, names from the json tags.
+func fieldsOf(t reflect.Type) []jsonField {
+	if fs, ok := jsonFieldsOf.Load(t); ok {
+		return fs.([]jsonField)
+	}
+	var fs []jsonField
+	var add func(t reflect.Type, at []int)
+	add = func(t reflect.Type, at []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			tag := sf.Tag.Get("json")
+			if tag == "-" || (!sf.IsExported() && !sf.Anonymous) {
+				continue
 			}
-			visit(t.children[k], v[k], p, errs)
-		}
-	case []any:
-		for i, e := range v {
-			visit(t.children["[]"], e, path.Index(i), errs)
+			name, opts, _ := strings.Cut(tag, ",")
+			index := append(slices.Clone(at), i)
+			if sf.Anonymous && name == "" && sf.Type.Kind() == reflect.Struct {
+				add(sf.Type, index)
+				continue
+			}
+			if name == "" {
+				name = sf.Name
+			}
+			fs = append(fs, jsonField{name: name, index: index, omitEmpty: hasOpt(opts, "omitempty"), omitZero: hasOpt(opts, "omitzero")})
 		}
 	}
-	// A scalar where the tree expects structure cannot come out of the typed
-	// objects; nothing to report.
+	add(t, nil)
+	slices.SortStableFunc(fs, func(a, b jsonField) int { return strings.Compare(a.name, b.name) })
+	jsonFieldsOf.Store(t, fs)
+	return fs
 }
 
-func visit(t *fieldTree, v any, path *field.Path, errs *field.ErrorList) {
-	if t == nil {
-		if !isEmpty(v) {
-			*errs = append(*errs, field.Forbidden(path, notSupportedYet))
-		}
-		return
+// written returns struct v's field f as encoding/json writes it, or false
+// when it leaves it out (omitempty or omitzero, and empty).
+func (f jsonField) written(v reflect.Value) (reflect.Value, bool) {
+	fv := v.FieldByIndex(f.index)
+	if f.omitEmpty && omitEmpty(fv) || f.omitZero && fv.IsZero() {
+		return fv, false
 	}
-	walkFields(t, v, path, errs)
+	return fv, true
 }
 
-// isEmpty reports whether a JSON value says nothing: null, an empty list,
-// or an object holding only empty values. `securityContext: {}` is empty; `false`
-// and `0` are not, since for pointer fields they are explicit choices.
-func isEmpty(v any) bool {
-	switch v := v.(type) {
-	case nil:
+func hasOpt(opts, o string) bool {
+	for opt := range strings.SplitSeq(opts, ",") {
+		if opt == o {
+			return true
+		}
+	}
+	return false
+}
+
+// omitEmpty reports whether encoding/json's omitempty leaves v out: false,
+// 0, "", a nil pointer or interface, an empty slice, map or array.
+func omitEmpty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
+		return v.Len() == 0
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Interface, reflect.Pointer:
+		return v.IsZero()
+	}
+	return false
+}
+
+// emptyValue reports whether v's JSON form says nothing (as encoding/json writes it): null,
+// an empty list, or an object holding only empty values.
+func emptyValue(v reflect.Value) bool {
+	if !v.IsValid() {
 		return true
-	case map[string]any:
-		for _, e := range v {
-			if !isEmpty(e) {
+	}
+	if (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+		return true
+	}
+	if m, ok := asMarshaler(v); ok {
+		b, err := m.MarshalJSON()
+		return err == nil && string(b) == "null"
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return emptyValue(v.Elem())
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if !emptyValue(it.Value()) {
 				return false
 			}
 		}
 		return true
-	case []any:
-		// A list element is an explicit entry even when all its fields are
-		// empty (`tolerations: [{}]` tolerates everything).
-		return len(v) == 0
-	default:
-		return false
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return v.IsNil() // base64: "" is a value
+		}
+		return v.Len() == 0
+	case reflect.Struct:
+		for _, f := range fieldsOf(v.Type()) {
+			if fv, ok := f.written(v); ok && !emptyValue(fv) {
+				return false
+			}
+		}
+		return true
 	}
+	return false
+}
+
+// walkValue reports, below path, the non-empty fields of v that t does
+// not allow, in the order of their JSON names.
+// (An empty subtree reports nothing: every field below is empty.)
+func walkValue(t *fieldTree, v reflect.Value, path *field.Path, errs *field.ErrorList) {
+	if t.leaf || !v.IsValid() {
+		return
+	}
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if _, ok := asMarshaler(v); ok {
+		return // a scalar where the tree expects structure; nothing to report
+	}
+	child := func(k string) *field.Path {
+		if path == nil {
+			return field.NewPath(k)
+		}
+		return path.Child(k)
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		for _, f := range fieldsOf(v.Type()) {
+			if fv, ok := f.written(v); ok {
+				visitValue(t.children[f.name], fv, child(f.name), errs)
+			}
+		}
+	case reflect.Map:
+		byName := map[string]reflect.Value{}
+		for it := v.MapRange(); it.Next(); {
+			byName[it.Key().String()] = it.Value()
+		}
+		for _, k := range slices.Sorted(maps.Keys(byName)) {
+			visitValue(t.children[k], byName[k], child(k), errs)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			visitValue(t.children["[]"], v.Index(i), path.Index(i), errs)
+		}
+	}
+}
+
+func visitValue(t *fieldTree, v reflect.Value, path *field.Path, errs *field.ErrorList) {
+	if t == nil {
+		if !emptyValue(v) {
+			*errs = append(*errs, field.Forbidden(path, notSupportedYet))
+		}
+		return
+	}
+	walkValue(t, v, path, errs)
 }
