@@ -6,8 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 func applyYAML(t *testing.T, n *testNode, y string) (int, string) {
@@ -46,20 +49,11 @@ func TestApplyBoundsAndServiceRangesFailClearlyAndStoreNothing(t *testing.T) {
 	call(t, n, http.MethodGet, "/v1/objects/service", nil, &before)
 
 	big := strings.Repeat("x", 100_000)
-	var env strings.Builder
+	var env []corev1.EnvVar
 	for i := 0; i < 12; i++ {
-		env.WriteString(`{name: V` + string(rune('A'+i)) + `, value: "` + big + `"}, `)
+		env = append(env, corev1.EnvVar{Name: "V" + string(rune('A'+i)), Value: big})
 	}
-	huge := `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: huge}
-spec:
-  selector: {matchLabels: {app: huge}}
-  template:
-    metadata: {labels: {app: huge}}
-    spec:
-      containers: [{name: c, image: img, env: [` + env.String() + `]}]
-`
+	huge := harness.App{Name: "huge", Replicas: 1, Container: "c", Image: "img", Env: env}.Deployment()
 	cases := []struct {
 		name, yaml string
 		want       []string
@@ -121,16 +115,7 @@ func mustJSON(t *testing.T, v any) string {
 // MAX_ARG_STRLEN would make every start fail with E2BIG; it is refused at
 // apply with the field path.
 func TestEnvOverTheKernelLimitIsRefused(t *testing.T) {
-	y := `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: e}
-spec:
-  selector: {matchLabels: {app: e}}
-  template:
-    metadata: {labels: {app: e}}
-    spec:
-      containers: [{name: c, image: img, env: [{name: BIG, value: "` + strings.Repeat("y", 900<<10) + `"}]}]
-`
+	y := harness.App{Name: "e", Replicas: 1, Container: "c", Image: "img", Env: harness.Env("BIG", strings.Repeat("y", 900<<10))}.Deployment()
 	_, err := manifest.Parse([]byte(y), "x.yaml")
 	if err == nil || !strings.Contains(err.Error(), "spec.template.spec.containers[0].env[0].value: Invalid value: \"<921605 bytes>\"") ||
 		!strings.Contains(err.Error(), "MAX_ARG_STRLEN") {

@@ -14,10 +14,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // testNode is one in-process agent on loopback with a fake runtime.
@@ -180,23 +184,12 @@ func deploy(t *testing.T, n *testNode, name string, replicas int, image string) 
 // spaces, each ending in a newline) besides its container.
 func deployPod(t *testing.T, n *testNode, name string, replicas int, image, podSpec string) {
 	t.Helper()
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-%s      containers: [{name: c, image: %q}]
-`, name, replicas, name, name, podSpec, image)), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.agent.api.objects.store(objs); err != nil {
-		t.Fatal(err)
-	}
+	storeObjects(t, n, testDeployment(t, harness.App{Name: name, Replicas: int32(replicas), Container: "c", Image: image,
+		Pod: func(p *corev1.PodSpec) {
+			if err := yaml.UnmarshalStrict([]byte(podSpec), p); err != nil {
+				t.Fatalf("pod spec %q: %v", podSpec, err)
+			}
+		}}))
 }
 
 // runningEverywhere checks that, across nodes, each replica of workload

@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // syncBuffer is a bytes.Buffer safe for the dry-run loop and the test.
@@ -37,26 +40,9 @@ func (s *syncBuffer) String() string {
 
 func TestDryRunPrintsSubnetRoutesAndServiceRulesAndTakesNothing(t *testing.T) {
 	a0 := start(t, "a0", t.TempDir(), nil)
-	waitFor(t, 10*time.Second, func() error {
-		if !a0.agent.own.subnets.settled.Load() {
-			return fmt.Errorf("a0 has not settled its subnet")
-		}
-		return nil
-	})
+	waitSubnetSettled(t, a0, 10*time.Second)
 	deploy(t, a0, "web", 1, "img:v1")
-	svc, err := manifest.Parse([]byte(`apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  selector: {app: web}
-  ports: [{port: 80, targetPort: 8080}]
-`), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a0.agent.api.objects.store(svc); err != nil {
-		t.Fatal(err)
-	}
+	storeObjects(t, a0, testService(t, harness.App{Name: "web"}, "web", []corev1.ServicePort{harness.ServicePort(80, "8080")}))
 
 	out := &syncBuffer{}
 	dry := start(t, "dry", t.TempDir(), []string{a0.addr()}, func(c *testSetup) { c.DryRun, c.dryRunOut, c.ProxyMode = true, out, dataplane.ProxyIptables })

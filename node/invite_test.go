@@ -18,8 +18,14 @@ import (
 // with the first node's credentials).
 func testCA(t testing.TB) *trust.Credentials {
 	t.Helper()
+	return testCAOf(t, "n1")
+}
+
+// testCAOf is testCA with first as the first node (with keyOf(first)).
+func testCAOf(t testing.TB, first string) *trust.Credentials {
+	t.Helper()
 	dir := t.TempDir()
-	creds, err := trust.CreateCluster(dir, dir, "n1", keyOf("n1"), nil, time.Now())
+	creds, err := trust.CreateCluster(dir, dir, first, keyOf(first), nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,7 @@ package node
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -52,13 +50,7 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 	}
 	t.Cleanup(func() { a.mem.cluster.Shutdown() })
 	a.guard.join = &trust.Admission{Store: st, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: "n1", GossipKeys: a.mem.cluster.Keys, Log: a.log}
-	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.guard.trust.ServerTLS()
-	// httptest would put its own certificate in an empty list.
-	srv.TLS.Certificates = []tls.Certificate{*a.guard.trust.TLSCert()}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	return a, srv
+	return a, serveTLS(t, a.guard.trust, a.peerHandler())
 }
 
 func writeToken(t *testing.T, tok string) string {
@@ -227,21 +219,7 @@ func BenchmarkAcceptCertifiedStatusRecord(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := goodStatus()
-	for i := 1; i < 10; i++ {
-		r := s.Replicas[0]
-		r.Name, r.Ordinal, r.PodIP = fmt.Sprintf("web-%d", i), i, fmt.Sprintf("10.22.2.%d", 5+i)
-		s.Replicas = append(s.Replicas, r)
-	}
-	s.Cert = cert.Raw
-	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, creds, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
-	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
-	for b.Loop() {
-		if err := x.check(rec); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchmarkAccept(b, creds, cert.Raw)
 }
 
 // BenchmarkVerifyNodeCert is the first sight of a node's certificate

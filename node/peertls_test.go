@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +27,7 @@ import (
 // status record is accepted only with a certificate the cluster CA issued
 // for that node and the record's signer.
 func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
-	d := t.TempDir()
-	creds, err := trust.CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := testCAOf(t, "a")
 	foreignCA, foreignKey, _ := trust.NewCA(time.Now())
 	cert := func(ca *trust.Credentials, name, keyName string) []byte {
 		c, err := trust.SignNodeCert(ca.CA, ca.CAKey, name, keyOf(keyName).Public().(ed25519.PublicKey), nil, time.Now(), time.Time{})
@@ -76,11 +70,7 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 // a holder of the gossip key) is refused (reason revoked); one made after
 // it binds the name.
 func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
-	d := t.TempDir()
-	creds, err := trust.CreateCluster(d, d, "a", keyOf("a"), nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := testCAOf(t, "a")
 	now := time.Now()
 	x := newRejects(testClusterCIDR, creds, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	x.forgotten = func(name string) (time.Time, bool) { return now.Add(-time.Hour), name == "b" }
@@ -111,21 +101,11 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 // minted for a known name with another key (an impostor) is refused as a
 // client and as a server; a request with no certificate gets 401.
 func TestPeerTLSChecksTheBoundKey(t *testing.T) {
-	d := t.TempDir()
-	creds, err := trust.CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := testCA(t)
 	serve := func(a *trust.Trust) string {
-		srv := httptest.NewUnstartedServer(a.RequirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return serveTLS(t, a, a.RequirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "hello "+r.Header.Get(trust.ProxiedHeader))
-		})))
-		srv.TLS = a.ServerTLS()
-		srv.TLS.Certificates = []tls.Certificate{*a.TLSCert()} // else httptest puts its own
-		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		return srv.URL
+		}))).URL
 	}
 	call := func(from *trust.Trust, to, url string) (int, string, error) {
 		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: from.ClientTLS(to)}}
@@ -165,19 +145,9 @@ func TestPeerTLSChecksTheBoundKey(t *testing.T) {
 // the CA pin but not the server pin; the real node passes both, also
 // after renewing its certificate (same key).
 func TestPinnedTLSWithServerPinAcceptsOnlyThatNode(t *testing.T) {
-	d := t.TempDir()
-	creds, err := trust.CreateCluster(d, d, "n1", keyOf("n1"), nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := testCA(t)
 	serve := func(tr *trust.Trust) string {
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-		srv.TLS = tr.ServerTLS()
-		srv.TLS.Certificates = []tls.Certificate{*tr.TLSCert()}
-		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		return srv.URL
+		return serveTLS(t, tr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })).URL
 	}
 	real := peerTrust(t, creds, "n1", "n1")
 	impostor := peerTrust(t, creds, "n1", "evil")
@@ -239,11 +209,7 @@ func TestDamagedCredentialsAreNotANewCluster(t *testing.T) {
 func TestKeyInstallWaitsForTheRevocation(t *testing.T) {
 	a, _ := joinServer(t)
 	a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: t.TempDir(), Self: "n1", Log: a.log}
-	srv := httptest.NewUnstartedServer(a.peerHandler())
-	srv.TLS = a.guard.trust.ServerTLS()
-	srv.TLS.Certificates = []tls.Certificate{*a.guard.trust.TLSCert()}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	srv := serveTLS(t, a.guard.trust, a.peerHandler())
 	// n2 is a node n1 knows (a certified status record binds its key).
 	s := goodStatus()
 	s.Name = "n2"

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // execScript answers the fake runtime's exec probes: argv[1] names a
@@ -50,29 +52,28 @@ func (s *execScript) count(check string) int {
 	return s.calls[check]
 }
 
-// deployProbed applies a one-replica Deployment whose container has the
-// given probes (YAML, indented for the container).
-func deployProbed(t *testing.T, n *testNode, name, probes string) {
+// probedNode starts agent a0 with its exec probes answered by a script
+// in which the checks named in failing fail.
+func probedNode(t *testing.T, failing ...string) (*testNode, *execScript) {
 	t.Helper()
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: c
-        image: img:v1
-%s`, name, name, name, probes)), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.agent.api.objects.store(objs); err != nil {
-		t.Fatal(err)
-	}
+	n := start(t, "a0", t.TempDir(), nil)
+	script := newExecScript(failing...)
+	n.rt.exec = script.exec
+	return n, script
+}
+
+// deployProbed applies a one-replica Deployment whose container has the
+// given probes (nil: none).
+func deployProbed(t *testing.T, n *testNode, name string, startup, liveness, readiness *corev1.Probe) {
+	t.Helper()
+	storeObjects(t, n, testDeployment(t, harness.App{Name: name, Replicas: 1, Container: "c", Image: "img:v1", Grace: harness.Seconds(1),
+		Liveness: liveness, Readiness: readiness, Pod: func(p *corev1.PodSpec) { p.Containers[0].StartupProbe = startup }}))
+}
+
+// checkProbe is a probe running "check what" every second, failing after
+// failures failed attempts (0: the default, 3).
+func checkProbe(what string, failures int32) *corev1.Probe {
+	return harness.ExecProbe(failures, "check", what)
 }
 
 // oneReplica returns the node's view of workload's only replica.
@@ -95,17 +96,8 @@ func (f *fakeRuntime) only() reconcile.Container {
 }
 
 func TestLivenessFailureRestartsThroughCrashBackoff(t *testing.T) {
-	n := start(t, "a0", t.TempDir(), nil)
-	script := newExecScript()
-	n.rt.exec = script.exec
-	deployProbed(t, n, "live", `        livenessProbe:
-          exec: {command: [check, live]}
-          periodSeconds: 1
-          failureThreshold: 2
-        readinessProbe:
-          exec: {command: [check, ready]}
-          periodSeconds: 1
-`)
+	n, script := probedNode(t)
+	deployProbed(t, n, "live", nil, checkProbe("live", 2), checkProbe("ready", 0))
 	waitFor(t, 10*time.Second, func() error {
 		r, err := oneReplica(n, "live")
 		if err != nil || !r.Ready {
@@ -142,14 +134,8 @@ func TestLivenessFailureRestartsThroughCrashBackoff(t *testing.T) {
 }
 
 func TestLivenessStopRecordsReasonAndBacksOff(t *testing.T) {
-	n := start(t, "a0", t.TempDir(), nil)
-	script := newExecScript("live")
-	n.rt.exec = script.exec
-	deployProbed(t, n, "sick", `        livenessProbe:
-          exec: {command: [check, live]}
-          periodSeconds: 1
-          failureThreshold: 1
-`)
+	n, _ := probedNode(t, "live")
+	deployProbed(t, n, "sick", nil, checkProbe("live", 1), nil)
 	// Always failing: the first restart is at once, the second waits the
 	// 10 s crash backoff, shown with the probe's reason.
 	waitFor(t, 15*time.Second, func() error {
@@ -168,21 +154,8 @@ func TestLivenessStopRecordsReasonAndBacksOff(t *testing.T) {
 }
 
 func TestStartupProbeHoldsLivenessAndReadiness(t *testing.T) {
-	n := start(t, "a0", t.TempDir(), nil)
-	script := newExecScript("started", "live")
-	n.rt.exec = script.exec
-	deployProbed(t, n, "slow", `        startupProbe:
-          exec: {command: [check, started]}
-          periodSeconds: 1
-          failureThreshold: 30
-        livenessProbe:
-          exec: {command: [check, live]}
-          periodSeconds: 1
-          failureThreshold: 1
-        readinessProbe:
-          exec: {command: [check, ready]}
-          periodSeconds: 1
-`)
+	n, script := probedNode(t, "started", "live")
+	deployProbed(t, n, "slow", checkProbe("started", 30), checkProbe("live", 1), checkProbe("ready", 0))
 	waitFor(t, 10*time.Second, func() error {
 		if script.count("started") < 3 {
 			return fmt.Errorf("startup probe ran %d times", script.count("started"))
@@ -223,14 +196,8 @@ func TestStartupProbeHoldsLivenessAndReadiness(t *testing.T) {
 }
 
 func TestStartupProbeFailureRestarts(t *testing.T) {
-	n := start(t, "a0", t.TempDir(), nil)
-	script := newExecScript("started")
-	n.rt.exec = script.exec
-	deployProbed(t, n, "never", `        startupProbe:
-          exec: {command: [check, started]}
-          periodSeconds: 1
-          failureThreshold: 2
-`)
+	n, script := probedNode(t, "started")
+	deployProbed(t, n, "never", checkProbe("started", 2), nil, nil)
 	waitFor(t, 10*time.Second, func() error {
 		if c := n.rt.only(); c.Restarts < 1 {
 			return fmt.Errorf("restarts %d", c.Restarts)

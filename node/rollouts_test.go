@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -19,6 +21,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/rollout"
 	"github.com/starling-orchestrator/starling/node/store"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // call sends one API request to n's handler and decodes a 2xx answer
@@ -51,27 +54,15 @@ func call(t *testing.T, n *testNode, method, path string, body any, out any) (in
 }
 
 // deployWith applies Deployment name with image, env MESSAGE=message and
-// extra spec lines (indented two spaces) on n.
-func deployWith(t *testing.T, n *testNode, name string, replicas int, image, message, extra string) {
+// edits on n.
+func deployWith(t *testing.T, n *testNode, name string, replicas int, image, message string, edits ...func(*appsv1.Deployment)) {
 	t.Helper()
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-%s  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      containers: [{name: c, image: %q, env: [{name: MESSAGE, value: %q}]}]
-`, name, replicas, extra, name, name, image, message)), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.agent.api.objects.store(objs); err != nil {
-		t.Fatal(err)
-	}
+	storeObjects(t, n, testDeployment(t, harness.App{Name: name, Replicas: int32(replicas), Container: "c", Image: image,
+		Env: harness.Env("MESSAGE", message)}, edits...))
 }
+
+// keepOneRevision sets a Deployment's revisionHistoryLimit to 1.
+func keepOneRevision(d *appsv1.Deployment) { d.Spec.RevisionHistoryLimit = new(int32(1)) }
 
 func storedHash(t *testing.T, n *testNode, name string) string {
 	t.Helper()
@@ -118,13 +109,13 @@ func history(t *testing.T, n *testNode, name string) string {
 func TestRolloutAPIRecordsRevisionsUndoesRestartsAndPauses(t *testing.T) {
 	nodes := startCluster(t, 2)
 	a, b := nodes[0], nodes[1]
-	deployWith(t, a, "web", 3, "img:v1", "one", "")
+	deployWith(t, a, "web", 3, "img:v1", "one")
 	h1 := storedHash(t, a, "web")
 	st := waitRolledOut(t, a, "web", h1, 1)
 	if st.RolloutCounts != (api.RolloutCounts{Replicas: 3, Updated: 3, Ready: 3, Available: 3}) || st.ProgressDeadlineSeconds != 600 || st.Generation != 1 {
 		t.Fatalf("status after first rollout: %+v", st)
 	}
-	deployWith(t, a, "web", 3, "img:v1", "two", "")
+	deployWith(t, a, "web", 3, "img:v1", "two")
 	h2 := storedHash(t, a, "web")
 	waitRolledOut(t, b, "web", h2, 2)
 	// Gossip delivers records in no promised order: b may see revision 2
@@ -223,7 +214,7 @@ func TestRolloutAPIRecordsRevisionsUndoesRestartsAndPauses(t *testing.T) {
 func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
 	n := startCluster(t, 1)[0]
 	for _, msg := range []string{"a", "b", "c", "d"} {
-		deployWith(t, n, "lim", 1, "img:v1", msg, "  revisionHistoryLimit: 1\n")
+		deployWith(t, n, "lim", 1, "img:v1", msg, keepOneRevision)
 	}
 	if got := history(t, n, "lim"); got != "3:c 4:d" {
 		t.Fatalf("history = %q, want the current revision and one old one", got)
@@ -231,7 +222,7 @@ func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
 	// Re-applying the same Deployment rewrites no revision record (their
 	// values went through JSON and must still compare equal).
 	before, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
-	deployWith(t, n, "lim", 1, "img:v1", "d", "  revisionHistoryLimit: 1\n")
+	deployWith(t, n, "lim", 1, "img:v1", "d", keepOneRevision)
 	after, _ := n.agent.store.List(rollout.Prefix("default", "lim"))
 	if len(before) != len(after) {
 		t.Fatalf("re-apply changed the records: %d -> %d", len(before), len(after))
@@ -242,7 +233,7 @@ func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
 		}
 	}
 	// Another Deployment whose name extends this one's keeps its own history.
-	deployWith(t, n, "lim-2", 1, "img:v1", "x", "")
+	deployWith(t, n, "lim-2", 1, "img:v1", "x")
 	if got := history(t, n, "lim"); got != "3:c 4:d" {
 		t.Fatalf("history after lim-2 = %q", got)
 	}
@@ -252,22 +243,8 @@ func TestRevisionHistoryLimitPrunesStoredRecords(t *testing.T) {
 }
 
 func TestRolloutStatusCountsOnlyLiveNodesCopies(t *testing.T) {
-	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 30
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: c, image: img}]
-`), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := objs[0].Deployment
+	d := testDeployment(t, harness.App{Name: "web", Replicas: 1, Container: "c", Image: "img"},
+		func(d *appsv1.Deployment) { d.Spec.ProgressDeadlineSeconds = new(int32(30)) }).Deployment
 	hash := manifest.SpecHash(d)
 	cur := api.Replica{Namespace: "default", Workload: "web", SpecHash: hash, Phase: api.PhaseRunning, Ready: true}
 	old := api.Replica{Namespace: "default", Workload: "web", SpecHash: "00000000", Phase: api.PhaseRunning, Ready: true}

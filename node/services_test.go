@@ -5,8 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // The variables enableServiceLinks gives, as the kubelet names them
@@ -14,25 +17,11 @@ import (
 // container's namespace, named ports, and the
 // Docker link variables for every port.
 func TestServiceLinksAreTheKubeletsVariables(t *testing.T) {
-	objs, err := manifest.Parse([]byte(`
-apiVersion: v1
-kind: Service
-metadata: {name: redis-primary, namespace: shop}
-spec:
-  selector: {app: redis}
-  ports:
-  - {name: redis, port: 6379, targetPort: 6379}
-  - {name: metrics, port: 9121, protocol: UDP, targetPort: 9121}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: other}
-spec:
-  selector: {app: web}
-  ports: [{port: 80}]
-`), "svc.yaml")
-	if err != nil {
-		t.Fatal(err)
+	metrics := namedPort("metrics", 9121, "")
+	metrics.Protocol = corev1.ProtocolUDP
+	objs := []manifest.Object{
+		testService(t, harness.App{Name: "redis", Namespace: "shop"}, "redis-primary", []corev1.ServicePort{namedPort("redis", 6379, ""), metrics}),
+		testService(t, harness.App{Name: "web", Namespace: "other"}, "web", []corev1.ServicePort{harness.ServicePort(80, "")}),
 	}
 	alloc := service.Allocation{ClusterIPs: map[string]netip.Addr{
 		"shop/redis-primary": netip.MustParseAddr("10.96.0.7"),

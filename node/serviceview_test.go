@@ -11,11 +11,14 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // readyEndpoints (the reference the view's endpoint index is checked
@@ -56,16 +59,13 @@ func servicePorts(svcs []manifest.Object, alloc service.Allocation, workloads []
 // appDeployment is Deployment name of replicas, its pods labelled
 // app=name, with a container port named http (8080).
 func appDeployment(t testing.TB, name string, replicas int) manifest.Object {
-	return mustParse(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[1]s}
-spec:
-  replicas: %[2]d
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
-`, name, replicas))
+	return testDeployment(t, harness.App{Name: name, Replicas: int32(replicas), Container: "c", Image: "x", Ports: harness.HTTPPort})
+}
+
+// webService is Service name selecting app=workload, its port web port
+// forwarding to target.
+func webService(t testing.TB, name, workload string, port int32, target string) manifest.Object {
+	return testService(t, harness.App{Name: workload}, name, []corev1.ServicePort{namedPort("web", port, target)})
 }
 
 // The services loop gives the rule syncer only the Services the views
@@ -86,13 +86,7 @@ func TestViewNotesTheServicesWhosePortsChanged(t *testing.T) {
 			if s == 0 {
 				p = port // the object change: Service s0's port
 			}
-			svcs = append(svcs, mustParse(t, fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: s%02d}
-spec:
-  selector: {app: w%d}
-  ports: [{name: web, port: %d, targetPort: http}]
-`, s, s%10, p)))
+			svcs = append(svcs, webService(t, fmt.Sprintf("s%02d", s), fmt.Sprintf("w%d", s%10), int32(p), "http"))
 		}
 		return svcs, workloads
 	}
@@ -182,13 +176,7 @@ func BenchmarkViewServices(b *testing.B) {
 			v := &view.View{Alive: map[string]bool{}, Statuses: map[string]view.NodeStatus{}, Winners: map[string]bool{}, ObjGen: 1}
 			for w := 0; w < n; w++ {
 				v.Workloads = append(v.Workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
-				v.Services = append(v.Services, mustParse(b, fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: s%d}
-spec:
-  selector: {app: w%d}
-  ports: [{name: web, port: 80, targetPort: 8080}]
-`, w, w)))
+				v.Services = append(v.Services, webService(b, fmt.Sprintf("s%d", w), fmt.Sprintf("w%d", w), 80, "8080"))
 			}
 			v.Alloc = service.Allocate(view.ServiceSpecs(v.Services), svcNet)
 			v.SvcIndex = view.NewServiceIndex(v.Services, v.Workloads)

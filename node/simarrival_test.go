@@ -10,6 +10,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // returnArrival follows, at every other node, when it counts returning
@@ -82,19 +83,9 @@ func (c *simCluster) returnArrival(f *simNode, old string, back time.Time, limit
 		line("alive", alive), line("new record", fresh), fmt.Sprintf("records refused by its peers since they started, by reason: %v", refused)}, "; ")
 }
 func simDeployment(name string, replicas int) manifest.Object {
-	objs, err := manifest.Parse([]byte(fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      containers: [{name: c, image: "sim:v1"}]
-`, name, replicas, name, name)), "sim")
+	o, err := parseOne(harness.App{Name: name, Replicas: int32(replicas), Container: "c", Image: "sim:v1"}.Deployment())
 	if err != nil {
 		panic(err)
 	}
-	return objs[0]
+	return o
 }

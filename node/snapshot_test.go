@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/store"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // Placement runs once per change of its inputs on each node, and only in
@@ -72,23 +74,8 @@ func TestPlacementRunsOncePerChange(t *testing.T) {
 	// An annotation changes the object, not placement's inputs: placement
 	// is kept, and what it gives each node is listed again from the new
 	// objects.
-	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, annotations: {note: changed}}
-spec:
-  replicas: 6
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: c, image: "img:v1"}]
-`), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nodes[1].agent.api.objects.store(objs); err != nil {
-		t.Fatal(err)
-	}
+	storeObjects(t, nodes[1], testDeployment(t, harness.App{Name: "web", Replicas: 6, Container: "c", Image: "img:v1"},
+		func(d *appsv1.Deployment) { d.Annotations = map[string]string{"note": "changed"} }))
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
 			if v := n.agent.views.View(); !slices.ContainsFunc(v.Workloads, func(o manifest.Object) bool { return o.Deployment.Annotations["note"] == "changed" }) {
@@ -125,12 +112,7 @@ func ownedAsPlaced(t *testing.T, nodes []*testNode) {
 // wakes, costs O(nodes + replicas).
 func TestViewRebuildsAreSpacedUnderAStreamOfChanges(t *testing.T) {
 	n := start(t, "solo", t.TempDir(), nil)
-	waitFor(t, 20*time.Second, func() error {
-		if !n.agent.own.subnets.settled.Load() {
-			return fmt.Errorf("no subnet yet")
-		}
-		return nil
-	})
+	waitSubnetSettled(t, n, 20*time.Second)
 	builds := func() float64 { return testutil.ToFloat64(n.agent.metrics.viewBuilds) }
 	before, t0 := builds(), time.Now()
 	// 100 records gossiped in, one every 30 ms (more than viewDebounce

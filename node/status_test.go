@@ -19,12 +19,7 @@ import (
 // final state.
 func TestStatusBurstIsCoalesced(t *testing.T) {
 	n := start(t, "solo", t.TempDir(), nil)
-	waitFor(t, 20*time.Second, func() error {
-		if !n.agent.own.subnets.settled.Load() {
-			return fmt.Errorf("no subnet yet")
-		}
-		return nil
-	})
+	waitSubnetSettled(t, n, 20*time.Second)
 	n.rt.mu.Lock()
 	n.rt.createLag = func() time.Duration { return time.Duration(rand.Int64N(int64(time.Second))) }
 	n.rt.mu.Unlock()

@@ -14,14 +14,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/trust"
 	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 var (
@@ -113,42 +117,13 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 	}
 }
 
-const goodDeploymentYAML = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: c, image: "img:v1", ports: [{containerPort: 8080}]}]
-`
+// goodDeploymentYAML is Deployment web: 2 replicas of img:v1 (container
+// c) with port 8080.
+var goodDeploymentYAML = harness.App{Name: "web", Replicas: 2, Container: "c", Image: "img:v1", Ports: harness.Port8080}.Deployment()
 
-const goodServiceYAML = `apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  type: NodePort
-  selector: {app: web}
-  ports: [{port: 80, targetPort: 8080}]
-`
-
-func mustParse(t testing.TB, y string) manifest.Object {
-	objs, err := manifest.Parse([]byte(y), "test")
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("parse: %v", err)
-	}
-	return objs[0]
-}
-
-func mustEncode(t testing.TB, y string) []byte {
-	b, err := manifest.Encode(mustParse(t, y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// goodServiceYAML is NodePort Service web: port 80 to web's 8080.
+var goodServiceYAML = harness.App{Name: "web"}.Service("web", []corev1.ServicePort{harness.ServicePort(80, "8080")},
+	func(s *corev1.ServiceSpec) { s.Type = corev1.ServiceTypeNodePort })
 
 // TestRejectsCountAndLogOncePerWriterAndReason: every refusal is counted,
 // the log gets one line per writer and reason.
@@ -343,15 +318,20 @@ func signAs(t testing.TB, name string, r crdt.Record) crdt.Record {
 // BenchmarkAcceptStatusRecord measures the node's check of one received
 // status record with 10 replicas (checkRecord, the clock bound and the
 // signature): the CPU each received record costs.
-func BenchmarkAcceptStatusRecord(b *testing.B) {
+func BenchmarkAcceptStatusRecord(b *testing.B) { benchmarkAccept(b, nil, nil) }
+
+// benchmarkAccept measures the check of b's status record with 10
+// replicas and certificate cert in the cluster of creds (nil: insecure).
+func benchmarkAccept(b *testing.B, creds *trust.Credentials, cert []byte) {
 	s := goodStatus()
 	for i := 1; i < 10; i++ {
 		r := s.Replicas[0]
 		r.Name, r.Ordinal, r.PodIP = fmt.Sprintf("web-%d", i), i, fmt.Sprintf("10.22.2.%d", 5+i)
 		s.Replicas = append(s.Replicas, r)
 	}
+	s.Cert = cert
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, nil, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, creds, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {
