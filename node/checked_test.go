@@ -4,12 +4,13 @@ import (
 	"io"
 	"testing"
 
+	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
-// A status record the arrival check accepts is noted, decoded, for the
-// view (view.Checked, which the view takes instead of decoding the
-// record again); one it refuses is not.
+// A status record or desired object the arrival check accepts is noted,
+// decoded, for the view (view.Checked, which the view takes instead of
+// decoding the record again); a status it refuses is not.
 func TestArrivalCheckHandsTheViewItsDecoding(t *testing.T) {
 	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	good := signAs(t, "b", statusRecord(t, goodStatus(), "b"))
@@ -25,5 +26,12 @@ func TestArrivalCheckHandsTheViewItsDecoding(t *testing.T) {
 	}
 	if x.checked.Holds(bad) {
 		t.Error("a refused status record's decoding was noted")
+	}
+	dep := signAs(t, "b", crdt.Record{Key: "deployment/default/web", Value: mustEncode(t, goodDeploymentYAML), Version: good.Version, Origin: "b"})
+	if err := x.check(dep); err != nil {
+		t.Fatalf("good Deployment refused: %v", err)
+	}
+	if !x.checked.Holds(dep) {
+		t.Error("the accepted Deployment's decoding was not noted for the view")
 	}
 }

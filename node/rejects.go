@@ -93,7 +93,7 @@ func (x *rejects) isLive(name string) bool {
 
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
-	rj := checkRecordWith(r, x.cluster, x.checkStatus)
+	rj := checkRecordWith(r, x.cluster, x.checkStatus, x.checked)
 	inTime := r.Version.Wall <= time.Now().Add(hlc.MaxOffset).UnixNano()
 	if rj == nil && !inTime {
 		// The gossip layer's clock would drop it too; refusing it here

@@ -106,13 +106,15 @@ var terminationReasons = map[string]bool{"Completed": true, "Error": true, "OOMK
 // needs the rest of the cluster (is this subnet another node's?) is made
 // where the records are used.
 func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
-	return checkRecordWith(r, cluster, nil)
+	return checkRecordWith(r, cluster, nil, nil)
 }
 
 // checkRecordWith is checkRecord with more checks of a node's status
 // (rejects.checkStatus: its certificate, its subnet claim against the
-// claims held), run once the status decodes and passes checkStatus.
-func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeStatus, crdt.Record) *rejection) *rejection {
+// claims held), run once the status decodes and passes checkStatus; the
+// desired objects it decodes are noted in checked (nil: nowhere), for
+// the view.
+func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeStatus, crdt.Record) *rejection, checked *view.Checked) *rejection {
 	kind, _, _ := strings.Cut(r.Key, "/")
 	if r.Deleted {
 		if len(r.Value) > 0 {
@@ -193,6 +195,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		if o.Key() != r.Key {
 			return reject(rejectKey, "record %q holds %s", r.Key, o.Key())
 		}
+		checked.NoteObject(r, o)
 		return nil
 	}
 	return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // A status record checked on arrival is decoded there once: the view
@@ -46,5 +48,32 @@ func TestViewTakesTheStatusDecodedOnArrival(t *testing.T) {
 	checked.Note(r, NodeStatus{Name: "n1", Advertise: "older"}, cluster)
 	if c, ok := checked.take(newer); !ok || c.status.Advertise != "newer" {
 		t.Fatalf("an older note replaced a newer one: %+v %v", c, ok)
+	}
+}
+
+// The same for a desired object: the view takes the object the arrival
+// check decoded for the very record it holds, and decodes any other.
+func TestViewTakesTheObjectDecodedOnArrival(t *testing.T) {
+	o := mustParse(t, harness.App{Name: "web", Replicas: 1, Container: "c", Image: "img:v1"}.Deployment())
+	b, err := manifest.Encode(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := crdt.Record{Key: o.Key(), Value: b, Version: hlc.Timestamp{Wall: 1e18}, Origin: "n1"}
+	checked := NewChecked()
+	vs := NewBuilder(Config{Checked: checked})
+	// Told apart from the record's own bytes by its image.
+	noted := mustParse(t, harness.App{Name: "web", Replicas: 1, Container: "c", Image: "img:noted"}.Deployment())
+	checked.NoteObject(r, noted)
+	got := vs.DecodeObjects([]crdt.Record{r}, map[string]bool{})
+	if len(got) != 1 || got[0].Deployment.Spec.Template.Spec.Containers[0].Image != "img:noted" {
+		t.Fatalf("the view decoded the record again: %+v", got)
+	}
+	other := r
+	other.Version.Wall++
+	checked.NoteObject(r, noted)
+	vs2 := NewBuilder(Config{Checked: checked})
+	if got := vs2.DecodeObjects([]crdt.Record{other}, map[string]bool{}); len(got) != 1 || got[0].Deployment.Spec.Template.Spec.Containers[0].Image != "img:v1" {
+		t.Fatalf("an object noted for another version was taken: %+v", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
@@ -133,68 +132,6 @@ func finishStatus(s *NodeStatus, r crdt.Record, cluster netip.Prefix) bool {
 	CapTimes(s, r.Version)
 	s.Signer = r.Signer
 	return true
-}
-
-// Checked holds the node statuses decoded when their records were
-// checked on arrival (node/verify.go), by record key, the newest version
-// of each: the view takes them from here instead of decoding the same
-// record again, so a status record is decoded once per change on a node.
-// Safe for concurrent use; it calls nothing.
-type Checked struct {
-	mu sync.Mutex
-	m  map[string]cachedStatus
-}
-
-// maxChecked bounds Checked: one entry per node name whose record arrived
-// and was not yet read by the view.
-const maxChecked = 4096
-
-// NewChecked returns an empty Checked.
-func NewChecked() *Checked { return &Checked{m: map[string]cachedStatus{}} }
-
-// Note keeps s, decoded from status record r (cluster is
-// --cluster-cidr), unless a newer version of r's key is kept. A nil c
-// keeps nothing.
-func (c *Checked) Note(r crdt.Record, s NodeStatus, cluster netip.Prefix) {
-	if c == nil {
-		return
-	}
-	e := cachedStatus{from: idOf(r), status: s}
-	e.ok = finishStatus(&e.status, r, cluster)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.m[r.Key]; ok && old.from.version.Compare(r.Version) > 0 {
-		return
-	}
-	if len(c.m) >= maxChecked {
-		clear(c.m) // records checked but never stored (refused later, or superseded): start over
-	}
-	c.m[r.Key] = e
-}
-
-// Holds reports whether c keeps a decoding of exactly r (for tests of
-// what notes it).
-func (c *Checked) Holds(r crdt.Record) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[r.Key]
-	return ok && e.from.same(r)
-}
-
-// take returns, and forgets, the decoding of r noted on arrival (never
-// from a nil c).
-func (c *Checked) take(r crdt.Record) (cachedStatus, bool) {
-	if c == nil {
-		return cachedStatus{}, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[r.Key]
-	if !ok || !e.from.same(r) {
-		return cachedStatus{}, false
-	}
-	delete(c.m, r.Key)
-	return e, true
 }
 
 // CapTimes caps what s dates at version, the write of the record that

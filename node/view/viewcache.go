@@ -209,7 +209,10 @@ func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []man
 		seen[r.Key] = true
 		c, ok := vs.objects[r.Key]
 		if !ok || !c.from.same(r) {
-			if shared, ok := vs.cfg.Share.object(r); ok {
+			if checked, ok := vs.cfg.Checked.takeObject(r); ok {
+				c = checked
+				vs.cfg.Share.putObject(r, c)
+			} else if shared, ok := vs.cfg.Share.object(r); ok {
 				c = shared
 			} else {
 				o, err := manifest.Decode(r.Value)
