@@ -93,7 +93,7 @@ func (x *rejects) isLive(name string) bool {
 
 // check is the gossip layer's Accept hook.
 func (x *rejects) check(r crdt.Record) error {
-	rj := checkRecordWith(r, x.cluster, x.checkStatus, x.checked)
+	dec, rj := checkRecordWith(r, x.cluster, x.checkStatus)
 	inTime := r.Version.Wall <= time.Now().Add(hlc.MaxOffset).UnixNano()
 	if rj == nil && !inTime {
 		// The gossip layer's clock would drop it too; refusing it here
@@ -107,6 +107,10 @@ func (x *rejects) check(r crdt.Record) error {
 		rj = x.checkIdentityChange(r)
 	}
 	if rj == nil {
+		// Only now, with the clock, signature and identity checked too:
+		// a copy refused here (say, re-signed by another key) must not
+		// stand in the view for the record it imitates.
+		dec.noteIn(x.checked, r, x.cluster)
 		return nil
 	}
 	// A claim that only failed the takeover check (its time, signature
@@ -149,15 +153,6 @@ func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
 // node and the record's signer), and a new or changed subnet claim
 // (checkTakeover).
 func (x *rejects) checkStatus(s view.NodeStatus, r crdt.Record) *rejection {
-	rj := x.checkClaim(s, r)
-	if rj == nil {
-		x.checked.Note(r, s, x.cluster)
-	}
-	return rj
-}
-
-// checkClaim is checkStatus but for noting what passed.
-func (x *rejects) checkClaim(s view.NodeStatus, r crdt.Record) *rejection {
 	if x.certs != nil {
 		if err := x.certs.Verify(s.Cert, s.Name, r.Signer, time.Now()); err != nil {
 			return reject(rejectCert, "status of node %q: %v (a node joins with 'starling join-token')", s.Name, err)

@@ -106,25 +106,44 @@ var terminationReasons = map[string]bool{"Completed": true, "Error": true, "OOMK
 // needs the rest of the cluster (is this subnet another node's?) is made
 // where the records are used.
 func checkRecord(r crdt.Record, cluster netip.Prefix) *rejection {
-	return checkRecordWith(r, cluster, nil, nil)
+	_, rj := checkRecordWith(r, cluster, nil)
+	return rj
+}
+
+// decoded is what the check of one record decoded: a node's status (its
+// times capped at the write, view.CapTimes) or a desired object; at most
+// one is set. The caller hands it to the view (view.Checked) once every
+// check of the record, signature included, has passed.
+type decoded struct {
+	status *view.NodeStatus
+	object *manifest.Object
+}
+
+// noteIn keeps d in c for the view, as decoded from r.
+func (d decoded) noteIn(c *view.Checked, r crdt.Record, cluster netip.Prefix) {
+	switch {
+	case d.status != nil:
+		c.Note(r, *d.status, cluster)
+	case d.object != nil:
+		c.NoteObject(r, *d.object)
+	}
 }
 
 // checkRecordWith is checkRecord with more checks of a node's status
 // (rejects.checkStatus: its certificate, its subnet claim against the
-// claims held), run once the status decodes and passes checkStatus; the
-// desired objects it decodes are noted in checked (nil: nowhere), for
-// the view.
-func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeStatus, crdt.Record) *rejection, checked *view.Checked) *rejection {
+// claims held), run once the status decodes and passes checkStatus. It
+// returns what it decoded of a status or desired object that passed.
+func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeStatus, crdt.Record) *rejection) (decoded, *rejection) {
 	kind, _, _ := strings.Cut(r.Key, "/")
 	if r.Deleted {
 		if len(r.Value) > 0 {
-			return reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
+			return decoded{}, reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
 		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
-			return nil
+			return decoded{}, nil
 		}
-		return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
+		return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
 	}
 	switch kind {
 	case view.StatusKind:
@@ -132,44 +151,49 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		// Unknown fields are ignored (a newer node may add some); what
 		// this node reads is checked.
 		if err := json.Unmarshal(r.Value, &s); err != nil {
-			return reject(rejectMalformed, "%s: %v", r.Key, err)
+			return decoded{}, reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
 		if view.StatusKey(s.Name) != r.Key {
-			return reject(rejectKey, "record %q holds the status of node %q", r.Key, s.Name)
+			return decoded{}, reject(rejectKey, "record %q holds the status of node %q", r.Key, s.Name)
 		}
 		if r.Origin != s.Name {
-			return reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
+			return decoded{}, reject(rejectOrigin, "status of node %q written by %q: a node writes only its own status", s.Name, r.Origin)
 		}
 		// Checked as every node will read it: its times capped at the
 		// write (view.CapTimes), so a claim dated in the future is judged
 		// by the earlier time it will be stored with.
 		view.CapTimes(&s, r.Version)
-		if rj := checkStatus(s, cluster); rj != nil || more == nil {
-			return rj
+		if rj := checkStatus(s, cluster); rj != nil {
+			return decoded{}, rj
 		}
-		return more(s, r)
+		if more != nil {
+			if rj := more(s, r); rj != nil {
+				return decoded{}, rj
+			}
+		}
+		return decoded{status: &s}, nil
 	case imageKind:
-		return checkImage(r.Key, r.Value)
+		return noDecoding(checkImage(r.Key, r.Value))
 	case trust.RevokedKind:
-		return checkRevocation(r.Key, r.Value)
+		return noDecoding(checkRevocation(r.Key, r.Value))
 	case trust.JoinTokenKind:
-		return checkJoinToken(r.Key, r.Value)
+		return noDecoding(checkJoinToken(r.Key, r.Value))
 	case rollout.Kind:
 		rev, err := rollout.Decode(r.Value)
 		if err != nil {
-			return reject(rejectMalformed, "%s: %v", r.Key, err)
+			return decoded{}, reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
 		if err := apiserver.CheckRef(rev.Namespace, rev.Deployment); err != nil {
-			return reject(rejectName, "%s: %v", r.Key, err)
+			return decoded{}, reject(rejectName, "%s: %v", r.Key, err)
 		}
 		if !isHex(rev.SpecHash) {
-			return reject(rejectSpecHash, "%s: spec hash %q", r.Key, rev.SpecHash)
+			return decoded{}, reject(rejectSpecHash, "%s: spec hash %q", r.Key, rev.SpecHash)
 		}
 		if rollout.Key(rev.Namespace, rev.Deployment, rev.SpecHash) != r.Key {
-			return reject(rejectKey, "record %q holds revision %s of %s/%s", r.Key, rev.SpecHash, rev.Namespace, rev.Deployment)
+			return decoded{}, reject(rejectKey, "record %q holds revision %s of %s/%s", r.Key, rev.SpecHash, rev.Namespace, rev.Deployment)
 		}
 		if err := checkText(rev.ChangeCause, 64<<10); err != nil {
-			return reject(rejectText, "%s: changeCause: %v", r.Key, err)
+			return decoded{}, reject(rejectText, "%s: changeCause: %v", r.Key, err)
 		}
 		// The template is what an undo brings back: it must be one a
 		// Deployment may hold.
@@ -181,25 +205,27 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		}
 		b, err := json.Marshal(d)
 		if err != nil {
-			return reject(rejectMalformed, "%s: %v", r.Key, err)
+			return decoded{}, reject(rejectMalformed, "%s: %v", r.Key, err)
 		}
 		if _, err := manifest.Decode(b); err != nil {
-			return reject(rejectObject, "%s: template: %v", r.Key, api.OneLine(err.Error()))
+			return decoded{}, reject(rejectObject, "%s: template: %v", r.Key, api.OneLine(err.Error()))
 		}
-		return nil
+		return decoded{}, nil
 	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
 		o, err := manifest.Decode(r.Value)
 		if err != nil {
-			return reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
+			return decoded{}, reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
 		}
 		if o.Key() != r.Key {
-			return reject(rejectKey, "record %q holds %s", r.Key, o.Key())
+			return decoded{}, reject(rejectKey, "record %q holds %s", r.Key, o.Key())
 		}
-		checked.NoteObject(r, o)
-		return nil
+		return decoded{object: &o}, nil
 	}
-	return reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
+	return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
 }
+
+// noDecoding is a check's result with nothing decoded for the view.
+func noDecoding(rj *rejection) (decoded, *rejection) { return decoded{}, rj }
 
 // checkStatus checks what a node says of itself: its name and labels are
 // Kubernetes names, its addresses parse, its pod subnet is a network

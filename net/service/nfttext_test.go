@@ -11,10 +11,11 @@ import (
 )
 
 // nftBlocks reads a table as nft writes it into its chains and sets, by
-// name, each as its lines with blanks trimmed and a set's elements one
-// per line, sorted (nft lists elements in its own order).
+// name, each as its lines in order with blanks trimmed, then a set's
+// elements one per line, sorted (nft lists elements in its own order;
+// a chain's rules keep theirs, which is what they mean).
 func nftBlocks(text string) map[string][]string {
-	blocks := map[string][]string{}
+	blocks, elems := map[string][]string{}, map[string][]string{}
 	var name string
 	var inElems bool
 	for _, line := range strings.Split(text, "\n") {
@@ -23,11 +24,9 @@ func nftBlocks(text string) map[string][]string {
 		case l == "" || strings.HasPrefix(l, "table "):
 		case strings.HasSuffix(l, "{") && (strings.HasPrefix(l, "chain ") || strings.HasPrefix(l, "map ") || strings.HasPrefix(l, "set ")):
 			name = strings.TrimSuffix(l, " {")
-		case l == "}":
-			if name != "" && !inElems {
-				slices.Sort(blocks[name])
-			}
-			name, inElems = "", false
+			blocks[name] = []string{}
+		case l == "}" && !inElems:
+			name = ""
 		case strings.HasPrefix(l, "elements = {"):
 			inElems = true
 			l = strings.TrimPrefix(l, "elements = {")
@@ -37,7 +36,7 @@ func nftBlocks(text string) map[string][]string {
 				done := strings.HasSuffix(l, "}")
 				for _, e := range strings.Split(strings.TrimSuffix(l, "}"), ",") {
 					if e = strings.TrimSpace(e); e != "" {
-						blocks[name] = append(blocks[name], "element "+e)
+						elems[name] = append(elems[name], "element "+e)
 					}
 				}
 				if done {
@@ -48,8 +47,9 @@ func nftBlocks(text string) map[string][]string {
 			blocks[name] = append(blocks[name], l)
 		}
 	}
-	for _, b := range blocks {
-		slices.Sort(b)
+	for name, es := range elems {
+		slices.Sort(es)
+		blocks[name] = append(blocks[name], es...)
 	}
 	return blocks
 }

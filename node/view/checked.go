@@ -9,7 +9,8 @@ import (
 )
 
 // Checked holds what the arrival check of records (node/verify.go)
-// decoded, by record key, the newest version of each: node statuses and
+// decoded of the records it accepted (every check passed, signature
+// included), by record key, the newest version of each: node statuses and
 // desired objects. The view takes them from here instead of decoding the
 // same record again, so a record from a peer is decoded once per change
 // on a node. Safe for concurrent use; it calls nothing.
@@ -19,9 +20,9 @@ type Checked struct {
 	objects  map[string]cachedObject
 }
 
-// maxChecked bounds each map of Checked: one entry per key that arrived
-// and was not yet read by the view (records refused later, or
-// superseded, are dropped when it fills).
+// maxChecked bounds each map of Checked: one entry per key accepted and
+// not yet read by the view (a decoding the view never takes, because the
+// store kept another version, is dropped when the map fills).
 const maxChecked = 4096
 
 // NewChecked returns an empty Checked.
@@ -55,12 +56,13 @@ func (c *Checked) NoteObject(r crdt.Record, o manifest.Object) {
 }
 
 // keepNewest puts e, decoded from r, into m unless m holds a newer
-// version of r's key; a full m starts over.
+// version of r's key; a full m starts over before it takes a new key.
 func keepNewest[E any](m map[string]E, r crdt.Record, e E, from func(E) recordID) {
-	if old, ok := m[r.Key]; ok && from(old).version.Compare(r.Version) > 0 {
+	old, ok := m[r.Key]
+	if ok && from(old).version.Compare(r.Version) > 0 {
 		return
 	}
-	if len(m) >= maxChecked {
+	if !ok && len(m) >= maxChecked {
 		clear(m)
 	}
 	m[r.Key] = e

@@ -73,13 +73,19 @@ type recordID struct {
 	version hlc.Timestamp
 	origin  string
 	value   []byte
+	signer  []byte
+	sig     []byte
 }
 
-func idOf(r crdt.Record) recordID { return recordID{r.Version, r.Origin, r.Value} }
+func idOf(r crdt.Record) recordID { return recordID{r.Version, r.Origin, r.Value, r.Signer, r.Sig} }
 
-// same reports whether r is the record id was taken from.
+// same reports whether r is the record id was taken from, signature
+// included: a copy of a record re-signed by another key is another
+// record (the arrival check refuses it; what was decoded from it must
+// not stand for the record held).
 func (id recordID) same(r crdt.Record) bool {
-	return id.version == r.Version && id.origin == r.Origin && bytes.Equal(id.value, r.Value)
+	return id.version == r.Version && id.origin == r.Origin && bytes.Equal(id.value, r.Value) &&
+		bytes.Equal(id.signer, r.Signer) && bytes.Equal(id.sig, r.Sig)
 }
 
 // objectsInto sets v's desired objects and what is computed from them,
