@@ -57,8 +57,8 @@ type rejects struct {
 	// (Identity.ForgottenAt); nil: never checked. A status record that would bind
 	// a free name with a certificate made before that is refused.
 	forgotten func(name string) (time.Time, bool)
-	// checked keeps the statuses this check decoded, for the view
-	// (view.Config.Checked).
+	// checked keeps what this check decoded of the statuses and desired
+	// objects it accepted, for the view (view.Config.Checked).
 	checked *view.Checked
 	log     *slog.Logger
 	count   *prometheus.CounterVec
