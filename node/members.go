@@ -175,6 +175,9 @@ func joinSome(join func([]string) (int, error), targets []string) (int, error) {
 // waits for them in its replica loop (replicas.loop).
 func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) {
 	targets := m.targets()
+	// returning: a node that was a member before (it holds the peers it
+	// saw) may have had its replicas replaced while it was away.
+	_, returning, _ := m.store.GetMeta(metaPeers)
 	if len(targets) == 0 {
 		m.log.Info("no seeds to join: starting a new cluster")
 		m.markSynced()
@@ -232,6 +235,9 @@ func (m *members) joinLoop(ctx context.Context, changed func() <-chan struct{}) 
 			}
 			m.askSettle(time.Now)
 			m.markSynced()
+			if returning {
+				m.recheckSettle(ctx, time.Now().Add(m.settle), func() { m.askSettle(time.Now) })
+			}
 			return
 		}
 		if errors.Is(err, gossip.ErrKeyMismatch) && m.keys != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/binary"
 	"math/rand/v2"
 	"sync"
@@ -87,13 +88,60 @@ func (m *members) askSettle(now func() time.Time) {
 		}()
 	}
 	wg.Wait()
-	if longest <= 0 {
-		return
-	}
+	m.settleSelf(now(), longest, from)
+}
+
+// settleSelf takes a peer's answer to settleQuestion, asked at now: peer
+// from will go on settling this node for d. This node leaves itself out
+// of placement until now+d when that ends more than settleNews later than
+// it is left out already (from now when it is not): a repeated answer
+// that only restates the same wait, or the few milliseconds a peer's
+// clock still counts once this node counts itself again, would otherwise
+// stop its replicas for nothing.
+func (m *members) settleSelf(now time.Time, d time.Duration, from string) {
+	until := now.Add(min(d, m.settle))
 	m.mu.Lock()
-	m.selfUntil = now().Add(longest)
-	m.gen++
+	from0 := now
+	if m.selfUntil.After(now) {
+		from0 = m.selfUntil
+	}
+	news := until.Sub(from0) > settleNews
+	if news {
+		m.selfUntil = until
+		m.gen++
+	}
 	m.mu.Unlock()
-	m.log.Info("peers held this node down and may run its replicas: it leaves itself out of placement until they count it again",
-		"for", longest.Round(time.Millisecond), "peer", from)
+	if news {
+		m.log.Info("peers held this node down and may run its replicas: it leaves itself out of placement until they count it again",
+			"for", d.Round(time.Millisecond), "peer", from)
+	}
+}
+
+// settleRecheck is how often a node back from down asks its peers again,
+// for --rejoin-settle after its join, how long they settle it; settleNews
+// is how much later an answer must end to count (settleSelf).
+const (
+	settleRecheck = time.Second
+	settleNews    = 2 * time.Second
+)
+
+// recheckSettle asks the settleQuestion again every settleRecheck until
+// until. A node back at a new address before its peers found it dead
+// asked them at its join, when they still held its earlier run up and
+// answered 0; a peer whose suspicion of the old address ends in "dead"
+// only after that replaces this node's replicas and settles it. Seen in
+// CI under load: both ran copies for 11.8 s, until the peer counted this
+// node again. Asking on for the length of a settle catches a verdict up
+// to --rejoin-settle late.
+func (m *members) recheckSettle(ctx context.Context, until time.Time, ask func()) {
+	t := time.NewTicker(settleRecheck)
+	defer t.Stop()
+	for time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ask()
+		}
+	}
 }

@@ -212,8 +212,28 @@ func returnAt(t *testing.T, c *harness.Cluster, tasks func() int, perCopy, i int
 	// (--rejoin-settle 10 s) and then handed them back: 13 s.
 	t.Logf("longest stretch with copies running twice after the return: %v", longestDoubled.Round(100*time.Millisecond))
 	if longestDoubled > 6*time.Second {
-		t.Errorf("copies of homeapp ran twice for %v in a row after n3's return, want only handovers (at most 6 s)", longestDoubled)
+		t.Errorf("copies of homeapp ran twice for %v in a row after n3's return, want only handovers (at most 6 s); membership as each node logged it:\n%s",
+			longestDoubled, membershipLines(t, c.Nodes))
 	}
+}
+
+// membershipLines returns, node by node, the log lines that tell how it
+// held n3 (dead, suspect, back, settling): what a failure of the
+// handover bound is read from when the full logs are cut.
+func membershipLines(t *testing.T, nodes []*harness.Node) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "== %s\n", n.Name)
+		for _, l := range strings.Split(logOf(t, n), "\n") {
+			for _, k := range []string{"member=n3", "new address", "out of placement", "counts itself", "joined cluster"} {
+				if strings.Contains(l, k) {
+					b.WriteString(l + "\n")
+					break
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 func logOf(t *testing.T, n *harness.Node) string {
