@@ -820,6 +820,13 @@ func (c *Cluster) Members() []Member {
 	return out
 }
 
+// SameSnapshot reports whether a and b are one membership snapshot
+// (Members shares one until membership changes): a cheap test that
+// nothing changed, without comparing members.
+func SameSnapshot(a, b []Member) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // upSinceLocked returns the names of the members that are alive or
 // suspect and have been since t or earlier, this node included, sorted.
 // Called with membersMu held.

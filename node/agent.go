@@ -179,8 +179,8 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 		a.guard.trust = trust.NewTrust(creds, key, a.guard.id)
 	}
 	clusterCIDR := view.PrefixOf(cluster)
-	a.guard.rejects = newRejects(clusterCIDR, creds, a.guard.id.BoundKey, a.guard.id.IsRevoked, a.guard.id.KeyOwner, log, a.metrics.rejectedRecords)
-	a.guard.rejects.forgotten = a.guard.id.ForgottenAt
+	claims := new(view.ClaimsFeed)
+	a.guard.rejects = newRejects(clusterCIDR, creds, a.guard.id, claims, cfg.SubnetReclaimAfter, log, a.metrics.rejectedRecords)
 	a.mem.members = newMembers(cfg, a.store, log)
 	if err := a.startGossip(h.tuneGossip); err != nil {
 		a.store.Close()
@@ -193,19 +193,18 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 		a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
 		a.mem.members.keys = a.guard.keys
 	}
-	a.wire(cfg, h, clusterCIDR, hn)
+	a.wire(cfg, h, clusterCIDR, claims, hn)
 	return a, nil
 }
 
 // wire builds the agent's parts on its shared pieces.
-func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetwork) {
+func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view.ClaimsFeed, hn *hostNetwork) {
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
 	a.mem.acks = view.NewAckTracker(cfg.AckTimeout)
 	a.own.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
-	a.guard.rejects.setHeld(func(s view.NodeStatus) []view.NodeStatus { return a.views.ClaimsNear(s) }, a.own.subnets.reservedFor)
+		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, claims: claims, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
 	a.guard.rejects.rival = a.own.subnets.noteRival
 	a.own.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.guard.id, trust: a.guard.trust, members: a.mem.members,
@@ -214,9 +213,9 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetw
 	// keeps them listed (their addresses hidden) until the next pass.
 	a.own.subnets.publish = a.own.status.republish
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
-		Checked: a.guard.rejects.checked, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
+		Checked: a.guard.rejects.checked, Claims: claims, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
 		SelfStatus: func() view.NodeStatus { return a.own.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
-	a.own.subnets.withHeld, a.own.subnets.claimsNear, a.own.subnets.changed = a.views.WithHeld, a.views.ClaimsNear, a.views.Changed
+	a.own.subnets.changed = a.views.Changed
 	a.work.fence = newFence(cfg, a.started, log)
 	a.work.fence.cluster, a.work.fence.members, a.work.fence.certified, a.work.fence.uncertifiedGauge = a.mem.cluster, a.mem.members, a.guard.auth.certified, a.metrics.uncertified
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
@@ -240,6 +239,9 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, hn *hostNetw
 		}}
 	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
 	a.mem.answerer.Store(a.work.fence)
+	// The first view: from here on, the arrival check holds the claims
+	// (view.ClaimsFeed) of the records this node kept.
+	a.views.Rebuild(time.Now())
 }
 
 // Run reconciles and serves the API until ctx is cancelled, then waits
@@ -265,7 +267,6 @@ func (a *Agent) Run(ctx context.Context) error {
 // start runs the agent's loops until ctx ends; the WaitGroup tells when
 // they have.
 func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
-	a.views.Rebuild(time.Now())
 	loops := []func(context.Context){a.views.Loop,
 		func(ctx context.Context) { a.mem.members.joinLoop(ctx, a.views.Changed) },
 		func(ctx context.Context) { a.mem.members.watch(ctx, a.views.Changed) },

@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/member"
-	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -60,17 +58,12 @@ const (
 // hold or be checking its claim: its record, if this node holds it, claims
 // p (or nothing yet), and it asked within askers.keep or is up.
 func (sn *subnets) stillClaims(p netip.Prefix, a askedClaim, now time.Time) bool {
-	moved := false
-	sn.withHeld(func(held map[string]view.NodeStatus, version func(string) hlc.Timestamp) {
-		// A record written before the question may show the subnet the
-		// asker claimed before this one (it lost it and picked again).
-		if s, ok := held[a.node]; ok && s.PodSubnet != "" && time.Unix(0, version(a.node).Wall).After(a.at) {
-			q, err := netip.ParsePrefix(s.PodSubnet)
-			moved = err != nil || q.Masked() != p
+	// A record written before the question may show the subnet the
+	// asker claimed before this one (it lost it and picked again).
+	if s, ok := sn.claims.Load().Held(a.node); ok && s.PodSubnet != "" && time.Unix(0, s.Version.Wall).After(a.at) {
+		if q, err := netip.ParsePrefix(s.PodSubnet); err != nil || q.Masked() != p {
+			return false
 		}
-	})
-	if moved {
-		return false
 	}
 	if now.Sub(a.at) < sn.askers.keep {
 		return true

@@ -151,7 +151,7 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 			continue
 		}
 		if st, member := view.MemberState(members, name); !st.Up() {
-			since, ok := q.members.downSince(name)
+			since, ok := q.members.DownSince(name)
 			switch {
 			case ok:
 			case member:
@@ -183,7 +183,7 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 func (q *fence) known(v *view.View, members []gossip.Member) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.knownOf.v == v && sameSnapshot(q.knownOf.members, members) {
+	if q.knownOf.v == v && gossip.SameSnapshot(q.knownOf.members, members) {
 		return q.knownOf.n
 	}
 	n := len(v.Statuses)
@@ -220,7 +220,7 @@ func (q *fence) note(f reconcile.Fencing, seen, known int) {
 func (q *fence) excluded() func(string) bool {
 	return func(name string) bool {
 		st, ok := q.cluster.State(name)
-		return !ok || st != gossip.StateAlive || q.members.settling(name)
+		return !ok || st != gossip.StateAlive || q.members.Settling(name)
 	}
 }
 

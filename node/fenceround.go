@@ -20,7 +20,7 @@ func (q *fence) roundMembers(ms []gossip.Member) []quorum.Member {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := time.Now()
-	if q.from != nil && sameSnapshot(q.from, ms) && (!q.uncertified || now.Sub(q.roundAt) < time.Second) {
+	if q.from != nil && gossip.SameSnapshot(q.from, ms) && (!q.uncertified || now.Sub(q.roundAt) < time.Second) {
 		return q.round
 	}
 	ids := make(map[string]quorum.ID, len(ms))

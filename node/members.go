@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/damping"
 	"github.com/starling-orchestrator/starling/node/trust"
 
 	"github.com/starling-orchestrator/starling/gossip"
@@ -30,8 +31,7 @@ const (
 
 // members is this node's membership: joining the cluster, knowing when it
 // holds the cluster's state (synced), and which members count as alive
-// for placement (flap damping). It owns its lock; nothing else reads or
-// writes memberDown and memberBack.
+// for placement (flap damping, package damping).
 type members struct {
 	self   string
 	join   []string // --join
@@ -61,20 +61,14 @@ type members struct {
 	synced   chan struct{} // closed once the node holds the cluster's state
 	syncOnce sync.Once
 
-	mu sync.Mutex
-	// Flap damping (AliveAfter): members seen down, since when, and when the
-	// ones that came back did.
-	memberDown map[string]time.Time
-	memberBack map[string]time.Time
-	// selfUntil (zero: none) is when this node counts itself for
-	// placement again after its peers held it down (askSettle).
-	selfUntil time.Time
-	gen       uint64 // changes of memberDown, memberBack and selfUntil
+	// Flaps is the flap damping: which members count as alive for
+	// placement (AliveAfter, for the view) and this node's own settling.
+	*damping.Flaps
 }
 
 func newMembers(cfg Config, st Store, log *slog.Logger) *members {
 	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, bootGrace: cfg.FailoverTimeout, fenceTimeout: cfg.FenceTimeout, store: st, log: log,
-		synced: make(chan struct{}), memberDown: map[string]time.Time{}, memberBack: map[string]time.Time{}}
+		synced: make(chan struct{}), Flaps: damping.New(cfg.Name, cfg.RejoinSettle, log)}
 }
 
 // checkIdentity binds the data dir to the node name on first start and
@@ -308,7 +302,7 @@ func (m *members) watch(ctx context.Context, changed func() <-chan struct{}) {
 		}
 		ch = changed() // before the members are read
 		ms := m.cluster.Members()
-		if from != nil && sameSnapshot(from, ms) {
+		if from != nil && gossip.SameSnapshot(from, ms) {
 			continue // the same membership snapshot
 		}
 		if wait := peersEvery - time.Since(written); lastPeers != "" && wait > 0 {

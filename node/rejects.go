@@ -27,25 +27,30 @@ import (
 // without bound.
 const maxRejectLogKeys = 1024
 
+// identities is what the arrival check asks of the node identities this
+// node holds (*trust.Identity): the key a name is bound to, whether a key
+// is revoked, the node whose live record a key signs, and when a name
+// was last forgotten.
+type identities interface {
+	BoundKey(name string) ([]byte, bool)
+	IsRevoked(key []byte) bool
+	KeyOwner(key []byte) (string, bool)
+	ForgottenAt(name string) (time.Time, bool)
+}
+
 // rejects checks records received from peers (checkRecord, then the
 // version against the clock, then checkSignature), counts the
 // refused ones by reason in starling_rejected_records_total and logs a
 // WARN once per writer and reason. It is safe for concurrent use.
 type rejects struct {
 	cluster netip.Prefix
-	certs   *trust.CertCache                 // the cluster CA's verifier; nil with --insecure
-	bound   func(name string) ([]byte, bool) // the key a node name is bound to (Identity.BoundKey)
-	revoked func(key []byte) bool            // whether a key was revoked (Identity.IsRevoked)
-	// keyOwner returns the node whose held, live status record is signed
-	// by key, if any (Identity.KeyOwner).
-	keyOwner func(key []byte) (string, bool)
-	// claimsNear returns the node statuses this node holds whose subnet
-	// claims overlap the argument's (for checkTakeover); nil until
-	// setHeld.
-	claimsNear func(view.NodeStatus) []view.NodeStatus
-	// reserved reports whether a node's subnet claim still holds: the
-	// node is live, or down for less than --subnet-reclaim-after.
-	reserved func(name string) bool
+	certs   *trust.CertCache // the cluster CA's verifier; nil with --insecure
+	ids     identities
+	// claims are the held statuses' subnet claims as of the latest view
+	// (for checkTakeover), reclaimAfter how long a down node's claim
+	// stays reserved (--subnet-reclaim-after).
+	claims       *view.ClaimsFeed
+	reclaimAfter time.Duration
 	// rival is told the claim of each verified record refused as a
 	// takeover of a settled subnet (subnets.noteRival); nil: nobody.
 	rival func(ipam.Claim)
@@ -53,10 +58,6 @@ type rejects struct {
 	// membership view; it is set once gossip runs (setLive) and, until
 	// then, every node counts as live.
 	live atomic.Pointer[func(name string) bool]
-	// forgotten is when a node name was last forgotten
-	// (Identity.ForgottenAt); nil: never checked. A status record that would bind
-	// a free name with a certificate made before that is refused.
-	forgotten func(name string) (time.Time, bool)
 	// checked keeps what this check decoded of the statuses and desired
 	// objects it accepted, for the view (view.Config.Checked).
 	checked *view.Checked
@@ -67,20 +68,14 @@ type rejects struct {
 	full    bool
 }
 
-func newRejects(cluster netip.Prefix, creds *trust.Credentials, bound func(string) ([]byte, bool), revoked func([]byte) bool, keyOwner func([]byte) (string, bool),
-	log *slog.Logger, count *prometheus.CounterVec) *rejects {
+func newRejects(cluster netip.Prefix, creds *trust.Credentials, ids identities,
+	claims *view.ClaimsFeed, reclaimAfter time.Duration, log *slog.Logger, count *prometheus.CounterVec) *rejects {
 	var certs *trust.CertCache
 	if creds != nil {
 		certs = trust.NewCertCache(creds.CA)
 	}
-	return &rejects{cluster: cluster, certs: certs, bound: bound, revoked: revoked, keyOwner: keyOwner, checked: view.NewChecked(),
+	return &rejects{cluster: cluster, certs: certs, ids: ids, claims: claims, reclaimAfter: reclaimAfter, checked: view.NewChecked(),
 		log: log, count: count, seen: map[[2]string]bool{}}
-}
-
-// setHeld sets the lookups of the statuses this node holds and of
-// whether a node's claim is still reserved.
-func (x *rejects) setHeld(claimsNear func(view.NodeStatus) []view.NodeStatus, reserved func(string) bool) {
-	x.claimsNear, x.reserved = claimsNear, reserved
 }
 
 // setLive sets the membership lookup (once gossip runs).
@@ -101,7 +96,7 @@ func (x *rejects) check(r crdt.Record) error {
 		rj = reject(rejectClock, "%s: version %s is more than %s ahead of this node's clock", r.Key, r.Version, hlc.MaxOffset)
 	}
 	if rj == nil {
-		rj = checkSignature(r, x.bound, x.revoked)
+		rj = checkSignature(r, x.ids.BoundKey, x.ids.IsRevoked)
 	}
 	if rj == nil {
 		rj = x.checkIdentityChange(r)
@@ -116,7 +111,7 @@ func (x *rejects) check(r crdt.Record) error {
 	// A claim that only failed the takeover check (its time, signature
 	// and certificate pass) is a rival the node it would displace must
 	// weigh (subnetmove.go).
-	if rj.rival != nil && x.rival != nil && inTime && checkSignature(r, x.bound, x.revoked) == nil && x.checkIdentityChange(r) == nil {
+	if rj.rival != nil && x.rival != nil && inTime && checkSignature(r, x.ids.BoundKey, x.ids.IsRevoked) == nil && x.checkIdentityChange(r) == nil {
 		x.rival(*rj.rival)
 	}
 	x.note(r.Origin, rj)
@@ -130,13 +125,10 @@ func (x *rejects) check(r crdt.Record) error {
 // name by writing its record directly. (An invitation's join deadline
 // is checked only at the join port: a record's time is its writer's.)
 func (x *rejects) checkForgotten(s view.NodeStatus) *rejection {
-	if x.forgotten == nil {
+	if _, bound := x.ids.BoundKey(s.Name); bound {
 		return nil
 	}
-	if _, bound := x.bound(s.Name); bound {
-		return nil
-	}
-	at, ok := x.forgotten(s.Name)
+	at, ok := x.ids.ForgottenAt(s.Name)
 	if !ok {
 		return nil
 	}
@@ -161,16 +153,17 @@ func (x *rejects) checkStatus(s view.NodeStatus, r crdt.Record) *rejection {
 			return rj
 		}
 	}
-	if x.claimsNear == nil || s.PodSubnet == "" {
+	if s.PodSubnet == "" {
 		return nil
 	}
-	near := x.claimsNear(s)
+	claims := x.claims.Load()
+	near := claims.Near(s)
 	for _, h := range near {
 		if h.Name == s.Name && view.SameClaim(h, s) {
 			return nil // the claim this node already holds: nothing new
 		}
 	}
-	return checkTakeover(s, near, x.reserved)
+	return checkTakeover(s, near, func(name string) bool { return claims.Reserved(name, x.reclaimAfter) })
 }
 
 // checkTakeover refuses a new or changed subnet claim that would take a
@@ -219,8 +212,8 @@ func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 	switch {
 	case kind == view.StatusKind && r.Deleted:
 		name := strings.TrimPrefix(rest, "cluster/")
-		key, ok := x.bound(name)
-		if ok && !bytes.Equal(key, r.Signer) && !x.revoked(key) {
+		key, ok := x.ids.BoundKey(name)
+		if ok && !bytes.Equal(key, r.Signer) && !x.ids.IsRevoked(key) {
 			return reject(rejectIdentity, "%s: delete of node %q's record by %q without a revocation of its key (use 'starling node forget', which revokes it first)", r.Key, name, r.Origin)
 		}
 	case kind == trust.RevokedKind && r.Deleted:
@@ -230,7 +223,7 @@ func (x *rejects) checkIdentityChange(r crdt.Record) *rejection {
 		if json.Unmarshal(r.Value, &rv) != nil {
 			return reject(rejectMalformed, "%s: not a revocation", r.Key)
 		}
-		owner, bound := x.keyOwner(rv.Key)
+		owner, bound := x.ids.KeyOwner(rv.Key)
 		if bound && x.isLive(owner) || x.isLive(rv.Name) {
 			// 'node forget' refuses a live node; a revocation of a
 			// live node's key is not an operator's.

@@ -36,21 +36,9 @@ const (
 )
 
 // answerSettle answers a peer's settleQuestion: how long from now this
-// node will go on leaving the asker out of placement: what is left of
-// --rejoin-settle since it saw the asker back, or all of it while it
-// still holds the asker down (its view may not have walked the join that
-// the question follows yet).
+// node will go on leaving the asker out of placement (Flaps.SettleLeft).
 func (m *members) answerSettle(from string, now time.Time) []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var left time.Duration
-	if back, ok := m.memberBack[from]; ok {
-		left = m.settle - now.Sub(back)
-	} else if _, ok := m.memberDown[from]; ok {
-		left = m.settle
-	}
-	left = min(max(left, 0), m.settle)
-	return binary.BigEndian.AppendUint32(nil, uint32(left/time.Millisecond))
+	return binary.BigEndian.AppendUint32(nil, uint32(m.SettleLeft(from, now)/time.Millisecond))
 }
 
 // askSettle asks up to settleAsked alive peers, at once, how long they
@@ -88,42 +76,12 @@ func (m *members) askSettle(now func() time.Time) {
 		}()
 	}
 	wg.Wait()
-	m.settleSelf(now(), longest, from)
-}
-
-// settleSelf takes a peer's answer to settleQuestion, asked at now: peer
-// from will go on settling this node for d. This node leaves itself out
-// of placement until now+d when that ends more than settleNews later than
-// it is left out already (from now when it is not): a repeated answer
-// that only restates the same wait, or the few milliseconds a peer's
-// clock still counts once this node counts itself again, would otherwise
-// stop its replicas for nothing.
-func (m *members) settleSelf(now time.Time, d time.Duration, from string) {
-	until := now.Add(min(d, m.settle))
-	m.mu.Lock()
-	from0 := now
-	if m.selfUntil.After(now) {
-		from0 = m.selfUntil
-	}
-	news := until.Sub(from0) > settleNews
-	if news {
-		m.selfUntil = until
-		m.gen++
-	}
-	m.mu.Unlock()
-	if news {
-		m.log.Info("peers held this node down and may run its replicas: it leaves itself out of placement until they count it again",
-			"for", d.Round(time.Millisecond), "peer", from)
-	}
+	m.SettleSelf(now(), longest, from)
 }
 
 // settleRecheck is how often a node back from down asks its peers again,
-// for --rejoin-settle after its join, how long they settle it; settleNews
-// is how much later an answer must end to count (settleSelf).
-const (
-	settleRecheck = time.Second
-	settleNews    = 2 * time.Second
-)
+// for --rejoin-settle after its join, how long they settle it.
+const settleRecheck = time.Second
 
 // recheckSettle asks the settleQuestion again every settleRecheck until
 // until. A node back at a new address before its peers found it dead

@@ -41,7 +41,7 @@ func TestSelfSettleLeavesThisNodeOut(t *testing.T) {
 	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t0 := time.Unix(1000, 0)
 	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
-	m.selfUntil = t0.Add(10 * time.Second)
+	m.SettleSelf(t0, 10*time.Second, "n1")
 	snap, _ := m.AliveAfter(t0, list, nil)
 	if snap.Set["n3"] || !snap.Set["n1"] {
 		t.Fatalf("settling: %v, want n1 only", snap.Set)
@@ -72,36 +72,12 @@ func TestReturnedNodeTakesALateVerdict(t *testing.T) {
 		if asked >= 2 {
 			d = 10 * time.Second // then found it dead and replaced its replicas
 		}
-		m.settleSelf(time.Now(), d, "n1")
+		m.SettleSelf(time.Now(), d, "n1")
 	})
 	if asked < 2 {
 		t.Fatalf("asked %d times in 2.5 s, want every second", asked)
 	}
 	if snap, _ := m.AliveAfter(time.Now(), list, nil); snap.Set["n3"] {
 		t.Fatalf("n3 counts itself while n1 settles it: %v", snap.Set)
-	}
-}
-
-// Answers that only restate the wait, or the remnant a peer's clock
-// still counts once the wait is over, change nothing: the node does not
-// stop its replicas for them.
-func TestSettleSelfTakesOnlyNews(t *testing.T) {
-	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t0 := time.Unix(1000, 0)
-	m.settleSelf(t0, 10*time.Second, "n1")
-	if !m.selfUntil.Equal(t0.Add(10 * time.Second)) {
-		t.Fatalf("selfUntil %v, want t0+10s", m.selfUntil)
-	}
-	gen := m.gen
-	m.settleSelf(t0.Add(time.Second), 9*time.Second+300*time.Millisecond, "n2") // the same wait, measured later
-	m.settleSelf(t0.Add(5*time.Second), 30*time.Second, "n2")                   // capped at --rejoin-settle: 15 s, news
-	if m.gen != gen+1 || !m.selfUntil.Equal(t0.Add(15*time.Second)) {
-		t.Fatalf("gen +%d, selfUntil %v: want one change, to t0+15s", m.gen-gen, m.selfUntil)
-	}
-	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
-	m.AliveAfter(t0.Add(15*time.Second), list, nil) // the wait is over
-	m.settleSelf(t0.Add(15*time.Second), 150*time.Millisecond, "n1")
-	if snap, _ := m.AliveAfter(t0.Add(15*time.Second), list, nil); !snap.Set["n3"] {
-		t.Fatalf("a 150 ms remnant left n3 out again: %v", snap.Set)
 	}
 }

@@ -35,7 +35,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		return "", false
 	}
 	alive := map[string]bool{}
-	x := newRejects(testClusterCIDR, nil, bound, func(k []byte) bool { return revokedKeys[string(k)] }, owner, newTextLogger(io.Discard), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{bound: bound, revoked: func(k []byte) bool { return revokedKeys[string(k)] }, owner: owner}, nil, 0, newTextLogger(io.Discard), m.rejectedRecords)
 	x.setLive(func(name string) bool { return alive[name] })
 	good := statusRecord(t, goodStatus(), "b")
 	reason := func(r crdt.Record) string {
@@ -151,9 +151,11 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	}
 	// Through the Accept hook: the claim a node already holds passes (a
 	// node coming back), a changed one is checked.
-	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	back := claim("10.22.2.0/24", 1)
-	x.setHeld(func(view.NodeStatus) []view.NodeStatus { return []view.NodeStatus{n2, back} }, live)
+	claims := new(view.ClaimsFeed)
+	claims.Store(view.NewClaims(map[string]view.NodeStatus{"n2": n2, "evil": back},
+		[]gossip.Member{{Name: "evil", State: gossip.StateAlive}, {Name: "n2", State: gossip.StateAlive}}))
+	x := newRejects(testClusterCIDR, nil, fakeIDs{}, claims, time.Hour, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	x.setLive(live)
 	rec := func(s view.NodeStatus) crdt.Record {
 		for i := range s.Replicas {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
+	"net"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/store"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -163,7 +163,10 @@ func (c *countingStore) List(prefix string) ([]crdt.Record, error) {
 func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	inner := &countingStore{Store: store.NewMemory()}
 	st := track(inner)
-	vs := view.NewBuilder(view.Config{Records: st, ClusterCIDR: testClusterCIDR, Log: newTextLogger(io.Discard)})
+	feed := new(view.ClaimsFeed)
+	vs := view.NewBuilder(view.Config{Records: st, ClusterCIDR: testClusterCIDR, Log: newTextLogger(io.Discard),
+		Membership: noMembers{}, Damping: noDamping{}, Acks: view.NewAckTracker(0), Claims: feed,
+		ServiceCIDR: &net.IPNet{IP: net.IP(testServiceCIDR.Addr().AsSlice()), Mask: net.CIDRMask(testServiceCIDR.Bits(), 32)}})
 	status := func(i, wall int) crdt.Record {
 		s := goodStatus()
 		s.Name, s.Replicas = fmt.Sprintf("n%03d", i), nil
@@ -173,8 +176,9 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 		return r
 	}
 	held := func() map[string]view.NodeStatus {
-		var out map[string]view.NodeStatus
-		vs.WithHeld(func(m map[string]view.NodeStatus, _ func(string) hlc.Timestamp) { out = maps.Clone(m) })
+		vs.Rebuild(time.Now())
+		out := map[string]view.NodeStatus{}
+		feed.Load().Each(func(s view.NodeStatus) { out[s.Name] = s })
 		return out
 	}
 	for i := range 200 {
@@ -227,12 +231,27 @@ func TestHeldStatusesReadOnlyChangedRecords(t *testing.T) {
 	if h := held(); len(h) != 200 || h["n250"].Name != "n250" {
 		t.Fatalf("after a purge: %d held (n250 %v), want 200 with n250", len(h), h["n250"].Name != "")
 	}
-	// view.ClaimsNear finds the claims that overlap a subnet, its own included.
-	near := vs.ClaimsNear(view.NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
+	// The claims near a subnet are those that overlap it, its own included.
+	near := feed.Load().Near(view.NodeStatus{Name: "x", PodSubnet: "10.22.7.0/24"})
 	if len(near) != 1 || near[0].Name != "n007" {
 		t.Fatalf("claims near 10.22.7.0/24: %v", near)
 	}
 }
+
+// noMembers is an empty membership, noDamping a node with no peers that
+// holds the cluster's state: a view builder's inputs in tests of what it
+// reads from the store.
+type noMembers struct{}
+
+func (noMembers) Members() []gossip.Member { return nil }
+func (noMembers) Changed() <-chan struct{} { return nil }
+
+type noDamping struct{}
+
+func (noDamping) AliveAfter(time.Time, []gossip.Member, *view.Alive) (view.Alive, bool) {
+	return view.Alive{Set: map[string]bool{}}, false
+}
+func (noDamping) IsSynced() bool { return true }
 
 // A change of what placement reads of a node (its labels here) reaches
 // the view's eligible nodes, and one that does not (its replica list)

@@ -35,21 +35,17 @@ type subnets struct {
 	clock        *hlc.Clock
 	gossip       *gossip.Cluster
 	log          *slog.Logger
-	// withHeld calls its argument with the node statuses this node holds
-	// and their records' versions (view.Builder.WithHeld).
-	withHeld func(func(held map[string]view.NodeStatus, version func(name string) hlc.Timestamp))
 	// publish gossips this node's record (self.publishStatus(nil)).
 	publish func()
 	// use configures the pod network for the claimed subnet; nil in
 	// in-process tests.
 	use func(*net.IPNet) error
 
-	// claimsNear returns the held statuses whose subnet claims overlap
-	// the argument's (view.Builder.ClaimsNear); changed is the view's change
-	// channel (view.Builder.Changed). They feed the check for a displaced claim
-	// (subnetmove.go).
-	claimsNear func(view.NodeStatus) []view.NodeStatus
-	changed    func() <-chan struct{}
+	// claims are the held statuses' subnet claims as of the latest view;
+	// changed is the view's change channel (view.Builder.Changed). They
+	// feed the check for a displaced claim (subnetmove.go).
+	claims  *view.ClaimsFeed
+	changed func() <-chan struct{}
 
 	// settled: the claim settled and the pod network uses it; false
 	// while a displaced claim moves (subnetmove.go).
@@ -77,33 +73,16 @@ type subnets struct {
 // how long it has been gone). A claim whose node record is deleted
 // ("starling node forget") is free.
 func (sn *subnets) others() []ipam.Claim {
-	ms := sn.gossip.Members()
+	claims := sn.claims.Load()
 	var out []ipam.Claim
-	sn.withHeld(func(held map[string]view.NodeStatus, version func(string) hlc.Timestamp) {
-		for name, s := range held {
-			if name == sn.self || s.PodSubnet == "" {
-				continue
-			}
-			state, _ := view.MemberState(ms, name)
-			if !view.Reserved(state, version(name), sn.reclaimAfter) {
-				continue
-			}
-			out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
+	claims.Each(func(s view.NodeStatus) {
+		if s.Name == sn.self || s.PodSubnet == "" || !claims.Reserved(s.Name, sn.reclaimAfter) {
+			return
 		}
+		out = append(out, ipam.Claim{Node: s.Name, Subnet: s.PodSubnet, Since: s.SubnetSince, Settled: s.SubnetReady})
 	})
 	slices.SortFunc(out, func(a, b ipam.Claim) int { return strings.Compare(a.Node, b.Node) })
 	return out
-}
-
-// reservedFor is reserved for node name, from membership and the
-// status record held.
-func (sn *subnets) reservedFor(name string) bool {
-	rec, ok, err := sn.store.Get(view.StatusKey(name))
-	if err != nil || !ok || rec.Deleted {
-		return false
-	}
-	m, _ := sn.gossip.Member(name)
-	return view.Reserved(m.State, rec.Version, sn.reclaimAfter)
 }
 
 // Own is this node's pod subnet (invalid before it claimed one): what

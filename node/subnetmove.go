@@ -148,11 +148,10 @@ func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string
 func (sn *subnets) displaced(mine ipam.Claim) (who string, held, moved bool) {
 	mine.Settled = true
 	var others []ipam.Claim
-	if sn.claimsNear != nil {
-		for _, h := range sn.claimsNear(view.NodeStatus{Name: sn.self, PodSubnet: mine.Subnet}) {
-			if h.Name != sn.self && sn.reservedFor(h.Name) {
-				others = append(others, ipam.Claim{Node: h.Name, Subnet: h.PodSubnet, Since: h.SubnetSince, Settled: h.SubnetReady})
-			}
+	claims := sn.claims.Load()
+	for _, h := range claims.Near(view.NodeStatus{Name: sn.self, PodSubnet: mine.Subnet}) {
+		if h.Name != sn.self && claims.Reserved(h.Name, sn.reclaimAfter) {
+			others = append(others, ipam.Claim{Node: h.Name, Subnet: h.PodSubnet, Since: h.SubnetSince, Settled: h.SubnetReady})
 		}
 	}
 	if who, moved := ipam.Displaced(mine, others); moved {

@@ -130,7 +130,7 @@ var goodServiceYAML = harness.App{Name: "web"}.Service("web", []corev1.ServicePo
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, nil, noBindings, noRevocations, noOwner, newTextLogger(&logged), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{}, nil, 0, newTextLogger(&logged), m.rejectedRecords)
 	bad := signAs(t, "b", statusRecord(t, func() view.NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
@@ -289,6 +289,38 @@ func TestHonestStatusBecomesEndpointAndRoute(t *testing.T) {
 	}
 }
 
+// fakeIDs answers the arrival check's identity questions (identities)
+// with its functions; a nil one answers "no".
+type fakeIDs struct {
+	bound     func(string) ([]byte, bool)
+	revoked   func([]byte) bool
+	owner     func([]byte) (string, bool)
+	forgotten func(string) (time.Time, bool)
+}
+
+func (f fakeIDs) BoundKey(name string) ([]byte, bool) {
+	if f.bound == nil {
+		return nil, false
+	}
+	return f.bound(name)
+}
+
+func (f fakeIDs) IsRevoked(key []byte) bool { return f.revoked != nil && f.revoked(key) }
+
+func (f fakeIDs) KeyOwner(key []byte) (string, bool) {
+	if f.owner == nil {
+		return "", false
+	}
+	return f.owner(key)
+}
+
+func (f fakeIDs) ForgottenAt(name string) (time.Time, bool) {
+	if f.forgotten == nil {
+		return time.Time{}, false
+	}
+	return f.forgotten(name)
+}
+
 func noBindings(string) ([]byte, bool) { return nil, false }
 func noRevocations([]byte) bool        { return false }
 func noOwner([]byte) (string, bool)    { return "", false }
@@ -331,7 +363,7 @@ func benchmarkAccept(b *testing.B, creds *trust.Credentials, cert []byte) {
 	}
 	s.Cert = cert
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, creds, func(string) ([]byte, bool) { return rec.Signer, true }, noRevocations, noOwner, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, creds, fakeIDs{bound: func(string) ([]byte, bool) { return rec.Signer, true }}, nil, 0, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {

@@ -69,6 +69,9 @@ type NodeStatus struct {
 	// Signer is the key that signed the record (DecodeStatuses): the key
 	// the node's name is bound to.
 	Signer []byte
+	// Version is the record's version (DecodeStatuses): when the node
+	// last wrote it, on its clock.
+	Version hlc.Timestamp `json:"-"`
 }
 
 // SameClaim reports whether a and b make the same subnet claim.
@@ -130,7 +133,7 @@ func finishStatus(s *NodeStatus, r crdt.Record, cluster netip.Prefix) bool {
 		s.subnet = p.Masked()
 	}
 	CapTimes(s, r.Version)
-	s.Signer = r.Signer
+	s.Signer, s.Version = r.Signer, r.Version
 	return true
 }
 

@@ -105,6 +105,8 @@ type Config struct {
 	// Checked holds the statuses decoded when their records were checked
 	// on arrival (nil: none), so the view does not decode them again.
 	Checked *Checked
+	// Claims receives the claims of each view built (nil: none).
+	Claims *ClaimsFeed
 	// Share is what agents of one process decode once for all (nil but
 	// in the scale simulation: decodeshare.go).
 	Share *DecodeShare
@@ -266,6 +268,7 @@ func (vs *Builder) Rebuild(now time.Time) {
 		return
 	}
 	vs.Set(v)
+	vs.cfg.Claims.Store(v.claims)
 	if vs.cfg.Builds != nil {
 		vs.cfg.Builds.Inc()
 	}
@@ -298,6 +301,11 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		}
 	}
 	v.Members = vs.cfg.Membership.Members()
+	if prev != nil && prev.claims != nil && prev.claimsGen == v.claimsGen {
+		v.claims = prev.claims.with(v.Statuses, v.Members)
+	} else {
+		v.claims = newClaims(v.Statuses, vs.held, v.Members)
+	}
 	var prevAlive *Alive
 	if prev != nil {
 		prevAlive = &prev.aliveFrom

@@ -32,6 +32,8 @@ type View struct {
 	// aliveFrom is alive with what it was computed from (members.AliveAfter).
 	aliveFrom Alive
 	Statuses  map[string]NodeStatus
+	// claims indexes the held statuses' subnet claims (ClaimsFeed).
+	claims *Claims
 	// OldSelf is this node's name while its held record is of an
 	// earlier run of its agent (it restarted and has not published
 	// yet), else "": StaleRecords judges only the other nodes'.

@@ -309,49 +309,6 @@ func (vs *Builder) sync() error {
 	return nil
 }
 
-// WithHeld calls f with the node statuses the store holds now, by name,
-// and the versions of their records, decoding only the records that changed since the last look (checking
-// a new subnet claim against all of them listed and compared every
-// record: 1,000 claims x 1,000 records at each of 1,000 simulated nodes
-// forming). f must not keep or modify the map.
-func (vs *Builder) WithHeld(f func(held map[string]NodeStatus, version func(name string) hlc.Timestamp)) {
-	vs.build.Lock()
-	defer vs.build.Unlock()
-	if err := vs.sync(); err != nil {
-		vs.cfg.Log.Error("read the node statuses", "err", err)
-	}
-	f(vs.held, func(name string) hlc.Timestamp { return vs.statuses[StatusKey(name)].from.version })
-}
-
-// ClaimsNear returns the held statuses whose subnet claim overlaps s's
-// (s's own held one included), found through the claim index: a new
-// claim is checked against these, not against every node's.
-func (vs *Builder) ClaimsNear(s NodeStatus) []NodeStatus {
-	vs.build.Lock()
-	defer vs.build.Unlock()
-	if err := vs.sync(); err != nil {
-		vs.cfg.Log.Error("read the node statuses", "err", err)
-	}
-	var out []NodeStatus
-	p, ok := s.Prefix()
-	if !ok {
-		for _, h := range vs.held {
-			if h.PodSubnet == s.PodSubnet {
-				out = append(out, h)
-			}
-		}
-		return out
-	}
-	vs.claims.near(p, func(name string) {
-		if h, ok := vs.held[name]; ok {
-			if hp, ok := h.Prefix(); ok && hp.Overlaps(p) {
-				out = append(out, h)
-			}
-		}
-	})
-	return out
-}
-
 // decodeStatusesCached is DecodeStatuses over the cache of decoded
 // status records. Called with build held.
 func (vs *Builder) decodeStatusesCached(recs []crdt.Record) map[string]NodeStatus {
