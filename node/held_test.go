@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -129,31 +130,31 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		}
 		return out
 	}
-	got := x.Elsewhere(1, p, p, nodes, statuses, nil)
+	got := x.Elsewhere(false, p, p, nodes, statuses, nil)
 	if m := byNode(got); len(got) != 2 || !m[owner].Running || m[away].Running || m[away].Ordinal != 0 || !m[away].Since.Equal(t0) {
 		t.Fatalf("want the two copies of ordinal 0, the owner's running, the one on %s being created: %+v", away, got)
 	}
-	if again := x.Elsewhere(1, p, p, nodes, statuses, nil); !view.SameHolders(again, got) {
+	if again := x.Elsewhere(false, p, p, nodes, statuses, nil); !view.SameHolders(again, got) {
 		t.Fatalf("no record changed: %+v, want %+v", again, got)
 	}
 	statuses[away] = view.NodeStatus{Replicas: []api.Replica{rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}}
-	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 0 {
+	if got := x.Elsewhere(false, p, p, nodes, statuses, nil); len(got) != 0 {
 		t.Fatalf("copies failing to be created or being stopped hold nothing: %+v", got)
 	}
 	// A Replace lists the new copy Pending: it still holds the replica.
 	statuses[away] = view.NodeStatus{Replicas: []api.Replica{rep(0, api.PhasePending)}}
-	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 2 {
+	if got := x.Elsewhere(false, p, p, nodes, statuses, nil); len(got) != 2 {
 		t.Fatalf("a copy being replaced on %s: %+v", away, got)
 	}
-	// Placement changed (gen 2) and gives ordinal 0 to the node that
+	// Placement changed (computed anew) and gives ordinal 0 to the node that
 	// holds it: nothing is away, with the same records.
 	statuses[owner] = view.NodeStatus{}
-	if got := x.Elsewhere(1, p, p, nodes, statuses, nil); len(got) != 1 {
+	if got := x.Elsewhere(false, p, p, nodes, statuses, nil); len(got) != 1 {
 		t.Fatalf("only %s holds ordinal 0: %+v", away, got)
 	}
 	p2 := placement.Placement{Owners: map[string][]string{"default/web": slices.Clone(p.Owners["default/web"])}}
 	p2.Owners["default/web"][0] = away
-	if got := x.Elsewhere(2, p2, p2, nodes, statuses, nil); got != nil {
+	if got := x.Elsewhere(true, p2, p2, nodes, statuses, nil); got != nil {
 		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
 	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
@@ -178,6 +179,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		for ord, o := range owners {
 			s := statuses[o]
 			s.Replicas = append(s.Replicas, api.Replica{Namespace: "default", Workload: strings.TrimPrefix(key, "default/"), Ordinal: ord, Phase: api.PhaseRunning})
+			s.Version = hlc.Timestamp{Wall: 1}
 			statuses[o] = s
 		}
 	}
@@ -199,32 +201,32 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 				to = nodes[(i+1)%len(nodes)].Name
 			}
 			s := moved[to]
-			s.Replicas = append(s.Replicas, r)
+			s.Replicas, s.Version = append(s.Replicas, r), hlc.Timestamp{Wall: 1}
 			moved[to] = s
 		}
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
 		var x view.HeldIndex
-		want := len(x.Elsewhere(1, p, p, nodes, moved, nil))
+		want := len(x.Elsewhere(false, p, p, nodes, moved, nil))
 		b.ReportAllocs()
 		for b.Loop() {
 			s := moved["n0007"]
-			s.Replicas = slices.Clone(s.Replicas)
+			s.Replicas, s.Version.Wall = slices.Clone(s.Replicas), s.Version.Wall+1
 			moved["n0007"] = s
-			if got := x.Elsewhere(1, p, p, nodes, moved, nil); len(got) != want {
+			if got := x.Elsewhere(false, p, p, nodes, moved, nil); len(got) != want {
 				b.Fatalf("%d held elsewhere, want %d", len(got), want)
 			}
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
 		var x view.HeldIndex
-		x.Elsewhere(1, p, p, nodes, statuses, nil)
+		x.Elsewhere(false, p, p, nodes, statuses, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			s := statuses["n0007"]
-			s.Replicas = slices.Clone(s.Replicas)
+			s.Replicas, s.Version.Wall = slices.Clone(s.Replicas), s.Version.Wall+1
 			statuses["n0007"] = s
-			if got := x.Elsewhere(1, p, p, nodes, statuses, nil); got != nil {
+			if got := x.Elsewhere(false, p, p, nodes, statuses, nil); got != nil {
 				b.Fatalf("%d held elsewhere, want none", len(got))
 			}
 		}
@@ -235,7 +237,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 // read.
 func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]view.NodeStatus) []placement.Holder {
 	var x view.HeldIndex
-	return x.Elsewhere(0, p, without, eligible, statuses, nil)
+	return x.Elsewhere(true, p, without, eligible, statuses, nil)
 }
 
 // A node back from a crash is held, until its first record of the new
@@ -307,7 +309,7 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 		stale map[string]bool
 		want  string
 	}{{nil, back}, {map[string]bool{back: true}, other}} {
-		held := x.Elsewhere(1, p, p, nodes, statuses, tc.stale)
+		held := x.Elsewhere(false, p, p, nodes, statuses, tc.stale)
 		if got := placement.Keep(p, nodes, ws, held, placement.Options{}).Owner("default/web", ord); got != tc.want {
 			t.Errorf("stale %v: ordinal %d kept on %s, want %s (held %+v)", tc.stale, ord, got, tc.want, held)
 		}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/dataplane"
@@ -100,12 +101,13 @@ func TestViewNotesTheServicesWhosePortsChanged(t *testing.T) {
 	var prev *view.View
 	var model, full service.Model
 	cfg := service.Config{ClusterCIDR: testClusterCIDR}
-	port, objGen := 80, uint64(1)
+	port := 80
 	for step := 0; step < 300; step++ {
 		what := rng.Intn(10)
+		objectsChanged := prev == nil
 		switch {
 		case step > 0 && what == 0: // an object change
-			port, objGen = 80+rng.Intn(3), objGen+1
+			port, objectsChanged = 80+rng.Intn(3), true
 		case what == 1: // a node dies or returns
 			n := names[rng.Intn(len(names))]
 			alive[n] = !alive[n]
@@ -117,10 +119,12 @@ func TestViewNotesTheServicesWhosePortsChanged(t *testing.T) {
 				s.Replicas = append(s.Replicas, api.Replica{Name: fmt.Sprintf("r%d", r), Namespace: "default", Workload: fmt.Sprintf("w%d", rng.Intn(10)),
 					Phase: api.PhaseRunning, Ready: rng.Intn(4) > 0, PodIP: fmt.Sprintf("10.22.%d.%d", i+1, 2+rng.Intn(5))})
 			}
+			s.Version = hlc.Timestamp{Wall: int64(step + 1)} // a new record
 			statuses[names[i]] = s
 		}
-		v := &view.View{Alive: maps.Clone(alive), Statuses: maps.Clone(statuses), Winners: alive, ObjGen: objGen}
-		if prev != nil && prev.ObjGen == objGen {
+		v := &view.View{Alive: maps.Clone(alive), Statuses: maps.Clone(statuses), Winners: alive,
+			Changes: view.Changes{Objects: objectsChanged, Statuses: true}}
+		if !v.Changes.Objects {
 			v.Services, v.Workloads, v.Alloc, v.SvcIndex = prev.Services, prev.Workloads, prev.Alloc, prev.SvcIndex
 		} else {
 			v.Services, v.Workloads = objects(port)
@@ -173,7 +177,7 @@ func BenchmarkViewServices(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("%d", n), func(b *testing.B) {
 			nodes := n / 10
-			v := &view.View{Alive: map[string]bool{}, Statuses: map[string]view.NodeStatus{}, Winners: map[string]bool{}, ObjGen: 1}
+			v := &view.View{Alive: map[string]bool{}, Statuses: map[string]view.NodeStatus{}, Winners: map[string]bool{}, Changes: view.Changes{Objects: true}}
 			for w := 0; w < n; w++ {
 				v.Workloads = append(v.Workloads, appDeployment(b, fmt.Sprintf("w%d", w), 3))
 				v.Services = append(v.Services, webService(b, fmt.Sprintf("s%d", w), fmt.Sprintf("w%d", w), 80, "8080"))
@@ -246,7 +250,7 @@ func TestServicesPassBetweenDeriveAndStoreLosesNothing(t *testing.T) {
 	build := func(prev *view.View, ready bool) *view.View {
 		s := goodStatus()
 		s.Replicas[0].Ready = ready
-		v := &view.View{Alive: map[string]bool{"b": true}, Winners: map[string]bool{"b": true}, Statuses: map[string]view.NodeStatus{"b": s}, ObjGen: 1,
+		v := &view.View{Alive: map[string]bool{"b": true}, Winners: map[string]bool{"b": true}, Statuses: map[string]view.NodeStatus{"b": s}, Changes: view.Changes{Objects: prev == nil},
 			Services: []manifest.Object{svc}, Workloads: []manifest.Object{dep}}
 		v.Alloc = service.Allocate(view.ServiceSpecs(v.Services), svcNet)
 		v.SvcIndex = view.NewServiceIndex(v.Services, v.Workloads)

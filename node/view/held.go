@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/placement"
@@ -12,17 +13,18 @@ import (
 
 // HeldIndex keeps, per eligible node, the copies its record lists of
 // replicas that placement gives another node, for heldElsewhere: a
-// derive reads again only the records that changed since (by the
-// identity of their decoded replica list) or all of them after placement
-// changed (gen). Owned by the view builder.
+// derive reads again only the records that changed since (by their
+// version, NodeStatus.Version; a status of version zero, which no record
+// carries, is read each time) or all of them after placement was
+// computed anew. Owned by the view builder.
 type HeldIndex struct {
-	gen   uint64 // placement's generation the entries were read against
 	nodes map[string]*heldEntry
 }
 
 type heldEntry struct {
 	node     string
-	replicas []api.Replica // the list read (compared by identity)
+	replicas []api.Replica // the list read
+	version  hlc.Timestamp // of the record it was read from
 	stale    bool          // read as a record an earlier run of the node wrote
 	away     []placement.Holder
 	// copies indexes the node's copy of each replica it holds, built
@@ -63,16 +65,17 @@ func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
 }
 
 // Elsewhere lists, for each replica that an eligible node runs while
-// placement (p, or without: see place; both of generation gen) gives it
+// placement (p, or without: see place; computed anew since the last call
+// when placed) gives it
 // to another node, every copy of it the eligible nodes hold (holds),
 // with when it was created: what placement.Keep leaves where it runs.
 // The records of the nodes in stale are of an earlier run of their
 // agent (holderOf). Sorted by workload key, ordinal, node; nil
 // when there are none. It costs O(eligible nodes + replicas of the
 // records that changed).
-func (x *HeldIndex) Elsewhere(gen uint64, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
-	if x.nodes == nil || x.gen != gen {
-		x.nodes, x.gen = map[string]*heldEntry{}, gen
+func (x *HeldIndex) Elsewhere(placed bool, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
+	if x.nodes == nil || placed {
+		x.nodes = map[string]*heldEntry{}
 	}
 	var out []placement.Holder
 	away := map[heldSlot]bool{}
@@ -88,10 +91,11 @@ func (x *HeldIndex) Elsewhere(gen uint64, p, without placement.Placement, eligib
 	live := make(map[string]bool, len(eligible))
 	for _, n := range eligible {
 		live[n.Name] = true
-		rs := statuses[n.Name].Replicas
+		st := statuses[n.Name]
+		rs := st.Replicas
 		e, ok := x.nodes[n.Name]
-		if !ok || e.stale != stale[n.Name] || len(e.replicas) != len(rs) || len(rs) > 0 && &e.replicas[0] != &rs[0] {
-			e = &heldEntry{node: n.Name, replicas: rs, stale: stale[n.Name]}
+		if !ok || e.stale != stale[n.Name] || e.version != st.Version || st.Version.IsZero() {
+			e = &heldEntry{node: n.Name, replicas: rs, version: st.Version, stale: stale[n.Name]}
 			for _, r := range rs {
 				if !holds(r) {
 					continue

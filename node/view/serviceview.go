@@ -6,11 +6,11 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/service"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -117,7 +117,7 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 // Called with build held, for each view derived.
 func (vs *Builder) ServicesInto(v, prev *View) {
 	changedW := vs.endpoints.Update(v)
-	if prev == nil || prev.SvcPorts == nil || prev.ObjGen != v.ObjGen {
+	if prev == nil || prev.SvcPorts == nil || v.Changes.Objects {
 		ports := map[string][]service.Port{}
 		for _, o := range v.Services {
 			key := o.Namespace + "/" + o.Name
@@ -174,16 +174,14 @@ type EndpointIndex struct {
 
 // nodeEndpoints is one node's contribution and what it was computed
 // from: its standing (alive, winning its claim, subnet ready), its
-// subnet and its replica list, by identity: the decoded record's slice,
-// which is never modified in place (a changed record is decoded into a
-// new one; the pointer held keeps the old array alive, so its address is
-// not reused for another list; empty lists may share an address, and
-// the length is compared too).
+// subnet and the version of the status record that listed its replicas
+// (NodeStatus.Version: a node writes a new version for each change of
+// its record; zero for a status no record carries yet, such as this
+// node's own before it is held, which is read on every update).
 type nodeEndpoints struct {
 	eligible bool
 	subnet   string
-	replicas *api.Replica
-	n        int
+	version  hlc.Timestamp
 	eps      []workloadAddr // sorted (NodeReady)
 }
 
@@ -233,10 +231,10 @@ func (e *EndpointIndex) Update(v *View) (changed []string) {
 			// kubelet restarts) until its new record says otherwise.
 			eligible = false
 		}
-		if ok && old.eligible == eligible && old.subnet == s.PodSubnet && old.replicas == unsafe.SliceData(s.Replicas) && old.n == len(s.Replicas) {
+		if ok && old.eligible == eligible && old.subnet == s.PodSubnet && old.version == s.Version && !s.Version.IsZero() {
 			continue
 		}
-		now := nodeEndpoints{eligible: eligible, subnet: s.PodSubnet, replicas: unsafe.SliceData(s.Replicas), n: len(s.Replicas)}
+		now := nodeEndpoints{eligible: eligible, subnet: s.PodSubnet, version: s.Version}
 		if eligible {
 			now.eps = NodeReady(s)
 			if stale {

@@ -128,17 +128,13 @@ type Builder struct {
 	// objects and statuses cache decoded records by key: a record is
 	// decoded again only when its version changed. held is the valid
 	// statuses by node name, kept up to date from the store's changed
-	// keys (sync); heldGen and objGen count the changes to held and to
-	// the desired objects' records.
-	objects         map[string]cachedObject
-	statuses        map[string]cachedStatus
-	held            map[string]NodeStatus
-	heldGen, objGen uint64
-	// claimsGen and nodesGen count the changes to the held statuses'
-	// subnet claims, and to what placement reads of a node (claim,
-	// readiness, capacity, labels): a status that lists other replicas
-	// changes neither, and what is computed from them is kept.
-	claimsGen, nodesGen uint64
+	// keys (sync); pending is what changed since the last view built
+	// (a build that fails keeps it for the next), last that view.
+	objects  map[string]cachedObject
+	statuses map[string]cachedStatus
+	held     map[string]NodeStatus
+	pending  Changes
+	last     *View
 	// claims indexes held's subnet claims and their winners.
 	claims *claimIndex
 
@@ -148,9 +144,8 @@ type Builder struct {
 	endpoints  EndpointIndex
 	svcChanges serviceChanges
 	// away indexes the copies the nodes run away from placement's
-	// choice (held.go); placementGen counts the placements computed.
-	away         HeldIndex
-	placementGen uint64
+	// choice (held.go).
+	away HeldIndex
 }
 
 // NewBuilder returns a Builder of views from c; the first view is built
@@ -268,6 +263,7 @@ func (vs *Builder) Rebuild(now time.Time) {
 		return
 	}
 	vs.Set(v)
+	vs.last, vs.pending = v, Changes{}
 	vs.cfg.Claims.Store(v.claims)
 	if vs.cfg.Builds != nil {
 		vs.cfg.Builds.Inc()
@@ -283,7 +279,10 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	if err := vs.sync(); err != nil {
 		return nil, err
 	}
-	v.ObjGen, v.HeldGen, v.claimsGen, v.NodesGen = vs.objGen, vs.heldGen, vs.claimsGen, vs.nodesGen
+	v.Changes = vs.pending
+	if prev == nil || prev != vs.last {
+		v.Changes = everything // no view, or one this builder did not build
+	}
 	if err := vs.objectsInto(v, prev); err != nil {
 		return nil, err
 	}
@@ -291,7 +290,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	// record changed (and this node's own is held: until it is, the view
 	// shows what it would publish now).
 	_, selfHeld := vs.held[vs.cfg.Self]
-	sameStatuses := prev != nil && prev.HeldGen == v.HeldGen && selfHeld
+	sameStatuses := !v.Changes.Statuses && selfHeld
 	if sameStatuses {
 		v.Statuses = prev.Statuses
 	} else {
@@ -301,7 +300,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		}
 	}
 	v.Members = vs.cfg.Membership.Members()
-	if prev != nil && prev.claims != nil && prev.claimsGen == v.claimsGen {
+	if !v.Changes.Claims && prev.claims != nil {
 		v.claims = prev.claims.with(v.Statuses, v.Members)
 	} else {
 		v.claims = newClaims(v.Statuses, vs.held, v.Members)
@@ -317,7 +316,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.OldSelf = vs.cfg.Self
 	}
 	v.Excluded = vs.cfg.Acks.excluded(now)
-	if sameStatuses && prev.ObjGen == v.ObjGen && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
+	if sameStatuses && !v.Changes.Objects && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind), and no
@@ -346,7 +345,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 // differ from prev's), the Services' ports and the nodes that do not
 // list the replicas placed on them.
 func (vs *Builder) derive(v, prev *View, gens bool) {
-	sameClaims := gens && prev != nil && prev.claimsGen == v.claimsGen
+	sameClaims := gens && !v.Changes.Claims
 	switch {
 	case sameClaims:
 		v.claimWinners = prev.claimWinners
@@ -358,7 +357,7 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 	// From the claims' winners each time, never from prev.winners: a node
 	// that took a dead node's subnet stops winning when that node is back.
 	v.Winners = vs.reclaimedWinners(v)
-	if sameClaims && prev.NodesGen == v.NodesGen && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Winners, v.Winners) {
+	if sameClaims && !v.Changes.Nodes && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Winners, v.Winners) {
 		v.Eligible, v.nodesKey = prev.Eligible, prev.nodesKey
 	} else {
 		v.Eligible = eligibleNodes(v.Alive, v.Statuses, v.Winners)
@@ -375,11 +374,10 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		if vs.cfg.Placements != nil {
 			vs.cfg.Placements.Inc()
 		}
-		vs.placementGen++
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.Held = vs.away.Elsewhere(vs.placementGen, v.plain, v.plainWithout, v.Eligible, v.Statuses, v.Stale)
+	v.Held = vs.away.Elsewhere(!sameInputs, v.plain, v.plainWithout, v.Eligible, v.Statuses, v.Stale)
 	if sameInputs && SameHolders(prev.Held, v.Held) {
 		v.Placement, v.Owner, v.given, v.Own = prev.Placement, prev.Owner, prev.given, prev.Own
 		if prev.objectsKey != v.objectsKey {

@@ -96,11 +96,34 @@ type View struct {
 	// workloadsKey and nodesKey are placement's workload and node inputs
 	// (viewkeys.go), kept with the inputs they identify.
 	workloadsKey, nodesKey string
-	// ObjGen, HeldGen, claimsGen and NodesGen are the builder's counts of
-	// changes to the desired objects' and the status records, the subnet
-	// claims and the nodes' placement fields when this view was built
-	// (Builder.sync): equal counts, unchanged inputs.
-	ObjGen, HeldGen, claimsGen, NodesGen uint64
+	// Changes is what differs from the view built before this one.
+	Changes Changes
+}
+
+// Changes is what differs between a view and the one its builder built
+// before it, from the records that changed (Builder.sync): a view whose
+// inputs did not change shares what was computed from them. Every field
+// is true for a first view, and after a view the builder did not build
+// was stored (Builder.Set).
+type Changes struct {
+	// Objects: a desired object's record (Deployment, StatefulSet,
+	// Service).
+	Objects bool
+	// Statuses: a node's status record.
+	Statuses bool
+	// Claims: a held status's subnet claim, or which statuses are held.
+	Claims bool
+	// Nodes: what placement reads of a node (claim, readiness,
+	// capacity, labels); a status that lists other replicas changes
+	// Statuses only.
+	Nodes bool
+}
+
+// everything is the Changes of a first view.
+var everything = Changes{Objects: true, Statuses: true, Claims: true, Nodes: true}
+
+func (c Changes) or(d Changes) Changes {
+	return Changes{Objects: c.Objects || d.Objects, Statuses: c.Statuses || d.Statuses, Claims: c.Claims || d.Claims, Nodes: c.Nodes || d.Nodes}
 }
 
 // assign runs placement (rendezvous hashing with bounded loads, package

@@ -92,7 +92,7 @@ func (id recordID) same(r crdt.Record) bool {
 // sharing prev's when none of their records changed (by the store's
 // changed keys, then by the records themselves).
 func (vs *Builder) objectsInto(v, prev *View) error {
-	if prev != nil && prev.ObjGen == v.ObjGen {
+	if !v.Changes.Objects {
 		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
 		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
 		return nil
@@ -239,8 +239,7 @@ func (vs *Builder) DecodeObjects(recs []crdt.Record, seen map[string]bool) []man
 }
 
 // sync brings held (and the status cache) up to date with the store's
-// changed keys, and counts the changes to statuses and desired objects
-// (heldGen, objGen). Only the changed records are read and decoded; a
+// changed keys, and notes what changed in pending. Only the changed records are read and decoded; a
 // purge, a drop or the first sync relists them all. Called with build
 // held.
 func (vs *Builder) sync() error {
@@ -261,23 +260,20 @@ func (vs *Builder) sync() error {
 		for name, st := range vs.held {
 			vs.claims.set(name, st, true)
 		}
-		vs.heldGen++
-		vs.objGen++
-		vs.claimsGen++
-		vs.nodesGen++
+		vs.pending = everything
 		return nil
 	}
 	for _, k := range keys {
 		switch {
 		case strings.HasPrefix(k, KindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, KindPrefix(manifest.KindStatefulSet)),
 			strings.HasPrefix(k, KindPrefix(manifest.KindService)):
-			vs.objGen++
+			vs.pending.Objects = true
 		case strings.HasPrefix(k, StatusKind+"/"):
 			r, ok, err := vs.cfg.Records.Get(k)
 			if err != nil {
 				return failed(err)
 			}
-			vs.heldGen++
+			vs.pending.Statuses = true
 			old, had := vs.statuses[k]
 			had = had && old.ok
 			if had {
@@ -293,7 +289,7 @@ func (vs *Builder) sync() error {
 				vs.held[c.status.Name] = c.status
 			}
 			if had != c.ok || had && !SameClaim(old.status, c.status) {
-				vs.claimsGen++
+				vs.pending.Claims = true
 				if had {
 					vs.claims.set(old.status.Name, NodeStatus{}, false)
 				}
@@ -302,7 +298,7 @@ func (vs *Builder) sync() error {
 				}
 			}
 			if had != c.ok || had && !samePlacement(old.status, c.status) {
-				vs.nodesGen++
+				vs.pending.Nodes = true
 			}
 		}
 	}
