@@ -13,8 +13,8 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/trust"
 
-	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/net/route"
 	"github.com/starling-orchestrator/starling/node/dataplane"
@@ -180,63 +180,55 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 	}
 	clusterCIDR := view.PrefixOf(cluster)
 	claims := new(view.ClaimsFeed)
-	a.guard.rejects = newRejects(clusterCIDR, creds, a.guard.id, claims, cfg.SubnetReclaimAfter, log, a.metrics.rejectedRecords)
-	a.mem.members = newMembers(cfg, a.store, log)
-	if err := a.startGossip(h.tuneGossip); err != nil {
+	refused := make(chan ipam.Claim, maxRivals) // the arrival check's refused takeovers, for the claim check
+	a.guard.rejects = newRejects(clusterCIDR, creds, a.guard.id, claims, cfg.SubnetReclaimAfter, refused, log, a.metrics.rejectedRecords)
+	dropped, err := a.startGossip(h.tuneGossip)
+	if err != nil {
 		a.store.Close()
 		return nil, err
 	}
-	a.mem.members.certified = a.guard.auth.certified
+	a.mem.writer = &writer{id: a.guard.id, cluster: a.mem.cluster, store: a.store}
 	if a.guard.trust != nil {
 		a.guard.join = &trust.Admission{Store: a.store, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: cfg.Name,
-			Publish: a.publishDurable, GossipKeys: a.mem.cluster.Keys, Log: log}
+			Writer: a.mem.writer, Cluster: a.mem.cluster, Log: log}
 		a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
-		a.mem.members.keys = a.guard.keys
 	}
-	a.wire(cfg, h, clusterCIDR, claims, hn)
+	a.mem.members = newMembers(cfg, a.store, a.mem.cluster, a.guard.auth, a.guard.keys, dropped, log)
+	a.wire(cfg, h, clusterCIDR, claims, refused, hn)
 	return a, nil
 }
 
 // wire builds the agent's parts on its shared pieces.
-func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view.ClaimsFeed, hn *hostNetwork) {
+func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view.ClaimsFeed, refused chan ipam.Claim, hn *hostNetwork) {
 	log := a.log
 	_, clusterNet, _ := net.ParseCIDR(cfg.ClusterCIDR)
 	_, serviceNet, _ := net.ParseCIDR(cfg.ServiceCIDR)
 	a.mem.acks = view.NewAckTracker(cfg.AckTimeout)
 	a.own.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
-		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, claims: claims, log: log, ready: make(chan struct{}), rivalKick: make(chan struct{}, 1)}
-	a.guard.rejects.rival = a.own.subnets.noteRival
+		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, claims: claims, log: log, ready: make(chan struct{}), refused: refused,
+		republish: make(chan struct{}, 1), use: hn.podNetwork(cfg.DryRun)}
 	a.own.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.guard.id, trust: a.guard.trust, members: a.mem.members,
-		subnets: a.own.subnets, publish: a.publish, log: log, writes: a.metrics.statusWrites}
-	// With the replicas of the last publication: a claim that moves
-	// keeps them listed (their addresses hidden) until the next pass.
-	a.own.subnets.publish = a.own.status.republish
+		subnets: a.own.subnets, writer: a.mem.writer, log: log, writes: a.metrics.statusWrites}
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
 		Checked: a.guard.rejects.checked, Claims: claims, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
-		SelfStatus: func() view.NodeStatus { return a.own.status.status(nil) }, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
-	a.own.subnets.changed = a.views.Changed
-	a.work.fence = newFence(cfg, a.started, log)
-	a.work.fence.cluster, a.work.fence.members, a.work.fence.certified, a.work.fence.uncertifiedGauge = a.mem.cluster, a.mem.members, a.guard.auth.certified, a.metrics.uncertified
+		SelfStatus: a.own.status, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes})
+	wake := newWake()
+	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
 	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,
-		members: a.mem.members, metrics: a.metrics, log: log, kick: make(chan struct{}, 1), handoffs: map[string]time.Time{}}
-	a.work.fence.kick = a.work.replicas.requestReconcile
-	a.mem.members.onForgotten = a.work.replicas.stopAll
+		members: a.mem.members, metrics: a.metrics, log: log, wake: wake, handoffs: map[string]time.Time{}}
 	a.work.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.guard.id.Public()),
-		observed: a.work.replicas.lastObserved, kick: a.work.replicas.requestReconcile, status: map[string]probe.Status{}}
+		wake: a.work.replicas.wake, status: map[string]probe.Status{}}
 	a.work.replicas.probes = a.work.probes
 	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.api.peers = &peers{self: cfg.Name, trust: a.guard.trust, id: a.guard.id, cluster: a.mem.cluster}
-	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, publish: a.publishDurable, log: log}
+	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, writer: a.mem.writer, log: log}
 	a.api.info = &info{self: cfg.Name, views: a.views, status: a.own.status, cluster: a.mem.cluster, store: a.store, clock: a.clock, id: a.guard.id,
-		publish: a.publishDurable, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth.certified, log: log}
+		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
-		cluster: a.mem.cluster, peers: a.api.peers, publish: a.publishDurable, log: log, imported: func() {
-			a.work.replicas.acts.resetFailures()
-			a.work.replicas.requestReconcile()
-		}}
+		cluster: a.mem.cluster, peers: a.api.peers, writer: a.mem.writer, wake: a.work.replicas.wake, log: log}
 	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
 	a.mem.answerer.Store(a.work.fence)
 	// The first view: from here on, the arrival check holds the claims
@@ -272,11 +264,31 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.mem.members.watch(ctx, a.views.Changed) },
 		func(ctx context.Context) { a.mem.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
+		func(ctx context.Context) {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-a.own.subnets.republish:
+					// With the replicas of the last publication: a claim
+					// that moves keeps them listed (their addresses
+					// hidden) until the next pass.
+					a.own.status.republish()
+				}
+			}
+		},
+		func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+			case <-a.mem.members.stopReplicas: // this node was forgotten
+				a.work.replicas.stopAll()
+			}
+		},
 		func(ctx context.Context) { a.guard.keys.RefreshLoop(ctx, a.mem.members.targets) },
 		a.network.routes.Run, a.network.services.Run, a.diskLoop, a.network.host.Run}
 	if a.guard.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
-			a.guard.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.work.replicas.requestReconcile)
+			a.guard.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.work.replicas.wake.kick)
 		})
 	}
 	if a.network.dry != nil {
@@ -284,7 +296,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		loops = append(loops, a.network.dry.loop)
 	} else {
 		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop,
-			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.requestReconcile) })
+			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.wake.kick) })
 	}
 	var wg sync.WaitGroup
 	for _, f := range loops {
@@ -319,22 +331,6 @@ func (a *Agent) close() {
 	a.mem.cluster.Shutdown()
 	a.store.Close()
 	a.rt.Close()
-}
-
-// publish signs records with this node's key, writes them to the local
-// store (durably) and gossips them. The objects were validated before, so
-// an error here is an I/O failure.
-func (a *Agent) publish(recs ...crdt.Record) error {
-	for _, r := range recs {
-		r, err := a.guard.id.Sign(r)
-		if err != nil {
-			return fmt.Errorf("sign %s: %w", r.Key, err)
-		}
-		if err := a.mem.cluster.Publish(r); err != nil {
-			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
-		}
-	}
-	return nil
 }
 
 // insecureWarnInterval is how often an agent without a gossip key says so.

@@ -15,7 +15,7 @@ import (
 // decoded, for the view (view.Checked, which the view takes instead of
 // decoding the record again); a status it refuses is not.
 func TestArrivalCheckHandsTheViewItsDecoding(t *testing.T) {
-	x := newRejects(testClusterCIDR, nil, fakeIDs{}, nil, 0, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{}, nil, 0, nil, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	good := signAs(t, "b", statusRecord(t, goodStatus(), "b"))
 	if err := x.check(good); err != nil {
 		t.Fatalf("good record refused: %v", err)
@@ -52,7 +52,7 @@ func TestArrivalCheckNotesOnlyWhatItAccepts(t *testing.T) {
 		}
 		return nil, false
 	}
-	x := newRejects(testClusterCIDR, nil, fakeIDs{bound: bound}, nil, 0, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{bound: bound}, nil, 0, nil, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	unsigned := statusRecord(t, goodStatus(), "b")
 	good := signAs(t, "b", unsigned)
 	if err := x.check(good); err != nil {

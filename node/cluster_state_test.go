@@ -51,7 +51,7 @@ func TestNodeAwayLongerThanTombstoneTTLDoesNotResurrectDeletes(t *testing.T) {
 	// Delete while a2 is away, then let the tombstone expire and be purged.
 	rec, _, _ := a0.agent.store.Get(key)
 	rec.Deleted, rec.Value, rec.Version, rec.Origin = true, nil, a0.agent.clock.Now(), "a0"
-	if err := a0.agent.publish(rec); err != nil {
+	if err := a0.agent.mem.writer.publish(rec); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() error {

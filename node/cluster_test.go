@@ -351,7 +351,7 @@ func TestActionsNeverRestOnAStaleList(t *testing.T) {
 				}
 			}
 			n.rt.mu.Unlock()
-			n.agent.work.replicas.requestReconcile()
+			n.agent.work.replicas.wake.kick()
 		}
 	}()
 	time.Sleep(4 * time.Second)

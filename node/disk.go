@@ -2,14 +2,17 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // diskCheckInterval is how often the agent checks the free space of its
@@ -17,18 +20,42 @@ import (
 // and /metrics, and writes resume, without waiting for a write.
 const diskCheckInterval = time.Second
 
-// publishDurable is publish for a write a user waits on (the API). While
+// writer signs records with this node's key, writes them to the local
+// store (durably) and gossips them: what every part that writes records
+// is given. The objects were validated before, so an error is an I/O
+// failure.
+type writer struct {
+	id      *trust.Identity
+	cluster *gossip.Cluster
+	store   Store
+}
+
+// publish signs and gossips recs, in order; it stops at the first error.
+func (w *writer) publish(recs ...crdt.Record) error {
+	for _, r := range recs {
+		r, err := w.id.Sign(r)
+		if err != nil {
+			return fmt.Errorf("sign %s: %w", r.Key, err)
+		}
+		if err := w.cluster.Publish(r); err != nil {
+			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+// PublishDurable is publish for a write a user waits on (the API). While
 // the data directory's filesystem is full the store would only hold it in
 // memory (store.Store.ApplyAll), so it is refused: HTTP 507 Insufficient
 // Storage, with a message that names the directory and ENOSPC. Records
 // of the node's own state (its status, its subnet claim) and records from
 // peers go on through publish: they are held and written once space
 // returns, and peers repeat them after a restart.
-func (a *Agent) publishDurable(recs ...crdt.Record) error {
-	if sp := a.store.Space(); sp.Full {
+func (w *writer) PublishDurable(recs ...crdt.Record) error {
+	if sp := w.store.Space(); sp.Full {
 		return api.NewError(http.StatusInsufficientStorage, &store.NoSpaceError{Op: "write", Dir: sp.Dir, Free: sp.Free})
 	}
-	return a.publish(recs...)
+	return w.publish(recs...)
 }
 
 // diskLoop checks the store's free space every diskCheckInterval and
@@ -41,7 +68,7 @@ func (a *Agent) diskLoop(ctx context.Context) {
 		full := a.store.Space().Full
 		if a.own.status.diskFull.Swap(full) != full {
 			if full {
-				a.log.Error("data directory full: replicas keep running, API writes are refused, peers' records are held in memory", "dataDir", a.cfg.DataDir)
+				a.log.Error("data directory full: replicas keep running, API writes are refused, peers' records are buffered in memory", "dataDir", a.cfg.DataDir)
 			} else {
 				a.log.Info("data directory has room again: API writes accepted", "dataDir", a.cfg.DataDir)
 			}
@@ -62,7 +89,7 @@ func (a *Agent) diskLoop(ctx context.Context) {
 func storeMetrics(s Store) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "starling_store_full",
-			Help: "1 while the data directory's filesystem is full (below 64 MiB free): API writes are refused and peers' records are held in memory."},
+			Help: "1 while the data directory's filesystem is full (below 64 MiB free): API writes are refused and peers' records are buffered in memory."},
 			func() float64 {
 				if s.Space().Full {
 					return 1
@@ -72,8 +99,8 @@ func storeMetrics(s Store) []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "starling_store_free_bytes",
 			Help: "Free space of the data directory's filesystem (statfs f_bavail, bytes)."},
 			func() float64 { return float64(s.Space().Free) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "starling_store_held_records",
-			Help: "Records held in memory because the data directory's filesystem is full; written to disk once it has room."},
-			func() float64 { return float64(s.Space().Held) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "starling_store_buffered_records",
+			Help: "Records buffered in memory because the data directory's filesystem is full; written to disk once it has room."},
+			func() float64 { return float64(s.Space().Buffered) }),
 	}
 }

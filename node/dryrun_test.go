@@ -90,7 +90,7 @@ func TestDryRunPrintsSubnetRoutesAndServiceRulesAndTakesNothing(t *testing.T) {
 		t.Fatalf("service records: %v %v", recs, err)
 	}
 	a0.agent.clock.Update(recs[0].Version)
-	if err := a0.agent.publish(crdt.Record{Key: recs[0].Key, Version: a0.agent.clock.Now(), Origin: "a0", Deleted: true}); err != nil {
+	if err := a0.agent.mem.writer.publish(crdt.Record{Key: recs[0].Key, Version: a0.agent.clock.Now(), Origin: "a0", Deleted: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() error {

@@ -30,7 +30,7 @@ type fence struct {
 	cluster         *gossip.Cluster
 	members         *members
 	log             *slog.Logger
-	kick            func()
+	wake            *wake // the replicas' loop (a fencing change)
 
 	pinged chan struct{} // closed after the first round of pings
 
@@ -60,7 +60,7 @@ type fence struct {
 	roundAt     time.Time
 	// certified reports whether a member is a node (memberAuth.certified;
 	// nil: every member is).
-	certified func(name string) bool
+	certified certifier
 	// uncertifiedGauge is starling_uncertified_members (nil: none).
 	uncertifiedGauge prometheus.Gauge
 	// knownOf is the last count of known nodes, with its inputs.
@@ -81,10 +81,12 @@ type fence struct {
 	leaseDeadline time.Time
 }
 
-func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
+func newFence(cfg Config, started time.Time, cluster *gossip.Cluster, members *members, certified certifier, uncertified prometheus.Gauge,
+	wake *wake, log *slog.Logger) *fence {
 	self := quorum.Member{Name: cfg.Name, ID: quorum.IDOf(cfg.Name)}
 	return &fence{self: cfg.Name, fenceTimeout: cfg.FenceTimeout, rejoinSettle: cfg.RejoinSettle, failoverTimeout: cfg.FailoverTimeout,
-		drainDelay: cfg.DrainDelay, started: started, log: log, pinged: make(chan struct{}),
+		drainDelay: cfg.DrainDelay, started: started, cluster: cluster, members: members, certified: certified, uncertifiedGauge: uncertified,
+		wake: wake, log: log, pinged: make(chan struct{}),
 		tracker: quorum.NewTracker(self, cfg.FenceTimeout, cfg.RejoinSettle), skip: map[int]int{}}
 }
 
@@ -109,7 +111,7 @@ func newFence(cfg Config, started time.Time, log *slog.Logger) *fence {
 // unhealthy node) makes of it, and well before the majority side has
 // declared it dead and waited --failover-timeout.
 //
-// Held ordinals (of StatefulSets: reconcile.Fence reads no others):
+// Occupied ordinals (of StatefulSets: reconcile.Fence reads no others):
 // copies reported by a node memberlist calls alive or
 // suspect, and those of a node down (dead or left) for less than
 // --failover-timeout, counted from when this agent first saw it down (a
@@ -126,7 +128,7 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	seen := q.tracker.Seen(now, excluded)
-	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, known), Held: map[string]map[int]bool{}, Observed: observed}
+	f := reconcile.Fencing{Quorum: reconcile.Majority(seen, known), Occupied: map[string]map[int]bool{}, Observed: observed}
 	select {
 	case <-q.pinged:
 	default:
@@ -136,7 +138,7 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 	if !q.selfBack.IsZero() && now.Sub(q.selfBack) < q.rejoinSettle {
 		f.Unknown = true // back from being cut off: the view is not the majority's yet
 	}
-	// reconcile.Fence reads Held for StatefulSet replicas only.
+	// reconcile.Fence reads Occupied for StatefulSet replicas only.
 	stateful := map[[2]string]bool{}
 	for _, o := range v.Workloads {
 		if o.StatefulSet != nil {
@@ -168,10 +170,10 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 				continue // no container, or not an at-most-one replica
 			}
 			key := reconcile.WorkloadKey(r.Namespace, r.Workload)
-			if f.Held[key] == nil {
-				f.Held[key] = map[int]bool{}
+			if f.Occupied[key] == nil {
+				f.Occupied[key] = map[int]bool{}
 			}
-			f.Held[key][r.Ordinal] = true
+			f.Occupied[key][r.Ordinal] = true
 		}
 	}
 	return f, seen, known
@@ -261,7 +263,7 @@ func (q *fence) loop(ctx context.Context, synced <-chan struct{}) {
 			close(q.pinged)
 		}
 		if changed || first {
-			q.kick()
+			q.wake.kick()
 		}
 		timer.Reset(max(0, period-time.Since(start)))
 	}
@@ -325,7 +327,7 @@ func (q *fence) ask(qu quorum.Question, timeout time.Duration, unheardIsSilence 
 	// An answer counts at most the members this node knows in the
 	// range it is about.
 	if q.tracker.Answer(qu.Depth, qu.To, q.ids[qu.To], h.Cap(qu.Known), sent, time.Now(), unheardIsSilence) {
-		time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
+		time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.wake.kick)
 	}
 }
 
@@ -360,5 +362,5 @@ func (q *fence) statefulGrace() time.Duration {
 // waited for it starts then. Called with q.mu held.
 func (q *fence) noteBack(now time.Time) {
 	q.selfBack = now
-	time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.kick)
+	time.AfterFunc(q.rejoinSettle+10*time.Millisecond, q.wake.kick)
 }

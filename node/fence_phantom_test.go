@@ -13,6 +13,11 @@ import (
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
+// certifiedBy is a certifier answering with f.
+type certifiedBy func(name string) bool
+
+func (f certifiedBy) certified(name string) bool { return f(name) }
+
 // A quorum round asks and counts nodes only: a member no certified
 // record binds (a phantom a holder of the gossip key made up) is left
 // out of the round and of the known nodes, and shown by
@@ -21,12 +26,11 @@ import (
 func TestQuorumCountsNodesNotPhantoms(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Name = "n1"
-	q := newFence(cfg, time.Now(), slog.New(slog.DiscardHandler))
-	q.uncertifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "u"})
 	joined := false // n3's record has arrived
-	q.certified = func(name string) bool {
+	certified := certifiedBy(func(name string) bool {
 		return name == "n1" || name == "n2" || name == "n3" && joined
-	}
+	})
+	q := newFence(cfg, time.Now(), nil, nil, certified, prometheus.NewGauge(prometheus.GaugeOpts{Name: "u"}), newWake(), slog.New(slog.DiscardHandler))
 	ms := []gossip.Member{
 		{Name: "ghost-a", State: gossip.StateAlive}, {Name: "ghost-b", State: gossip.StateSuspect},
 		{Name: "n1", State: gossip.StateAlive}, {Name: "n2", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive},

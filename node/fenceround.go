@@ -30,7 +30,7 @@ func (q *fence) roundMembers(ms []gossip.Member) []quorum.Member {
 		if !m.State.Up() && m.Name != q.self {
 			continue
 		}
-		if q.certified != nil && !q.certified(m.Name) {
+		if q.certified != nil && !q.certified.certified(m.Name) {
 			uncertified++ // a phantom, or a node whose record is on its way
 			continue
 		}

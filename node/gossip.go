@@ -11,25 +11,26 @@ import (
 )
 
 // startGossip checks the node's identity and the age of its state, then
-// starts memberlist (without joining; Run does that).
-func (a *Agent) startGossip(tune func(*gossip.Config)) error {
+// starts memberlist (without joining; Run does that). dropped: the state
+// was older than --tombstone-ttl and discarded (the node resyncs it).
+func (a *Agent) startGossip(tune func(*gossip.Config)) (dropped bool, err error) {
 	if err := checkIdentity(a.store, a.cfg.Name, a.cfg.DataDir); err != nil {
-		return err
+		return false, err
 	}
-	if a.mem.members.staleState() {
-		if len(a.mem.members.targets()) == 0 {
+	if staleState(a.store, a.cfg.TombstoneTTL) {
+		if len(joinTargets(a.cfg.Join, a.store)) == 0 {
 			a.log.Warn("state is older than --tombstone-ttl but there is no peer to resync from; keeping it")
 		} else {
 			a.log.Warn("this node was away longer than --tombstone-ttl: discarding its desired state and resyncing from peers", "ttl", a.cfg.TombstoneTTL)
 			if err := a.store.DropRecords(); err != nil {
-				return err
+				return false, err
 			}
-			a.mem.members.droppedState = true
+			dropped = true
 		}
 	}
 	host, port, err := trust.SplitHostPort(a.cfg.BindAddr, 7946)
 	if err != nil {
-		return fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
+		return false, fmt.Errorf("--bind %q: %w", a.cfg.BindAddr, err)
 	}
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr, gc.BindPort = a.cfg.Name, host, port
@@ -40,7 +41,7 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	if a.cfg.Advertise != "" {
 		ahost, aport, err := trust.SplitHostPort(a.cfg.Advertise, port)
 		if err != nil {
-			return fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
+			return false, fmt.Errorf("--advertise %q: %w", a.cfg.Advertise, err)
 		}
 		gc.AdvertiseAddr, gc.AdvertisePort = ahost, aport
 	}
@@ -90,16 +91,7 @@ func (a *Agent) startGossip(tune func(*gossip.Config)) error {
 	}
 	a.mem.cluster, err = gossip.New(gc, a.store)
 	if err != nil {
-		return fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
+		return false, fmt.Errorf("start gossip on %s: %w", a.cfg.BindAddr, err)
 	}
-	a.mem.members.cluster = a.mem.cluster
-	a.guard.rejects.setLive(func(name string) bool {
-		for _, m := range a.mem.cluster.Members() {
-			if m.Name == name {
-				return m.State.Up()
-			}
-		}
-		return false
-	})
-	return nil
+	return dropped, nil
 }

@@ -21,6 +21,15 @@ type hostNetwork struct {
 	keepHost func() (bool, error)
 }
 
+// podNetwork is what configures the pod network for a claimed subnet:
+// none in in-process tests (hn nil) and dry runs.
+func (hn *hostNetwork) podNetwork(dryRun bool) func(*net.IPNet) error {
+	if hn == nil || dryRun {
+		return nil
+	}
+	return hn.useSubnet
+}
+
 // wireDataplane builds the controllers of the host's network (package
 // dataplane) on hn's appliers, on the dry run's printers with
 // --dry-run, or on none (in-process tests: nothing on the host changes).
@@ -40,7 +49,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 			subnets: a.own.subnets, status: a.own.status, views: a.views, print: p, log: log, ready: make(chan struct{})}
 		routeApply, rules, bridgeNF, routesReady, rulesReady = p.routes, p, bridgeNFLoaded, a.network.dry.ready, a.network.dry.ready
 	case hn != nil:
-		routeApply, rules, keepHost, a.own.subnets.use = hn.routes, hn.rules, hn.keepHost, hn.useSubnet
+		routeApply, rules, keepHost = hn.routes, hn.rules, hn.keepHost
 	}
 	var addrs dataplane.Addresses
 	if a.guard.auth != nil {

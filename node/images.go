@@ -88,11 +88,11 @@ type images struct {
 	views    *view.Builder
 	cluster  *gossip.Cluster
 	peers    *peers
-	publish  func(...crdt.Record) error
-	// imported is called after an import (failures are reset, reconcile
-	// asked for).
-	imported func()
-	log      *slog.Logger
+	writer   *writer
+	// wake asks the replicas' loop for a pass after an import, which
+	// retries the actions that failed for want of the image.
+	wake *wake
+	log  *slog.Logger
 }
 
 var _ apiserver.Images = (*images)(nil)
@@ -119,7 +119,7 @@ func (im *images) publishImages(ctx context.Context, names []string) error {
 		}
 		recs = append(recs, crdt.Record{Key: key, Value: b, Version: im.clock.Now(), Origin: im.self})
 	}
-	return im.publish(recs...)
+	return im.writer.PublishDurable(recs...)
 }
 
 // recordedDigest returns the digest the cluster recorded for image name.
@@ -146,7 +146,7 @@ func (im *images) Import(ctx context.Context, tarball io.Reader) ([]api.Image, e
 	if err := im.publishImages(ctx, names); err != nil {
 		return nil, api.Errorf(http.StatusInternalServerError, "image import: imported %s but could not record their digests for the cluster: %v", strings.Join(names, ", "), err)
 	}
-	im.imported()
+	im.wake.imageImported()
 	out := []api.Image{}
 	for _, n := range names {
 		out = append(out, api.Image{Name: n})

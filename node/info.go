@@ -34,12 +34,12 @@ type info struct {
 	store   Store
 	clock   *hlc.Clock
 	id      *trust.Identity
-	publish func(...crdt.Record) error
+	writer  *writer
 	join    *trust.Admission // nil with --insecure
 	keys    *trust.Keyring   // nil with --insecure
 	// certified reports whether a member is a node (memberAuth.certified;
 	// nil: every member is): get nodes lists nodes, not phantoms.
-	certified func(name string) bool
+	certified certifier
 	log       *slog.Logger
 }
 
@@ -108,7 +108,7 @@ func (in *info) Nodes() []api.Node {
 	v := in.views.View()
 	out := []api.Node{}
 	for _, m := range in.cluster.Members() {
-		if in.certified != nil && !in.certified(m.Name) {
+		if in.certified != nil && !in.certified.certified(m.Name) {
 			continue
 		}
 		n := api.Node{Name: m.Name, State: string(m.State), Address: m.Addr, Unresponsive: v.Excluded[m.Name]}
@@ -194,7 +194,7 @@ func (in *info) forgetNode(name string) (revoked []byte, err error) {
 	}
 	in.clock.Update(rec.Version)
 	recs = append(recs, crdt.Record{Key: rec.Key, Version: in.clock.Now(), Origin: in.self, Deleted: true})
-	if err := in.publish(recs...); err != nil {
+	if err := in.writer.PublishDurable(recs...); err != nil {
 		return nil, err
 	}
 	// The forgotten node may still hold the token it joined with.

@@ -49,7 +49,7 @@ func joinServer(t *testing.T) (*Agent, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.mem.cluster.Shutdown() })
-	a.guard.join = &trust.Admission{Store: st, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: "n1", GossipKeys: a.mem.cluster.Keys, Log: a.log}
+	a.guard.join = &trust.Admission{Store: st, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: "n1", Cluster: a.mem.cluster, Log: a.log}
 	return a, serveTLS(t, a.guard.trust, a.peerHandler())
 }
 

@@ -22,6 +22,12 @@ import (
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
+// certifier tells the members that are nodes: their status record,
+// verified, is held (memberAuth.certified).
+type certifier interface {
+	certified(name string) bool
+}
+
 // memberAuth binds membership to node keys. A node signs its membership
 // metadata over its name and the address and port its alive messages
 // give (member.SignMeta); every node checks an alive message for a name

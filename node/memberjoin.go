@@ -17,14 +17,11 @@ import (
 func (m *members) forgotten(ctx context.Context) {
 	m.log.Error("this node was forgotten: 'starling node forget "+m.self+"' revoked its key, so its peers refuse it. It starts nothing, and stops the replicas it still runs after --fence-timeout. To bring the machine back, stop the agent, remove node.key, node.crt, ca.crt and gossip.key from its --data-dir and start it with a new invitation ('starling join-token "+m.self+"')",
 		"stopIn", m.fenceTimeout)
-	if m.onForgotten == nil {
-		return
-	}
 	go func() {
 		select {
 		case <-ctx.Done():
 		case <-time.After(m.fenceTimeout):
-			m.onForgotten()
+			close(m.stopReplicas)
 		}
 	}()
 }

@@ -44,16 +44,17 @@ type members struct {
 	// certified reports whether a member is a node (memberAuth.certified;
 	// nil: every member is): only nodes are asked how long they settle
 	// this one.
-	certified func(name string) bool
+	certified certifier
 	cluster   *gossip.Cluster
 	log       *slog.Logger
 	// keys refreshes the gossip keys after a rotation this node missed
 	// (nil with --insecure).
 	keys *trust.Keyring
 	// fenceTimeout is how long a forgotten node keeps its replicas
-	// (--fence-timeout); onForgotten stops them (nil: nothing runs).
+	// (--fence-timeout); stopReplicas is closed then (the agent stops
+	// them: replicas.stopAll).
 	fenceTimeout time.Duration
-	onForgotten  func()
+	stopReplicas chan struct{}
 	// droppedState: the node was away longer than the tombstone TTL and
 	// discarded its desired state; it must resync before acting.
 	droppedState bool
@@ -66,9 +67,14 @@ type members struct {
 	*damping.Flaps
 }
 
-func newMembers(cfg Config, st Store, log *slog.Logger) *members {
+// newMembers returns the membership of node cfg.Name on gossip cluster
+// (nil in tests of its pure parts), whose certified members are nodes,
+// refreshing gossip keys through keys (nil with --insecure); dropped: it
+// discarded its desired state at start (staleState).
+func newMembers(cfg Config, st Store, cluster *gossip.Cluster, certified certifier, keys *trust.Keyring, dropped bool, log *slog.Logger) *members {
 	return &members{self: cfg.Name, join: cfg.Join, settle: cfg.RejoinSettle, ttl: cfg.TombstoneTTL, bootGrace: cfg.FailoverTimeout, fenceTimeout: cfg.FenceTimeout, store: st, log: log,
-		synced: make(chan struct{}), Flaps: damping.New(cfg.Name, cfg.RejoinSettle, log)}
+		cluster: cluster, certified: certified, keys: keys, droppedState: dropped,
+		synced: make(chan struct{}), stopReplicas: make(chan struct{}), Flaps: damping.New(cfg.Name, cfg.RejoinSettle, log)}
 }
 
 // checkIdentity binds the data dir to the node name on first start and
@@ -89,14 +95,15 @@ func checkIdentity(st Store, name, dataDir string) error {
 }
 
 // staleState reports whether this node was away longer than the tombstone
-// TTL: peers may have purged tombstones it never saw.
-func (m *members) staleState() bool {
-	v, ok, err := m.store.GetMeta(metaLastSeen)
+// TTL ttl, by the last-seen time in st: peers may have purged tombstones
+// it never saw.
+func staleState(st Store, ttl time.Duration) bool {
+	v, ok, err := st.GetMeta(metaLastSeen)
 	if err != nil || !ok {
 		return false
 	}
 	t, err := time.Parse(time.RFC3339, string(v))
-	return err == nil && time.Since(t) > m.ttl
+	return err == nil && time.Since(t) > ttl
 }
 
 func (m *members) markSeen() {
@@ -106,9 +113,13 @@ func (m *members) markSeen() {
 }
 
 // targets are the seeds from --join, in order, then the peers last seen
-// alive, shuffled (joinSome asks a few at a time, so every restarted
-// node does not ask the same ones).
-func (m *members) targets() []string {
+// alive, shuffled (joinTargets).
+func (m *members) targets() []string { return joinTargets(m.join, m.store) }
+
+// joinTargets are the seeds join, in order, then the peers last seen
+// alive (held in st), shuffled (joinSome asks a few at a time, so every
+// restarted node does not ask the same ones).
+func joinTargets(join []string, st Store) []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(s string) {
@@ -117,10 +128,10 @@ func (m *members) targets() []string {
 			out = append(out, s)
 		}
 	}
-	for _, s := range m.join {
+	for _, s := range join {
 		add(s)
 	}
-	if b, ok, err := m.store.GetMeta(metaPeers); err == nil && ok {
+	if b, ok, err := st.GetMeta(metaPeers); err == nil && ok {
 		var peers []string
 		if json.Unmarshal(b, &peers) == nil {
 			rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })

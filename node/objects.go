@@ -31,7 +31,7 @@ type objects struct {
 	st          Store
 	clock       *hlc.Clock
 	views       *view.Builder
-	publish     func(...crdt.Record) error
+	writer      *writer
 	log         *slog.Logger
 }
 
@@ -100,7 +100,7 @@ func (o *objects) Delete(kind, namespace, name string) (api.ApplyResult, error) 
 	}
 	o.clock.Update(rec.Version) // the tombstone must win over what it deletes
 	tomb := crdt.Record{Key: rec.Key, Version: o.clock.Now(), Origin: o.self, Deleted: true}
-	if err := o.publish(tomb); err != nil {
+	if err := o.writer.PublishDurable(tomb); err != nil {
 		return api.ApplyResult{}, fmt.Errorf("store: %w", err)
 	}
 	o.views.Rebuild(time.Now()) // read your writes, as store
@@ -198,7 +198,7 @@ func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.Apply
 	if len(errs) > 0 {
 		return nil, api.NewError(http.StatusUnprocessableEntity, errors.Join(errs...))
 	}
-	if err := o.publish(append(revRecs, recs...)...); err != nil {
+	if err := o.writer.PublishDurable(append(revRecs, recs...)...); err != nil {
 		return nil, err
 	}
 	// Read your writes: reads through this node after the answer see the

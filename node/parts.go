@@ -30,6 +30,8 @@ type guard struct {
 // up (members), who answers (acks), and who answers peers' questions.
 type membership struct {
 	cluster *gossip.Cluster
+	// writer signs and gossips this node's records.
+	writer  *writer
 	members *members
 	acks    *view.AckTracker
 	// answerer answers peers' quorum questions once wired.

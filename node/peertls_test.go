@@ -38,7 +38,7 @@ func TestStatusNeedsACertificateFromTheCA(t *testing.T) {
 	}
 	foreign := &trust.Credentials{CA: foreignCA, CAKey: foreignKey}
 	m := newMetrics()
-	x := newRejects(testClusterCIDR, creds, fakeIDs{}, nil, 0, newTextLogger(io.Discard), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, creds, fakeIDs{}, nil, 0, nil, newTextLogger(io.Discard), m.rejectedRecords)
 	cases := []struct {
 		name string
 		cert []byte
@@ -73,7 +73,7 @@ func TestForgetVoidsEarlierCertificatesInGossip(t *testing.T) {
 	creds := testCAOf(t, "a")
 	now := time.Now()
 	forgotten := func(name string) (time.Time, bool) { return now.Add(-time.Hour), name == "b" }
-	x := newRejects(testClusterCIDR, creds, fakeIDs{forgotten: forgotten}, nil, 0, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, creds, fakeIDs{forgotten: forgotten}, nil, 0, nil, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	for _, tc := range []struct {
 		name   string
 		issued time.Time

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -26,10 +27,10 @@ type prober struct {
 	store   Store
 	metrics *metrics
 	log     *slog.Logger
-	// observed is the containers the last reconcile pass saw; kick asks
-	// for a reconcile.
-	observed func() []reconcile.Container
-	kick     func()
+	// observed is the containers the last reconcile pass saw (replicas
+	// sets it: observe); wake asks for a reconcile.
+	observed atomic.Pointer[[]reconcile.Container]
+	wake     *wake
 
 	// seed is the container runs this node's previous agent run
 	// published ready (readySeed): a run not probed yet in this agent
@@ -197,7 +198,10 @@ func (p *prober) loop(ctx context.Context) {
 		case <-tick.C:
 		}
 		v := p.views.View()
-		observed := p.observed()
+		var observed []reconcile.Container
+		if o := p.observed.Load(); o != nil {
+			observed = *o
+		}
 		specs := p.specs(v, observed)
 		live := map[string]bool{}
 		now := time.Now()
@@ -262,13 +266,13 @@ func (p *prober) run(ctx context.Context, c reconcile.Container, ps probe.Probes
 	switch {
 	case after.Failed != "" && before.Failed == "":
 		p.log.Warn("probe failed; restarting container", "replica", c.Name, "probe", kind, "reason", after.Failed, "failures", ps.Spec(kind).FailureThreshold)
-		p.kick()
+		p.wake.kick()
 	case ps.Ready(before) != ps.Ready(after):
 		p.log.Info("readiness changed", "replica", c.Name, "ready", ps.Ready(after), "probe", kind, "err", err)
-		p.kick()
+		p.wake.kick()
 	case before.Started != after.Started:
 		p.log.Info("startup probe succeeded", "replica", c.Name, "after", time.Since(c.StartedAt).Round(time.Millisecond))
-		p.kick()
+		p.wake.kick()
 	case err != nil && !unknown:
 		p.log.Debug("probe failed", "replica", c.Name, "probe", kind, "err", err, "took", took)
 	}

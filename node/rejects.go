@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/trust"
@@ -52,12 +51,10 @@ type rejects struct {
 	claims       *view.ClaimsFeed
 	reclaimAfter time.Duration
 	// rival is told the claim of each verified record refused as a
-	// takeover of a settled subnet (subnets.noteRival); nil: nobody.
-	rival func(ipam.Claim)
-	// live reports whether a node is alive or suspect in this node's
-	// membership view; it is set once gossip runs (setLive) and, until
-	// then, every node counts as live.
-	live atomic.Pointer[func(name string) bool]
+	// takeover of a settled subnet, for this node's claim check
+	// (subnets.refused, noteRival; nil: nobody); one that finds it full
+	// is dropped (the rival's record comes again).
+	refused chan<- ipam.Claim
 	// checked keeps what this check decoded of the statuses and desired
 	// objects it accepted, for the view (view.Config.Checked).
 	checked *view.Checked
@@ -69,21 +66,21 @@ type rejects struct {
 }
 
 func newRejects(cluster netip.Prefix, creds *trust.Credentials, ids identities,
-	claims *view.ClaimsFeed, reclaimAfter time.Duration, log *slog.Logger, count *prometheus.CounterVec) *rejects {
+	claims *view.ClaimsFeed, reclaimAfter time.Duration, refused chan<- ipam.Claim, log *slog.Logger, count *prometheus.CounterVec) *rejects {
 	var certs *trust.CertCache
 	if creds != nil {
 		certs = trust.NewCertCache(creds.CA)
 	}
-	return &rejects{cluster: cluster, certs: certs, ids: ids, claims: claims, reclaimAfter: reclaimAfter, checked: view.NewChecked(),
+	return &rejects{cluster: cluster, certs: certs, ids: ids, claims: claims, reclaimAfter: reclaimAfter, refused: refused, checked: view.NewChecked(),
 		log: log, count: count, seen: map[[2]string]bool{}}
 }
 
-// setLive sets the membership lookup (once gossip runs).
-func (x *rejects) setLive(f func(string) bool) { x.live.Store(&f) }
-
+// isLive reports whether node name is alive or suspect in the
+// membership of the latest view; before the first view, every node
+// counts as live (no revocation is taken then).
 func (x *rejects) isLive(name string) bool {
-	f := x.live.Load()
-	return f == nil || (*f)(name)
+	c := x.claims.Load()
+	return c == nil || c.Up(name)
 }
 
 // check is the gossip layer's Accept hook.
@@ -111,8 +108,11 @@ func (x *rejects) check(r crdt.Record) error {
 	// A claim that only failed the takeover check (its time, signature
 	// and certificate pass) is a rival the node it would displace must
 	// weigh (subnetmove.go).
-	if rj.rival != nil && x.rival != nil && inTime && checkSignature(r, x.ids.BoundKey, x.ids.IsRevoked) == nil && x.checkIdentityChange(r) == nil {
-		x.rival(*rj.rival)
+	if rj.rival != nil && x.refused != nil && inTime && checkSignature(r, x.ids.BoundKey, x.ids.IsRevoked) == nil && x.checkIdentityChange(r) == nil {
+		select {
+		case x.refused <- *rj.rival:
+		default:
+		}
 	}
 	x.note(r.Origin, rj)
 	return rj

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -35,7 +36,7 @@ type replicas struct {
 	metrics *metrics
 	log     *slog.Logger
 
-	kick chan struct{}  // coalesced request to reconcile now
+	wake *wake          // requests to reconcile now, from any part
 	wg   sync.WaitGroup // running actions
 
 	handoffs map[string]time.Time // owned by the loop goroutine
@@ -84,12 +85,31 @@ func (r *replicas) runtimeUp() {
 	}
 }
 
-// requestReconcile asks the loop to run now (coalesced).
-func (r *replicas) requestReconcile() {
+// wake is a request to the replicas' loop for a pass now, which any
+// part may make without waiting (coalesced: a channel of one); the loop
+// is its only reader. Made before the parts, so that each is given it
+// whole instead of a function of the replicas.
+type wake struct {
+	ch chan struct{}
+	// imported: an image was imported since the last pass, which then
+	// retries the actions that failed for want of one (resetFailures).
+	imported atomic.Bool
+}
+
+func newWake() *wake { return &wake{ch: make(chan struct{}, 1)} }
+
+// kick asks for a pass now.
+func (w *wake) kick() {
 	select {
-	case r.kick <- struct{}{}:
+	case w.ch <- struct{}{}:
 	default:
 	}
+}
+
+// imageImported asks for a pass that retries the failed actions at once.
+func (w *wake) imageImported() {
+	w.imported.Store(true)
+	w.kick()
 }
 
 // lastObserved is the containers the last pass saw (the prober's input).
@@ -154,8 +174,11 @@ func (r *replicas) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
-		case <-r.kick:
+		case <-r.wake.ch:
 		case <-timer.C:
+		}
+		if r.wake.imported.Swap(false) {
+			r.acts.resetFailures()
 		}
 		// Taken before the pass reads the view: a snapshot stored while
 		// the pass runs wakes the next one.
@@ -208,6 +231,7 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	observed = out.Observed
 	r.mu.Lock()
 	r.observed, r.mine = observed, out.Mine
+	r.probes.observed.Store(&observed)
 	r.mu.Unlock()
 	r.lease.set(atMostOneIDs(v, observed, out.Mine))
 	r.handoffs = out.Handoffs
@@ -252,7 +276,7 @@ func (r *replicas) execute(ctx context.Context, act reconcile.Action) {
 	defer r.wg.Done()
 	defer func() {
 		r.acts.finish(act)
-		r.requestReconcile()
+		r.wake.kick()
 	}()
 	start := time.Now()
 	name := act.Replica.Name

@@ -87,7 +87,7 @@ func (o *objects) deleteRevisions(namespace, name string) error {
 		o.clock.Update(rec.Version)
 		tombs = append(tombs, crdt.Record{Key: rec.Key, Version: o.clock.Now(), Origin: o.self, Deleted: true})
 	}
-	return o.publish(tombs...)
+	return o.writer.PublishDurable(tombs...)
 }
 
 // deployment returns the live Deployment namespace/name (404 if none).

@@ -49,7 +49,7 @@ func (m *members) answerSettle(from string, now time.Time) []byte {
 func (m *members) askSettle(now func() time.Time) {
 	var peers []string
 	for _, mem := range m.cluster.Members() {
-		if mem.Name != m.self && mem.State == gossip.StateAlive && (m.certified == nil || m.certified(mem.Name)) {
+		if mem.Name != m.self && mem.State == gossip.StateAlive && (m.certified == nil || m.certified.certified(mem.Name)) {
 			peers = append(peers, mem.Name)
 		}
 	}

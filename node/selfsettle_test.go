@@ -15,7 +15,7 @@ import (
 // then what is left of it once it saw the asker back; one that never
 // held it down answers 0.
 func TestAnswerSettle(t *testing.T) {
-	m := newMembers(Config{Name: "n1", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := newMembers(Config{Name: "n1", RejoinSettle: 10 * time.Second}, nil, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t0 := time.Unix(1000, 0)
 	ms := func(b []byte) time.Duration { return time.Duration(binary.BigEndian.Uint32(b)) * time.Millisecond }
 	if got := ms(m.answerSettle("n3", t0)); got != 0 {
@@ -38,7 +38,7 @@ func TestAnswerSettle(t *testing.T) {
 // selfUntil, then counts itself again; its own membership entry never
 // puts it back early.
 func TestSelfSettleLeavesThisNodeOut(t *testing.T) {
-	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t0 := time.Unix(1000, 0)
 	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
 	m.SettleSelf(t0, 10*time.Second, "n1")
@@ -63,7 +63,7 @@ func TestSelfSettleLeavesThisNodeOut(t *testing.T) {
 // from that verdict on (CI: copies ran twice for 11.8 s without it).
 func TestReturnedNodeTakesALateVerdict(t *testing.T) {
 	t.Parallel()
-	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := newMembers(Config{Name: "n3", RejoinSettle: 10 * time.Second}, nil, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	list := []gossip.Member{{Name: "n1", State: gossip.StateAlive}, {Name: "n3", State: gossip.StateAlive}}
 	asked := 0
 	m.recheckSettle(context.Background(), time.Now().Add(2500*time.Millisecond), func() {

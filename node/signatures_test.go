@@ -34,9 +34,16 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		}
 		return "", false
 	}
-	alive := map[string]bool{}
-	x := newRejects(testClusterCIDR, nil, fakeIDs{bound: bound, revoked: func(k []byte) bool { return revokedKeys[string(k)] }, owner: owner}, nil, 0, newTextLogger(io.Discard), m.rejectedRecords)
-	x.setLive(func(name string) bool { return alive[name] })
+	claims := new(view.ClaimsFeed) // the membership: b alive or dead (setAlive)
+	setAlive := func(name string, up bool) {
+		state := gossip.StateDead
+		if up {
+			state = gossip.StateAlive
+		}
+		claims.Store(view.NewClaims(nil, []gossip.Member{{Name: name, State: state}}))
+	}
+	setAlive("b", false)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{bound: bound, revoked: func(k []byte) bool { return revokedKeys[string(k)] }, owner: owner}, claims, 0, nil, newTextLogger(io.Discard), m.rejectedRecords)
 	good := statusRecord(t, goodStatus(), "b")
 	reason := func(r crdt.Record) string {
 		err := x.check(r)
@@ -86,7 +93,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 		v, _ := json.Marshal(trust.Revocation{Name: name, Key: key})
 		return signAs(t, "a", crdt.Record{Key: trust.RevokedKey(key), Value: v, Origin: "a", Version: hlc.Timestamp{Wall: 10}})
 	}
-	alive["b"] = true
+	setAlive("b", true)
 	if got := reason(revoke("b", first.Signer)); got != rejectRevoked {
 		t.Fatalf("revocation of live b: %q", got)
 	}
@@ -96,7 +103,7 @@ func TestSignaturesBindANameToOneKey(t *testing.T) {
 	if got := reason(signAs(t, "a", crdt.Record{Key: trust.RevokedKey(first.Signer), Origin: "a", Deleted: true, Version: hlc.Timestamp{Wall: 10}})); got != rejectRevoked {
 		t.Fatalf("delete of a revocation: %q", got)
 	}
-	alive["b"] = false
+	setAlive("b", false)
 	if got := reason(revoke("b", first.Signer)); got != "" {
 		t.Fatalf("revocation of b, down: %q", got)
 	}
@@ -155,8 +162,7 @@ func TestTakeoverOfASettledSubnetIsRefused(t *testing.T) {
 	claims := new(view.ClaimsFeed)
 	claims.Store(view.NewClaims(map[string]view.NodeStatus{"n2": n2, "evil": back},
 		[]gossip.Member{{Name: "evil", State: gossip.StateAlive}, {Name: "n2", State: gossip.StateAlive}}))
-	x := newRejects(testClusterCIDR, nil, fakeIDs{}, claims, time.Hour, newTextLogger(io.Discard), newMetrics().rejectedRecords)
-	x.setLive(live)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{}, claims, time.Hour, nil, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	rec := func(s view.NodeStatus) crdt.Record {
 		for i := range s.Replicas {
 			s.Replicas[i].Node = s.Name

@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/testnet"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -121,6 +120,9 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	}
 	cfg := simConfig(n.name, n.dir, join, n.tr)
 	cfg.store, cfg.shareDecodes = n.store, c.share
+	if c.pubs != nil {
+		cfg.store = &publishedStore{Store: n.store, node: n.name, pubs: c.pubs}
+	}
 	if n.conf != nil {
 		n.conf(&cfg)
 	}
@@ -134,13 +136,6 @@ func (c *simCluster) startNode(n *simNode, join []string) {
 	}
 	n.agent, n.down = a, false
 	n.rt.subnet = func() string { return a.own.subnets.current().Subnet }
-	if c.pubs != nil {
-		publish := a.own.status.publish
-		a.own.status.publish = func(recs ...crdt.Record) error {
-			c.pubs.observe(n.name, recs)
-			return publish(recs...)
-		}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.wg = a.start(ctx)

@@ -203,7 +203,7 @@ func (c *simCluster) firstStart(report func(string, ...any), label string, f *si
 			}
 		}
 		report("%s: %s started its first container %v after its return (synced %v); its view then: %d eligible nodes, %d held copies away from placement, %d of the %d replicas it runs listed Running elsewhere",
-			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.mem.members.IsSynced(), len(v.Eligible), len(v.Held), elsewhere, len(ids))
+			label, f.name, time.Since(back).Round(time.Millisecond), f.agent.mem.members.IsSynced(), len(v.Eligible), len(v.Away), elsewhere, len(ids))
 		return
 	}
 }

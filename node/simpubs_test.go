@@ -28,6 +28,22 @@ func newSimPubs() *simPubs {
 }
 
 // observe notes the records node is about to publish.
+// publishedStore is a node's store that shows simPubs the node's own
+// status records as they are written: each one it publishes.
+type publishedStore struct {
+	Store
+	node string
+	pubs *simPubs
+}
+
+func (s *publishedStore) Apply(r crdt.Record) (bool, error) {
+	changed, err := s.Store.Apply(r)
+	if changed && r.Origin == s.node {
+		s.pubs.observe(s.node, []crdt.Record{r})
+	}
+	return changed, err
+}
+
 func (p *simPubs) observe(node string, recs []crdt.Record) {
 	for _, rec := range recs {
 		if rec.Key != view.StatusKey(node) || rec.Deleted {

@@ -44,7 +44,7 @@ type self struct {
 	trust   *trust.Trust // nil with --insecure
 	members *members
 	subnets *subnets
-	publish func(...crdt.Record) error
+	writer  *writer
 	log     *slog.Logger
 	writes  prometheus.Counter // starling_node_status_writes_total
 
@@ -58,6 +58,11 @@ type self struct {
 	last   string    // the record last published
 	lastAt time.Time // when
 }
+
+// Unpublished is the record this node would publish now, with no
+// replica (view.Unpublished: the view shows it until the node's own
+// record is held).
+func (s *self) Unpublished() view.NodeStatus { return s.status(nil) }
 
 // status is this node's record with the given replica statuses. It says
 // only what peers accept (checkStatus): reasons are one line of bounded
@@ -156,7 +161,7 @@ func (s *self) publishLocked(local []api.Replica, now time.Time) time.Duration {
 	}
 	s.local.Store(&status.Replicas)
 	rec := crdt.Record{Key: view.StatusKey(s.name), Value: b, Version: s.clock.Now(), Origin: s.name}
-	if err := s.publish(rec); err != nil {
+	if err := s.writer.publish(rec); err != nil {
 		s.log.Warn("publish node status", "err", err)
 		return 0
 	}

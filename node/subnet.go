@@ -35,17 +35,16 @@ type subnets struct {
 	clock        *hlc.Clock
 	gossip       *gossip.Cluster
 	log          *slog.Logger
-	// publish gossips this node's record (self.publishStatus(nil)).
-	publish func()
-	// use configures the pod network for the claimed subnet; nil in
-	// in-process tests.
+	// republish asks for this node's record to be published again (a
+	// claim changed): the agent's loop reads it (self.republish).
+	republish chan struct{}
+	// use configures the pod network for the claimed subnet
+	// (podnet.Network.SetSubnet, with the host rules); nil in in-process tests and dry runs.
 	use func(*net.IPNet) error
 
-	// claims are the held statuses' subnet claims as of the latest view;
-	// changed is the view's change channel (view.Builder.Changed). They
-	// feed the check for a displaced claim (subnetmove.go).
-	claims  *view.ClaimsFeed
-	changed func() <-chan struct{}
+	// claims are the held statuses' subnet claims as of the latest view,
+	// the input of the check for a displaced claim (subnetmove.go).
+	claims *view.ClaimsFeed
 
 	// settled: the claim settled and the pod network uses it; false
 	// while a displaced claim moves (subnetmove.go).
@@ -55,9 +54,11 @@ type subnets struct {
 	claim ipam.Claim
 	ready chan struct{} // closed once the first claim settled and the network uses it
 	// rivals are settled claims that beat this node's, from records this
-	// node refused (noteRival), by node; rivalKick wakes the check.
-	rivals    map[string]ipam.Claim
-	rivalKick chan struct{}
+	// node refused (noteRival), by node. refused is where the arrival
+	// check leaves the claims it refused as takeovers (rejects.refused),
+	// read by the check of this node's settled claim.
+	rivals  map[string]ipam.Claim
+	refused chan ipam.Claim
 	// askers holds, by subnet, the first node that asked this node to
 	// confirm a claim on it (see answerClaim).
 	askers *askers
@@ -83,6 +84,15 @@ func (sn *subnets) others() []ipam.Claim {
 	})
 	slices.SortFunc(out, func(a, b ipam.Claim) int { return strings.Compare(a.Node, b.Node) })
 	return out
+}
+
+// publish asks for this node's record to be published again, with the
+// claim as it is now (coalesced).
+func (sn *subnets) publish() {
+	select {
+	case sn.republish <- struct{}{}:
+	default:
+	}
 }
 
 // Own is this node's pod subnet (invalid before it claimed one): what

@@ -57,7 +57,7 @@ const (
 )
 
 // maxRivals bounds the rival claims remembered from refused records (the
-// names come from peers).
+// names come from peers), and those waiting to be noted (refused).
 const maxRivals = 16
 
 // keepClaim watches this node's settled claim for as long as ctx lasts,
@@ -116,10 +116,7 @@ func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string
 	defer tick.Stop()
 	var asked time.Time // the arbiters were last asked about a rival
 	for {
-		var changed <-chan struct{}
-		if sn.changed != nil {
-			changed = sn.changed()
-		}
+		changed := sn.claims.Changed()
 		who, held, moved := sn.displaced(claim)
 		if moved && held {
 			return who, true
@@ -135,7 +132,8 @@ func (sn *subnets) awaitDisplaced(ctx context.Context, claim ipam.Claim) (string
 		case <-ctx.Done():
 			return "", false
 		case <-changed:
-		case <-sn.rivalKick:
+		case c := <-sn.refused:
+			sn.noteRival(c)
 		case <-tick.C:
 		}
 	}
@@ -207,9 +205,9 @@ func (sn *subnets) arbitersName(claim ipam.Claim, who string) bool {
 
 // noteRival is told of each status record this node refused as a
 // takeover of a settled subnet, once its signature and certificate
-// verified: c is the refused record's claim. A settled claim that
-// displaces this node's settled one is remembered, and the check woken.
-// It runs in the gossip layer's accept hook: it only takes sn.mu.
+// verified: c is the refused record's claim (from refused, by the check
+// of this node's settled claim). A settled claim that displaces this
+// node's settled one is remembered.
 func (sn *subnets) noteRival(c ipam.Claim) {
 	mine := sn.current()
 	if !c.Settled || c.Node == sn.self || mine.Subnet == "" || !sn.settled.Load() {
@@ -227,10 +225,6 @@ func (sn *subnets) noteRival(c ipam.Claim) {
 		sn.rivals[c.Node] = c
 	}
 	sn.mu.Unlock()
-	select {
-	case sn.rivalKick <- struct{}{}:
-	default:
-	}
 }
 
 // localSubnet is this node's settled pod subnet for

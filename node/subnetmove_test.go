@@ -99,7 +99,7 @@ func TestBackdatedClaimDoesNotMoveItsVictim(t *testing.T) {
 	mine := victim.agent.own.subnets.current()
 	forged := ipam.Claim{Node: evil.name, Subnet: mine.Subnet, Since: hlc.Timestamp{Wall: mine.Since.Wall - int64(time.Hour)}}
 	evil.agent.own.subnets.set(forged, false)
-	evil.agent.own.subnets.publish()
+	evil.agent.own.status.republish()
 	waitFor(t, 10*time.Second, func() error {
 		victim.agent.own.subnets.mu.Lock()
 		_, noted := victim.agent.own.subnets.rivals[evil.name]

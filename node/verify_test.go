@@ -130,7 +130,7 @@ var goodServiceYAML = harness.App{Name: "web"}.Service("web", []corev1.ServicePo
 func TestRejectsCountAndLogOncePerWriterAndReason(t *testing.T) {
 	m := newMetrics()
 	var logged strings.Builder
-	x := newRejects(testClusterCIDR, nil, fakeIDs{}, nil, 0, newTextLogger(&logged), m.rejectedRecords)
+	x := newRejects(testClusterCIDR, nil, fakeIDs{}, nil, 0, nil, newTextLogger(&logged), m.rejectedRecords)
 	bad := signAs(t, "b", statusRecord(t, func() view.NodeStatus { s := goodStatus(); s.PodSubnet = "8.8.8.0/24"; s.Replicas = nil; return s }(), "b"))
 	for i := 0; i < 5; i++ {
 		if x.check(bad) == nil {
@@ -363,7 +363,7 @@ func benchmarkAccept(b *testing.B, creds *trust.Credentials, cert []byte) {
 	}
 	s.Cert = cert
 	rec := signAs(b, "b", statusRecord(b, s, "b"))
-	x := newRejects(testClusterCIDR, creds, fakeIDs{bound: func(string) ([]byte, bool) { return rec.Signer, true }}, nil, 0, newTextLogger(io.Discard), newMetrics().rejectedRecords)
+	x := newRejects(testClusterCIDR, creds, fakeIDs{bound: func(string) ([]byte, bool) { return rec.Signer, true }}, nil, 0, nil, newTextLogger(io.Discard), newMetrics().rejectedRecords)
 	b.ReportMetric(float64(len(rec.Value)), "value-bytes")
 	for b.Loop() {
 		if err := x.check(rec); err != nil {

@@ -49,7 +49,7 @@ func TestDecideComposesOwnershipRolloutFencingAndPlan(t *testing.T) {
 			decision([]Replica{db0, web}, nil, []Container{slow, running(web)}, Fencing{}),
 			"web-aaaaaaaa-0", "remove db-0 grace 0s (fenced: no quorum)", true, 0},
 		{"not owned any more, quorum: its stop is bounded by the StatefulSet grace",
-			decision([]Replica{db0}, map[string]string{db0.ID: "b"}, []Container{slow}, Fencing{Quorum: true, Held: map[string]map[int]bool{}}),
+			decision([]Replica{db0}, map[string]string{db0.ID: "b"}, []Container{slow}, Fencing{Quorum: true, Occupied: map[string]map[int]bool{}}),
 			"", "remove db-0 grace 8s (container is not desired)", false, 0},
 		{"quorum unknown: what runs stays, nothing starts",
 			decision([]Replica{db0, db1}, nil, []Container{running(db1)}, Fencing{Unknown: true}),

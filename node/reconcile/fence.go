@@ -10,10 +10,10 @@ type Fencing struct {
 	// Unknown says the quorum is not known yet (the node just started):
 	// replicas already running here stay, none starts.
 	Unknown bool
-	// Held lists, by WorkloadKey, the ordinals a copy on another node may
+	// Occupied lists, by WorkloadKey, the ordinals a copy on another node may
 	// still occupy: a live node reports one, or a node that is down
 	// reported one and went down less than the failover timeout ago.
-	Held map[string]map[int]bool
+	Occupied map[string]map[int]bool
 	// Observed are the containers on this node.
 	Observed []Container
 }
@@ -54,7 +54,7 @@ func Fence(mine []Replica, in Fencing) []Replica {
 		if in.Unknown && !running || !in.Unknown && !in.Quorum {
 			continue
 		}
-		if !running && in.Held[WorkloadKey(r.Namespace, r.Workload)][r.Ordinal] {
+		if !running && in.Occupied[WorkloadKey(r.Namespace, r.Workload)][r.Ordinal] {
 			continue
 		}
 		out = append(out, r)

@@ -29,10 +29,10 @@ func TestFenceAtMostOne(t *testing.T) {
 	}{
 		{"quorum, nothing held: all run", Fencing{Quorum: true}, "db-0 db-1 web-aaaaaaaa-0"},
 		{"no quorum: StatefulSet replicas stop, Deployments keep running", Fencing{Observed: []Container{running(db0)}}, "web-aaaaaaaa-0"},
-		{"held elsewhere: wait", Fencing{Quorum: true, Held: held1}, "db-0 web-aaaaaaaa-0"},
-		{"held elsewhere but running here: keep", Fencing{Quorum: true, Held: held1, Observed: []Container{running(db1)}}, "db-0 db-1 web-aaaaaaaa-0"},
+		{"occupied elsewhere: wait", Fencing{Quorum: true, Occupied: held1}, "db-0 web-aaaaaaaa-0"},
+		{"occupied elsewhere but running here: keep", Fencing{Quorum: true, Occupied: held1, Observed: []Container{running(db1)}}, "db-0 db-1 web-aaaaaaaa-0"},
 		{"quorum unknown: keep what runs, start nothing", Fencing{Unknown: true, Observed: []Container{running(db1)}}, "db-1 web-aaaaaaaa-0"},
-		{"exited here, held elsewhere (the watchdog killed it, a peer took over): wait", Fencing{Quorum: true, Held: held1, Observed: []Container{exited(db1)}}, "db-0 web-aaaaaaaa-0"},
+		{"exited here, occupied elsewhere (the watchdog killed it, a peer took over): wait", Fencing{Quorum: true, Occupied: held1, Observed: []Container{exited(db1)}}, "db-0 web-aaaaaaaa-0"},
 		{"exited here, nowhere else: restart", Fencing{Quorum: true, Observed: []Container{exited(db1)}}, "db-0 db-1 web-aaaaaaaa-0"},
 		{"quorum unknown, exited here: start nothing", Fencing{Unknown: true, Observed: []Container{exited(db1)}}, "web-aaaaaaaa-0"},
 	}

@@ -95,7 +95,7 @@ func decideNarrowed(rt *rapid.T) {
 	for _, r := range all {
 		readyElsewhere[r.ID] = owner[r.ID] != "a" && rapid.Bool().Draw(rt, "ready at its owner "+r.Name)
 	}
-	fencing := Fencing{Quorum: rapid.Bool().Draw(rt, "quorum"), Unknown: rapid.Bool().Draw(rt, "unknown"), Held: held}
+	fencing := Fencing{Quorum: rapid.Bool().Draw(rt, "quorum"), Unknown: rapid.Bool().Draw(rt, "unknown"), Occupied: held}
 	d := Decision{
 		Ownership: Ownership{Self: "a", All: all, Owner: ownerOf(owner), Observed: observed, HandoffSince: handoffs, Now: t0, Timeout: time.Minute,
 			ReadyElsewhere: readyElsewhere},
@@ -118,8 +118,8 @@ func decideNarrowed(rt *rapid.T) {
 	narrow.Budget.Copies = maps.Clone(full.Copies)
 	maps.DeleteFunc(narrow.Budget.Strategies, func(k string, _ Strategy) bool { return !asked[k] })
 	maps.DeleteFunc(narrow.Budget.Copies, func(k string, _ []Copy) bool { return !asked[k] })
-	narrow.Fencing.Held = maps.Clone(held)
-	maps.DeleteFunc(narrow.Fencing.Held, func(k string, _ map[int]bool) bool { return !stateful[k] })
+	narrow.Fencing.Occupied = maps.Clone(held)
+	maps.DeleteFunc(narrow.Fencing.Occupied, func(k string, _ map[int]bool) bool { return !stateful[k] })
 
 	want, got := Decide(d, t0), Decide(narrow, t0)
 	if names(got.Mine) != names(want.Mine) || actionsString(got.Actions) != actionsString(want.Actions) ||

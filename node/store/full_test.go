@@ -86,7 +86,7 @@ func storeOnSmallDisk(t *testing.T, group string, n, size int) (disk, dir string
 // A full disk used to crash the process with SIGBUS inside badger (its
 // memtable is a sparse file written through mmap), on the first write and
 // again after every restart. Now the store writes nothing to disk below
-// MinFree: records are held in memory (reads see them) up to a bound,
+// MinFree: records are buffered in memory (reads see them) up to a bound,
 // meta writes and writes past the bound are refused with an error that
 // names the directory and ENOSPC, and everything resumes by itself once
 // space returns.
@@ -102,16 +102,16 @@ func TestFullDiskHoldsWritesAndRecovers(t *testing.T) {
 	for i := range 2000 {
 		mustApply(t, s, rec(fmt.Sprintf("cm/during/%d", i), int64(i+1), "n1", value(i, 8192)), true)
 	}
-	if st := s.Space(); !st.Full || st.Dir != dir || st.Held != 2000 {
-		t.Errorf("Space() = %+v, want Full in %s with 2000 held", st, dir)
+	if st := s.Space(); !st.Full || st.Dir != dir || st.Buffered != 2000 {
+		t.Errorf("Space() = %+v, want Full in %s with 2000 buffered", st, dir)
 	}
 	if r := mustGet(t, s, "cm/during/1999"); !strings.Contains(string(r.Value), "001999") {
-		t.Errorf("held record read back as %.20s", r.Value)
+		t.Errorf("buffered record read back as %.20s", r.Value)
 	}
 	if rs, err := s.List("cm/"); err != nil || len(rs) != 2020 {
 		t.Errorf("List(cm/) = %d records, %v; want 2020", len(rs), err)
 	}
-	// The CRDT rule holds for held records too.
+	// The CRDT rule holds for buffered records too.
 	mustApply(t, s, rec("cm/during/5", 1, "n1", value(0, 10)), false)
 	mustApply(t, s, rec("cm/before/5", 1, "n1", value(0, 10)), false)
 
@@ -136,7 +136,7 @@ func TestFullDiskHoldsWritesAndRecovers(t *testing.T) {
 	}
 
 	// Restart while the disk is full: Close and Open work; what was
-	// held is gone (peers send it again), what was stored stays.
+	// buffered is gone (peers send it again), what was stored stays.
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close on a full disk: %v", err)
 	}
@@ -149,10 +149,10 @@ func TestFullDiskHoldsWritesAndRecovers(t *testing.T) {
 	}
 	mustApply(t, s, rec("cm/x/after-restart", 1, "n1", value(0, 100)), true)
 
-	// Space returns: the next check writes what is held and resumes.
+	// Space returns: the next check writes what is buffered and resumes.
 	free()
-	if st := s.Space(); st.Full || st.Held != 0 {
-		t.Errorf("Space() after space returned = %+v, want not full, nothing held", st)
+	if st := s.Space(); st.Full || st.Buffered != 0 {
+		t.Errorf("Space() after space returned = %+v, want not full, nothing buffered", st)
 	}
 	for i := range 200 {
 		mustApply(t, s, rec(fmt.Sprintf("cm/after/%d", i), int64(i+1), "n1", value(i, 8192)), true)
@@ -197,29 +197,29 @@ func TestCloseAndOpenOnAFilesystemFilledWhileIdle(t *testing.T) {
 	}
 }
 
-// Records held by a write that raced with the return of space (the
+// Records buffered by a write that raced with the return of space (the
 // store was found not full between its check and its hold) are written
 // by the next check, not kept in memory for ever.
-func TestRecordsHeldAcrossTheReturnOfSpaceAreWritten(t *testing.T) {
+func TestRecordsBufferedAcrossTheReturnOfSpaceAreWritten(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
 	free := uint64(10 << 30)
 	s.statfs = func(string) (uint64, error) { return free, nil }
 	free = 1 << 20
 	mustApply(t, s, rec("cm/a/x", 1, "n1", value(1, 10)), true)
-	if st := s.Space(); !st.Full || st.Held != 1 {
-		t.Fatalf("Space() = %+v, want full with 1 held", st)
+	if st := s.Space(); !st.Full || st.Buffered != 1 {
+		t.Fatalf("Space() = %+v, want full with 1 buffered", st)
 	}
 	// The race: space is back and the store marked not full while a
-	// record is still held.
+	// record is still buffered.
 	free = 10 << 30
 	s.spaceMu.Lock()
 	s.full = false
 	s.spaceMu.Unlock()
-	if st := s.Space(); st.Full || st.Held != 0 {
-		t.Fatalf("Space() = %+v, want not full, nothing held", st)
+	if st := s.Space(); st.Full || st.Buffered != 0 {
+		t.Fatalf("Space() = %+v, want not full, nothing buffered", st)
 	}
 	if r, ok, err := s.getStored("cm/a/x"); err != nil || !ok || !strings.Contains(string(r.Value), "000001") {
-		t.Fatalf("the held record is not on disk: %v %v %s", ok, err, r.Value)
+		t.Fatalf("the buffered record is not on disk: %v %v %s", ok, err, r.Value)
 	}
 }

@@ -36,9 +36,9 @@ const (
 	// BallastSize is the size of the ballast file (bytes): room for
 	// badger to flush both memtables and compact once.
 	BallastSize = 64 << 20
-	// maxHeldBytes bounds the encoded records held in memory while the
+	// maxBufferedBytes bounds the encoded records buffered in memory while the
 	// filesystem is full; past it Apply fails with ErrNoSpace.
-	maxHeldBytes = 64 << 20
+	maxBufferedBytes = 64 << 20
 	// ReserveSize is the size of the reserve file (bytes): room for
 	// badger's flush at Close once the ballast is gone and another writer
 	// took its blocks too (the filesystem at exactly 0 bytes free).
@@ -93,10 +93,10 @@ type Space struct {
 	// fell below MinFree, and stays full until MinFree plus BallastSize
 	// are free, so that it can put its ballast back.
 	Full bool
-	// Held is how many records are held in memory only, written to disk
+	// Buffered is how many records are buffered in memory only, written to disk
 	// once the filesystem has room again (lost if the process stops
 	// before: peers send them again, as after any restart).
-	Held int
+	Buffered int
 }
 
 // freeBytes returns the free space of the filesystem holding dir.
@@ -138,14 +138,14 @@ func (s *Store) Space() Space {
 func (s *Store) spaceState() Space {
 	s.spaceMu.Lock()
 	defer s.spaceMu.Unlock()
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	return Space{Dir: s.dir, Free: s.free, Full: s.full, Held: len(s.held)}
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	return Space{Dir: s.dir, Free: s.free, Full: s.full, Buffered: len(s.buffered)}
 }
 
 // checkSpace updates s.full from the free space and reports whether the
 // store may write to disk. On the way to full it deletes the ballast; on
-// the way back it re-creates the ballast and writes the held records.
+// the way back it re-creates the ballast and writes the buffered records.
 // Called with s.mu held (shared).
 func (s *Store) checkSpace() bool {
 	s.spaceMu.Lock()
@@ -157,11 +157,11 @@ func (s *Store) checkSpace() bool {
 	}
 	s.free = free
 	switch {
-	case !s.full && free >= MinFree && s.heldCount() > 0:
-		// Records held by a write that raced with the return of space,
-		// or left by a failed writeHeld: written now.
-		if _, err := s.writeHeld(); err != nil {
-			s.log.Error("writing the records held in memory failed; they stay held", "err", err)
+	case !s.full && free >= MinFree && s.bufferedCount() > 0:
+		// Records buffered by a write that raced with the return of space,
+		// or left by a failed writeBuffered: written now.
+		if _, err := s.writeBuffered(); err != nil {
+			s.log.Error("writing the records buffered in memory failed; they stay buffered", "err", err)
 		}
 	case !s.full && free < MinFree:
 		s.full = true
@@ -179,11 +179,11 @@ func (s *Store) checkSpace() bool {
 		}
 		s.full = false
 		s.free, _ = s.statfs(s.dir)
-		n, err := s.writeHeld()
+		n, err := s.writeBuffered()
 		if err != nil {
-			s.log.Error("space returned but writing the records held in memory failed; they stay held", "err", err)
+			s.log.Error("space returned but writing the records buffered in memory failed; they stay buffered", "err", err)
 		}
-		s.log.Info("the data directory's filesystem has room again: the store writes to disk", "free", mib(s.free), "held records written", n)
+		s.log.Info("the data directory's filesystem has room again: the store writes to disk", "free", mib(s.free), "buffered records written", n)
 	}
 	return !s.full
 }
@@ -293,9 +293,9 @@ func (s *Store) noSpace(op string) error {
 	return &NoSpaceError{Op: op, Dir: s.dir, Free: s.free}
 }
 
-// hold applies rs (encoded as enc) to the records held in memory, with
-// the CRDT rule against both the held and the stored record of each key.
-// All or nothing: past maxHeldBytes it holds nothing and fails with a
+// hold applies rs (encoded as enc) to the records buffered in memory, with
+// the CRDT rule against both the buffered and the stored record of each key.
+// All or nothing: past maxBufferedBytes it holds nothing and fails with a
 // *NoSpaceError.
 func (s *Store) hold(rs []crdt.Record, enc [][]byte) ([]crdt.Record, error) {
 	size := 0
@@ -304,22 +304,22 @@ func (s *Store) hold(rs []crdt.Record, enc [][]byte) ([]crdt.Record, error) {
 	}
 	w, over, err := s.tryHold(rs, enc, size)
 	if over > 0 {
-		// s.noSpace takes s.spaceMu, which is never taken inside s.heldMu.
-		return nil, s.noSpace(fmt.Sprintf("hold %d records in memory (%s held already)", len(rs), mib(uint64(over))))
+		// s.noSpace takes s.spaceMu, which is never taken inside s.bufMu.
+		return nil, s.noSpace(fmt.Sprintf("hold %d records in memory (%s buffered already)", len(rs), mib(uint64(over))))
 	}
 	return w, err
 }
 
-// tryHold is hold under s.heldMu; when the records do not fit it holds
-// nothing and returns the bytes held already as over.
+// tryHold is hold under s.bufMu; when the records do not fit it holds
+// nothing and returns the bytes buffered already as over.
 func (s *Store) tryHold(rs []crdt.Record, enc [][]byte, size int) (written []crdt.Record, over int, err error) {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	if s.heldBytes+size > maxHeldBytes {
-		return nil, max(s.heldBytes, 1), nil
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	if s.bufBytes+size > maxBufferedBytes {
+		return nil, max(s.bufBytes, 1), nil
 	}
 	for i, r := range rs {
-		cur, ok := s.held[r.Key]
+		cur, ok := s.buffered[r.Key]
 		if !ok {
 			var err error
 			if cur, ok, err = s.getStored(r.Key); err != nil {
@@ -329,13 +329,13 @@ func (s *Store) tryHold(rs []crdt.Record, enc [][]byte, size int) (written []crd
 		if ok && !r.Wins(cur) {
 			continue
 		}
-		if old, ok := s.heldSize[r.Key]; ok {
-			s.heldBytes -= old
+		if old, ok := s.bufSize[r.Key]; ok {
+			s.bufBytes -= old
 		}
 		r.Value, r.Signer, r.Sig = slices.Clone(r.Value), slices.Clone(r.Signer), slices.Clone(r.Sig)
-		s.held[r.Key] = r
-		s.heldSize[r.Key] = len(enc[i])
-		s.heldBytes += len(enc[i])
+		s.buffered[r.Key] = r
+		s.bufSize[r.Key] = len(enc[i])
+		s.bufBytes += len(enc[i])
 		if j := slices.IndexFunc(written, func(w crdt.Record) bool { return w.Key == r.Key }); j >= 0 {
 			written[j] = r
 		} else {
@@ -345,21 +345,21 @@ func (s *Store) tryHold(rs []crdt.Record, enc [][]byte, size int) (written []crd
 	return written, 0, nil
 }
 
-// writeHeld writes the held records to disk (the CRDT rule applies, as
+// writeBuffered writes the buffered records to disk (the CRDT rule applies, as
 // for any write) and forgets them; it returns how many it wrote.
 // Called with s.mu held (shared) and s.spaceMu.
-func (s *Store) writeHeld() (int, error) {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	keys := slices.Sorted(maps.Keys(s.held))
+func (s *Store) writeBuffered() (int, error) {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	keys := slices.Sorted(maps.Keys(s.buffered))
 	written := 0
 	for len(keys) > 0 {
 		// Batches well below one transaction's limit (ErrBatchTooLarge).
 		var rs []crdt.Record
 		var enc [][]byte
 		size := 0
-		for len(keys) > 0 && (len(rs) == 0 || size+s.heldSize[keys[0]] < 1<<20) {
-			r := s.held[keys[0]]
+		for len(keys) > 0 && (len(rs) == 0 || size+s.bufSize[keys[0]] < 1<<20) {
+			r := s.buffered[keys[0]]
 			b, err := crdt.EncodeRecord(r)
 			if err != nil {
 				return written, err
@@ -373,34 +373,34 @@ func (s *Store) writeHeld() (int, error) {
 		}
 		written += len(w)
 		for _, r := range rs {
-			delete(s.held, r.Key)
-			s.heldBytes -= s.heldSize[r.Key]
-			delete(s.heldSize, r.Key)
+			delete(s.buffered, r.Key)
+			s.bufBytes -= s.bufSize[r.Key]
+			delete(s.bufSize, r.Key)
 		}
 	}
 	return written, nil
 }
 
-func (s *Store) heldCount() int {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	return len(s.held)
+func (s *Store) bufferedCount() int {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	return len(s.buffered)
 }
 
-// heldRecord returns the record held in memory for key, if any.
-func (s *Store) heldRecord(key string) (crdt.Record, bool) {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	r, ok := s.held[key]
+// bufferedRecord returns the record buffered in memory for key, if any.
+func (s *Store) bufferedRecord(key string) (crdt.Record, bool) {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	r, ok := s.buffered[key]
 	return r, ok
 }
 
-// heldWithPrefix returns the held records whose key starts with prefix.
-func (s *Store) heldWithPrefix(prefix string) []crdt.Record {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
+// bufferedWithPrefix returns the buffered records whose key starts with prefix.
+func (s *Store) bufferedWithPrefix(prefix string) []crdt.Record {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
 	var out []crdt.Record
-	for k, r := range s.held {
+	for k, r := range s.buffered {
 		if strings.HasPrefix(k, prefix) {
 			out = append(out, r)
 		}
@@ -408,16 +408,16 @@ func (s *Store) heldWithPrefix(prefix string) []crdt.Record {
 	return out
 }
 
-// purgeHeld deletes the held tombstones expired for ttl at now.
-func (s *Store) purgeHeld(expired func(crdt.Record) bool) int {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
+// purgeBuffered deletes the buffered tombstones expired for ttl at now.
+func (s *Store) purgeBuffered(expired func(crdt.Record) bool) int {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
 	n := 0
-	for k, r := range s.held {
+	for k, r := range s.buffered {
 		if expired(r) {
-			delete(s.held, k)
-			s.heldBytes -= s.heldSize[k]
-			delete(s.heldSize, k)
+			delete(s.buffered, k)
+			s.bufBytes -= s.bufSize[k]
+			delete(s.bufSize, k)
 			n++
 		}
 	}
@@ -471,7 +471,7 @@ func (s *Store) roomToReopen() bool {
 
 // reopen opens badger for writing in place of the read-only open of a
 // full start, once there is room, and reports whether it did; the next
-// checkSpace makes the ballast and writes the records held meanwhile.
+// checkSpace makes the ballast and writes the records buffered meanwhile.
 // On failure the store stays read-only.
 func (s *Store) reopen() bool {
 	s.mu.Lock()

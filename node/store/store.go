@@ -75,12 +75,12 @@ type Store struct {
 	full    bool
 	free    uint64
 
-	// Records written while full, held in memory (space.go), with their
+	// Records written while full, buffered in memory (space.go), with their
 	// encoded sizes.
-	heldMu    sync.Mutex
-	held      map[string]crdt.Record
-	heldSize  map[string]int
-	heldBytes int
+	bufMu    sync.Mutex
+	buffered map[string]crdt.Record
+	bufSize  map[string]int
+	bufBytes int
 
 	// mu is held shared by every operation and exclusively by Close and
 	// reopen, so that no operation touches a closed badger DB or sends on
@@ -106,7 +106,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, log: slog.Default().With("component", "store", "dir", dir), changed: make(chan struct{}, 1),
-		statfs: freeBytes, held: map[string]crdt.Record{}, heldSize: map[string]int{}}
+		statfs: freeBytes, buffered: map[string]crdt.Record{}, bufSize: map[string]int{}}
 	s.openSpace()
 	if s.full {
 		// badger's read-write open writes through mmap (a new memtable,
@@ -183,7 +183,7 @@ func (slogLogger) Debugf(string, ...any) {}
 
 // Close flushes and closes the store and closes the Changed channel. Later
 // calls to any method return ErrClosed; a second Close returns nil.
-// Records held in memory because the filesystem is full are written if
+// Records buffered in memory because the filesystem is full are written if
 // it has room now, and lost otherwise (peers send them again).
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -192,8 +192,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.checkSpace()
-	if sp := s.spaceState(); sp.Held > 0 {
-		s.log.Warn("closing with records held in memory on a full filesystem; peers send them again after the restart", "held", sp.Held)
+	if sp := s.spaceState(); sp.Buffered > 0 {
+		s.log.Warn("closing with records buffered in memory on a full filesystem; peers send them again after the restart", "held", sp.Buffered)
 	}
 	s.closed = true
 	close(s.changed)
@@ -260,7 +260,7 @@ func (s *Store) Apply(r crdt.Record) (bool, error) {
 // nothing changed. Errors are those of Apply, plus ErrBatchTooLarge when the
 // batch exceeds one transaction (about 2.4 MiB of encoded records).
 //
-// While the filesystem is full (Space), the records are held in memory
+// While the filesystem is full (Space), the records are buffered in memory
 // instead, with the same rule, and written to disk when space returns;
 // reads see them. Past 64 MiB held, ApplyAll fails with a *NoSpaceError
 // (ErrNoSpace). A caller that promises durability (the API) checks Space
@@ -395,7 +395,7 @@ func (s *Store) Get(key string) (r crdt.Record, ok bool, err error) {
 	if err != nil {
 		return crdt.Record{}, false, fmt.Errorf("get %q: %w", key, err)
 	}
-	if h, held := s.heldRecord(key); held && (!ok || h.Wins(r)) {
+	if h, held := s.bufferedRecord(key); held && (!ok || h.Wins(r)) {
 		return h, true, nil
 	}
 	return r, ok, nil
@@ -434,14 +434,14 @@ func (s *Store) Snapshot() (crdt.Map, error) {
 }
 
 // scan calls fn for each record whose Key starts with prefix, in Key
-// order; a record held in memory (space.go) replaces the stored one it
+// order; a record buffered in memory (space.go) replaces the stored one it
 // wins over.
 func (s *Store) scan(prefix string, fn func(crdt.Record)) error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
-	held := s.heldWithPrefix(prefix)
+	held := s.bufferedWithPrefix(prefix)
 	if len(held) == 0 {
 		return s.scanStored(prefix, fn)
 	}
@@ -627,14 +627,14 @@ func (s *Store) PutMeta(key string, value []byte) error {
 // longer than the tombstone TTL calls it before rejoining, so that objects
 // deleted meanwhile (whose tombstones peers have purged) cannot come back
 // from its stale copy. Errors wrap ErrClosed, ErrNoSpace (the filesystem
-// is full, see Space; the records held in memory are dropped all the
+// is full, see Space; the records buffered in memory are dropped all the
 // same) or a badger I/O error.
 func (s *Store) DropRecords() error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
-	s.purgeHeld(func(crdt.Record) bool { return true })
+	s.purgeBuffered(func(crdt.Record) bool { return true })
 	if !s.checkSpace() {
 		s.notify()
 		return fmt.Errorf("drop records: %w", s.noSpace("drop records"))

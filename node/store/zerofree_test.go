@@ -140,7 +140,7 @@ func TestStoreOpensOnAFilesystemWithNothingFree(t *testing.T) {
 			} else {
 				free()
 			}
-			if sp := s.Space(); sp.Full || sp.Held != 0 {
+			if sp := s.Space(); sp.Full || sp.Buffered != 0 {
 				t.Fatalf("space %+v after space returned, want not full and nothing held", sp)
 			}
 			if _, err := s.Apply(testRecord(clock, "deployment/default/after", `{"w":1}`)); err != nil {

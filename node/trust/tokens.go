@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -51,21 +52,27 @@ func IsTokenID(s string) bool {
 	return true
 }
 
+// Writer writes records: signed with the node's key, stored and
+// gossiped (the agent's writer).
+type Writer interface {
+	PublishDurable(recs ...crdt.Record) error
+}
+
 // Admission admits new nodes (the member's side of a join): the store
 // holds what admit reads (bound names, revocations) and the version 1
-// token records that node forget deletes, publish writes records
-// (signed, gossiped), keys gives the gossip keyring to hand a new node.
-// A nil *Admission is a node running with --insecure.
+// token records that node forget deletes, Writer writes records,
+// Cluster gives the gossip keyring to hand a new node. A nil *Admission
+// is a node running with --insecure.
 type Admission struct {
-	Store      Records
-	Id         *Identity
-	Trust      *Trust
-	Clock      *hlc.Clock
-	Self       string
-	Publish    func(...crdt.Record) error
-	GossipKeys func() [][]byte
-	Log        *slog.Logger
-	warn       joinWarnLimit
+	Store   Records
+	Id      *Identity
+	Trust   *Trust
+	Clock   *hlc.Clock
+	Self    string
+	Writer  Writer
+	Cluster *gossip.Cluster
+	Log     *slog.Logger
+	warn    joinWarnLimit
 }
 
 // DeleteTokens deletes every join token record (node forget).
@@ -77,7 +84,7 @@ func (j *Admission) DeleteTokens() error {
 	if err != nil {
 		return err
 	}
-	return j.Publish(dels...)
+	return j.Writer.PublishDurable(dels...)
 }
 
 // tokenDeletes returns deletes of the held token records that match.
@@ -207,7 +214,7 @@ func (j *Admission) Join(req api.JoinRequest, from netip.Addr) (api.JoinAnswer, 
 		return api.JoinAnswer{}, api.NewError(rf.Status, rf)
 	}
 	j.Log.Info("admitted a node", "name", req.Name, "key", member.KeyID(req.Key), "from", from)
-	return api.JoinAnswer{CA: j.Trust.Creds.CA.Raw, GossipKeys: j.GossipKeys()}, nil
+	return api.JoinAnswer{CA: j.Trust.Creds.CA.Raw, GossipKeys: j.Cluster.Keys()}, nil
 }
 
 // JoinToken answers the operator's POST /v1/join-tokens of builds before

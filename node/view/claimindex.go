@@ -174,7 +174,7 @@ func (vs *Builder) reservedUntil(v *View, name string) (time.Time, bool) {
 	return time.Unix(0, vs.statuses[StatusKey(name)].from.version.Wall).Add(vs.cfg.ReclaimAfter), true
 }
 
-// reserved is subnets.reserved for node name as v and the records held
+// reserved is Claims.Reserved for node name as v and the records held
 // show it; this node's own claim always holds.
 func (vs *Builder) reserved(v *View, name string) bool {
 	if name == vs.cfg.Self {

@@ -2,6 +2,7 @@ package view
 
 import (
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,16 @@ func newClaims(statuses, held map[string]NodeStatus, members []gossip.Member) *C
 // claims are c's (no claim changed: same names, same subnets).
 func (c *Claims) with(statuses map[string]NodeStatus, members []gossip.Member) *Claims {
 	return &Claims{statuses: statuses, names: c.names, by: c.by, wide: c.wide, members: members}
+}
+
+// Up reports whether member name is alive or suspect in the membership
+// of the view these claims are of.
+func (c *Claims) Up(name string) bool {
+	if c == nil {
+		return false
+	}
+	state, _ := MemberState(c.members, name)
+	return state.Up()
 }
 
 // Reserved reports whether node name's claim still holds (Reserved): it
@@ -139,7 +150,11 @@ func (c *Claims) Near(s NodeStatus) []NodeStatus {
 // made before the builder (the arrival check is made before gossip
 // starts, and the builder reads gossip's membership), filled by each
 // view built. The zero value is ready and holds no claims.
-type ClaimsFeed struct{ cur atomic.Pointer[Claims] }
+type ClaimsFeed struct {
+	cur  atomic.Pointer[Claims]
+	mu   sync.Mutex
+	next chan struct{} // closed when newer claims are stored
+}
 
 // Load returns the latest Claims (nil, which holds none, before the
 // first view).
@@ -150,9 +165,27 @@ func (f *ClaimsFeed) Load() *Claims {
 	return f.cur.Load()
 }
 
+// Changed returns a channel closed when Claims newer than those Load
+// returns now are stored.
+func (f *ClaimsFeed) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.next == nil {
+		f.next = make(chan struct{})
+	}
+	return f.next
+}
+
 // Store hands c over (the builder, with each view it builds).
 func (f *ClaimsFeed) Store(c *Claims) {
-	if f != nil {
-		f.cur.Store(c)
+	if f == nil {
+		return
 	}
+	f.cur.Store(c)
+	f.mu.Lock()
+	if f.next != nil {
+		close(f.next)
+		f.next = nil
+	}
+	f.mu.Unlock()
 }

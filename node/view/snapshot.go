@@ -76,6 +76,12 @@ type Damping interface {
 	IsSynced() bool
 }
 
+// Unpublished gives the record this node would publish now (its status
+// part).
+type Unpublished interface {
+	Unpublished() NodeStatus
+}
+
 // Config is what a Builder is made of; every field but the counters,
 // SelfStatus and Share is required.
 type Config struct {
@@ -93,11 +99,11 @@ type Config struct {
 	// (nil: not counted).
 	Placements, Builds prometheus.Counter
 	Log                *slog.Logger
-	// SelfStatus is this node's record before it published one (nil:
-	// none); Started is when this run of the agent started (a held
-	// record of this node from before it is of an earlier run:
+	// SelfStatus gives this node's record before it published one
+	// (nil: none); Started is when this run of the agent started (a
+	// held record of this node from before it is of an earlier run:
 	// View.OldSelf).
-	SelfStatus func() NodeStatus
+	SelfStatus Unpublished
 	Started    time.Time
 	// ReclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
@@ -144,8 +150,8 @@ type Builder struct {
 	endpoints  EndpointIndex
 	svcChanges serviceChanges
 	// away indexes the copies the nodes run away from placement's
-	// choice (held.go).
-	away HeldIndex
+	// choice (away.go).
+	away AwayIndex
 }
 
 // NewBuilder returns a Builder of views from c; the first view is built
@@ -296,7 +302,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	} else {
 		v.Statuses = maps.Clone(vs.held)
 		if !selfHeld && vs.cfg.SelfStatus != nil {
-			v.Statuses[vs.cfg.Self] = vs.cfg.SelfStatus()
+			v.Statuses[vs.cfg.Self] = vs.cfg.SelfStatus.Unpublished()
 		}
 	}
 	v.Members = vs.cfg.Membership.Members()
@@ -324,7 +330,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.reclaimAt = prev.reclaimAt
 		v.claimWinners = prev.claimWinners
 		v.Winners, v.Eligible, v.nodesKey, v.placementKey, v.Placement, v.Owner = prev.Winners, prev.Eligible, prev.nodesKey, prev.placementKey, prev.Placement, prev.Owner
-		v.plain, v.plainWithout, v.Held = prev.plain, prev.plainWithout, prev.Held
+		v.plain, v.plainWithout, v.Away = prev.plain, prev.plainWithout, prev.Away
 		v.given, v.Own = prev.given, prev.Own
 		v.SvcPorts, v.unlisted = prev.SvcPorts, prev.unlisted
 	} else {
@@ -377,8 +383,8 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 	}
 	// What the nodes run away from placement's choice stays there
 	// (placement.Keep): the records that changed are read on each derive.
-	v.Held = vs.away.Elsewhere(!sameInputs, v.plain, v.plainWithout, v.Eligible, v.Statuses, v.Stale)
-	if sameInputs && SameHolders(prev.Held, v.Held) {
+	v.Away = vs.away.Elsewhere(!sameInputs, v.plain, v.plainWithout, v.Eligible, v.Statuses, v.Stale)
+	if sameInputs && SameHolders(prev.Away, v.Away) {
 		v.Placement, v.Owner, v.given, v.Own = prev.Placement, prev.Owner, prev.given, prev.Own
 		if prev.objectsKey != v.objectsKey {
 			// Same placement, other objects (an annotation): this
@@ -386,7 +392,7 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 			v.Own = OwnedBy(vs.cfg.Self, v.All, v.Owner)
 		}
 	} else {
-		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Held)
+		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Away)
 		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.cfg.Self, v.All, v.Owner)
 	}
 	vs.ServicesInto(v, prev)

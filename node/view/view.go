@@ -51,10 +51,13 @@ type View struct {
 	Workloads []manifest.Object // Deployments and StatefulSets
 	All       []DesiredReplica  // sorted by ID
 	// plain and plainWithout are placement's (assign), before the
-	// replicas held elsewhere (held) are kept where they run; placement
-	// is after.
+	// copies that run away from placement's choice (Away) are kept where
+	// they run; placement is after.
 	plain, plainWithout placement.Placement
-	Held                []placement.Holder
+	// Away are the copies the eligible nodes run of replicas placement
+	// gives another node (AwayIndex.Elsewhere): placement.Keep leaves
+	// them where they run.
+	Away []placement.Holder
 	// Stale are the live nodes whose held record an earlier run of
 	// their agent wrote (StaleRecords): its copies' state is unknown.
 	Stale     map[string]bool
@@ -139,7 +142,8 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 	return p, placement.Assign(kept, ws, placement.Options{})
 }
 
-// place returns assign's placements with the replicas held elsewhere
+// place returns assign's placements with the copies that run away
+// from placement's choice (away)
 // kept where they run (placement.Keep: a node that returns takes back
 // only what its peers cannot keep under their load bound), p, with each
 // replica's owner (replica ID -> node) after leaving out the excluded
@@ -148,15 +152,15 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 // placement only: a StatefulSet replica (at most one copy) must not move
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
-func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, held []placement.Holder) (p placement.Placement, owner OwnerTable) {
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, away []placement.Holder) (p placement.Placement, owner OwnerTable) {
 	ws := workloadsOf(objs)
-	p = placement.Keep(plain, nodes, ws, held, placement.Options{})
+	p = placement.Keep(plain, nodes, ws, away, placement.Options{})
 	owner = Owners(all, p)
 	if len(excluded) == 0 {
 		return p, owner
 	}
 	kept := slices.DeleteFunc(slices.Clone(nodes), func(n placement.Node) bool { return excluded[n.Name] })
-	without := placement.Keep(plainWithout, kept, ws, held, placement.Options{})
+	without := placement.Keep(plainWithout, kept, ws, away, placement.Options{})
 	for i, d := range all {
 		if !d.tmpl.AtMostOne {
 			owner.Node[i] = without.Owner(d.key(), d.ordinal)

@@ -155,7 +155,7 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 // before the copies its peers started in its absence: taken at its word,
 // placement.Keep gave them back to it and its peers stopped theirs.
 // A stale record's copies are of unknown state: placement takes them as
-// not running (held.go: any running copy is kept first, and with none
+// not running (away.go: any running copy is kept first, and with none
 // the node keeps them), the rollout budget and make-before-break do not
 // count them ready (node/decision.go, nodestatus.go), get replicas and rollout
 // status show them Unknown, not ready (View.Reported), and they add no endpoint

@@ -11,17 +11,17 @@ import (
 	"github.com/starling-orchestrator/starling/placement"
 )
 
-// HeldIndex keeps, per eligible node, the copies its record lists of
-// replicas that placement gives another node, for heldElsewhere: a
+// AwayIndex keeps, per eligible node, the copies its record lists of
+// replicas that placement gives another node, for Elsewhere: a
 // derive reads again only the records that changed since (by their
 // version, NodeStatus.Version; a status of version zero, which no record
 // carries, is read each time) or all of them after placement was
 // computed anew. Owned by the view builder.
-type HeldIndex struct {
-	nodes map[string]*heldEntry
+type AwayIndex struct {
+	nodes map[string]*awayEntry
 }
 
-type heldEntry struct {
+type awayEntry struct {
 	node     string
 	replicas []api.Replica // the list read
 	version  hlc.Timestamp // of the record it was read from
@@ -29,8 +29,8 @@ type heldEntry struct {
 	away     []placement.Holder
 	// copies indexes the node's copy of each replica it holds, built
 	// on first use (copyOf) of a long list: only the owners of replicas
-	// held elsewhere are asked.
-	copies map[heldSlot]placement.Holder
+	// that run away are asked.
+	copies map[awaySlot]placement.Holder
 }
 
 // scanCopies is the longest replica list copyOf reads through rather
@@ -38,7 +38,7 @@ type heldEntry struct {
 // 1 MB a view at 1,000 simulated nodes applying their workloads.
 const scanCopies = 32
 
-type heldSlot struct {
+type awaySlot struct {
 	key     string
 	ordinal int
 }
@@ -73,12 +73,12 @@ func holderOf(key, node string, r api.Replica, stale bool) placement.Holder {
 // agent (holderOf). Sorted by workload key, ordinal, node; nil
 // when there are none. It costs O(eligible nodes + replicas of the
 // records that changed).
-func (x *HeldIndex) Elsewhere(placed bool, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
+func (x *AwayIndex) Elsewhere(placed bool, p, without placement.Placement, eligible []placement.Node, statuses map[string]NodeStatus, stale map[string]bool) []placement.Holder {
 	if x.nodes == nil || placed {
-		x.nodes = map[string]*heldEntry{}
+		x.nodes = map[string]*awayEntry{}
 	}
 	var out []placement.Holder
-	away := map[heldSlot]bool{}
+	away := map[awaySlot]bool{}
 	keys := map[[2]string]string{} // (namespace, workload) -> WorkloadKey, built once each
 	keyOf := func(r api.Replica) string {
 		k, ok := keys[[2]string{r.Namespace, r.Workload}]
@@ -95,7 +95,7 @@ func (x *HeldIndex) Elsewhere(placed bool, p, without placement.Placement, eligi
 		rs := st.Replicas
 		e, ok := x.nodes[n.Name]
 		if !ok || e.stale != stale[n.Name] || e.version != st.Version || st.Version.IsZero() {
-			e = &heldEntry{node: n.Name, replicas: rs, version: st.Version, stale: stale[n.Name]}
+			e = &awayEntry{node: n.Name, replicas: rs, version: st.Version, stale: stale[n.Name]}
 			for _, r := range rs {
 				if !holds(r) {
 					continue
@@ -108,7 +108,7 @@ func (x *HeldIndex) Elsewhere(placed bool, p, without placement.Placement, eligi
 			x.nodes[n.Name] = e
 		}
 		for _, h := range e.away {
-			away[heldSlot{h.Key, h.Ordinal}] = true
+			away[awaySlot{h.Key, h.Ordinal}] = true
 			out = append(out, h)
 		}
 	}
@@ -143,7 +143,7 @@ func (x *HeldIndex) Elsewhere(placed bool, p, without placement.Placement, eligi
 // copyOf is e's node's copy of the replica of slot s, of those that
 // count (holds): of a surge's two copies, the running one. A short list
 // is read through; a long one is indexed on first use.
-func (e *heldEntry) copyOf(s heldSlot, keyOf func(api.Replica) string) (placement.Holder, bool) {
+func (e *awayEntry) copyOf(s awaySlot, keyOf func(api.Replica) string) (placement.Holder, bool) {
 	if len(e.replicas) <= scanCopies {
 		var h placement.Holder
 		found := false
@@ -158,14 +158,14 @@ func (e *heldEntry) copyOf(s heldSlot, keyOf func(api.Replica) string) (placemen
 		return h, found
 	}
 	if e.copies == nil {
-		e.copies = make(map[heldSlot]placement.Holder, len(e.replicas))
+		e.copies = make(map[awaySlot]placement.Holder, len(e.replicas))
 		for _, r := range e.replicas {
 			if !holds(r) {
 				continue
 			}
 			key := keyOf(r)
 			h := holderOf(key, e.node, r, e.stale)
-			s := heldSlot{key, r.Ordinal}
+			s := awaySlot{key, r.Ordinal}
 			if old, dup := e.copies[s]; !dup || h.Running && !old.Running {
 				e.copies[s] = h
 			}

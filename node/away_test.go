@@ -107,7 +107,7 @@ func TestReturningNodeTakesBackOnlyWhatItsPeersCannotKeep(t *testing.T) {
 // on eligible nodes, and only for replicas that run away from
 // placement's choice; the index reads a record again when it or
 // placement changed.
-func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
+func TestAwayListsCopiesAwayFromTheirOwner(t *testing.T) {
 	nodes := []placement.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}
 	ws := []placement.Workload{{Key: "default/web", Replicas: 3}}
 	p := placement.Assign(nodes, ws, placement.Options{})
@@ -122,7 +122,7 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 		away:   {Replicas: []api.Replica{rep(0, api.PhaseContainerCreating), rep(1, api.PhaseCreateBackOff), rep(2, api.PhaseTerminating)}},
 		"gone": {Replicas: []api.Replica{rep(1, api.PhaseRunning)}}, // not eligible
 	}
-	var x view.HeldIndex
+	var x view.AwayIndex
 	byNode := func(hs []placement.Holder) map[string]placement.Holder {
 		out := map[string]placement.Holder{}
 		for _, h := range hs {
@@ -157,14 +157,14 @@ func TestHeldElsewhereListsCopiesAwayFromTheirOwner(t *testing.T) {
 	if got := x.Elsewhere(true, p2, p2, nodes, statuses, nil); got != nil {
 		t.Fatalf("placement gives ordinal 0 to %s, which runs it: %+v", away, got)
 	}
-	if got := heldElsewhere(p, p, nodes[:0], statuses); got != nil {
+	if got := awayElsewhere(p, p, nodes[:0], statuses); got != nil {
 		t.Fatalf("no node eligible: %+v", got)
 	}
 }
 
 // The scan each derive makes of the replicas the nodes list: 1,000 nodes
 // of 10 replicas each, all where placement puts them.
-func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
+func BenchmarkAwayElsewhere1000Nodes(b *testing.B) {
 	var nodes []placement.Node
 	for i := range 1000 {
 		nodes = append(nodes, placement.Node{Name: fmt.Sprintf("n%04d", i)})
@@ -186,8 +186,8 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 	b.Run("every record read", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if got := heldElsewhere(p, p, nodes, statuses); got != nil {
-				b.Fatalf("%d held elsewhere, want none", len(got))
+			if got := awayElsewhere(p, p, nodes, statuses); got != nil {
+				b.Fatalf("%d away, want none", len(got))
 			}
 		}
 	})
@@ -206,7 +206,7 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 		}
 	}
 	b.Run("a quarter away, one record changed", func(b *testing.B) {
-		var x view.HeldIndex
+		var x view.AwayIndex
 		want := len(x.Elsewhere(false, p, p, nodes, moved, nil))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -214,12 +214,12 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 			s.Replicas, s.Version.Wall = slices.Clone(s.Replicas), s.Version.Wall+1
 			moved["n0007"] = s
 			if got := x.Elsewhere(false, p, p, nodes, moved, nil); len(got) != want {
-				b.Fatalf("%d held elsewhere, want %d", len(got), want)
+				b.Fatalf("%d away, want %d", len(got), want)
 			}
 		}
 	})
 	b.Run("one record changed", func(b *testing.B) {
-		var x view.HeldIndex
+		var x view.AwayIndex
 		x.Elsewhere(false, p, p, nodes, statuses, nil)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -227,16 +227,16 @@ func BenchmarkHeldElsewhere1000Nodes(b *testing.B) {
 			s.Replicas, s.Version.Wall = slices.Clone(s.Replicas), s.Version.Wall+1
 			statuses["n0007"] = s
 			if got := x.Elsewhere(false, p, p, nodes, statuses, nil); got != nil {
-				b.Fatalf("%d held elsewhere, want none", len(got))
+				b.Fatalf("%d away, want none", len(got))
 			}
 		}
 	})
 }
 
-// heldElsewhere is view.HeldIndex.elsewhere without an index: every record is
+// awayElsewhere is view.AwayIndex.Elsewhere without an index: every record is
 // read.
-func heldElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]view.NodeStatus) []placement.Holder {
-	var x view.HeldIndex
+func awayElsewhere(p, without placement.Placement, eligible []placement.Node, statuses map[string]view.NodeStatus) []placement.Holder {
+	var x view.AwayIndex
 	return x.Elsewhere(true, p, without, eligible, statuses, nil)
 }
 
@@ -304,7 +304,7 @@ func TestStaleRecordOfAReturningNodeHoldsNothingRunning(t *testing.T) {
 		back:  {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0}}},
 		other: {Replicas: []api.Replica{{Namespace: "default", Workload: "web", Ordinal: ord, Phase: api.PhaseRunning, Created: t0.Add(time.Minute)}}},
 	}
-	var x view.HeldIndex
+	var x view.AwayIndex
 	for _, tc := range []struct {
 		stale map[string]bool
 		want  string
