@@ -2,61 +2,15 @@ package node
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/gossip/crdt"
-	"github.com/starling-orchestrator/starling/node/api"
-	"github.com/starling-orchestrator/starling/node/store"
-	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // diskCheckInterval is how often the agent checks the free space of its
 // store's filesystem (one statfs), so that a full disk shows in get nodes
 // and /metrics, and writes resume, without waiting for a write.
 const diskCheckInterval = time.Second
-
-// writer signs records with this node's key, writes them to the local
-// store (durably) and gossips them: what every part that writes records
-// is given. The objects were validated before, so an error is an I/O
-// failure.
-type writer struct {
-	id      *trust.Identity
-	cluster *gossip.Cluster
-	store   Store
-}
-
-// publish signs and gossips recs, in order; it stops at the first error.
-func (w *writer) publish(recs ...crdt.Record) error {
-	for _, r := range recs {
-		r, err := w.id.Sign(r)
-		if err != nil {
-			return fmt.Errorf("sign %s: %w", r.Key, err)
-		}
-		if err := w.cluster.Publish(r); err != nil {
-			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
-		}
-	}
-	return nil
-}
-
-// PublishDurable is publish for a write a user waits on (the API). While
-// the data directory's filesystem is full the store would only hold it in
-// memory (store.Store.ApplyAll), so it is refused: HTTP 507 Insufficient
-// Storage, with a message that names the directory and ENOSPC. Records
-// of the node's own state (its status, its subnet claim) and records from
-// peers go on through publish: they are held and written once space
-// returns, and peers repeat them after a restart.
-func (w *writer) PublishDurable(recs ...crdt.Record) error {
-	if sp := w.store.Space(); sp.Full {
-		return api.NewError(http.StatusInsufficientStorage, &store.NoSpaceError{Op: "write", Dir: sp.Dir, Free: sp.Free})
-	}
-	return w.publish(recs...)
-}
 
 // diskLoop checks the store's free space every diskCheckInterval and
 // republishes this node's status when the store becomes full or has room

@@ -1,11 +1,16 @@
 package node
 
 import (
+	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/store"
+	"github.com/starling-orchestrator/starling/node/trust"
 )
 
 // Store is the node's copy of the desired state and its node-local meta
@@ -118,4 +123,42 @@ func (t *tracked) Take() (keys []string, all bool) {
 	t.all = false
 	clear(t.dirty)
 	return keys, all
+}
+
+// writer signs records with this node's key, writes them to the local
+// store (durably) and gossips them: what every part that writes records
+// is given. The objects were validated before, so an error is an I/O
+// failure.
+type writer struct {
+	id      *trust.Identity
+	cluster *gossip.Cluster
+	store   Store
+}
+
+// publish signs and gossips recs, in order; it stops at the first error.
+func (w *writer) publish(recs ...crdt.Record) error {
+	for _, r := range recs {
+		r, err := w.id.Sign(r)
+		if err != nil {
+			return fmt.Errorf("sign %s: %w", r.Key, err)
+		}
+		if err := w.cluster.Publish(r); err != nil {
+			return fmt.Errorf("store and gossip %s: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+// PublishDurable is publish for a write a user waits on (the API). While
+// the data directory's filesystem is full the store would only hold it in
+// memory (store.Store.ApplyAll), so it is refused: HTTP 507 Insufficient
+// Storage, with a message that names the directory and ENOSPC. Records
+// of the node's own state (its status, its subnet claim) and records from
+// peers go on through publish: they are held and written once space
+// returns, and peers repeat them after a restart.
+func (w *writer) PublishDurable(recs ...crdt.Record) error {
+	if sp := w.store.Space(); sp.Full {
+		return api.NewError(http.StatusInsufficientStorage, &store.NoSpaceError{Op: "write", Dir: sp.Dir, Free: sp.Free})
+	}
+	return w.publish(recs...)
 }

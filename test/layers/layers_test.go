@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -176,5 +178,43 @@ func TestNodeIsMadeOfSmallParts(t *testing.T) {
 		if n > 20 {
 			t.Errorf("type %s of package node has %d methods, over 20: give part of its work to a type of its own", typ, n)
 		}
+	}
+}
+
+// TestWalkOfAnApplyIsTrue: docs/architecture.md's walk of an apply
+// (from the CLI to the owner's containerd call) names files that exist,
+// each once, and at most 30 of them (issue 40).
+func TestWalkOfAnApplyIsTrue(t *testing.T) {
+	dir := root(t)
+	b, err := os.ReadFile(filepath.Join(dir, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "## The walk of an apply")
+	if start < 0 {
+		t.Fatal("docs/architecture.md has no section \"The walk of an apply\"")
+	}
+	section := doc[start+3:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| ([^ |]+\.go) \|`)
+	seen := map[string]bool{}
+	rows := row.FindAllStringSubmatch(section, -1)
+	for i, m := range rows {
+		if m[1] != strconv.Itoa(i+1) {
+			t.Errorf("walk row %s is number %d in order", m[1], i+1)
+		}
+		if seen[m[2]] {
+			t.Errorf("walk lists %s twice", m[2])
+		}
+		seen[m[2]] = true
+		if _, err := os.Stat(filepath.Join(dir, m[2])); err != nil {
+			t.Errorf("walk names %s, which does not exist", m[2])
+		}
+	}
+	if len(rows) == 0 || len(rows) > 30 {
+		t.Errorf("the walk of an apply crosses %d files, want 1 to 30", len(rows))
 	}
 }
