@@ -264,26 +264,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.mem.members.watch(ctx, a.views.Changed) },
 		func(ctx context.Context) { a.mem.members.introduceLoop(ctx, a.views.Load) },
 		a.insecureWarnLoop,
-		func(ctx context.Context) {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-a.own.subnets.republish:
-					// With the replicas of the last publication: a claim
-					// that moves keeps them listed (their addresses
-					// hidden) until the next pass.
-					a.own.status.republish()
-				}
-			}
-		},
-		func(ctx context.Context) {
-			select {
-			case <-ctx.Done():
-			case <-a.mem.members.stopReplicas: // this node was forgotten
-				a.work.replicas.stopAll()
-			}
-		},
+		func(ctx context.Context) { a.own.status.republishOn(ctx, a.own.subnets.republish) },
 		func(ctx context.Context) { a.guard.keys.RefreshLoop(ctx, a.mem.members.targets) },
 		a.network.routes.Run, a.network.services.Run, a.diskLoop, a.network.host.Run}
 	if a.guard.trust != nil {
@@ -296,6 +277,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		loops = append(loops, a.network.dry.loop)
 	} else {
 		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop,
+			func(ctx context.Context) { a.work.replicas.stopAllOn(ctx, a.mem.members.stopReplicas) },
 			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.wake.kick) })
 	}
 	var wg sync.WaitGroup

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -136,6 +137,21 @@ func (s *self) republish() {
 	defer s.mu.Unlock()
 	local, _ := s.replicas()
 	s.publishLocked(local, time.Time{})
+}
+
+// republishOn republishes (republish) each time asked on ask (a subnet
+// claim changed: subnets.publish), until ctx ends. With the replicas of
+// the last publication: a claim that moves keeps them listed (their
+// addresses hidden) until the next pass.
+func (s *self) republishOn(ctx context.Context, ask <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ask:
+			s.republish()
+		}
+	}
 }
 
 // publishLocked is publishSoon with mu held.
