@@ -20,8 +20,9 @@ import (
 )
 
 func resultLine(r api.ApplyResult) string {
-	if r.Kind == manifest.KindService {
-		return fmt.Sprintf("service/%s %s", r.Name, r.Result)
+	switch r.Kind {
+	case manifest.KindService, manifest.KindConfigMap, manifest.KindSecret:
+		return fmt.Sprintf("%s/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
 	}
 	return fmt.Sprintf("%s.apps/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
 }
@@ -30,8 +31,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
-		Short: "Create or update Deployments, StatefulSets and Services from manifests",
-		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service): YAML or
+		Short: "Create or update Deployments, StatefulSets, Services, ConfigMaps and Secrets from manifests",
+		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service, ConfigMap
+and Secret): YAML or
 JSON files, multi-document files, directories of *.yaml/*.yml/*.json, or - for
 standard input. Every object is validated first; if any is invalid nothing is
 stored and every problem is listed.`,

@@ -17,8 +17,8 @@ import (
 
 func newDescribeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|statefulset|service) NAME",
-		Short: "Show a Deployment, StatefulSet or Service in detail, with its replicas",
+		Use:   "describe (deployment|statefulset|service|configmap|secret) NAME",
+		Short: "Show a Deployment, StatefulSet, Service, ConfigMap or Secret in detail (a workload with its replicas, a Secret with its values' sizes only)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := splitRef(args)
 			if err != nil {
@@ -32,6 +32,13 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			obj, err := c.Get(ctx, kind, g.namespace, name)
 			if err != nil {
 				return err
+			}
+			if k, _ := manifest.KindOf(kind); k == manifest.KindConfigMap || k == manifest.KindSecret {
+				ci, err := decodeConfigItem(k, obj)
+				if err != nil {
+					return err
+				}
+				return describeConfigData(g.stdout, ci)
 			}
 			o, err := manifest.Decode(obj.Object)
 			if err != nil {

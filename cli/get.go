@@ -104,6 +104,7 @@ func restarts(r api.Replica, now time.Time) string {
 type getOpts struct {
 	output        string
 	allNamespaces bool
+	reveal        bool // a Secret's values
 }
 
 func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns == filter }
@@ -111,18 +112,21 @@ func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns ==
 func newGetCmd(g *globals) *cobra.Command {
 	var o getOpts
 	cmd := &cobra.Command{
-		Use:   "get (nodes|deployments|statefulsets|services|replicas) [NAME] [-o wide|json|yaml]",
-		Short: "List nodes, Deployments, StatefulSets, Services or replicas",
+		Use:   "get (nodes|deployments|statefulsets|services|configmaps|secrets|replicas) [NAME] [-o wide|json|yaml]",
+		Short: "List nodes, Deployments, StatefulSets, Services, ConfigMaps, Secrets or replicas",
 		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
   nodes         cluster members and their state (alive, suspect, dead, left)
   deployments   Deployments with ready/up-to-date/available counts
   statefulsets  StatefulSets with ready counts
   services      Services
+  configmaps    ConfigMaps and how many keys each holds
+  secrets       Secrets, their type and how many keys each holds (values only with
+                --reveal and a NAME: 'get secret db -o yaml --reveal')
   replicas      every replica of every Deployment and StatefulSet, on any node
 NAME filters by name (for replicas: a replica or its Deployment's name).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
-				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services or replicas) and an optional NAME")
+				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services, configmaps, secrets or replicas) and an optional NAME")
 			}
 			return nil
 		},
@@ -179,6 +183,9 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 					return fmt.Errorf("no replica, Deployment or StatefulSet named %q in namespace %q", name, g.namespace)
 				}
 				return printReplicas(g.stdout, o, items)
+			case "configmap", "secret":
+				k, _ := manifest.KindOf(resource)
+				return getConfigData(g, cmd, c, o, k, name, o.reveal)
 			case "deployment", "service", "statefulset":
 				kind := resource
 				var l api.ObjectList
@@ -230,12 +237,13 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				}
 				return printDeployments(g.stdout, o, objs, reps.Items)
 			}
-			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services or replicas", args[0])
+			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services, configmaps, secrets or replicas", args[0])
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace to list")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list every namespace")
+	cmd.Flags().BoolVar(&o.reveal, "reveal", false, "get secret NAME: show the Secret's values (otherwise only their sizes)")
 	return cmd
 }
 

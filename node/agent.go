@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/sealed"
 	"github.com/starling-orchestrator/starling/node/trust"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
@@ -191,7 +192,8 @@ func newAgent(ctx context.Context, cfg Config, h hooks, log *slog.Logger, rt Run
 	if a.guard.trust != nil {
 		a.guard.join = &trust.Admission{Store: a.store, Id: a.guard.id, Trust: a.guard.trust, Clock: a.clock, Self: cfg.Name,
 			Writer: a.mem.writer, Cluster: a.mem.cluster, Log: log}
-		a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log}
+		a.guard.keys = &trust.Keyring{Cluster: a.mem.cluster, Trust: a.guard.trust, DataDir: cfg.DataDir, Self: cfg.Name, Log: log,
+			Sealed: &sealed.Resealer{Box: sealed.New(a.mem.cluster), Records: a.store, Writer: a.mem.writer, Clock: a.clock, Self: cfg.Name, Log: log}}
 	}
 	a.mem.members = newMembers(cfg, a.store, a.mem.cluster, a.guard.auth, a.guard.keys, dropped, log)
 	a.wire(cfg, h, clusterCIDR, claims, refused, hn)
@@ -224,7 +226,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.work.replicas.probes = a.work.probes
 	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.api.peers = &peers{self: cfg.Name, trust: a.guard.trust, id: a.guard.id, cluster: a.mem.cluster}
-	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, writer: a.mem.writer, log: log}
+	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, writer: a.mem.writer, box: sealed.New(a.mem.cluster), log: log}
 	a.api.info = &info{self: cfg.Name, views: a.views, status: a.own.status, cluster: a.mem.cluster, store: a.store, clock: a.clock, id: a.guard.id,
 		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,

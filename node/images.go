@@ -60,7 +60,7 @@ func checkImage(key string, value []byte) *rejection {
 	if err := json.Unmarshal(value, &ir); err != nil {
 		return reject(rejectMalformed, "%s: %v", key, err)
 	}
-	if len(ir.Name) > 512 || checkText(ir.Name, 512) != nil {
+	if len(ir.Name) > 512 || api.CheckText(ir.Name, 512) != nil {
 		return reject(rejectText, "%s: image name of %d bytes", key, len(ir.Name))
 	}
 	if _, err := reference.ParseNamed(ir.Name); err != nil {

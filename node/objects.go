@@ -17,6 +17,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/member"
+	"github.com/starling-orchestrator/starling/node/sealed"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
@@ -32,6 +33,7 @@ type objects struct {
 	clock       *hlc.Clock
 	views       *view.Builder
 	writer      *writer
+	box         *sealed.Box // Secrets are stored sealed
 	log         *slog.Logger
 }
 
@@ -70,7 +72,11 @@ func (o *objects) List(kind string) ([]api.Object, error) {
 	out := []api.Object{}
 	for _, rec := range recs {
 		if !rec.Deleted {
-			out = append(out, apiObject(rec))
+			if obj, err := o.apiObject(rec); err == nil {
+				out = append(out, obj)
+			} else {
+				o.log.Warn("a stored object does not open; it is left out of lists", "err", err)
+			}
 		}
 	}
 	if kind == manifest.KindService {
@@ -85,7 +91,11 @@ func (o *objects) Get(kind, namespace, name string) (api.Object, error) {
 	if err != nil {
 		return api.Object{}, err
 	}
-	items := []api.Object{apiObject(rec)}
+	obj, err := o.apiObject(rec)
+	if err != nil {
+		return api.Object{}, err
+	}
+	items := []api.Object{obj}
 	if kind == manifest.KindService {
 		decorateServices(o.views.View().Alloc, items)
 	}
@@ -175,10 +185,15 @@ func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.Apply
 		}
 		var old []byte
 		if found && !stored.Deleted {
-			old = append([]byte{}, stored.Value...) // stored, even if empty: configured, not created
+			if old, err = o.open(stored); err != nil { // stored, even if empty: configured, not created
+				return nil, err
+			}
 		}
 		value, result, err := manifest.Apply(old, obj, time.Now(), uuid.NewUUID())
-		if err != nil {
+		if errors.As(err, new(*manifest.ValidationError)) {
+			errs = append(errs, err)
+			continue
+		} else if err != nil {
 			return nil, err
 		}
 		if results[i].Result = result; value == nil {
@@ -187,6 +202,11 @@ func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.Apply
 		if len(value) > api.MaxObjectBytes {
 			errs = append(errs, fmt.Errorf("%s %s/%s: object is %s; the limit is %s: move large data out of the manifest (for example into the image)",
 				obj.Kind, obj.Namespace, obj.Name, humanize.IBytes(uint64(len(value))), humanize.IBytes(api.MaxObjectBytes)))
+		}
+		if obj.Kind == manifest.KindSecret {
+			if value, err = o.box.Seal(obj.Key(), value); err != nil {
+				return nil, err
+			}
 		}
 		recs = append(recs, crdt.Record{Key: obj.Key(), Value: value, Version: o.clock.Now(), Origin: o.self})
 	}
@@ -236,6 +256,18 @@ func (o *objects) workloadClash(objs []manifest.Object) error {
 // apiObject is a stored object as the API shows it, with who wrote it:
 // the node that accepted the write, and the key its signature verified
 // with (checked on arrival; this node's own key for its own writes).
-func apiObject(rec crdt.Record) api.Object {
-	return api.Object{Object: rec.Value, Version: rec.Version.String(), Origin: rec.Origin, Signer: member.KeyID(rec.Signer)}
+// A Secret is shown opened: the API server hides its values
+// (apiserver.Redact) unless asked for them.
+func (o *objects) apiObject(rec crdt.Record) (api.Object, error) {
+	value, err := o.open(rec)
+	return api.Object{Object: value, Version: rec.Version.String(), Origin: rec.Origin, Signer: member.KeyID(rec.Signer)}, err
+}
+
+// open returns the value of rec in clear (a new slice): a Secret's
+// opened (node/sealed), any other as stored.
+func (o *objects) open(rec crdt.Record) ([]byte, error) {
+	if strings.HasPrefix(rec.Key, view.KindPrefix(manifest.KindSecret)) {
+		return o.box.Open(rec.Key, rec.Value)
+	}
+	return append([]byte{}, rec.Value...), nil
 }

@@ -2,17 +2,10 @@ package node
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
 	"strings"
-	"unicode/utf8"
-
-	"github.com/starling-orchestrator/starling/node/trust"
-
-	"github.com/starling-orchestrator/starling/net/ipam"
-	"github.com/starling-orchestrator/starling/node/view"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,10 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/starling-orchestrator/starling/gossip/crdt"
+	"github.com/starling-orchestrator/starling/net/ipam"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/rollout"
+	"github.com/starling-orchestrator/starling/node/sealed"
+	"github.com/starling-orchestrator/starling/node/trust"
+	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // Every record a peer sends is untrusted input, like an API body: it is
@@ -140,7 +137,8 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return decoded{}, reject(rejectTombstone, "%s: a delete with a %d-byte value", r.Key, len(r.Value))
 		}
 		switch kind {
-		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
+			strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindSecret):
 			return decoded{}, nil
 		}
 		return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -186,13 +184,13 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		if err := apiserver.CheckRef(rev.Namespace, rev.Deployment); err != nil {
 			return decoded{}, reject(rejectName, "%s: %v", r.Key, err)
 		}
-		if !isHex(rev.SpecHash) {
+		if !api.IsSpecHash(rev.SpecHash) {
 			return decoded{}, reject(rejectSpecHash, "%s: spec hash %q", r.Key, rev.SpecHash)
 		}
 		if rollout.Key(rev.Namespace, rev.Deployment, rev.SpecHash) != r.Key {
 			return decoded{}, reject(rejectKey, "record %q holds revision %s of %s/%s", r.Key, rev.SpecHash, rev.Namespace, rev.Deployment)
 		}
-		if err := checkText(rev.ChangeCause, 64<<10); err != nil {
+		if err := api.CheckText(rev.ChangeCause, 64<<10); err != nil {
 			return decoded{}, reject(rejectText, "%s: changeCause: %v", r.Key, err)
 		}
 		// The template is what an undo brings back: it must be one a
@@ -211,7 +209,8 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return decoded{}, reject(rejectObject, "%s: template: %v", r.Key, api.OneLine(err.Error()))
 		}
 		return decoded{}, nil
-	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService):
+	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
+		strings.ToLower(manifest.KindConfigMap):
 		o, err := manifest.Decode(r.Value)
 		if err != nil {
 			return decoded{}, reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
@@ -219,7 +218,15 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		if o.Key() != r.Key {
 			return decoded{}, reject(rejectKey, "record %q holds %s", r.Key, o.Key())
 		}
+		if o.Kind == manifest.KindConfigMap {
+			return decoded{}, nil // not a view's input (yet)
+		}
 		return decoded{object: &o}, nil
+	case strings.ToLower(manifest.KindSecret):
+		if err := sealed.Check(r.Key, r.Value); err != nil { // its data: when opened
+			return decoded{}, reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
+		}
+		return decoded{}, nil
 	}
 	return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
 }
@@ -300,10 +307,10 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 	if !replicaPhases[r.Phase] {
 		return reject(rejectPhase, "replica %s: phase %q", r.Name, r.Phase)
 	}
-	if r.SpecHash != "" && !isHex(r.SpecHash) {
+	if r.SpecHash != "" && !api.IsSpecHash(r.SpecHash) {
 		return reject(rejectSpecHash, "replica %s: spec hash %q", r.Name, r.SpecHash)
 	}
-	if err := checkText(r.Reason, api.MaxReasonLen); err != nil {
+	if err := api.CheckText(r.Reason, api.MaxReasonLen); err != nil {
 		return reject(rejectText, "replica %s: reason: %v", r.Name, err)
 	}
 	for _, t := range []*api.Termination{r.Exit, r.LastState} {
@@ -321,34 +328,4 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 		}
 	}
 	return nil
-}
-
-// checkText refuses invalid UTF-8, control characters and strings longer
-// than max bytes.
-func checkText(s string, max int) error {
-	if len(s) > max {
-		return fmt.Errorf("%d bytes, at most %d", len(s), max)
-	}
-	if !utf8.ValidString(s) {
-		return errors.New("not valid UTF-8")
-	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f || c >= 0x80 && c < 0xa0 {
-			return fmt.Errorf("control character %U", c)
-		}
-	}
-	return nil
-}
-
-// isHex reports whether s is 8 to 64 lowercase hex digits (a spec hash).
-func isHex(s string) bool {
-	if len(s) < 8 || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -86,7 +86,7 @@ func TestCheckRecordRefusesWhatAPeerMayNotSay(t *testing.T) {
 		{"spec hash injection", statusRecord(t, with(func(s *view.NodeStatus) { s.Replicas[0].SpecHash = "abc;rm" }), "b"), rejectSpecHash},
 		{"ready without a subnet", statusRecord(t, with(func(s *view.NodeStatus) { s.PodSubnet = ""; s.Replicas = nil }), "b"), rejectSubnet},
 		{"not JSON of a status", crdt.Record{Key: view.StatusKey("b"), Value: []byte(`{"name":7}`), Origin: "b"}, rejectMalformed},
-		{"unknown kind", crdt.Record{Key: "secret/default/x", Value: []byte(`{}`), Origin: "b"}, rejectKey},
+		{"unknown kind", crdt.Record{Key: "daemonset/default/x", Value: []byte(`{}`), Origin: "b"}, rejectKey},
 		{"delete with a value", crdt.Record{Key: view.StatusKey("b"), Value: []byte(`{}`), Origin: "b", Deleted: true}, rejectTombstone},
 		{"invalid Deployment", crdt.Record{Key: "deployment/default/web", Origin: "b",
 			Value: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"replicas":-1}}`)}, rejectObject},

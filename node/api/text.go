@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -27,4 +29,34 @@ func OneLine(s string) string {
 		}
 	}
 	return s
+}
+
+// CheckText refuses invalid UTF-8, control characters and strings longer
+// than max bytes.
+func CheckText(s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%d bytes, at most %d", len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || c >= 0x80 && c < 0xa0 {
+			return fmt.Errorf("control character %U", c)
+		}
+	}
+	return nil
+}
+
+// IsSpecHash reports whether s is 8 to 64 lowercase hex digits (a spec hash).
+func IsSpecHash(s string) bool {
+	if len(s) < 8 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

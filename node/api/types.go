@@ -127,6 +127,9 @@ type Object struct {
 	Version string `json:"version"`
 	Origin  string `json:"origin"`
 	Signer  string `json:"signer,omitempty"`
+	// DataSizes holds a Secret's value sizes in bytes, by key, when its
+	// values were not asked for (the object then holds no data).
+	DataSizes map[string]int `json:"dataSizes,omitempty"`
 }
 
 // ObjectList answers a list of one kind.

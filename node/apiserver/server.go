@@ -244,6 +244,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, err := s.b.Objects.List(kind)
+	if !reveal(r) {
+		items = Redact(kind, items)
+	}
 	answer(w, http.StatusOK)(api.ObjectList{Items: nonNil(items)}, err)
 }
 
@@ -253,8 +256,15 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	answer(w, http.StatusOK)(s.b.Objects.Get(kind, ns, name))
+	obj, err := s.b.Objects.Get(kind, ns, name)
+	if err == nil && !reveal(r) {
+		obj = Redact(kind, []api.Object{obj})[0]
+	}
+	answer(w, http.StatusOK)(obj, err)
 }
+
+// reveal reports whether r asks for Secret values (revealParam).
+func reveal(r *http.Request) bool { return r.URL.Query().Get(revealParam) == "true" }
 
 func (s *server) delete(w http.ResponseWriter, r *http.Request) {
 	kind, ns, name, err := ref(r, "")

@@ -254,7 +254,8 @@ func (c *Client) Apply(ctx context.Context, req api.ApplyRequest) ([]api.ApplyRe
 }
 
 // List returns the stored objects of kind ("deployment", "statefulset",
-// "service", or a kind alias).
+// "service", "configmap", "secret", or a kind alias); Secrets without
+// their values (api.Object.DataSizes).
 func (c *Client) List(ctx context.Context, kind string) ([]api.Object, error) {
 	var out api.ObjectList
 	err := c.call(ctx, api.RouteObjects, nil, nil, &out, strings.ToLower(kind))
@@ -262,9 +263,19 @@ func (c *Client) List(ctx context.Context, kind string) ([]api.Object, error) {
 }
 
 // Get returns one stored object; apierrors.IsNotFound when there is none.
+// A Secret comes without its values (api.Object.DataSizes).
 func (c *Client) Get(ctx context.Context, kind, namespace, name string) (api.Object, error) {
+	return c.get(ctx, nil, kind, namespace, name)
+}
+
+// Reveal returns one stored object, a Secret with its values.
+func (c *Client) Reveal(ctx context.Context, kind, namespace, name string) (api.Object, error) {
+	return c.get(ctx, url.Values{"reveal": {"true"}}, kind, namespace, name)
+}
+
+func (c *Client) get(ctx context.Context, q url.Values, kind, namespace, name string) (api.Object, error) {
 	var out api.Object
-	err := c.call(ctx, api.RouteObject, nil, nil, &out, strings.ToLower(kind), namespace, name)
+	err := c.call(ctx, api.RouteObject, q, nil, &out, strings.ToLower(kind), namespace, name)
 	return out, err
 }
 

@@ -37,6 +37,9 @@ func fuzzSeeds() []string {
 		r(goodService, "  - port: 80", "  - port: 80\n    nodePort: 8080\n    targetPort: http-alt"),
 		r(d, "          httpGet:\n            port: http\n", "          exec: {command: cat /tmp/ready}\n"),
 		r(d, "          httpGet:\n            port: http\n", "          exec: {command: [sleep, 5, {a: 1}]}\n"),
+		goodConfigMap,
+		goodSecret,
+		"apiVersion: v1\nkind: Secret\nmetadata: {name: t}\ntype: kubernetes.io/tls\ndata: {tls.crt: eA==}\n",
 		"a: &a [*a, *a]\n",
 		"- - - - - -\n",
 	}

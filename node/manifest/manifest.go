@@ -41,8 +41,12 @@ func KindOf(s string) (string, error) {
 		return KindService, nil
 	case "statefulset", "statefulsets", "sts":
 		return KindStatefulSet, nil
+	case "configmap", "configmaps", "cm":
+		return KindConfigMap, nil
+	case "secret", "secrets":
+		return KindSecret, nil
 	}
-	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset or service", s)
+	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset, service, configmap or secret", s)
 }
 
 // MaxReplicas bounds spec.replicas: every node expands every Deployment
@@ -60,13 +64,17 @@ const DefaultNamespace = "default"
 
 // Object is one decoded, defaulted manifest object.
 type Object struct {
-	Kind       string             // KindDeployment, KindStatefulSet or KindService
+	Kind       string             // KindDeployment, KindStatefulSet, KindService, KindConfigMap or KindSecret
 	Namespace  string             // defaulted to "default"
 	Name       string             // metadata.name
 	Deployment *appsv1.Deployment // set when Kind == KindDeployment (defaults applied)
 	Service    *corev1.Service    // set when Kind == KindService (defaults applied)
 	// StatefulSet is set when Kind == KindStatefulSet (defaults applied).
 	StatefulSet *appsv1.StatefulSet
+	// ConfigMap and Secret are set for their kinds (a Secret's
+	// stringData merged into data).
+	ConfigMap *corev1.ConfigMap
+	Secret    *corev1.Secret
 }
 
 // Key returns the store key "kind/namespace/name" with the kind lower-cased,
@@ -222,6 +230,20 @@ func Encode(o Object) ([]byte, error) {
 		s := *o.Service
 		s.TypeMeta.APIVersion, s.TypeMeta.Kind = "v1", KindService
 		return json.Marshal(&s)
+	case KindConfigMap:
+		if o.ConfigMap == nil {
+			return nil, fmt.Errorf("encode %s: ConfigMap is nil", o.Key())
+		}
+		c := *o.ConfigMap
+		c.TypeMeta.APIVersion, c.TypeMeta.Kind = "v1", KindConfigMap
+		return json.Marshal(&c)
+	case KindSecret:
+		if o.Secret == nil {
+			return nil, fmt.Errorf("encode %s: Secret is nil", o.Key())
+		}
+		sec := *o.Secret
+		sec.TypeMeta.APIVersion, sec.TypeMeta.Kind = "v1", KindSecret
+		return json.Marshal(&sec)
 	default:
 		return nil, fmt.Errorf("encode %s: unsupported kind %q", o.Key(), o.Kind)
 	}
@@ -259,17 +281,7 @@ func Decode(data []byte) (Object, error) {
 	}
 	if json.Unmarshal(trimmed, &stored) == nil {
 		o := objs[0]
-		var m *metav1.ObjectMeta
-		switch {
-		case o.Deployment != nil:
-			m = &o.Deployment.ObjectMeta
-		case o.Service != nil:
-			m = &o.Service.ObjectMeta
-		case o.StatefulSet != nil:
-			m = &o.StatefulSet.ObjectMeta
-		default:
-			return o, nil
-		}
+		m := metaOf(&o)
 		m.CreationTimestamp, m.Generation = stored.Metadata.CreationTimestamp, stored.Metadata.Generation
 		// A UID is a token the agent made; anything else is not kept.
 		if uid := stored.Metadata.UID; len(uid) <= 64 && validation.IsQualifiedName(string(uid)) == nil {
@@ -303,6 +315,9 @@ func Apply(old []byte, obj Object, now time.Time, uid types.UID) (value []byte, 
 	if old != nil {
 		result = Configured
 		if prev, err := Decode(old); err == nil {
+			if errs := ValidateUpdate(prev, obj); len(errs) > 0 {
+				return nil, "", &ValidationError{Objects: []ObjectError{{Kind: obj.Kind, Name: obj.Name, Errs: errs}}}
+			}
 			pm := metaOf(&prev)
 			meta.CreationTimestamp, meta.Generation, meta.UID = pm.CreationTimestamp, pm.Generation, pm.UID
 		}
@@ -334,6 +349,10 @@ func metaOf(o *Object) *metav1.ObjectMeta {
 		return &o.Deployment.ObjectMeta
 	case o.StatefulSet != nil:
 		return &o.StatefulSet.ObjectMeta
+	case o.ConfigMap != nil:
+		return &o.ConfigMap.ObjectMeta
+	case o.Secret != nil:
+		return &o.Secret.ObjectMeta
 	}
 	return &o.Service.ObjectMeta
 }

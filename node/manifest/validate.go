@@ -71,8 +71,18 @@ func Validate(o Object) field.ErrorList {
 		errs = append(errs, validateIdentity(o, &s.ObjectMeta)...)
 		errs = append(errs, validateServiceSpec(&s.Spec, field.NewPath("spec"))...)
 		return append(errs, unsupportedFields(serviceFields, s)...)
+	case KindConfigMap:
+		if o.ConfigMap == nil {
+			return field.ErrorList{field.Required(field.NewPath("data"), "Object.ConfigMap is nil")}
+		}
+		return append(validateConfigMap(o.ConfigMap), validateIdentity(o, &o.ConfigMap.ObjectMeta)...)
+	case KindSecret:
+		if o.Secret == nil {
+			return field.ErrorList{field.Required(field.NewPath("data"), "Object.Secret is nil")}
+		}
+		return append(validateSecret(o.Secret), validateIdentity(o, &o.Secret.ObjectMeta)...)
 	default:
-		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService})}
+		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret})}
 	}
 }
 

@@ -94,6 +94,11 @@ type Keyring struct {
 	DataDir string
 	Self    string // this node's name
 	Log     *slog.Logger
+	// Sealed seals the Secrets again under a new key (sealed.Resealer)
+	// once every node uses it, before the old key is removed; nil: none.
+	Sealed interface {
+		Reseal(ctx context.Context) (int, error)
+	}
 	// mu serialises keyring changes with their saving; rotating allows
 	// one rotation from this node at a time.
 	mu       sync.Mutex
@@ -265,6 +270,13 @@ func (k *Keyring) Rotate(ctx context.Context, revoked ...[]byte) (api.KeyRotatio
 	}
 	if err := step("use", key); err != nil {
 		return res, err
+	}
+	if k.Sealed != nil {
+		// Secrets sealed under the old key are sealed under the new
+		// one before any node removes the old key.
+		if _, err := k.Sealed.Reseal(ctx); err != nil {
+			return res, fmt.Errorf("seal the Secrets again under key %s (the old key is kept; run 'starling keys rotate' again): %w", GossipKeyID(key), err)
+		}
 	}
 	for _, o := range old {
 		if err := step("remove", o); err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starling-orchestrator/starling/test/harness"
 )
 
 // TestKeyRotationKeepsServingAndShutsOutForgottenNode: 'starling keys
@@ -23,6 +26,11 @@ func TestKeyRotationKeepsServingAndShutsOutForgottenNode(t *testing.T) {
 	c := newCluster(t, 3)
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	waitReadyNodes(t, n1, 3)
+	// A Secret sealed under the first key: each rotation seals it again
+	// under the new key before the old one is removed.
+	if _, err := n1.CLI("create", "secret", "generic", "keys-db", "--from-literal", "password=rotated-7d1c"); err != nil {
+		t.Fatal(err)
+	}
 	n3.KillAgent(syscall.SIGTERM)
 	n3Keys, err := os.ReadFile(filepath.Join(n3.DataDir, "gossip.key"))
 	if err != nil {
@@ -80,6 +88,15 @@ func TestKeyRotationKeepsServingAndShutsOutForgottenNode(t *testing.T) {
 	waitReadyNodes(t, n1, 2)
 	if got := read(n2.DataDir); len(got) != 1 || got[0] != now[0] {
 		t.Fatalf("n2's keyring after it came back: %v, want the new key only", len(got))
+	}
+	for _, n := range []*harness.Node{n1, n2} {
+		waitFor(t, 30*time.Second, func() error {
+			out, err := n.CLI("get", "secret", "keys-db", "-o", "yaml", "--reveal")
+			if err != nil || !strings.Contains(out, base64.StdEncoding.EncodeToString([]byte("rotated-7d1c"))) {
+				return fmt.Errorf("%s: the Secret after two rotations: %q %v", n.Name, out, err)
+			}
+			return nil
+		})
 	}
 	apply(t, n2, deployment("after-rotation", 2, "x"))
 	waitFor(t, 30*time.Second, func() error {

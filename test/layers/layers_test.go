@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"node/client":    {"node/api"},
 	"node/apiserver": {"node/api", "node/manifest"},
 	"node/member":    nil,
+	"node/sealed":    {"gossip/crdt", "gossip/hlc"},
 	"node/damping":   {"gossip", "node/view"},
 	"node/trust":     {"gossip", "gossip/crdt", "gossip/hlc", "node/api", "node/apiserver", "node/client", "node/member", "node/view"},
 	"node/dataplane": {"gossip", "net/", "node/view"},
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "placement"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "placement"},
 	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile"},
 }

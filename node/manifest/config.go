@@ -1,0 +1,205 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Kinds of configuration: v1 ConfigMap and v1 Secret. Secrets are stored
+// sealed (node/sealed): their values never lie in clear on a node's disk.
+const (
+	KindConfigMap = "ConfigMap"
+	KindSecret    = "Secret"
+)
+
+// MaxDataBytes bounds the data of one ConfigMap or Secret: the sum of
+// its keys' and values' lengths, as Kubernetes' MaxSecretSize (1 MiB).
+const MaxDataBytes = 1 << 20
+
+// SecretTypes are the Secret types whose keys Starling checks, as the
+// Kubernetes API server does; any other type that is a qualified name
+// (Helm's "helm.sh/release.v1", say) is stored as Opaque is.
+var SecretTypes = []corev1.SecretType{
+	corev1.SecretTypeOpaque, corev1.SecretTypeTLS, corev1.SecretTypeBasicAuth,
+	corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg, corev1.SecretTypeSSHAuth,
+}
+
+var configMapFields = newFieldTree(commonFields, serverOwnedMeta,
+	[]string{"data", "binaryData", "immutable"})
+
+var secretFields = newFieldTree(commonFields, serverOwnedMeta,
+	[]string{"type", "data", "stringData", "immutable"})
+
+// fromConfigMap defaults c in place, clears server-owned fields and wraps it.
+func fromConfigMap(c *corev1.ConfigMap) Object {
+	c.APIVersion, c.Kind = "v1", KindConfigMap
+	clearMeta(&c.ObjectMeta)
+	return Object{Kind: KindConfigMap, Namespace: c.Namespace, Name: c.Name, ConfigMap: c}
+}
+
+// fromSecret defaults s in place as the API server does (type Opaque,
+// stringData merged over data and cleared), clears server-owned fields
+// and wraps it.
+func fromSecret(s *corev1.Secret) Object {
+	s.APIVersion, s.Kind = "v1", KindSecret
+	clearMeta(&s.ObjectMeta)
+	if s.Type == "" {
+		s.Type = corev1.SecretTypeOpaque
+	}
+	if len(s.StringData) > 0 {
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		for k, v := range s.StringData {
+			s.Data[k] = []byte(v)
+		}
+		s.StringData = nil
+	}
+	return Object{Kind: KindSecret, Namespace: s.Namespace, Name: s.Name, Secret: s}
+}
+
+// validateConfigMap follows Kubernetes' ValidateConfigMap: keys are
+// config map keys, none in both data and binaryData, MaxDataBytes in
+// all.
+func validateConfigMap(c *corev1.ConfigMap) field.ErrorList {
+	errs := validateMeta(&c.ObjectMeta, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(c.Data)) {
+		errs = append(errs, validateDataKey(k, field.NewPath("data").Key(k))...)
+		size += len(k) + len(c.Data[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.BinaryData)) {
+		p := field.NewPath("binaryData").Key(k)
+		errs = append(errs, validateDataKey(k, p)...)
+		if _, dup := c.Data[k]; dup {
+			errs = append(errs, field.Invalid(p, k, "duplicate of key present in data"))
+		}
+		size += len(k) + len(c.BinaryData[k])
+	}
+	if size > MaxDataBytes {
+		errs = append(errs, field.TooLong(field.NewPath("data"), "", MaxDataBytes))
+	}
+	return append(errs, unsupportedFields(configMapFields, c)...)
+}
+
+// validateSecret follows Kubernetes' ValidateSecret: keys are config map
+// keys, MaxDataBytes in all, and the keys each known type requires.
+func validateSecret(s *corev1.Secret) field.ErrorList {
+	errs := validateMeta(&s.ObjectMeta, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	data := field.NewPath("data")
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(s.Data)) {
+		errs = append(errs, validateDataKey(k, data.Key(k))...)
+		size += len(k) + len(s.Data[k])
+	}
+	if size > MaxDataBytes {
+		errs = append(errs, field.TooLong(data, "", MaxDataBytes))
+	}
+	need := func(keys ...string) {
+		for _, k := range keys {
+			if _, ok := s.Data[k]; !ok {
+				errs = append(errs, field.Required(data.Key(k), fmt.Sprintf("a %s Secret holds %s", s.Type, k)))
+			}
+		}
+	}
+	validJSON := func(k string) {
+		if v, ok := s.Data[k]; ok && !json.Valid(v) {
+			errs = append(errs, field.Invalid(data.Key(k), "<secret contents redacted>", "must be valid JSON"))
+		}
+	}
+	switch s.Type {
+	case corev1.SecretTypeTLS:
+		need(corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+	case corev1.SecretTypeBasicAuth:
+		_, user := s.Data[corev1.BasicAuthUsernameKey]
+		_, pass := s.Data[corev1.BasicAuthPasswordKey]
+		if !user && !pass {
+			errs = append(errs, field.Required(data, "a kubernetes.io/basic-auth Secret holds username or password (or both)"))
+		}
+	case corev1.SecretTypeDockerConfigJson:
+		need(corev1.DockerConfigJsonKey)
+		validJSON(corev1.DockerConfigJsonKey)
+	case corev1.SecretTypeDockercfg:
+		need(corev1.DockerConfigKey)
+		validJSON(corev1.DockerConfigKey)
+	case corev1.SecretTypeSSHAuth:
+		need(corev1.SSHAuthPrivateKey)
+	case corev1.SecretTypeServiceAccountToken, corev1.SecretTypeBootstrapToken:
+		errs = append(errs, field.Forbidden(field.NewPath("type"), notSupportedYet+": Starling has no service account tokens"))
+	default:
+		for _, msg := range validation.IsQualifiedName(string(s.Type)) {
+			errs = append(errs, field.Invalid(field.NewPath("type"), s.Type, msg))
+		}
+	}
+	return append(errs, unsupportedFields(secretFields, s)...)
+}
+
+// validateDataKey checks a ConfigMap or Secret key: a file name of
+// letters, digits, '-', '_' and '.' (validation.IsConfigMapKey).
+func validateDataKey(k string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsConfigMapKey(k) {
+		errs = append(errs, field.Invalid(p, k, msg))
+	}
+	return errs
+}
+
+// ValidateUpdate returns what Kubernetes refuses in replacing prev by
+// obj, two objects of one key: an immutable ConfigMap's or Secret's data
+// and its immutable flag, and a Secret's type.
+func ValidateUpdate(prev, obj Object) field.ErrorList {
+	var errs field.ErrorList
+	immutable := func(was *bool, now *bool, sameData bool) {
+		if was == nil || !*was {
+			return
+		}
+		if now == nil || !*now {
+			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+		}
+		if !sameData {
+			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set: delete and create the object to change it"))
+		}
+	}
+	switch {
+	case prev.ConfigMap != nil && obj.ConfigMap != nil:
+		immutable(prev.ConfigMap.Immutable, obj.ConfigMap.Immutable,
+			maps.Equal(prev.ConfigMap.Data, obj.ConfigMap.Data) && maps.EqualFunc(prev.ConfigMap.BinaryData, obj.ConfigMap.BinaryData, bytes.Equal))
+	case prev.Secret != nil && obj.Secret != nil:
+		if prev.Secret.Type != obj.Secret.Type {
+			errs = append(errs, field.Invalid(field.NewPath("type"), obj.Secret.Type, "field is immutable: delete and create the Secret to change its type"))
+		}
+		immutable(prev.Secret.Immutable, obj.Secret.Immutable, maps.EqualFunc(prev.Secret.Data, obj.Secret.Data, bytes.Equal))
+	}
+	return errs
+}
+
+// DataSizes returns the size in bytes of each value of a ConfigMap or
+// Secret (data and binaryData), what output shows instead of a Secret's
+// values; nil for other kinds.
+func DataSizes(o Object) map[string]int {
+	out := map[string]int{}
+	switch {
+	case o.ConfigMap != nil:
+		for k, v := range o.ConfigMap.Data {
+			out[k] = len(v)
+		}
+		for k, v := range o.ConfigMap.BinaryData {
+			out[k] = len(v)
+		}
+	case o.Secret != nil:
+		for k, v := range o.Secret.Data {
+			out[k] = len(v)
+		}
+	default:
+		return nil
+	}
+	return out
+}
