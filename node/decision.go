@@ -6,7 +6,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/probe"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -102,7 +101,7 @@ func (r *replicas) budgetInput(v *view.View, observed []reconcile.Container) rec
 		current := !v.Stale[name]
 		for _, rep := range s.Replicas {
 			key, ok := wanted[ref{rep.Namespace, rep.Workload}]
-			if !ok || rep.Phase == api.PhasePending || rep.Phase == api.PhaseCreateBackOff {
+			if !ok || !rep.Phase.HasContainer() {
 				continue // not asked about; or no container: not a copy
 			}
 			in.Copies[key] = append(in.Copies[key], reconcile.Copy{Node: name, Ordinal: rep.Ordinal, SpecHash: rep.SpecHash,

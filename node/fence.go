@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starling-orchestrator/starling/gossip"
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/quorum"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -166,7 +165,7 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 			}
 		}
 		for _, r := range s.Replicas {
-			if r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff || !stateful[[2]string{r.Namespace, r.Workload}] {
+			if !r.Phase.HasContainer() || !stateful[[2]string{r.Namespace, r.Workload}] {
 				continue // no container, or not an at-most-one replica
 			}
 			key := reconcile.WorkloadKey(r.Namespace, r.Workload)

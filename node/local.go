@@ -74,6 +74,9 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		if msg, failed := r.acts.lastFailure(d.ID); failed {
 			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
+		if msg := r.configError(d.ID); msg != "" {
+			item.Phase, item.Reason = api.PhaseConfigError, msg
+		}
 		if t, busy := r.acts.busyAction(d.ID); busy {
 			// A retry shows the image transfer's progress, or else the
 			// last failure until it clears: the reason of a replica
@@ -176,4 +179,12 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	r.views.Rebuild(time.Now()) // the probes of the synced objects
 	r.status.publishStatus(r.localReplicas(observed, here, r.probes.specs(r.views.View(), observed)))
 	return len(observed) > 0
+}
+
+// configError is why the last pass held replica id back for its
+// ConfigMaps or Secrets ("": it did not).
+func (r *replicas) configError(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.configErrors[id]
 }

@@ -44,6 +44,9 @@ type replicas struct {
 	mu       sync.Mutex
 	observed []reconcile.Container // what the last pass saw
 	mine     []reconcile.Replica   // what it owned
+	// configErrors are its replicas held back by a missing ConfigMap,
+	// Secret or key (reconcile.Output.ConfigErrors).
+	configErrors map[string]string
 	down     bool                  // the runtime did not answer the last pass
 	// waiting is when this node first owned each replica it owns that
 	// has no container yet (by replica ID): the replica's creation time
@@ -226,11 +229,11 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	f, seen, known := r.fence.fencing(v, observed, start)
 	r.fence.note(f, seen, known)
 	d := r.decision(v, observed, f, start)
-	d.Local, d.Backoff, d.ServiceEnv = local, r.acts.backoffs(), serviceEnv(v)
+	d.Local, d.Backoff, d.ServiceEnv, d.Config, d.HostIP = local, r.acts.backoffs(), serviceEnv(v), v.Config, v.Statuses[r.self].HostIP()
 	out := reconcile.Decide(d, time.Now())
 	observed = out.Observed
 	r.mu.Lock()
-	r.observed, r.mine = observed, out.Mine
+	r.observed, r.mine, r.configErrors = observed, out.Mine, out.ConfigErrors
 	r.probes.observed.Store(&observed)
 	r.mu.Unlock()
 	r.lease.set(atMostOneIDs(v, observed, out.Mine))

@@ -85,7 +85,7 @@ func reject(reason, format string, args ...any) *rejection {
 
 // replicaPhases are the phases a node may report (api.Replica.Phase).
 var replicaPhases = map[api.Phase]bool{
-	api.PhasePending: true, api.PhaseContainerCreating: true, api.PhaseCreateBackOff: true, api.PhaseRunning: true,
+	api.PhasePending: true, api.PhaseContainerCreating: true, api.PhaseCreateBackOff: true, api.PhaseConfigError: true, api.PhaseRunning: true,
 	api.PhaseCrashLoopBackOff: true, api.PhaseExited: true, api.PhaseTerminating: true, api.PhaseUnknown: true,
 }
 

@@ -155,6 +155,9 @@ const (
 	// PhaseCreateBackOff: the create failed and waits to be retried
 	// (Reason says why).
 	PhaseCreateBackOff Phase = "CreateBackOff"
+	// PhaseConfigError: the create waits for a ConfigMap, Secret or key
+	// its env names (Reason names it); it starts once that is there.
+	PhaseConfigError Phase = "CreateContainerConfigError"
 	// PhaseRunning: its task runs (Ready says whether it serves).
 	PhaseRunning Phase = "Running"
 	// PhaseCrashLoopBackOff: it exited and waits for its restart backoff.
@@ -169,6 +172,13 @@ const (
 	// arrives).
 	PhaseUnknown Phase = "Unknown"
 )
+
+// HasContainer reports whether a replica in phase p has a container on
+// its node: not while Pending, CreateBackOff or
+// CreateContainerConfigError.
+func (p Phase) HasContainer() bool {
+	return p != PhasePending && p != PhaseCreateBackOff && p != PhaseConfigError
+}
 
 // Available reports whether the replica serves: running and ready, the
 // one readiness count of get, describe and rollout status.

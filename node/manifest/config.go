@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -202,4 +203,113 @@ func DataSizes(o Object) map[string]int {
 		return nil
 	}
 	return out
+}
+
+// validateEnvSource checks an env var's valueFrom as Kubernetes'
+// validateEnvVarValueFrom does, for the sources Starling fills in:
+// fieldRef, configMapKeyRef and secretKeyRef, exactly one of them (the
+// others are refused as not supported, unsupportedFields).
+func validateEnvSource(e corev1.EnvVar, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	v := e.ValueFrom
+	if e.Value != "" {
+		errs = append(errs, field.Invalid(p, "", "may not be specified when `value` is not empty"))
+	}
+	set := 0
+	for _, b := range []bool{v.FieldRef != nil, v.ConfigMapKeyRef != nil, v.SecretKeyRef != nil, v.ResourceFieldRef != nil, v.FileKeyRef != nil} {
+		if b {
+			set++
+		}
+	}
+	switch {
+	case set == 0:
+		errs = append(errs, field.Required(p, "give one of fieldRef, configMapKeyRef or secretKeyRef"))
+	case set > 1:
+		errs = append(errs, field.Invalid(p, "", "may not have more than one field specified at a time"))
+	case v.FieldRef != nil:
+		errs = append(errs, validateFieldRef(v.FieldRef, p.Child("fieldRef"))...)
+	case v.ConfigMapKeyRef != nil:
+		errs = append(errs, validateKeyRef(v.ConfigMapKeyRef.Name, v.ConfigMapKeyRef.Key, p.Child("configMapKeyRef"))...)
+	case v.SecretKeyRef != nil:
+		errs = append(errs, validateKeyRef(v.SecretKeyRef.Name, v.SecretKeyRef.Key, p.Child("secretKeyRef"))...)
+	}
+	return errs
+}
+
+// validateFieldRef checks a downward API field of an env var: one of
+// EnvFieldPaths, or metadata.labels['KEY'] / metadata.annotations['KEY']
+// with a valid key.
+func validateFieldRef(f *corev1.ObjectFieldSelector, p *field.Path) field.ErrorList {
+	if f.APIVersion != "" && f.APIVersion != "v1" {
+		return field.ErrorList{field.NotSupported(p.Child("apiVersion"), f.APIVersion, []string{"v1"})}
+	}
+	if slices.Contains(EnvFieldPaths, f.FieldPath) {
+		return nil
+	}
+	if key, ok := SubscriptedField(f.FieldPath); ok {
+		var errs field.ErrorList
+		for _, msg := range validation.IsQualifiedName(strings.ToLower(key)) {
+			errs = append(errs, field.Invalid(p.Child("fieldPath"), f.FieldPath, msg))
+		}
+		return errs
+	}
+	return field.ErrorList{field.NotSupported(p.Child("fieldPath"), f.FieldPath, append(slices.Clone(EnvFieldPaths), "metadata.labels['KEY']", "metadata.annotations['KEY']"))}
+}
+
+// SubscriptedField returns KEY of a fieldPath metadata.labels['KEY'] or
+// metadata.annotations['KEY'] (ok false for any other path).
+func SubscriptedField(path string) (key string, ok bool) {
+	for _, prefix := range []string{"metadata.labels['", "metadata.annotations['"} {
+		if rest, found := strings.CutPrefix(path, prefix); found {
+			if k, found := strings.CutSuffix(rest, "']"); found && k != "" {
+				return k, true
+			}
+		}
+	}
+	return "", false
+}
+
+// validateKeyRef checks a configMapKeyRef's or secretKeyRef's name and key.
+func validateKeyRef(name, key string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if name == "" {
+		errs = append(errs, field.Required(p.Child("name"), ""))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(name) {
+			errs = append(errs, field.Invalid(p.Child("name"), name, msg))
+		}
+	}
+	if key == "" {
+		errs = append(errs, field.Required(p.Child("key"), ""))
+	}
+	return append(errs, validateDataKeyIfSet(key, p.Child("key"))...)
+}
+
+func validateDataKeyIfSet(key string, p *field.Path) field.ErrorList {
+	if key == "" {
+		return nil
+	}
+	return validateDataKey(key, p)
+}
+
+// validateEnvFrom checks an envFrom entry: exactly one of configMapRef
+// and secretRef, with a name, and a prefix that keeps names valid.
+func validateEnvFrom(ef corev1.EnvFromSource, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if ef.Prefix != "" {
+		for _, msg := range validation.IsRelaxedEnvVarName(ef.Prefix) {
+			errs = append(errs, field.Invalid(p.Child("prefix"), ef.Prefix, msg))
+		}
+	}
+	switch {
+	case ef.ConfigMapRef == nil && ef.SecretRef == nil:
+		errs = append(errs, field.Required(p, "give configMapRef or secretRef"))
+	case ef.ConfigMapRef != nil && ef.SecretRef != nil:
+		errs = append(errs, field.Invalid(p, "", "may not have more than one field specified at a time"))
+	case ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == "":
+		errs = append(errs, field.Required(p.Child("configMapRef", "name"), ""))
+	case ef.SecretRef != nil && ef.SecretRef.Name == "":
+		errs = append(errs, field.Required(p.Child("secretRef", "name"), ""))
+	}
+	return errs
 }

@@ -92,6 +92,10 @@ var containerFields = concat(
 	[]string{
 		"name", "image", "command", "args", "workingDir",
 		"env[].name", "env[].value", "env[].valueFrom.fieldRef.fieldPath", "env[].valueFrom.fieldRef.apiVersion",
+		"env[].valueFrom.configMapKeyRef.name", "env[].valueFrom.configMapKeyRef.key", "env[].valueFrom.configMapKeyRef.optional",
+		"env[].valueFrom.secretKeyRef.name", "env[].valueFrom.secretKeyRef.key", "env[].valueFrom.secretKeyRef.optional",
+		"envFrom[].prefix", "envFrom[].configMapRef.name", "envFrom[].configMapRef.optional",
+		"envFrom[].secretRef.name", "envFrom[].secretRef.optional",
 		"ports[].name", "ports[].containerPort", "ports[].protocol",
 		"resources.requests", "resources.limits",
 		"imagePullPolicy",

@@ -410,10 +410,9 @@ spec:
 			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.initContainers: Forbidden: not supported by Starling yet`},
 		},
 		{
-			name:  "volumeMounts, envFrom and hostPort name their exact paths",
+			name:  "volumeMounts and hostPort name their exact paths",
 			input: edit(t, edit(t, edit(t, d, "        - name: http\n", "        - name: http\n          hostPort: 8080\n"), "        env:\n", "        envFrom:\n        - configMapRef: {name: cfg}\n        env:\n"), "        args:", "        volumeMounts: [{name: data, mountPath: /data}]\n        args:"),
 			want: []string{
-				`x.yaml: Deployment "hello": ` + ctr + `.envFrom: Forbidden: not supported by Starling yet`,
 				`x.yaml: Deployment "hello": ` + ctr + `.ports[0].hostPort: Forbidden: not supported by Starling yet`,
 				`x.yaml: Deployment "hello": ` + ctr + `.volumeMounts: Forbidden: not supported by Starling yet`,
 			},
@@ -457,13 +456,18 @@ spec:
 		},
 		{
 			name:  "env valueFrom",
-			input: edit(t, d, "          value: hi", "          valueFrom:\n            secretKeyRef: {name: s, key: k}"),
-			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.secretKeyRef: Forbidden: not supported by Starling yet`},
+			input: edit(t, d, "          value: hi", "          valueFrom:\n            resourceFieldRef: {resource: limits.cpu}\n        - name: B\n          valueFrom:\n            secretKeyRef: {name: s, key: a/b}\n            configMapKeyRef: {name: c, key: k}\n        - name: C\n          valueFrom:\n            configMapKeyRef: {key: k}\n        envFrom:\n        - {prefix: 1X, secretRef: {name: s}}\n        - {}"),
+			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.env[1].valueFrom: Invalid value: "": may not have more than one field specified at a time`,
+				`x.yaml: Deployment "hello": ` + ctr + `.env[2].valueFrom.configMapKeyRef.name: Required value`,
+				`x.yaml: Deployment "hello": ` + ctr + `.envFrom[1]: Required value: give configMapRef or secretRef`,
+				`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.resourceFieldRef: Forbidden: not supported by Starling yet`,
+			},
 		},
 		{
 			name:  "env fieldRef to a field Starling does not fill",
-			input: edit(t, d, "          value: hi", "          valueFrom:\n            fieldRef: {fieldPath: status.hostIP}"),
-			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.fieldRef.fieldPath: Unsupported value: "status.hostIP": supported values: "metadata.name", "metadata.namespace", "spec.nodeName", "status.podIP", "status.podIPs"`},
+			input: edit(t, d, "          value: hi", "          valueFrom:\n            fieldRef: {fieldPath: status.phase}"),
+			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.fieldRef.fieldPath: Unsupported value: "status.phase": supported values: "metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs", "metadata.labels['KEY']", "metadata.annotations['KEY']"`},
 		},
 		{
 			name:  "env value and valueFrom",

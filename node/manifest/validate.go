@@ -35,8 +35,10 @@ const (
 
 // EnvFieldPaths are the downward API fields an env var's
 // valueFrom.fieldRef may name (Kubernetes' names; the values are filled in
-// when the container is created).
-var EnvFieldPaths = []string{"metadata.name", "metadata.namespace", "spec.nodeName", "status.podIP", "status.podIPs"}
+// when the container is created), besides metadata.labels['KEY'] and
+// metadata.annotations['KEY'].
+var EnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName",
+	"status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"}
 
 // Validate returns every problem of o, which must already be defaulted (as
 // Parse and Decode return it), as Kubernetes field errors. Fields Starling
@@ -351,25 +353,14 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(np, e.Name, msg))
 		}
 		if e.ValueFrom != nil {
-			vp := p.Child("env").Index(i).Child("valueFrom")
-			switch {
-			case e.Value != "":
-				errs = append(errs, field.Invalid(vp, "", "may not be specified when `value` is not empty"))
-			case e.ValueFrom.FieldRef == nil:
-				// secretKeyRef and the others are reported as not
-				// supported (unsupportedFields); an empty valueFrom here.
-				if e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil && e.ValueFrom.ResourceFieldRef == nil && e.ValueFrom.FileKeyRef == nil {
-					errs = append(errs, field.Required(vp.Child("fieldRef"), "Starling supports fieldRef"))
-				}
-			case e.ValueFrom.FieldRef.APIVersion != "" && e.ValueFrom.FieldRef.APIVersion != "v1":
-				errs = append(errs, field.NotSupported(vp.Child("fieldRef", "apiVersion"), e.ValueFrom.FieldRef.APIVersion, []string{"v1"}))
-			case !slices.Contains(EnvFieldPaths, e.ValueFrom.FieldRef.FieldPath):
-				errs = append(errs, field.NotSupported(vp.Child("fieldRef", "fieldPath"), e.ValueFrom.FieldRef.FieldPath, EnvFieldPaths))
-			}
+			errs = append(errs, validateEnvSource(e, p.Child("env").Index(i).Child("valueFrom"))...)
 		}
 		if n := len(e.Name) + 1 + len(e.Value) + 1; n > MaxArgBytes {
 			errs = append(errs, tooLong(p.Child("env").Index(i).Child("value"), n, "the kernel refuses to start a process with one environment variable (NAME=value) over"))
 		}
+	}
+	for i, ef := range c.EnvFrom {
+		errs = append(errs, validateEnvFrom(ef, p.Child("envFrom").Index(i))...)
 	}
 	for _, f := range []struct {
 		name string

@@ -38,6 +38,11 @@ type Decision struct {
 	// links, as the kubelet gives them), for the replicas that a create
 	// or replace starts and that want them; nil: none.
 	ServiceEnv func(namespace string) []EnvVar
+	// Config resolves the ConfigMap and Secret references of the
+	// replicas a create or replace starts (ResolveEnv); nil: none held.
+	Config ConfigData
+	// HostIP is this node's address, for status.hostIP.
+	HostIP string
 }
 
 // Local is what the node knows of its containers that containerd does
@@ -84,6 +89,9 @@ type Output struct {
 	Requeue time.Duration
 	// Observed are the containers as Decide saw them (Local.Mark).
 	Observed []Container
+	// ConfigErrors are the replicas (by ID) whose create waits for a
+	// ConfigMap, Secret or key, with the ConfigError's message.
+	ConfigErrors map[string]string
 }
 
 // Decide composes one pass: Owned (what placement and handoffs give this
@@ -118,8 +126,26 @@ func Decide(d Decision, now time.Time) Output {
 				act.Reason = "fenced: no quorum"
 			}
 		}
-		if (act.Type == Create || act.Type == Replace) && act.Replica.ID != "" && !act.Replica.Spec.NoServiceLinks && d.ServiceEnv != nil {
-			act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
+		if (act.Type == Create || act.Type == Replace) && act.Replica.ID != "" {
+			if !act.Replica.Spec.NoServiceLinks && d.ServiceEnv != nil {
+				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
+			}
+			act.Replica.HostIP = d.HostIP
+			if act.Replica.Spec.UsesConfig() {
+				var src ConfigData = noConfig{}
+				if d.Config != nil {
+					src = d.Config
+				}
+				env, err := ResolveEnv(act.Replica.Spec, act.Replica.Namespace, src)
+				if err != nil {
+					if out.ConfigErrors == nil {
+						out.ConfigErrors = map[string]string{}
+					}
+					out.ConfigErrors[act.Replica.ID] = err.Error() // a replace keeps the old copy
+					continue
+				}
+				act.Replica.Spec.Env, act.Replica.Spec.EnvFrom = env, nil
+			}
 		}
 		out.Actions = append(out.Actions, act)
 	}
@@ -140,3 +166,9 @@ func backoff(until map[string]time.Time, act Action, now time.Time) time.Duratio
 	}
 	return wait
 }
+
+// noConfig holds no ConfigMap and no Secret.
+type noConfig struct{}
+
+func (noConfig) ConfigMap(string, string) (map[string]string, bool) { return nil, false }
+func (noConfig) Secret(string, string) (map[string][]byte, bool)    { return nil, false }

@@ -33,6 +33,9 @@ type Spec struct {
 	Command    []string `json:"command,omitempty"` // replaces the image entrypoint when set
 	Args       []string `json:"args,omitempty"`    // replaces the image cmd when set
 	Env        []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
+	// EnvFrom are the container's envFrom sources, in order (their
+	// variables come before Env's, which win over them).
+	EnvFrom []EnvFrom `json:"envFrom,omitempty"`
 	Ports      []Port   `json:"ports,omitempty"`
 	// WorkingDir overrides the image's working directory when set.
 	WorkingDir string `json:"workingDir,omitempty"`
@@ -131,14 +134,31 @@ type DNSOption struct {
 }
 
 // EnvVar is one environment variable of a container, as the pod
-// template gives it: a value, or (FieldPath set) a downward API field
-// ("status.podIP", ...; manifest.EnvFieldPaths) filled in at create.
-// Value may hold $(NAME) references, expanded at create by the kubelet's
-// rules.
+// template gives it: a value, (FieldPath set) a downward API field
+// ("status.podIP", ...; manifest.EnvFieldPaths) filled in at create, or
+// (ConfigMap or Secret set) a key of a ConfigMap or Secret of the
+// replica's namespace, resolved before create (ResolveEnv). Value may
+// hold $(NAME) references, expanded at create by the kubelet's rules,
+// unless Literal: a ConfigMap's or Secret's value is taken as it is.
 type EnvVar struct {
 	Name      string `json:"name"`
 	Value     string `json:"value,omitempty"`
 	FieldPath string `json:"fieldPath,omitempty"`
+	// ConfigMap or Secret names the object of a configMapKeyRef or
+	// secretKeyRef, Key its key; Optional: a missing object or key
+	// leaves the variable unset instead of holding the replica back.
+	ConfigMap string `json:"configMap,omitempty"`
+	Secret    string `json:"secret,omitempty"`
+	Key       string `json:"key,omitempty"`
+	Optional  bool   `json:"optional,omitempty"`
+	Literal   bool   `json:"-"`
+}
+
+// EnvFrom is one envFrom source: every key of a ConfigMap or Secret of
+// the replica's namespace as a variable, named Prefix+key.
+type EnvFrom struct {
+	ConfigMap, Secret, Prefix string
+	Optional                  bool
 }
 
 // Replica is one desired replica on this node.
@@ -167,6 +187,9 @@ type Replica struct {
 	// agent when it creates the container. Not part of Spec: as in
 	// Kubernetes, a Service created or changed later restarts nothing.
 	ServiceEnv []EnvVar
+	// HostIP is this node's address (the field path "status.hostIP"), filled in with
+	// ServiceEnv.
+	HostIP string
 }
 
 // State is the lifecycle state of an observed container's task.

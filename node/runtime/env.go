@@ -3,6 +3,8 @@ package runtime
 import (
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -14,7 +16,7 @@ import (
 // podFields are the values of the downward API fields a container's env
 // may name (manifest.EnvFieldPaths).
 type podFields struct {
-	Name, Namespace, NodeName, PodIP string
+	Name, Namespace, UID, NodeName, PodIP, HostIP string
 }
 
 func (f podFields) value(path string) string {
@@ -23,6 +25,10 @@ func (f podFields) value(path string) string {
 		return f.Name
 	case "metadata.namespace":
 		return f.Namespace
+	case "metadata.uid":
+		return f.UID
+	case "status.hostIP", "status.hostIPs":
+		return f.HostIP
 	case "spec.nodeName":
 		return f.NodeName
 	case "status.podIP", "status.podIPs":
@@ -57,7 +63,7 @@ func containerEnv(env, services []reconcile.EnvVar, f podFields) ([]string, map[
 		v := e.Value
 		if e.FieldPath != "" {
 			v = f.value(e.FieldPath)
-		} else if v != "" {
+		} else if v != "" && !e.Literal {
 			v = expandWith(v, lookup)
 		}
 		if _, seen := vars[e.Name]; !seen {
@@ -135,4 +141,11 @@ func expandWith(s string, lookup func(string) (string, bool)) string {
 		}
 	}
 	return b.String()
+}
+
+// podUID is the UID a replica's pod shows (the field path "metadata.uid"): a name-based
+// UUID (RFC 4122 version 5) of its object's UID, name and spec hash, the
+// same for the life of one replica's copy, another for a new one.
+func podUID(rep reconcile.Replica) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("starling/"+rep.UID+"/"+rep.Namespace+"/"+rep.Name+"/"+rep.SpecHash)).String()
 }

@@ -52,8 +52,12 @@ func TestContainerEnv(t *testing.T) {
 		{Name: "NODE", FieldPath: "spec.nodeName"},
 		{Name: "PORT", Value: "9090"},
 		{Name: "LITERAL", Value: "$$(PORT)"},
-	}, nil, podFields{Name: "web-0", Namespace: "shop", NodeName: "n2", PodIP: "10.22.1.5"})
-	want := []string{"POD_IP=10.22.1.5", "URL=http://10.22.1.5:$(PORT)/", "PORT=9090", "ME=web-0", "NS=shop", "NODE=n2", "LITERAL=$(PORT)"}
+		{Name: "FROM_SECRET", Value: "a$(PORT)$$b", Literal: true},
+		{Name: "UID", FieldPath: "metadata.uid"},
+		{Name: "HOST", FieldPath: "status.hostIP"},
+	}, nil, podFields{Name: "web-0", Namespace: "shop", UID: "u-1", NodeName: "n2", PodIP: "10.22.1.5", HostIP: "192.0.2.2"})
+	want := []string{"POD_IP=10.22.1.5", "URL=http://10.22.1.5:$(PORT)/", "PORT=9090", "ME=web-0", "NS=shop", "NODE=n2", "LITERAL=$(PORT)",
+		"FROM_SECRET=a$(PORT)$$b", "UID=u-1", "HOST=192.0.2.2"}
 	if !slices.Equal(env, want) {
 		t.Fatalf("env:\n got %q\nwant %q", env, want)
 	}

@@ -276,7 +276,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	if err != nil {
 		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
 	}
-	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, NodeName: r.cfg.Node, PodIP: podIP})
+	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: podUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
 	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
 	args := processArgs(ic, spec)

@@ -44,12 +44,13 @@ type awaySlot struct {
 }
 
 // holds reports whether r is a copy that counts: not being stopped
-// (Terminating) and not failing to be created (api.PhaseCreateBackOff). A Pending
+// (Terminating) and not failing to be created (api.PhaseCreateBackOff,
+// api.PhaseConfigError). A Pending
 // copy counts (not running, age unknown): a Replace lists its old copy
 // Terminating and its new one Pending, and the replica must not leave
 // the node for it.
 func holds(r api.Replica) bool {
-	return r.Phase != api.PhaseTerminating && r.Phase != api.PhaseCreateBackOff
+	return r.Phase != api.PhaseTerminating && r.Phase != api.PhaseCreateBackOff && r.Phase != api.PhaseConfigError
 }
 
 // holderOf is the Holder of node's copy r of the replica of key. A copy

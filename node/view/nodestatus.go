@@ -287,3 +287,15 @@ func PrefixOf(n *net.IPNet) netip.Prefix {
 	ones, _ := n.Mask.Size()
 	return netip.PrefixFrom(addr, ones).Masked()
 }
+
+// HostIP is the node's address without its gossip port (a pod's
+// status.hostIP); "" when Advertise does not parse.
+func (s NodeStatus) HostIP() string {
+	if ap, err := netip.ParseAddrPort(s.Advertise); err == nil {
+		return ap.Addr().String()
+	}
+	if a, err := netip.ParseAddr(s.Advertise); err == nil {
+		return a.String()
+	}
+	return ""
+}

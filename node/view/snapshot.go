@@ -116,6 +116,8 @@ type Config struct {
 	// Share is what agents of one process decode once for all (nil but
 	// in the scale simulation: decodeshare.go).
 	Share *DecodeShare
+	// Opener opens Secret records (nil: none is sealed).
+	Opener Opener
 }
 
 // Builder holds the current snapshot, wakes those waiting for the next,
@@ -136,11 +138,14 @@ type Builder struct {
 	// statuses by node name, kept up to date from the store's changed
 	// keys (sync); pending is what changed since the last view built
 	// (a build that fails keeps it for the next), last that view.
-	objects  map[string]cachedObject
-	statuses map[string]cachedStatus
-	held     map[string]NodeStatus
-	pending  Changes
-	last     *View
+	objects map[string]cachedObject
+	// badConfig is the version of each ConfigMap or Secret record that
+	// did not decode, last logged (configInto).
+	badConfig map[string]string
+	statuses  map[string]cachedStatus
+	held      map[string]NodeStatus
+	pending   Changes
+	last      *View
 	// claims indexes held's subnet claims and their winners.
 	claims *claimIndex
 
@@ -160,7 +165,7 @@ func NewBuilder(c Config) *Builder {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Builder{cfg: c, next: make(chan struct{}), objects: map[string]cachedObject{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
+	return &Builder{cfg: c, next: make(chan struct{}), objects: map[string]cachedObject{}, badConfig: map[string]string{}, statuses: map[string]cachedStatus{}, held: map[string]NodeStatus{},
 		claims: newClaimIndex()}
 }
 
@@ -290,6 +295,9 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.Changes = everything // no view, or one this builder did not build
 	}
 	if err := vs.objectsInto(v, prev); err != nil {
+		return nil, err
+	}
+	if err := vs.configInto(v, prev); err != nil {
 		return nil, err
 	}
 	// The statuses are shared with the previous view when no status

@@ -101,6 +101,8 @@ type View struct {
 	workloadsKey, nodesKey string
 	// Changes is what differs from the view built before this one.
 	Changes Changes
+	// Config is the data of the ConfigMaps and Secrets (configdata.go).
+	Config *ConfigData
 }
 
 // Changes is what differs between a view and the one its builder built
@@ -120,13 +122,16 @@ type Changes struct {
 	// capacity, labels); a status that lists other replicas changes
 	// Statuses only.
 	Nodes bool
+	// Config: a ConfigMap's or Secret's record.
+	Config bool
 }
 
 // everything is the Changes of a first view.
-var everything = Changes{Objects: true, Statuses: true, Claims: true, Nodes: true}
+var everything = Changes{Objects: true, Statuses: true, Claims: true, Nodes: true, Config: true}
 
 func (c Changes) or(d Changes) Changes {
-	return Changes{Objects: c.Objects || d.Objects, Statuses: c.Statuses || d.Statuses, Claims: c.Claims || d.Claims, Nodes: c.Nodes || d.Nodes}
+	return Changes{Objects: c.Objects || d.Objects, Statuses: c.Statuses || d.Statuses, Claims: c.Claims || d.Claims, Nodes: c.Nodes || d.Nodes,
+		Config: c.Config || d.Config}
 }
 
 // assign runs placement (rendezvous hashing with bounded loads, package
@@ -282,7 +287,7 @@ func (v *View) Reported(name string) []api.Replica {
 	out := make([]api.Replica, len(s.Replicas))
 	for i, r := range s.Replicas {
 		switch r.Phase {
-		case api.PhaseTerminating, api.PhasePending, api.PhaseCreateBackOff:
+		case api.PhaseTerminating, api.PhasePending, api.PhaseCreateBackOff, api.PhaseConfigError:
 			// Counted as it says (going, or no container), as the
 			// rollout gate and placement count it.
 		default:

@@ -2,6 +2,7 @@ package view
 
 import (
 	"bytes"
+	"cmp"
 	"sort"
 	"strings"
 	"time"
@@ -270,6 +271,8 @@ func (vs *Builder) sync() error {
 		case strings.HasPrefix(k, KindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, KindPrefix(manifest.KindStatefulSet)),
 			strings.HasPrefix(k, KindPrefix(manifest.KindService)):
 			vs.pending.Objects = true
+		case strings.HasPrefix(k, KindPrefix(manifest.KindConfigMap)), strings.HasPrefix(k, KindPrefix(manifest.KindSecret)):
+			vs.pending.Config = true
 		case strings.HasPrefix(k, StatusKind+"/"):
 			r, ok, err := vs.cfg.Records.Get(k)
 			if err != nil {
@@ -411,13 +414,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 			s.DNSConfig.Options = append(s.DNSConfig.Options, reconcile.DNSOption{Name: o.Name, Value: o.Value})
 		}
 	}
-	for _, e := range c.Env {
-		v := reconcile.EnvVar{Name: e.Name, Value: e.Value}
-		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-			v.FieldPath = e.ValueFrom.FieldRef.FieldPath
-		}
-		s.Env = append(s.Env, v)
-	}
+	s.Env, s.EnvFrom = envOf(t, c)
 	for _, p := range c.Ports {
 		proto := string(p.Protocol)
 		if proto == "" {
@@ -532,4 +529,50 @@ func securityOf(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) recon
 		}
 	}
 	return s
+}
+
+// envOf is a container's env and envFrom as the replica's Spec holds
+// them: the downward API fields that the template fixes
+// (metadata.labels['KEY'], metadata.annotations['KEY'],
+// spec.serviceAccountName) as their values, the others to fill in at
+// create, ConfigMap and Secret references to resolve before it.
+func envOf(t *corev1.PodTemplateSpec, c corev1.Container) ([]reconcile.EnvVar, []reconcile.EnvFrom) {
+	var env []reconcile.EnvVar
+	for _, e := range c.Env {
+		v := reconcile.EnvVar{Name: e.Name, Value: e.Value}
+		switch from := e.ValueFrom; {
+		case from == nil:
+		case from.FieldRef != nil:
+			path := from.FieldRef.FieldPath
+			if key, ok := manifest.SubscriptedField(path); ok {
+				m := t.Labels
+				if strings.HasPrefix(path, "metadata.annotations[") {
+					m = t.Annotations
+				}
+				v.Value, v.Literal = m[key], true
+			} else if path == "spec.serviceAccountName" {
+				v.Value, v.Literal = cmp.Or(t.Spec.ServiceAccountName, t.Spec.DeprecatedServiceAccount, "default"), true
+			} else {
+				v.FieldPath = path
+			}
+		case from.ConfigMapKeyRef != nil:
+			r := from.ConfigMapKeyRef
+			v.ConfigMap, v.Key, v.Optional = r.Name, r.Key, r.Optional != nil && *r.Optional
+		case from.SecretKeyRef != nil:
+			r := from.SecretKeyRef
+			v.Secret, v.Key, v.Optional = r.Name, r.Key, r.Optional != nil && *r.Optional
+		}
+		env = append(env, v)
+	}
+	var envFrom []reconcile.EnvFrom
+	for _, f := range c.EnvFrom {
+		x := reconcile.EnvFrom{Prefix: f.Prefix}
+		if f.ConfigMapRef != nil {
+			x.ConfigMap, x.Optional = f.ConfigMapRef.Name, f.ConfigMapRef.Optional != nil && *f.ConfigMapRef.Optional
+		} else if f.SecretRef != nil {
+			x.Secret, x.Optional = f.SecretRef.Name, f.SecretRef.Optional != nil && *f.SecretRef.Optional
+		}
+		envFrom = append(envFrom, x)
+	}
+	return env, envFrom
 }

@@ -3,12 +3,18 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/starling-orchestrator/starling/node/api"
 )
 
 // TestSecretValuesNeverShowInClear: a Secret created on one node is read
@@ -135,5 +141,98 @@ func TestSecretValuesNeverShowInClear(t *testing.T) {
 	_, err = n1.CLIInput(strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big, namespace: "+ns+"}\ndata: {blob: "+big+"}\n"), "apply", "-f", "-")
 	if err == nil || !strings.Contains(err.Error(), "big") || !strings.Contains(err.Error(), "1048576") && !strings.Contains(err.Error(), "1.0 MiB") {
 		t.Fatalf("a ConfigMap over the limit: %v", err)
+	}
+}
+
+// TestReplicaWaitsForItsSecretAndStartsWhenItIsThere: a replica whose
+// env names a missing Secret, then a missing key, shows
+// CreateContainerConfigError with the kubelet's message, and starts by
+// itself once the key is there, with the Secret's value, a ConfigMap's
+// keys (envFrom, prefixed) and the node's address in its environment.
+// A later change of the Secret restarts nothing, as in Kubernetes.
+func TestReplicaWaitsForItsSecretAndStartsWhenItIsThere(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2)
+	n1 := c.Nodes[0]
+	importEcho(t, c.Nodes...)
+	const ns = "cfgenv"
+	app := echoApp("cfgenv-web", 1, "")
+	app.Namespace = ns
+	app.Env = []corev1.EnvVar{
+		{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cfgenv-secret"}, Key: "greeting"}}},
+		{Name: "HOST", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: "MESSAGE", Value: "$(GREETING)/$(APP_MODE)/$(HOST)"},
+	}
+	apply(t, n1, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfgenv-settings, namespace: "+ns+"}\ndata: {MODE: fast}\n")
+	apply(t, n1, app.Deployment(func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "APP_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfgenv-settings"}}}}
+	}))
+	waitReason := func(want string) {
+		t.Helper()
+		if _, err := eventually(30*time.Second, func() error {
+			all, err := replicas(n1)
+			if err != nil {
+				return err
+			}
+			for _, r := range all {
+				if r.Namespace == ns && r.Phase == api.PhaseConfigError && r.Reason == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("no replica of %s is %s with %q: %+v", ns, api.PhaseConfigError, want, all)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReason(`secret "cfgenv-secret" not found`)
+	if _, err := n1.CLI("create", "secret", "generic", "cfgenv-secret", "-n", ns, "--from-literal", "other=x"); err != nil {
+		t.Fatal(err)
+	}
+	waitReason("couldn't find key greeting in Secret cfgenv/cfgenv-secret")
+	set := time.Now()
+	apply(t, n1, "apiVersion: v1\nkind: Secret\nmetadata: {name: cfgenv-secret, namespace: "+ns+"}\nstringData: {greeting: hello-from-secret}\n")
+	var web replica
+	took, err := eventually(30*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Namespace == ns && r.Phase == api.PhaseRunning && r.PodIP != "" {
+				web = r
+				return nil
+			}
+		}
+		return fmt.Errorf("not running: %+v", all)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("running %v after the key was written (%v since)", took.Round(time.Millisecond), time.Since(set).Round(time.Millisecond))
+	owner := c.Nodes[0]
+	if web.Node == "n2" {
+		owner = c.Nodes[1]
+	}
+	body, err := owner.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/", 5*time.Second)
+	if want := "message=hello-from-secret/fast/" + owner.IP + "\n"; err != nil || !strings.Contains(body, want) {
+		t.Fatalf("the replica's environment: %q %v, want %q", body, err, want)
+	}
+	for _, n := range c.Nodes {
+		if log, _ := os.ReadFile(n.AgentLogPath()); strings.Contains(string(log), "hello-from-secret") {
+			t.Fatalf("%s's agent log shows the Secret's value", n.Name)
+		}
+	}
+	// A changed value restarts nothing (Kubernetes does not either):
+	// 'rollout restart' takes it.
+	apply(t, n1, "apiVersion: v1\nkind: Secret\nmetadata: {name: cfgenv-secret, namespace: "+ns+"}\nstringData: {greeting: changed}\n")
+	time.Sleep(5 * time.Second)
+	all, err := replicas(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Namespace == ns && (r.Name != web.Name || r.Restarts != 0) {
+			t.Fatalf("a Secret's change restarted or replaced the replica: %+v, was %+v", r, web)
+		}
 	}
 }

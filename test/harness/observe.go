@@ -63,8 +63,8 @@ func TakeCensus(nodes []*Node, namespace, workload string) Census {
 				return
 			}
 			for _, r := range items {
-				// Pending and CreateBackOff copies have no container.
-				if r.Node != n.Name || r.Namespace != namespace || r.Workload != workload || r.Phase == api.PhasePending || r.Phase == api.PhaseCreateBackOff {
+				// Pending, CreateBackOff and CreateContainerConfigError copies have no container.
+				if r.Node != n.Name || r.Namespace != namespace || r.Workload != workload || !r.Phase.HasContainer() {
 					continue
 				}
 				cs.Existing++

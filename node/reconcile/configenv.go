@@ -1,0 +1,109 @@
+package reconcile
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ConfigData gives the data of the ConfigMaps and Secrets a node holds
+// (view.ConfigData): a ConfigMap's data (not its binaryData, which the
+// kubelet does not put in env either) or a Secret's, by namespace and
+// name; ok false when there is no such object.
+type ConfigData interface {
+	ConfigMap(namespace, name string) (data map[string]string, ok bool)
+	Secret(namespace, name string) (data map[string][]byte, ok bool)
+}
+
+// ConfigErrorReason is the REASON of a replica held back by a missing
+// ConfigMap, Secret or key, as the kubelet names it.
+const ConfigErrorReason = "CreateContainerConfigError"
+
+// ConfigError says which object or key holds a replica back, in the
+// kubelet's words (`configmap "app" not found`, `couldn't find key
+// mode in ConfigMap default/app`).
+type ConfigError struct{ Msg string }
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+// UsesConfig reports whether s refers to a ConfigMap or Secret through
+// env or envFrom.
+func (s Spec) UsesConfig() bool {
+	return len(s.EnvFrom) > 0 || slices.ContainsFunc(s.Env, func(e EnvVar) bool { return e.ConfigMap != "" || e.Secret != "" })
+}
+
+// ResolveEnv returns s's environment with every ConfigMap and Secret
+// reference replaced by its value (Literal, not expanded), as the
+// kubelet's makeEnvironmentVariables builds it: envFrom's variables
+// first, in source order and each source's keys in order (a key that is
+// not a valid variable name, by Kubernetes' relaxed rule, skipped), then env's, which win; a value of
+// env may refer ($(NAME)) to any of them. A missing object or key that
+// is not optional is a *ConfigError naming it; an optional one is left
+// out.
+func ResolveEnv(s Spec, namespace string, src ConfigData) ([]EnvVar, error) {
+	var out []EnvVar
+	for _, f := range s.EnvFrom {
+		data, kind, name, ok := envFromData(f, namespace, src)
+		if !ok {
+			if f.Optional {
+				continue
+			}
+			return nil, &ConfigError{fmt.Sprintf("%s %q not found", kind, name)}
+		}
+		for _, k := range slices.Sorted(maps.Keys(data)) {
+			if len(validation.IsRelaxedEnvVarName(f.Prefix+k)) > 0 {
+				continue // the kubelet skips these too (an event says so)
+			}
+			out = append(out, EnvVar{Name: f.Prefix + k, Value: data[k], Literal: true})
+		}
+	}
+	for _, e := range s.Env {
+		switch {
+		case e.ConfigMap != "":
+			data, ok := src.ConfigMap(namespace, e.ConfigMap)
+			v, has := data[e.Key]
+			if !ok || !has {
+				if e.Optional {
+					continue
+				}
+				if !ok {
+					return nil, &ConfigError{fmt.Sprintf("configmap %q not found", e.ConfigMap)}
+				}
+				return nil, &ConfigError{fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", e.Key, namespace, e.ConfigMap)}
+			}
+			out = append(out, EnvVar{Name: e.Name, Value: v, Literal: true})
+		case e.Secret != "":
+			data, ok := src.Secret(namespace, e.Secret)
+			v, has := data[e.Key]
+			if !ok || !has {
+				if e.Optional {
+					continue
+				}
+				if !ok {
+					return nil, &ConfigError{fmt.Sprintf("secret %q not found", e.Secret)}
+				}
+				return nil, &ConfigError{fmt.Sprintf("couldn't find key %s in Secret %s/%s", e.Key, namespace, e.Secret)}
+			}
+			out = append(out, EnvVar{Name: e.Name, Value: string(v), Literal: true})
+		default:
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// envFromData is the data an envFrom source names, as strings.
+func envFromData(f EnvFrom, namespace string, src ConfigData) (data map[string]string, kind, name string, ok bool) {
+	if f.ConfigMap != "" {
+		data, ok = src.ConfigMap(namespace, f.ConfigMap)
+		return data, "configmap", f.ConfigMap, ok
+	}
+	sec, ok := src.Secret(namespace, f.Secret)
+	data = make(map[string]string, len(sec))
+	for k, v := range sec {
+		data[k] = string(v)
+	}
+	return data, "secret", f.Secret, ok
+}

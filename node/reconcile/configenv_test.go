@@ -1,0 +1,98 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+type fakeConfig struct {
+	maps    map[string]map[string]string
+	secrets map[string]map[string][]byte
+}
+
+func (f fakeConfig) ConfigMap(ns, name string) (map[string]string, bool) {
+	d, ok := f.maps[ns+"/"+name]
+	return d, ok
+}
+
+func (f fakeConfig) Secret(ns, name string) (map[string][]byte, bool) {
+	d, ok := f.secrets[ns+"/"+name]
+	return d, ok
+}
+
+// TestResolveEnvAsTheKubelet: envFrom's variables first (prefixed, keys
+// in order), env's after and winning; values
+// from objects taken as they are ($(X) not expanded); optional misses
+// left out; a missing object or key names it as the kubelet does.
+func TestResolveEnvAsTheKubelet(t *testing.T) {
+	src := fakeConfig{
+		maps:    map[string]map[string]string{"ns/app": {"MODE": "fast", "REF": "$(MODE)"}},
+		secrets: map[string]map[string][]byte{"ns/db": {"password": []byte("s3cr3t")}},
+	}
+	s := Spec{
+		EnvFrom: []EnvFrom{{ConfigMap: "app", Prefix: "APP_"}, {Secret: "gone", Optional: true}},
+		Env: []EnvVar{
+			{Name: "PASSWORD", Secret: "db", Key: "password"},
+			{Name: "APP_MODE", ConfigMap: "app", Key: "MODE"},
+			{Name: "MAYBE", ConfigMap: "app", Key: "nope", Optional: true},
+			{Name: "GREETING", Value: "hi $(PASSWORD)"},
+			{Name: "IP", FieldPath: "status.podIP"},
+		},
+	}
+	got, err := ResolveEnv(s, "ns", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range got {
+		b.WriteString(e.Name + "=" + e.Value + "|" + e.FieldPath + ";")
+		if want := e.Name != "GREETING" && e.Name != "IP"; e.Literal != want {
+			t.Errorf("%s: Literal %v, want %v", e.Name, e.Literal, want)
+		}
+	}
+	want := "APP_MODE=fast|;APP_REF=$(MODE)|;PASSWORD=s3cr3t|;APP_MODE=fast|;GREETING=hi $(PASSWORD)|;IP=|status.podIP;"
+	if b.String() != want {
+		t.Fatalf("got  %s\nwant %s", b.String(), want)
+	}
+	for _, c := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Env: []EnvVar{{Name: "A", ConfigMap: "none", Key: "k"}}}, `configmap "none" not found`},
+		{Spec{Env: []EnvVar{{Name: "A", ConfigMap: "app", Key: "k"}}}, `couldn't find key k in ConfigMap ns/app`},
+		{Spec{Env: []EnvVar{{Name: "A", Secret: "none", Key: "k"}}}, `secret "none" not found`},
+		{Spec{Env: []EnvVar{{Name: "A", Secret: "db", Key: "user"}}}, `couldn't find key user in Secret ns/db`},
+		{Spec{EnvFrom: []EnvFrom{{Secret: "none"}}}, `secret "none" not found`},
+	} {
+		if _, err := ResolveEnv(c.spec, "ns", src); err == nil || err.Error() != c.want {
+			t.Errorf("%+v: %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
+
+// TestDecideHoldsBackACreateUntilItsConfigIsThere: a replica whose
+// Secret is missing gets no create and a ConfigError; once the Secret is
+// there, the create carries the value.
+func TestDecideHoldsBackACreateUntilItsConfigIsThere(t *testing.T) {
+	rep := Replica{ID: "ns_web-1", Name: "web-1", Namespace: "ns", Workload: "web", SpecHash: "abcdef12",
+		Spec: Spec{Image: "x", Env: []EnvVar{{Name: "P", Secret: "db", Key: "password"}}}}
+	d := Decision{Ownership: Ownership{Self: "n1", All: []Replica{rep}, Owner: func(string) string { return "n1" }}, Fencing: Fencing{Unknown: true}}
+	out := Decide(d, time.Now())
+	if len(out.Actions) != 0 || out.ConfigErrors[rep.ID] != `secret "db" not found` || len(out.Mine) != 1 {
+		t.Fatalf("without the Secret: %d actions, errors %v, mine %d", len(out.Actions), out.ConfigErrors, len(out.Mine))
+	}
+	d.Config = fakeConfig{secrets: map[string]map[string][]byte{"ns/db": {"password": []byte("pw")}}}
+	d.HostIP = "192.0.2.7"
+	out = Decide(d, time.Now())
+	if len(out.Actions) != 1 || out.Actions[0].Type != Create || len(out.ConfigErrors) != 0 {
+		t.Fatalf("with the Secret: %+v %v", out.Actions, out.ConfigErrors)
+	}
+	a := out.Actions[0].Replica
+	if len(a.Spec.Env) != 1 || a.Spec.Env[0].Value != "pw" || !a.Spec.Env[0].Literal || a.HostIP != "192.0.2.7" {
+		t.Fatalf("create: %+v host %q", a.Spec.Env, a.HostIP)
+	}
+	if rep.Spec.Env[0].Value != "" {
+		t.Fatal("Decide changed the replica it was given")
+	}
+}
