@@ -13,6 +13,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node/sealed"
 	"github.com/starling-orchestrator/starling/node/trust"
+	"github.com/starling-orchestrator/starling/node/volumes"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/net/ipam"
@@ -101,7 +102,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return a.work.images.sources(ctx, ref)
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
-		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit,
+		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath,
 		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {
 		return nil, err
@@ -231,6 +232,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
 		cluster: a.mem.cluster, peers: a.api.peers, writer: a.mem.writer, wake: a.work.replicas.wake, log: log}
+	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Log: log}
 	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
 	a.mem.answerer.Store(a.work.fence)
 	// The first view: from here on, the arrival check holds the claims
@@ -278,7 +280,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		// No reconcile or probes: only printing.
 		loops = append(loops, a.network.dry.loop)
 	} else {
-		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop,
+		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop, a.work.volumes.Run,
 			func(ctx context.Context) { a.work.replicas.stopAllOn(ctx, a.mem.members.stopReplicas) },
 			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.wake.kick) })
 	}

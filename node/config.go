@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -104,6 +105,9 @@ type Config struct {
 	// PidsLimit bounds the processes of each container (the pids
 	// cgroup); 0 means no limit.
 	PidsLimit int64
+	// AllowHostPath are the directories under which hostPath volumes
+	// may lie (absolute, clean); none allows none.
+	AllowHostPath []string
 	// LogDriver is the starling binary (an absolute path) containerd's
 	// shim runs as each container's log writer (logfile.Main); empty
 	// has the shim append raw output to the log file (in-process tests).
@@ -248,6 +252,11 @@ func (c Config) validateRest() error {
 	}
 	if c.PidsLimit < 0 {
 		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)
+	}
+	for _, p := range c.AllowHostPath {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return fmt.Errorf("--allow-host-path %q: give an absolute, clean directory other than /", p)
+		}
 	}
 	if c.AckTimeout != 0 && c.AckTimeout < time.Second {
 		return fmt.Errorf("--ack-timeout %v: must be 0 (off) or at least 1s (nodes list new replicas within a reconcile pass)", c.AckTimeout)

@@ -7,6 +7,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/trust"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/node/volumes"
 )
 
 // guard is who may say what: this node's identity, the cluster's
@@ -55,6 +56,8 @@ type workloads struct {
 	lease    *lease
 	images   *images
 	logs     *logs
+	// volumes rewrites projected volumes' files (node/volumes).
+	volumes *volumes.Updater
 }
 
 // network is the host's network controllers (package dataplane), or the

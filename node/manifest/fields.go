@@ -153,6 +153,8 @@ var podTemplateFields = concat(
 		"spec.template.spec.securityContext.runAsNonRoot", "spec.template.spec.securityContext.seccompProfile.type",
 	},
 	prefixed("spec.template.spec.containers[].", containerFields...),
+	prefixed("spec.template.spec.containers[].volumeMounts[].", volumeMountFields...),
+	prefixed("spec.template.spec.volumes[].", volumeFields...),
 )
 
 // serviceFields are the Service fields Starling implements or that cannot

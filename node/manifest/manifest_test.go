@@ -395,9 +395,21 @@ spec:
 			want:  []string{`x.yaml: document 1 (line 1): missing kind: supported apiVersion/kind: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret`},
 		},
 		{
-			name:  "volumes",
-			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - name: data\n        emptyDir: {}\n      containers:"),
-			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.volumes: Forbidden: not supported by Starling yet`},
+			name: "volumes",
+			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - name: data\n        emptyDir: {medium: HugePages-2Mi}\n      - name: data\n        nfs: {server: x, path: /}\n"+
+				"      - name: cfg\n        configMap: {items: [{key: k, path: ../etc/passwd, mode: 4095}]}\n      - name: both\n        emptyDir: {}\n        hostPath: {path: /srv}\n"+
+				"      - name: host\n        hostPath: {path: srv/../x, type: Socket}\n      containers:"),
+			want: []string{
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[0].emptyDir.medium: Unsupported value: "HugePages-2Mi": supported values: "", "Memory"`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[1].name: Duplicate value: "data"`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.name: Required value`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.items[0].path: Invalid value: "../etc/passwd": must not contain '..'`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.items[0].mode: Invalid value: 4095: must be a number between 0 and 0777 (octal), both inclusive`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[3]: Forbidden: may not specify more than 1 volume type`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[4].hostPath.path: Invalid value: "srv/../x": must be an absolute, clean path`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[4].hostPath.type: Unsupported value: "Socket": supported values: "", "Directory", "DirectoryOrCreate"`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[1].nfs: Forbidden: not supported by Starling yet`,
+			},
 		},
 		{
 			name:  "hostNetwork",
@@ -413,8 +425,8 @@ spec:
 			name:  "volumeMounts and hostPort name their exact paths",
 			input: edit(t, edit(t, edit(t, d, "        - name: http\n", "        - name: http\n          hostPort: 8080\n"), "        env:\n", "        envFrom:\n        - configMapRef: {name: cfg}\n        env:\n"), "        args:", "        volumeMounts: [{name: data, mountPath: /data}]\n        args:"),
 			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.volumeMounts[0].name: Not found: "data"`,
 				`x.yaml: Deployment "hello": ` + ctr + `.ports[0].hostPort: Forbidden: not supported by Starling yet`,
-				`x.yaml: Deployment "hello": ` + ctr + `.volumeMounts: Forbidden: not supported by Starling yet`,
 			},
 		},
 		{

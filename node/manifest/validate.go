@@ -320,6 +320,7 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}))
 	}
 	errs = append(errs, validatePodDNS(s, p)...)
+	errs = append(errs, validateVolumes(s, p)...)
 	if sc := s.SecurityContext; sc != nil {
 		sp := p.Child("securityContext")
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)

@@ -9,11 +9,11 @@ import (
 )
 
 // ConfigData gives the data of the ConfigMaps and Secrets a node holds
-// (view.ConfigData): a ConfigMap's data (not its binaryData, which the
-// kubelet does not put in env either) or a Secret's, by namespace and
-// name; ok false when there is no such object.
+// (view.ConfigData): a ConfigMap's data and binaryData (which env never
+// takes, as with the kubelet) or a Secret's, by namespace and name; ok
+// false when there is no such object.
 type ConfigData interface {
-	ConfigMap(namespace, name string) (data map[string]string, ok bool)
+	ConfigMap(namespace, name string) (data map[string]string, binary map[string][]byte, ok bool)
 	Secret(namespace, name string) (data map[string][]byte, ok bool)
 }
 
@@ -62,7 +62,7 @@ func ResolveEnv(s Spec, namespace string, src ConfigData) ([]EnvVar, error) {
 	for _, e := range s.Env {
 		switch {
 		case e.ConfigMap != "":
-			data, ok := src.ConfigMap(namespace, e.ConfigMap)
+			data, _, ok := src.ConfigMap(namespace, e.ConfigMap)
 			v, has := data[e.Key]
 			if !ok || !has {
 				if e.Optional {
@@ -97,7 +97,7 @@ func ResolveEnv(s Spec, namespace string, src ConfigData) ([]EnvVar, error) {
 // envFromData is the data an envFrom source names, as strings.
 func envFromData(f EnvFrom, namespace string, src ConfigData) (data map[string]string, kind, name string, ok bool) {
 	if f.ConfigMap != "" {
-		data, ok = src.ConfigMap(namespace, f.ConfigMap)
+		data, _, ok = src.ConfigMap(namespace, f.ConfigMap)
 		return data, "configmap", f.ConfigMap, ok
 	}
 	sec, ok := src.Secret(namespace, f.Secret)

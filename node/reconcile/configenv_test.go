@@ -8,12 +8,13 @@ import (
 
 type fakeConfig struct {
 	maps    map[string]map[string]string
+	binary  map[string]map[string][]byte
 	secrets map[string]map[string][]byte
 }
 
-func (f fakeConfig) ConfigMap(ns, name string) (map[string]string, bool) {
+func (f fakeConfig) ConfigMap(ns, name string) (map[string]string, map[string][]byte, bool) {
 	d, ok := f.maps[ns+"/"+name]
-	return d, ok
+	return d, f.binary[ns+"/"+name], ok
 }
 
 func (f fakeConfig) Secret(ns, name string) (map[string][]byte, bool) {

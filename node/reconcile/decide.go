@@ -131,20 +131,12 @@ func Decide(d Decision, now time.Time) Output {
 				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
 			}
 			act.Replica.HostIP = d.HostIP
-			if act.Replica.Spec.UsesConfig() {
-				var src ConfigData = noConfig{}
-				if d.Config != nil {
-					src = d.Config
+			if err := withConfig(&act.Replica, d.Config); err != nil {
+				if out.ConfigErrors == nil {
+					out.ConfigErrors = map[string]string{}
 				}
-				env, err := ResolveEnv(act.Replica.Spec, act.Replica.Namespace, src)
-				if err != nil {
-					if out.ConfigErrors == nil {
-						out.ConfigErrors = map[string]string{}
-					}
-					out.ConfigErrors[act.Replica.ID] = err.Error() // a replace keeps the old copy
-					continue
-				}
-				act.Replica.Spec.Env, act.Replica.Spec.EnvFrom = env, nil
+				out.ConfigErrors[act.Replica.ID] = err.Error() // a replace keeps the old copy
+				continue
 			}
 		}
 		out.Actions = append(out.Actions, act)
@@ -170,5 +162,40 @@ func backoff(until map[string]time.Time, act Action, now time.Time) time.Duratio
 // noConfig holds no ConfigMap and no Secret.
 type noConfig struct{}
 
-func (noConfig) ConfigMap(string, string) (map[string]string, bool) { return nil, false }
-func (noConfig) Secret(string, string) (map[string][]byte, bool)    { return nil, false }
+func (noConfig) ConfigMap(string, string) (map[string]string, map[string][]byte, bool) {
+	return nil, nil, false
+}
+func (noConfig) Secret(string, string) (map[string][]byte, bool) { return nil, false }
+
+// withConfig fills in what r takes from ConfigMaps and Secrets (src;
+// nil: none held): its env's references resolved (ResolveEnv) and the
+// files of its projected volumes (ProjectVolume). r's Spec is copied,
+// not changed where the view holds it.
+func withConfig(r *Replica, src ConfigData) error {
+	if src == nil {
+		src = noConfig{}
+	}
+	r.Files = nil
+	for _, v := range r.Spec.Volumes {
+		if len(v.Sources) == 0 {
+			continue
+		}
+		files, err := ProjectVolume(v, *r, src)
+		if err != nil {
+			return err
+		}
+		if r.Files == nil {
+			r.Files = map[string][]File{}
+		}
+		r.Files[v.Name] = files
+	}
+	if !r.Spec.UsesConfig() {
+		return nil
+	}
+	env, err := ResolveEnv(r.Spec, r.Namespace, src)
+	if err != nil {
+		return err
+	}
+	r.Spec.Env, r.Spec.EnvFrom = env, nil
+	return nil
+}

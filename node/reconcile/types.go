@@ -36,7 +36,7 @@ type Spec struct {
 	// EnvFrom are the container's envFrom sources, in order (their
 	// variables come before Env's, which win over them).
 	EnvFrom []EnvFrom `json:"envFrom,omitempty"`
-	Ports      []Port   `json:"ports,omitempty"`
+	Ports   []Port    `json:"ports,omitempty"`
 	// WorkingDir overrides the image's working directory when set.
 	WorkingDir string `json:"workingDir,omitempty"`
 	// CPUMillis is the CPU limit in thousandths of a core (0: none).
@@ -69,6 +69,12 @@ type Spec struct {
 	// PostStart and PreStop are the container's lifecycle hooks (nil:
 	// none).
 	PostStart, PreStop *Hook
+	// Volumes are the pod's volumes, Mounts the container's mounts of
+	// them (volumes.go).
+	Volumes []Volume
+	Mounts  []Mount
+	// Labels and Annotations are the pod template's (the downward API).
+	Labels, Annotations map[string]string
 }
 
 // Hook is a lifecycle handler, as the kubelet runs them: exactly one of
@@ -187,6 +193,10 @@ type Replica struct {
 	// agent when it creates the container. Not part of Spec: as in
 	// Kubernetes, a Service created or changed later restarts nothing.
 	ServiceEnv []EnvVar
+	// Files are the files of the replica's configMap, secret,
+	// downwardAPI and projected volumes, by volume name, filled in with
+	// ServiceEnv (ProjectVolume).
+	Files map[string][]File
 	// HostIP is this node's address (the field path "status.hostIP"), filled in with
 	// ServiceEnv.
 	HostIP string

@@ -3,8 +3,6 @@ package runtime
 import (
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -141,11 +139,4 @@ func expandWith(s string, lookup func(string) (string, bool)) string {
 		}
 	}
 	return b.String()
-}
-
-// podUID is the UID a replica's pod shows (the field path "metadata.uid"): a name-based
-// UUID (RFC 4122 version 5) of its object's UID, name and spec hash, the
-// same for the life of one replica's copy, another for a new one.
-func podUID(rep reconcile.Replica) string {
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("starling/"+rep.UID+"/"+rep.Namespace+"/"+rep.Name+"/"+rep.SpecHash)).String()
 }

@@ -102,6 +102,9 @@ type Config struct {
 	ResolvConf, UpstreamResolvConf string
 	// PidsLimit bounds the processes of each container (0: no limit).
 	PidsLimit int64
+	// AllowHostPath are the directories hostPath volumes may lie under
+	// (--allow-host-path; none: hostPath volumes are refused).
+	AllowHostPath []string
 	// LogDriver is the binary containerd's shim runs to write each
 	// container's log (logfile.Main), rotated at LogMaxSize bytes with
 	// LogMaxFiles files kept; empty: the shim appends raw output to the
@@ -276,7 +279,12 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	if err != nil {
 		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
 	}
-	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: podUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
+	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
+	vmounts, err := r.volumeMounts(rep, r.podDir(rep.ID), vars)
+	if err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	mounts = append(mounts, vmounts...)
 	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
 	args := processArgs(ic, spec)
@@ -494,6 +502,9 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		if err := logfile.Remove(p); err != nil {
 			r.log.Warn("remove log file", "container", id, "err", err)
 		}
+	}
+	if err := releaseVolumes(r.podDir(id)); err != nil {
+		r.log.Warn("unmount the replica's volumes", "container", id, "err", err)
 	}
 	if err := os.RemoveAll(r.podDir(id)); err != nil {
 		r.log.Warn("remove the replica's hosts and resolv.conf", "container", id, "err", err)

@@ -3,6 +3,8 @@ package view
 import (
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/starling-orchestrator/starling/gossip/crdt"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
@@ -17,17 +19,20 @@ type Opener interface {
 // namespace and name (reconcile.ConfigData): immutable, rebuilt when one
 // of their records changes. Secrets are held opened, in memory only.
 type ConfigData struct {
-	configMaps map[[2]string]map[string]string
+	configMaps map[[2]string]*corev1.ConfigMap
 	secrets    map[[2]string]map[string][]byte
 }
 
-// ConfigMap returns the data of ConfigMap namespace/name.
-func (c *ConfigData) ConfigMap(namespace, name string) (map[string]string, bool) {
+// ConfigMap returns the data and binaryData of ConfigMap namespace/name.
+func (c *ConfigData) ConfigMap(namespace, name string) (map[string]string, map[string][]byte, bool) {
 	if c == nil {
-		return nil, false
+		return nil, nil, false
 	}
-	d, ok := c.configMaps[[2]string{namespace, name}]
-	return d, ok
+	cm, ok := c.configMaps[[2]string{namespace, name}]
+	if !ok {
+		return nil, nil, false
+	}
+	return cm.Data, cm.BinaryData, true
 }
 
 // Secret returns the data of Secret namespace/name.
@@ -47,7 +52,7 @@ func (vs *Builder) configInto(v, prev *View) error {
 		v.Config = prev.Config
 		return nil
 	}
-	c := &ConfigData{configMaps: map[[2]string]map[string]string{}, secrets: map[[2]string]map[string][]byte{}}
+	c := &ConfigData{configMaps: map[[2]string]*corev1.ConfigMap{}, secrets: map[[2]string]map[string][]byte{}}
 	for _, kind := range []string{manifest.KindConfigMap, manifest.KindSecret} {
 		recs, err := vs.cfg.Records.List(KindPrefix(kind))
 		if err != nil {
@@ -66,7 +71,7 @@ func (vs *Builder) configInto(v, prev *View) error {
 				continue
 			}
 			if o.ConfigMap != nil {
-				c.configMaps[[2]string{o.Namespace, o.Name}] = o.ConfigMap.Data
+				c.configMaps[[2]string{o.Namespace, o.Name}] = o.ConfigMap
 			} else if o.Secret != nil {
 				c.secrets[[2]string{o.Namespace, o.Name}] = o.Secret.Data
 			}

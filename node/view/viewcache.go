@@ -415,6 +415,8 @@ func specOf(o manifest.Object) reconcile.Spec {
 		}
 	}
 	s.Env, s.EnvFrom = envOf(t, c)
+	s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes), mountsOf(c.VolumeMounts)
+	s.Labels, s.Annotations = t.Labels, t.Annotations
 	for _, p := range c.Ports {
 		proto := string(p.Protocol)
 		if proto == "" {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/client"
@@ -131,4 +132,19 @@ func (n *Node) API() *client.Client {
 		panic(err) // a socket path is always a valid server
 	}
 	return c
+}
+
+// PodHTTPPost is PodHTTPGet with a POST of body.
+func (n *Node) PodHTTPPost(namespace, replica, url, body string, timeout time.Duration) (string, error) {
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: DialInPath(filepath.Join(n.DataDir, "netns", namespace+"_"+replica)), DisableKeepAlives: true}}
+	resp, err := client.Post(url, "application/octet-stream", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return string(b), nil
 }

@@ -39,7 +39,8 @@ var allowed = map[string][]string{
 	"node/quorum":    {"gossip/crdt"},
 	"node/reconcile": {"node/api", "placement"},
 	"node/rollout":   {"node/api", "node/manifest"},
-	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile"},
+	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile", "node/volumes"},
+	"node/volumes":   {"node/reconcile", "node/view"},
 	"node/store":     {"gossip/crdt"},
 	"node/client":    {"node/api"},
 	"node/apiserver": {"node/api", "node/manifest"},
@@ -52,7 +53,7 @@ var allowed = map[string][]string{
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "placement"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "placement"},
 	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile"},
 }

@@ -34,6 +34,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -239,6 +240,25 @@ func main() {
 			return
 		}
 		b, err := os.ReadFile("/etc/" + name)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
+	// GET /file?path=P: any file of the container (volumes' files);
+	// POST /file?path=P with a body writes it (a read-only mount
+	// answers 500 with the error).
+	mux.HandleFunc("/file", func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Query().Get("path")
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+			return
+		}
+		b, err := os.ReadFile(p)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return

@@ -1,0 +1,198 @@
+package reconcile
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Volume is one of a pod's volumes: an emptyDir (Memory: on tmpfs), a
+// directory of the node (HostPath), or files projected from ConfigMaps,
+// Secrets and the downward API (Sources: a configMap, secret or
+// downwardAPI volume has one, a projected volume several).
+type Volume struct {
+	Name string
+	// EmptyDir is a directory of the replica's own, removed with it; on
+	// tmpfs when Memory, at most SizeLimit bytes (0: no limit).
+	EmptyDir, Memory bool
+	SizeLimit        int64
+	// HostPath is a directory of the node ("": none); HostPathCreate
+	// makes it when missing (the type "DirectoryOrCreate").
+	HostPath       string
+	HostPathCreate bool
+	Sources        []FileSource
+	// DefaultMode is the mode of projected files (0644 unless set).
+	DefaultMode uint32
+}
+
+// Sensitive reports whether v holds a Secret's values: such a volume is
+// kept on tmpfs, never on the node's disk.
+func (v Volume) Sensitive() bool {
+	return slices.ContainsFunc(v.Sources, func(s FileSource) bool { return s.Secret != "" })
+}
+
+// FileSource is where some of a volume's files come from: a ConfigMap's
+// or Secret's keys (Items: the listed ones at their paths; none: every
+// key under its own name), or downward API fields (Fields).
+type FileSource struct {
+	ConfigMap, Secret string
+	Optional          bool
+	Items             []KeyToPath
+	Fields            []FieldFile
+}
+
+// KeyToPath projects one key to a file (Mode 0: the volume's default).
+type KeyToPath struct {
+	Key, Path string
+	Mode      uint32
+}
+
+// FieldFile projects one downward API field to a file.
+type FieldFile struct {
+	Path, FieldPath string
+	Mode            uint32
+}
+
+// Mount is one of a container's volume mounts.
+type Mount struct {
+	Volume, Path string
+	// SubPath mounts a path inside the volume (SubPathExpr: with
+	// $(VAR) expanded against the container's env); such a mount of
+	// projected files does not follow later changes, as in Kubernetes.
+	SubPath, SubPathExpr string
+	ReadOnly             bool
+}
+
+// File is one projected file: its path in the volume, data and mode.
+type File struct {
+	Path string
+	Data []byte
+	Mode uint32
+}
+
+// PodUID is the UID a replica's pod shows (the field path
+// "metadata.uid"): a name-based UUID (RFC 4122 version 5) of its
+// object's UID, namespace, name and spec hash, the same for the life of
+// one replica's copy, another for a new one.
+func PodUID(r Replica) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("starling/"+r.UID+"/"+r.Namespace+"/"+r.Name+"/"+r.SpecHash)).String()
+}
+
+// ProjectVolume returns the files of v for replica r from src, as the
+// kubelet's configmap, secret, downwardapi and projected volume plugins
+// make them: every key (a ConfigMap's data and binaryData) or the listed
+// items, downward API fields (labels and annotations as sorted
+// key="value" lines). A missing object or listed key that is not
+// optional is a *ConfigError naming it; files of a later source replace
+// an earlier one's of the same path.
+func ProjectVolume(v Volume, r Replica, src ConfigData) ([]File, error) {
+	mode := v.DefaultMode
+	if mode == 0 {
+		mode = 0o644
+	}
+	byPath := map[string]File{}
+	for _, s := range v.Sources {
+		if len(s.Fields) > 0 {
+			for _, f := range s.Fields {
+				byPath[f.Path] = File{Path: f.Path, Data: []byte(downwardField(f.FieldPath, r)), Mode: orMode(f.Mode, mode)}
+			}
+			continue
+		}
+		data, kind, name, ok := sourceData(s, r.Namespace, src)
+		if !ok {
+			if s.Optional {
+				continue
+			}
+			return nil, &ConfigError{fmt.Sprintf("%s %q not found", kind, name)}
+		}
+		if len(s.Items) == 0 {
+			for k, d := range data {
+				byPath[k] = File{Path: k, Data: d, Mode: mode}
+			}
+			continue
+		}
+		for _, it := range s.Items {
+			d, has := data[it.Key]
+			if !has {
+				if s.Optional {
+					continue
+				}
+				return nil, &ConfigError{fmt.Sprintf("%s references non-existent config key: %s", kind, it.Key)}
+			}
+			byPath[it.Path] = File{Path: it.Path, Data: d, Mode: orMode(it.Mode, mode)}
+		}
+	}
+	out := make([]File, 0, len(byPath))
+	for _, p := range slices.Sorted(maps.Keys(byPath)) {
+		out = append(out, byPath[p])
+	}
+	return out, nil
+}
+
+func orMode(m, def uint32) uint32 {
+	if m == 0 {
+		return def
+	}
+	return m
+}
+
+// sourceData is the data a ConfigMap or Secret source names (a
+// ConfigMap's binaryData with its data).
+func sourceData(s FileSource, namespace string, src ConfigData) (data map[string][]byte, kind, name string, ok bool) {
+	if s.Secret != "" {
+		d, ok := src.Secret(namespace, s.Secret)
+		return d, "secret", s.Secret, ok
+	}
+	d, binary, ok := src.ConfigMap(namespace, s.ConfigMap)
+	data = maps.Clone(binary)
+	if data == nil {
+		data = make(map[string][]byte, len(d))
+	}
+	for k, v := range d {
+		data[k] = []byte(v)
+	}
+	return data, "configmap", s.ConfigMap, ok
+}
+
+// downwardField is the value of a downward API field of r's pod.
+func downwardField(fieldPath string, r Replica) string {
+	switch fieldPath {
+	case "metadata.name":
+		return r.Name
+	case "metadata.namespace":
+		return r.Namespace
+	case "metadata.uid":
+		return PodUID(r)
+	case "metadata.labels":
+		return formatMap(r.Spec.Labels)
+	case "metadata.annotations":
+		return formatMap(r.Spec.Annotations)
+	}
+	for prefix, m := range map[string]map[string]string{"metadata.labels['": r.Spec.Labels, "metadata.annotations['": r.Spec.Annotations} {
+		if rest, ok := strings.CutPrefix(fieldPath, prefix); ok {
+			return m[strings.TrimSuffix(rest, "']")]
+		}
+	}
+	return ""
+}
+
+// formatMap renders labels or annotations as the kubelet's downward API
+// does: key="value" lines (Go-quoted), sorted by key.
+func formatMap(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+	}
+	return b.String()
+}
+
+// CleanSubPath reports whether p stays inside its volume (relative, no
+// ".." element): manifest validation guarantees it for a subPath, and a
+// subPathExpr is checked again once expanded.
+func CleanSubPath(p string) bool {
+	return p != "" && !path.IsAbs(p) && !slices.Contains(strings.Split(p, "/"), "..")
+}

@@ -1,0 +1,52 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestProjectVolumeAsTheKubeletPlugins: every key (binaryData too) or
+// the listed items with their modes, downward API files (labels as
+// sorted key="value" lines), later sources winning a path; a missing
+// object or listed key names it unless optional.
+func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
+	src := fakeConfig{
+		maps:    map[string]map[string]string{"ns/app": {"app.conf": "color=blue", "mode": "fast"}},
+		binary:  map[string]map[string][]byte{"ns/app": {"logo.png": {0x89, 'P'}}},
+		secrets: map[string]map[string][]byte{"ns/db": {"password": []byte("pw")}},
+	}
+	r := Replica{Name: "web-1", Namespace: "ns", UID: "u", SpecHash: "abcdef12",
+		Spec: Spec{Labels: map[string]string{"tier": "web", "app": "shop"}}}
+	files, err := ProjectVolume(Volume{Name: "cfg", Sources: []FileSource{{ConfigMap: "app"}}}, r, src)
+	if err != nil || len(files) != 3 || files[0].Path != "app.conf" || files[1].Path != "logo.png" || files[2].Mode != 0o644 {
+		t.Fatalf("configMap volume: %+v %v", files, err)
+	}
+	files, err = ProjectVolume(Volume{Name: "all", DefaultMode: 0o440, Sources: []FileSource{
+		{ConfigMap: "app", Items: []KeyToPath{{Key: "mode", Path: "conf/mode", Mode: 0o600}}},
+		{Secret: "db", Items: []KeyToPath{{Key: "password", Path: "conf/mode"}}},
+		{Fields: []FieldFile{{Path: "labels", FieldPath: "metadata.labels"}, {Path: "tier", FieldPath: "metadata.labels['tier']"}, {Path: "name", FieldPath: "metadata.name"}}},
+		{ConfigMap: "missing", Optional: true},
+	}}, r, src)
+	var got []string
+	for _, f := range files {
+		got = append(got, f.Path+"="+string(f.Data))
+	}
+	want := `conf/mode=pw|labels=app="shop"` + "\n" + `tier="web"` + "\n|name=web-1|tier=web"
+	if err != nil || strings.Join(got, "|") != want || files[0].Mode != 0o440 {
+		t.Fatalf("projected volume:\n got %q %v\nwant %q", strings.Join(got, "|"), err, want)
+	}
+	for _, c := range []struct {
+		v    Volume
+		want string
+	}{
+		{Volume{Sources: []FileSource{{ConfigMap: "none"}}}, `configmap "none" not found`},
+		{Volume{Sources: []FileSource{{Secret: "db", Items: []KeyToPath{{Key: "user", Path: "u"}}}}}, "secret references non-existent config key: user"},
+	} {
+		if _, err := ProjectVolume(c.v, r, src); err == nil || err.Error() != c.want {
+			t.Errorf("%+v: %v, want %q", c.v, err, c.want)
+		}
+	}
+	if !(Volume{Sources: []FileSource{{ConfigMap: "a"}, {Secret: "b"}}}).Sensitive() || (Volume{Sources: []FileSource{{ConfigMap: "a"}}}).Sensitive() {
+		t.Fatal("Sensitive")
+	}
+}

@@ -1,0 +1,85 @@
+package view
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+)
+
+// volumesOf is a pod template's volumes as a replica's Spec holds them
+// (manifest validation admits only the kinds handled here).
+func volumesOf(vols []corev1.Volume) []reconcile.Volume {
+	var out []reconcile.Volume
+	for _, v := range vols {
+		rv := reconcile.Volume{Name: v.Name}
+		switch src := v.VolumeSource; {
+		case src.EmptyDir != nil:
+			rv.EmptyDir, rv.Memory = true, src.EmptyDir.Medium == corev1.StorageMediumMemory
+			if q := src.EmptyDir.SizeLimit; q != nil {
+				rv.SizeLimit = q.Value()
+			}
+		case src.HostPath != nil:
+			rv.HostPath = src.HostPath.Path
+			rv.HostPathCreate = src.HostPath.Type != nil && *src.HostPath.Type == corev1.HostPathDirectoryOrCreate
+		case src.ConfigMap != nil:
+			rv.DefaultMode = mode(src.ConfigMap.DefaultMode)
+			rv.Sources = []reconcile.FileSource{{ConfigMap: src.ConfigMap.Name, Optional: isTrue(src.ConfigMap.Optional), Items: itemsOf(src.ConfigMap.Items)}}
+		case src.Secret != nil:
+			rv.DefaultMode = mode(src.Secret.DefaultMode)
+			rv.Sources = []reconcile.FileSource{{Secret: src.Secret.SecretName, Optional: isTrue(src.Secret.Optional), Items: itemsOf(src.Secret.Items)}}
+		case src.DownwardAPI != nil:
+			rv.DefaultMode = mode(src.DownwardAPI.DefaultMode)
+			rv.Sources = []reconcile.FileSource{{Fields: fieldsOf(src.DownwardAPI.Items)}}
+		case src.Projected != nil:
+			rv.DefaultMode = mode(src.Projected.DefaultMode)
+			for _, ps := range src.Projected.Sources {
+				switch {
+				case ps.ConfigMap != nil:
+					rv.Sources = append(rv.Sources, reconcile.FileSource{ConfigMap: ps.ConfigMap.Name, Optional: isTrue(ps.ConfigMap.Optional), Items: itemsOf(ps.ConfigMap.Items)})
+				case ps.Secret != nil:
+					rv.Sources = append(rv.Sources, reconcile.FileSource{Secret: ps.Secret.Name, Optional: isTrue(ps.Secret.Optional), Items: itemsOf(ps.Secret.Items)})
+				case ps.DownwardAPI != nil:
+					rv.Sources = append(rv.Sources, reconcile.FileSource{Fields: fieldsOf(ps.DownwardAPI.Items)})
+				}
+			}
+		}
+		out = append(out, rv)
+	}
+	return out
+}
+
+func mountsOf(ms []corev1.VolumeMount) []reconcile.Mount {
+	var out []reconcile.Mount
+	for _, m := range ms {
+		out = append(out, reconcile.Mount{Volume: m.Name, Path: m.MountPath, SubPath: m.SubPath, SubPathExpr: m.SubPathExpr, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+func itemsOf(items []corev1.KeyToPath) []reconcile.KeyToPath {
+	var out []reconcile.KeyToPath
+	for _, it := range items {
+		out = append(out, reconcile.KeyToPath{Key: it.Key, Path: it.Path, Mode: mode(it.Mode)})
+	}
+	return out
+}
+
+func fieldsOf(items []corev1.DownwardAPIVolumeFile) []reconcile.FieldFile {
+	var out []reconcile.FieldFile
+	for _, it := range items {
+		if it.FieldRef != nil {
+			out = append(out, reconcile.FieldFile{Path: it.Path, FieldPath: it.FieldRef.FieldPath, Mode: mode(it.Mode)})
+		}
+	}
+	return out
+}
+
+// mode is a manifest's file mode (nil: 0, the default).
+func mode(m *int32) uint32 {
+	if m == nil || *m < 0 {
+		return 0
+	}
+	return uint32(*m)
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }

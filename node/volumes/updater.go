@@ -1,0 +1,101 @@
+package volumes
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/node/view"
+)
+
+// Views gives the cluster view and a channel closed when a newer one is
+// built (*view.Builder).
+type Views interface {
+	View() *view.View
+	Changed() <-chan struct{}
+}
+
+// recheck bounds how long a replica created from a view older than a
+// ConfigMap's change keeps the older files.
+const recheck = 10 * time.Second
+
+// Updater rewrites the projected volumes of this node's replicas when
+// the ConfigMaps and Secrets they come from change: on the first view
+// holding the change (the files change within about a second of the
+// write reaching the node), and every recheck.
+type Updater struct {
+	// PodDir holds one directory per replica (runtime.Config.PodDir).
+	PodDir string
+	Views  Views
+	Log    *slog.Logger
+}
+
+// Run syncs until ctx ends.
+func (u *Updater) Run(ctx context.Context) {
+	tick := time.NewTicker(recheck)
+	defer tick.Stop()
+	var last *view.ConfigData
+	for {
+		changed := u.Views.Changed()
+		if v := u.Views.View(); v != nil && v.Config != last {
+			last = v.Config
+			u.Sync(v)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-tick.C:
+			if v := u.Views.View(); v != nil {
+				u.Sync(v)
+			}
+		}
+	}
+}
+
+// Sync writes, for each replica with a directory here, the files its
+// projected volumes hold now (Write changes nothing when they are the
+// same), and returns how many volumes changed. A volume whose object or
+// key is gone keeps its files, as the kubelet keeps them.
+func (u *Updater) Sync(v *view.View) int {
+	entries, err := os.ReadDir(u.PodDir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		i, found := slices.BinarySearchFunc(v.All, e.Name(), func(d view.DesiredReplica, id string) int { return strings.Compare(d.Id, id) })
+		if !found {
+			continue
+		}
+		r := v.All[i].Replica()
+		for _, vol := range r.Spec.Volumes {
+			if len(vol.Sources) == 0 {
+				continue
+			}
+			dir := Dir(filepath.Join(u.PodDir, e.Name()), vol.Name)
+			if _, err := os.Lstat(filepath.Join(dir, dataLink)); err != nil {
+				continue // not made yet (its create writes it)
+			}
+			files, err := reconcile.ProjectVolume(vol, r, v.Config)
+			if err != nil {
+				continue
+			}
+			changed, err := Write(dir, files)
+			if err != nil {
+				u.Log.Warn("update a volume's files", "replica", r.Name, "volume", vol.Name, "err", err)
+				continue
+			}
+			if changed {
+				n++
+				u.Log.Info("updated a volume's files", "replica", r.Name, "volume", vol.Name)
+			}
+		}
+	}
+	return n
+}

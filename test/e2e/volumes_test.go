@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/starling-orchestrator/starling/node/api"
+)
+
+// TestVolumesProjectConfigAndFollowItsChanges: a replica mounts a
+// ConfigMap (and one key of it by subPath), a Secret, the downward API
+// and a memory emptyDir. It reads them; a changed ConfigMap reaches the
+// mounted file within 10 s, with no restart, while the subPath file
+// keeps what it held (as in Kubernetes); projected volumes are
+// read-only, the emptyDir writable; the Secret's files are on tmpfs,
+// never on the node's disk; the replica's removal unmounts them.
+func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	importEcho(t, n1)
+	const ns = "volproj"
+	apply(t, n1, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: "+ns+"}\ndata: {app.conf: color=blue, mode: fast}\n---\n"+
+		"apiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: "+ns+"}\nstringData: {password: vol-secret-5e1}\n")
+	app := echoApp("volproj-web", 1, "")
+	app.Namespace = ns
+	apply(t, n1, app.Deployment(func(d *appsv1.Deployment) {
+		spec := &d.Spec.Template.Spec
+		size := resource.MustParse("8Mi")
+		spec.Volumes = []corev1.Volume{
+			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
+			{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+			{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+				{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}}},
+		}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+			{Name: "cfg", MountPath: "/etc/app"},
+			{Name: "cfg", MountPath: "/etc/pinned.conf", SubPath: "app.conf"},
+			{Name: "sec", MountPath: "/etc/secret"},
+			{Name: "info", MountPath: "/etc/podinfo"},
+			{Name: "scratch", MountPath: "/scratch"},
+		}
+	}))
+	all, _ := waitRunning(t, n1, "volproj-web", 1, 60*time.Second)
+	web := all[0]
+	get := func(path string) string {
+		t.Helper()
+		body, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path="+path, 5*time.Second)
+		if err != nil {
+			t.Fatalf("read %s in the replica: %v %s", path, err, body)
+		}
+		return body
+	}
+	for path, want := range map[string]string{
+		"/etc/app/app.conf": "color=blue", "/etc/app/mode": "fast", "/etc/pinned.conf": "color=blue",
+		"/etc/secret/password": "vol-secret-5e1", "/etc/podinfo/name": web.Name, "/etc/podinfo/labels": `app="volproj-web"` + "\n",
+	} {
+		if got := get(path); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/note", "written", 5*time.Second); err != nil {
+		t.Fatalf("write to the emptyDir: %v", err)
+	}
+	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/etc/app/new", "x", 5*time.Second); err == nil || !strings.Contains(err.Error(), "read-only file system") {
+		t.Errorf("write to a ConfigMap volume: %v, want read-only file system", err)
+	}
+	// The Secret's and the memory emptyDir's files are on tmpfs.
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	tmpfs := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(string(mounts)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 8 && strings.HasPrefix(f[4], n1.DataDir) && strings.Contains(sc.Text(), " - tmpfs ") {
+			tmpfs[f[4][strings.LastIndex(f[4], "/")+1:]] = true
+		}
+	}
+	if !tmpfs["sec"] || !tmpfs["scratch"] || tmpfs["cfg"] {
+		t.Errorf("tmpfs volumes under the data dir: %v, want sec and scratch only", tmpfs)
+	}
+
+	// The ConfigMap changes: the mounted file follows, the subPath
+	// file does not, nothing restarts.
+	changed := time.Now()
+	apply(t, n1, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: "+ns+"}\ndata: {app.conf: color=green, mode: fast}\n")
+	took, err := eventually(10*time.Second, func() error {
+		if got := get("/etc/app/app.conf"); got != "color=green" {
+			return fmt.Errorf("app.conf is %q", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the mounted file changed %v after the apply (%v since)", took.Round(time.Millisecond), time.Since(changed).Round(time.Millisecond))
+	if got := get("/etc/pinned.conf"); got != "color=blue" {
+		t.Errorf("the subPath file changed to %q (Kubernetes does not update a subPath mount)", got)
+	}
+	if got := get("/scratch/note"); got != "written" {
+		t.Errorf("the emptyDir lost its file: %q", got)
+	}
+	now, err := replicas(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range now {
+		if r.Namespace == ns && (r.Name != web.Name || r.Restarts != 0 || r.Phase != api.PhaseRunning) {
+			t.Fatalf("the change restarted or replaced the replica: %+v", r)
+		}
+	}
+	// Deleted: its volumes are unmounted and removed.
+	if _, err := n1.CLI("delete", "deployment", "volproj-web", "-n", ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventually(30*time.Second, func() error {
+		mounts, _ := os.ReadFile("/proc/self/mountinfo")
+		if strings.Contains(string(mounts), n1.DataDir+"/pods/") {
+			return fmt.Errorf("volumes still mounted")
+		}
+		if _, err := os.Stat(n1.DataDir + "/pods/" + ns + "_" + web.Name); err == nil {
+			return fmt.Errorf("the pod directory is still there")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
