@@ -47,7 +47,7 @@ type replicas struct {
 	// configErrors are its replicas held back by a missing ConfigMap,
 	// Secret or key (reconcile.Output.ConfigErrors).
 	configErrors map[string]string
-	down     bool                  // the runtime did not answer the last pass
+	down         bool // the runtime did not answer the last pass
 	// waiting is when this node first owned each replica it owns that
 	// has no container yet (by replica ID): the replica's creation time
 	// until a container has one (kubectl's AGE of a pod that never
