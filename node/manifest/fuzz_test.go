@@ -39,6 +39,8 @@ func fuzzSeeds() []string {
 		r(d, "          httpGet:\n            port: http\n", "          exec: {command: [sleep, 5, {a: 1}]}\n"),
 		goodConfigMap,
 		goodSecret,
+		r(d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - {name: cfg, configMap: {name: c, items: [{key: k, path: a/b, mode: 0400}]}}\n      - {name: p, projected: {sources: [{secret: {name: s}}, {downwardAPI: {items: [{path: l, fieldRef: {fieldPath: metadata.labels}}]}}]}}\n      containers:"),
+		r(d, "          value: hi", "          valueFrom: {secretKeyRef: {name: s, key: k, optional: true}}"),
 		"apiVersion: v1\nkind: Secret\nmetadata: {name: t}\ntype: kubernetes.io/tls\ndata: {tls.crt: eA==}\n",
 		"a: &a [*a, *a]\n",
 		"- - - - - -\n",
