@@ -232,7 +232,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
 		cluster: a.mem.cluster, peers: a.api.peers, writer: a.mem.writer, wake: a.work.replicas.wake, log: log}
-	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Log: log}
+	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
 	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
 	a.mem.answerer.Store(a.work.fence)
 	// The first view: from here on, the arrival check holds the claims

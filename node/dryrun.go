@@ -48,8 +48,11 @@ var errDryRun = errors.New("this node runs with --dry-run: it runs no containers
 // dryRuntime is the Runtime of a dry-run agent: no containers, no images.
 type dryRuntime struct{}
 
-func (dryRuntime) List(context.Context) ([]reconcile.Container, error)       { return nil, nil }
-func (dryRuntime) Execute(context.Context, reconcile.Action) error           { return errDryRun }
+func (dryRuntime) List(context.Context) ([]reconcile.Container, error) { return nil, nil }
+func (dryRuntime) Execute(context.Context, reconcile.Action) error     { return errDryRun }
+func (dryRuntime) UpdateVolume(string, reconcile.Volume, []reconcile.File) (bool, error) {
+	return false, nil
+}
 func (dryRuntime) WatchExits(ctx context.Context, _ func())                  { <-ctx.Done() }
 func (dryRuntime) LogPath(string) string                                     { return "" }
 func (dryRuntime) ImportImages(context.Context, io.Reader) ([]string, error) { return nil, errDryRun }

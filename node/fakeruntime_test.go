@@ -68,6 +68,10 @@ func (f *fakeRuntime) List(context.Context) ([]reconcile.Container, error) {
 	return out, nil
 }
 
+func (f *fakeRuntime) UpdateVolume(string, reconcile.Volume, []reconcile.File) (bool, error) {
+	return false, nil
+}
+
 func (f *fakeRuntime) Execute(_ context.Context, a reconcile.Action) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -35,6 +35,8 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		}
 		if msg, failed := r.acts.lastFailure(c.ID); failed {
 			item.Reason = msg
+		} else if msg := r.configError(c.ID); msg != "" {
+			item.Reason = reconcile.ConfigErrorReason + ": " + msg // a replace held back
 		}
 		busy, isBusy := r.acts.busyAction(c.ID)
 		switch {

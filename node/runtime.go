@@ -18,6 +18,9 @@ type Runtime interface {
 	List(ctx context.Context) ([]reconcile.Container, error)
 	// Execute carries out one reconcile action.
 	Execute(ctx context.Context, a reconcile.Action) error
+	// UpdateVolume rewrites a projected volume of a replica on the node
+	// (volumes.Updater).
+	UpdateVolume(id string, v reconcile.Volume, files []reconcile.File) (bool, error)
 	// CleanupSandboxes removes sandboxes without a container, except busy ones.
 	CleanupSandboxes(ctx context.Context, observed []reconcile.Container, claim func(id string) (release func(), ok bool)) error
 	// WatchExits calls onExit when a container's task exits, until ctx ends.

@@ -219,7 +219,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 			return decoded{}, reject(rejectKey, "record %q holds %s", r.Key, o.Key())
 		}
 		if o.Kind == manifest.KindConfigMap {
-			return decoded{}, nil // not a view's input (yet)
+			return decoded{}, nil // the view decodes ConfigMaps itself (configInto)
 		}
 		return decoded{object: &o}, nil
 	case strings.ToLower(manifest.KindSecret):

@@ -52,6 +52,12 @@ func fromConfigMap(c *corev1.ConfigMap) Object {
 func fromSecret(s *corev1.Secret) Object {
 	s.APIVersion, s.Kind = "v1", KindSecret
 	clearMeta(&s.ObjectMeta)
+	// kubectl's record of the applied object holds the values in clear:
+	// a Secret's is not kept (its data is sealed, its annotations not).
+	delete(s.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
+	if len(s.Annotations) == 0 {
+		s.Annotations = nil
+	}
 	if s.Type == "" {
 		s.Type = corev1.SecretTypeOpaque
 	}
@@ -269,16 +275,21 @@ func SubscriptedField(path string) (key string, ok bool) {
 	return "", false
 }
 
+// validateRefName checks the name of the object a reference names.
+func validateRefName(name string, p *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
+}
+
 // validateKeyRef checks a configMapKeyRef's or secretKeyRef's name and key.
 func validateKeyRef(name, key string, p *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if name == "" {
-		errs = append(errs, field.Required(p.Child("name"), ""))
-	} else {
-		for _, msg := range validation.IsDNS1123Subdomain(name) {
-			errs = append(errs, field.Invalid(p.Child("name"), name, msg))
-		}
-	}
+	errs := validateRefName(name, p.Child("name"))
 	if key == "" {
 		errs = append(errs, field.Required(p.Child("key"), ""))
 	}
@@ -306,10 +317,10 @@ func validateEnvFrom(ef corev1.EnvFromSource, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p, "give configMapRef or secretRef"))
 	case ef.ConfigMapRef != nil && ef.SecretRef != nil:
 		errs = append(errs, field.Invalid(p, "", "may not have more than one field specified at a time"))
-	case ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == "":
-		errs = append(errs, field.Required(p.Child("configMapRef", "name"), ""))
-	case ef.SecretRef != nil && ef.SecretRef.Name == "":
-		errs = append(errs, field.Required(p.Child("secretRef", "name"), ""))
+	case ef.ConfigMapRef != nil:
+		errs = append(errs, validateRefName(ef.ConfigMapRef.Name, p.Child("configMapRef", "name"))...)
+	case ef.SecretRef != nil:
+		errs = append(errs, validateRefName(ef.SecretRef.Name, p.Child("secretRef", "name"))...)
 	}
 	return errs
 }

@@ -403,7 +403,7 @@ spec:
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[0].emptyDir.medium: Unsupported value: "HugePages-2Mi": supported values: "", "Memory"`,
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[1].name: Duplicate value: "data"`,
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.name: Required value`,
-				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.items[0].path: Invalid value: "../etc/passwd": must not contain '..'`,
+				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.items[0].path: Invalid value: "../etc/passwd": must not start with '..'`,
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[2].configMap.items[0].mode: Invalid value: 4095: must be a number between 0 and 0777 (octal), both inclusive`,
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[3]: Forbidden: may not specify more than 1 volume type`,
 				`x.yaml: Deployment "hello": spec.template.spec.volumes[4].hostPath.path: Invalid value: "srv/../x": must be an absolute, clean path`,

@@ -144,6 +144,11 @@ func validateKeyItems(name string, items []corev1.KeyToPath, mode *int32, p *fie
 	if name == "" {
 		errs = append(errs, field.Required(p.Child(nameField), ""))
 	}
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		if name != "" {
+			errs = append(errs, field.Invalid(p.Child(nameField), name, msg))
+		}
+	}
 	errs = append(errs, validateMode(mode, p.Child("defaultMode"))...)
 	for i, it := range items {
 		ip := p.Child("items").Index(i)
@@ -181,6 +186,9 @@ func validateDownwardItems(items []corev1.DownwardAPIVolumeFile, p *field.Path) 
 func filePath(p string, fp *field.Path) field.ErrorList {
 	if p == "" {
 		return field.ErrorList{field.Required(fp, "")}
+	}
+	if strings.HasPrefix(p, "..") {
+		return field.ErrorList{field.Invalid(fp, p, "must not start with '..'")}
 	}
 	return relativePath(p, fp)
 }

@@ -121,7 +121,11 @@ func ProjectVolume(v Volume, r Replica, src ConfigData) ([]File, error) {
 				if s.Optional {
 					continue
 				}
-				return nil, &ConfigError{fmt.Sprintf("%s references non-existent config key: %s", kind, it.Key)}
+				what := "config"
+				if kind == "secret" {
+					what = "secret"
+				}
+				return nil, &ConfigError{fmt.Sprintf("%s references non-existent %s key: %s", kind, what, it.Key)}
 			}
 			byPath[it.Path] = File{Path: it.Path, Data: d, Mode: orMode(it.Mode, mode)}
 		}
@@ -181,13 +185,14 @@ func downwardField(fieldPath string, r Replica) string {
 }
 
 // formatMap renders labels or annotations as the kubelet's downward API
-// does: key="value" lines (Go-quoted), sorted by key.
+// does (FormatMap of the kubelet's fieldpath package): key="value" lines (Go-quoted), sorted by
+// key, with no newline after the last.
 func formatMap(m map[string]string) string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		fmt.Fprintf(&b, "%s=%q\n", k, m[k])
 	}
-	return b.String()
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // CleanSubPath reports whether p stays inside its volume (relative, no

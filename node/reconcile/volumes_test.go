@@ -31,7 +31,7 @@ func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
 	for _, f := range files {
 		got = append(got, f.Path+"="+string(f.Data))
 	}
-	want := `conf/mode=pw|labels=app="shop"` + "\n" + `tier="web"` + "\n|name=web-1|tier=web"
+	want := `conf/mode=pw|labels=app="shop"` + "\n" + `tier="web"|name=web-1|tier=web`
 	if err != nil || strings.Join(got, "|") != want || files[0].Mode != 0o440 {
 		t.Fatalf("projected volume:\n got %q %v\nwant %q", strings.Join(got, "|"), err, want)
 	}
@@ -40,7 +40,7 @@ func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
 		want string
 	}{
 		{Volume{Sources: []FileSource{{ConfigMap: "none"}}}, `configmap "none" not found`},
-		{Volume{Sources: []FileSource{{Secret: "db", Items: []KeyToPath{{Key: "user", Path: "u"}}}}}, "secret references non-existent config key: user"},
+		{Volume{Sources: []FileSource{{Secret: "db", Items: []KeyToPath{{Key: "user", Path: "u"}}}}}, "secret references non-existent secret key: user"},
 	} {
 		if _, err := ProjectVolume(c.v, r, src); err == nil || err.Error() != c.want {
 			t.Errorf("%+v: %v, want %q", c.v, err, c.want)

@@ -145,6 +145,10 @@ type Runtime struct {
 	// (shared) against imports (exclusive), which create names of their
 	// own.
 	imageNames sync.RWMutex
+	// volumes serialises what changes replicas' volumes on the node:
+	// their setup at create, their updates (UpdateVolume), their
+	// teardown at remove.
+	volumes sync.Mutex
 }
 
 // New connects to containerd at cfg.Address and checks that it answers.
@@ -282,6 +286,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
 	vmounts, err := r.volumeMounts(rep, r.podDir(rep.ID), vars)
 	if err != nil {
+		r.removePodDir(rep.ID) // no tmpfs left mounted
 		return fmt.Errorf("create replica %s: %w", rep.Name, err)
 	}
 	mounts = append(mounts, vmounts...)
@@ -503,12 +508,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 			r.log.Warn("remove log file", "container", id, "err", err)
 		}
 	}
-	if err := releaseVolumes(r.podDir(id)); err != nil {
-		r.log.Warn("unmount the replica's volumes", "container", id, "err", err)
-	}
-	if err := os.RemoveAll(r.podDir(id)); err != nil {
-		r.log.Warn("remove the replica's hosts and resolv.conf", "container", id, "err", err)
-	}
+	r.removePodDir(id)
 	return nil
 }
 

@@ -24,27 +24,19 @@ import (
 // file is then not updated, as in Kubernetes); a subPathExpr is
 // expanded against vars, the container's environment.
 func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[string]string) ([]specs.Mount, error) {
+	r.volumes.Lock()
+	defer r.volumes.Unlock()
 	dirs := map[string]string{}
-	readOnly := map[string]bool{}
+	projected := map[string]bool{}
 	for _, v := range rep.Spec.Volumes {
 		dir := volumes.Dir(podDir, v.Name)
 		switch {
 		case v.HostPath != "":
-			if !r.hostPathAllowed(v.HostPath) {
-				allowed := "none"
-				if len(r.cfg.AllowHostPath) > 0 {
-					allowed = strings.Join(r.cfg.AllowHostPath, ", ")
-				}
-				return nil, fmt.Errorf("volume %q: hostPath %s is not under a directory the node allows (allowed: %s; start the agent with --allow-host-path DIR to allow one)", v.Name, v.HostPath, allowed)
+			p, err := r.hostDir(v)
+			if err != nil {
+				return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 			}
-			if v.HostPathCreate {
-				if err := os.MkdirAll(v.HostPath, 0o755); err != nil {
-					return nil, fmt.Errorf("volume %q: %w", v.Name, err)
-				}
-			} else if info, err := os.Stat(v.HostPath); err != nil || !info.IsDir() {
-				return nil, fmt.Errorf("volume %q: hostPath %s is not a directory on node %s (type DirectoryOrCreate makes it)", v.Name, v.HostPath, r.cfg.Node)
-			}
-			dir = v.HostPath
+			dir = p
 		case v.EmptyDir:
 			if err := os.MkdirAll(dir, 0o777); err != nil {
 				return nil, err
@@ -73,12 +65,12 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 			if _, err := volumes.Write(dir, rep.Files[v.Name]); err != nil {
 				return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 			}
-			readOnly[v.Name] = true
+			projected[v.Name] = true
 		}
 		dirs[v.Name] = dir
 	}
 	var out []specs.Mount
-	for _, m := range rep.Spec.Mounts {
+	for i, m := range rep.Spec.Mounts {
 		src, ok := dirs[m.Volume]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %s: no volume %q", m.Path, m.Volume)
@@ -89,13 +81,29 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 		}
 		if sub != "" {
 			p, err := volumes.Resolve(src, sub)
+			if err != nil && m.SubPathExpr != "" {
+				// Not the expanded path: it may hold a Secret's value.
+				return nil, fmt.Errorf("volumeMount %s: subPathExpr %q does not name a path inside volume %q", m.Path, m.SubPathExpr, m.Volume)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("volumeMount %s: %w", m.Path, err)
+			}
+			if projected[m.Volume] {
+				// A copy of its own, beside the volume's files (on its
+				// tmpfs for a Secret's): the file a subPath names does
+				// not follow updates, as in Kubernetes, and a restart
+				// still finds it after an update removed the directory
+				// it was in.
+				cp := filepath.Join(src, "..subpath_"+strconv.Itoa(i))
+				if err := copyTree(p, cp); err != nil {
+					return nil, fmt.Errorf("volumeMount %s: %w", m.Path, err)
+				}
+				p = cp
 			}
 			src = p
 		}
 		opts := []string{"rbind", "rprivate"}
-		if m.ReadOnly || readOnly[m.Volume] {
+		if m.ReadOnly || projected[m.Volume] {
 			opts = append(opts, "ro")
 		}
 		out = append(out, specs.Mount{Destination: m.Path, Type: "bind", Source: src, Options: opts})
@@ -103,21 +111,118 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 	return out, nil
 }
 
-// hostPathAllowed reports whether p lies under one of --allow-host-path.
-func (r *Runtime) hostPathAllowed(p string) bool {
+// hostDir is the node directory of hostPath volume v: under one of
+// --allow-host-path, with symlinks resolved and checked to stay under
+// it (made, for the type "DirectoryOrCreate", one directory at a time
+// refusing symlinks), refused otherwise with a reason that names the
+// flag.
+func (r *Runtime) hostDir(v reconcile.Volume) (string, error) {
 	for _, a := range r.cfg.AllowHostPath {
-		if p == a || strings.HasPrefix(p, a+"/") {
-			return true
+		rel, under := strings.CutPrefix(v.HostPath, a+"/")
+		if v.HostPath == a {
+			rel, under = "", true
 		}
+		if !under {
+			continue
+		}
+		root, err := filepath.EvalSymlinks(a)
+		if err != nil {
+			return "", fmt.Errorf("--allow-host-path %s: %w", a, err)
+		}
+		if rel != "" && v.HostPathCreate {
+			if err := volumes.MkdirBeneath(root, rel); err != nil {
+				return "", fmt.Errorf("hostPath %s: %w", v.HostPath, err)
+			}
+		}
+		p, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+		if err != nil {
+			return "", fmt.Errorf("hostPath %s is not a directory on node %s (the type DirectoryOrCreate makes it)", v.HostPath, r.cfg.Node)
+		}
+		if p != root && !strings.HasPrefix(p, root+"/") {
+			return "", fmt.Errorf("hostPath %s leads outside --allow-host-path %s (through a symlink)", v.HostPath, a)
+		}
+		if info, err := os.Stat(p); err != nil || !info.IsDir() {
+			return "", fmt.Errorf("hostPath %s is not a directory on node %s", v.HostPath, r.cfg.Node)
+		}
+		return p, nil
 	}
-	return false
+	allowed := "none"
+	if len(r.cfg.AllowHostPath) > 0 {
+		allowed = strings.Join(r.cfg.AllowHostPath, ", ")
+	}
+	return "", fmt.Errorf("hostPath %s is not under a directory the node allows (allowed: %s; start the agent with --allow-host-path DIR to allow one)", v.HostPath, allowed)
+}
+
+// UpdateVolume writes files into projected volume v of container id,
+// if that volume is here (made by its create, not removed since), and
+// reports whether anything changed (volumes.Updater). A volume that
+// holds a Secret's values is written only while it is a tmpfs.
+func (r *Runtime) UpdateVolume(id string, v reconcile.Volume, files []reconcile.File) (bool, error) {
+	r.volumes.Lock()
+	defer r.volumes.Unlock()
+	dir := volumes.Dir(r.podDir(id), v.Name)
+	if _, err := os.Lstat(filepath.Join(dir, "..data")); err != nil {
+		return false, nil
+	}
+	if v.Sensitive() && !isTmpfs(dir) {
+		return false, fmt.Errorf("volume %q of %s holds a Secret's values but is not a tmpfs: not written", v.Name, id)
+	}
+	return volumes.Write(dir, files)
+}
+
+// removePodDir unmounts the replica's tmpfs volumes and removes its pod
+// directory.
+func (r *Runtime) removePodDir(id string) {
+	r.volumes.Lock()
+	defer r.volumes.Unlock()
+	if err := releaseVolumes(r.podDir(id)); err != nil {
+		r.log.Warn("unmount the replica's volumes", "container", id, "err", err)
+	}
+	if err := os.RemoveAll(r.podDir(id)); err != nil {
+		r.log.Warn("remove the replica's pod directory", "container", id, "err", err)
+	}
+}
+
+// copyTree copies the file or directory src to dst (made anew), keeping
+// modes; symlinks and devices inside are not copied.
+func copyTree(src, dst string) error {
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, info.Mode().Perm())
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+// isTmpfs reports whether dir is a tmpfs mount of its own.
+func isTmpfs(dir string) bool {
+	var st, parent unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && unix.Statfs(filepath.Dir(dir), &parent) == nil && st.Type == unix.TMPFS_MAGIC && st.Fsid != parent.Fsid
 }
 
 // mountTmpfs mounts a tmpfs on dir unless one is there already (a
 // create retried, an agent restarted).
 func mountTmpfs(dir, opts string) error {
-	var st, parent unix.Statfs_t
-	if unix.Statfs(dir, &st) == nil && unix.Statfs(filepath.Dir(dir), &parent) == nil && st.Type == unix.TMPFS_MAGIC && st.Fsid != parent.Fsid {
+	if isTmpfs(dir) {
 		return nil
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -38,7 +37,9 @@ type Resealer struct {
 
 // Reseal writes, as new versions, the Secret records sealed under a key
 // other than the one in use, sealed under it, and returns how many. A
-// record that does not open is left as it is and named in the error.
+// record that does not open (sealed under a key this node no longer
+// holds) is left as it is and logged: a rotation cannot mend it, and
+// must not be held back by it.
 func (r *Resealer) Reseal(ctx context.Context) (int, error) {
 	keys := r.Box.keys.Keys()
 	if len(keys) == 0 {
@@ -53,7 +54,6 @@ func (r *Resealer) Reseal(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var out []crdt.Record
-	var errs []error
 	for _, rec := range recs {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -68,7 +68,7 @@ func (r *Resealer) Reseal(ctx context.Context) (int, error) {
 		}
 		plain, err := r.Box.Open(rec.Key, rec.Value)
 		if err != nil {
-			errs = append(errs, err)
+			r.Log.Warn("a Secret does not open: not sealed again", "key", rec.Key, "err", err)
 			continue
 		}
 		value, err := r.Box.Seal(rec.Key, plain)
@@ -84,5 +84,5 @@ func (r *Resealer) Reseal(ctx context.Context) (int, error) {
 		}
 		r.Log.Info("sealed Secrets again under the key in use", "secrets", len(out))
 	}
-	return len(out), errors.Join(errs...)
+	return len(out), nil
 }

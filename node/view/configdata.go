@@ -48,7 +48,9 @@ func (c *ConfigData) Secret(namespace, name string) (map[string][]byte, bool) {
 // changed, else decoded again from the store (a record that does not
 // decode or open is left out, logged once per version).
 func (vs *Builder) configInto(v, prev *View) error {
-	if !v.Changes.Config && prev != nil {
+	// A record that did not open is tried again each build (the key it
+	// needs may have come with a keyring refresh).
+	if !v.Changes.Config && prev != nil && len(vs.badConfig) == 0 {
 		v.Config = prev.Config
 		return nil
 	}
@@ -63,6 +65,9 @@ func (vs *Builder) configInto(v, prev *View) error {
 				continue
 			}
 			o, err := vs.decodeConfig(r)
+			if err == nil {
+				delete(vs.badConfig, r.Key)
+			}
 			if err != nil {
 				if vs.badConfig[r.Key] != r.Version.String() {
 					vs.badConfig[r.Key] = r.Version.String()

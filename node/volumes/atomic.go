@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -133,13 +135,47 @@ func same(dir string, files []reconcile.File) bool {
 	return true
 }
 
-// errOutside: a subPath that leads out of its volume (through a
-// symlink a container made).
+// errOutside: a path that leads out of its volume (through a symlink a
+// container made).
 var errOutside = errors.New("leads outside its volume")
 
-// Resolve returns the host path of sub inside the volume at dir, with
-// symlinks followed and checked to stay inside dir: what a subPath
-// mount binds (a projected file through ..data as it is now).
+// MkdirBeneath makes the directories of sub (relative, clean) below
+// root, one at a time, refusing any symlink on the way (O_NOFOLLOW):
+// a container that writes a symlink into a volume cannot make the
+// agent create directories elsewhere.
+func MkdirBeneath(root, sub string) error {
+	if !reconcile.CleanSubPath(sub) {
+		return fmt.Errorf("%q: %w", sub, errOutside)
+	}
+	fd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", root, err)
+	}
+	for _, name := range strings.Split(sub, "/") {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(fd)
+			return fmt.Errorf("mkdir %s in %s: %w", name, root, err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return fmt.Errorf("%q: %w", sub, errOutside)
+		}
+		if err != nil {
+			return err
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	return nil
+}
+
+// Resolve returns the host path of sub inside the directory dir, with
+// symlinks followed and checked to stay inside dir: what a subPath mount
+// binds. A sub that does not exist is made a directory, as the kubelet
+// makes it (MkdirBeneath). The result may change after the check (a
+// container that rewrites a symlink in a volume it shares races the
+// mount): the kubelet has the same window without its safe-open code.
 func Resolve(dir, sub string) (string, error) {
 	if !reconcile.CleanSubPath(sub) {
 		return "", fmt.Errorf("subPath %q: %w", sub, errOutside)
@@ -150,13 +186,10 @@ func Resolve(dir, sub string) (string, error) {
 	}
 	p, err := filepath.EvalSymlinks(filepath.Join(root, sub))
 	if errors.Is(err, fs.ErrNotExist) {
-		// A subPath of an emptyDir that does not exist yet: made, as
-		// the kubelet makes it.
-		p = filepath.Join(root, sub)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return "", err
+		if err := MkdirBeneath(root, sub); err != nil {
+			return "", fmt.Errorf("subPath %w", err)
 		}
-		return Resolve(dir, sub)
+		p, err = filepath.EvalSymlinks(filepath.Join(root, sub))
 	}
 	if err != nil {
 		return "", err

@@ -91,3 +91,26 @@ func TestResolveStaysInsideItsVolume(t *testing.T) {
 		t.Fatal("a .. path resolved")
 	}
 }
+
+// TestResolveMakesNothingOutsideItsVolume: a missing subPath below a
+// symlink a container planted (a -> a directory outside) is refused
+// before any directory is made there.
+func TestResolveMakesNothingOutsideItsVolume(t *testing.T) {
+	base := t.TempDir()
+	vol, outside := filepath.Join(base, "vol"), filepath.Join(base, "outside")
+	os.MkdirAll(vol, 0o755)
+	os.MkdirAll(outside, 0o755)
+	os.Symlink(outside, filepath.Join(vol, "a"))
+	if _, err := Resolve(vol, "a/x/y"); err == nil {
+		t.Fatal("resolved a path through a symlink out of the volume")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); !os.IsNotExist(err) {
+		t.Fatalf("a directory was made outside the volume: %v", err)
+	}
+	if err := MkdirBeneath(vol, "b/c"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(filepath.Join(vol, "b/c")); err != nil || !info.IsDir() {
+		t.Fatal("MkdirBeneath made no directory")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +11,13 @@ import (
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
 )
+
+// Pods writes a replica's projected volume if it is on the node
+// (*runtime.Runtime.UpdateVolume: under the lock its create and remove
+// take, so an update never writes a volume being torn down).
+type Pods interface {
+	UpdateVolume(id string, v reconcile.Volume, files []reconcile.File) (bool, error)
+}
 
 // Views gives the cluster view and a channel closed when a newer one is
 // built (*view.Builder).
@@ -32,6 +38,7 @@ type Updater struct {
 	// PodDir holds one directory per replica (runtime.Config.PodDir).
 	PodDir string
 	Views  Views
+	Pods   Pods
 	Log    *slog.Logger
 }
 
@@ -78,15 +85,11 @@ func (u *Updater) Sync(v *view.View) int {
 			if len(vol.Sources) == 0 {
 				continue
 			}
-			dir := Dir(filepath.Join(u.PodDir, e.Name()), vol.Name)
-			if _, err := os.Lstat(filepath.Join(dir, dataLink)); err != nil {
-				continue // not made yet (its create writes it)
-			}
 			files, err := reconcile.ProjectVolume(vol, r, v.Config)
 			if err != nil {
 				continue
 			}
-			changed, err := Write(dir, files)
+			changed, err := u.Pods.UpdateVolume(e.Name(), vol, files)
 			if err != nil {
 				u.Log.Warn("update a volume's files", "replica", r.Name, "volume", vol.Name, "err", err)
 				continue

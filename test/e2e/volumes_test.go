@@ -63,7 +63,7 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/etc/app/app.conf": "color=blue", "/etc/app/mode": "fast", "/etc/pinned.conf": "color=blue",
-		"/etc/secret/password": "vol-secret-5e1", "/etc/podinfo/name": web.Name, "/etc/podinfo/labels": `app="volproj-web"` + "\n",
+		"/etc/secret/password": "vol-secret-5e1", "/etc/podinfo/name": web.Name, "/etc/podinfo/labels": `app="volproj-web"`,
 	} {
 		if got := get(path); got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
@@ -117,6 +117,34 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 		if r.Namespace == ns && (r.Name != web.Name || r.Restarts != 0 || r.Phase != api.PhaseRunning) {
 			t.Fatalf("the change restarted or replaced the replica: %+v", r)
 		}
+	}
+	// A restart after the update (a crash) mounts the same files: the
+	// subPath copy is still there, the volume holds the new file.
+	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/exit", "", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventually(60*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Namespace == ns && r.Restarts == 1 && r.Phase == api.PhaseRunning {
+				web = r
+				return nil
+			}
+		}
+		return fmt.Errorf("not restarted and running: %+v", all)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventually(10*time.Second, func() error {
+		if got := get("/etc/pinned.conf") + "|" + get("/etc/app/app.conf"); got != "color=blue|color=green" {
+			return fmt.Errorf("after the restart: %q", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// Deleted: its volumes are unmounted and removed.
 	if _, err := n1.CLI("delete", "deployment", "volproj-web", "-n", ns); err != nil {

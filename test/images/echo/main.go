@@ -265,6 +265,16 @@ func main() {
 		}
 		w.Write(b)
 	})
+	// POST /exit: the process exits 1 once it has answered (a crash,
+	// for restart tests).
+	mux.HandleFunc("/exit", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Write([]byte("exiting\n"))
+		go func() { time.Sleep(100 * time.Millisecond); os.Exit(1) }()
+	})
 	// GET /sandbox: what the container's sandbox allows, one key=value
 	// per line.
 	mux.HandleFunc("/sandbox", func(w http.ResponseWriter, r *http.Request) {
