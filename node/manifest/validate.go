@@ -320,7 +320,9 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}))
 	}
 	errs = append(errs, validatePodDNS(s, p)...)
-	errs = append(errs, validateVolumes(s, p)...)
+	if len(s.Volumes) > 0 || slices.ContainsFunc(s.Containers, func(c corev1.Container) bool { return len(c.VolumeMounts) > 0 }) {
+		errs = append(errs, validateVolumes(s, p)...) // volumes.go
+	}
 	if sc := s.SecurityContext; sc != nil {
 		sp := p.Child("securityContext")
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)

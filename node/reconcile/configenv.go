@@ -28,12 +28,6 @@ type ConfigError struct{ Msg string }
 
 func (e *ConfigError) Error() string { return e.Msg }
 
-// UsesConfig reports whether s refers to a ConfigMap or Secret through
-// env or envFrom.
-func (s Spec) UsesConfig() bool {
-	return len(s.EnvFrom) > 0 || slices.ContainsFunc(s.Env, func(e EnvVar) bool { return e.ConfigMap != "" || e.Secret != "" })
-}
-
 // ResolveEnv returns s's environment with every ConfigMap and Secret
 // reference replaced by its value (Literal, not expanded), as the
 // kubelet's makeEnvironmentVariables builds it: envFrom's variables

@@ -199,3 +199,9 @@ func withConfig(r *Replica, src ConfigData) error {
 	r.Spec.Env, r.Spec.EnvFrom = env, nil
 	return nil
 }
+
+// UsesConfig reports whether s refers to a ConfigMap or Secret through
+// env or envFrom.
+func (s Spec) UsesConfig() bool {
+	return len(s.EnvFrom) > 0 || slices.ContainsFunc(s.Env, func(e EnvVar) bool { return e.ConfigMap != "" || e.Secret != "" })
+}

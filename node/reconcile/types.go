@@ -12,6 +12,7 @@ package reconcile
 import (
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
@@ -279,4 +280,12 @@ func Terminated(code uint32, oom bool, started, finished time.Time) api.Terminat
 		t.Reason = "Error"
 	}
 	return t
+}
+
+// PodUID is the UID a replica's pod shows (the field path
+// "metadata.uid"): a name-based UUID (RFC 4122 version 5) of its
+// object's UID, namespace, name and spec hash, the same for the life of
+// one replica's copy, another for a new one.
+func PodUID(r Replica) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("starling/"+r.UID+"/"+r.Namespace+"/"+r.Name+"/"+r.SpecHash)).String()
 }

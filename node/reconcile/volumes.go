@@ -6,8 +6,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/google/uuid"
 )
 
 // Volume is one of a pod's volumes: an emptyDir (Memory: on tmpfs), a
@@ -72,14 +70,6 @@ type File struct {
 	Path string
 	Data []byte
 	Mode uint32
-}
-
-// PodUID is the UID a replica's pod shows (the field path
-// "metadata.uid"): a name-based UUID (RFC 4122 version 5) of its
-// object's UID, namespace, name and spec hash, the same for the life of
-// one replica's copy, another for a new one.
-func PodUID(r Replica) string {
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("starling/"+r.UID+"/"+r.Namespace+"/"+r.Name+"/"+r.SpecHash)).String()
 }
 
 // ProjectVolume returns the files of v for replica r from src, as the

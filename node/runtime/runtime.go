@@ -284,12 +284,14 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
 	}
 	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
-	vmounts, err := r.volumeMounts(rep, r.podDir(rep.ID), vars)
-	if err != nil {
-		r.removePodDir(rep.ID) // no tmpfs left mounted
-		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	if len(rep.Spec.Volumes) > 0 {
+		vmounts, err := r.volumeMounts(rep, r.podDir(rep.ID), vars) // volumes.go
+		if err != nil {
+			r.removePodDir(rep.ID) // no tmpfs left mounted
+			return fmt.Errorf("create replica %s: %w", rep.Name, err)
+		}
+		mounts = append(mounts, vmounts...)
 	}
-	mounts = append(mounts, vmounts...)
 	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
 	args := processArgs(ic, spec)

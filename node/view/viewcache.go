@@ -415,7 +415,9 @@ func specOf(o manifest.Object) reconcile.Spec {
 		}
 	}
 	s.Env, s.EnvFrom = envOf(t, c)
-	s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes), mountsOf(c.VolumeMounts)
+	if len(t.Spec.Volumes) > 0 || len(c.VolumeMounts) > 0 {
+		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes), mountsOf(c.VolumeMounts) // volumes.go
+	}
 	s.Labels, s.Annotations = t.Labels, t.Annotations
 	for _, p := range c.Ports {
 		proto := string(p.Protocol)
