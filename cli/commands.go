@@ -51,7 +51,7 @@ stored and every problem is listed.`,
 			}
 			req := api.ApplyRequest{}
 			for _, o := range objs {
-				b, err := manifest.Encode(o)
+				b, err := manifest.Encode(manifest.Record(o))
 				if err != nil {
 					return err
 				}

@@ -25,7 +25,7 @@ func TestDrainDelayOnlyForRunningReplicasWithGrace(t *testing.T) {
 		{"a create has nothing to drain", reconcile.Action{Type: reconcile.Create}, 0},
 	}
 	for _, c := range cases {
-		if got := drainDelay(c.act, delay); got != c.want {
+		if got := c.act.DrainDelay(delay); got != c.want {
 			t.Errorf("%s: drainDelay = %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -47,7 +47,7 @@ func (o *objects) Apply(objs []manifest.Object) ([]api.ApplyResult, error) {
 	if err := o.workloadClash(objs); err != nil {
 		return nil, api.NewError(http.StatusConflict, err)
 	}
-	return o.write(objs, func() error { return o.admit(objs) })
+	return o.write(objs, true, func() error { return o.admit(objs) })
 }
 
 // lookup returns the live record of kind namespace/name; 404 when none.
@@ -151,7 +151,9 @@ func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.Apply
 
 // store is write without further checks (scale, rollout commands and
 // tests).
-func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) { return o.write(objs, nil) }
+func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
+	return o.write(objs, false, nil)
+}
 
 // write stores objects as new versions and gossips them, each as
 // manifest.Apply decides over the stored one (created, configured, or
@@ -163,7 +165,7 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) { ret
 // unchanged ones too (which records a Deployment stored before revisions
 // existed); they are written before the objects, so a node that sees a
 // new template has mostly seen its revision already.
-func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.ApplyResult, error) {
+func (o *objects) write(objs []manifest.Object, merge bool, admit func() error) ([]api.ApplyResult, error) {
 	var recs, revRecs []crdt.Record
 	var errs []error
 	results := make([]api.ApplyResult, len(objs))
@@ -176,18 +178,25 @@ func (o *objects) write(objs []manifest.Object, admit func() error) ([]api.Apply
 		if found {
 			o.clock.Update(stored.Version) // the new version must win over the old
 		}
+		var old []byte
+		if found && !stored.Deleted {
+			if old, err = o.open(stored); err != nil { // stored, even if empty: configured, not created
+				return nil, err
+			}
+		}
+		if merge { // an apply: kubectl's three-way merge over what is stored
+			if obj, err = manifest.Merge(old, obj); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			objs[i] = obj // admit checks what is stored
+		}
 		if obj.Deployment != nil {
 			rs, err := o.revisionChanges(obj.Deployment)
 			if err != nil {
 				return nil, fmt.Errorf("revisions of %s: %w", obj.Key(), err)
 			}
 			revRecs = append(revRecs, rs...)
-		}
-		var old []byte
-		if found && !stored.Deleted {
-			if old, err = o.open(stored); err != nil { // stored, even if empty: configured, not created
-				return nil, err
-			}
 		}
 		value, result, err := manifest.Apply(old, obj, time.Now(), uuid.NewUUID())
 		if errors.As(err, new(*manifest.ValidationError)) {

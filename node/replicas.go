@@ -290,7 +290,7 @@ func (r *replicas) execute(ctx context.Context, act reconcile.Action) {
 	// busy forever: every action has a deadline.
 	ctx, cancel := context.WithTimeout(ctx, actionTimeout(act))
 	defer cancel()
-	if d := drainDelay(act, r.drainDelay); d > 0 {
+	if d := act.DrainDelay(r.drainDelay); d > 0 {
 		// The replica is already published as Terminating (not ready):
 		// give every node time to take it out of its Service rules
 		// before SIGTERM, so no new connection meets a closed port.
@@ -317,15 +317,4 @@ func (r *replicas) execute(ctx context.Context, act reconcile.Action) {
 		r.metrics.restarts.Inc()
 	}
 	r.log.Info("action done", "action", act.Type, "replica", name, "reason", act.Reason, "took", time.Since(start).Round(time.Millisecond))
-}
-
-// drainDelay is how long act waits before stopping a running container:
-// delay (--drain-delay) for a remove or replace of a running container
-// with a grace period; none for a fenced StatefulSet replica (killed at
-// once), a liveness stop, or a container that is not running.
-func drainDelay(act reconcile.Action, delay time.Duration) time.Duration {
-	if (act.Type != reconcile.Remove && act.Type != reconcile.Replace) || act.Old.State != reconcile.StateRunning || act.Old.GracePeriod == 0 {
-		return 0
-	}
-	return delay
 }

@@ -270,6 +270,7 @@ func decodeTyped(js []byte, v any, report ObjectError, build func() Object) []it
 	}
 	report.Decoding = append(report.Decoding, strictErrs...)
 	obj := build()
+	obj.Applied = js
 	report.Kind, report.Name = obj.Kind, obj.Name
 	report.Errs = Validate(obj)
 	return []item{{obj: obj, ok: true, report: report}}

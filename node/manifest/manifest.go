@@ -75,6 +75,9 @@ type Object struct {
 	// stringData merged into data).
 	ConfigMap *corev1.ConfigMap
 	Secret    *corev1.Secret
+	// Applied is the document as written, in JSON, before defaults
+	// (Parse and ReadPaths set it): what an apply records (Record).
+	Applied []byte
 }
 
 // Key returns the store key "kind/namespace/name" with the kind lower-cased,
@@ -269,6 +272,7 @@ func Decode(data []byte) (Object, error) {
 		// Unreachable: without Lists a document holds one object.
 		return Object{}, fmt.Errorf("decode: got %d objects, want 1", len(objs))
 	}
+	objs[0].Applied = nil // an encoded object, not a document as written
 	// Stored objects keep the metadata the agent set (Parse clears it from
 	// user input): its UID, when the object was created, and its
 	// generation.

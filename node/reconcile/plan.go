@@ -202,3 +202,15 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 	sort.SliceStable(res.Actions, func(i, j int) bool { return res.Actions[i].IDs()[0] < res.Actions[j].IDs()[0] })
 	return res
 }
+
+// DrainDelay is how long act waits before stopping a running container:
+// delay (--drain-delay) for a remove or replace of a running container
+// with a grace period, so every node takes it out of its Service rules
+// first; none for a fenced StatefulSet replica (killed at once), a
+// liveness stop, or a container that is not running.
+func (act Action) DrainDelay(delay time.Duration) time.Duration {
+	if (act.Type != Remove && act.Type != Replace) || act.Old.State != StateRunning || act.Old.GracePeriod == 0 {
+		return 0
+	}
+	return delay
+}

@@ -108,4 +108,20 @@ func TestRolloutHistoryUndoRestartAndStatus(t *testing.T) {
 	if _, err := n.CLI("rollout", "status", "web"); err == nil || !strings.Contains(err.Error(), "deployment/web or deployment web") {
 		t.Fatalf("status without a kind: %v", err)
 	}
+
+	// An apply keeps what other commands set (kubectl's three-way
+	// merge): the same file applied after a restart changes nothing
+	// and rolls nothing.
+	apply(t, n, rolloutManifest("v1", "one"))
+	h5 := rolledOut(t, n, "deployment/web")
+	if _, err := n.CLI("rollout", "restart", "deployment", "web"); err != nil {
+		t.Fatal(err)
+	}
+	h6 := rolledOut(t, n, "deployment/web")
+	if out, err := n.CLIInput(strings.NewReader(rolloutManifest("v1", "one")), "apply", "-f", "-"); err != nil || out != "deployment.apps/web unchanged\n" {
+		t.Fatalf("the same file after a restart: %q %v, want unchanged", out, err)
+	}
+	if got := rolledOut(t, n, "deployment/web"); got != h6 || h6 == h5 {
+		t.Fatalf("after the re-apply web runs %s, want the restart's %s (before it %s)", got, h6, h5)
+	}
 }
