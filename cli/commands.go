@@ -29,6 +29,7 @@ func resultLine(r api.ApplyResult) string {
 
 func newApplyCmd(g *globals) *cobra.Command {
 	var files []string
+	var recursive bool
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
 		Short: "Create or update Deployments, StatefulSets, Services, ConfigMaps and Secrets from manifests",
@@ -42,7 +43,7 @@ stored and every problem is listed.`,
 			if len(files) == 0 {
 				return fmt.Errorf("-f: required (a file, a directory or - for stdin)")
 			}
-			objs, err := manifest.ReadPaths(files, g.stdin)
+			objs, err := manifest.ReadPaths(files, recursive, g.stdin)
 			if err != nil {
 				return err
 			}
@@ -73,6 +74,7 @@ stored and every problem is listed.`,
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "manifest file, directory, or - for stdin (repeatable)")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "-f DIR: the manifests of its subdirectories too")
 	return cmd
 }
 
@@ -93,6 +95,7 @@ func splitRef(args []string) (kind, name string, err error) {
 
 func newDeleteCmd(g *globals) *cobra.Command {
 	var files []string
+	var recursive bool
 	cmd := &cobra.Command{
 		Use:   "delete (-f FILE | KIND NAME | KIND/NAME)",
 		Short: "Delete Deployments, StatefulSets and Services",
@@ -103,7 +106,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 				if len(args) > 0 {
 					return fmt.Errorf("give either -f or KIND NAME, not both")
 				}
-				objs, err := manifest.ReadPaths(files, g.stdin)
+				objs, err := manifest.ReadPaths(files, recursive, g.stdin)
 				if err != nil {
 					return err
 				}
@@ -138,6 +141,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "delete the objects in this manifest file, directory or - (repeatable)")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "-f DIR: the manifests of its subdirectories too")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace of KIND NAME")
 	return cmd
 }

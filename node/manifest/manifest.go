@@ -19,7 +19,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -132,11 +131,12 @@ var manifestExts = map[string]bool{".yaml": true, ".yml": true, ".json": true}
 
 // ReadPaths reads manifests from paths and parses them as Parse does. A path
 // is a file (any name), a directory (its *.yaml, *.yml and *.json files in
-// name order, not recursive), or "-" for stdin. Problems in all inputs are
+// name order; with recursive, those of its subdirectories too, depth
+// first in name order, as kubectl -R), or "-" for stdin. Problems in all inputs are
 // collected; the returned error joins any I/O errors with a
 // *ValidationError (find it with errors.As). Two objects with the same Key,
 // even in different files, are an error.
-func ReadPaths(paths []string, stdin io.Reader) ([]Object, error) {
+func ReadPaths(paths []string, recursive bool, stdin io.Reader) ([]Object, error) {
 	var (
 		items  []item
 		ioErrs []error
@@ -158,7 +158,7 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Object, error) {
 			add(data, "<stdin>")
 			continue
 		}
-		files, err := manifestFiles(p)
+		files, err := manifestFiles(p, recursive)
 		if err != nil {
 			ioErrs = append(ioErrs, err)
 			continue
@@ -181,8 +181,8 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Object, error) {
 }
 
 // manifestFiles expands p into the files to read: p itself, or the manifest
-// files directly inside it.
-func manifestFiles(p string) ([]string, error) {
+// files inside it (directly, or at any depth when recursive).
+func manifestFiles(p string, recursive bool) ([]string, error) {
 	info, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
@@ -196,13 +196,20 @@ func manifestFiles(p string) ([]string, error) {
 	}
 	var files []string
 	for _, e := range entries {
+		if e.IsDir() && recursive {
+			sub, err := manifestFiles(filepath.Join(p, e.Name()), true)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, sub...)
+			continue
+		}
 		if e.IsDir() || !manifestExts[strings.ToLower(filepath.Ext(e.Name()))] {
 			continue
 		}
 		files = append(files, filepath.Join(p, e.Name()))
 	}
-	sort.Strings(files) // os.ReadDir sorts already; keep the promise explicit
-	return files, nil
+	return files, nil // in os.ReadDir's name order
 }
 
 // Encode returns the canonical JSON of o's Kubernetes object, with

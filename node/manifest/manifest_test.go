@@ -832,7 +832,7 @@ func TestReadPaths(t *testing.T) {
 	}
 	stdin := strings.NewReader(edit(t, goodService, "name: hello", "name: from-stdin"))
 
-	objs, err := ReadPaths([]string{dir, "-"}, stdin)
+	objs, err := ReadPaths([]string{dir, "-"}, false, stdin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -843,6 +843,16 @@ func TestReadPaths(t *testing.T) {
 	want := []string{"deployment/default/hello", "service/default/hello", "service/default/from-stdin"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys = %q, want %q", keys, want)
+	}
+	// -R: subdirectories too, depth first in name order.
+	os.WriteFile(filepath.Join(dir, "nested.yaml", "c.yaml"), []byte(edit(t, goodService, "name: hello", "name: nested")), 0o644)
+	objs, err = ReadPaths([]string{dir}, true, nil)
+	keys = keys[:0]
+	for _, o := range objs {
+		keys = append(keys, o.Key())
+	}
+	if want := []string{"deployment/default/hello", "service/default/hello", "service/default/nested"}; err != nil || !slices.Equal(keys, want) {
+		t.Errorf("recursive: keys = %q (%v), want %q", keys, err, want)
 	}
 }
 
@@ -863,7 +873,7 @@ func TestReadPathsCollectsErrorsFromAllInputs(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing.yaml")
 
-	got, err := ReadPaths([]string{bad, missing, dup, "-"}, strings.NewReader(goodService))
+	got, err := ReadPaths([]string{bad, missing, dup, "-"}, false, strings.NewReader(goodService))
 	if err == nil {
 		t.Fatalf("ReadPaths succeeded with %d objects", len(got))
 	}
