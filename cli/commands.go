@@ -28,27 +28,26 @@ func resultLine(r api.ApplyResult) string {
 }
 
 func newApplyCmd(g *globals) *cobra.Command {
-	var files []string
-	var recursive bool
+	var src sources
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE|DIR|- [-f ...]",
+		Use:   "apply -f FILE|DIR|- [-f ...] [-R] | -k DIR",
 		Short: "Create or update Deployments, StatefulSets, Services, ConfigMaps and Secrets from manifests",
 		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service, ConfigMap
 and Secret): YAML or
-JSON files, multi-document files, directories of *.yaml/*.yml/*.json, or - for
-standard input. Every object is validated first; if any is invalid nothing is
-stored and every problem is listed.`,
+JSON files, multi-document files, directories of *.yaml/*.yml/*.json (-R: with
+their subdirectories), - for standard input, or a kustomization (-k DIR, built
+as kubectl -k builds it). Every object is validated first; if any is invalid
+nothing is stored and every problem is listed. A field your files never set
+keeps what other commands set (kubectl's apply: the file is recorded in the
+kubectl.kubernetes.io/last-applied-configuration annotation).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return fmt.Errorf("-f: required (a file, a directory or - for stdin)")
+			if len(src.files) == 0 && src.kustomization == "" {
+				return fmt.Errorf("-f or -k: required (a file, a directory or - for stdin; or a kustomization's directory)")
 			}
-			objs, err := manifest.ReadPaths(files, recursive, g.stdin)
+			objs, err := src.read(g.stdin)
 			if err != nil {
 				return err
-			}
-			if len(objs) == 0 {
-				return fmt.Errorf("no objects found in %s", strings.Join(files, ", "))
 			}
 			req := api.ApplyRequest{}
 			for _, o := range objs {
@@ -73,8 +72,7 @@ stored and every problem is listed.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "manifest file, directory, or - for stdin (repeatable)")
-	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "-f DIR: the manifests of its subdirectories too")
+	src.flags(cmd, "manifest file, directory, or - for stdin (repeatable)")
 	return cmd
 }
 
@@ -94,19 +92,18 @@ func splitRef(args []string) (kind, name string, err error) {
 }
 
 func newDeleteCmd(g *globals) *cobra.Command {
-	var files []string
-	var recursive bool
+	var src sources
 	cmd := &cobra.Command{
-		Use:   "delete (-f FILE | KIND NAME | KIND/NAME)",
-		Short: "Delete Deployments, StatefulSets and Services",
+		Use:   "delete (-f FILE [-R] | -k DIR | KIND NAME | KIND/NAME)",
+		Short: "Delete Deployments, StatefulSets, Services, ConfigMaps and Secrets",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			type ref struct{ kind, ns, name string }
 			var refs []ref
-			if len(files) > 0 {
+			if len(src.files) > 0 || src.kustomization != "" {
 				if len(args) > 0 {
-					return fmt.Errorf("give either -f or KIND NAME, not both")
+					return fmt.Errorf("give either -f (or -k) or KIND NAME, not both")
 				}
-				objs, err := manifest.ReadPaths(files, recursive, g.stdin)
+				objs, err := src.read(g.stdin)
 				if err != nil {
 					return err
 				}
@@ -140,8 +137,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "delete the objects in this manifest file, directory or - (repeatable)")
-	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "-f DIR: the manifests of its subdirectories too")
+	src.flags(cmd, "delete the objects in this manifest file, directory or - (repeatable)")
 	cmd.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace of KIND NAME")
 	return cmd
 }
@@ -351,4 +347,39 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// sources are where apply and delete read manifests: files and
+// directories (-f, -R) or a kustomization (-k).
+type sources struct {
+	files         []string
+	recursive     bool
+	kustomization string
+}
+
+func (s *sources) flags(cmd *cobra.Command, fileHelp string) {
+	cmd.Flags().StringSliceVarP(&s.files, "filename", "f", nil, fileHelp)
+	cmd.Flags().BoolVarP(&s.recursive, "recursive", "R", false, "-f DIR: the manifests of its subdirectories too")
+	cmd.Flags().StringVarP(&s.kustomization, "kustomize", "k", "", "a kustomization's directory, built as kubectl -k builds it")
+}
+
+// read returns the objects of s (at least one).
+func (s *sources) read(stdin io.Reader) ([]manifest.Object, error) {
+	var objs []manifest.Object
+	var err error
+	switch {
+	case s.kustomization != "" && len(s.files) > 0:
+		return nil, fmt.Errorf("give -f or -k, not both")
+	case s.kustomization != "":
+		objs, err = manifest.ReadKustomization(s.kustomization)
+	default:
+		objs, err = manifest.ReadPaths(s.files, s.recursive, stdin)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("no objects found in %s", strings.Join(append(s.files, s.kustomization), " "))
+	}
+	return objs, nil
 }

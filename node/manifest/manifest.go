@@ -8,7 +8,8 @@
 // behaviour but that Starling does not implement yet is rejected with
 // `Forbidden: not supported by Starling yet` rather than silently ignored.
 //
-// Everything here is pure except ReadPaths, which reads files and stdin.
+// Everything here is pure except ReadPaths, which reads files and stdin,
+// and ReadKustomization, which reads a kustomization's files.
 package manifest
 
 import (
