@@ -151,6 +151,7 @@ var podTemplateFields = concat(
 		"spec.template.spec.serviceAccountName", "spec.template.spec.serviceAccount",
 		"spec.template.spec.securityContext.runAsUser", "spec.template.spec.securityContext.runAsGroup",
 		"spec.template.spec.securityContext.runAsNonRoot", "spec.template.spec.securityContext.seccompProfile.type",
+		"spec.template.spec.securityContext.fsGroup", "spec.template.spec.securityContext.fsGroupChangePolicy",
 	},
 	prefixed("spec.template.spec.containers[].", containerFields...),
 	prefixed("spec.template.spec.containers[].volumeMounts[].", volumeMountFields...),

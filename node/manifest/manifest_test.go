@@ -431,11 +431,11 @@ spec:
 		},
 		{
 			name:  "securityContext fields Starling does not apply",
-			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      securityContext:\n        fsGroup: 2000\n        seccompProfile: {type: Localhost, localhostProfile: x.json}\n      containers:"),
+			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      securityContext:\n        sysctls: [{name: net.core.somaxconn, value: '1024'}]\n        seccompProfile: {type: Localhost, localhostProfile: x.json}\n      containers:"),
 			want: []string{
 				`x.yaml: Deployment "hello": spec.template.spec.securityContext.seccompProfile.type: Unsupported value: "Localhost": supported values: "RuntimeDefault", "Unconfined"`,
-				`x.yaml: Deployment "hello": spec.template.spec.securityContext.fsGroup: Forbidden: not supported by Starling yet`,
 				`x.yaml: Deployment "hello": spec.template.spec.securityContext.seccompProfile.localhostProfile: Forbidden: not supported by Starling yet`,
+				`x.yaml: Deployment "hello": spec.template.spec.securityContext.sysctls: Forbidden: not supported by Starling yet`,
 			},
 		},
 		{

@@ -326,6 +326,12 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 	if sc := s.SecurityContext; sc != nil {
 		sp := p.Child("securityContext")
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)
+		if sc.FSGroup != nil && (*sc.FSGroup < 0 || *sc.FSGroup > math.MaxInt32) {
+			errs = append(errs, field.Invalid(sp.Child("fsGroup"), *sc.FSGroup, "must be between 0 and 2147483647, inclusive"))
+		}
+		if p := sc.FSGroupChangePolicy; p != nil && *p != corev1.FSGroupChangeAlways && *p != corev1.FSGroupChangeOnRootMismatch {
+			errs = append(errs, field.NotSupported(sp.Child("fsGroupChangePolicy"), *p, []corev1.PodFSGroupChangePolicy{corev1.FSGroupChangeOnRootMismatch, corev1.FSGroupChangeAlways}))
+		}
 		errs = append(errs, validateSeccomp(sc.SeccompProfile, sp.Child("seccompProfile"))...)
 	}
 	return errs

@@ -119,6 +119,9 @@ type Security struct {
 	CapAdd, CapDrop []string
 	// Seccomp is "RuntimeDefault" ("" too) or "Unconfined".
 	Seccomp string
+	// FSGroup is the pod's fsGroup: a supplementary group of the
+	// container, and the group of its writable and projected volumes.
+	FSGroup *int64
 }
 
 // HostAlias is one hostAliases entry: IP and the names it answers to.

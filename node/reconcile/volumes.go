@@ -25,6 +25,9 @@ type Volume struct {
 	Sources        []FileSource
 	// DefaultMode is the mode of projected files (0644 unless set).
 	DefaultMode uint32
+	// Group is the pod's fsGroup (nil: none): the group that owns an
+	// emptyDir (setgid, group-writable) or a volume's projected files.
+	Group *int64
 }
 
 // Sensitive reports whether v holds a Secret's values: such a volume is

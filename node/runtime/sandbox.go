@@ -79,6 +79,12 @@ func sandboxOpts(sec reconcile.Security, pidsLimit int64) []oci.SpecOpts {
 			return nil
 		})
 	}
+	if g := sec.FSGroup; g != nil {
+		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+			s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, uint32(*g))
+			return nil
+		})
+	}
 	if sec.RunAsNonRoot {
 		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 			if s.Process.User.UID == 0 {

@@ -50,7 +50,14 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 					return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 				}
 			}
-			if err := os.Chmod(dir, 0o777); err != nil {
+			mode := os.FileMode(0o777)
+			if g := v.Group; g != nil { // fsGroup: its group's, setgid
+				if err := os.Chown(dir, -1, int(*g)); err != nil {
+					return nil, err
+				}
+				mode |= os.ModeSetgid
+			}
+			if err := os.Chmod(dir, mode); err != nil {
 				return nil, err
 			}
 		default:
@@ -62,7 +69,7 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 					return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 				}
 			}
-			if _, err := volumes.Write(dir, rep.Files[v.Name]); err != nil {
+			if _, err := volumes.Write(dir, rep.Files[v.Name], v.Group); err != nil {
 				return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 			}
 			projected[v.Name] = true
@@ -167,7 +174,7 @@ func (r *Runtime) UpdateVolume(id string, v reconcile.Volume, files []reconcile.
 	if v.Sensitive() && !isTmpfs(dir) {
 		return false, fmt.Errorf("volume %q of %s holds a Secret's values but is not a tmpfs: not written", v.Name, id)
 	}
-	return volumes.Write(dir, files)
+	return volumes.Write(dir, files, v.Group)
 }
 
 // removePodDir unmounts the replica's tmpfs volumes and removes its pod

@@ -416,7 +416,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 	}
 	s.Env, s.EnvFrom = envOf(t, c)
 	if len(t.Spec.Volumes) > 0 || len(c.VolumeMounts) > 0 {
-		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes), mountsOf(c.VolumeMounts) // volumes.go
+		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes, s.Security.FSGroup), mountsOf(c.VolumeMounts) // volumes.go
 	}
 	s.Labels, s.Annotations = t.Labels, t.Annotations
 	for _, p := range c.Ports {
@@ -503,6 +503,7 @@ func securityOf(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) recon
 	if pod != nil {
 		s.RunAsUser, s.RunAsGroup = pod.RunAsUser, pod.RunAsGroup
 		s.RunAsNonRoot = pod.RunAsNonRoot != nil && *pod.RunAsNonRoot
+		s.FSGroup = pod.FSGroup
 		if pod.SeccompProfile != nil {
 			s.Seccomp = string(pod.SeccompProfile.Type)
 		}

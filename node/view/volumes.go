@@ -8,10 +8,13 @@ import (
 
 // volumesOf is a pod template's volumes as a replica's Spec holds them
 // (manifest validation admits only the kinds handled here).
-func volumesOf(vols []corev1.Volume) []reconcile.Volume {
+func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
 	var out []reconcile.Volume
 	for _, v := range vols {
 		rv := reconcile.Volume{Name: v.Name}
+		if v.HostPath == nil {
+			rv.Group = fsGroup // the kubelet leaves a hostPath's owner alone
+		}
 		switch src := v.VolumeSource; {
 		case src.EmptyDir != nil:
 			rv.EmptyDir, rv.Memory = true, src.EmptyDir.Medium == corev1.StorageMediumMemory

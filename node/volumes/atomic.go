@@ -31,11 +31,11 @@ func Dir(podDir, name string) string { return filepath.Join(podDir, "volumes", n
 const dataLink = "..data"
 
 // Write makes dir hold exactly files (paths relative, checked to stay
-// inside dir), swapping them in at once, and reports whether anything
-// changed: the files go to a new hidden directory, the ..data symlink
+// inside dir), owned by group gid when it is set (a pod's fsGroup),
+// swapping them in at once, and reports whether anything changed: the files go to a new hidden directory, the ..data symlink
 // is replaced by a rename, new visible names are linked through it and
 // names no longer in files removed, then the old directory is removed.
-func Write(dir string, files []reconcile.File) (bool, error) {
+func Write(dir string, files []reconcile.File, gid *int64) (bool, error) {
 	for _, f := range files {
 		if !reconcile.CleanSubPath(f.Path) || strings.HasPrefix(f.Path, "..") {
 			return false, fmt.Errorf("volume file %q: must be a relative path inside the volume, not starting with '..'", f.Path)
@@ -55,6 +55,9 @@ func Write(dir string, files []reconcile.File) (bool, error) {
 	if err := os.Chmod(ts, 0o755); err != nil {
 		return false, err
 	}
+	if err := chgrp(ts, gid); err != nil {
+		return false, err
+	}
 	for _, f := range files {
 		p := filepath.Join(ts, f.Path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -65,6 +68,11 @@ func Write(dir string, files []reconcile.File) (bool, error) {
 		}
 		if err := os.Chmod(p, fs.FileMode(f.Mode)&0o777); err != nil { // past the umask
 			return false, err
+		}
+		for q := p; q != ts; q = filepath.Dir(q) {
+			if err := chgrp(q, gid); err != nil {
+				return false, err
+			}
 		}
 	}
 	tmp := filepath.Join(dir, "..data_tmp")
@@ -198,4 +206,13 @@ func Resolve(dir, sub string) (string, error) {
 		return "", fmt.Errorf("subPath %q: %w", sub, errOutside)
 	}
 	return p, nil
+}
+
+// chgrp gives p to group gid (nil: leaves it), without following a
+// symlink.
+func chgrp(p string, gid *int64) error {
+	if gid == nil {
+		return nil
+	}
+	return os.Lchown(p, -1, int(*gid))
 }

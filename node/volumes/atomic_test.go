@@ -3,6 +3,7 @@ package volumes
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -15,7 +16,7 @@ import (
 func TestWriteSwapsFilesAtOnce(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cfg")
 	v1 := []reconcile.File{{Path: "app.conf", Data: []byte("color=blue\n"), Mode: 0o644}, {Path: "sub/key", Data: []byte("k1"), Mode: 0o400}, {Path: "gone", Data: []byte("x"), Mode: 0o644}}
-	if changed, err := Write(dir, v1); err != nil || !changed {
+	if changed, err := Write(dir, v1, nil); err != nil || !changed {
 		t.Fatal(changed, err)
 	}
 	read := func(name string) string {
@@ -40,11 +41,11 @@ func TestWriteSwapsFilesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	if changed, err := Write(dir, v1); err != nil || changed {
+	if changed, err := Write(dir, v1, nil); err != nil || changed {
 		t.Fatalf("same files written again: changed %v %v", changed, err)
 	}
 	v2 := []reconcile.File{{Path: "app.conf", Data: []byte("color=green\n"), Mode: 0o644}, {Path: "sub/key", Data: []byte("k2"), Mode: 0o400}}
-	if changed, err := Write(dir, v2); err != nil || !changed {
+	if changed, err := Write(dir, v2, nil); err != nil || !changed {
 		t.Fatal(changed, err)
 	}
 	if read("app.conf") != "color=green\n" || read("sub/key") != "k2" {
@@ -60,10 +61,10 @@ func TestWriteSwapsFilesAtOnce(t *testing.T) {
 	if n, _ := held.Read(b); string(b[:n]) != "color=blue\n" {
 		t.Fatalf("an open file of the old version reads %q", b[:n])
 	}
-	if _, err := Write(dir, []reconcile.File{{Path: "../escape", Data: nil, Mode: 0o644}}); err == nil {
+	if _, err := Write(dir, []reconcile.File{{Path: "../escape", Data: nil, Mode: 0o644}}, nil); err == nil {
 		t.Fatal("a path out of the volume was written")
 	}
-	if _, err := Write(dir, []reconcile.File{{Path: "..data", Data: nil, Mode: 0o644}}); err == nil {
+	if _, err := Write(dir, []reconcile.File{{Path: "..data", Data: nil, Mode: 0o644}}, nil); err == nil {
 		t.Fatal("a path over ..data was written")
 	}
 }
@@ -73,7 +74,7 @@ func TestWriteSwapsFilesAtOnce(t *testing.T) {
 // symlink leads out of the volume.
 func TestResolveStaysInsideItsVolume(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "v")
-	Write(dir, []reconcile.File{{Path: "app.conf", Data: []byte("x"), Mode: 0o644}})
+	Write(dir, []reconcile.File{{Path: "app.conf", Data: []byte("x"), Mode: 0o644}}, nil)
 	p, err := Resolve(dir, "app.conf")
 	if err != nil || filepath.Base(filepath.Dir(p)) == "v" {
 		t.Fatalf("resolved to %q %v (want the file in the data directory)", p, err)
@@ -112,5 +113,27 @@ func TestResolveMakesNothingOutsideItsVolume(t *testing.T) {
 	}
 	if info, err := os.Stat(filepath.Join(vol, "b/c")); err != nil || !info.IsDir() {
 		t.Fatal("MkdirBeneath made no directory")
+	}
+}
+
+// TestWriteGivesFilesToTheFSGroup: with a pod's fsGroup, the projected
+// files and their directories belong to that group.
+func TestWriteGivesFilesToTheFSGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "v")
+	gid := int64(4321)
+	if _, err := Write(dir, []reconcile.File{{Path: "a/b", Data: []byte("x"), Mode: 0o440}}, &gid); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a/b", "a"} {
+		info, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := info.Sys().(*syscall.Stat_t); st.Gid != uint32(gid) {
+			t.Errorf("%s: group %d, want %d", p, st.Gid, gid)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 	app.Namespace = ns
 	apply(t, n1, app.Deployment(func(d *appsv1.Deployment) {
 		spec := &d.Spec.Template.Spec
+		spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptrTo[int64](2000)}
 		size := resource.MustParse("8Mi")
 		spec.Volumes = []corev1.Volume{
 			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
@@ -71,6 +73,17 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 	}
 	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/note", "written", 5*time.Second); err != nil {
 		t.Fatalf("write to the emptyDir: %v", err)
+	}
+	// fsGroup: a supplementary group of the container, the group of the
+	// emptyDir's new files and of the projected ones.
+	if report, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/sandbox", 5*time.Second); err != nil || !strings.Contains(report, "2000") {
+		t.Errorf("the container's groups do not hold the fsGroup: %q %v", report, err)
+	}
+	vols := n1.DataDir + "/pods/" + ns + "_" + web.Name + "/volumes/"
+	for _, p := range []string{vols + "scratch/note", vols + "cfg/app.conf"} {
+		if info, err := os.Stat(p); err != nil || info.Sys().(*syscall.Stat_t).Gid != 2000 {
+			t.Errorf("%s: not of the fsGroup: %v %v", p, info, err)
+		}
 	}
 	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/etc/app/new", "x", 5*time.Second); err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Errorf("write to a ConfigMap volume: %v, want read-only file system", err)
@@ -163,3 +176,5 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

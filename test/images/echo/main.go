@@ -360,6 +360,8 @@ func sandboxReport() string {
 		os.Remove("/.sandbox-probe")
 	}
 	fmt.Fprintf(&b, "rootfs=%s\nuid=%d\ngid=%d\n", rootfs, os.Getuid(), os.Getgid())
+	groups, _ := os.Getgroups()
+	fmt.Fprintf(&b, "groups=%v\n", groups)
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	fmt.Fprintf(&b, "nofile=%d:%d\n", lim.Cur, lim.Max)
