@@ -54,35 +54,16 @@ func ResolveEnv(s Spec, namespace string, src ConfigData) ([]EnvVar, error) {
 		}
 	}
 	for _, e := range s.Env {
-		switch {
-		case e.ConfigMap != "":
-			data, _, ok := src.ConfigMap(namespace, e.ConfigMap)
-			v, has := data[e.Key]
-			if !ok || !has {
-				if e.Optional {
-					continue
-				}
-				if !ok {
-					return nil, &ConfigError{fmt.Sprintf("configmap %q not found", e.ConfigMap)}
-				}
-				return nil, &ConfigError{fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", e.Key, namespace, e.ConfigMap)}
-			}
-			out = append(out, EnvVar{Name: e.Name, Value: v, Literal: true})
-		case e.Secret != "":
-			data, ok := src.Secret(namespace, e.Secret)
-			v, has := data[e.Key]
-			if !ok || !has {
-				if e.Optional {
-					continue
-				}
-				if !ok {
-					return nil, &ConfigError{fmt.Sprintf("secret %q not found", e.Secret)}
-				}
-				return nil, &ConfigError{fmt.Sprintf("couldn't find key %s in Secret %s/%s", e.Key, namespace, e.Secret)}
-			}
-			out = append(out, EnvVar{Name: e.Name, Value: string(v), Literal: true})
-		default:
+		if e.ConfigMap == "" && e.Secret == "" {
 			out = append(out, e)
+			continue
+		}
+		v, found, err := keyRef(e, namespace, src)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			out = append(out, EnvVar{Name: e.Name, Value: v, Literal: true})
 		}
 	}
 	return out, nil
@@ -100,4 +81,33 @@ func envFromData(f EnvFrom, namespace string, src ConfigData) (data map[string]s
 		data[k] = string(v)
 	}
 	return data, "secret", f.Secret, ok
+}
+
+// keyRef is the value of a configMapKeyRef or secretKeyRef e: found
+// false for an optional miss, a *ConfigError in the kubelet's words for
+// another.
+func keyRef(e EnvVar, namespace string, src ConfigData) (string, bool, error) {
+	kind, name, title := "configmap", e.ConfigMap, "ConfigMap"
+	var v string
+	var ok, has bool
+	if e.Secret != "" {
+		kind, name, title = "secret", e.Secret, "Secret"
+		var data map[string][]byte
+		data, ok = src.Secret(namespace, name)
+		b, in := data[e.Key]
+		v, has = string(b), in
+	} else {
+		var data map[string]string
+		data, _, ok = src.ConfigMap(namespace, name)
+		v, has = data[e.Key]
+	}
+	switch {
+	case ok && has:
+		return v, true, nil
+	case e.Optional:
+		return "", false, nil
+	case !ok:
+		return "", false, &ConfigError{fmt.Sprintf("%s %q not found", kind, name)}
+	}
+	return "", false, &ConfigError{fmt.Sprintf("couldn't find key %s in %s %s/%s", e.Key, title, namespace, name)}
 }
