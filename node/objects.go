@@ -157,7 +157,8 @@ func (o *objects) store(objs []manifest.Object) ([]api.ApplyResult, error) {
 
 // write stores objects as new versions and gossips them, each as
 // manifest.Apply decides over the stored one (created, configured, or
-// unchanged and left alone), all or none: an object whose encoding is
+// unchanged and left alone), after kubectl's three-way merge with it
+// when merge is set (an apply: manifest.Merge), all or none: an object whose encoding is
 // over api.MaxObjectBytes, or an error from admit (nil: none), stores
 // nothing (422, every problem listed). Each object is encoded once, by
 // manifest.Apply, and the size checked is that of what is stored.

@@ -8,8 +8,8 @@ import (
 )
 
 // revealParam is the query parameter (?reveal=true) under which a get
-// or list of Secrets answers their values; without it, the answer holds
-// each value's size only (api.Object.DataSizes).
+// of one Secret answers its values; without it, and in every list, the
+// answer holds each value's size only (api.Object.DataSizes).
 const revealParam = "reveal"
 
 // Redact returns items, objects of kind, with a Secret's data taken out
