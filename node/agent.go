@@ -219,9 +219,10 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	wake := newWake()
 	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
+	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
 	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,
-		members: a.mem.members, metrics: a.metrics, log: log, wake: wake, handoffs: map[string]time.Time{}}
+		members: a.mem.members, metrics: a.metrics, log: log, wake: wake, handoffs: map[string]time.Time{}, evictions: a.work.volumes}
 	a.work.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.guard.id.Public()),
 		wake: a.work.replicas.wake, status: map[string]probe.Status{}}
 	a.work.replicas.probes = a.work.probes
@@ -232,7 +233,6 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,
 		cluster: a.mem.cluster, peers: a.api.peers, writer: a.mem.writer, wake: a.work.replicas.wake, log: log}
-	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
 	a.work.logs = &logs{self: cfg.Name, rt: a.rt, views: a.views, replicas: a.work.replicas, peers: a.api.peers, log: log}
 	a.mem.answerer.Store(a.work.fence)
 	// The first view: from here on, the arrival check holds the claims

@@ -44,6 +44,9 @@ type replicas struct {
 	mu       sync.Mutex
 	observed []reconcile.Container // what the last pass saw
 	mine     []reconcile.Replica   // what it owned
+	// evictions are the replicas over an emptyDir's sizeLimit
+	// (volumes.Updater).
+	evictions interface{ Evicted() map[string]string }
 	// configErrors are its replicas held back by a missing ConfigMap,
 	// Secret or key (reconcile.Output.ConfigErrors).
 	configErrors map[string]string
@@ -224,7 +227,8 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	r.metrics.observe(observed)
 	// What the node knows beyond containerd's word, on a copy: every
 	// step below sees the same containers (Decide marks them again).
-	local := reconcile.Local{Subnet: localSubnet(r.subnets.current(), r.subnets.settled.Load()), Unhealthy: r.probes.unhealthy(observed)}
+	local := reconcile.Local{Subnet: localSubnet(r.subnets.current(), r.subnets.settled.Load()), Unhealthy: r.probes.unhealthy(observed),
+		Evicted: r.evictions.Evicted()}
 	observed = local.Mark(observed)
 	f, seen, known := r.fence.fencing(v, observed, start)
 	r.fence.note(f, seen, known)

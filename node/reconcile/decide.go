@@ -46,16 +46,19 @@ type Decision struct {
 }
 
 // Local is what the node knows of its containers that containerd does
-// not say: its pod subnet (settled; invalid while none is) and the
-// liveness failures of its prober, by container ID.
+// not say: its pod subnet (settled; invalid while none is), the
+// liveness failures of its prober and the evictions of replicas over an
+// emptyDir's sizeLimit (volumes.Updater), by container ID.
 type Local struct {
 	Subnet    netip.Prefix
 	Unhealthy map[string]string
+	Evicted   map[string]string
 }
 
 // Mark returns a copy of observed with OutsideSubnet set on the containers
-// whose address lies outside l.Subnet (when valid) and Unhealthy on the
-// running ones whose liveness failed; observed is not changed.
+// whose address lies outside l.Subnet (when valid), Unhealthy on the
+// running ones whose liveness failed and Evicted on those evicted;
+// observed is not changed.
 func (l Local) Mark(observed []Container) []Container {
 	out := slices.Clone(observed)
 	for i := range out {
@@ -66,6 +69,7 @@ func (l Local) Mark(observed []Container) []Container {
 		if why := l.Unhealthy[c.ID]; why != "" && c.State == StateRunning {
 			c.Unhealthy = why
 		}
+		c.Evicted = l.Evicted[c.ID]
 	}
 	return out
 }

@@ -106,7 +106,8 @@ type Result struct {
 //     start new); a replica of an object applied again after a delete
 //     starts at once, beside its predecessor's stopping container;
 //   - a container whose sandbox setup never finished (no PodIP), whose
-//     address is outside the node's pod subnet (OutsideSubnet), or whose
+//     address is outside the node's pod subnet (OutsideSubnet), that is
+//     evicted (Evicted: an emptyDir over its sizeLimit), or whose
 //     spec hash differs from its desired replica's (stable StatefulSet
 //     names), is replaced by a fresh one with the same ID;
 //   - a container that never started is started;
@@ -164,6 +165,10 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 		}
 		if c.OutsideSubnet {
 			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "sandbox address " + c.PodIP + " is outside the node's pod subnet, which moved"})
+			continue
+		}
+		if c.Evicted != "" {
+			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "Evicted: " + c.Evicted})
 			continue
 		}
 		if c.SpecHash != r.SpecHash {

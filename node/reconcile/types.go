@@ -241,6 +241,9 @@ type Container struct {
 	// moved since the sandbox was set up (net/ipam.Displaced); no peer
 	// routes that address here any more, so it is rebuilt.
 	OutsideSubnet bool
+	// Evicted says why the replica is evicted (an emptyDir over its
+	// sizeLimit): it is replaced by a fresh copy, its volumes new.
+	Evicted string
 	// Restarts counts restarts since creation (shown to users).
 	Restarts int
 	// BackoffStep counts consecutive quick crashes: the next restart waits

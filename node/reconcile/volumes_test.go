@@ -3,6 +3,7 @@ package reconcile
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProjectVolumeAsTheKubeletPlugins: every key (binaryData too) or
@@ -48,5 +49,20 @@ func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
 	}
 	if !(Volume{Sources: []FileSource{{ConfigMap: "a"}, {Secret: "b"}}}).Sensitive() || (Volume{Sources: []FileSource{{ConfigMap: "a"}}}).Sensitive() {
 		t.Fatal("Sensitive")
+	}
+}
+
+// TestEvictedContainerIsReplaced: a container evicted (an emptyDir over
+// its sizeLimit) is replaced by a fresh copy, with the reason.
+func TestEvictedContainerIsReplaced(t *testing.T) {
+	r := Replica{ID: "ns_web-1", Name: "web-1", Namespace: "ns", Workload: "web", SpecHash: "abcdef12"}
+	c := Container{ID: r.ID, Name: r.Name, Namespace: "ns", Workload: "web", SpecHash: "abcdef12", State: StateRunning, PodIP: "10.22.1.5"}
+	observed := Local{Evicted: map[string]string{r.ID: "Usage of EmptyDir volume \"s\" exceeds the limit \"1Mi\"."}}.Mark([]Container{c})
+	res := Plan([]Replica{r}, observed, time.Now())
+	if len(res.Actions) != 1 || res.Actions[0].Type != Replace || !strings.HasPrefix(res.Actions[0].Reason, "Evicted: Usage of EmptyDir") {
+		t.Fatalf("actions %+v", res.Actions)
+	}
+	if res := Plan([]Replica{r}, Local{}.Mark([]Container{c}), time.Now()); len(res.Actions) != 0 {
+		t.Fatalf("a container not evicted got %+v", res.Actions)
 	}
 }

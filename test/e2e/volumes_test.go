@@ -178,3 +178,52 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestEmptyDirOverItsSizeLimitIsEvicted: a replica that writes more
+// into an emptyDir on disk than its sizeLimit is replaced by a fresh
+// copy with a new, empty emptyDir, and the agent says why in the
+// kubelet's words.
+func TestEmptyDirOverItsSizeLimitIsEvicted(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	importEcho(t, n1)
+	const ns = "volevict"
+	app := echoApp("volevict-web", 1, "")
+	app.Namespace = ns
+	apply(t, n1, app.Deployment(func(d *appsv1.Deployment) {
+		size := resource.MustParse("1Mi")
+		d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}}}
+		d.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	}))
+	all, _ := waitRunning(t, n1, "volevict-web", 1, 60*time.Second)
+	web := all[0]
+	mib := strings.Repeat("x", 1<<20)
+	for _, f := range []string{"a", "b"} {
+		if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/"+f, mib, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := time.Now()
+	took, err := eventually(60*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Namespace == ns && r.Phase == api.PhaseRunning && r.PodIP != "" {
+				if _, err := n1.PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/scratch/a", 2*time.Second); err != nil && strings.Contains(err.Error(), "404") {
+					return nil // a fresh copy: its emptyDir is empty
+				}
+			}
+		}
+		return fmt.Errorf("not evicted yet")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("evicted and running again with an empty emptyDir %v after the writes (%v since)", took.Round(time.Millisecond), time.Since(wrote).Round(time.Millisecond))
+	if log, _ := os.ReadFile(n1.AgentLogPath()); !strings.Contains(string(log), `Evicted: Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\".`) {
+		t.Fatalf("the agent does not say why:\n%s", n1.Tail(20))
+	}
+}
