@@ -23,8 +23,9 @@ const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 // annotation, a scale's replicas); a field the last file set and obj
 // does not is removed. obj's configuration is recorded in
 // LastAppliedAnnotation (not for a Secret, whose annotations are not
-// sealed: a Secret is replaced whole). With no recorded configuration
-// obj replaces prev. Errors are obj's that the merge brings out, as a
+// sealed: a Secret is replaced whole; nor a configuration over the
+// annotations' size limit). With no recorded configuration obj replaces
+// prev. Errors are obj's that the merge brings out, as a
 // *ValidationError.
 func Merge(prev []byte, obj Object) (Object, error) {
 	if obj.Kind == KindSecret {
@@ -68,12 +69,16 @@ func Merge(prev []byte, obj Object) (Object, error) {
 		}
 	}
 	m := metaOf(&obj)
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
+	recorded := maps.Clone(m.Annotations)
+	if recorded == nil {
+		recorded = map[string]string{}
 	}
-	m.Annotations[LastAppliedAnnotation] = string(modified)
-	if errs := validateAnnotations(m.Annotations, field.NewPath("metadata", "annotations")); len(errs) > 0 {
-		return obj, &ValidationError{Objects: []ObjectError{{Kind: obj.Kind, Name: obj.Name, Errs: errs}}}
+	recorded[LastAppliedAnnotation] = string(modified)
+	// A configuration too large for the annotations' 256 KiB is not
+	// recorded (kubectl fails the apply instead): the next apply then
+	// replaces the object whole.
+	if len(validateAnnotations(recorded, field.NewPath("metadata", "annotations"))) == 0 {
+		m.Annotations = recorded
 	}
 	return obj, nil
 }

@@ -68,3 +68,26 @@ func TestApplyKeepsWhatOtherCommandsSet(t *testing.T) {
 		t.Fatalf("Secret: %v %v", s.Secret.Annotations, err)
 	}
 }
+
+// TestApplyOfAConfigurationTooLargeToRecord: a ConfigMap of 300 KiB, whose
+// configuration does not fit the annotations' 256 KiB, is applied (not
+// refused, as kubectl refuses it) and records nothing; the same file
+// again is unchanged.
+func TestApplyOfAConfigurationTooLargeToRecord(t *testing.T) {
+	doc := strings.Replace(goodConfigMap, "MODE: fast", "MODE: "+strings.Repeat("x", 300<<10), 1)
+	obj, err := Merge(nil, Record(parseOne(t, doc)))
+	if err != nil || obj.ConfigMap.Annotations[LastAppliedAnnotation] != "" {
+		t.Fatalf("%v, recorded %d bytes", err, len(obj.ConfigMap.Annotations[LastAppliedAnnotation]))
+	}
+	stored, _, err := Apply(nil, obj, time.Unix(1e9, 0), "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Merge(stored, Record(parseOne(t, doc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := Apply(stored, again, time.Unix(1e9, 0), "u"); err != nil || res != Unchanged {
+		t.Fatalf("the same file again: %s %v", res, err)
+	}
+}
