@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -119,8 +121,8 @@ func Record(o Object) Object {
 		}
 	}
 	b, err := json.Marshal(doc)
-	if err != nil {
-		return o
+	if err != nil || len(b) > apivalidation.TotalAnnotationSizeLimitB {
+		return o // too large to record (Merge)
 	}
 	m := metaOf(&o)
 	m.Annotations = maps.Clone(m.Annotations)
