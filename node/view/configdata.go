@@ -2,6 +2,7 @@ package view
 
 import (
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -44,16 +45,31 @@ func (c *ConfigData) Secret(namespace, name string) (map[string][]byte, bool) {
 	return d, ok
 }
 
+// configRetryEvery is how often the view tries again a ConfigMap or
+// Secret record that did not decode or open.
+const configRetryEvery = 10 * time.Second
+
 // configInto sets v.Config: prev's when no ConfigMap or Secret record
 // changed, else decoded again from the store (a record that does not
 // decode or open is left out, logged once per version).
 func (vs *Builder) configInto(v, prev *View) error {
-	// A record that did not open is tried again each build (the key it
-	// needs may have come with a keyring refresh).
-	if !v.Changes.Config && prev != nil && len(vs.badConfig) == 0 {
+	// A record that did not open is tried again every
+	// configRetryEvery (the key it needs may have come with a keyring
+	// refresh).
+	retry := len(vs.badConfig) > 0 && !v.built.Before(vs.configRetry)
+	if !v.Changes.Config && prev != nil && !retry {
 		v.Config = prev.Config
 		return nil
 	}
+	vs.configRetry = v.built.Add(configRetryEvery)
+	seen := map[string]bool{}
+	defer func() {
+		for k := range vs.badConfig {
+			if !seen[k] {
+				delete(vs.badConfig, k) // gone from the store
+			}
+		}
+	}()
 	c := &ConfigData{configMaps: map[[2]string]*corev1.ConfigMap{}, secrets: map[[2]string]map[string][]byte{}}
 	for _, kind := range []string{manifest.KindConfigMap, manifest.KindSecret} {
 		recs, err := vs.cfg.Records.List(KindPrefix(kind))
@@ -64,6 +80,7 @@ func (vs *Builder) configInto(v, prev *View) error {
 			if r.Deleted {
 				continue
 			}
+			seen[r.Key] = true
 			o, err := vs.decodeConfig(r)
 			if err == nil {
 				delete(vs.badConfig, r.Key)

@@ -140,12 +140,14 @@ type Builder struct {
 	// (a build that fails keeps it for the next), last that view.
 	objects map[string]cachedObject
 	// badConfig is the version of each ConfigMap or Secret record that
-	// did not decode, last logged (configInto).
-	badConfig map[string]string
-	statuses  map[string]cachedStatus
-	held      map[string]NodeStatus
-	pending   Changes
-	last      *View
+	// did not decode, last logged (configInto), configRetry when they
+	// are tried again.
+	badConfig   map[string]string
+	configRetry time.Time
+	statuses    map[string]cachedStatus
+	held        map[string]NodeStatus
+	pending     Changes
+	last        *View
 	// claims indexes held's subnet claims and their winners.
 	claims *claimIndex
 
