@@ -215,7 +215,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 		subnets: a.own.subnets, writer: a.mem.writer, log: log, writes: a.metrics.statusWrites}
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
 		Checked: a.guard.rejects.checked, Claims: claims, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
-		SelfStatus: a.own.status, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, Share: h.shareDecodes, Opener: sealed.New(a.mem.cluster)})
+		SelfStatus: a.own.status, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, RejoinSettle: cfg.RejoinSettle, Share: h.shareDecodes, Opener: sealed.New(a.mem.cluster)})
 	wake := newWake()
 	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}

@@ -23,8 +23,8 @@ import (
 // its replicas back when they count it again, with the rollout's
 // handover (maxSurge), so no replica runs twice for longer than that.
 // Back before its peers found it dead (they never replaced anything),
-// it is counted at once. The peers' membership, not this node's own
-// belief, decides: that is what placement on every other node follows.
+// it is counted at once. Its record says until when it leaves itself out
+// (view.SettlingOut), so a peer that never held it down leaves it out too.
 
 const (
 	// settleQuestion asks a peer how long it will go on settling the

@@ -95,6 +95,7 @@ func (s *self) status(replicas []api.Replica) view.NodeStatus {
 		MemberSig:   true,
 		DiskFull:    s.diskFull.Load(),
 		Cert:        s.trust.CertDER(),
+		SettleUntil: s.members.SelfUntil().UTC().Truncate(time.Millisecond),
 	}
 }
 

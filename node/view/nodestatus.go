@@ -62,6 +62,11 @@ type NodeStatus struct {
 	// agents that predate it, whose unsigned alive messages are taken as
 	// before (an upgrade in place: docs/real-hosts.md).
 	MemberSig bool `json:"memberSig,omitempty"`
+	// SettleUntil (UTC, zero: none) is when the node counts itself for
+	// placement again after its peers held it down and may run its
+	// replicas (node/selfsettle.go): until then every node leaves it out
+	// (SettlingOut), as the peers that held it down do.
+	SettleUntil time.Time `json:"settleUntil,omitzero"`
 
 	// subnet is PodSubnet parsed (DecodeStatuses), for the checks that
 	// compare one claim with every node's.
@@ -199,6 +204,45 @@ func eligibleNodes(alive map[string]bool, statuses map[string]NodeStatus, winner
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes
+}
+
+// SettlingOut returns alive without the nodes other than self whose
+// record says they leave themselves out of placement at now
+// (NodeStatus.SettleUntil), and the earliest time one of them counts
+// again (zero: none is left out). A record's SettleUntil is taken at
+// most maxSettle (--rejoin-settle) after the record was written (its
+// version's wall clock): the record is the node's word about itself
+// alone, and a wrong clock or a bad peer then delays its own placement
+// by at most one settle. alive itself is returned when no node is left
+// out; it is never modified. O(alive).
+//
+// Without it, a node back from down whose peers disagree (one held it
+// dead and replaced its replicas, the other only suspected it) was left
+// out by the one and counted by the other: the other placed its
+// replicas on it while it ran none, and its copies ran beside their
+// replacements until the settle ended (issue 39, TestNodeBackAtANewAddress).
+func SettlingOut(alive map[string]bool, statuses map[string]NodeStatus, self string, now time.Time, maxSettle time.Duration) (map[string]bool, time.Time) {
+	out, next := alive, time.Time{}
+	for name, s := range statuses {
+		if name == self || !alive[name] || s.SettleUntil.IsZero() {
+			continue
+		}
+		until := s.SettleUntil
+		if limit := time.Unix(0, s.Version.Wall).Add(maxSettle); until.After(limit) {
+			until = limit
+		}
+		if !now.Before(until) {
+			continue
+		}
+		if len(out) == len(alive) && out[name] {
+			out = maps.Clone(alive)
+		}
+		delete(out, name)
+		if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	return out, next
 }
 
 // workloadsOf turns Deployments and StatefulSets into placement workloads.

@@ -105,6 +105,9 @@ type Config struct {
 	// View.OldSelf).
 	SelfStatus Unpublished
 	Started    time.Time
+	// RejoinSettle is --rejoin-settle: the longest a node's record may
+	// leave it out of placement (SettlingOut).
+	RejoinSettle time.Duration
 	// ReclaimAfter is --subnet-reclaim-after: how long a down node's
 	// subnet claim still counts after its last record (reclaimedWinners).
 	ReclaimAfter time.Duration
@@ -241,10 +244,11 @@ func (vs *Builder) Loop(ctx context.Context) {
 
 // timeInputsChanged reports whether the members that count as alive or
 // the nodes left out of placement differ, at now, from v's, a node has
-// gone unlisted for --ack-timeout (the build would exclude it), or a
-// subnet reservation that beat a claim has expired (v.reclaimAt).
+// gone unlisted for --ack-timeout (the build would exclude it), a
+// subnet reservation that beat a claim has expired (v.reclaimAt), or a
+// node that left itself out of placement counts again (v.settleAt).
 func (vs *Builder) timeInputsChanged(v *View, now time.Time) bool {
-	if !v.reclaimAt.IsZero() && !now.Before(v.reclaimAt) {
+	if !v.reclaimAt.IsZero() && !now.Before(v.reclaimAt) || !v.settleAt.IsZero() && !now.Before(v.settleAt) {
 		return true
 	}
 	if vs.cfg.Acks.due(now) {
@@ -326,7 +330,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		prevAlive = &prev.aliveFrom
 	}
 	v.aliveFrom, _ = vs.cfg.Damping.AliveAfter(now, v.Members, prevAlive)
-	v.Alive = v.aliveFrom.Set
+	v.Alive, v.settleAt = SettlingOut(v.aliveFrom.Set, v.Statuses, vs.cfg.Self, now, vs.cfg.RejoinSettle)
 	v.Stale = StaleRecords(v.Members, v.Alive, v.Statuses, vs.cfg.Self)
 	if s, ok := v.Statuses[vs.cfg.Self]; ok && EarlierRun(s, vs.cfg.Started) {
 		v.OldSelf = vs.cfg.Self

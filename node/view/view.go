@@ -48,6 +48,9 @@ type View struct {
 	// reclaimAt is when the first reservation that beat a claim
 	// expires (reclaimedWinners): zero when none did.
 	reclaimAt time.Time
+	// settleAt is when the first node its record leaves out of
+	// placement counts again (SettlingOut): zero when none is.
+	settleAt  time.Time
 	Workloads []manifest.Object // Deployments and StatefulSets
 	All       []DesiredReplica  // sorted by ID
 	// plain and plainWithout are placement's (assign), before the
