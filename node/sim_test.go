@@ -10,6 +10,7 @@ import (
 	"net/http"
 	_ "net/http/pprof"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,6 +289,19 @@ func simulate(t *testing.T, n int) {
 
 	// Idle, no workload.
 	time.Sleep(30 * time.Second)
+	if k, _ := strconv.Atoi(os.Getenv("STARLING_SIM_IDLE_WINDOWS")); k > 0 {
+		// The spread of the idle CPU over k windows of 60 s, then stop:
+		// what tells a change between two commits from noise.
+		var cpus []float64
+		for range k {
+			f := c.measure(time.Minute)
+			cpus = append(cpus, f.cpuPerNode*100)
+			report("idle window of 60 s: CPU %.3f%% of a core per node, gossip %.0f B/s per node", f.cpuPerNode*100, f.bytesPerNode)
+		}
+		slices.Sort(cpus)
+		report("idle CPU over %d windows of 60 s: median %.3f%%, range %.3f%% to %.3f%%", k, cpus[k/2], cpus[0], cpus[k-1])
+		return
+	}
 	window := 60 * time.Second
 	if os.Getenv("STARLING_SIM_IDLE_ONLY") != "" {
 		window = 5 * time.Minute // most of a CPU profile of the run is then the idle cluster
