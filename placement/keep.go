@@ -27,9 +27,10 @@ type Holder struct {
 //     NodeSelector,
 //   - holds fewer replicas than its load bound (Options.LoadFactor),
 //     counting p's replicas and those kept before,
-//   - has the replica's Requests left in its Allocatable, and
+//   - has the replica's Requests left in its Allocatable,
 //   - holds fewer replicas of the workload than ceil(replicas / nodes
-//     matching the selector): replicas stay spread.
+//     matching the selector): replicas stay spread, and
+//   - is the node the replica is pinned to, if it is (Workload.Pinned).
 //
 // Rendezvous hashing alone moves a replica back to a node that returns
 // (a restart, a healed partition), and bounded loads move one or two
@@ -162,10 +163,14 @@ func Keep(p Placement, nodes []Node, workloads []Workload, holders []Holder, opt
 		}
 		counts := perWorkload[sl.key]
 		owner := p.Owner(sl.key, sl.ordinal)
+		pin, pinned := w.Pinned[sl.ordinal]
 		for _, c := range bySlot[sl] {
 			i := c.node
 			if ns[i].name == owner {
 				return true // p's owner runs it: it stays there
+			}
+			if pinned && ns[i].name != pin {
+				continue // its data is on another node: never kept elsewhere
 			}
 			if (sel != nil && !sel[i]) || !s.fits(i, req) || counts[i] >= spread {
 				continue

@@ -22,6 +22,7 @@ package placement
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -66,6 +67,12 @@ type Workload struct {
 	Requests Resources
 	// NodeSelector lists labels a node must all carry to run a replica.
 	NodeSelector map[string]string
+	// Pinned names, for some ordinals, the one node that may run them
+	// (ordinal -> node name): a replica whose data lives on that node
+	// (a local volume). It goes there or nowhere: past the node's load
+	// bound, never past its Allocatable or the NodeSelector, and Pending
+	// naming the node when the node is not among the nodes.
+	Pinned map[int]string
 }
 
 // Options tunes Assign. The zero value gives the defaults.
@@ -231,7 +238,11 @@ func Assign(nodes []Node, workloads []Workload, opts Options) Placement {
 		k := min(n, len(ns))
 		st.holders, st.counts = holderBuf[:0:k], holderBuf[k:k:2*k]
 		holderBuf = holderBuf[2*k:]
+		s.placePinned(w, st, owners, p)
 		for ord := range owners {
+			if _, pinned := w.Pinned[ord]; pinned {
+				continue
+			}
 			rh := replicaHash(w.Key, ord)
 			r := replica{workload: wi, ordinal: ord, hash: rh, shortlist: len(short), constrained: st.sel != nil}
 			short = append(short, [shortlistLen]int32{})
@@ -464,9 +475,21 @@ func canonicalWorkloads(workloads []Workload) []Workload {
 			cmp.Compare(a.Requests.MilliCPU, b.Requests.MilliCPU),
 			cmp.Compare(a.Requests.MemoryBytes, b.Requests.MemoryBytes),
 			compareLabels(a.NodeSelector, b.NodeSelector),
+			comparePins(a.Pinned, b.Pinned),
 		)
 	})
 	return slices.CompactFunc(ws, func(a, b Workload) bool { return a.Key == b.Key })
+}
+
+// comparePins orders pin sets by their sorted (ordinal, node) pairs.
+func comparePins(a, b map[int]string) int {
+	ka, kb := slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b))
+	for i := range min(len(ka), len(kb)) {
+		if c := cmp.Or(cmp.Compare(ka[i], kb[i]), strings.Compare(a[ka[i]], b[kb[i]])); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(ka), len(kb))
 }
 
 // compareLabels orders label sets by their sorted (key, value) pairs.
@@ -559,6 +582,7 @@ type assigner struct {
 	selectors   map[string][]bool // by selector key, see selector
 	labelBuf    [][2]string       // scratch for selector
 	keyBuf      []byte            // scratch for selector
+	index       map[string]int    // node index by name, for pins (placePinned)
 }
 
 func newAssigner(ns []node, bound []int) *assigner {
@@ -816,6 +840,53 @@ func (s *assigner) take(i int, req Resources) {
 	}
 	if s.freeMem[i] != unlimited {
 		s.freeMem[i] -= req.MemoryBytes
+	}
+}
+
+// placePinned places the pinned ordinals of w (Workload.Pinned) before
+// any other replica: on their node when it is among the nodes, matches
+// the selector and has the requests left, whatever its load bound;
+// otherwise Pending with a reason that names the node.
+func (s *assigner) placePinned(w Workload, st *workloadState, owners []string, p Placement) {
+	if len(w.Pinned) == 0 {
+		return
+	}
+	if s.index == nil {
+		s.index = make(map[string]int, len(s.nodes))
+		for i, n := range s.nodes {
+			s.index[n.name] = i
+		}
+	}
+	for _, ord := range slices.Sorted(maps.Keys(w.Pinned)) {
+		if ord < 0 || ord >= len(owners) {
+			continue
+		}
+		name := w.Pinned[ord]
+		i, ok := s.index[name]
+		var why string
+		switch {
+		case !ok:
+			why = fmt.Sprintf("its volume is on node %s, which is down, cut off or not ready: waiting for it", name)
+		case st.sel != nil && !st.sel[i]:
+			why = fmt.Sprintf("its volume is on node %s, which does not match the nodeSelector", name)
+		case st.req.MilliCPU > 0 && st.req.MilliCPU > s.freeCPU[i] || st.req.MemoryBytes > 0 && st.req.MemoryBytes > s.freeMem[i]:
+			why = fmt.Sprintf("its volume is on node %s, which has not the cpu or memory it requests left", name)
+		}
+		if why != "" {
+			if p.Pending[w.Key] == nil {
+				p.Pending[w.Key] = make(map[int]string)
+			}
+			p.Pending[w.Key][ord] = why
+			continue
+		}
+		s.take(i, st.req)
+		if j := slices.Index(st.holders, i); j >= 0 {
+			st.counts[j]++
+		} else {
+			st.holders = append(st.holders, i)
+			st.counts = append(st.counts, 1)
+		}
+		owners[ord] = name
 	}
 }
 

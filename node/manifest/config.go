@@ -161,7 +161,8 @@ func validateDataKey(k string, p *field.Path) field.ErrorList {
 
 // ValidateUpdate returns what Kubernetes refuses in replacing prev by
 // obj, two objects of one key: an immutable ConfigMap's or Secret's data
-// and its immutable flag, and a Secret's type.
+// and its immutable flag, a Secret's type, and a PersistentVolumeClaim's
+// spec but for a larger storage request.
 func ValidateUpdate(prev, obj Object) field.ErrorList {
 	var errs field.ErrorList
 	immutable := func(was *bool, now *bool, sameData bool) {
@@ -184,6 +185,8 @@ func ValidateUpdate(prev, obj Object) field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath("type"), obj.Secret.Type, "field is immutable: delete and create the Secret to change its type"))
 		}
 		immutable(prev.Secret.Immutable, obj.Secret.Immutable, maps.EqualFunc(prev.Secret.Data, obj.Secret.Data, bytes.Equal))
+	case prev.Claim != nil && obj.Claim != nil:
+		errs = append(errs, validateClaimUpdate(prev.Claim, obj.Claim)...)
 	}
 	return errs
 }

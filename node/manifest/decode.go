@@ -23,7 +23,7 @@ import (
 )
 
 // supportedKinds is quoted in errors about unknown apiVersion/kind pairs.
-const supportedKinds = "apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret"
+const supportedKinds = "apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim"
 
 // item is one decoded document (or List item) and what was wrong with it.
 type item struct {
@@ -232,6 +232,9 @@ func decodeDocument(js []byte, report ObjectError, allowList bool) []item {
 	case hdr.APIVersion == "v1" && hdr.Kind == KindSecret:
 		var sec corev1.Secret
 		return decodeTyped(js, &sec, report, func() Object { return fromSecret(&sec) })
+	case hdr.APIVersion == "v1" && hdr.Kind == KindPersistentVolumeClaim:
+		var c corev1.PersistentVolumeClaim
+		return decodeTyped(js, &c, report, func() Object { return fromClaim(&c) })
 	case hdr.APIVersion == "v1" && hdr.Kind == "List" && allowList:
 		var list struct {
 			Items []json.RawMessage `json:"items"`

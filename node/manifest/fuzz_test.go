@@ -42,6 +42,9 @@ func fuzzSeeds() []string {
 		r(d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - {name: cfg, configMap: {name: c, items: [{key: k, path: a/b, mode: 0400}]}}\n      - {name: p, projected: {sources: [{secret: {name: s}}, {downwardAPI: {items: [{path: l, fieldRef: {fieldPath: metadata.labels}}]}}]}}\n      containers:"),
 		r(d, "          value: hi", "          valueFrom: {secretKeyRef: {name: s, key: k, optional: true}}"),
 		"apiVersion: v1\nkind: Secret\nmetadata: {name: t}\ntype: kubernetes.io/tls\ndata: {tls.crt: eA==}\n",
+		claimYAML,
+		r(claimYAML, "ReadWriteOnce", "ReadOnlyMany"),
+		r(d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - {name: data, persistentVolumeClaim: {claimName: data, readOnly: true}}\n      containers:"),
 		"a: &a [*a, *a]\n",
 		"- - - - - -\n",
 	}

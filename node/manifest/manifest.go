@@ -49,8 +49,10 @@ func KindOf(s string) (string, error) {
 		return KindConfigMap, nil
 	case "secret", "secrets":
 		return KindSecret, nil
+	case "persistentvolumeclaim", "persistentvolumeclaims", "pvc":
+		return KindPersistentVolumeClaim, nil
 	}
-	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset, service, configmap or secret", s)
+	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset, service, configmap, secret or pvc", s)
 }
 
 // MaxReplicas bounds spec.replicas: every node expands every Deployment
@@ -68,7 +70,7 @@ const DefaultNamespace = "default"
 
 // Object is one decoded, defaulted manifest object.
 type Object struct {
-	Kind       string             // KindDeployment, KindStatefulSet, KindService, KindConfigMap or KindSecret
+	Kind       string             // KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret or KindPersistentVolumeClaim
 	Namespace  string             // defaulted to "default"
 	Name       string             // metadata.name
 	Deployment *appsv1.Deployment // set when Kind == KindDeployment (defaults applied)
@@ -79,6 +81,8 @@ type Object struct {
 	// stringData merged into data).
 	ConfigMap *corev1.ConfigMap
 	Secret    *corev1.Secret
+	// Claim is set for KindPersistentVolumeClaim (defaults applied).
+	Claim *corev1.PersistentVolumeClaim
 	// Applied is the document as written, in JSON, before defaults
 	// (Parse and ReadPaths set it): what an apply records (Record).
 	Applied []byte
@@ -259,6 +263,13 @@ func Encode(o Object) ([]byte, error) {
 		sec := *o.Secret
 		sec.TypeMeta.APIVersion, sec.TypeMeta.Kind = "v1", KindSecret
 		return json.Marshal(&sec)
+	case KindPersistentVolumeClaim:
+		if o.Claim == nil {
+			return nil, fmt.Errorf("encode %s: Claim is nil", o.Key())
+		}
+		c := *o.Claim
+		c.TypeMeta.APIVersion, c.TypeMeta.Kind = "v1", KindPersistentVolumeClaim
+		return json.Marshal(&c)
 	default:
 		return nil, fmt.Errorf("encode %s: unsupported kind %q", o.Key(), o.Kind)
 	}
@@ -369,6 +380,8 @@ func metaOf(o *Object) *metav1.ObjectMeta {
 		return &o.ConfigMap.ObjectMeta
 	case o.Secret != nil:
 		return &o.Secret.ObjectMeta
+	case o.Claim != nil:
+		return &o.Claim.ObjectMeta
 	}
 	return &o.Service.ObjectMeta
 }
@@ -455,6 +468,8 @@ func schemaOf(kind string) any {
 		return appsv1.StatefulSet{}
 	case KindService:
 		return corev1.Service{}
+	case KindPersistentVolumeClaim:
+		return corev1.PersistentVolumeClaim{}
 	}
 	return corev1.ConfigMap{}
 }

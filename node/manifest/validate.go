@@ -54,6 +54,7 @@ func Validate(o Object) field.ErrorList {
 		errs := validateMeta(&d.ObjectMeta, deploymentName, field.NewPath("metadata"))
 		errs = append(errs, validateIdentity(o, &d.ObjectMeta)...)
 		errs = append(errs, validateDeploymentSpec(&d.Spec, field.NewPath("spec"))...)
+		errs = append(errs, validateClaimStrategy(d)...)
 		return append(errs, unsupportedFields(deploymentFields, d)...)
 	case KindStatefulSet:
 		if o.StatefulSet == nil {
@@ -83,8 +84,13 @@ func Validate(o Object) field.ErrorList {
 			return field.ErrorList{field.Required(field.NewPath("data"), "Object.Secret is nil")}
 		}
 		return append(validateSecret(o.Secret), validateIdentity(o, &o.Secret.ObjectMeta)...)
+	case KindPersistentVolumeClaim:
+		if o.Claim == nil {
+			return field.ErrorList{field.Required(field.NewPath("spec"), "Object.Claim is nil")}
+		}
+		return append(validateClaim(o.Claim), validateIdentity(o, &o.Claim.ObjectMeta)...)
 	default:
-		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret})}
+		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret, KindPersistentVolumeClaim})}
 	}
 }
 

@@ -11,12 +11,14 @@ import (
 )
 
 // volumeFields are the pod volume fields Starling implements: emptyDir
-// (medium Memory as tmpfs), configMap, secret, downwardAPI and projected
+// (medium Memory as tmpfs), persistentVolumeClaim (data on one node),
+// configMap, secret, downwardAPI and projected
 // (their files updated in place when the object changes, through the
 // kubelet's ..data symlink), hostPath under the prefixes the agent
 // allows (--allow-host-path).
 var volumeFields = concat(
-	[]string{"name", "emptyDir.medium", "emptyDir.sizeLimit", "hostPath.path", "hostPath.type"},
+	[]string{"name", "emptyDir.medium", "emptyDir.sizeLimit", "hostPath.path", "hostPath.type",
+		"persistentVolumeClaim.claimName", "persistentVolumeClaim.readOnly"},
 	prefixed("configMap.", "name", "defaultMode", "optional", "items[].key", "items[].path", "items[].mode"),
 	prefixed("secret.", "secretName", "defaultMode", "optional", "items[].key", "items[].path", "items[].mode"),
 	prefixed("downwardAPI.", "defaultMode", "items[].path", "items[].mode", "items[].fieldRef.fieldPath", "items[].fieldRef.apiVersion"),
@@ -89,7 +91,7 @@ func validateVolumes(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 func validateVolumeSource(v corev1.VolumeSource, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	set := 0
-	for _, b := range []bool{v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil, v.HostPath != nil} {
+	for _, b := range []bool{v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil, v.HostPath != nil, v.PersistentVolumeClaim != nil} {
 		if b {
 			set++
 		}
@@ -98,6 +100,14 @@ func validateVolumeSource(v corev1.VolumeSource, p *field.Path) field.ErrorList 
 		return field.ErrorList{field.Forbidden(p, "may not specify more than 1 volume type")}
 	}
 	switch {
+	case v.PersistentVolumeClaim != nil:
+		cp := p.Child("persistentVolumeClaim", "claimName")
+		if v.PersistentVolumeClaim.ClaimName == "" {
+			errs = append(errs, field.Required(cp, "the name of a PersistentVolumeClaim in the pod's namespace"))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(v.PersistentVolumeClaim.ClaimName) {
+			errs = append(errs, field.Invalid(cp, v.PersistentVolumeClaim.ClaimName, msg))
+		}
 	case v.ConfigMap != nil:
 		errs = append(errs, validateKeyItems(v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.DefaultMode, p.Child("configMap"), "name")...)
 	case v.Secret != nil:
