@@ -21,7 +21,7 @@ import (
 
 func resultLine(r api.ApplyResult) string {
 	switch r.Kind {
-	case manifest.KindService, manifest.KindConfigMap, manifest.KindSecret:
+	case manifest.KindService, manifest.KindConfigMap, manifest.KindSecret, manifest.KindPersistentVolumeClaim:
 		return fmt.Sprintf("%s/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
 	}
 	return fmt.Sprintf("%s.apps/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)

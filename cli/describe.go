@@ -17,8 +17,8 @@ import (
 
 func newDescribeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|statefulset|service|configmap|secret) NAME",
-		Short: "Show a Deployment, StatefulSet, Service, ConfigMap or Secret in detail (a workload with its replicas, a Secret with its values' sizes only)",
+		Use:   "describe (deployment|statefulset|service|configmap|secret|pvc) NAME",
+		Short: "Show a Deployment, StatefulSet, Service, ConfigMap, Secret or PersistentVolumeClaim in detail (a workload with its replicas, a Secret with its values' sizes only, a claim with its node)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := splitRef(args)
 			if err != nil {
@@ -32,6 +32,13 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			obj, err := c.Get(ctx, kind, g.namespace, name)
 			if err != nil {
 				return err
+			}
+			if k, _ := manifest.KindOf(kind); k == manifest.KindPersistentVolumeClaim {
+				users, err := claimUsers(ctx, c, g.namespace, name)
+				if err != nil {
+					return err
+				}
+				return describeClaim(g.stdout, obj, users)
 			}
 			if k, _ := manifest.KindOf(kind); k == manifest.KindConfigMap || k == manifest.KindSecret {
 				ci, err := decodeConfigItem(k, obj)

@@ -112,8 +112,8 @@ func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns ==
 func newGetCmd(g *globals) *cobra.Command {
 	var o getOpts
 	cmd := &cobra.Command{
-		Use:   "get (nodes|deployments|statefulsets|services|configmaps|secrets|replicas) [NAME] [-o wide|json|yaml]",
-		Short: "List nodes, Deployments, StatefulSets, Services, ConfigMaps, Secrets or replicas",
+		Use:   "get (nodes|deployments|statefulsets|services|configmaps|secrets|pvc|replicas) [NAME] [-o wide|json|yaml]",
+		Short: "List nodes, Deployments, StatefulSets, Services, ConfigMaps, Secrets, PersistentVolumeClaims or replicas",
 		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
   nodes         cluster members and their state (alive, suspect, dead, left)
   deployments   Deployments with ready/up-to-date/available counts
@@ -122,11 +122,13 @@ func newGetCmd(g *globals) *cobra.Command {
   configmaps    ConfigMaps and how many keys each holds
   secrets       Secrets, their type and how many keys each holds (values only with
                 --reveal and a NAME: 'get secret db -o yaml --reveal')
+  pvc           PersistentVolumeClaims: the node that holds each one's data, its size
+                and what it holds (persistentvolumeclaims)
   replicas      every replica of every Deployment and StatefulSet, on any node
 NAME filters by name (for replicas: a replica or its Deployment's name).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
-				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services, configmaps, secrets or replicas) and an optional NAME")
+				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services, configmaps, secrets, pvc or replicas) and an optional NAME")
 			}
 			return nil
 		},
@@ -186,6 +188,8 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 			case "configmap", "secret":
 				k, _ := manifest.KindOf(resource)
 				return getConfigData(g, cmd, c, o, k, name, o.reveal)
+			case "persistentvolumeclaim":
+				return getClaims(g, cmd, c, o, name)
 			case "deployment", "service", "statefulset":
 				kind := resource
 				var l api.ObjectList
@@ -237,7 +241,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				}
 				return printDeployments(g.stdout, o, objs, reps.Items)
 			}
-			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services, configmaps, secrets or replicas", args[0])
+			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services, configmaps, secrets, pvc or replicas", args[0])
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")

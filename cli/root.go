@@ -96,6 +96,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newLogsCmd(g),
 		newImageCmd(g),
 		newNodeCmd(g),
+		newVolumeCmd(g),
 		newVersionCmd(g),
 		newFenceWatchdogCmd(),
 	)

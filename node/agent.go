@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return a.work.images.sources(ctx, ref)
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
-		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath,
+		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", ClaimDir: cfg.DataDir + "/volumes", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath,
 		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {
 		return nil, err
@@ -210,9 +210,10 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.own.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, claims: claims, log: log, ready: make(chan struct{}), refused: refused,
 		republish: make(chan struct{}, 1), use: hn.podNetwork(cfg.DryRun)}
+	a.work.claims = &volumes.Binder{Self: cfg.Name, Dir: cfg.DataDir + "/volumes", Stamp: a.clock.Now, Log: log}
 	a.own.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.guard.id, trust: a.guard.trust, members: a.mem.members,
-		subnets: a.own.subnets, writer: a.mem.writer, log: log, writes: a.metrics.statusWrites}
+		subnets: a.own.subnets, writer: a.mem.writer, log: log, writes: a.metrics.statusWrites, claims: a.work.claims}
 	a.views = view.NewBuilder(view.Config{Self: cfg.Name, Records: a.store, Membership: a.mem.cluster, Damping: a.mem.members, Acks: a.mem.acks,
 		Checked: a.guard.rejects.checked, Claims: claims, ServiceCIDR: serviceNet, ClusterCIDR: clusterCIDR, Placements: a.metrics.placements, Builds: a.metrics.viewBuilds, Log: log,
 		SelfStatus: a.own.status, Started: a.started, ReclaimAfter: cfg.SubnetReclaimAfter, RejoinSettle: cfg.RejoinSettle, Share: h.shareDecodes, Opener: sealed.New(a.mem.cluster)})
@@ -220,6 +221,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
 	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
+	a.work.claims.Views, a.work.claims.Publish = a.views, a.own.status.republish
 	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,
 		members: a.mem.members, metrics: a.metrics, log: log, wake: wake, handoffs: map[string]time.Time{}, evictions: a.work.volumes}
@@ -280,7 +282,7 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		// No reconcile or probes: only printing.
 		loops = append(loops, a.network.dry.loop)
 	} else {
-		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop, a.work.volumes.Run,
+		loops = append(loops, func(ctx context.Context) { a.work.fence.loop(ctx, a.mem.members.synced) }, a.work.lease.loop, a.work.probes.loop, a.work.replicas.loop, a.work.volumes.Run, a.work.claims.Run,
 			func(ctx context.Context) { a.work.replicas.stopAllOn(ctx, a.mem.members.stopReplicas) },
 			func(ctx context.Context) { a.rt.WatchExits(ctx, a.work.replicas.wake.kick) })
 	}

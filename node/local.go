@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"time"
@@ -35,8 +36,10 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		}
 		if msg, failed := r.acts.lastFailure(c.ID); failed {
 			item.Reason = msg
-		} else if msg := r.configError(c.ID); msg != "" {
+		} else if phase, msg := r.configError(c.ID); phase == api.PhaseConfigError {
 			item.Reason = reconcile.ConfigErrorReason + ": " + msg // a replace held back
+		} else if msg != "" {
+			item.Reason = msg
 		}
 		busy, isBusy := r.acts.busyAction(c.ID)
 		switch {
@@ -76,8 +79,8 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		if msg, failed := r.acts.lastFailure(d.ID); failed {
 			item.Phase, item.Reason = api.PhaseCreateBackOff, msg
 		}
-		if msg := r.configError(d.ID); msg != "" {
-			item.Phase, item.Reason = api.PhaseConfigError, msg
+		if phase, msg := r.configError(d.ID); msg != "" {
+			item.Phase, item.Reason = phase, msg
 		}
 		if t, busy := r.acts.busyAction(d.ID); busy {
 			// A retry shows the image transfer's progress, or else the
@@ -185,8 +188,16 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 
 // configError is why the last pass held replica id back for its
 // ConfigMaps or Secrets ("": it did not).
-func (r *replicas) configError(id string) string {
+func (r *replicas) configError(id string) (api.Phase, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.configErrors[id]
+	err := r.configErrors[id]
+	var wait *reconcile.ClaimWait
+	switch {
+	case err == nil:
+		return "", ""
+	case errors.As(err, &wait):
+		return api.PhasePending, err.Error()
+	}
+	return api.PhaseConfigError, err.Error()
 }

@@ -79,10 +79,19 @@ func (o *objects) List(kind string) ([]api.Object, error) {
 			}
 		}
 	}
-	if kind == manifest.KindService {
-		decorateServices(o.views.View().Alloc, out)
-	}
+	o.decorate(kind, out)
 	return out, nil
+}
+
+// decorate fills in what the view knows of items, objects of kind: a
+// Service's ClusterIP and NodePorts, a claim's status.
+func (o *objects) decorate(kind string, items []api.Object) {
+	switch kind {
+	case manifest.KindService:
+		decorateServices(o.views.View().Alloc, items)
+	case manifest.KindPersistentVolumeClaim:
+		view.DecorateClaims(items, o.views.View().VolumeClaims)
+	}
 }
 
 // Get returns one live object.
@@ -96,9 +105,7 @@ func (o *objects) Get(kind, namespace, name string) (api.Object, error) {
 		return api.Object{}, err
 	}
 	items := []api.Object{obj}
-	if kind == manifest.KindService {
-		decorateServices(o.views.View().Alloc, items)
-	}
+	o.decorate(kind, items)
 	return items[0], nil
 }
 
@@ -147,6 +154,27 @@ func (o *objects) Scale(kind, namespace, name string, replicas int32) (api.Apply
 		return api.ApplyResult{}, err
 	}
 	return api.ApplyResult{Kind: obj.Kind, Namespace: obj.Namespace, Name: obj.Name, Result: "scaled"}, nil
+}
+
+// ReleaseClaim gives up the data of a claim whose node is gone
+// (view.ReleaseClaim).
+func (o *objects) ReleaseClaim(namespace, name string) (api.ApplyResult, error) {
+	rec, err := o.lookup(manifest.KindPersistentVolumeClaim, namespace, name)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	obj, err := manifest.Decode(rec.Value)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	obj, node, err := view.ReleaseClaim(obj, o.views.View())
+	if err != nil {
+		return api.ApplyResult{}, api.NewError(http.StatusConflict, err)
+	}
+	if _, err := o.store([]manifest.Object{obj}); err != nil {
+		return api.ApplyResult{}, err
+	}
+	return api.ApplyResult{Kind: obj.Kind, Namespace: namespace, Name: name, Result: "released from node " + node}, nil
 }
 
 // store is write without further checks (scale, rollout commands and

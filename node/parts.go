@@ -56,8 +56,10 @@ type workloads struct {
 	lease    *lease
 	images   *images
 	logs     *logs
-	// volumes rewrites projected volumes' files (node/volumes).
+	// volumes rewrites projected volumes' files, claims binds and makes
+	// the volumes of PersistentVolumeClaims (node/volumes).
 	volumes *volumes.Updater
+	claims  *volumes.Binder
 }
 
 // network is the host's network controllers (package dataplane), or the

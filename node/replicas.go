@@ -49,7 +49,7 @@ type replicas struct {
 	evictions interface{ Evicted() map[string]string }
 	// configErrors are its replicas held back by a missing ConfigMap,
 	// Secret or key (reconcile.Output.ConfigErrors).
-	configErrors map[string]string
+	configErrors map[string]error
 	down         bool // the runtime did not answer the last pass
 	// waiting is when this node first owned each replica it owns that
 	// has no container yet (by replica ID): the replica's creation time
@@ -233,7 +233,7 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	f, seen, known := r.fence.fencing(v, observed, start)
 	r.fence.note(f, seen, known)
 	d := r.decision(v, observed, f, start)
-	d.Local, d.Backoff, d.ServiceEnv, d.Config, d.HostIP = local, r.acts.backoffs(), serviceEnv(v), v.Config, v.Statuses[r.self].HostIP()
+	d.Local, d.Backoff, d.ServiceEnv, d.Config, d.HostIP, d.Claims = local, r.acts.backoffs(), serviceEnv(v), v.Config, v.Statuses[r.self].HostIP(), v.ClaimsOn(r.self)
 	out := reconcile.Decide(d, time.Now())
 	observed = out.Observed
 	r.mu.Lock()

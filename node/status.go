@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/trust"
+	"github.com/starling-orchestrator/starling/node/volumes"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,6 +49,7 @@ type self struct {
 	writer  *writer
 	log     *slog.Logger
 	writes  prometheus.Counter // starling_node_status_writes_total
+	claims  *volumes.Binder    // the claims whose data this node holds
 
 	// local is the list of this node's replicas its last publication
 	// held (what get replicas serves for this node).
@@ -96,6 +98,7 @@ func (s *self) status(replicas []api.Replica) view.NodeStatus {
 		DiskFull:    s.diskFull.Load(),
 		Cert:        s.trust.CertDER(),
 		SettleUntil: s.members.SelfUntil().UTC().Truncate(time.Millisecond),
+		Volumes:     s.claims.Bindings(),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/starling-orchestrator/starling/node/sealed"
 	"github.com/starling-orchestrator/starling/node/trust"
 	"github.com/starling-orchestrator/starling/node/view"
+	"github.com/starling-orchestrator/starling/node/volumes"
 )
 
 // Every record a peer sends is untrusted input, like an API body: it is
@@ -138,7 +139,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		}
 		switch kind {
 		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
-			strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindSecret):
+			strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindSecret), strings.ToLower(manifest.KindPersistentVolumeClaim):
 			return decoded{}, nil
 		}
 		return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -210,7 +211,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		}
 		return decoded{}, nil
 	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
-		strings.ToLower(manifest.KindConfigMap):
+		strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindPersistentVolumeClaim):
 		o, err := manifest.Decode(r.Value)
 		if err != nil {
 			return decoded{}, reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))
@@ -286,6 +287,11 @@ func checkStatus(s view.NodeStatus, cluster netip.Prefix) *rejection {
 		if rj := checkReplica(s.Replicas[i], s.Name, subnet); rj != nil {
 			rj.err = fmt.Errorf("node %s: replicas[%d]: %w", s.Name, i, rj.err)
 			return rj
+		}
+	}
+	for i, b := range s.Volumes {
+		if err := apiserver.CheckRef(b.Namespace, b.Claim); err != nil || i >= maxNodeReplicas || !volumes.ValidUID(b.UID) || b.Capacity < 0 || b.Used < 0 {
+			return reject(rejectRange, "node %s: volumes[%d]: want at most %d bindings of a claim name, a UUID and sizes of 0 or more", s.Name, i, maxNodeReplicas)
 		}
 	}
 	return nil

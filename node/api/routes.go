@@ -40,6 +40,7 @@ var (
 	RouteRestart      = Route{"POST", "/v1/rollout/{namespace}/{name}/restart"}  // -> ApplyResult
 	RoutePause        = Route{"POST", "/v1/rollout/{namespace}/{name}/pause"}    // -> ApplyResult
 	RouteResume       = Route{"POST", "/v1/rollout/{namespace}/{name}/resume"}   // -> ApplyResult
+	RouteRelease      = Route{"POST", "/v1/volumes/{namespace}/{name}/release"}  // -> ApplyResult
 	RouteMetrics      = Route{"GET", "/metrics"}                                 // -> Prometheus text
 )
 

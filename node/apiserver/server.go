@@ -40,6 +40,9 @@ type Objects interface {
 	Delete(kind, namespace, name string) (api.ApplyResult, error)
 	// Scale sets the replicas of a Deployment or StatefulSet.
 	Scale(kind, namespace, name string, replicas int32) (api.ApplyResult, error)
+	// ReleaseClaim gives up the data of a PersistentVolumeClaim whose
+	// node is gone (409 while its node is up).
+	ReleaseClaim(namespace, name string) (api.ApplyResult, error)
 	RolloutStatus(namespace, name string) (api.RolloutStatus, error)
 	RolloutHistory(namespace, name string) ([]api.Revision, error)
 	// Rollout runs a rollout command (RolloutUndo, Restart, Pause,
@@ -118,6 +121,7 @@ func Handler(b Backend) http.Handler {
 	handle(api.RouteObject, s.get)
 	handle(api.RouteDeleteObject, s.delete)
 	handle(api.RouteScale, s.scale)
+	handle(api.RouteRelease, s.release)
 	handle(api.RouteReplicas, func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, api.ReplicaList{Items: nonNil(b.Info.Replicas())})
 	})
@@ -290,6 +294,15 @@ func (s *server) scale(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answer(w, http.StatusOK)(s.b.Objects.Scale(kind, ns, name, req.Replicas))
+}
+
+func (s *server) release(w http.ResponseWriter, r *http.Request) {
+	_, ns, name, err := ref(r, "pvc")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	answer(w, http.StatusOK)(s.b.Objects.ReleaseClaim(ns, name))
 }
 
 func (s *server) joinToken(w http.ResponseWriter, r *http.Request) {

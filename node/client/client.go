@@ -294,6 +294,15 @@ func (c *Client) Scale(ctx context.Context, kind, namespace, name string, replic
 	return out, err
 }
 
+// ReleaseClaim gives up the data of PersistentVolumeClaim
+// namespace/name, whose node is gone: the next replica that mounts it
+// starts empty on another node.
+func (c *Client) ReleaseClaim(ctx context.Context, namespace, name string) (api.ApplyResult, error) {
+	var out api.ApplyResult
+	err := c.call(ctx, api.RouteRelease, nil, nil, &out, namespace, name)
+	return out, err
+}
+
 // Replicas returns every replica of the cluster as the agent sees it.
 func (c *Client) Replicas(ctx context.Context) ([]api.Replica, error) {
 	var out api.ReplicaList

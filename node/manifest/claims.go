@@ -102,7 +102,8 @@ func validateClaimUpdate(prev, obj *corev1.PersistentVolumeClaim) field.ErrorLis
 }
 
 // ClaimsOf returns the names of the PersistentVolumeClaims a pod spec
-// mounts (persistentVolumeClaim volumes), in volume order.
+// mounts through its volumes of the field "persistentVolumeClaim", in
+// volume order.
 func ClaimsOf(s *corev1.PodSpec) []string {
 	var out []string
 	for _, v := range s.Volumes {

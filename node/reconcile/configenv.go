@@ -17,6 +17,13 @@ type ConfigData interface {
 	Secret(namespace, name string) (data map[string][]byte, ok bool)
 }
 
+// ClaimWait says why a replica that mounts a PersistentVolumeClaim
+// waits, Pending: the claim is missing, not bound yet, or its volume is
+// on another node or not made yet.
+type ClaimWait struct{ Msg string }
+
+func (e *ClaimWait) Error() string { return e.Msg }
+
 // ConfigErrorReason is the REASON of a replica held back by a missing
 // ConfigMap, Secret or key, as the kubelet names it.
 const ConfigErrorReason = "CreateContainerConfigError"

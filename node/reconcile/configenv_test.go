@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +82,7 @@ func TestDecideHoldsBackACreateUntilItsConfigIsThere(t *testing.T) {
 		Spec: Spec{Image: "x", Env: []EnvVar{{Name: "P", Secret: "db", Key: "password"}}}}
 	d := Decision{Ownership: Ownership{Self: "n1", All: []Replica{rep}, Owner: func(string) string { return "n1" }}, Fencing: Fencing{Unknown: true}}
 	out := Decide(d, time.Now())
-	if len(out.Actions) != 0 || out.ConfigErrors[rep.ID] != `secret "db" not found` || len(out.Mine) != 1 {
+	if len(out.Actions) != 0 || fmt.Sprint(out.ConfigErrors[rep.ID]) != `secret "db" not found` || len(out.Mine) != 1 {
 		t.Fatalf("without the Secret: %d actions, errors %v, mine %d", len(out.Actions), out.ConfigErrors, len(out.Mine))
 	}
 	d.Config = fakeConfig{secrets: map[string]map[string][]byte{"ns/db": {"password": []byte("pw")}}}
@@ -95,5 +97,40 @@ func TestDecideHoldsBackACreateUntilItsConfigIsThere(t *testing.T) {
 	}
 	if rep.Spec.Env[0].Value != "" {
 		t.Fatal("Decide changed the replica it was given")
+	}
+}
+
+// TestDecideStartsAReplicaOnItsClaimOnlyWhereItsVolumeIs: a replica that
+// mounts a claim waits (a *ClaimWait, no create) until the claim's
+// volume is ready on this node; the create then carries the volume's ID,
+// and the replica the view holds is not changed.
+func TestDecideStartsAReplicaOnItsClaimOnlyWhereItsVolumeIs(t *testing.T) {
+	vols := []Volume{{Name: "cache", EmptyDir: true}, {Name: "data", Claim: "db-data"}}
+	rep := Replica{ID: "ns_db-1", Name: "db-1", Namespace: "ns", Workload: "db", SpecHash: "abcdef12", Spec: Spec{Image: "x", Volumes: vols}}
+	d := Decision{Ownership: Ownership{Self: "n1", All: []Replica{rep}, Owner: func(string) string { return "n1" }}, Fencing: Fencing{Unknown: true}}
+	out := Decide(d, time.Now())
+	var wait *ClaimWait
+	if len(out.Actions) != 0 || !errors.As(out.ConfigErrors[rep.ID], &wait) {
+		t.Fatalf("no claim held: %+v %v", out.Actions, out.ConfigErrors)
+	}
+	d.Claims = func(ns, name string) (string, error) {
+		return "", &ClaimWait{fmt.Sprintf("the volume of persistentvolumeclaim %q is on node n2", name)}
+	}
+	out = Decide(d, time.Now())
+	if len(out.Actions) != 0 || !strings.Contains(fmt.Sprint(out.ConfigErrors[rep.ID]), "node n2") {
+		t.Fatalf("volume elsewhere: %+v %v", out.Actions, out.ConfigErrors)
+	}
+	d.Claims = func(ns, name string) (string, error) {
+		if ns != "ns" || name != "db-data" {
+			return "", &ClaimWait{"wrong claim"}
+		}
+		return "uid-1", nil
+	}
+	out = Decide(d, time.Now())
+	if len(out.Actions) != 1 || out.Actions[0].Replica.Spec.Volumes[1].ClaimID != "uid-1" {
+		t.Fatalf("volume here: %+v %v", out.Actions, out.ConfigErrors)
+	}
+	if vols[1].ClaimID != "" {
+		t.Fatal("the view's replica was changed")
 	}
 }

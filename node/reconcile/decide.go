@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -43,6 +44,9 @@ type Decision struct {
 	Config ConfigData
 	// HostIP is this node's address, for status.hostIP.
 	HostIP string
+	// Claims resolves a PersistentVolumeClaim a replica mounts to its
+	// volume's ID on this node, or a *ClaimWait (nil: no claim is held).
+	Claims func(namespace, name string) (string, error)
 }
 
 // Local is what the node knows of its containers that containerd does
@@ -94,8 +98,9 @@ type Output struct {
 	// Observed are the containers as Decide saw them (Local.Mark).
 	Observed []Container
 	// ConfigErrors are the replicas (by ID) whose create waits for a
-	// ConfigMap, Secret or key, with the ConfigError's message.
-	ConfigErrors map[string]string
+	// ConfigMap, Secret or key (a *ConfigError), or for the volume of a
+	// PersistentVolumeClaim (a *ClaimWait).
+	ConfigErrors map[string]error
 }
 
 // Decide composes one pass: Owned (what placement and handoffs give this
@@ -135,11 +140,11 @@ func Decide(d Decision, now time.Time) Output {
 				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
 			}
 			act.Replica.HostIP = d.HostIP
-			if err := withConfig(&act.Replica, d.Config); err != nil {
+			if err := withConfig(&act.Replica, d.Config, d.Claims); err != nil {
 				if out.ConfigErrors == nil {
-					out.ConfigErrors = map[string]string{}
+					out.ConfigErrors = map[string]error{}
 				}
-				out.ConfigErrors[act.Replica.ID] = err.Error() // a replace keeps the old copy
+				out.ConfigErrors[act.Replica.ID] = err // a replace keeps the old copy
 				continue
 			}
 		}
@@ -173,13 +178,31 @@ func (noConfig) Secret(string, string) (map[string][]byte, bool) { return nil, f
 
 // withConfig fills in what r takes from ConfigMaps and Secrets (src;
 // nil: none held): its env's references resolved (ResolveEnv) and the
-// files of its projected volumes (ProjectVolume). r's Spec is copied,
+// files of its projected volumes (ProjectVolume), and the volume IDs of
+// the claims it mounts (claims). r's Spec is copied,
 // not changed where the view holds it.
-func withConfig(r *Replica, src ConfigData) error {
+func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) (string, error)) error {
 	if src == nil {
 		src = noConfig{}
 	}
 	r.Files = nil
+	cloned := false
+	for i, v := range r.Spec.Volumes {
+		if v.Claim == "" {
+			continue
+		}
+		if claims == nil {
+			return &ClaimWait{fmt.Sprintf("persistentvolumeclaim %q not found", v.Claim)}
+		}
+		id, err := claims(r.Namespace, v.Claim)
+		if err != nil {
+			return err
+		}
+		if !cloned {
+			r.Spec.Volumes, cloned = slices.Clone(r.Spec.Volumes), true // the view's Spec is shared
+		}
+		r.Spec.Volumes[i].ClaimID = id
+	}
 	for _, v := range r.Spec.Volumes {
 		if len(v.Sources) == 0 {
 			continue

@@ -22,6 +22,12 @@ type Volume struct {
 	// makes it when missing (the type "DirectoryOrCreate").
 	HostPath       string
 	HostPathCreate bool
+	// Claim names a PersistentVolumeClaim of the replica's namespace
+	// ("": none), mounted read-only when ClaimReadOnly; ClaimID is its
+	// volume's (the claim's UID), filled in when a create starts the
+	// replica on the node that holds the claim (Decision.Claims).
+	Claim, ClaimID string
+	ClaimReadOnly  bool
 	Sources        []FileSource
 	// DefaultMode is the mode of projected files (0644 unless set).
 	DefaultMode uint32

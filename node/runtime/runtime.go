@@ -94,6 +94,9 @@ type Config struct {
 	// PodDir receives one directory per replica, "<container id>", with
 	// its hosts, hostname and resolv.conf (podfiles.go).
 	PodDir string
+	// ClaimDir holds the volumes of the PersistentVolumeClaims bound to
+	// the node (volumes.ClaimDir; "": none mounts).
+	ClaimDir string
 	// ResolvConf is the node's resolver configuration, which replicas'
 	// resolv.conf is made from (default /etc/resolv.conf), and
 	// UpstreamResolvConf systemd-resolved's list of real servers, used

@@ -28,9 +28,29 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 	defer r.volumes.Unlock()
 	dirs := map[string]string{}
 	projected := map[string]bool{}
+	readOnly := map[string]bool{} // claims mounted read-only
 	for _, v := range rep.Spec.Volumes {
 		dir := volumes.Dir(podDir, v.Name)
 		switch {
+		case v.Claim != "":
+			if v.ClaimID == "" || r.cfg.ClaimDir == "" {
+				return nil, fmt.Errorf("volume %q: persistentvolumeclaim %q has no volume on node %s", v.Name, v.Claim, r.cfg.Node)
+			}
+			dir = volumes.ClaimDir(r.cfg.ClaimDir, filepath.Base(v.ClaimID))
+			if _, err := os.Stat(dir); err != nil {
+				return nil, fmt.Errorf("volume %q: the volume of persistentvolumeclaim %q: %w", v.Name, v.Claim, err)
+			}
+			if g := v.Group; g != nil { // fsGroup: its group's, setgid, as for an emptyDir
+				if err := os.Chown(dir, -1, int(*g)); err != nil {
+					return nil, err
+				}
+				if err := os.Chmod(dir, 0o777|os.ModeSetgid); err != nil {
+					return nil, err
+				}
+			}
+			if v.ClaimReadOnly {
+				readOnly[v.Name] = true
+			}
 		case v.HostPath != "":
 			p, err := r.hostDir(v)
 			if err != nil {
@@ -110,7 +130,7 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 			src = p
 		}
 		opts := []string{"rbind", "rprivate"}
-		if m.ReadOnly || projected[m.Volume] {
+		if m.ReadOnly || projected[m.Volume] || readOnly[m.Volume] {
 			opts = append(opts, "ro")
 		}
 		out = append(out, specs.Mount{Destination: m.Path, Type: "bind", Source: src, Options: opts})

@@ -67,6 +67,9 @@ type NodeStatus struct {
 	// replicas (node/selfsettle.go): until then every node leaves it out
 	// (SettlingOut), as the peers that held it down do.
 	SettleUntil time.Time `json:"settleUntil,omitzero"`
+	// Volumes are the PersistentVolumeClaims whose data the node holds
+	// or is binding (VolumeBinding).
+	Volumes []VolumeBinding `json:"volumes,omitempty"`
 
 	// subnet is PodSubnet parsed (DecodeStatuses), for the checks that
 	// compare one claim with every node's.

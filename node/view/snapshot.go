@@ -347,6 +347,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.plain, v.plainWithout, v.Away = prev.plain, prev.plainWithout, prev.Away
 		v.given, v.Own = prev.given, prev.Own
 		v.SvcPorts, v.unlisted = prev.SvcPorts, prev.unlisted
+		v.VolumeClaims, v.pins = prev.VolumeClaims, prev.pins
 	} else {
 		vs.derive(v, prev, selfHeld)
 	}
@@ -385,12 +386,14 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 	}
 	// Placement's own inputs, not the records': an annotation or an
 	// image change of a workload moves nothing.
-	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.Excluded)
+	v.VolumeClaims = BindClaims(v.ClaimObjects, v.Statuses)
+	v.pins = pinsOf(v.Workloads, v.VolumeClaims)
+	v.placementKey = v.workloadsKey + "|" + v.nodesKey + "|" + setKey(v.Excluded) + "|" + pinsKey(v.pins)
 	sameInputs := prev != nil && prev.placementKey == v.placementKey
 	if sameInputs {
 		v.plain, v.plainWithout = prev.plain, prev.plainWithout
 	} else {
-		v.plain, v.plainWithout = assign(v.Eligible, v.Workloads, v.Excluded)
+		v.plain, v.plainWithout = assign(v.Eligible, v.Workloads, v.Excluded, v.pins)
 		if vs.cfg.Placements != nil {
 			vs.cfg.Placements.Inc()
 		}
@@ -406,7 +409,7 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 			v.Own = OwnedBy(vs.cfg.Self, v.All, v.Owner)
 		}
 	} else {
-		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Away)
+		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Away, v.pins)
 		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.cfg.Self, v.All, v.Owner)
 	}
 	vs.ServicesInto(v, prev)

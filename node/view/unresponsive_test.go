@@ -137,11 +137,11 @@ func TestPlaceLeavesExcludedNodesOutOfDeploymentsOnly(t *testing.T) {
 		nodes = append(nodes, placement.Node{Name: n, Allocatable: placement.Resources{MilliCPU: 64000, MemoryBytes: 1 << 40}})
 	}
 	all := DesiredReplicas(objs)
-	p, _ := assign(nodes, objs, nil)
-	_, before := place(p, p, nodes, objs, compact(all), nil, nil)
+	p, _ := assign(nodes, objs, nil, nil)
+	_, before := place(p, p, nodes, objs, compact(all), nil, nil, nil)
 	ex := map[string]bool{"fake": true}
-	p, without := assign(nodes, objs, ex)
-	kept, after := place(p, without, nodes, objs, compact(all), ex, nil)
+	p, without := assign(nodes, objs, ex, nil)
+	kept, after := place(p, without, nodes, objs, compact(all), ex, nil, nil)
 	if base := Owners(compact(all), kept); !slices.Equal(base.Node, before.Node) {
 		t.Fatal("the base placement depends on exclusions")
 	}

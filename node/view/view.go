@@ -106,6 +106,13 @@ type View struct {
 	Changes Changes
 	// Config is the data of the ConfigMaps and Secrets (configdata.go).
 	Config *ConfigData
+	// ClaimObjects are the PersistentVolumeClaims; VolumeClaims them by
+	// "namespace/name" with the node that holds each one's data
+	// (BindClaims); pins the node each workload that mounts a bound
+	// claim must run on (pinsOf), placement's input.
+	ClaimObjects []manifest.Object
+	VolumeClaims map[string]VolumeClaim
+	pins         map[string]string
 }
 
 // Changes is what differs between a view and the one its builder built
@@ -140,8 +147,8 @@ func (c Changes) or(d Changes) Changes {
 // assign runs placement (rendezvous hashing with bounded loads, package
 // placement) over the eligible nodes, and again without the excluded
 // nodes when there are any (without is p when there are none).
-func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]bool) (p, without placement.Placement) {
-	ws := workloadsOf(objs)
+func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]bool, pins map[string]string) (p, without placement.Placement) {
+	ws := pinned(workloadsOf(objs), pins)
 	p = placement.Assign(nodes, ws, placement.Options{})
 	if len(excluded) == 0 {
 		return p, p
@@ -160,8 +167,9 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 // placement only: a StatefulSet replica (at most one copy) must not move
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
-func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, away []placement.Holder) (p placement.Placement, owner OwnerTable) {
-	ws := workloadsOf(objs)
+func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, away []placement.Holder,
+	pins map[string]string) (p placement.Placement, owner OwnerTable) {
+	ws := pinned(workloadsOf(objs), pins)
 	p = placement.Keep(plain, nodes, ws, away, placement.Options{})
 	owner = Owners(all, p)
 	if len(excluded) == 0 {

@@ -98,6 +98,7 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 	if !v.Changes.Objects {
 		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
 		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
+		v.ClaimObjects = prev.ClaimObjects
 		return nil
 	}
 	var wrecs []crdt.Record
@@ -112,15 +113,21 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 	if err != nil {
 		return err
 	}
-	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs)
+	crecs, err := vs.cfg.Records.List(KindPrefix(manifest.KindPersistentVolumeClaim))
+	if err != nil {
+		return err
+	}
+	v.objectsKey = recordsKey(wrecs) + "|" + recordsKey(srecs) + "|" + recordsKey(crecs)
 	if prev != nil && prev.objectsKey == v.objectsKey {
 		v.workloadsKey = prev.workloadsKey
 		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
+		v.ClaimObjects = prev.ClaimObjects
 		return nil
 	}
 	seen := map[string]bool{}
 	v.Workloads = vs.DecodeObjects(wrecs, seen)
 	v.Services = vs.DecodeObjects(srecs, seen)
+	v.ClaimObjects = vs.DecodeObjects(crecs, seen)
 	for k := range vs.objects {
 		if !seen[k] {
 			delete(vs.objects, k)
@@ -269,7 +276,7 @@ func (vs *Builder) sync() error {
 	for _, k := range keys {
 		switch {
 		case strings.HasPrefix(k, KindPrefix(manifest.KindDeployment)), strings.HasPrefix(k, KindPrefix(manifest.KindStatefulSet)),
-			strings.HasPrefix(k, KindPrefix(manifest.KindService)):
+			strings.HasPrefix(k, KindPrefix(manifest.KindService)), strings.HasPrefix(k, KindPrefix(manifest.KindPersistentVolumeClaim)):
 			vs.pending.Objects = true
 		case strings.HasPrefix(k, KindPrefix(manifest.KindConfigMap)), strings.HasPrefix(k, KindPrefix(manifest.KindSecret)):
 			vs.pending.Config = true

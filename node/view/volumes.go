@@ -21,6 +21,9 @@ func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
 			if q := src.EmptyDir.SizeLimit; q != nil {
 				rv.SizeLimit = q.Value()
 			}
+		case src.PersistentVolumeClaim != nil:
+			rv.Claim = src.PersistentVolumeClaim.ClaimName
+			rv.ClaimReadOnly = src.PersistentVolumeClaim.ReadOnly
 		case src.HostPath != nil:
 			rv.HostPath = src.HostPath.Path
 			rv.HostPathCreate = src.HostPath.Type != nil && *src.HostPath.Type == corev1.HostPathDirectoryOrCreate

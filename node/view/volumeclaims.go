@@ -1,0 +1,242 @@
+package view
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
+	"github.com/starling-orchestrator/starling/placement"
+)
+
+// VolumeBinding is a node's word, in its own record, that it holds the
+// data of a PersistentVolumeClaim: a directory under its data directory
+// named by the claim's UID. The earliest binding (Since, then the node's
+// name) of a claim wins (BindClaims); the others give it up.
+type VolumeBinding struct {
+	Namespace string `json:"namespace"`
+	Claim     string `json:"claim"`
+	// UID is the claim object's: a claim deleted and made again under
+	// its name is another volume.
+	UID string `json:"uid"`
+	// Since is when the node bound the claim, on its clock.
+	Since hlc.Timestamp `json:"since"`
+	// Ready: the directory is made and replicas may mount it. A binding
+	// is published before (it pins the claim's replicas to the node at
+	// once) and made ready once it has stood for the settle time.
+	Ready bool `json:"ready,omitempty"`
+	// Capacity is the storage requested, Used what the directory holds
+	// (bytes, as last measured); Enforced: a project quota holds the
+	// directory to Capacity (else the request is advisory).
+	Capacity int64 `json:"capacity"`
+	Used     int64 `json:"used"`
+	Enforced bool  `json:"enforced,omitempty"`
+}
+
+// Released is the value of manifest.ReleasedAnnotation that gives up
+// binding b's data ("NODE@WALL.LOGICAL").
+func (b VolumeBinding) Released(node string) string {
+	return node + "@" + strconv.FormatInt(b.Since.Wall, 10) + "." + strconv.FormatUint(uint64(b.Since.Logical), 10)
+}
+
+// VolumeClaim is a PersistentVolumeClaim as the view holds it, with where its
+// data lives.
+type VolumeClaim struct {
+	Object manifest.Object
+	// Node holds the claim's data ("": not bound yet), as Binding says.
+	Node    string
+	Binding VolumeBinding
+}
+
+// Key is the claim's "namespace/name".
+func (c VolumeClaim) Key() string { return c.Object.Namespace + "/" + c.Object.Name }
+
+// BindClaims returns the claims of objs (of the kind PersistentVolumeClaim) by
+// "namespace/name", each with the node that holds its data: of the
+// bindings the nodes' records (statuses) hold for the claim's UID, and
+// that its ReleasedAnnotation does not give up, the earliest by Since,
+// then by node name. O(claims + bindings).
+func BindClaims(objs []manifest.Object, statuses map[string]NodeStatus) map[string]VolumeClaim {
+	if len(objs) == 0 {
+		return nil
+	}
+	out := make(map[string]VolumeClaim, len(objs))
+	for _, o := range objs {
+		if o.Claim != nil {
+			c := VolumeClaim{Object: o}
+			out[c.Key()] = c
+		}
+	}
+	for node, s := range statuses {
+		for _, b := range s.Volumes {
+			c, ok := out[b.Namespace+"/"+b.Claim]
+			if !ok || string(c.Object.Claim.UID) != b.UID || c.Object.Claim.Annotations[manifest.ReleasedAnnotation] == b.Released(node) {
+				continue
+			}
+			if c.Node == "" || cmp.Or(b.Since.Compare(c.Binding.Since), strings.Compare(node, c.Node)) < 0 {
+				c.Node, c.Binding = node, b
+				out[c.Key()] = c
+			}
+		}
+	}
+	return out
+}
+
+// pinsOf returns, by workload key, the node a workload's replicas must
+// run on: the node that holds the data of a claim its pods mount (the
+// first such claim in volume order).
+func pinsOf(workloads []manifest.Object, claims map[string]VolumeClaim) map[string]string {
+	if len(claims) == 0 {
+		return nil
+	}
+	var out map[string]string
+	for _, o := range workloads {
+		if !o.IsWorkload() {
+			continue
+		}
+		for _, name := range manifest.ClaimsOf(&o.PodTemplate().Spec) {
+			if c := claims[o.Namespace+"/"+name]; c.Node != "" {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[reconcile.WorkloadKey(o.Namespace, o.Name)] = c.Node
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pinned returns ws with every replica of the workloads in pins pinned
+// to its node (placement.Workload.Pinned).
+func pinned(ws []placement.Workload, pins map[string]string) []placement.Workload {
+	for i, w := range ws {
+		if node, ok := pins[w.Key]; ok {
+			ws[i].Pinned = make(map[int]string, w.Replicas)
+			for ord := range w.Replicas {
+				ws[i].Pinned[ord] = node
+			}
+		}
+	}
+	return ws
+}
+
+// pinsKey identifies pins, placement's input.
+func pinsKey(pins map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range pins {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		b.WriteString(k + "=" + pins[k] + ";")
+	}
+	return b.String()
+}
+
+// ClaimsOn resolves, for node self, the claims its replicas mount
+// (reconcile.Decision's Claims): the UID of the claim's volume when
+// self holds it ready, else a *reconcile.ClaimWait saying what the
+// replica waits for.
+func (v *View) ClaimsOn(self string) func(namespace, name string) (string, error) {
+	return func(namespace, name string) (string, error) {
+		c, ok := v.VolumeClaims[namespace+"/"+name]
+		switch {
+		case !ok:
+			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("persistentvolumeclaim %q not found", name)}
+		case c.Node == "":
+			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("waiting for persistentvolumeclaim %q to be bound to a node", name)}
+		case c.Node != self:
+			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("the volume of persistentvolumeclaim %q is on node %s", name, c.Node)}
+		case !c.Binding.Ready:
+			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("waiting for the volume of persistentvolumeclaim %q to be made on this node", name)}
+		}
+		return c.Binding.UID, nil
+	}
+}
+
+// Annotations a claim is served with (DecorateClaims): where its volume
+// is, as Kubernetes' scheduler marks a claim bound on a node
+// (SelectedNodeAnnotation), and what Starling adds.
+const (
+	SelectedNodeAnnotation = "volume.kubernetes.io/selected-node"
+	// VolumeDirAnnotation is the volume's directory under the node's
+	// --data-dir; UsedAnnotation what it holds, in bytes, as last
+	// measured; SizeLimitAnnotation "enforced" (a project quota) or
+	// "advisory".
+	VolumeDirAnnotation = "starling.dev/volume-dir"
+	UsedAnnotation      = "starling.dev/used-bytes"
+	SizeLimitAnnotation = "starling.dev/size-limit"
+)
+
+// DecorateClaims sets, in each item (a PersistentVolumeClaim as stored),
+// its status as the view knows it: phase Bound once its volume is made
+// on a node (Pending before), capacity and access modes, spec.volumeName
+// "pvc-UID", and the annotations above. Items that do not decode are
+// left as they are.
+func DecorateClaims(items []api.Object, claims map[string]VolumeClaim) {
+	for i, it := range items {
+		o, err := manifest.Decode(it.Object)
+		if err != nil || o.Claim == nil {
+			continue
+		}
+		c := o.Claim
+		c.Status.Phase = corev1.ClaimPending
+		if vc, ok := claims[o.Namespace+"/"+o.Name]; ok && vc.Node != "" {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[SelectedNodeAnnotation] = vc.Node
+			c.Annotations[VolumeDirAnnotation] = "volumes/" + vc.Binding.UID + "/data"
+			c.Annotations[UsedAnnotation] = strconv.FormatInt(vc.Binding.Used, 10)
+			c.Annotations[SizeLimitAnnotation] = "advisory"
+			if vc.Binding.Enforced {
+				c.Annotations[SizeLimitAnnotation] = "enforced"
+			}
+			if vc.Binding.Ready {
+				c.Status.Phase = corev1.ClaimBound
+				c.Spec.VolumeName = "pvc-" + vc.Binding.UID
+				c.Status.AccessModes = c.Spec.AccessModes
+				c.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(vc.Binding.Capacity, resource.BinarySI)}
+			}
+		}
+		if b, err := manifest.Encode(o); err == nil {
+			items[i].Object = b
+		}
+	}
+}
+
+// ReleaseClaim returns claim obj with its data given up from the node
+// that holds it (manifest.ReleasedAnnotation), and that node: the next
+// replica that mounts it starts empty elsewhere. It refuses a claim not
+// bound, and one whose node is alive (its data is there: delete the
+// claim to delete the data).
+func ReleaseClaim(obj manifest.Object, v *View) (manifest.Object, string, error) {
+	vc, ok := v.VolumeClaims[obj.Namespace+"/"+obj.Name]
+	switch {
+	case obj.Claim == nil:
+		return obj, "", fmt.Errorf("%s is not a PersistentVolumeClaim", obj.Key())
+	case !ok || vc.Node == "":
+		return obj, "", fmt.Errorf("persistentvolumeclaim %s/%s is bound to no node: there is no data to release", obj.Namespace, obj.Name)
+	case v.Alive[vc.Node]:
+		return obj, "", fmt.Errorf("persistentvolumeclaim %s/%s: node %s is up and holds its data; release gives up the data of a node that is gone (delete the claim to delete its data)",
+			obj.Namespace, obj.Name, vc.Node)
+	}
+	c := obj.Claim.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[manifest.ReleasedAnnotation] = vc.Binding.Released(vc.Node)
+	obj.Claim = c
+	return obj, vc.Node, nil
+}
