@@ -16,11 +16,10 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
-	"github.com/starling-orchestrator/starling/node/view"
 )
 
 // decodeClaims reads the claims of items as the API serves them, with
-// their status (view.DecorateClaims): not through manifest.Decode, which
+// their status (the node fills it in): not through manifest.Decode, which
 // would clear it. Those that do not decode are named on warn.
 func decodeClaims(items []api.Object, warn io.Writer) []*corev1.PersistentVolumeClaim {
 	var out []*corev1.PersistentVolumeClaim
@@ -64,7 +63,7 @@ func getClaims(g *globals, cmd *cobra.Command, c *client.Client, o getOpts, name
 	}
 	t := newTable(g.stdout, o.cells("NAMESPACE", []string{"NAME", "STATUS", "NODE", "CAPACITY", "USED", "ACCESS MODES", "STORAGECLASS", "AGE"}, "SIZE LIMIT", "DIRECTORY")...)
 	for _, pvc := range shown {
-		t.row(o.cells(pvc.Namespace, claimRow(pvc), orNone(pvc.Annotations[view.SizeLimitAnnotation]), orNone(pvc.Annotations[view.VolumeDirAnnotation]))...)
+		t.row(o.cells(pvc.Namespace, claimRow(pvc), orNone(pvc.Annotations[manifest.SizeLimitAnnotation]), orNone(pvc.Annotations[manifest.VolumeDirAnnotation]))...)
 	}
 	return t.flush()
 }
@@ -76,7 +75,7 @@ func claimRow(pvc *corev1.PersistentVolumeClaim) []string {
 		capacity = q.String()
 	}
 	used := ""
-	if n, err := strconv.ParseInt(pvc.Annotations[view.UsedAnnotation], 10, 64); err == nil {
+	if n, err := strconv.ParseInt(pvc.Annotations[manifest.UsedAnnotation], 10, 64); err == nil {
 		used = humanize.IBytes(uint64(max(n, 0)))
 	}
 	var modes []string
@@ -87,7 +86,7 @@ func claimRow(pvc *corev1.PersistentVolumeClaim) []string {
 	if pvc.Spec.StorageClassName != nil {
 		class = *pvc.Spec.StorageClassName
 	}
-	return []string{pvc.Name, string(pvc.Status.Phase), orNone(pvc.Annotations[view.SelectedNodeAnnotation]), capacity, used,
+	return []string{pvc.Name, string(pvc.Status.Phase), orNone(pvc.Annotations[manifest.SelectedNodeAnnotation]), capacity, used,
 		strings.Join(modes, ","), class, age(pvc.CreationTimestamp.Time)}
 }
 
@@ -122,13 +121,13 @@ func describeClaim(w io.Writer, it api.Object, mountedBy []string) error {
 	p("Status", row[1])
 	p("Node", row[2])
 	p("Volume", orNone(pvc.Spec.VolumeName))
-	p("Directory", orNone(pvc.Annotations[view.VolumeDirAnnotation])+" (under the node's --data-dir)")
+	p("Directory", orNone(pvc.Annotations[manifest.VolumeDirAnnotation])+" (under the node's --data-dir)")
 	p("Labels", labelString(pvc.Labels))
 	request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	p("Requested", request.String())
 	p("Capacity", orNone(row[3]))
 	p("Used", orNone(row[4]))
-	p("Size limit", orNone(pvc.Annotations[view.SizeLimitAnnotation]))
+	p("Size limit", orNone(pvc.Annotations[manifest.SizeLimitAnnotation]))
 	p("Access Modes", row[5])
 	p("VolumeMode", "Filesystem")
 	p("Used By", orNone(strings.Join(mountedBy, ", ")))

@@ -26,6 +26,20 @@ const StorageClassLocal = "local"
 // counts that binding, and the next replica starts empty elsewhere.
 const ReleasedAnnotation = "starling.dev/released-from"
 
+// Annotations a claim is served with (the view fills them in): where its volume
+// is, as Kubernetes' scheduler marks a claim bound on a node
+// (SelectedNodeAnnotation), and what Starling adds.
+const (
+	SelectedNodeAnnotation = "volume.kubernetes.io/selected-node"
+	// VolumeDirAnnotation is the volume's directory under the node's
+	// --data-dir; UsedAnnotation what it holds, in bytes, as last
+	// measured; SizeLimitAnnotation "enforced" (a project quota) or
+	// "advisory".
+	VolumeDirAnnotation = "starling.dev/volume-dir"
+	UsedAnnotation      = "starling.dev/used-bytes"
+	SizeLimitAnnotation = "starling.dev/size-limit"
+)
+
 var claimFields = newFieldTree(commonFields, serverOwnedMeta, []string{
 	"spec.accessModes", "spec.resources.requests.storage", "spec.storageClassName", "spec.volumeMode",
 })

@@ -80,3 +80,41 @@ spec:
 		t.Fatalf("a bad claim name: %v", err)
 	}
 }
+
+// TestStatefulSetClaimTemplatesAreMountedByName: a pod mounts a
+// volumeClaimTemplate by its name; a template that shadows a pod volume,
+// a bad retention policy and a mount of no volume are refused; defaults
+// are a claim's and Kubernetes' Retain.
+func TestStatefulSetClaimTemplatesAreMountedByName(t *testing.T) {
+	sts := `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: pg}
+spec:
+  selector: {matchLabels: {app: pg}}
+  serviceName: pg
+  template:
+    metadata: {labels: {app: pg}}
+    spec:
+      containers: [{name: pg, image: pg, volumeMounts: [{name: data, mountPath: /var/lib/pg}]}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+`
+	objs, err := Parse([]byte(sts), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := objs[0].StatefulSet.Spec
+	if *sp.VolumeClaimTemplates[0].Spec.StorageClassName != StorageClassLocal || sp.PersistentVolumeClaimRetentionPolicy.WhenDeleted != "Retain" {
+		t.Fatalf("defaults: %+v %+v", sp.VolumeClaimTemplates[0].Spec, sp.PersistentVolumeClaimRetentionPolicy)
+	}
+	for _, tc := range []struct{ edit, want string }{
+		{strings.Replace(sts, "name: data, mountPath", "name: logs, mountPath", 1), "volumeMounts[0].name: Not found"},
+		{strings.Replace(sts, "  volumeClaimTemplates:", "  persistentVolumeClaimRetentionPolicy: {whenDeleted: Keep}\n  volumeClaimTemplates:", 1), "whenDeleted: Unsupported value"},
+		{strings.Replace(sts, "      containers:", "      volumes: [{name: data, emptyDir: {}}]\n      containers:", 1), "spec.volumeClaimTemplates[0].metadata.name: Duplicate"},
+	} {
+		if _, err := Parse([]byte(tc.edit), "s.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
+	}
+}

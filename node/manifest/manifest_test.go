@@ -366,7 +366,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "apps/v1 DaemonSet": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim`},
 		},
 		{
-			name: "StatefulSet with volumeClaimTemplates",
+			name: "StatefulSet with an incomplete volumeClaimTemplate",
 			input: `apiVersion: apps/v1
 kind: StatefulSet
 metadata: {name: db}
@@ -381,7 +381,8 @@ spec:
 `,
 			want: []string{
 				`x.yaml: StatefulSet "db": spec.podManagementPolicy: Unsupported value: "Sometimes": supported values: "OrderedReady", "Parallel"`,
-				`x.yaml: StatefulSet "db": spec.volumeClaimTemplates: Forbidden: not supported by Starling yet`,
+				`x.yaml: StatefulSet "db": spec.volumeClaimTemplates[0].spec.accessModes: Required value: at least 1 access mode is required: ReadWriteOnce`,
+				`x.yaml: StatefulSet "db": spec.volumeClaimTemplates[0].spec.resources.requests.storage: Required value: a size, e.g. 1Gi`,
 			},
 		},
 		{

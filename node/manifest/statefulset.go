@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -10,14 +12,13 @@ import (
 
 // KindStatefulSet is the kind of apps/v1 StatefulSets: replicas named
 // NAME-0..NAME-(N-1), started in order, and at most one running copy of
-// each ordinal cluster-wide (quorum self-fencing, see node). Volume claim
-// templates are not supported.
+// each ordinal cluster-wide (quorum self-fencing, see node); each
+// ordinal mounts its own claims made from the volumeClaimTemplates.
 const KindStatefulSet = "StatefulSet"
 
 // statefulSetFields are the StatefulSet fields Starling implements; see
-// deploymentFields. volumeClaimTemplates, updateStrategy.rollingUpdate
-// (partition, maxUnavailable) and persistentVolumeClaimRetentionPolicy are
-// refused.
+// deploymentFields. updateStrategy.rollingUpdate (partition,
+// maxUnavailable) is refused.
 var statefulSetFields = newFieldTree(
 	commonFields,
 	serverOwnedMeta,
@@ -25,7 +26,10 @@ var statefulSetFields = newFieldTree(
 		"spec.replicas", "spec.selector.matchLabels", "spec.serviceName",
 		"spec.podManagementPolicy", "spec.updateStrategy.type",
 		"spec.revisionHistoryLimit", "spec.minReadySeconds",
+		"spec.persistentVolumeClaimRetentionPolicy.whenDeleted", "spec.persistentVolumeClaimRetentionPolicy.whenScaled",
 	},
+	prefixed("spec.volumeClaimTemplates[].", "apiVersion", "kind", "metadata.name", "metadata.labels", "metadata.annotations",
+		"metadata.creationTimestamp", "status", "spec.accessModes", "spec.resources.requests.storage", "spec.storageClassName", "spec.volumeMode"),
 	podTemplateFields,
 )
 
@@ -54,6 +58,27 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 	}
 	sp.Template.CreationTimestamp = metav1.Time{}
 	defaultPodSpec(&sp.Template.Spec)
+	for i := range sp.VolumeClaimTemplates {
+		c := &sp.VolumeClaimTemplates[i]
+		c.CreationTimestamp, c.Status = metav1.Time{}, corev1.PersistentVolumeClaimStatus{}
+		if c.Spec.StorageClassName == nil {
+			c.Spec.StorageClassName = ptr(StorageClassLocal)
+		}
+		if c.Spec.VolumeMode == nil {
+			c.Spec.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
+		}
+	}
+	if len(sp.VolumeClaimTemplates) > 0 && sp.PersistentVolumeClaimRetentionPolicy == nil {
+		sp.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{}
+	}
+	if rp := sp.PersistentVolumeClaimRetentionPolicy; rp != nil {
+		if rp.WhenDeleted == "" {
+			rp.WhenDeleted = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+		}
+		if rp.WhenScaled == "" {
+			rp.WhenScaled = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+		}
+	}
 }
 
 // validateStatefulSetSpec follows Kubernetes' ValidateStatefulSetSpec for
@@ -79,7 +104,33 @@ func validateStatefulSetSpec(s *appsv1.StatefulSetSpec, p *field.Path) field.Err
 			errs = append(errs, field.Invalid(p.Child("serviceName"), s.ServiceName, msg))
 		}
 	}
-	return append(errs, validatePodSpec(&s.Template.Spec, p.Child("template", "spec"))...)
+	// The pod mounts a template by its name, as a volume it does not
+	// list: validated as a claim volume.
+	pod := s.Template.Spec.DeepCopy()
+	for i, c := range s.VolumeClaimTemplates {
+		cp := p.Child("volumeClaimTemplates").Index(i)
+		for _, msg := range apivalidation.NameIsDNSSubdomain(c.Name, false) {
+			errs = append(errs, field.Invalid(cp.Child("metadata", "name"), c.Name, msg))
+		}
+		if slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == c.Name }) {
+			errs = append(errs, field.Duplicate(cp.Child("metadata", "name"), c.Name))
+			continue
+		}
+		errs = append(errs, validateClaimSpec(&c.Spec, cp.Child("spec"))...)
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Name}}})
+	}
+	if rp := s.PersistentVolumeClaimRetentionPolicy; rp != nil {
+		policies := []appsv1.PersistentVolumeClaimRetentionPolicyType{appsv1.RetainPersistentVolumeClaimRetentionPolicyType, appsv1.DeletePersistentVolumeClaimRetentionPolicyType}
+		rpp := p.Child("persistentVolumeClaimRetentionPolicy")
+		if !slices.Contains(policies, rp.WhenDeleted) {
+			errs = append(errs, field.NotSupported(rpp.Child("whenDeleted"), rp.WhenDeleted, policies))
+		}
+		if !slices.Contains(policies, rp.WhenScaled) {
+			errs = append(errs, field.NotSupported(rpp.Child("whenScaled"), rp.WhenScaled, policies))
+		}
+	}
+	return append(errs, validatePodSpec(pod, p.Child("template", "spec"))...)
 }
 
 // PodTemplate returns the pod template of a Deployment or StatefulSet,

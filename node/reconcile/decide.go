@@ -191,10 +191,11 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 		if v.Claim == "" {
 			continue
 		}
+		name := v.ClaimName(*r)
 		if claims == nil {
-			return &ClaimWait{fmt.Sprintf("persistentvolumeclaim %q not found", v.Claim)}
+			return &ClaimWait{fmt.Sprintf("persistentvolumeclaim %q not found", name)}
 		}
-		id, err := claims(r.Namespace, v.Claim)
+		id, err := claims(r.Namespace, name)
 		if err != nil {
 			return err
 		}

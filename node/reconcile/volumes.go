@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -28,12 +29,31 @@ type Volume struct {
 	// replica on the node that holds the claim (Decision.Claims).
 	Claim, ClaimID string
 	ClaimReadOnly  bool
-	Sources        []FileSource
+	// ClaimTemplate: Claim is a StatefulSet's volumeClaimTemplate, and
+	// each ordinal mounts its own claim (ClaimName).
+	ClaimTemplate bool
+	Sources       []FileSource
 	// DefaultMode is the mode of projected files (0644 unless set).
 	DefaultMode uint32
 	// Group is the pod's fsGroup (nil: none): the group that owns an
 	// emptyDir (setgid, group-writable) or a volume's projected files.
 	Group *int64
+}
+
+// ClaimName is the PersistentVolumeClaim replica r mounts through v ("":
+// none): v.Claim, or for a StatefulSet's claim template
+// "TEMPLATE-STATEFULSET-ORDINAL", as Kubernetes names them.
+func (v Volume) ClaimName(r Replica) string {
+	if v.ClaimTemplate {
+		return TemplateClaimName(v.Claim, r.Workload, r.Ordinal)
+	}
+	return v.Claim
+}
+
+// TemplateClaimName is the claim of ordinal of StatefulSet workload made
+// from its volumeClaimTemplate template.
+func TemplateClaimName(template, workload string, ordinal int) string {
+	return template + "-" + workload + "-" + strconv.Itoa(ordinal)
 }
 
 // Sensitive reports whether v holds a Secret's values: such a volume is

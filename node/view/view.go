@@ -112,7 +112,7 @@ type View struct {
 	// claim must run on (pinsOf), placement's input.
 	ClaimObjects []manifest.Object
 	VolumeClaims map[string]VolumeClaim
-	pins         map[string]string
+	pins         map[string]map[int]string
 }
 
 // Changes is what differs between a view and the one its builder built
@@ -147,7 +147,7 @@ func (c Changes) or(d Changes) Changes {
 // assign runs placement (rendezvous hashing with bounded loads, package
 // placement) over the eligible nodes, and again without the excluded
 // nodes when there are any (without is p when there are none).
-func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]bool, pins map[string]string) (p, without placement.Placement) {
+func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]bool, pins map[string]map[int]string) (p, without placement.Placement) {
 	ws := pinned(workloadsOf(objs), pins)
 	p = placement.Assign(nodes, ws, placement.Options{})
 	if len(excluded) == 0 {
@@ -168,7 +168,7 @@ func assign(nodes []placement.Node, objs []manifest.Object, excluded map[string]
 // off a live node on this node's judgement, which others may not share
 // yet, and a fenced node rightly stops listing its StatefulSet replicas.
 func place(plain, plainWithout placement.Placement, nodes []placement.Node, objs []manifest.Object, all []DesiredReplica, excluded map[string]bool, away []placement.Holder,
-	pins map[string]string) (p placement.Placement, owner OwnerTable) {
+	pins map[string]map[int]string) (p placement.Placement, owner OwnerTable) {
 	ws := pinned(workloadsOf(objs), pins)
 	p = placement.Keep(plain, nodes, ws, away, placement.Options{})
 	owner = Owners(all, p)

@@ -424,6 +424,9 @@ func specOf(o manifest.Object) reconcile.Spec {
 	s.Env, s.EnvFrom = envOf(t, c)
 	if len(t.Spec.Volumes) > 0 || len(c.VolumeMounts) > 0 {
 		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes, s.Security.FSGroup), mountsOf(c.VolumeMounts) // volumes.go
+		if o.StatefulSet != nil {
+			s.Volumes = append(s.Volumes, templateVolumesOf(o.StatefulSet.Spec.VolumeClaimTemplates, s.Security.FSGroup)...)
+		}
 	}
 	s.Labels, s.Annotations = t.Labels, t.Annotations
 	for _, p := range c.Ports {

@@ -3,6 +3,7 @@ package view
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,56 +91,72 @@ func BindClaims(objs []manifest.Object, statuses map[string]NodeStatus) map[stri
 	return out
 }
 
-// pinsOf returns, by workload key, the node a workload's replicas must
-// run on: the node that holds the data of a claim its pods mount (the
-// first such claim in volume order).
-func pinsOf(workloads []manifest.Object, claims map[string]VolumeClaim) map[string]string {
+// pinsOf returns, by workload key and ordinal, the node a replica must
+// run on: the node that holds the data of a claim it mounts (the first
+// bound one in volume order; a StatefulSet ordinal's own claims from its
+// volumeClaimTemplates after the claims all its pods mount).
+func pinsOf(workloads []manifest.Object, claims map[string]VolumeClaim) map[string]map[int]string {
 	if len(claims) == 0 {
 		return nil
 	}
-	var out map[string]string
+	var out map[string]map[int]string
+	pin := func(o manifest.Object, ord int, node string) {
+		key := reconcile.WorkloadKey(o.Namespace, o.Name)
+		if out == nil {
+			out = map[string]map[int]string{}
+		}
+		if out[key] == nil {
+			out[key] = map[int]string{}
+		}
+		if _, ok := out[key][ord]; !ok {
+			out[key][ord] = node
+		}
+	}
 	for _, o := range workloads {
 		if !o.IsWorkload() {
 			continue
 		}
 		for _, name := range manifest.ClaimsOf(&o.PodTemplate().Spec) {
 			if c := claims[o.Namespace+"/"+name]; c.Node != "" {
-				if out == nil {
-					out = map[string]string{}
+				for ord := range o.Replicas() {
+					pin(o, ord, c.Node)
 				}
-				out[reconcile.WorkloadKey(o.Namespace, o.Name)] = c.Node
 				break
+			}
+		}
+		if o.StatefulSet == nil {
+			continue
+		}
+		for ord := range o.Replicas() {
+			for _, t := range o.StatefulSet.Spec.VolumeClaimTemplates {
+				if c := claims[o.Namespace+"/"+reconcile.TemplateClaimName(t.Name, o.Name, ord)]; c.Node != "" {
+					pin(o, ord, c.Node)
+					break
+				}
 			}
 		}
 	}
 	return out
 }
 
-// pinned returns ws with every replica of the workloads in pins pinned
-// to its node (placement.Workload.Pinned).
-func pinned(ws []placement.Workload, pins map[string]string) []placement.Workload {
+// pinned returns ws with the replicas in pins pinned to their node
+// (placement.Workload.Pinned).
+func pinned(ws []placement.Workload, pins map[string]map[int]string) []placement.Workload {
 	for i, w := range ws {
-		if node, ok := pins[w.Key]; ok {
-			ws[i].Pinned = make(map[int]string, w.Replicas)
-			for ord := range w.Replicas {
-				ws[i].Pinned[ord] = node
-			}
-		}
+		ws[i].Pinned = pins[w.Key]
 	}
 	return ws
 }
 
 // pinsKey identifies pins, placement's input.
-func pinsKey(pins map[string]string) string {
+func pinsKey(pins map[string]map[int]string) string {
 	var b strings.Builder
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range pins {
-			if !yield(k) {
-				return
-			}
+	for _, k := range slices.Sorted(maps.Keys(pins)) {
+		b.WriteString(k + "=")
+		for _, ord := range slices.Sorted(maps.Keys(pins[k])) {
+			b.WriteString(strconv.Itoa(ord) + ":" + pins[k][ord] + ",")
 		}
-	}) {
-		b.WriteString(k + "=" + pins[k] + ";")
+		b.WriteByte(';')
 	}
 	return b.String()
 }
@@ -165,24 +182,10 @@ func (v *View) ClaimsOn(self string) func(namespace, name string) (string, error
 	}
 }
 
-// Annotations a claim is served with (DecorateClaims): where its volume
-// is, as Kubernetes' scheduler marks a claim bound on a node
-// (SelectedNodeAnnotation), and what Starling adds.
-const (
-	SelectedNodeAnnotation = "volume.kubernetes.io/selected-node"
-	// VolumeDirAnnotation is the volume's directory under the node's
-	// --data-dir; UsedAnnotation what it holds, in bytes, as last
-	// measured; SizeLimitAnnotation "enforced" (a project quota) or
-	// "advisory".
-	VolumeDirAnnotation = "starling.dev/volume-dir"
-	UsedAnnotation      = "starling.dev/used-bytes"
-	SizeLimitAnnotation = "starling.dev/size-limit"
-)
-
 // DecorateClaims sets, in each item (a PersistentVolumeClaim as stored),
 // its status as the view knows it: phase Bound once its volume is made
 // on a node (Pending before), capacity and access modes, spec.volumeName
-// "pvc-UID", and the annotations above. Items that do not decode are
+// "pvc-UID", and the annotations of manifest.SelectedNodeAnnotation and after. Items that do not decode are
 // left as they are.
 func DecorateClaims(items []api.Object, claims map[string]VolumeClaim) {
 	for i, it := range items {
@@ -196,12 +199,12 @@ func DecorateClaims(items []api.Object, claims map[string]VolumeClaim) {
 			if c.Annotations == nil {
 				c.Annotations = map[string]string{}
 			}
-			c.Annotations[SelectedNodeAnnotation] = vc.Node
-			c.Annotations[VolumeDirAnnotation] = "volumes/" + vc.Binding.UID + "/data"
-			c.Annotations[UsedAnnotation] = strconv.FormatInt(vc.Binding.Used, 10)
-			c.Annotations[SizeLimitAnnotation] = "advisory"
+			c.Annotations[manifest.SelectedNodeAnnotation] = vc.Node
+			c.Annotations[manifest.VolumeDirAnnotation] = "volumes/" + vc.Binding.UID + "/data"
+			c.Annotations[manifest.UsedAnnotation] = strconv.FormatInt(vc.Binding.Used, 10)
+			c.Annotations[manifest.SizeLimitAnnotation] = "advisory"
 			if vc.Binding.Enforced {
-				c.Annotations[SizeLimitAnnotation] = "enforced"
+				c.Annotations[manifest.SizeLimitAnnotation] = "enforced"
 			}
 			if vc.Binding.Ready {
 				c.Status.Phase = corev1.ClaimBound

@@ -46,7 +46,7 @@ spec:
 		t.Fatalf("bound to %q (%+v), want n2, the earliest of its UID", c.Node, c.Binding)
 	}
 	pins := pinsOf([]manifest.Object{dep}, claims)
-	if pins["ns/db"] != "n2" {
+	if pins["ns/db"][0] != "n2" {
 		t.Fatalf("pins %v, want ns/db on n2", pins)
 	}
 	v := &View{VolumeClaims: claims, Alive: map[string]bool{"n1": true}}

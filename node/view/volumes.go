@@ -54,6 +54,16 @@ func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
 	return out
 }
 
+// templateVolumesOf are the volumes a StatefulSet's pods mount by the
+// names of its volumeClaimTemplates: each ordinal its own claim.
+func templateVolumesOf(tpls []corev1.PersistentVolumeClaim, fsGroup *int64) []reconcile.Volume {
+	var out []reconcile.Volume
+	for _, c := range tpls {
+		out = append(out, reconcile.Volume{Name: c.Name, Claim: c.Name, ClaimTemplate: true, Group: fsGroup})
+	}
+	return out
+}
+
 func mountsOf(ms []corev1.VolumeMount) []reconcile.Mount {
 	var out []reconcile.Mount
 	for _, m := range ms {

@@ -5,17 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/google/uuid"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -36,20 +43,48 @@ type Held struct {
 }
 
 // ClaimPlan is what PlanClaims decides: the node's bindings from now
-// on, the volumes (by claim UID) to make, and those to remove.
+// on, the volumes (by claim UID) to make and those to remove, the claims
+// to create (a StatefulSet ordinal's, from its volumeClaimTemplates) and
+// those to delete (by "namespace/name": its retention policy).
 type ClaimPlan struct {
 	Next         []Held
 	Make, Remove []string
+	Create       []manifest.Object
+	Delete       []string
 }
 
-// PlanClaims decides this node's bindings of PersistentVolumeClaims from
-// the claims as the view binds them (view.BindClaims), the replicas this
-// node owns, the claims its replicas mount (inUse, by
-// "namespace/claim"), its bindings held, and now; stamp gives a new
-// binding's time. A pure function:
+// ClaimInputs are PlanClaims' inputs: this node's name, the claims as
+// the view binds them (view.BindClaims), the workloads, the replicas
+// this node owns, the claims the replicas it owns or runs mount (InUse,
+// by "namespace/claim": ClaimsInUse), its bindings held, now, and what
+// gives a new binding's time.
+type ClaimInputs struct {
+	Self      string
+	Claims    map[string]view.VolumeClaim
+	Workloads []manifest.Object
+	Own       []reconcile.Replica
+	InUse     map[string]bool
+	Held      []Held
+	Now       time.Time
+	Stamp     func() hlc.Timestamp
+}
+
+// Annotations of a claim made from a StatefulSet's volumeClaimTemplate:
+// its StatefulSet and ordinal, and what its retention policy's
+// whenDeleted said when the claim was made.
+const (
+	StatefulSetAnnotation = "starling.dev/statefulset"
+	OrdinalAnnotation     = "starling.dev/ordinal"
+	WhenDeletedAnnotation = "starling.dev/when-deleted"
+)
+
+// PlanClaims decides this node's bindings of PersistentVolumeClaims. A
+// pure function:
 //   - a claim that a replica this node owns mounts, and that no node
-//     holds, is bound here (published, not made yet);
-//   - a binding that has stood ClaimSettle and still wins in v
+//     holds, is bound here (published, not made yet); a StatefulSet
+//     ordinal's claim that does not exist is created first, from its
+//     volumeClaimTemplate, as Kubernetes' StatefulSet controller does;
+//   - a binding that has stood ClaimSettle and still wins
 //     (view.BindClaims) is made (its directory) and Ready;
 //   - a binding that another node's earlier one beats is given up: its
 //     volume is removed when it was not made yet, and kept on disk, with
@@ -57,25 +92,28 @@ type ClaimPlan struct {
 //   - a binding of a claim deleted, made again (another UID) or released
 //     (manifest.ReleasedAnnotation) is given up and its volume removed
 //     once no replica of this node mounts the claim (Kubernetes' reclaim
-//     policy Delete, as the local-path provisioner has it).
-func PlanClaims(self string, claims map[string]view.VolumeClaim, own []reconcile.Replica, inUse map[string]bool, held []Held, now time.Time,
-	stamp func() hlc.Timestamp) ClaimPlan {
+//     policy Delete, as the local-path provisioner has it);
+//   - a StatefulSet's claim held here is deleted, once no replica here
+//     mounts it, when the StatefulSet is gone and its policy said
+//     whenDeleted: Delete, or its ordinal is scaled away under
+//     whenScaled: Delete (the default Retain keeps them).
+func PlanClaims(in ClaimInputs) ClaimPlan {
 	var p ClaimPlan
 	mine := map[string]bool{} // by "namespace/claim"
-	for _, h := range held {
+	for _, h := range in.Held {
 		b := h.Binding
 		key := b.Namespace + "/" + b.Claim
-		c, ok := claims[key]
-		gone := !ok || string(c.Object.Claim.UID) != b.UID || c.Object.Claim.Annotations[manifest.ReleasedAnnotation] == b.Released(self)
+		c, ok := in.Claims[key]
+		gone := !ok || string(c.Object.Claim.UID) != b.UID || c.Object.Claim.Annotations[manifest.ReleasedAnnotation] == b.Released(in.Self)
 		switch {
-		case gone && inUse[key]:
+		case gone && in.InUse[key]:
 			p.Next = append(p.Next, h) // given up once no replica here mounts it
 			mine[key] = true
 			continue
 		case gone:
 			p.Remove = append(p.Remove, b.UID)
 			continue
-		case c.Node != "" && c.Node != self:
+		case c.Node != "" && c.Node != in.Self:
 			if !b.Ready {
 				p.Remove = append(p.Remove, b.UID)
 			}
@@ -83,25 +121,99 @@ func PlanClaims(self string, claims map[string]view.VolumeClaim, own []reconcile
 		}
 		mine[key] = true
 		b.Capacity = storageOf(c.Object.Claim)
-		if !b.Ready && c.Node == self && now.Sub(h.At) >= ClaimSettle {
+		if !b.Ready && c.Node == in.Self && in.Now.Sub(h.At) >= ClaimSettle {
 			b.Ready = true
 			p.Make = append(p.Make, b.UID)
 		}
 		p.Next = append(p.Next, Held{Binding: b, At: h.At})
+		if c.Node == in.Self && !in.InUse[key] && retired(c.Object, in.Workloads) {
+			p.Delete = append(p.Delete, key)
+		}
 	}
-	for _, r := range own {
+	created := map[string]bool{}
+	for _, r := range in.Own {
 		for _, vol := range r.Spec.Volumes {
-			key := r.Namespace + "/" + vol.Claim
-			c, ok := claims[key]
-			if vol.Claim == "" || !ok || c.Node != "" || mine[key] || !ValidUID(string(c.Object.Claim.UID)) {
+			name := vol.ClaimName(r)
+			key := r.Namespace + "/" + name
+			c, ok := in.Claims[key]
+			switch {
+			case name == "" || mine[key]:
+				continue
+			case !ok && vol.ClaimTemplate && !created[key]:
+				if obj, ok := claimFromTemplate(in.Workloads, r, vol.Claim); ok {
+					p.Create = append(p.Create, obj)
+					created[key] = true
+				}
+				continue
+			case !ok || c.Node != "" || !ValidUID(string(c.Object.Claim.UID)):
 				continue
 			}
 			mine[key] = true
-			p.Next = append(p.Next, Held{At: now, Binding: view.VolumeBinding{Namespace: r.Namespace, Claim: vol.Claim,
-				UID: string(c.Object.Claim.UID), Since: stamp(), Capacity: storageOf(c.Object.Claim)}})
+			p.Next = append(p.Next, Held{At: in.Now, Binding: view.VolumeBinding{Namespace: r.Namespace, Claim: name,
+				UID: string(c.Object.Claim.UID), Since: in.Stamp(), Capacity: storageOf(c.Object.Claim)}})
 		}
 	}
 	return p
+}
+
+// claimFromTemplate is the claim of replica r's ordinal from template
+// tpl of its StatefulSet (ok false when the StatefulSet or the template
+// is not among workloads): named TEMPLATE-STATEFULSET-ORDINAL, labelled
+// with the template's labels and the StatefulSet's selector, annotated
+// with its StatefulSet, ordinal and whenDeleted policy.
+func claimFromTemplate(workloads []manifest.Object, r reconcile.Replica, tpl string) (manifest.Object, bool) {
+	i := slices.IndexFunc(workloads, func(o manifest.Object) bool {
+		return o.StatefulSet != nil && o.Namespace == r.Namespace && o.Name == r.Workload
+	})
+	if i < 0 {
+		return manifest.Object{}, false
+	}
+	sts := workloads[i].StatefulSet
+	j := slices.IndexFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == tpl })
+	if j < 0 {
+		return manifest.Object{}, false
+	}
+	c := sts.Spec.VolumeClaimTemplates[j].DeepCopy()
+	c.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: manifest.KindPersistentVolumeClaim}
+	c.Name, c.Namespace = reconcile.TemplateClaimName(tpl, r.Workload, r.Ordinal), r.Namespace
+	c.Labels = maps.Clone(c.Labels)
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	if sel := sts.Spec.Selector; sel != nil {
+		maps.Copy(c.Labels, sel.MatchLabels)
+	}
+	c.Annotations = maps.Clone(c.Annotations)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[StatefulSetAnnotation] = r.Workload
+	c.Annotations[OrdinalAnnotation] = strconv.Itoa(r.Ordinal)
+	c.Annotations[WhenDeletedAnnotation] = string(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)
+	if rp := sts.Spec.PersistentVolumeClaimRetentionPolicy; rp != nil {
+		c.Annotations[WhenDeletedAnnotation] = string(rp.WhenDeleted)
+	}
+	return manifest.Object{Kind: manifest.KindPersistentVolumeClaim, Namespace: c.Namespace, Name: c.Name, Claim: c}, true
+}
+
+// retired reports whether claim obj, made from a StatefulSet's template,
+// is to be deleted by its retention policy: its StatefulSet gone with
+// whenDeleted Delete, or its ordinal scaled away with whenScaled Delete.
+func retired(obj manifest.Object, workloads []manifest.Object) bool {
+	ann := obj.Claim.Annotations
+	name, ok := ann[StatefulSetAnnotation]
+	if !ok {
+		return false
+	}
+	i := slices.IndexFunc(workloads, func(o manifest.Object) bool {
+		return o.StatefulSet != nil && o.Namespace == obj.Namespace && o.Name == name
+	})
+	if i < 0 {
+		return ann[WhenDeletedAnnotation] == string(appsv1.DeletePersistentVolumeClaimRetentionPolicyType)
+	}
+	ord, err := strconv.Atoi(ann[OrdinalAnnotation])
+	rp := workloads[i].StatefulSet.Spec.PersistentVolumeClaimRetentionPolicy
+	return err == nil && ord >= workloads[i].Replicas() && rp != nil && rp.WhenScaled == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
 }
 
 // ValidUID reports whether uid is a claim UID a volume may be named by:
@@ -112,23 +224,35 @@ func ValidUID(uid string) bool {
 	return err == nil && len(uid) == 36
 }
 
-// claimsInUse are the claims ("namespace/claim") that the replicas this
-// node owns or lists in its record mount.
-func claimsInUse(self string, v *view.View) map[string]bool {
-	running := map[string]bool{} // workload keys
-	for _, r := range v.Statuses[self].Replicas {
-		running[r.Namespace+"/"+r.Workload] = true
-	}
-	if v.Own != nil {
-		for _, r := range v.Own.Replicas {
-			running[r.Namespace+"/"+r.Workload] = true
+// ClaimsInUse are the claims ("namespace/claim") that the replicas this
+// node owns (own) or lists in its record mount.
+func ClaimsInUse(self string, v *view.View, own []reconcile.Replica) map[string]bool {
+	out := map[string]bool{}
+	mark := func(rs []reconcile.Replica) {
+		for _, r := range rs {
+			for _, vol := range r.Spec.Volumes {
+				if name := vol.ClaimName(r); name != "" {
+					out[r.Namespace+"/"+name] = true
+				}
+			}
 		}
 	}
-	out := map[string]bool{}
+	mark(own)
+	byKey := map[string]manifest.Object{}
 	for _, o := range v.Workloads {
-		if o.IsWorkload() && running[o.Namespace+"/"+o.Name] {
-			for _, c := range manifest.ClaimsOf(&o.PodTemplate().Spec) {
-				out[o.Namespace+"/"+c] = true
+		byKey[o.Namespace+"/"+o.Name] = o
+	}
+	for _, r := range v.Statuses[self].Replicas {
+		o, ok := byKey[r.Namespace+"/"+r.Workload]
+		if !ok || !o.IsWorkload() {
+			continue
+		}
+		for _, name := range manifest.ClaimsOf(&o.PodTemplate().Spec) {
+			out[r.Namespace+"/"+name] = true
+		}
+		if o.StatefulSet != nil {
+			for _, t := range o.StatefulSet.Spec.VolumeClaimTemplates {
+				out[r.Namespace+"/"+reconcile.TemplateClaimName(t.Name, r.Workload, r.Ordinal)] = true
 			}
 		}
 	}
@@ -138,6 +262,13 @@ func claimsInUse(self string, v *view.View) map[string]bool {
 func storageOf(c *corev1.PersistentVolumeClaim) int64 {
 	q := c.Spec.Resources.Requests[corev1.ResourceStorage]
 	return q.Value()
+}
+
+// ClaimObjects stores and deletes claim objects (the agent's API
+// objects: validated and gossiped as an apply or a delete is).
+type ClaimObjects interface {
+	Apply(objs []manifest.Object) ([]api.ApplyResult, error)
+	Delete(kind, namespace, name string) (api.ApplyResult, error)
 }
 
 // ClaimDir is the directory of the volume of claim UID uid under dir
@@ -159,6 +290,8 @@ type Binder struct {
 	// Publish has the node's record published again.
 	Stamp   func() hlc.Timestamp
 	Publish func()
+	// Objects creates and deletes StatefulSets' claims (nil: none).
+	Objects ClaimObjects
 	Log     *slog.Logger
 
 	mu   sync.Mutex
@@ -219,7 +352,24 @@ func (b *Binder) Sync(now time.Time) bool {
 	if v.Own != nil {
 		own = v.Own.Replicas
 	}
-	p := PlanClaims(b.Self, v.VolumeClaims, own, claimsInUse(b.Self, v), held, now, b.Stamp)
+	p := PlanClaims(ClaimInputs{Self: b.Self, Claims: v.VolumeClaims, Workloads: v.Workloads, Own: own, InUse: ClaimsInUse(b.Self, v, own),
+		Held: held, Now: now, Stamp: b.Stamp})
+	if len(p.Create) > 0 && b.Objects != nil {
+		if _, err := b.Objects.Apply(p.Create); err != nil {
+			b.Log.Warn("create the claims of a StatefulSet's volumeClaimTemplates", "err", err)
+		}
+	}
+	for _, key := range p.Delete {
+		ns, name, _ := strings.Cut(key, "/")
+		if b.Objects == nil {
+			break
+		}
+		if _, err := b.Objects.Delete(manifest.KindPersistentVolumeClaim, ns, name); err != nil {
+			b.Log.Warn("delete a StatefulSet's claim by its retention policy", "claim", key, "err", err)
+		} else {
+			b.Log.Info("deleted a StatefulSet's claim by its retention policy", "claim", key)
+		}
+	}
 	for _, uid := range p.Remove {
 		if !ValidUID(uid) {
 			continue

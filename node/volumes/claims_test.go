@@ -33,9 +33,12 @@ func TestABindingIsPublishedThenMadeOnceItStands(t *testing.T) {
 	t0 := time.Unix(1e9, 0)
 	stamp := func() hlc.Timestamp { return hlc.Timestamp{Wall: 42} }
 	own := []reconcile.Replica{{Namespace: "ns", Workload: "db", Spec: reconcile.Spec{Volumes: []reconcile.Volume{{Name: "d", Claim: "data"}}}}}
+	plan := func(claims map[string]view.VolumeClaim, own []reconcile.Replica, inUse map[string]bool, held []Held, now time.Time) ClaimPlan {
+		return PlanClaims(ClaimInputs{Self: "n1", Claims: claims, Own: own, InUse: inUse, Held: held, Now: now, Stamp: stamp})
+	}
 	unbound := map[string]view.VolumeClaim{"ns/data": {Object: claimObj(nil)}}
 
-	p := PlanClaims("n1", unbound, own, nil, nil, t0, stamp)
+	p := plan(unbound, own, nil, nil, t0)
 	if len(p.Next) != 1 || p.Next[0].Binding.Ready || p.Next[0].Binding.UID != uid || p.Next[0].Binding.Capacity != 1<<30 || len(p.Make) != 0 {
 		t.Fatalf("first pass: %+v", p)
 	}
@@ -44,41 +47,111 @@ func TestABindingIsPublishedThenMadeOnceItStands(t *testing.T) {
 		return map[string]view.VolumeClaim{"ns/data": {Object: claimObj(nil), Node: node, Binding: b}}
 	}
 	mine := bound("n1", held[0].Binding)
-	if p := PlanClaims("n1", mine, own, nil, held, t0.Add(ClaimSettle/2), stamp); len(p.Make) != 0 || p.Next[0].Binding.Ready {
+	if p := plan(mine, own, nil, held, t0.Add(ClaimSettle/2)); len(p.Make) != 0 || p.Next[0].Binding.Ready {
 		t.Fatalf("made before the binding stood: %+v", p)
 	}
-	p = PlanClaims("n1", mine, own, nil, held, t0.Add(ClaimSettle), stamp)
+	p = plan(mine, own, nil, held, t0.Add(ClaimSettle))
 	if len(p.Make) != 1 || !p.Next[0].Binding.Ready {
 		t.Fatalf("not made once it stood: %+v", p)
 	}
 	// Beaten by n2's earlier binding: given up; removed while unmade.
 	theirs := bound("n2", view.VolumeBinding{Namespace: "ns", Claim: "data", UID: uid, Since: hlc.Timestamp{Wall: 1}})
-	if p := PlanClaims("n1", theirs, own, nil, held, t0.Add(ClaimSettle), stamp); len(p.Next) != 0 || len(p.Remove) != 1 {
+	if p := plan(theirs, own, nil, held, t0.Add(ClaimSettle)); len(p.Next) != 0 || len(p.Remove) != 1 {
 		t.Fatalf("beaten while unmade: %+v", p)
 	}
 	made := []Held{{Binding: view.VolumeBinding{Namespace: "ns", Claim: "data", UID: uid, Ready: true}}}
-	if p := PlanClaims("n1", theirs, own, nil, made, t0, stamp); len(p.Next) != 0 || len(p.Remove) != 0 {
+	if p := plan(theirs, own, nil, made, t0); len(p.Next) != 0 || len(p.Remove) != 0 {
 		t.Fatalf("beaten once made (data kept on disk): %+v", p)
 	}
 	// Deleted: kept while a replica here mounts it, removed after.
 	inUse := map[string]bool{"ns/data": true}
-	if p := PlanClaims("n1", nil, nil, inUse, made, t0, stamp); len(p.Next) != 1 || len(p.Remove) != 0 {
+	if p := plan(nil, nil, inUse, made, t0); len(p.Next) != 1 || len(p.Remove) != 0 {
 		t.Fatalf("deleted while in use: %+v", p)
 	}
-	if p := PlanClaims("n1", nil, nil, nil, made, t0, stamp); len(p.Next) != 0 || len(p.Remove) != 1 {
+	if p := plan(nil, nil, nil, made, t0); len(p.Next) != 0 || len(p.Remove) != 1 {
 		t.Fatalf("deleted, unused: %+v", p)
 	}
 	// Released from this node: removed once unused; not bound again
 	// while the claim is bound elsewhere.
 	rel := map[string]view.VolumeClaim{"ns/data": {Object: claimObj(map[string]string{manifest.ReleasedAnnotation: made[0].Binding.Released("n1")}),
 		Node: "n2", Binding: view.VolumeBinding{UID: uid}}}
-	if p := PlanClaims("n1", rel, own, nil, made, t0, stamp); len(p.Next) != 0 || len(p.Remove) != 1 {
+	if p := plan(rel, own, nil, made, t0); len(p.Next) != 0 || len(p.Remove) != 1 {
 		t.Fatalf("released: %+v", p)
 	}
 	// A claim whose UID is no UUID (a peer's record) names no directory.
 	bad := claimObj(nil)
 	bad.Claim.UID = "../../etc"
-	if p := PlanClaims("n1", map[string]view.VolumeClaim{"ns/data": {Object: bad}}, own, nil, nil, t0, stamp); len(p.Next) != 0 {
+	if p := plan(map[string]view.VolumeClaim{"ns/data": {Object: bad}}, own, nil, nil, t0); len(p.Next) != 0 {
 		t.Fatalf("bound a claim whose UID is a path: %+v", p)
+	}
+}
+
+// TestAStatefulSetOrdinalGetsItsOwnClaim: the owner of an ordinal whose
+// claim does not exist creates it from the volumeClaimTemplate (named
+// TEMPLATE-STATEFULSET-ORDINAL, labelled with the selector, annotated
+// with its StatefulSet, ordinal and whenDeleted); once bound here, the
+// claim is deleted only by the retention policy: the StatefulSet gone
+// under whenDeleted Delete, its ordinal scaled away under whenScaled
+// Delete, and never while a replica here mounts it.
+func TestAStatefulSetOrdinalGetsItsOwnClaim(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: pg, namespace: ns}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: pg}}
+  persistentVolumeClaimRetentionPolicy: {whenDeleted: Delete, whenScaled: Delete}
+  template:
+    metadata: {labels: {app: pg}}
+    spec:
+      containers: [{name: pg, image: pg, volumeMounts: [{name: data, mountPath: /data}]}]
+  volumeClaimTemplates:
+  - metadata: {name: data, labels: {tier: db}}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 2Gi}}}
+`), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := objs[0]
+	r := reconcile.Replica{Namespace: "ns", Workload: "pg", Ordinal: 1, Spec: reconcile.Spec{Volumes: []reconcile.Volume{{Name: "data", Claim: "data", ClaimTemplate: true}}}}
+	in := ClaimInputs{Self: "n1", Workloads: []manifest.Object{sts}, Own: []reconcile.Replica{r}, Now: time.Unix(1e9, 0), Stamp: func() hlc.Timestamp { return hlc.Timestamp{} }}
+	p := PlanClaims(in)
+	if len(p.Create) != 1 || len(p.Next) != 0 {
+		t.Fatalf("plan: %+v", p)
+	}
+	c := p.Create[0].Claim
+	if c.Name != "data-pg-1" || c.Labels["app"] != "pg" || c.Labels["tier"] != "db" || c.Annotations[OrdinalAnnotation] != "1" || c.Annotations[WhenDeletedAnnotation] != "Delete" {
+		t.Fatalf("claim made: %+v", c.ObjectMeta)
+	}
+	if errs := manifest.Validate(p.Create[0]); len(errs) != 0 {
+		t.Fatalf("the claim made does not validate: %v", errs)
+	}
+	// Bound here: kept while the StatefulSet wants ordinal 1.
+	c.UID = uid
+	b := view.VolumeBinding{Namespace: "ns", Claim: "data-pg-1", UID: uid, Ready: true}
+	in.Claims = map[string]view.VolumeClaim{"ns/data-pg-1": {Object: p.Create[0], Node: "n1", Binding: b}}
+	in.Held, in.Own = []Held{{Binding: b}}, nil
+	if p := PlanClaims(in); len(p.Delete) != 0 || len(p.Create) != 0 {
+		t.Fatalf("deleted while wanted: %+v", p)
+	}
+	one := sts
+	one.StatefulSet = sts.StatefulSet.DeepCopy()
+	*one.StatefulSet.Spec.Replicas = 1
+	in.Workloads = []manifest.Object{one}
+	in.InUse = map[string]bool{"ns/data-pg-1": true}
+	if p := PlanClaims(in); len(p.Delete) != 0 {
+		t.Fatalf("deleted while a replica here mounts it: %+v", p)
+	}
+	in.InUse = nil
+	if p := PlanClaims(in); len(p.Delete) != 1 || p.Delete[0] != "ns/data-pg-1" {
+		t.Fatalf("scaled away under whenScaled Delete: %+v", p)
+	}
+	in.Workloads = nil
+	if p := PlanClaims(in); len(p.Delete) != 1 {
+		t.Fatalf("StatefulSet deleted under whenDeleted Delete: %+v", p)
+	}
+	c.Annotations[WhenDeletedAnnotation] = "Retain"
+	if p := PlanClaims(in); len(p.Delete) != 0 {
+		t.Fatalf("StatefulSet deleted under whenDeleted Retain: %+v", p)
 	}
 }

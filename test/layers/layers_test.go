@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"node/reconcile": {"node/api", "placement"},
 	"node/rollout":   {"node/api", "node/manifest"},
 	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile", "node/volumes"},
-	"node/volumes":   {"gossip/hlc", "node/manifest", "node/reconcile", "node/view"},
+	"node/volumes":   {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":     {"gossip/crdt"},
 	"node/client":    {"node/api"},
 	"node/apiserver": {"node/api", "node/manifest"},

@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/test/harness"
+)
+
+// TestAClaimKeepsItsDataOnItsNode: a Deployment (strategy Recreate, one
+// replica) mounts a standalone PersistentVolumeClaim. Its data stays on
+// the node that first ran it, through a rollout (the old copy stops
+// before the new starts, on the same node; never two copies, sampled
+// every 0.2 s), an agent kill and an agent restart. Cut off, the node
+// keeps the replica: it waits Pending naming the node, and no other
+// node runs it; back, the node runs it again with its data. Cut off
+// again and released (volume release), the replica starts empty on
+// another node, and the node, back, deletes the data given up. A
+// rolling Deployment on a claim is refused naming Recreate.
+func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	n1 := c.Nodes[0]
+	importEcho(t, n1)
+	waitReadyNodes(t, n1, 3)
+	const ns = "pvcdata"
+	apply(t, n1, "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: notes, namespace: "+ns+"}\n"+
+		"spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n")
+	app := echoApp("notes", 1, "")
+	app.Namespace = ns
+	mount := func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "notes"}}}}
+		d.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	}
+	// Rolling (the default): refused, naming Recreate.
+	out, err := n1.CLIInput(strings.NewReader(app.Deployment(mount)), "apply", "-f", "-")
+	if err == nil || !strings.Contains(out+err.Error(), "Recreate") {
+		t.Fatalf("a rolling Deployment on a claim: %v %s", err, out)
+	}
+	apply(t, n1, app.Deployment(mount, func(d *appsv1.Deployment) { d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType }))
+	reps, took := waitRunning(t, n1, "notes", 1, 90*time.Second)
+	home := nodeNamed(c, reps[0].Node)
+	t.Logf("the replica runs on %s, %v after the apply", home.Name, took.Round(100*time.Millisecond))
+	write := func(r replica, text string) {
+		t.Helper()
+		if body, err := nodeNamed(c, r.Node).PodHTTPPost(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", text, 5*time.Second); err != nil {
+			t.Fatalf("write to the claim: %v %s", err, body)
+		}
+	}
+	read := func(r replica) string {
+		t.Helper()
+		body, err := nodeNamed(c, r.Node).PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", 5*time.Second)
+		if err != nil {
+			return "(no file: " + strings.TrimSpace(body) + ")"
+		}
+		return body
+	}
+	write(reps[0], "kept-1")
+	out, err = n1.CLI("get", "pvc", "-n", ns)
+	if err != nil || !strings.Contains(out, "Bound") || !strings.Contains(out, home.Name) || !strings.Contains(out, "64Mi") {
+		t.Fatalf("get pvc: %v\n%s", err, out)
+	}
+	t.Logf("get pvc:\n%s", out)
+	if out, err := n1.CLI("describe", "pvc", "notes", "-n", ns); err != nil || !strings.Contains(out, reps[0].Name) || !strings.Contains(out, "advisory") {
+		t.Fatalf("describe pvc: %v\n%s", err, out)
+	}
+
+	// Copies of the replica on all nodes, sampled every 0.2 s.
+	var mu sync.Mutex
+	most, whereMost := 0, ""
+	stop := every(200*time.Millisecond, func() {
+		n, where := 0, map[string]int{}
+		for _, nd := range c.Nodes {
+			for id := range nd.TaskPIDs() {
+				if strings.HasPrefix(id, ns+"_notes-") {
+					n++
+					where[nd.Name]++
+				}
+			}
+		}
+		mu.Lock()
+		if n > most {
+			most, whereMost = n, fmt.Sprint(where)
+		}
+		mu.Unlock()
+	})
+	defer stop()
+
+	// A rollout: Recreate, same node, same data.
+	if _, err := n1.CLI("rollout", "restart", "deployment", "notes", "-n", ns); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Workload == "notes" && r.Name != reps[0].Name && r.Phase == api.PhaseRunning {
+				reps[0] = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no new replica runs: %+v", all)
+	})
+	if reps[0].Node != home.Name || read(reps[0]) != "kept-1" {
+		t.Fatalf("after the rollout: on %s reading %q, want %s and kept-1", reps[0].Node, read(reps[0]), home.Name)
+	}
+
+	// The agent killed and restarted: the replica and its data stay.
+	home.KillAgent(syscall.SIGKILL)
+	if err := home.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	reps, _ = waitRunning(t, n1, "notes", 1, 60*time.Second)
+	if reps[0].Node != home.Name || read(reps[0]) != "kept-1" {
+		t.Fatalf("after an agent restart: on %s reading %q", reps[0].Node, read(reps[0]))
+	}
+	write(reps[0], "kept-2")
+
+	// Cut off: Pending naming the node, never started elsewhere.
+	other := c.Nodes[0]
+	if other == home {
+		other = c.Nodes[1]
+	}
+	if err := home.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, 30*time.Second, []*harness.Node{other}, home.Name, "dead", "")
+	waitFor(t, 30*time.Second, func() error {
+		all, err := replicas(other)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Workload == "notes" && r.Phase == api.PhasePending && r.Node == "" && strings.Contains(r.Reason, "node "+home.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Pending replica naming %s: %+v", home.Name, all)
+	})
+	time.Sleep(15 * time.Second) // past --failover-timeout: still nowhere
+	for _, nd := range c.Nodes {
+		if nd == home {
+			continue
+		}
+		for id := range nd.TaskPIDs() {
+			if strings.HasPrefix(id, ns+"_notes-") {
+				t.Fatalf("%s runs %s while the node that holds its data is cut off", nd.Name, id)
+			}
+		}
+	}
+	if err := home.Reconnect(); err != nil {
+		t.Fatal(err)
+	}
+	reps, took = waitRunning(t, other, "notes", 1, 90*time.Second)
+	if reps[0].Node != home.Name || read(reps[0]) != "kept-2" {
+		t.Fatalf("back: on %s reading %q, want %s and kept-2", reps[0].Node, read(reps[0]), home.Name)
+	}
+	t.Logf("the node back, the replica ran again with its data %v later", took.Round(100*time.Millisecond))
+	stop()
+	if most > 1 {
+		t.Errorf("up to %d copies ran at once (%s): a claim's replica must never run twice", most, whereMost)
+	}
+
+	// Released while the node is up: refused. Cut off and released: the
+	// replica starts empty elsewhere; the node, back, deletes the data.
+	if out, err := other.CLI("volume", "release", ns+"/notes"); err == nil || !strings.Contains(out+err.Error(), "is up") {
+		t.Fatalf("release while the node is up: %v %s", err, out)
+	}
+	volDir := filepath.Join(home.DataDir, "volumes")
+	entries, _ := os.ReadDir(volDir)
+	if len(entries) != 1 {
+		t.Fatalf("%s holds %d volumes, want 1", volDir, len(entries))
+	}
+	if err := home.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, 30*time.Second, []*harness.Node{other}, home.Name, "dead", "")
+	if out, err := other.CLI("volume", "release", ns+"/notes"); err != nil || !strings.Contains(out, "released from node "+home.Name) {
+		t.Fatalf("volume release: %v %s", err, out)
+	}
+	reps, took = waitRunning(t, other, "notes", 1, 60*time.Second)
+	if reps[0].Node == home.Name || !strings.HasPrefix(read(reps[0]), "(no file") {
+		t.Fatalf("released: on %s reading %q, want another node and no file", reps[0].Node, read(reps[0]))
+	}
+	t.Logf("released: the replica ran empty on %s %v later", reps[0].Node, took.Round(100*time.Millisecond))
+	if err := home.Reconnect(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() error {
+		if _, err := os.Stat(filepath.Join(volDir, entries[0].Name())); err == nil {
+			return fmt.Errorf("%s still holds the released volume %s", home.Name, entries[0].Name())
+		}
+		return nil
+	})
+}
+
+// nodeNamed is the node of c named name (nil: none).
+func nodeNamed(c *harness.Cluster, name string) *harness.Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
