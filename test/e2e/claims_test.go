@@ -12,6 +12,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
@@ -215,4 +217,163 @@ func nodeNamed(c *harness.Cluster, name string) *harness.Node {
 		}
 	}
 	return nil
+}
+
+// TestAStatefulSetKeepsEachOrdinalsData is the shape of a PostgreSQL
+// StatefulSet: a password from a Secret through secretKeyRef, a
+// ConfigMap mounted as a file, and a volumeClaimTemplate. Each ordinal
+// gets its own claim on the node that first ran it and finds its data
+// again after a rollout, an agent kill -9, a containerd restart and a
+// reboot of its node (everything stopped, the agent started again). Its
+// node cut off, ordinal 0 waits Pending naming the node and never runs
+// elsewhere; back, it runs again with its data. Deleting the
+// StatefulSet keeps the claims (the default Retain).
+func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	n1 := c.Nodes[0]
+	importEcho(t, n1)
+	waitReadyNodes(t, n1, 3)
+	const ns = "pgshape"
+	apply(t, n1, "apiVersion: v1\nkind: Secret\nmetadata: {name: pg-auth, namespace: "+ns+"}\nstringData: {password: pg-pass-31}\n---\n"+
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pg-conf, namespace: "+ns+"}\ndata: {postgresql.conf: \"max_connections = 20\"}\n")
+	app := echoApp("pg", 2, "")
+	app.Namespace = ns
+	shape := func(s *appsv1.StatefulSet) {
+		pod := &s.Spec.Template.Spec
+		pod.Containers[0].Env = []corev1.EnvVar{{Name: "MESSAGE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "pg-auth"}, Key: "password"}}}}
+		pod.Volumes = []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "pg-conf"}}}}}
+		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "conf", MountPath: "/etc/pg"}, {Name: "data", MountPath: "/var/lib/pg"}}
+		s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("32Mi")}}}}}
+	}
+	apply(t, n1, app.StatefulSet("pg", shape))
+	reps, took := waitRunning(t, n1, "pg", 2, 120*time.Second)
+	t.Logf("both ordinals run %v after the apply", took.Round(100*time.Millisecond))
+	get := func(r replica, path string) string {
+		t.Helper()
+		body, err := nodeNamed(c, r.Node).PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080"+path, 5*time.Second)
+		if err != nil {
+			return "(error: " + strings.TrimSpace(body) + ")"
+		}
+		return body
+	}
+	byOrdinal := func(rs []replica) map[int]replica {
+		out := map[int]replica{}
+		for _, r := range rs {
+			out[r.Ordinal] = r
+		}
+		return out
+	}
+	homes := map[int]string{}
+	for _, r := range reps {
+		homes[r.Ordinal] = r.Node
+		if _, err := nodeNamed(c, r.Node).PodHTTPPost(ns, r.Name, fmt.Sprintf("http://%s:8080/file?path=/var/lib/pg/PG_VERSION", r.PodIP), fmt.Sprintf("ordinal-%d", r.Ordinal), 5*time.Second); err != nil {
+			t.Fatalf("write ordinal %d's data: %v", r.Ordinal, err)
+		}
+		if got := get(r, "/"); !strings.Contains(got, "message=pg-pass-31") {
+			t.Errorf("ordinal %d's password from the Secret: %q", r.Ordinal, got)
+		}
+		if got := get(r, "/file?path=/etc/pg/postgresql.conf"); got != "max_connections = 20" {
+			t.Errorf("ordinal %d's config file: %q", r.Ordinal, got)
+		}
+	}
+	out, err := n1.CLI("get", "pvc", "-n", ns)
+	if err != nil || !strings.Contains(out, "data-pg-0") || !strings.Contains(out, "data-pg-1") || strings.Count(out, "Bound") != 2 {
+		t.Fatalf("get pvc: %v\n%s", err, out)
+	}
+	t.Logf("get pvc:\n%s", out)
+	check := func(when string) {
+		t.Helper()
+		rs, _ := waitRunning(t, n1, "pg", 2, 120*time.Second)
+		for ord, r := range byOrdinal(rs) {
+			if r.Node != homes[ord] {
+				t.Fatalf("%s: ordinal %d runs on %s, its data is on %s", when, ord, r.Node, homes[ord])
+			}
+			if got := get(r, "/file?path=/var/lib/pg/PG_VERSION"); got != fmt.Sprintf("ordinal-%d", ord) {
+				t.Fatalf("%s: ordinal %d reads %q", when, ord, got)
+			}
+		}
+		t.Logf("%s: each ordinal runs on its node with its data", when)
+	}
+	// A rollout (kubectl's restart annotation, applied).
+	apply(t, n1, app.StatefulSet("pg", shape, func(s *appsv1.StatefulSet) {
+		s.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-12-06T00:00:00Z"}
+	}))
+	waitFor(t, 120*time.Second, func() error {
+		rs, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		restarted := 0
+		for _, r := range rs {
+			if r.Workload == "pg" && r.Phase == api.PhaseRunning && r.SpecHash != reps[0].SpecHash {
+				restarted++
+			}
+		}
+		if restarted != 2 {
+			return fmt.Errorf("%d of 2 ordinals rolled", restarted)
+		}
+		return nil
+	})
+	check("after a rollout")
+	home0 := nodeNamed(c, homes[0])
+	home0.KillAgent(syscall.SIGKILL)
+	if err := home0.RestartAgent(); err != nil {
+		t.Fatal(err)
+	}
+	check("after an agent kill -9")
+	home0.StopContainerd()
+	if err := home0.StartContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a containerd restart")
+	if err := home0.Reboot(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a reboot")
+
+	// Ordinal 0's node cut off: Pending naming it, never elsewhere.
+	watcher := n1
+	if watcher == home0 {
+		watcher = c.Nodes[1]
+	}
+	if err := home0.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, 30*time.Second, []*harness.Node{watcher}, home0.Name, "dead", "")
+	waitFor(t, 30*time.Second, func() error {
+		rs, err := replicas(watcher)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.Workload == "pg" && r.Ordinal == 0 && r.Phase == api.PhasePending && strings.Contains(r.Reason, "node "+home0.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("ordinal 0 is not Pending naming %s: %+v", home0.Name, rs)
+	})
+	time.Sleep(15 * time.Second)
+	for _, nd := range c.Nodes {
+		if _, ok := nd.TaskPIDs()[ns+"_pg-0"]; ok && nd != home0 {
+			t.Fatalf("%s runs ordinal 0 while its data's node is cut off", nd.Name)
+		}
+	}
+	if err := home0.Reconnect(); err != nil {
+		t.Fatal(err)
+	}
+	check("back from the cut")
+
+	// Deleting the StatefulSet keeps its claims (Retain).
+	if _, err := n1.CLI("delete", "statefulset", "pg", "-n", ns); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	if out, err := n1.CLI("get", "pvc", "-n", ns); err != nil || strings.Count(out, "Bound") != 2 {
+		t.Fatalf("after the StatefulSet's delete: %v\n%s", err, out)
+	}
 }

@@ -703,6 +703,34 @@ func (n *Node) CutOff() error {
 	return nil
 }
 
+// Reboot power-cycles the node, keeping its disk: its agent, containers,
+// shims and containerd are killed, what a reboot clears goes (the pods'
+// tmpfs mounts, containerd's state directory, its tasks' rootfs mounts),
+// then containerd and the agent start again, as a host's init would.
+func (n *Node) Reboot() error {
+	n.KillAgent(syscall.SIGKILL)
+	for _, cg := range nodeCgroups(n.CgroupName()) {
+		killProcs(cg)
+	}
+	n.StopContainerd()
+	for _, pid := range pidsMatching(" " + n.ContainerdSocket() + " ") {
+		syscall.Kill(pid, syscall.SIGKILL) // the shims
+	}
+	removeNodeShimSockets(n.Dir)
+	time.Sleep(200 * time.Millisecond)
+	state := filepath.Join(n.Dir, "containerd", "state")
+	if err := errors.Join(unmountUnder(filepath.Join(n.DataDir, "pods")), unmountUnder(state)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(state); err != nil {
+		return err
+	}
+	if err := n.StartContainerd(); err != nil {
+		return err
+	}
+	return n.RestartAgent()
+}
+
 // Reconnect brings the node's LAN link back, with the default route the
 // link's going down removed (a host's network configuration would put it
 // back too), and restarts its agent.
@@ -751,17 +779,22 @@ func (n *Node) RunningContainers() int { return len(n.TaskPIDs()) }
 // SocketAddress) and leaves it behind when killed.
 func removeShimSockets(dir string, nodes []os.DirEntry) {
 	for _, e := range nodes {
-		if !e.IsDir() {
-			continue
+		if e.IsDir() {
+			removeNodeShimSockets(filepath.Join(dir, e.Name()))
 		}
-		cdir := filepath.Join(dir, e.Name(), "containerd")
-		address := filepath.Join(cdir, "containerd.sock")
-		tasks, _ := filepath.Glob(filepath.Join(cdir, "state", "io.containerd.runtime.v2.task", "*", "*"))
-		for _, t := range tasks {
-			id, ns := filepath.Base(t), filepath.Base(filepath.Dir(t))
-			sum := sha256.Sum256([]byte(filepath.Join(address, ns, id)))
-			os.Remove(fmt.Sprintf("/run/containerd/s/%x", sum))
-		}
+	}
+}
+
+// removeNodeShimSockets is removeShimSockets for the node of directory
+// nodeDir.
+func removeNodeShimSockets(nodeDir string) {
+	cdir := filepath.Join(nodeDir, "containerd")
+	address := filepath.Join(cdir, "containerd.sock")
+	tasks, _ := filepath.Glob(filepath.Join(cdir, "state", "io.containerd.runtime.v2.task", "*", "*"))
+	for _, t := range tasks {
+		id, ns := filepath.Base(t), filepath.Base(filepath.Dir(t))
+		sum := sha256.Sum256([]byte(filepath.Join(address, ns, id)))
+		os.Remove(fmt.Sprintf("/run/containerd/s/%x", sum))
 	}
 }
 
