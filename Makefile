@@ -111,7 +111,7 @@ bench: deps
 # of checks. KEEP=1 leaves the cluster running for you to try the CLI
 # (bin/starling); demo-down removes it (a new `make demo` does too, first).
 demo: deps build
-	$(GO) run ./test/demo --dir $(DEMO_DIR) --binary $(BIN) $(if $(KEEP),--keep)
+	$(GO) run ./test/demo --dir $(DEMO_DIR) --binary $(BIN) --debs $(TEST_DEB_DIR) $(if $(KEEP),--keep)
 
 demo-down:
 	$(GO) run ./test/demo --dir $(DEMO_DIR) --down

@@ -86,7 +86,11 @@ func claimRow(pvc *corev1.PersistentVolumeClaim) []string {
 	if pvc.Spec.StorageClassName != nil {
 		class = *pvc.Spec.StorageClassName
 	}
-	return []string{pvc.Name, string(pvc.Status.Phase), orNone(pvc.Annotations[manifest.SelectedNodeAnnotation]), capacity, used,
+	phase := string(pvc.Status.Phase)
+	if pvc.DeletionTimestamp != nil {
+		phase = "Terminating"
+	}
+	return []string{pvc.Name, phase, orNone(pvc.Annotations[manifest.SelectedNodeAnnotation]), capacity, used,
 		strings.Join(modes, ","), class, age(pvc.CreationTimestamp.Time)}
 }
 

@@ -109,11 +109,20 @@ func (o *objects) Get(kind, namespace, name string) (api.Object, error) {
 	return items[0], nil
 }
 
-// Delete writes a tombstone for one object (and its revisions).
+// Delete writes a tombstone for one object (and its revisions); a claim
+// in use is marked for deletion instead (view.DeleteClaim).
 func (o *objects) Delete(kind, namespace, name string) (api.ApplyResult, error) {
 	rec, err := o.lookup(kind, namespace, name)
 	if err != nil {
 		return api.ApplyResult{}, err
+	}
+	if obj, err := manifest.Decode(rec.Value); err == nil && obj.Claim != nil {
+		users := view.ClaimUsers(o.views.View(), namespace, name)
+		if obj, held := view.DeleteClaim(obj, users, time.Now()); held {
+			_, err := o.store([]manifest.Object{obj})
+			return api.ApplyResult{Kind: kind, Namespace: namespace, Name: name, Result: "deletion requested: in use by " + strings.Join(users, ", ") +
+				"; deleted once no replica mounts it"}, err
+		}
 	}
 	o.clock.Update(rec.Version) // the tombstone must win over what it deletes
 	tomb := crdt.Record{Key: rec.Key, Version: o.clock.Now(), Origin: o.self, Deleted: true}

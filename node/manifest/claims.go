@@ -26,6 +26,12 @@ const StorageClassLocal = "local"
 // counts that binding, and the next replica starts empty elsewhere.
 const ReleasedAnnotation = "starling.dev/released-from"
 
+// DeletionRequestedAnnotation on a claim holds when (RFC 3339) a delete
+// of it was asked while replicas mounted it: Kubernetes' protection
+// finalizer (kubernetes.io/pvc-protection). No replica starts on it any
+// more, and the node that holds its data deletes it once none mounts it.
+const DeletionRequestedAnnotation = "starling.dev/deletion-requested"
+
 // Annotations a claim is served with (the view fills them in): where its volume
 // is, as Kubernetes' scheduler marks a claim bound on a node
 // (SelectedNodeAnnotation), and what Starling adds.

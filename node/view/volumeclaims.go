@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
@@ -175,6 +177,8 @@ func (v *View) ClaimsOn(self string) func(namespace, name string) (string, error
 			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("waiting for persistentvolumeclaim %q to be bound to a node", name)}
 		case c.Node != self:
 			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("the volume of persistentvolumeclaim %q is on node %s", name, c.Node)}
+		case c.Object.Claim.Annotations[manifest.DeletionRequestedAnnotation] != "":
+			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("persistentvolumeclaim %q is being deleted", name)}
 		case !c.Binding.Ready:
 			return "", &reconcile.ClaimWait{Msg: fmt.Sprintf("waiting for the volume of persistentvolumeclaim %q to be made on this node", name)}
 		}
@@ -195,6 +199,10 @@ func DecorateClaims(items []api.Object, claims map[string]VolumeClaim) {
 		}
 		c := o.Claim
 		c.Status.Phase = corev1.ClaimPending
+		if t, err := time.Parse(time.RFC3339, c.Annotations[manifest.DeletionRequestedAnnotation]); err == nil {
+			c.DeletionTimestamp = &metav1.Time{Time: t}
+			c.Finalizers = []string{"kubernetes.io/pvc-protection"}
+		}
 		if vc, ok := claims[o.Namespace+"/"+o.Name]; ok && vc.Node != "" {
 			if c.Annotations == nil {
 				c.Annotations = map[string]string{}
@@ -217,6 +225,43 @@ func DecorateClaims(items []api.Object, claims map[string]VolumeClaim) {
 			items[i].Object = b
 		}
 	}
+}
+
+// ClaimUsers are the desired replicas of v that mount claim
+// namespace/name, by name.
+func ClaimUsers(v *View, namespace, name string) []string {
+	var out []string
+	for _, d := range v.All {
+		r := d.Replica()
+		if r.Namespace != namespace {
+			continue
+		}
+		for _, vol := range r.Spec.Volumes {
+			if vol.ClaimName(r) == name {
+				out = append(out, r.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// DeleteClaim is what a delete of claim obj stores while users mount it:
+// obj with DeletionRequestedAnnotation at now (ok false when none mounts
+// it: it is deleted at once).
+func DeleteClaim(obj manifest.Object, users []string, now time.Time) (manifest.Object, bool) {
+	if len(users) == 0 || obj.Claim == nil {
+		return obj, false
+	}
+	c := obj.Claim.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	if c.Annotations[manifest.DeletionRequestedAnnotation] == "" {
+		c.Annotations[manifest.DeletionRequestedAnnotation] = now.UTC().Format(time.RFC3339)
+	}
+	obj.Claim = c
+	return obj, true
 }
 
 // ReleaseClaim returns claim obj with its data given up from the node

@@ -126,7 +126,8 @@ func PlanClaims(in ClaimInputs) ClaimPlan {
 			p.Make = append(p.Make, b.UID)
 		}
 		p.Next = append(p.Next, Held{Binding: b, At: h.At})
-		if c.Node == in.Self && !in.InUse[key] && retired(c.Object, in.Workloads) {
+		deleting := c.Object.Claim.Annotations[manifest.DeletionRequestedAnnotation] != ""
+		if c.Node == in.Self && !in.InUse[key] && (deleting || retired(c.Object, in.Workloads)) {
 			p.Delete = append(p.Delete, key)
 		}
 	}
@@ -145,7 +146,7 @@ func PlanClaims(in ClaimInputs) ClaimPlan {
 					created[key] = true
 				}
 				continue
-			case !ok || c.Node != "" || !ValidUID(string(c.Object.Claim.UID)):
+			case !ok || c.Node != "" || !ValidUID(string(c.Object.Claim.UID)) || c.Object.Claim.Annotations[manifest.DeletionRequestedAnnotation] != "":
 				continue
 			}
 			mine[key] = true

@@ -33,6 +33,7 @@ func main() {
 	down := flag.Bool("down", false, "only remove what a previous run left behind")
 	keep := flag.Bool("keep", false, "leave the cluster running at the end (remove it with make demo-down)")
 	binary := flag.String("binary", "", "starling binary to run (default: build one)")
+	debs := flag.String("debs", "/var/cache/starling/test-debs", "Debian packages the key-value store's image is built from (make deps downloads them)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "demo: must run as root (it creates network namespaces and runs containerd)")
@@ -65,7 +66,7 @@ func main() {
 		os.Exit(130)
 	}()
 
-	s := &scenario{dir: *dir, binary: *binary, keep: *keep, onCluster: func(c *harness.Cluster) { cluster.Store(c) }}
+	s := &scenario{dir: *dir, binary: *binary, debs: *debs, keep: *keep, onCluster: func(c *harness.Cluster) { cluster.Store(c) }}
 	code := s.run()
 	if interrupted.Load() {
 		select {} // the signal handler exits

@@ -28,12 +28,15 @@ const (
 	requests    = 20 // per client, to the ClusterIP
 	helloDir    = "examples/hello/"
 	clientYAML  = "test/demo/client.yaml"
+	kvDir       = "examples/kv/"
+	kvPassword  = "change-me-7c41" // examples/kv/kv.yaml's Secret
 	helloDeploy = "examples/hello/deployment.yaml"
 )
 
 // scenario is one run of the demo.
 type scenario struct {
 	dir, binary string
+	debs        string // Debian packages (the key-value store's image)
 	keep        bool
 	// onCluster hands the cluster to the signal handler once it exists.
 	onCluster func(*harness.Cluster)
@@ -41,7 +44,7 @@ type scenario struct {
 	r                 *report
 	c                 *harness.Cluster
 	echoV1, echoV2    string // image tarballs
-	client            string
+	client, redis     string
 	vip               string // the hello Service's ClusterIP
 	hello, clientReps []api.Replica
 }
@@ -89,6 +92,9 @@ replica saw.`, requests, s.vip)
 	if ok {
 		ok = s.r.step(fmt.Sprintf("Roll out v2: available never below %d - %d = %d, copies never above %d + %d", replicas, maxUnavail, replicas-maxUnavail, replicas, maxSurge), s.rollout) &&
 			s.r.step("After the rollout, every answer comes from v2", s.afterRollout)
+	}
+	if ok {
+		s.r.step("A key-value store with its config, password and data (examples/kv): its keys survive a rollout", s.keyValue)
 	}
 	passed := s.r.summary()
 	if interrupted.Load() {
@@ -156,6 +162,10 @@ func (s *scenario) build(mod string) error {
 	if err := imagebuild.Busybox("starling.local/client:v1", busybox, s.client); err != nil {
 		return err
 	}
+	s.redis = filepath.Join(images, "redis-7.tar")
+	if err := imagebuild.Redis(ctx, s.debs, "starling.local/redis:7", s.redis); err != nil {
+		return err
+	}
 	rel, _ := filepath.Rel(mod, s.binary)
 	if strings.HasPrefix(rel, "..") {
 		rel = s.binary
@@ -164,6 +174,7 @@ func (s *scenario) build(mod string) error {
 starling.local/echo:v1    test/images/echo: a static Go HTTP server that answers with its
 starling.local/echo:v2      name, pod IP, the client address it sees, and its version
 starling.local/client:v1  Debian's static busybox (sh, wget), for client pods
+starling.local/redis:7    Debian's redis-server, for examples/kv
 Images are plain tarballs in %s: no registry anywhere.`, rel, images)
 	return nil
 }
@@ -254,7 +265,7 @@ func (s *scenario) tlsAPI() error {
 
 func (s *scenario) importImages() error {
 	n1 := s.c.Nodes[0]
-	for _, tar := range []string{s.echoV1, s.echoV2, s.client} {
+	for _, tar := range []string{s.echoV1, s.echoV2, s.client, s.redis} {
 		if _, err := s.r.run(n1, "image", "import", tar); err != nil {
 			return err
 		}
@@ -863,6 +874,67 @@ func (s *scenario) afterRollout() error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// keyValue applies examples/kv (Redis with a ConfigMap, a Secret and a
+// claim), stores a key, rolls the Deployment and reads the key back from
+// the new replica, on the same node.
+func (s *scenario) keyValue() error {
+	n1 := s.c.Nodes[0]
+	s.r.say(`examples/kv/kv.yaml: Redis with its redis.conf from a ConfigMap, its password
+from a Secret and its data on a PersistentVolumeClaim, one command:`)
+	if _, err := s.r.run(n1, "apply", "-f", kvDir); err != nil {
+		return err
+	}
+	first, err := s.waitReady("kv", "", 90*time.Second)
+	if err != nil {
+		return err
+	}
+	n := s.node(first.Node)
+	auth := "AUTH " + kvPassword
+	replies, err := n.PodRedis(namespace, first.Name, first.PodIP+":6379", 5*time.Second, auth, "SET greeting hello-from-"+first.Name, "GET greeting")
+	if err != nil {
+		return err
+	}
+	s.r.say("On %s (%s): AUTH, SET greeting, GET greeting: %s", first.Name, first.Node, strings.Join(replies, ", "))
+	if _, err := s.r.run(n1, "get", "pvc"); err != nil {
+		return err
+	}
+	if _, err := s.r.run(n1, "rollout", "restart", "deployment/kv"); err != nil {
+		return err
+	}
+	next, err := s.waitReady("kv", first.Name, 90*time.Second)
+	if err != nil {
+		return err
+	}
+	replies, err = s.node(next.Node).PodRedis(namespace, next.Name, next.PodIP+":6379", 5*time.Second, auth, "GET greeting")
+	if err != nil {
+		return err
+	}
+	s.r.say("The new replica %s (on %s, strategy Recreate: the old one stopped first) reads: %s", next.Name, next.Node, replies[1])
+	if next.Node != first.Node || replies[1] != "hello-from-"+first.Name {
+		return fmt.Errorf("after the rollout %s on %s reads %q, want %q on %s", next.Name, next.Node, replies[1], "hello-from-"+first.Name, first.Node)
+	}
+	return nil
+}
+
+// waitReady waits for a ready replica of workload other than not.
+func (s *scenario) waitReady(workload, not string, timeout time.Duration) (api.Replica, error) {
+	var found api.Replica
+	_, err := harness.Poll(context.Background(), 200*time.Millisecond, timeout, func() error {
+		items, err := s.c.Nodes[0].API().Replicas(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, r := range items {
+			if r.Workload == workload && r.Name != not && r.Ready {
+				found = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no ready replica of %s yet: %+v", workload, items)
+	})
+	return found, err
 }
 
 func (s *scenario) usage() {

@@ -27,13 +27,17 @@ import (
 // keeps the replica: it waits Pending naming the node, and no other
 // node runs it; back, the node runs it again with its data. Cut off
 // again and released (volume release), the replica starts empty on
-// another node, and the node, back, deletes the data given up. A
-// rolling Deployment on a claim is refused naming Recreate.
+// another node, and the node, back, deletes the data given up. Deleted
+// while its replica runs, the claim is Terminating until the Deployment
+// goes, then deleted with its data. A rolling Deployment on a claim is
+// refused naming Recreate.
 func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3)
 	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	for _, n := range c.Nodes { // the replica moves off a node cut off: the image must not live there alone
+		importEcho(t, n)
+	}
 	waitReadyNodes(t, n1, 3)
 	const ns = "pvcdata"
 	apply(t, n1, "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: notes, namespace: "+ns+"}\n"+
@@ -207,6 +211,27 @@ func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Deleted while its replica runs: Terminating (Kubernetes' protection
+	// finalizer) until the Deployment goes, then deleted with its data.
+	if out, err := n1.CLI("delete", "pvc", "notes", "-n", ns); err != nil || !strings.Contains(out, "in use by "+reps[0].Name) {
+		t.Fatalf("delete pvc in use: %v %s", err, out)
+	}
+	if out, err := n1.CLI("get", "pvc", "notes", "-n", ns); err != nil || !strings.Contains(out, "Terminating") {
+		t.Fatalf("get pvc after its delete was asked: %v\n%s", err, out)
+	}
+	if _, err := n1.CLI("delete", "deployment", "notes", "-n", ns); err != nil {
+		t.Fatal(err)
+	}
+	newHome := nodeNamed(c, reps[0].Node)
+	waitFor(t, 60*time.Second, func() error {
+		out, _ := n1.CLI("get", "pvc", "-n", ns)
+		left, _ := os.ReadDir(filepath.Join(newHome.DataDir, "volumes"))
+		if strings.Contains(out, "notes") || len(left) != 0 {
+			return fmt.Errorf("the claim or its data is left: %s; %d volumes on %s", out, len(left), newHome.Name)
+		}
+		return nil
+	})
 }
 
 // nodeNamed is the node of c named name (nil: none).
@@ -232,7 +257,9 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3)
 	n1 := c.Nodes[0]
-	importEcho(t, n1)
+	for _, n := range c.Nodes {
+		importEcho(t, n)
+	}
 	waitReadyNodes(t, n1, 3)
 	const ns = "pgshape"
 	apply(t, n1, "apiVersion: v1\nkind: Secret\nmetadata: {name: pg-auth, namespace: "+ns+"}\nstringData: {password: pg-pass-31}\n---\n"+

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,4 +149,45 @@ func (n *Node) PodHTTPPost(namespace, replica, url, body string, timeout time.Du
 		return string(b), fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
 	}
 	return string(b), nil
+}
+
+// PodRedis sends Redis commands (inline, one per line) to addr from
+// inside the network namespace of replica (of namespace) on n, and
+// returns each reply: a status or error line, an integer, or a bulk
+// string's value ("(nil)" for none).
+func (n *Node) PodRedis(namespace, replica, addr string, timeout time.Duration, cmds ...string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := DialInPath(filepath.Join(n.DataDir, "netns", namespace+"_"+replica))(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(timeout))
+	r := bufio.NewReader(conn)
+	var out []string
+	for _, c := range cmds {
+		if _, err := io.WriteString(conn, c+"\r\n"); err != nil {
+			return out, err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return out, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "$") {
+			size, err := strconv.Atoi(line[1:])
+			if err != nil || size < 0 {
+				out = append(out, "(nil)")
+				continue
+			}
+			buf := make([]byte, size+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return out, err
+			}
+			line = string(buf[:size])
+		}
+		out = append(out, line)
+	}
+	return out, nil
 }
