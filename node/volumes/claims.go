@@ -295,16 +295,20 @@ type Binder struct {
 	Objects ClaimObjects
 	Log     *slog.Logger
 
-	mu   sync.Mutex
-	held []Held
+	loaded sync.Once
+	mu     sync.Mutex
+	held   []Held
 }
 
 // Bindings are the bindings this node's record lists (none from a nil
-// Binder).
+// Binder). The volumes made before this run are read back from disk
+// first: a record published before would say this node holds none, and
+// its claims' replicas would be placed elsewhere, empty.
 func (b *Binder) Bindings() []view.VolumeBinding {
 	if b == nil {
 		return nil
 	}
+	b.loaded.Do(b.load)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]view.VolumeBinding, 0, len(b.held))
@@ -320,7 +324,7 @@ const usageEvery = 30 * time.Second
 // Run binds, makes and removes volumes on each new view and every
 // second (ClaimSettle), until ctx ends.
 func (b *Binder) Run(ctx context.Context) {
-	b.load()
+	b.loaded.Do(b.load)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var measured time.Time
@@ -343,12 +347,18 @@ func (b *Binder) Run(ctx context.Context) {
 }
 
 // Sync applies one PlanClaims at now; it reports whether the bindings
-// changed.
+// changed. It decides nothing on a view of a node that does not hold the
+// cluster's state yet (view.View.Synced): a claim it has not received
+// would look deleted, and its data removed.
 func (b *Binder) Sync(now time.Time) bool {
+	b.loaded.Do(b.load)
+	v := b.Views.View()
+	if !v.Synced {
+		return false
+	}
 	b.mu.Lock()
 	held := slices.Clone(b.held)
 	b.mu.Unlock()
-	v := b.Views.View()
 	var own []reconcile.Replica
 	if v.Own != nil {
 		own = v.Own.Replicas
