@@ -138,10 +138,11 @@ func describeClaim(w io.Writer, it api.Object, mountedBy []string) error {
 	return nil
 }
 
-// claimUsers are the replicas of the workloads that mount claim
-// namespace/name.
+// claimUsers are the replicas that mount claim namespace/name: those of
+// the workloads whose pods mount it, and the StatefulSet ordinal whose
+// volumeClaimTemplate made it.
 func claimUsers(ctx context.Context, c *client.Client, namespace, name string) ([]string, error) {
-	mounting := map[string]bool{}
+	mounting := map[string]int{} // workload -> ordinal (-1: every one)
 	for _, kind := range []string{"deployment", "statefulset"} {
 		items, err := c.List(ctx, kind)
 		if err != nil {
@@ -149,8 +150,21 @@ func claimUsers(ctx context.Context, c *client.Client, namespace, name string) (
 		}
 		for _, it := range items {
 			o, err := manifest.Decode(it.Object)
-			if err == nil && o.Namespace == namespace && slices.Contains(manifest.ClaimsOf(&o.PodTemplate().Spec), name) {
-				mounting[o.Name] = true
+			if err != nil || o.Namespace != namespace {
+				continue
+			}
+			if slices.Contains(manifest.ClaimsOf(&o.PodTemplate().Spec), name) {
+				mounting[o.Name] = -1
+			}
+			if o.StatefulSet == nil {
+				continue
+			}
+			for _, t := range o.StatefulSet.Spec.VolumeClaimTemplates {
+				if rest, ok := strings.CutPrefix(name, t.Name+"-"+o.Name+"-"); ok {
+					if ord, err := strconv.Atoi(rest); err == nil {
+						mounting[o.Name] = ord
+					}
+				}
 			}
 		}
 	}
@@ -160,8 +174,8 @@ func claimUsers(ctx context.Context, c *client.Client, namespace, name string) (
 	}
 	var out []string
 	for _, r := range reps {
-		if r.Namespace == namespace && mounting[r.Workload] {
-			out = append(out, r.Name+" (on "+r.Node+")")
+		if ord, ok := mounting[r.Workload]; ok && r.Namespace == namespace && (ord < 0 || ord == r.Ordinal) {
+			out = append(out, r.Name+" (on "+orNone(r.Node)+")")
 		}
 	}
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -187,6 +188,11 @@ func ValidateUpdate(prev, obj Object) field.ErrorList {
 		immutable(prev.Secret.Immutable, obj.Secret.Immutable, maps.EqualFunc(prev.Secret.Data, obj.Secret.Data, bytes.Equal))
 	case prev.Claim != nil && obj.Claim != nil:
 		errs = append(errs, validateClaimUpdate(prev.Claim, obj.Claim)...)
+	case prev.StatefulSet != nil && obj.StatefulSet != nil:
+		if !apiequality.Semantic.DeepEqual(prev.StatefulSet.Spec.VolumeClaimTemplates, obj.StatefulSet.Spec.VolumeClaimTemplates) {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "volumeClaimTemplates"),
+				"updates to a StatefulSet's volumeClaimTemplates are forbidden: its claims exist; delete the StatefulSet (its claims are kept) and apply it again"))
+		}
 	}
 	return errs
 }

@@ -112,6 +112,10 @@ type View struct {
 	// claim must run on (pinsOf), placement's input.
 	ClaimObjects []manifest.Object
 	VolumeClaims map[string]VolumeClaim
+	// ClaimRecords are the claims ("namespace/name") whose record is
+	// live, whether it decodes or not: a claim that does not decode (a
+	// newer version's) is not taken for deleted.
+	ClaimRecords map[string]bool
 	pins         map[string]map[int]string
 }
 

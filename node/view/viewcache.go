@@ -98,7 +98,7 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 	if !v.Changes.Objects {
 		v.objectsKey, v.workloadsKey = prev.objectsKey, prev.workloadsKey
 		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
-		v.ClaimObjects = prev.ClaimObjects
+		v.ClaimObjects, v.ClaimRecords = prev.ClaimObjects, prev.ClaimRecords
 		return nil
 	}
 	var wrecs []crdt.Record
@@ -121,13 +121,19 @@ func (vs *Builder) objectsInto(v, prev *View) error {
 	if prev != nil && prev.objectsKey == v.objectsKey {
 		v.workloadsKey = prev.workloadsKey
 		v.Workloads, v.All, v.Services, v.Alloc, v.SvcIndex, v.Hashes, v.Probes = prev.Workloads, prev.All, prev.Services, prev.Alloc, prev.SvcIndex, prev.Hashes, prev.Probes
-		v.ClaimObjects = prev.ClaimObjects
+		v.ClaimObjects, v.ClaimRecords = prev.ClaimObjects, prev.ClaimRecords
 		return nil
 	}
 	seen := map[string]bool{}
 	v.Workloads = vs.DecodeObjects(wrecs, seen)
 	v.Services = vs.DecodeObjects(srecs, seen)
 	v.ClaimObjects = vs.DecodeObjects(crecs, seen)
+	v.ClaimRecords = map[string]bool{}
+	for _, r := range crecs {
+		if !r.Deleted {
+			v.ClaimRecords[strings.TrimPrefix(r.Key, KindPrefix(manifest.KindPersistentVolumeClaim))] = true
+		}
+	}
 	for k := range vs.objects {
 		if !seen[k] {
 			delete(vs.objects, k)

@@ -45,9 +45,33 @@ type VolumeBinding struct {
 }
 
 // Released is the value of manifest.ReleasedAnnotation that gives up
-// binding b's data ("NODE@WALL.LOGICAL").
+// binding b's data ("NODE@WALL.LOGICAL": the node for people, the
+// binding's time for the view).
 func (b VolumeBinding) Released(node string) string {
 	return node + "@" + strconv.FormatInt(b.Since.Wall, 10) + "." + strconv.FormatUint(uint64(b.Since.Logical), 10)
+}
+
+// ReleaseMark is the time of the binding claim obj's data was last given
+// up from (manifest.ReleasedAnnotation; ok false when never).
+func ReleaseMark(obj manifest.Object) (hlc.Timestamp, bool) {
+	v, ok := obj.Claim.Annotations[manifest.ReleasedAnnotation]
+	_, at, cut := strings.Cut(v, "@")
+	wall, logical, dot := strings.Cut(at, ".")
+	w, err1 := strconv.ParseInt(wall, 10, 64)
+	l, err2 := strconv.ParseUint(logical, 10, 32)
+	if !ok || !cut || !dot || err1 != nil || err2 != nil {
+		return hlc.Timestamp{}, false
+	}
+	return hlc.Timestamp{Wall: w, Logical: uint32(l)}, true
+}
+
+// Released reports whether binding b of claim obj was given up: it is no
+// later than the binding last released (ReleaseMark). A second release
+// then gives up the first's binding too: its node's older data never
+// comes back as the claim's.
+func Released(obj manifest.Object, b VolumeBinding) bool {
+	mark, ok := ReleaseMark(obj)
+	return ok && b.Since.Compare(mark) <= 0
 }
 
 // VolumeClaim is a PersistentVolumeClaim as the view holds it, with where its
@@ -81,7 +105,7 @@ func BindClaims(objs []manifest.Object, statuses map[string]NodeStatus) map[stri
 	for node, s := range statuses {
 		for _, b := range s.Volumes {
 			c, ok := out[b.Namespace+"/"+b.Claim]
-			if !ok || string(c.Object.Claim.UID) != b.UID || c.Object.Claim.Annotations[manifest.ReleasedAnnotation] == b.Released(node) {
+			if !ok || string(c.Object.Claim.UID) != b.UID || Released(c.Object, b) {
 				continue
 			}
 			if c.Node == "" || cmp.Or(b.Since.Compare(c.Binding.Since), strings.Compare(node, c.Node)) < 0 {
@@ -267,8 +291,10 @@ func DeleteClaim(obj manifest.Object, users []string, now time.Time) (manifest.O
 // ReleaseClaim returns claim obj with its data given up from the node
 // that holds it (manifest.ReleasedAnnotation), and that node: the next
 // replica that mounts it starts empty elsewhere. It refuses a claim not
-// bound, and one whose node is alive (its data is there: delete the
-// claim to delete the data).
+// bound, and one whose node is alive, or a member up though not counted
+// yet (back and settling): its data is there (delete the claim to delete
+// the data). A node on the minority side of a partition sees the others
+// dead: release from a node that sees most of the cluster.
 func ReleaseClaim(obj manifest.Object, v *View) (manifest.Object, string, error) {
 	vc, ok := v.VolumeClaims[obj.Namespace+"/"+obj.Name]
 	switch {
@@ -276,7 +302,8 @@ func ReleaseClaim(obj manifest.Object, v *View) (manifest.Object, string, error)
 		return obj, "", fmt.Errorf("%s is not a PersistentVolumeClaim", obj.Key())
 	case !ok || vc.Node == "":
 		return obj, "", fmt.Errorf("persistentvolumeclaim %s/%s is bound to no node: there is no data to release", obj.Namespace, obj.Name)
-	case v.Alive[vc.Node]:
+	}
+	if st, member := MemberState(v.Members, vc.Node); v.Alive[vc.Node] || member && st.Up() {
 		return obj, "", fmt.Errorf("persistentvolumeclaim %s/%s: node %s is up and holds its data; release gives up the data of a node that is gone (delete the claim to delete its data)",
 			obj.Namespace, obj.Name, vc.Node)
 	}

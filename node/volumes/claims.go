@@ -44,26 +44,29 @@ type Held struct {
 
 // ClaimPlan is what PlanClaims decides: the node's bindings from now
 // on, the volumes (by claim UID) to make and those to remove, the claims
-// to create (a StatefulSet ordinal's, from its volumeClaimTemplates) and
-// those to delete (by "namespace/name": its retention policy).
+// to write (a StatefulSet ordinal's, made from its volumeClaimTemplates,
+// or with its retention policy brought up to date) and those to delete
+// (by "namespace/name").
 type ClaimPlan struct {
 	Next         []Held
 	Make, Remove []string
-	Create       []manifest.Object
+	Write        []manifest.Object
 	Delete       []string
 }
 
 // ClaimInputs are PlanClaims' inputs: this node's name, the claims as
-// the view binds them (view.BindClaims), the workloads, the replicas
-// this node owns, the claims the replicas it owns or runs mount (InUse,
-// by "namespace/claim": ClaimsInUse), its bindings held, now, and what
-// gives a new binding's time.
+// the view binds them (view.BindClaims) and the claims whose record is
+// live whether it decodes or not (view.View.ClaimRecords), the
+// workloads, the replicas this node owns, the claims its replicas mount
+// (ClaimsInUse), its bindings held, now, and what gives a new binding's
+// time.
 type ClaimInputs struct {
 	Self      string
 	Claims    map[string]view.VolumeClaim
+	Records   map[string]bool
 	Workloads []manifest.Object
 	Own       []reconcile.Replica
-	InUse     map[string]bool
+	Use       ClaimUse
 	Held      []Held
 	Now       time.Time
 	Stamp     func() hlc.Timestamp
@@ -71,7 +74,8 @@ type ClaimInputs struct {
 
 // Annotations of a claim made from a StatefulSet's volumeClaimTemplate:
 // its StatefulSet and ordinal, and what its retention policy's
-// whenDeleted said when the claim was made.
+// whenDeleted says (kept up to date while the StatefulSet exists, as
+// Kubernetes keeps the claims' owner references).
 const (
 	StatefulSetAnnotation = "starling.dev/statefulset"
 	OrdinalAnnotation     = "starling.dev/ordinal"
@@ -89,33 +93,49 @@ const (
 //   - a binding that another node's earlier one beats is given up: its
 //     volume is removed when it was not made yet, and kept on disk, with
 //     what a replica may have written, when it was;
-//   - a binding of a claim deleted, made again (another UID) or released
-//     (manifest.ReleasedAnnotation) is given up and its volume removed
-//     once no replica of this node mounts the claim (Kubernetes' reclaim
-//     policy Delete, as the local-path provisioner has it);
-//   - a StatefulSet's claim held here is deleted, once no replica here
-//     mounts it, when the StatefulSet is gone and its policy said
-//     whenDeleted: Delete, or its ordinal is scaled away under
-//     whenScaled: Delete (the default Retain keeps them).
+//   - a binding of a claim deleted (its record a tombstone or gone), made
+//     again (another UID) or released (view.Released) is given up, and
+//     its volume removed once no replica this node lists and no longer
+//     wants mounts the claim (Kubernetes' reclaim policy Delete, as the
+//     local-path provisioner has it); a claim whose record does not
+//     decode here (a newer version's) is left alone; a volume is never
+//     removed while another claim of the view has its UID;
+//   - a claim held here whose delete was asked
+//     (manifest.DeletionRequestedAnnotation), or a StatefulSet's whose
+//     StatefulSet is gone under whenDeleted Delete or whose ordinal is
+//     scaled away under whenScaled Delete, is deleted once no replica
+//     here mounts it (the default Retain keeps them).
 func PlanClaims(in ClaimInputs) ClaimPlan {
 	var p ClaimPlan
 	mine := map[string]bool{} // by "namespace/claim"
+	uids := map[string]string{}
+	for key, c := range in.Claims {
+		uids[string(c.Object.Claim.UID)] = key
+	}
+	remove := func(uid, key string) {
+		if other := uids[uid]; other == "" || other == key {
+			p.Remove = append(p.Remove, uid)
+		}
+	}
 	for _, h := range in.Held {
 		b := h.Binding
 		key := b.Namespace + "/" + b.Claim
 		c, ok := in.Claims[key]
-		gone := !ok || string(c.Object.Claim.UID) != b.UID || c.Object.Claim.Annotations[manifest.ReleasedAnnotation] == b.Released(in.Self)
+		gone := ok && (string(c.Object.Claim.UID) != b.UID || view.Released(c.Object, b)) || !ok && !in.Records[key]
 		switch {
-		case gone && in.InUse[key]:
-			p.Next = append(p.Next, h) // given up once no replica here mounts it
+		case !ok && !gone: // its record does not decode here: left alone
+			p.Next = append(p.Next, h)
 			mine[key] = true
 			continue
+		case gone && in.Use.used(in.Use.Stopping, key):
+			p.Next = append(p.Next, h) // given up once no replica here mounts it
+			continue
 		case gone:
-			p.Remove = append(p.Remove, b.UID)
+			remove(b.UID, key)
 			continue
 		case c.Node != "" && c.Node != in.Self:
 			if !b.Ready {
-				p.Remove = append(p.Remove, b.UID)
+				remove(b.UID, key)
 			}
 			continue
 		}
@@ -126,12 +146,17 @@ func PlanClaims(in ClaimInputs) ClaimPlan {
 			p.Make = append(p.Make, b.UID)
 		}
 		p.Next = append(p.Next, Held{Binding: b, At: h.At})
+		if c.Node != in.Self {
+			continue
+		}
 		deleting := c.Object.Claim.Annotations[manifest.DeletionRequestedAnnotation] != ""
-		if c.Node == in.Self && !in.InUse[key] && (deleting || retired(c.Object, in.Workloads)) {
+		if !in.Use.used(in.Use.All, key) && (deleting || retired(c.Object, in.Workloads)) {
 			p.Delete = append(p.Delete, key)
+		} else if obj, stale := currentPolicy(c.Object, in.Workloads); stale {
+			p.Write = append(p.Write, obj)
 		}
 	}
-	created := map[string]bool{}
+	written := map[string]bool{}
 	for _, r := range in.Own {
 		for _, vol := range r.Spec.Volumes {
 			name := vol.ClaimName(r)
@@ -140,21 +165,65 @@ func PlanClaims(in ClaimInputs) ClaimPlan {
 			switch {
 			case name == "" || mine[key]:
 				continue
-			case !ok && vol.ClaimTemplate && !created[key]:
+			case !ok && !in.Records[key] && vol.ClaimTemplate && !written[key]:
 				if obj, ok := claimFromTemplate(in.Workloads, r, vol.Claim); ok {
-					p.Create = append(p.Create, obj)
-					created[key] = true
+					p.Write = append(p.Write, obj)
+					written[key] = true
 				}
 				continue
 			case !ok || c.Node != "" || !ValidUID(string(c.Object.Claim.UID)) || c.Object.Claim.Annotations[manifest.DeletionRequestedAnnotation] != "":
 				continue
 			}
 			mine[key] = true
+			since := in.Stamp()
+			if mark, ok := view.ReleaseMark(c.Object); ok && since.Compare(mark) <= 0 {
+				since = hlc.Timestamp{Wall: mark.Wall, Logical: mark.Logical + 1} // after the release, whatever this clock says
+			}
 			p.Next = append(p.Next, Held{At: in.Now, Binding: view.VolumeBinding{Namespace: r.Namespace, Claim: name,
-				UID: string(c.Object.Claim.UID), Since: in.Stamp(), Capacity: storageOf(c.Object.Claim)}})
+				UID: string(c.Object.Claim.UID), Since: since, Capacity: storageOf(c.Object.Claim)}})
 		}
 	}
 	return p
+}
+
+// ClaimUse is which claims ("namespace/claim") this node's replicas
+// mount: All of those it owns or lists in its record, Stopping of those
+// it lists and no longer owns (a replica whose Deployment was deleted,
+// in its grace period). "namespace/*" stands for every claim of a
+// namespace where the node lists a replica of a workload the view no
+// longer holds (what it mounts is not known).
+type ClaimUse struct {
+	All, Stopping map[string]bool
+}
+
+// used reports whether m (a ClaimUse map) holds claim key.
+func (ClaimUse) used(m map[string]bool, key string) bool {
+	ns, _, _ := strings.Cut(key, "/")
+	return m[key] || m[ns+"/*"]
+}
+
+// currentPolicy returns claim obj with WhenDeletedAnnotation set to its
+// StatefulSet's current whenDeleted, and whether that differs from what
+// obj holds (false for a claim of no StatefulSet the view holds).
+func currentPolicy(obj manifest.Object, workloads []manifest.Object) (manifest.Object, bool) {
+	name, ok := obj.Claim.Annotations[StatefulSetAnnotation]
+	i := slices.IndexFunc(workloads, func(o manifest.Object) bool {
+		return o.StatefulSet != nil && o.Namespace == obj.Namespace && o.Name == name
+	})
+	if !ok || i < 0 {
+		return obj, false
+	}
+	want := string(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)
+	if rp := workloads[i].StatefulSet.Spec.PersistentVolumeClaimRetentionPolicy; rp != nil {
+		want = string(rp.WhenDeleted)
+	}
+	if obj.Claim.Annotations[WhenDeletedAnnotation] == want {
+		return obj, false
+	}
+	c := obj.Claim.DeepCopy()
+	c.Annotations[WhenDeletedAnnotation] = want
+	obj.Claim = c
+	return obj, true
 }
 
 // claimFromTemplate is the claim of replica r's ordinal from template
@@ -225,39 +294,48 @@ func ValidUID(uid string) bool {
 	return err == nil && len(uid) == 36
 }
 
-// ClaimsInUse are the claims ("namespace/claim") that the replicas this
-// node owns (own) or lists in its record mount.
-func ClaimsInUse(self string, v *view.View, own []reconcile.Replica) map[string]bool {
-	out := map[string]bool{}
-	mark := func(rs []reconcile.Replica) {
-		for _, r := range rs {
-			for _, vol := range r.Spec.Volumes {
-				if name := vol.ClaimName(r); name != "" {
-					out[r.Namespace+"/"+name] = true
-				}
+// ClaimsInUse is which claims the replicas this node owns (own) or
+// lists in its record mount (ClaimUse).
+func ClaimsInUse(self string, v *view.View, own []reconcile.Replica) ClaimUse {
+	u := ClaimUse{All: map[string]bool{}, Stopping: map[string]bool{}}
+	wanted := map[string]bool{}
+	for _, r := range own {
+		wanted[r.Namespace+"/"+r.Name] = true
+		for _, vol := range r.Spec.Volumes {
+			if name := vol.ClaimName(r); name != "" {
+				u.All[r.Namespace+"/"+name] = true
 			}
 		}
 	}
-	mark(own)
 	byKey := map[string]manifest.Object{}
 	for _, o := range v.Workloads {
 		byKey[o.Namespace+"/"+o.Name] = o
 	}
 	for _, r := range v.Statuses[self].Replicas {
+		marks := []map[string]bool{u.All}
+		if !wanted[r.Namespace+"/"+r.Name] {
+			marks = append(marks, u.Stopping)
+		}
+		var names []string
 		o, ok := byKey[r.Namespace+"/"+r.Workload]
-		if !ok || !o.IsWorkload() {
-			continue
-		}
-		for _, name := range manifest.ClaimsOf(&o.PodTemplate().Spec) {
-			out[r.Namespace+"/"+name] = true
-		}
-		if o.StatefulSet != nil {
+		switch {
+		case !ok || !o.IsWorkload():
+			names = []string{"*"}
+		case o.StatefulSet != nil:
 			for _, t := range o.StatefulSet.Spec.VolumeClaimTemplates {
-				out[r.Namespace+"/"+reconcile.TemplateClaimName(t.Name, r.Workload, r.Ordinal)] = true
+				names = append(names, reconcile.TemplateClaimName(t.Name, r.Workload, r.Ordinal))
+			}
+			fallthrough
+		default:
+			names = append(names, manifest.ClaimsOf(&o.PodTemplate().Spec)...)
+		}
+		for _, m := range marks {
+			for _, n := range names {
+				m[r.Namespace+"/"+n] = true
 			}
 		}
 	}
-	return out
+	return u
 }
 
 func storageOf(c *corev1.PersistentVolumeClaim) int64 {
@@ -363,11 +441,11 @@ func (b *Binder) Sync(now time.Time) bool {
 	if v.Own != nil {
 		own = v.Own.Replicas
 	}
-	p := PlanClaims(ClaimInputs{Self: b.Self, Claims: v.VolumeClaims, Workloads: v.Workloads, Own: own, InUse: ClaimsInUse(b.Self, v, own),
-		Held: held, Now: now, Stamp: b.Stamp})
-	if len(p.Create) > 0 && b.Objects != nil {
-		if _, err := b.Objects.Apply(p.Create); err != nil {
-			b.Log.Warn("create the claims of a StatefulSet's volumeClaimTemplates", "err", err)
+	p := PlanClaims(ClaimInputs{Self: b.Self, Claims: v.VolumeClaims, Records: v.ClaimRecords, Workloads: v.Workloads, Own: own,
+		Use: ClaimsInUse(b.Self, v, own), Held: held, Now: now, Stamp: b.Stamp})
+	if len(p.Write) > 0 && b.Objects != nil {
+		if _, err := b.Objects.Apply(p.Write); err != nil {
+			b.Log.Warn("write the claims of a StatefulSet's volumeClaimTemplates", "err", err)
 		}
 	}
 	for _, key := range p.Delete {
@@ -450,16 +528,27 @@ func (b *Binder) load() {
 }
 
 // measure records what each made volume holds; it reports whether a
-// figure changed.
+// figure changed. The walk runs without the lock: the node's record
+// (Bindings) is not held back by a large volume's.
 func (b *Binder) measure() bool {
+	b.mu.Lock()
+	var uids []string
+	for _, h := range b.held {
+		if h.Binding.Ready {
+			uids = append(uids, h.Binding.UID)
+		}
+	}
+	b.mu.Unlock()
+	used := map[string]int64{}
+	for _, uid := range uids {
+		used[uid] = Usage(ClaimDir(b.Dir, filepath.Base(uid)))
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	changed := false
 	for i := range b.held {
-		if vb := &b.held[i].Binding; vb.Ready {
-			used := Usage(ClaimDir(b.Dir, vb.UID))
-			changed = changed || used != vb.Used
-			vb.Used = used
+		if n, ok := used[b.held[i].Binding.UID]; ok && b.held[i].Binding.Used != n {
+			b.held[i].Binding.Used, changed = n, true
 		}
 	}
 	return changed

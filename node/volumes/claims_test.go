@@ -34,7 +34,11 @@ func TestABindingIsPublishedThenMadeOnceItStands(t *testing.T) {
 	stamp := func() hlc.Timestamp { return hlc.Timestamp{Wall: 42} }
 	own := []reconcile.Replica{{Namespace: "ns", Workload: "db", Spec: reconcile.Spec{Volumes: []reconcile.Volume{{Name: "d", Claim: "data"}}}}}
 	plan := func(claims map[string]view.VolumeClaim, own []reconcile.Replica, inUse map[string]bool, held []Held, now time.Time) ClaimPlan {
-		return PlanClaims(ClaimInputs{Self: "n1", Claims: claims, Own: own, InUse: inUse, Held: held, Now: now, Stamp: stamp})
+		records := map[string]bool{}
+		for k := range claims {
+			records[k] = true
+		}
+		return PlanClaims(ClaimInputs{Self: "n1", Claims: claims, Records: records, Own: own, Use: ClaimUse{All: inUse, Stopping: inUse}, Held: held, Now: now, Stamp: stamp})
 	}
 	unbound := map[string]view.VolumeClaim{"ns/data": {Object: claimObj(nil)}}
 
@@ -116,33 +120,34 @@ spec:
 	r := reconcile.Replica{Namespace: "ns", Workload: "pg", Ordinal: 1, Spec: reconcile.Spec{Volumes: []reconcile.Volume{{Name: "data", Claim: "data", ClaimTemplate: true}}}}
 	in := ClaimInputs{Self: "n1", Workloads: []manifest.Object{sts}, Own: []reconcile.Replica{r}, Now: time.Unix(1e9, 0), Stamp: func() hlc.Timestamp { return hlc.Timestamp{} }}
 	p := PlanClaims(in)
-	if len(p.Create) != 1 || len(p.Next) != 0 {
+	if len(p.Write) != 1 || len(p.Next) != 0 {
 		t.Fatalf("plan: %+v", p)
 	}
-	c := p.Create[0].Claim
+	c := p.Write[0].Claim
 	if c.Name != "data-pg-1" || c.Labels["app"] != "pg" || c.Labels["tier"] != "db" || c.Annotations[OrdinalAnnotation] != "1" || c.Annotations[WhenDeletedAnnotation] != "Delete" {
 		t.Fatalf("claim made: %+v", c.ObjectMeta)
 	}
-	if errs := manifest.Validate(p.Create[0]); len(errs) != 0 {
+	if errs := manifest.Validate(p.Write[0]); len(errs) != 0 {
 		t.Fatalf("the claim made does not validate: %v", errs)
 	}
 	// Bound here: kept while the StatefulSet wants ordinal 1.
 	c.UID = uid
 	b := view.VolumeBinding{Namespace: "ns", Claim: "data-pg-1", UID: uid, Ready: true}
-	in.Claims = map[string]view.VolumeClaim{"ns/data-pg-1": {Object: p.Create[0], Node: "n1", Binding: b}}
+	in.Claims = map[string]view.VolumeClaim{"ns/data-pg-1": {Object: p.Write[0], Node: "n1", Binding: b}}
+	in.Records = map[string]bool{"ns/data-pg-1": true}
 	in.Held, in.Own = []Held{{Binding: b}}, nil
-	if p := PlanClaims(in); len(p.Delete) != 0 || len(p.Create) != 0 {
+	if p := PlanClaims(in); len(p.Delete) != 0 || len(p.Write) != 0 {
 		t.Fatalf("deleted while wanted: %+v", p)
 	}
 	one := sts
 	one.StatefulSet = sts.StatefulSet.DeepCopy()
 	*one.StatefulSet.Spec.Replicas = 1
 	in.Workloads = []manifest.Object{one}
-	in.InUse = map[string]bool{"ns/data-pg-1": true}
+	in.Use = ClaimUse{All: map[string]bool{"ns/data-pg-1": true}}
 	if p := PlanClaims(in); len(p.Delete) != 0 {
 		t.Fatalf("deleted while a replica here mounts it: %+v", p)
 	}
-	in.InUse = nil
+	in.Use = ClaimUse{}
 	if p := PlanClaims(in); len(p.Delete) != 1 || p.Delete[0] != "ns/data-pg-1" {
 		t.Fatalf("scaled away under whenScaled Delete: %+v", p)
 	}
@@ -153,5 +158,49 @@ spec:
 	c.Annotations[WhenDeletedAnnotation] = "Retain"
 	if p := PlanClaims(in); len(p.Delete) != 0 {
 		t.Fatalf("StatefulSet deleted under whenDeleted Retain: %+v", p)
+	}
+}
+
+// TestGivenUpBindingsNeitherBlockNorLoseData: a claim made again (a new
+// UID) while the old replica still stops here is bound anew at once,
+// its old volume kept until the old replica is gone; a claim whose
+// record does not decode here is left alone; a volume whose UID another
+// claim has is never removed; a binding made after a release is later
+// than it whatever the node's clock says.
+func TestGivenUpBindingsNeitherBlockNorLoseData(t *testing.T) {
+	const newUID = "11111111-2222-4333-8444-555555555555"
+	stamp := func() hlc.Timestamp { return hlc.Timestamp{Wall: 5} }
+	own := []reconcile.Replica{{Namespace: "ns", Name: "db-new-0", Workload: "db", Spec: reconcile.Spec{Volumes: []reconcile.Volume{{Name: "d", Claim: "data"}}}}}
+	remade := claimObj(nil)
+	remade.Claim.UID = newUID
+	old := []Held{{Binding: view.VolumeBinding{Namespace: "ns", Claim: "data", UID: uid, Ready: true}}}
+	in := ClaimInputs{Self: "n1", Claims: map[string]view.VolumeClaim{"ns/data": {Object: remade}}, Records: map[string]bool{"ns/data": true},
+		Own: own, Use: ClaimUse{All: map[string]bool{"ns/data": true}, Stopping: map[string]bool{"ns/data": true}}, Held: old, Now: time.Unix(1e9, 0), Stamp: stamp}
+	p := PlanClaims(in)
+	if len(p.Next) != 2 || p.Next[1].Binding.UID != newUID || len(p.Remove) != 0 {
+		t.Fatalf("remade while the old replica stops: %+v", p)
+	}
+	in.Use.Stopping = nil
+	if p := PlanClaims(in); len(p.Remove) != 1 || p.Remove[0] != uid {
+		t.Fatalf("the old replica gone: %+v", p)
+	}
+	// Its record does not decode here.
+	in.Claims = nil
+	if p := PlanClaims(in); len(p.Remove) != 0 || len(p.Next) != 1 {
+		t.Fatalf("undecodable claim: %+v", p)
+	}
+	// Another claim has the UID (a peer's doing): not removed.
+	twin := claimObj(nil)
+	twin.Name, twin.Claim.Name = "twin", "twin"
+	in.Claims, in.Records = map[string]view.VolumeClaim{"ns/twin": {Object: twin}}, map[string]bool{"ns/twin": true}
+	if p := PlanClaims(in); len(p.Remove) != 0 {
+		t.Fatalf("removed a volume another claim names: %+v", p)
+	}
+	// Released at wall 9: a new binding is later, though this clock says 5.
+	rel := claimObj(map[string]string{manifest.ReleasedAnnotation: "n2@9.0"})
+	in.Claims, in.Records, in.Held = map[string]view.VolumeClaim{"ns/data": {Object: rel}}, map[string]bool{"ns/data": true}, nil
+	p = PlanClaims(in)
+	if len(p.Next) != 1 || p.Next[0].Binding.Since.Compare(hlc.Timestamp{Wall: 9}) <= 0 || view.Released(rel, p.Next[0].Binding) {
+		t.Fatalf("bound after a release: %+v", p)
 	}
 }
