@@ -399,12 +399,12 @@ func (b *Binder) Bindings() []view.VolumeBinding {
 // usageEvery is how often the used bytes of the volumes are measured.
 const usageEvery = 30 * time.Second
 
-// Run binds, makes and removes volumes on each new view and every
-// second (ClaimSettle), until ctx ends.
+// Run binds, makes and removes volumes on each new view, every second
+// while a binding waits for its settle (ClaimSettle), and measures the
+// volumes every usageEvery while it holds some, until ctx ends. A node
+// that holds no claim wakes only for new views.
 func (b *Binder) Run(ctx context.Context) {
 	b.loaded.Do(b.load)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	var measured time.Time
 	for {
 		changed := b.Sync(time.Now())
@@ -415,13 +415,31 @@ func (b *Binder) Run(ctx context.Context) {
 		if changed && b.Publish != nil {
 			b.Publish()
 		}
+		var wake <-chan time.Time
+		switch held, settling := b.holding(); {
+		case settling:
+			wake = time.After(time.Second)
+		case held:
+			wake = time.After(time.Until(measured.Add(usageEvery)))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.Views.Changed():
-		case <-tick.C:
+		case <-wake:
 		}
 	}
+}
+
+// holding reports whether the node holds bindings, and whether one of
+// them waits for its settle.
+func (b *Binder) holding() (held, settling bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.held {
+		settling = settling || !h.Binding.Ready
+	}
+	return len(b.held) > 0, settling
 }
 
 // Sync applies one PlanClaims at now; it reports whether the bindings
@@ -437,6 +455,9 @@ func (b *Binder) Sync(now time.Time) bool {
 	b.mu.Lock()
 	held := slices.Clone(b.held)
 	b.mu.Unlock()
+	if len(held) == 0 && len(v.ClaimRecords) == 0 {
+		return false // no claim anywhere: nothing to decide
+	}
 	var own []reconcile.Replica
 	if v.Own != nil {
 		own = v.Own.Replicas
