@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -220,11 +221,12 @@ func DataSizes(o Object) map[string]int {
 	return out
 }
 
-// validateEnvSource checks an env var's valueFrom as Kubernetes'
-// validateEnvVarValueFrom does, for the sources Starling fills in:
-// fieldRef, configMapKeyRef and secretKeyRef, exactly one of them (the
-// others are refused as not supported, unsupportedFields).
-func validateEnvSource(e corev1.EnvVar, p *field.Path) field.ErrorList {
+// validateEnvSource checks an env var of container c's valueFrom as
+// Kubernetes' validateEnvVarValueFrom does, for the sources Starling
+// fills in: fieldRef, configMapKeyRef, secretKeyRef and
+// resourceFieldRef, exactly one of them (the others are refused as not
+// supported, unsupportedFields).
+func validateEnvSource(e corev1.EnvVar, c *corev1.Container, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	v := e.ValueFrom
 	if e.Value != "" {
@@ -238,7 +240,7 @@ func validateEnvSource(e corev1.EnvVar, p *field.Path) field.ErrorList {
 	}
 	switch {
 	case set == 0:
-		errs = append(errs, field.Required(p, "give one of fieldRef, configMapKeyRef or secretKeyRef"))
+		errs = append(errs, field.Required(p, "give one of fieldRef, configMapKeyRef, secretKeyRef or resourceFieldRef"))
 	case set > 1:
 		errs = append(errs, field.Invalid(p, "", "may not have more than one field specified at a time"))
 	case v.FieldRef != nil:
@@ -247,6 +249,34 @@ func validateEnvSource(e corev1.EnvVar, p *field.Path) field.ErrorList {
 		errs = append(errs, validateKeyRef(v.ConfigMapKeyRef.Name, v.ConfigMapKeyRef.Key, p.Child("configMapKeyRef"))...)
 	case v.SecretKeyRef != nil:
 		errs = append(errs, validateKeyRef(v.SecretKeyRef.Name, v.SecretKeyRef.Key, p.Child("secretKeyRef"))...)
+	case v.ResourceFieldRef != nil:
+		errs = append(errs, validateResourceRef(v.ResourceFieldRef, c, p.Child("resourceFieldRef"))...)
+	}
+	return errs
+}
+
+// EnvResources are the resources an env var's resourceFieldRef may name
+// (ephemeral-storage, which Starling does not manage, is not among them).
+var EnvResources = []string{"limits.cpu", "limits.memory", "requests.cpu", "requests.memory"}
+
+// validateResourceRef checks a resourceFieldRef as Kubernetes'
+// validateContainerResourceFieldSelector does: a resource of
+// EnvResources of this container, a divisor of 1m or 1 for CPU and a
+// power of 1000 or 1024 for bytes.
+func validateResourceRef(r *corev1.ResourceFieldSelector, c *corev1.Container, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r.ContainerName != "" && r.ContainerName != c.Name {
+		errs = append(errs, field.Invalid(p.Child("containerName"), r.ContainerName, "must name this container (other containers' resources are not supported yet)"))
+	}
+	if !slices.Contains(EnvResources, r.Resource) {
+		return append(errs, field.NotSupported(p.Child("resource"), r.Resource, EnvResources))
+	}
+	divisors := []string{"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"}
+	if strings.HasSuffix(r.Resource, ".cpu") {
+		divisors = []string{"1m", "1"}
+	}
+	if !r.Divisor.IsZero() && !slices.ContainsFunc(divisors, func(d string) bool { q := resource.MustParse(d); return q.Cmp(r.Divisor) == 0 }) {
+		errs = append(errs, field.NotSupported(p.Child("divisor"), r.Divisor.String(), divisors))
 	}
 	return errs
 }

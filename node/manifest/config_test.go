@@ -141,3 +141,38 @@ func TestImmutableConfigurationRefusesChanges(t *testing.T) {
 		t.Fatalf("sizes %v", got)
 	}
 }
+
+// TestResourceFieldRefIsChecked: a container's own requests and limits
+// with the divisors Kubernetes allows; another container or a divisor
+// of the wrong kind is refused by path.
+func TestResourceFieldRefIsChecked(t *testing.T) {
+	dep := func(ref string) string {
+		return `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+spec:
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: app
+        image: app
+        env: [{name: V, valueFrom: {resourceFieldRef: ` + ref + `}}]
+`
+	}
+	for _, ok := range []string{"{resource: limits.cpu}", "{resource: limits.memory, divisor: 1Mi}", "{containerName: app, resource: requests.cpu, divisor: 1m}"} {
+		if _, err := Parse([]byte(dep(ok)), "d.yaml"); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for ref, want := range map[string]string{
+		"{containerName: other, resource: limits.cpu}": "resourceFieldRef.containerName: Invalid value",
+		"{resource: limits.cpu, divisor: 1Mi}":         "resourceFieldRef.divisor: Unsupported value",
+		"{resource: limits.memory, divisor: 3}":        "resourceFieldRef.divisor: Unsupported value",
+	} {
+		if _, err := Parse([]byte(dep(ref)), "d.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", ref, err, want)
+		}
+	}
+}

@@ -94,6 +94,7 @@ var containerFields = concat(
 		"env[].name", "env[].value", "env[].valueFrom.fieldRef.fieldPath", "env[].valueFrom.fieldRef.apiVersion",
 		"env[].valueFrom.configMapKeyRef.name", "env[].valueFrom.configMapKeyRef.key", "env[].valueFrom.configMapKeyRef.optional",
 		"env[].valueFrom.secretKeyRef.name", "env[].valueFrom.secretKeyRef.key", "env[].valueFrom.secretKeyRef.optional",
+		"env[].valueFrom.resourceFieldRef.containerName", "env[].valueFrom.resourceFieldRef.resource", "env[].valueFrom.resourceFieldRef.divisor",
 		"envFrom[].prefix", "envFrom[].configMapRef.name", "envFrom[].configMapRef.optional",
 		"envFrom[].secretRef.name", "envFrom[].secretRef.optional",
 		"ports[].name", "ports[].containerPort", "ports[].protocol",

@@ -469,12 +469,13 @@ spec:
 		},
 		{
 			name:  "env valueFrom",
-			input: edit(t, d, "          value: hi", "          valueFrom:\n            resourceFieldRef: {resource: limits.cpu}\n        - name: B\n          valueFrom:\n            secretKeyRef: {name: s, key: a/b}\n            configMapKeyRef: {name: c, key: k}\n        - name: C\n          valueFrom:\n            configMapKeyRef: {key: k}\n        envFrom:\n        - {prefix: 1X, secretRef: {name: s}}\n        - {}"),
+			input: edit(t, d, "          value: hi", "          valueFrom:\n            resourceFieldRef: {resource: limits.gpu}\n        - name: B\n          valueFrom:\n            secretKeyRef: {name: s, key: a/b}\n            configMapKeyRef: {name: c, key: k}\n        - name: C\n          valueFrom:\n            configMapKeyRef: {key: k}\n        envFrom:\n        - {prefix: 1X, secretRef: {name: s}}\n        - {}"),
 			want: []string{
+				`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.resourceFieldRef.resource: Unsupported value: "limits.gpu": supported values: "limits.cpu", "limits.memory", "requests.cpu", "requests.memory"`,
 				`x.yaml: Deployment "hello": ` + ctr + `.env[1].valueFrom: Invalid value: "": may not have more than one field specified at a time`,
 				`x.yaml: Deployment "hello": ` + ctr + `.env[2].valueFrom.configMapKeyRef.name: Required value`,
 				`x.yaml: Deployment "hello": ` + ctr + `.envFrom[1]: Required value: give configMapRef or secretRef`,
-				`x.yaml: Deployment "hello": ` + ctr + `.env[0].valueFrom.resourceFieldRef: Forbidden: not supported by Starling yet`,
+
 			},
 		},
 		{

@@ -368,7 +368,7 @@ func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(np, e.Name, msg))
 		}
 		if e.ValueFrom != nil {
-			errs = append(errs, validateEnvSource(e, p.Child("env").Index(i).Child("valueFrom"))...)
+			errs = append(errs, validateEnvSource(e, c, p.Child("env").Index(i).Child("valueFrom"))...)
 		}
 		if n := len(e.Name) + 1 + len(e.Value) + 1; n > MaxArgBytes {
 			errs = append(errs, tooLong(p.Child("env").Index(i).Child("value"), n, "the kernel refuses to start a process with one environment variable (NAME=value) over"))

@@ -134,3 +134,30 @@ func TestDecideStartsAReplicaOnItsClaimOnlyWhereItsVolumeIs(t *testing.T) {
 		t.Fatal("the view's replica was changed")
 	}
 }
+
+// TestResourceFieldRefTakesTheNodesAllocatableForAnUnsetLimit: a
+// resourceFieldRef of a limit the container does not set is the node's
+// allocatable, divided and rounded up as the kubelet does.
+func TestResourceFieldRefTakesTheNodesAllocatableForAnUnsetLimit(t *testing.T) {
+	env := []EnvVar{{Name: "CPUS", Resource: "limits.cpu", DivisorMilli: 1000}, {Name: "MEM_MI", Resource: "limits.memory", DivisorMilli: 1 << 20 * 1000}, {Name: "X", Value: "$(CPUS)"}}
+	rep := Replica{ID: "ns_app-1", Name: "app-1", Namespace: "ns", Workload: "app", SpecHash: "abcdef12", Spec: Spec{Image: "x", Env: env}}
+	d := Decision{Ownership: Ownership{Self: "n1", All: []Replica{rep}, Owner: func(string) string { return "n1" }}, Fencing: Fencing{Unknown: true},
+		Allocatable: Allocatable{MilliCPU: 2500, MemoryBytes: 3<<30 + 1}}
+	out := Decide(d, time.Now())
+	if len(out.Actions) != 1 {
+		t.Fatalf("actions: %+v %v", out.Actions, out.ConfigErrors)
+	}
+	got := map[string]string{}
+	for _, e := range out.Actions[0].Replica.Spec.Env {
+		got[e.Name] = e.Value
+	}
+	if got["CPUS"] != "3" || got["MEM_MI"] != "3073" {
+		t.Fatalf("env %v, want CPUS=3 (2.5 rounded up) and MEM_MI=3073", got)
+	}
+	if env[0].Value != "" {
+		t.Fatal("the view's env was changed")
+	}
+	if ResourceValue(250, 1) != "250" || ResourceValue(128<<20*1000, 1<<20*1000) != "128" {
+		t.Fatal("ResourceValue")
+	}
+}

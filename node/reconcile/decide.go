@@ -47,6 +47,9 @@ type Decision struct {
 	// Claims resolves a PersistentVolumeClaim a replica mounts to its
 	// volume's ID on this node, or a *ClaimWait (nil: no claim is held).
 	Claims func(namespace, name string) (string, error)
+	// Allocatable is this node's, for the limits a resourceFieldRef
+	// names and the container does not set.
+	Allocatable Allocatable
 }
 
 // Local is what the node knows of its containers that containerd does
@@ -140,7 +143,7 @@ func Decide(d Decision, now time.Time) Output {
 				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
 			}
 			act.Replica.HostIP = d.HostIP
-			if err := withConfig(&act.Replica, d.Config, d.Claims); err != nil {
+			if err := withConfig(&act.Replica, d.Config, d.Claims, d.Allocatable); err != nil {
 				if out.ConfigErrors == nil {
 					out.ConfigErrors = map[string]error{}
 				}
@@ -178,10 +181,11 @@ func (noConfig) Secret(string, string) (map[string][]byte, bool) { return nil, f
 
 // withConfig fills in what r takes from ConfigMaps and Secrets (src;
 // nil: none held): its env's references resolved (ResolveEnv) and the
-// files of its projected volumes (ProjectVolume), and the volume IDs of
-// the claims it mounts (claims). r's Spec is copied,
+// files of its projected volumes (ProjectVolume), the volume IDs of the
+// claims it mounts (claims), and the limits a resourceFieldRef names that
+// the container does not set (the node's allocatable, alloc). r's Spec is copied,
 // not changed where the view holds it.
-func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) (string, error)) error {
+func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) (string, error), alloc Allocatable) error {
 	if src == nil {
 		src = noConfig{}
 	}
@@ -216,6 +220,19 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 			r.Files = map[string][]File{}
 		}
 		r.Files[v.Name] = files
+	}
+	if i := slices.IndexFunc(r.Spec.Env, func(e EnvVar) bool { return e.Resource != "" }); i >= 0 {
+		env := slices.Clone(r.Spec.Env)
+		for j := range env[i:] {
+			if e := &env[i+j]; e.Resource != "" {
+				q := alloc.MemoryBytes * 1000
+				if e.Resource == "limits.cpu" {
+					q = alloc.MilliCPU
+				}
+				e.Value, e.Literal, e.Resource = ResourceValue(q, e.DivisorMilli), true, ""
+			}
+		}
+		r.Spec.Env = env
 	}
 	if !r.Spec.UsesConfig() {
 		return nil

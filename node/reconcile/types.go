@@ -10,6 +10,7 @@
 package reconcile
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -162,6 +163,29 @@ type EnvVar struct {
 	Key       string `json:"key,omitempty"`
 	Optional  bool   `json:"optional,omitempty"`
 	Literal   bool   `json:"-"`
+	// Resource names a limit the container does not set
+	// ("limits.cpu", "limits.memory": a resourceFieldRef), whose value is
+	// then the node's allocatable, divided by DivisorMilli (thousandths
+	// of the divisor: 1000 for "1", 1 for "1m"), rounded up, as the
+	// kubelet gives it.
+	Resource     string `json:"resource,omitempty"`
+	DivisorMilli int64  `json:"divisorMilli,omitempty"`
+}
+
+// Allocatable is what a node offers its replicas: thousandths of a CPU
+// core and bytes of memory (zero: unknown).
+type Allocatable struct {
+	MilliCPU, MemoryBytes int64
+}
+
+// ResourceValue is the value of a resourceFieldRef: quantityMilli
+// (thousandths of cores, or of bytes) divided by divisorMilli, rounded
+// up; the kubelet's ExtractContainerResourceValue.
+func ResourceValue(quantityMilli, divisorMilli int64) string {
+	if divisorMilli <= 0 {
+		divisorMilli = 1000
+	}
+	return strconv.FormatInt((quantityMilli+divisorMilli-1)/divisorMilli, 10)
 }
 
 // EnvFrom is one envFrom source: every key of a ConfigMap or Secret of

@@ -582,6 +582,8 @@ func envOf(t *corev1.PodTemplateSpec, c corev1.Container) ([]reconcile.EnvVar, [
 		case from.SecretKeyRef != nil:
 			r := from.SecretKeyRef
 			v.Secret, v.Key, v.Optional = r.Name, r.Key, r.Optional != nil && *r.Optional
+		case from.ResourceFieldRef != nil:
+			v = resourceEnv(v, from.ResourceFieldRef, c.Resources)
 		}
 		env = append(env, v)
 	}

@@ -4,11 +4,14 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 const uid1 = "8f3e7c1a-1b2c-4d5e-8f90-123456789abc"
@@ -82,5 +85,35 @@ spec:
 	}
 	if _, _, err := ReleaseClaim(released, &View{VolumeClaims: claims, Alive: map[string]bool{"n1": true}}); err == nil || !strings.Contains(err.Error(), "node n1 is up") {
 		t.Fatalf("release of a live node's claim: %v", err)
+	}
+}
+
+// TestResourceEnvIsTheKubeletsValue: requests and limits divided by the
+// divisor, rounded up; an unset request is the limit, or 0; an unset
+// limit is left to the node (its allocatable).
+func TestResourceEnvIsTheKubeletsValue(t *testing.T) {
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("100Mi")}}
+	for _, tc := range []struct {
+		resource, divisor, want, left string
+	}{
+		{"limits.cpu", "", "2", ""},
+		{"limits.cpu", "1m", "1500", ""},
+		{"requests.cpu", "1m", "1500", ""},
+		{"limits.memory", "1Mi", "100", ""},
+		{"limits.memory", "", "104857600", ""},
+	} {
+		r := &corev1.ResourceFieldSelector{Resource: tc.resource}
+		if tc.divisor != "" {
+			r.Divisor = resource.MustParse(tc.divisor)
+		}
+		if v := resourceEnv(reconcile.EnvVar{Name: "V"}, r, res); v.Value != tc.want || !v.Literal {
+			t.Errorf("%s / %s: %+v, want %s", tc.resource, tc.divisor, v, tc.want)
+		}
+	}
+	if v := resourceEnv(reconcile.EnvVar{Name: "V"}, &corev1.ResourceFieldSelector{Resource: "requests.memory"}, corev1.ResourceRequirements{}); v.Value != "0" {
+		t.Errorf("unset request and limit: %+v", v)
+	}
+	if v := resourceEnv(reconcile.EnvVar{Name: "V"}, &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}, corev1.ResourceRequirements{}); v.Resource != "limits.memory" || v.DivisorMilli != 1<<20*1000 || v.Literal {
+		t.Errorf("unset limit: %+v", v)
 	}
 }

@@ -1,6 +1,8 @@
 package view
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -62,6 +64,36 @@ func templateVolumesOf(tpls []corev1.PersistentVolumeClaim, fsGroup *int64) []re
 		out = append(out, reconcile.Volume{Name: c.Name, Claim: c.Name, ClaimTemplate: true, Group: fsGroup})
 	}
 	return out
+}
+
+// resourceEnv is env var v from resourceFieldRef r of a container with
+// resources res, as the kubelet fills it in: the quantity divided by the
+// divisor (default 1), rounded up; a request the container does not set
+// is its limit (the API server's default) or 0; a limit it does not set
+// is the node's allocatable, left to the node that starts the replica
+// (reconcile.EnvVar.Resource).
+func resourceEnv(v reconcile.EnvVar, r *corev1.ResourceFieldSelector, res corev1.ResourceRequirements) reconcile.EnvVar {
+	kind, name, _ := strings.Cut(r.Resource, ".")
+	divisor := r.Divisor.MilliValue()
+	if r.Divisor.IsZero() {
+		divisor = 1000
+	}
+	q, ok := res.Limits[corev1.ResourceName(name)]
+	if kind == "requests" {
+		if req, set := res.Requests[corev1.ResourceName(name)]; set {
+			q, ok = req, true
+		}
+		if !ok {
+			v.Value, v.Literal = "0", true
+			return v
+		}
+	}
+	if !ok {
+		v.Resource, v.DivisorMilli = r.Resource, divisor
+		return v
+	}
+	v.Value, v.Literal = reconcile.ResourceValue(q.MilliValue(), divisor), true
+	return v
 }
 
 func mountsOf(ms []corev1.VolumeMount) []reconcile.Mount {
