@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,7 +247,8 @@ func nodeNamed(c *harness.Cluster, name string) *harness.Node {
 
 // TestAStatefulSetKeepsEachOrdinalsData is the shape of a PostgreSQL
 // StatefulSet: a password from a Secret through secretKeyRef, a
-// ConfigMap mounted as a file, and a volumeClaimTemplate. Each ordinal
+// ConfigMap mounted as a file, its memory and CPU through
+// resourceFieldRef, and a volumeClaimTemplate. Each ordinal
 // gets its own claim on the node that first ran it and finds its data
 // again after a rollout, an agent kill -9, a containerd restart and a
 // reboot of its node (everything stopped, the agent started again). Its
@@ -269,7 +271,10 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 	shape := func(s *appsv1.StatefulSet) {
 		pod := &s.Spec.Template.Spec
 		pod.Containers[0].Env = []corev1.EnvVar{{Name: "MESSAGE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: "pg-auth"}, Key: "password"}}}}
+			LocalObjectReference: corev1.LocalObjectReference{Name: "pg-auth"}, Key: "password"}}},
+			// As charts size a database's memory and workers.
+			{Name: "MEM_MI", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
+			{Name: "CPU_MILLI", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.cpu", Divisor: resource.MustParse("1m")}}}}
 		pod.Volumes = []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "pg-conf"}}}}}
 		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "conf", MountPath: "/etc/pg"}, {Name: "data", MountPath: "/var/lib/pg"}}
@@ -306,6 +311,10 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 		}
 		if got := get(r, "/file?path=/etc/pg/postgresql.conf"); got != "max_connections = 20" {
 			t.Errorf("ordinal %d's config file: %q", r.Ordinal, got)
+		}
+		// The limits echoApp sets (48Mi, 250m; the request is the limit).
+		if env := strings.Split(get(r, "/file?path=/proc/self/environ"), "\x00"); !slices.Contains(env, "MEM_MI=48") || !slices.Contains(env, "CPU_MILLI=250") {
+			t.Errorf("ordinal %d's resourceFieldRef variables: %q", r.Ordinal, env)
 		}
 	}
 	out, err := n1.CLI("get", "pvc", "-n", ns)
