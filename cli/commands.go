@@ -49,6 +49,7 @@ kubectl.kubernetes.io/last-applied-configuration annotation).`,
 			if err != nil {
 				return err
 			}
+			warnIgnored(cmd.ErrOrStderr(), objs)
 			req := api.ApplyRequest{}
 			for _, o := range objs {
 				b, err := manifest.Encode(manifest.Record(o))
@@ -74,6 +75,20 @@ kubectl.kubernetes.io/last-applied-configuration annotation).`,
 	}
 	src.flags(cmd, "manifest file, directory, or - for stdin (repeatable)")
 	return cmd
+}
+
+// warnIgnored says once which fields of objs the API server sets were
+// ignored (a `kubectl get -o yaml` applied again carries them).
+func warnIgnored(w io.Writer, objs []manifest.Object) {
+	var parts []string
+	for _, o := range objs {
+		if len(o.Ignored) > 0 {
+			parts = append(parts, strings.ToLower(o.Kind)+"/"+o.Name+" ("+strings.Join(o.Ignored, ", ")+")")
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "Warning: ignored the fields the API server sets, which Starling sets itself: %s\n", strings.Join(parts, "; "))
+	}
 }
 
 // splitRef parses "KIND/NAME" or ("KIND", "NAME").

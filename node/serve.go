@@ -70,6 +70,7 @@ func (a *Agent) backend() apiserver.Backend {
 		Logs:          a.work.logs,
 		Metrics:       promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		MaxImageBytes: a.cfg.MaxImageBytes,
+		Log:           a.log,
 	}
 }
 

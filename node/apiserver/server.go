@@ -10,10 +10,12 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -105,6 +107,9 @@ type Backend struct {
 	Metrics http.Handler
 	// MaxImageBytes bounds an image import (--max-image-size).
 	MaxImageBytes int64
+	// Log receives the audit lines (a Secret's values revealed); nil:
+	// none.
+	Log *slog.Logger
 }
 
 // maxApplyBytes bounds an apply request (objects up to 1 MiB each).
@@ -259,8 +264,13 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	obj, err := s.b.Objects.Get(kind, ns, name)
-	if err == nil && !reveal(r) {
+	switch {
+	case err == nil && !reveal(r):
 		obj = Redact(kind, []api.Object{obj})[0]
+	case err == nil && kind == manifest.KindSecret && s.b.Log != nil:
+		// An audit line: who asked for a Secret's values (the token holder
+		// over TCP, root on the node over the socket), never the values.
+		s.b.Log.Info("a Secret's values were revealed", "secret", ns+"/"+name, "client", cmp.Or(r.RemoteAddr, "the unix socket"))
 	}
 	answer(w, http.StatusOK)(obj, err)
 }

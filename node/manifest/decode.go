@@ -274,9 +274,33 @@ func decodeTyped(js []byte, v any, report ObjectError, build func() Object) []it
 	report.Decoding = append(report.Decoding, strictErrs...)
 	obj := build()
 	obj.Applied = js
+	obj.Ignored = serverSet(js)
 	report.Kind, report.Name = obj.Kind, obj.Name
 	report.Errs = Validate(obj)
 	return []item{{obj: obj, ok: true, report: report}}
+}
+
+// serverSet lists the fields of document js that the API server sets
+// and Starling sets itself (serverOwnedMeta): a `kubectl get -o yaml`
+// output applied again carries them; they are ignored, and said so.
+func serverSet(js []byte) []string {
+	var doc struct {
+		Metadata map[string]json.RawMessage `json:"metadata"`
+		Status   json.RawMessage            `json:"status"`
+	}
+	if json.Unmarshal(js, &doc) != nil {
+		return nil
+	}
+	var out []string
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink"} {
+		if v, ok := doc.Metadata[f]; ok && string(v) != "null" {
+			out = append(out, "metadata."+f)
+		}
+	}
+	if s := string(bytes.TrimSpace(doc.Status)); s != "" && s != "null" && s != "{}" {
+		out = append(out, "status")
+	}
+	return out
 }
 
 // typeMismatch explains a value of the wrong JSON type as a field error

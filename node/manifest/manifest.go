@@ -86,6 +86,10 @@ type Object struct {
 	// Applied is the document as written, in JSON, before defaults
 	// (Parse and ReadPaths set it): what an apply records (Record).
 	Applied []byte
+	// Ignored are the fields of the document the API server sets
+	// ("status", "metadata.uid", ...), which Starling ignores and sets
+	// itself (Parse and ReadPaths set it, for a warning).
+	Ignored []string
 }
 
 // Key returns the store key "kind/namespace/name" with the kind lower-cased,
@@ -295,7 +299,7 @@ func Decode(data []byte) (Object, error) {
 		// Unreachable: without Lists a document holds one object.
 		return Object{}, fmt.Errorf("decode: got %d objects, want 1", len(objs))
 	}
-	objs[0].Applied = nil // an encoded object, not a document as written
+	objs[0].Applied, objs[0].Ignored = nil, nil // an encoded object, not a document as written
 	// Stored objects keep the metadata the agent set (Parse clears it from
 	// user input): its UID, when the object was created, and its
 	// generation.

@@ -732,6 +732,22 @@ func TestKeyFor(t *testing.T) {
 	}
 }
 
+// TestServerSetFieldsAreIgnoredAndNamed: a `kubectl get -o yaml` output
+// applied again names the fields the API server sets (for one warning);
+// a file of the user's names none.
+func TestServerSetFieldsAreIgnoredAndNamed(t *testing.T) {
+	objs, err := Parse([]byte(kubectlGetDeployment+"---\n"+goodService), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(objs[0].Ignored, ","); got != "metadata.uid,metadata.resourceVersion,metadata.creationTimestamp,metadata.generation,status" {
+		t.Errorf("kubectl get output: ignored %s", got)
+	}
+	if len(objs[1].Ignored) != 0 {
+		t.Errorf("a plain file: ignored %v", objs[1].Ignored)
+	}
+}
+
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	objs, err := Parse([]byte(goodDeployment+"---\n"+goodService+"---\n"+kubectlGetDeployment+"---\n"+kubectlGetService), "x.yaml")
 	if err != nil {
@@ -747,7 +763,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decode(Encode(o)): %v\n%s", err, js)
 			}
-			if o.Applied = nil; !reflect.DeepEqual(got, o) {
+			if o.Applied, o.Ignored = nil, nil; !reflect.DeepEqual(got, o) {
 				t.Errorf("round trip changed the object:\n got %+v\nwant %+v", got, o)
 			}
 			again, err := Encode(got)

@@ -94,6 +94,9 @@ func TestSecretValuesNeverShowInClear(t *testing.T) {
 		log, _ := os.ReadFile(n.AgentLogPath())
 		shown[n.Name+": agent log"] = string(log)
 	}
+	if !strings.Contains(shown["n2: agent log"], `msg="a Secret's values were revealed" node=n2 secret=`+ns+`/db`) {
+		t.Errorf("n2's log has no audit line of the reveal")
+	}
 	for where, out := range shown {
 		if strings.Contains(out, value) || strings.Contains(out, b64) {
 			t.Errorf("%s shows the Secret's value:\n%s", where, out)
