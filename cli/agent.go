@@ -118,6 +118,7 @@ its first real start.`,
 	f.IntVar(&cfg.LogMaxFiles, "container-log-max-files", cfg.LogMaxFiles, "log files kept per container run, the one being written included")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
 	f.StringSliceVar(&cfg.AllowHostPath, "allow-host-path", nil, "a directory under which pods' hostPath volumes may lie (repeatable); none by default: hostPath volumes are refused")
+	f.StringSliceVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (HOST:PORT) pulled from over plain HTTP, as Docker's insecure-registries (repeatable)")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")
 	f.DurationVar(&cfg.RejoinSettle, "rejoin-settle", cfg.RejoinSettle, "a node back from dead gets replicas again only after this long (flap damping)")
 	f.DurationVar(&cfg.FailoverTimeout, "failover-timeout", cfg.FailoverTimeout, "how long a StatefulSet replica of a dead node stays reserved before another node starts it (at least --fence-timeout + 5s)")

@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return a.work.images.sources(ctx, ref)
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
-		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", ClaimDir: cfg.DataDir + "/volumes", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath,
+		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", ClaimDir: cfg.DataDir + "/volumes", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath, InsecureRegistries: cfg.InsecureRegistries,
 		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
 	if err != nil {
 		return nil, err

@@ -108,6 +108,8 @@ type Config struct {
 	// AllowHostPath are the directories under which hostPath volumes
 	// may lie (absolute, clean); none allows none.
 	AllowHostPath []string
+	// InsecureRegistries are registries pulled from over plain HTTP.
+	InsecureRegistries []string
 	// LogDriver is the starling binary (an absolute path) containerd's
 	// shim runs as each container's log writer (logfile.Main); empty
 	// has the shim append raw output to the log file (in-process tests).

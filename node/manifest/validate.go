@@ -318,6 +318,11 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		errs = append(errs, nonNegative(*s.TerminationGracePeriodSeconds, p.Child("terminationGracePeriodSeconds"))...)
 	}
 	errs = append(errs, validateLabels(s.NodeSelector, p.Child("nodeSelector"))...)
+	for i, ps := range s.ImagePullSecrets {
+		for _, msg := range validation.IsDNS1123Subdomain(ps.Name) {
+			errs = append(errs, field.Invalid(p.Child("imagePullSecrets").Index(i).Child("name"), ps.Name, msg))
+		}
+	}
 	switch s.DNSPolicy {
 	case "", corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault, corev1.DNSNone:
 	default:

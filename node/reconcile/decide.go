@@ -190,6 +190,7 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 		src = noConfig{}
 	}
 	r.Files = nil
+	r.PullCreds = RegistryCreds(r.Spec.PullSecrets, r.Namespace, src)
 	cloned := false
 	for i, v := range r.Spec.Volumes {
 		if v.Claim == "" {

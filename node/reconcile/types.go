@@ -31,8 +31,12 @@ type Spec struct {
 	// PullPolicy is the container's imagePullPolicy: "Always",
 	// "IfNotPresent" or "Never" ("": IfNotPresent); see
 	// runtime.EnsureImage.
-	PullPolicy string   `json:"pullPolicy,omitempty"`
-	Command    []string `json:"command,omitempty"` // replaces the image entrypoint when set
+	PullPolicy string `json:"pullPolicy,omitempty"`
+	// PullSecrets are the pod's imagePullSecrets: Secrets of the
+	// replica's namespace whose registry credentials a pull from a
+	// registry uses (PullCreds).
+	PullSecrets []string `json:"pullSecrets,omitempty"`
+	Command     []string `json:"command,omitempty"` // replaces the image entrypoint when set
 	Args       []string `json:"args,omitempty"`    // replaces the image cmd when set
 	Env        []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
 	// EnvFrom are the container's envFrom sources, in order (their
@@ -221,6 +225,10 @@ type Replica struct {
 	// agent when it creates the container. Not part of Spec: as in
 	// Kubernetes, a Service created or changed later restarts nothing.
 	ServiceEnv []EnvVar
+	// PullCreds are the registry credentials of the Secrets of
+	// Spec.PullSecrets, by registry host, filled in with ServiceEnv
+	// (RegistryCreds). Never written anywhere.
+	PullCreds map[string]RegistryCred `json:"-"`
 	// Files are the files of the replica's configMap, secret,
 	// downwardAPI and projected volumes, by volume name, filled in with
 	// ServiceEnv (ProjectVolume).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/containerd/containerd/remotes/docker"
 	"github.com/distribution/reference"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
 // NormalizeImage returns the full name of image reference ref, as
@@ -59,7 +61,7 @@ const (
 // normalized by NormalizeImage), unpacked, as pull policy policy
 // (PullIfNotPresent, PullAlways, PullNever) asks. Errors name the image,
 // the policy when it decided, every source tried and what to do.
-func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string) (containerd.Image, error) {
+func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string, creds map[string]reconcile.RegistryCred) (containerd.Image, error) {
 	ctx = r.ctx(ctx)
 	full := NormalizeImage(ref)
 	var img containerd.Image
@@ -71,14 +73,14 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string) (containe
 			return nil, fmt.Errorf("image %s is not on this node and imagePullPolicy is Never (ErrImageNeverPull): import it on this node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to take it from a peer or its registry", imageName(ref))
 		}
 	case PullAlways:
-		img, err = r.pullAlways(ctx, ref, full)
+		img, err = r.pullAlways(ctx, ref, full, creds)
 		if err != nil {
 			return nil, err
 		}
 	default:
 		img, err = r.client.GetImage(ctx, full)
 		if errdefs.IsNotFound(err) {
-			img, err = r.fetch(ctx, ref, full)
+			img, err = r.fetch(ctx, ref, full, creds)
 			if err != nil {
 				return nil, err
 			}
@@ -100,7 +102,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref, policy string) (containe
 
 // fetch gets image full (ref as the user wrote it), which this node does
 // not hold, from the nearest peer that has it, else from its registry.
-func (r *Runtime) fetch(ctx context.Context, ref, full string) (containerd.Image, error) {
+func (r *Runtime) fetch(ctx context.Context, ref, full string, creds map[string]reconcile.RegistryCred) (containerd.Image, error) {
 	// Peers first: an edge cluster often has no registry, or a slow or
 	// unreachable one (a failing DNS lookup alone costs ~10 s per
 	// create), and a peer's copy is what the other nodes run.
@@ -116,7 +118,7 @@ func (r *Runtime) fetch(ctx context.Context, ref, full string) (containerd.Image
 			peerErr = err
 		}
 	}
-	img, err := r.pullRegistry(ctx, full)
+	img, err := r.pullRegistry(ctx, full, creds)
 	if err != nil {
 		return nil, fmt.Errorf("image %s is not on this node and could not be fetched (peers: %v; registry: %v): import it on any node with 'starling image import FILE.tar' (an OCI or 'docker save' tarball)", imageName(ref), peerErr, err)
 	}
@@ -127,7 +129,7 @@ func (r *Runtime) fetch(ctx context.Context, ref, full string) (containerd.Image
 // recorded for full at its last import, from this node's copy if it has
 // that digest, else from a peer; for an image no node imported, the
 // registry's current one. A copy of another digest is never used.
-func (r *Runtime) pullAlways(ctx context.Context, ref, full string) (containerd.Image, error) {
+func (r *Runtime) pullAlways(ctx context.Context, ref, full string, creds map[string]reconcile.RegistryCred) (containerd.Image, error) {
 	var want string
 	var sources []ImageSource
 	peerErr := errors.New("no peer image source")
@@ -135,7 +137,7 @@ func (r *Runtime) pullAlways(ctx context.Context, ref, full string) (containerd.
 		want, sources, peerErr = r.cfg.FetchImage(ctx, full)
 	}
 	if want == "" {
-		img, err := r.pullRegistry(ctx, full)
+		img, err := r.pullRegistry(ctx, full, creds)
 		if err != nil {
 			return nil, fmt.Errorf("image %s resolves nowhere and imagePullPolicy is Always (ErrImagePull): no node imported it (%v) and its registry failed (%v); import it on any node with 'starling image import FILE.tar', or set imagePullPolicy: IfNotPresent to run the copy a node holds", imageName(ref), peerErr, err)
 		}
@@ -153,10 +155,24 @@ func (r *Runtime) pullAlways(ctx context.Context, ref, full string) (containerd.
 	return nil, fmt.Errorf("image %s: imagePullPolicy is Always and the copy the cluster holds as current (%s, its last import) could not be fetched (%v) (ErrImagePull); this node's copy, if any, is another digest and is not used: check that a node holding it is up, or import it again", imageName(ref), want, peerErr)
 }
 
-// pullRegistry pulls full from its registry and unpacks it.
-func (r *Runtime) pullRegistry(ctx context.Context, full string) (containerd.Image, error) {
+// pullRegistry pulls full from its registry and unpacks it, with the
+// credentials creds holds for the registry's host (a replica's
+// imagePullSecrets), over plain HTTP for a host of
+// Config.InsecureRegistries (and localhost), else HTTPS.
+func (r *Runtime) pullRegistry(ctx context.Context, full string, creds map[string]reconcile.RegistryCred) (containerd.Image, error) {
+	authorizer := docker.NewDockerAuthorizer(docker.WithAuthCreds(func(host string) (string, string, error) {
+		c := creds[host]
+		return c.Username, c.Password, nil
+	}))
+	plain := func(host string) (bool, error) {
+		if slices.Contains(r.cfg.InsecureRegistries, host) {
+			return true, nil
+		}
+		return docker.MatchLocalhost(host)
+	}
+	hosts := docker.ConfigureDefaultRegistries(docker.WithAuthorizer(authorizer), docker.WithPlainHTTP(plain))
 	return r.client.Pull(ctx, full, containerd.WithPullUnpack, containerd.WithPullSnapshotter(r.cfg.Snapshotter),
-		containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{})))
+		containerd.WithResolver(docker.NewResolver(docker.ResolverOptions{Hosts: hosts})))
 }
 
 func imageConfig(ctx context.Context, img containerd.Image) (ocispec.ImageConfig, error) {

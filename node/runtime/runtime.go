@@ -94,6 +94,10 @@ type Config struct {
 	// PodDir receives one directory per replica, "<container id>", with
 	// its hosts, hostname and resolv.conf (podfiles.go).
 	PodDir string
+	// InsecureRegistries are registry hosts ("host:port") pulled from
+	// over plain HTTP (--insecure-registry), as Docker's
+	// insecure-registries.
+	InsecureRegistries []string
 	// ClaimDir holds the volumes of the PersistentVolumeClaims bound to
 	// the node (volumes.ClaimDir; "": none mounts).
 	ClaimDir string
@@ -246,7 +250,7 @@ func processArgs(cfg ocispec.ImageConfig, spec reconcile.Spec) []string {
 
 func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error) {
 	ctx = r.ctx(ctx)
-	img, err := r.EnsureImage(ctx, rep.Spec.Image, rep.Spec.PullPolicy)
+	img, err := r.EnsureImage(ctx, rep.Spec.Image, rep.Spec.PullPolicy, rep.PullCreds)
 	if err != nil {
 		return fmt.Errorf("create replica %s: %w", rep.Name, err)
 	}

@@ -428,6 +428,9 @@ func specOf(o manifest.Object) reconcile.Spec {
 		}
 	}
 	s.Env, s.EnvFrom = envOf(t, c)
+	for _, ps := range t.Spec.ImagePullSecrets {
+		s.PullSecrets = append(s.PullSecrets, ps.Name)
+	}
 	if len(t.Spec.Volumes) > 0 || len(c.VolumeMounts) > 0 {
 		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes, s.Security.FSGroup), mountsOf(c.VolumeMounts) // volumes.go
 		if o.StatefulSet != nil {

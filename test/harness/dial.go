@@ -94,6 +94,19 @@ func httpGet(dial func(ctx context.Context, network, addr string) (net.Conn, err
 // ServeIn starts an echo HTTP server listening on addr inside network
 // namespace ns (answering "remote=<client address>"); Close stops it.
 func ServeIn(ns, addr string) (*http.Server, error) {
+	l, err := ListenIn(ns, addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "remote=%s\n", req.RemoteAddr)
+	})}
+	go srv.Serve(l)
+	return srv, nil
+}
+
+// ListenIn listens on TCP addr inside network namespace ns.
+func ListenIn(ns, addr string) (net.Listener, error) {
 	target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -118,11 +131,7 @@ func ServeIn(ns, addr string) (*http.Server, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("listen %s in %s: %w", addr, ns, r.err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		fmt.Fprintf(w, "remote=%s\n", req.RemoteAddr)
-	})}
-	go srv.Serve(r.l)
-	return srv, nil
+	return r.l, nil
 }
 
 // API is a client of the node's API over its unix socket (no CLI
