@@ -21,6 +21,8 @@ type Spec struct {
 	Created   time.Time
 	ClusterIP netip.Addr // requested in the manifest, or the zero Addr
 	NodePort  bool       // type NodePort
+	// Headless: clusterIP None; it gets no ClusterIP (and so no rules).
+	Headless bool
 	// Ports: name -> requested nodePort (0: allocate).
 	Ports []SpecPort
 }
@@ -86,7 +88,7 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 		}
 	}
 	for _, s := range ss {
-		if _, ok := out.ClusterIPs[s.Key]; !ok {
+		if _, ok := out.ClusterIPs[s.Key]; !ok && !s.Headless {
 			start := hash32(s.Key) % size
 			for i := uint32(0); i < size; i++ {
 				off := (start + i) % size

@@ -631,9 +631,9 @@ spec:
 			want:  []string{`x.yaml: Service "hello": spec.type: Unsupported value: "LoadBalancer": supported values: "ClusterIP", "NodePort"`},
 		},
 		{
-			name:  "headless Service",
-			input: edit(t, goodService, "spec:", "spec:\n  clusterIP: None"),
-			want:  []string{`x.yaml: Service "hello": spec.clusterIP: Forbidden: headless Services (clusterIP: None) are not supported by Starling yet`},
+			name:  "headless NodePort Service",
+			input: edit(t, goodService, "spec:", "spec:\n  clusterIP: None\n  type: NodePort"),
+			want:  []string{`x.yaml: Service "hello": spec.type: Invalid value: "NodePort": a headless Service (clusterIP: None) must be of type ClusterIP`},
 		},
 		{
 			name:  "IPv6 cluster IP",

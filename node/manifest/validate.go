@@ -706,7 +706,10 @@ func validateClusterIP(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 	switch s.ClusterIP {
 	case "":
 	case corev1.ClusterIPNone:
-		errs = append(errs, field.Forbidden(cp, "headless Services (clusterIP: None) are "+notSupportedYet))
+		// Headless: no ClusterIP, no rules; its names come with Service DNS.
+		if s.Type != corev1.ServiceTypeClusterIP {
+			errs = append(errs, field.Invalid(p.Child("type"), s.Type, "a headless Service (clusterIP: None) must be of type ClusterIP"))
+		}
 	default:
 		if a, err := netip.ParseAddr(s.ClusterIP); err != nil || !a.Is4() {
 			errs = append(errs, field.Invalid(cp, s.ClusterIP, "must be a valid IPv4 address"))

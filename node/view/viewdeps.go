@@ -52,7 +52,7 @@ func ServiceSpecs(svcs []manifest.Object) []service.Spec {
 		s := o.Service
 		ip, _ := netip.ParseAddr(s.Spec.ClusterIP)
 		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: ip,
-			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort}
+			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort, Headless: s.Spec.ClusterIP == corev1.ClusterIPNone}
 		for _, p := range s.Spec.Ports {
 			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
 		}

@@ -455,12 +455,15 @@ func (b *Binder) Sync(now time.Time) bool {
 	b.mu.Lock()
 	held := slices.Clone(b.held)
 	b.mu.Unlock()
-	if len(held) == 0 && len(v.ClaimRecords) == 0 {
-		return false // no claim anywhere: nothing to decide
-	}
 	var own []reconcile.Replica
 	if v.Own != nil {
 		own = v.Own.Replicas
+	}
+	mounts := slices.ContainsFunc(own, func(r reconcile.Replica) bool {
+		return slices.ContainsFunc(r.Spec.Volumes, func(vol reconcile.Volume) bool { return vol.Claim != "" })
+	})
+	if len(held) == 0 && len(v.ClaimRecords) == 0 && !mounts {
+		return false // no claim anywhere, none to make: nothing to decide
 	}
 	p := PlanClaims(ClaimInputs{Self: b.Self, Claims: v.VolumeClaims, Records: v.ClaimRecords, Workloads: v.Workloads, Own: own,
 		Use: ClaimsInUse(b.Self, v, own), Held: held, Now: now, Stamp: b.Stamp})
