@@ -108,19 +108,7 @@ func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 	if _, err := n1.CLI("rollout", "restart", "deployment", "notes", "-n", ns); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, func() error {
-		all, err := replicas(n1)
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.Workload == "notes" && r.Name != reps[0].Name && r.Phase == api.PhaseRunning {
-				reps[0] = r
-				return nil
-			}
-		}
-		return fmt.Errorf("no new replica runs: %+v", all)
-	})
+	reps[0] = waitReplaced(t, n1, "notes", reps[0].Name)
 	if reps[0].Node != home.Name || read(reps[0]) != "kept-1" {
 		t.Fatalf("after the rollout: on %s reading %q, want %s and kept-1", reps[0].Node, read(reps[0]), home.Name)
 	}
@@ -141,22 +129,7 @@ func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 	if other == home {
 		other = c.Nodes[1]
 	}
-	if err := home.CutOff(); err != nil {
-		t.Fatal(err)
-	}
-	waitHeld(t, 30*time.Second, []*harness.Node{other}, home.Name, "dead", "")
-	waitFor(t, 30*time.Second, func() error {
-		all, err := replicas(other)
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.Workload == "notes" && r.Phase == api.PhasePending && r.Node == "" && strings.Contains(r.Reason, "node "+home.Name) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no Pending replica naming %s: %+v", home.Name, all)
-	})
+	cutOffPending(t, home, other, "notes", 0)
 	time.Sleep(15 * time.Second) // past --failover-timeout: still nowhere
 	for _, nd := range c.Nodes {
 		if nd == home {
@@ -235,6 +208,50 @@ func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 	})
 }
 
+// waitReplaced waits for a running replica of workload other than old
+// (a rollout's new copy), as n sees it.
+func waitReplaced(t *testing.T, n *harness.Node, workload, old string) replica {
+	t.Helper()
+	var found replica
+	waitFor(t, 90*time.Second, func() error {
+		all, err := replicas(n)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Workload == workload && r.Name != old && r.Phase == api.PhaseRunning {
+				found = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no new replica of %s runs: %+v", workload, all)
+	})
+	return found
+}
+
+// cutOffPending cuts home off and waits until watcher holds it dead and
+// shows ordinal of workload Pending on no node, its reason naming home
+// (the node that holds its volume).
+func cutOffPending(t *testing.T, home, watcher *harness.Node, workload string, ordinal int) {
+	t.Helper()
+	if err := home.CutOff(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, 30*time.Second, []*harness.Node{watcher}, home.Name, "dead", "")
+	waitFor(t, 30*time.Second, func() error {
+		all, err := replicas(watcher)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Workload == workload && r.Ordinal == ordinal && r.Phase == api.PhasePending && r.Node == "" && strings.Contains(r.Reason, "node "+home.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s's ordinal %d is not Pending naming %s: %+v", workload, ordinal, home.Name, all)
+	})
+}
+
 // nodeNamed is the node of c named name (nil: none).
 func nodeNamed(c *harness.Cluster, name string) *harness.Node {
 	for _, n := range c.Nodes {
@@ -293,13 +310,6 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 		}
 		return body
 	}
-	byOrdinal := func(rs []replica) map[int]replica {
-		out := map[int]replica{}
-		for _, r := range rs {
-			out[r.Ordinal] = r
-		}
-		return out
-	}
 	homes := map[int]string{}
 	for _, r := range reps {
 		homes[r.Ordinal] = r.Node
@@ -322,17 +332,34 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 		t.Fatalf("get pvc: %v\n%s", err, out)
 	}
 	t.Logf("get pvc:\n%s", out)
+	// check waits until both ordinals run and answer with their data
+	// (a record from before a restart can still say Running for a
+	// moment); a copy on another node than its data's fails at once.
 	check := func(when string) {
 		t.Helper()
-		rs, _ := waitRunning(t, n1, "pg", 2, 120*time.Second)
-		for ord, r := range byOrdinal(rs) {
-			if r.Node != homes[ord] {
-				t.Fatalf("%s: ordinal %d runs on %s, its data is on %s", when, ord, r.Node, homes[ord])
+		waitFor(t, 120*time.Second, func() error {
+			rs, err := replicas(n1)
+			if err != nil {
+				return err
 			}
-			if got := get(r, "/file?path=/var/lib/pg/PG_VERSION"); got != fmt.Sprintf("ordinal-%d", ord) {
-				t.Fatalf("%s: ordinal %d reads %q", when, ord, got)
+			running := 0
+			for _, r := range rs {
+				if r.Workload != "pg" || r.Phase != api.PhaseRunning {
+					continue
+				}
+				if r.Node != homes[r.Ordinal] {
+					t.Fatalf("%s: ordinal %d runs on %s, its data is on %s", when, r.Ordinal, r.Node, homes[r.Ordinal])
+				}
+				if got := get(r, "/file?path=/var/lib/pg/PG_VERSION"); got != fmt.Sprintf("ordinal-%d", r.Ordinal) {
+					return fmt.Errorf("ordinal %d reads %q", r.Ordinal, got)
+				}
+				running++
 			}
-		}
+			if running != 2 {
+				return fmt.Errorf("%d of 2 ordinals run: %+v", running, rs)
+			}
+			return nil
+		})
 		t.Logf("%s: each ordinal runs on its node with its data", when)
 	}
 	// A rollout (kubectl's restart annotation, applied).
@@ -377,22 +404,7 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 	if watcher == home0 {
 		watcher = c.Nodes[1]
 	}
-	if err := home0.CutOff(); err != nil {
-		t.Fatal(err)
-	}
-	waitHeld(t, 30*time.Second, []*harness.Node{watcher}, home0.Name, "dead", "")
-	waitFor(t, 30*time.Second, func() error {
-		rs, err := replicas(watcher)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			if r.Workload == "pg" && r.Ordinal == 0 && r.Phase == api.PhasePending && strings.Contains(r.Reason, "node "+home0.Name) {
-				return nil
-			}
-		}
-		return fmt.Errorf("ordinal 0 is not Pending naming %s: %+v", home0.Name, rs)
-	})
+	cutOffPending(t, home0, watcher, "pg", 0)
 	time.Sleep(15 * time.Second)
 	for _, nd := range c.Nodes {
 		if _, ok := nd.TaskPIDs()[ns+"_pg-0"]; ok && nd != home0 {

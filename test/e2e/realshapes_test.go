@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
@@ -243,19 +242,7 @@ func TestWordPressShapedAppAppliesWithKustomize(t *testing.T) {
 	if _, err := n1.CLI("rollout", "restart", "deployment/wordpress-mysql"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, func() error {
-		all, err := replicas(n1)
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.Workload == "wordpress-mysql" && r.Name != mysql[0].Name && r.Phase == api.PhaseRunning {
-				mysql[0] = r
-				return nil
-			}
-		}
-		return os.ErrNotExist
-	})
+	mysql[0] = waitReplaced(t, n1, "wordpress-mysql", mysql[0].Name)
 	if body, err := n1.PodHTTPGet("default", mysql[0].Name, "http://"+mysql[0].PodIP+":3306/file?path=/var/lib/mysql/ibdata1", 5*time.Second); err != nil || body != "rows" {
 		t.Fatalf("the database's data after a rollout: %q %v", body, err)
 	}
