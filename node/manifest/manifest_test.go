@@ -475,7 +475,6 @@ spec:
 				`x.yaml: Deployment "hello": ` + ctr + `.env[1].valueFrom: Invalid value: "": may not have more than one field specified at a time`,
 				`x.yaml: Deployment "hello": ` + ctr + `.env[2].valueFrom.configMapKeyRef.name: Required value`,
 				`x.yaml: Deployment "hello": ` + ctr + `.envFrom[1]: Required value: give configMapRef or secretRef`,
-
 			},
 		},
 		{

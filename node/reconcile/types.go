@@ -37,8 +37,8 @@ type Spec struct {
 	// registry uses (PullCreds).
 	PullSecrets []string `json:"pullSecrets,omitempty"`
 	Command     []string `json:"command,omitempty"` // replaces the image entrypoint when set
-	Args       []string `json:"args,omitempty"`    // replaces the image cmd when set
-	Env        []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
+	Args        []string `json:"args,omitempty"`    // replaces the image cmd when set
+	Env         []EnvVar `json:"env,omitempty"`     // in order; later may refer to earlier ($(NAME))
 	// EnvFrom are the container's envFrom sources, in order (their
 	// variables come before Env's, which win over them).
 	EnvFrom []EnvFrom `json:"envFrom,omitempty"`
