@@ -478,9 +478,9 @@ func (b *Binder) Sync(now time.Time) bool {
 			break
 		}
 		if _, err := b.Objects.Delete(manifest.KindPersistentVolumeClaim, ns, name); err != nil {
-			b.Log.Warn("delete a StatefulSet's claim by its retention policy", "claim", key, "err", err)
+			b.Log.Warn("delete a claim no replica mounts any more (its delete was asked, or its StatefulSet's retention policy says so)", "claim", key, "err", err)
 		} else {
-			b.Log.Info("deleted a StatefulSet's claim by its retention policy", "claim", key)
+			b.Log.Info("deleted a claim no replica mounts any more (its delete was asked, or its StatefulSet's retention policy says so)", "claim", key)
 		}
 	}
 	for _, uid := range p.Remove {
