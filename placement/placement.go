@@ -264,12 +264,7 @@ func Assign(nodes []Node, workloads []Workload, opts Options) Placement {
 			continue
 		}
 		s.take(i, st.req)
-		if j := slices.Index(st.holders, i); j >= 0 {
-			st.counts[j]++
-		} else {
-			st.holders = append(st.holders, i)
-			st.counts = append(st.counts, 1)
-		}
+		st.hold(i)
 		p.Owners[w.Key][r.ordinal] = ns[i].name
 	}
 	return p
@@ -281,6 +276,16 @@ type workloadState struct {
 	req     Resources // per replica, clamped to >= 0
 	holders []int     // nodes holding replicas of the workload
 	counts  []int     // replicas on each of holders
+}
+
+// hold counts one more replica of the workload on node i.
+func (st *workloadState) hold(i int) {
+	if j := slices.Index(st.holders, i); j >= 0 {
+		st.counts[j]++
+		return
+	}
+	st.holders = append(st.holders, i)
+	st.counts = append(st.counts, 1)
 }
 
 // replica is one replica to place.
@@ -880,12 +885,7 @@ func (s *assigner) placePinned(w Workload, st *workloadState, owners []string, p
 			continue
 		}
 		s.take(i, st.req)
-		if j := slices.Index(st.holders, i); j >= 0 {
-			st.counts[j]++
-		} else {
-			st.holders = append(st.holders, i)
-			st.counts = append(st.counts, 1)
-		}
+		st.hold(i)
 		owners[ord] = name
 	}
 }

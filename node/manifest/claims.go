@@ -60,13 +60,20 @@ func fromClaim(c *corev1.PersistentVolumeClaim) Object {
 	c.APIVersion, c.Kind = "v1", KindPersistentVolumeClaim
 	clearMeta(&c.ObjectMeta)
 	c.Status = corev1.PersistentVolumeClaimStatus{}
-	if c.Spec.StorageClassName == nil {
-		c.Spec.StorageClassName = ptr(StorageClassLocal)
-	}
-	if c.Spec.VolumeMode == nil {
-		c.Spec.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
-	}
+	defaultClaimSpec(&c.Spec)
 	return Object{Kind: KindPersistentVolumeClaim, Namespace: c.Namespace, Name: c.Name, Claim: c}
+}
+
+// defaultClaimSpec defaults a claim's spec (a claim's, or a
+// volumeClaimTemplate's) as the default storage class and the API server
+// do: class local, volume mode Filesystem.
+func defaultClaimSpec(s *corev1.PersistentVolumeClaimSpec) {
+	if s.StorageClassName == nil {
+		s.StorageClassName = ptr(StorageClassLocal)
+	}
+	if s.VolumeMode == nil {
+		s.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
+	}
 }
 
 // validateClaim follows Kubernetes' ValidatePersistentVolumeClaim for

@@ -13,6 +13,13 @@ spec:
   resources: {requests: {storage: 1Gi}}
 `
 
+// workloadYAML is an apps/v1 workload of kind named name, selecting
+// app=name, whose pod spec is podSpec (lines indented by six spaces).
+func workloadYAML(kind, name, podSpec string) string {
+	return "apiVersion: apps/v1\nkind: " + kind + "\nmetadata: {name: " + name + "}\nspec:\n  selector: {matchLabels: {app: " + name + "}}\n" +
+		"  template:\n    metadata: {labels: {app: " + name + "}}\n    spec:\n" + podSpec
+}
+
 // TestClaimsAreLocalVolumes: a claim is defaulted to class local and a
 // filesystem; what a volume on one node cannot give is refused by path;
 // its spec is immutable but for a larger request; a Deployment that
@@ -57,17 +64,9 @@ func TestClaimsAreLocalVolumes(t *testing.T) {
 		t.Fatalf("access modes changed: %v", errs)
 	}
 
-	dep := `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: db}
-spec:
-  selector: {matchLabels: {app: db}}
-  template:
-    metadata: {labels: {app: db}}
-    spec:
-      containers: [{name: db, image: db, volumeMounts: [{name: d, mountPath: /data}]}]
+	dep := workloadYAML("Deployment", "db", `      containers: [{name: db, image: db, volumeMounts: [{name: d, mountPath: /data}]}]
       volumes: [{name: d, persistentVolumeClaim: {claimName: data}}]
-`
+`)
 	_, err = Parse([]byte(dep), "d.yaml")
 	if err == nil || !strings.Contains(err.Error(), "spec.strategy.type") || !strings.Contains(err.Error(), "Recreate") {
 		t.Fatalf("a rolling Deployment on a claim: %v", err)

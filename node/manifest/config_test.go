@@ -147,19 +147,7 @@ func TestImmutableConfigurationRefusesChanges(t *testing.T) {
 // of the wrong kind is refused by path.
 func TestResourceFieldRefIsChecked(t *testing.T) {
 	dep := func(ref string) string {
-		return `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: app}
-spec:
-  selector: {matchLabels: {app: app}}
-  template:
-    metadata: {labels: {app: app}}
-    spec:
-      containers:
-      - name: app
-        image: app
-        env: [{name: V, valueFrom: {resourceFieldRef: ` + ref + `}}]
-`
+		return workloadYAML("Deployment", "app", "      containers:\n      - name: app\n        image: app\n        env: [{name: V, valueFrom: {resourceFieldRef: "+ref+"}}]\n")
 	}
 	for _, ok := range []string{"{resource: limits.cpu}", "{resource: limits.memory, divisor: 1Mi}", "{containerName: app, resource: requests.cpu, divisor: 1m}"} {
 		if _, err := Parse([]byte(dep(ok)), "d.yaml"); err != nil {

@@ -61,12 +61,7 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 	for i := range sp.VolumeClaimTemplates {
 		c := &sp.VolumeClaimTemplates[i]
 		c.CreationTimestamp, c.Status = metav1.Time{}, corev1.PersistentVolumeClaimStatus{}
-		if c.Spec.StorageClassName == nil {
-			c.Spec.StorageClassName = ptr(StorageClassLocal)
-		}
-		if c.Spec.VolumeMode == nil {
-			c.Spec.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
-		}
+		defaultClaimSpec(&c.Spec)
 	}
 	if len(sp.VolumeClaimTemplates) > 0 && sp.PersistentVolumeClaimRetentionPolicy == nil {
 		sp.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,166 +10,6 @@ import (
 
 	"github.com/starling-orchestrator/starling/test/harness"
 	"github.com/starling-orchestrator/starling/test/imagebuild"
-)
-
-// The WordPress and MySQL tutorial's manifests (kubernetes.io,
-// "Deploying WordPress and MySQL with Persistent Volumes") as written,
-// but for the WordPress Service: NodePort where the tutorial asks for a
-// LoadBalancer (issue 42).
-const (
-	mysqlYAML = `apiVersion: v1
-kind: Service
-metadata:
-  name: wordpress-mysql
-  labels:
-    app: wordpress
-spec:
-  ports:
-    - port: 3306
-  selector:
-    app: wordpress
-    tier: mysql
-  clusterIP: None
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: mysql-pv-claim
-  labels:
-    app: wordpress
-spec:
-  accessModes:
-    - ReadWriteOnce
-  resources:
-    requests:
-      storage: 20Gi
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: wordpress-mysql
-  labels:
-    app: wordpress
-spec:
-  selector:
-    matchLabels:
-      app: wordpress
-      tier: mysql
-  strategy:
-    type: Recreate
-  template:
-    metadata:
-      labels:
-        app: wordpress
-        tier: mysql
-    spec:
-      containers:
-      - image: mysql:8.0
-        name: mysql
-        env:
-        - name: MYSQL_ROOT_PASSWORD
-          valueFrom:
-            secretKeyRef:
-              name: mysql-pass
-              key: password
-        - name: MYSQL_DATABASE
-          value: wordpress
-        - name: MYSQL_USER
-          value: wordpress
-        - name: MYSQL_PASSWORD
-          valueFrom:
-            secretKeyRef:
-              name: mysql-pass
-              key: password
-        ports:
-        - containerPort: 3306
-          name: mysql
-        volumeMounts:
-        - name: mysql-persistent-storage
-          mountPath: /var/lib/mysql
-      volumes:
-      - name: mysql-persistent-storage
-        persistentVolumeClaim:
-          claimName: mysql-pv-claim
-`
-	wordpressYAML = `apiVersion: v1
-kind: Service
-metadata:
-  name: wordpress
-  labels:
-    app: wordpress
-spec:
-  ports:
-    - port: 80
-  selector:
-    app: wordpress
-    tier: frontend
-  type: NodePort
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: wp-pv-claim
-  labels:
-    app: wordpress
-spec:
-  accessModes:
-    - ReadWriteOnce
-  resources:
-    requests:
-      storage: 20Gi
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: wordpress
-  labels:
-    app: wordpress
-spec:
-  selector:
-    matchLabels:
-      app: wordpress
-      tier: frontend
-  strategy:
-    type: Recreate
-  template:
-    metadata:
-      labels:
-        app: wordpress
-        tier: frontend
-    spec:
-      containers:
-      - image: wordpress:6.2.1-apache
-        name: wordpress
-        env:
-        - name: WORDPRESS_DB_HOST
-          value: wordpress-mysql
-        - name: WORDPRESS_DB_PASSWORD
-          valueFrom:
-            secretKeyRef:
-              name: mysql-pass
-              key: password
-        - name: WORDPRESS_DB_USER
-          value: wordpress
-        ports:
-        - containerPort: 80
-          name: wordpress
-        volumeMounts:
-        - name: wordpress-persistent-storage
-          mountPath: /var/www/html
-      volumes:
-      - name: wordpress-persistent-storage
-        persistentVolumeClaim:
-          claimName: wp-pv-claim
-`
-	wpKustomization = `secretGenerator:
-- name: mysql-pass
-  literals:
-  - password=wp-pass-913
-resources:
-  - mysql-deployment.yaml
-  - wordpress-deployment.yaml
-`
 )
 
 // TestWordPressShapedAppAppliesWithKustomize: the tutorial's files, a
@@ -200,14 +39,13 @@ func TestWordPressShapedAppAppliesWithKustomize(t *testing.T) {
 			t.Fatalf("import %s: %v %s", ref, err, out)
 		}
 	}
-	app := filepath.Join(dir, "wordpress")
-	for name, text := range map[string]string{"mysql-deployment.yaml": mysqlYAML, "wordpress-deployment.yaml": wordpressYAML, "kustomization.yaml": wpKustomization} {
-		if err := os.MkdirAll(app, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(app, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	// The WordPress and MySQL tutorial's files (kubernetes.io, "Deploying
+	// WordPress and MySQL with Persistent Volumes") as written, but for
+	// the WordPress Service: a NodePort where the tutorial asks for a
+	// LoadBalancer (issue 42); and its kustomization.
+	app, err := filepath.Abs("testdata/wordpress")
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := n1.CLI("apply", "-k", app)
 	if err != nil {
