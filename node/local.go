@@ -186,8 +186,8 @@ func (r *replicas) publishRunning(ctx context.Context) bool {
 	return len(observed) > 0
 }
 
-// configError is why the last pass held replica id back for its
-// ConfigMaps or Secrets ("": it did not).
+// configError is the phase and why the last pass held replica id back:
+// its ConfigMaps or Secrets, or its claims' volumes (Pending) ("": not).
 func (r *replicas) configError(id string) (api.Phase, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -48,7 +48,7 @@ type replicas struct {
 	// (volumes.Updater).
 	evictions interface{ Evicted() map[string]string }
 	// configErrors are its replicas held back by a missing ConfigMap,
-	// Secret or key (reconcile.Output.ConfigErrors).
+	// Secret, key or claim's volume (reconcile.Output.ConfigErrors).
 	configErrors map[string]error
 	down         bool // the runtime did not answer the last pass
 	// waiting is when this node first owned each replica it owns that
