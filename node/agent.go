@@ -210,7 +210,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.own.subnets = &subnets{self: cfg.Name, fixed: cfg.PodSubnet, cluster: clusterNet, clusterCIDR: clusterCIDR, settle: cfg.SubnetSettle,
 		reclaimAfter: cfg.SubnetReclaimAfter, askers: newAskers(cfg.SubnetSettle), store: a.store, clock: a.clock, gossip: a.mem.cluster, claims: claims, log: log, ready: make(chan struct{}), refused: refused,
 		republish: make(chan struct{}, 1), use: hn.podNetwork(cfg.DryRun)}
-	a.work.claims = &volumes.Binder{Self: cfg.Name, Dir: cfg.DataDir + "/volumes", Stamp: a.clock.Now, Log: log}
+	a.work.claims = &volumes.Binder{Self: cfg.Name, Dir: cfg.DataDir + "/volumes", Clock: a.clock, Republish: a.own.subnets.republish, Log: log}
 	a.own.status = &self{name: cfg.Name, advertise: cfg.Advertise, apiListen: cfg.APIListen, labels: cfg.Labels, insecure: cfg.Insecure,
 		capacity: capacity(), started: a.started, store: a.store, clock: a.clock, id: a.guard.id, trust: a.guard.trust, members: a.mem.members,
 		subnets: a.own.subnets, writer: a.mem.writer, log: log, writes: a.metrics.statusWrites, claims: a.work.claims}
@@ -221,7 +221,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
 	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
-	a.work.claims.Views, a.work.claims.Publish = a.views, a.own.status.republish
+	a.work.claims.Views = a.views
 	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,
 		members: a.mem.members, metrics: a.metrics, log: log, wake: wake, handoffs: map[string]time.Time{}, evictions: a.work.volumes}

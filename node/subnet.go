@@ -36,7 +36,8 @@ type subnets struct {
 	gossip       *gossip.Cluster
 	log          *slog.Logger
 	// republish asks for this node's record to be published again (a
-	// claim changed): the agent's loop reads it (self.republish).
+	// subnet claim or a volume binding changed): the agent's loop reads
+	// it (self.republish).
 	republish chan struct{}
 	// use configures the pod network for the claimed subnet
 	// (podnet.Network.SetSubnet, with the host rules); nil in in-process tests and dry runs.

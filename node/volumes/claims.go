@@ -365,10 +365,11 @@ type Binder struct {
 	// Dir holds one directory per volume (ClaimDir).
 	Dir   string
 	Views Views
-	// Stamp gives a new binding's time (the node's hybrid clock);
-	// Publish has the node's record published again.
-	Stamp   func() hlc.Timestamp
-	Publish func()
+	// Clock gives a new binding's time (the node's hybrid clock);
+	// Republish asks for the node's record to be published again (a
+	// send that does not wait: the request coalesces).
+	Clock     interface{ Now() hlc.Timestamp }
+	Republish chan<- struct{}
 	// Objects creates and deletes StatefulSets' claims (nil: none).
 	Objects ClaimObjects
 	Log     *slog.Logger
@@ -412,8 +413,11 @@ func (b *Binder) Run(ctx context.Context) {
 			changed = b.measure() || changed
 			measured = time.Now()
 		}
-		if changed && b.Publish != nil {
-			b.Publish()
+		if changed && b.Republish != nil {
+			select {
+			case b.Republish <- struct{}{}:
+			default: // one is pending already
+			}
 		}
 		var wake <-chan time.Time
 		switch held, settling := b.holding(); {
@@ -466,7 +470,7 @@ func (b *Binder) Sync(now time.Time) bool {
 		return false // no claim anywhere, none to make: nothing to decide
 	}
 	p := PlanClaims(ClaimInputs{Self: b.Self, Claims: v.VolumeClaims, Records: v.ClaimRecords, Workloads: v.Workloads, Own: own,
-		Use: ClaimsInUse(b.Self, v, own), Held: held, Now: now, Stamp: b.Stamp})
+		Use: ClaimsInUse(b.Self, v, own), Held: held, Now: now, Stamp: b.Clock.Now})
 	if len(p.Write) > 0 && b.Objects != nil {
 		if _, err := b.Objects.Apply(p.Write); err != nil {
 			b.Log.Warn("write the claims of a StatefulSet's volumeClaimTemplates", "err", err)
