@@ -176,6 +176,7 @@ func (o *objects) ReleaseClaim(namespace, name string) (api.ApplyResult, error) 
 	if err != nil {
 		return api.ApplyResult{}, err
 	}
+	o.views.Rebuild(time.Now()) // membership as it is now: a node just found dead
 	obj, node, err := view.ReleaseClaim(obj, o.views.View())
 	if err != nil {
 		return api.ApplyResult{}, api.NewError(http.StatusConflict, err)
