@@ -209,8 +209,18 @@ func (b *Box) Seal(recordKey string, secret []byte) ([]byte, error) {
 // or malformed.
 func (b *Box) Open(recordKey string, value []byte) ([]byte, error) {
 	var e envelope
-	if err := json.Unmarshal(value, &e); err != nil || e.SealedData == nil {
+	if err := json.Unmarshal(value, &e); err != nil {
+		// A sealedData that is not base64 is sealed data altered, not a
+		// value in clear: passed on as it is, it would read as one
+		// that opened.
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(value, &fields) == nil && fields["sealedData"] != nil {
+			return nil, fmt.Errorf("open %s: sealed data is malformed: %w", recordKey, err)
+		}
 		return value, nil // not sealed: the reader decodes (and refuses) it
+	}
+	if e.SealedData == nil {
+		return value, nil // not sealed (--insecure)
 	}
 	plain, err := b.open(recordKey, e.SealedData)
 	if err != nil {

@@ -54,6 +54,12 @@ func TestSealedDataOpensOnlyForItsRecordWithAHeldKey(t *testing.T) {
 	if _, err := box.Open("secret/default/db", bad); err == nil {
 		t.Fatal("opened an altered value")
 	}
+	// Altered into what is not base64 (what the flip above gives for a
+	// few characters, as C to @): refused, not passed on as if in clear.
+	bad[i] = '@'
+	if _, err := box.Open("secret/default/db", bad); err == nil {
+		t.Fatal("opened a value altered into what is not base64")
+	}
 	// A rotation: the new key in use first, the old one still held.
 	*ring = keyring{key(2), key(1)}
 	if got, err := box.Open("secret/default/db", v); err != nil || string(got) != secret {
