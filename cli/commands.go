@@ -185,12 +185,13 @@ func newScaleCmd(g *globals) *cobra.Command {
 }
 
 func newLogsCmd(g *globals) *cobra.Command {
-	var follow, previous, timestamps bool
+	var follow, previous, timestamps, all bool
+	var container string
 	var tail int
 	var since time.Duration
 	var sinceTime string
 	cmd := &cobra.Command{
-		Use:   "logs REPLICA [-f] [-p] [--tail N] [--since 1h | --since-time TIME] [--timestamps]",
+		Use:   "logs REPLICA [-c CONTAINER | --all-containers] [-f] [-p] [--tail N] [--since 1h | --since-time TIME] [--timestamps]",
 		Short: "Print a replica's stdout and stderr",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -215,15 +216,27 @@ func newLogsCmd(g *globals) *cobra.Command {
 				}
 				o.SinceTime = t
 			}
-			body, err := c.Logs(ctx, g.namespace, strings.TrimPrefix(args[0], "replica/"), o)
-			if err != nil {
-				return err
+			name := strings.TrimPrefix(args[0], "replica/")
+			containers := []string{container}
+			if all {
+				if container != "" {
+					return errors.New("--all-containers and --container: give one of them")
+				}
+				if containers, err = containersOf(ctx, c, g.namespace, name); err != nil {
+					return err
+				}
 			}
-			defer body.Close()
-			_, err = io.Copy(g.stdout, body)
-			return err
+			for _, cn := range containers {
+				o.Container = cn
+				if err := copyLogs(ctx, c, g, args[0], o); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
+	cmd.Flags().StringVarP(&container, "container", "c", "", "print this container's output (default: the replica's first container)")
+	cmd.Flags().BoolVar(&all, "all-containers", false, "print the output of every container of the replica, init containers first")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
 	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the previous run's output (of a replica that restarted)")
 	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -85,10 +86,53 @@ func lastState(r api.Replica) *api.Termination {
 // while a restart waits, the reason an exited run ended (Completed,
 // Error, OOMKilled), else the phase.
 func replicaStatus(r api.Replica) string {
-	if r.Phase == api.PhaseExited && r.Exit != nil {
+	switch {
+	case r.Phase == api.PhaseExited && r.Exit != nil:
 		return r.Exit.Reason
+	case r.Phase == api.PhaseInit || r.Phase == api.PhaseCrashLoopBackOff && slices.ContainsFunc(r.Containers, waitingInit):
+		// kubectl's Init:N/M, Init:CrashLoopBackOff.
+		done, all := 0, 0
+		for _, c := range r.Containers {
+			if c.Init {
+				all++
+				if c.Sidecar && c.State == api.ContainerRunning || c.State == api.ContainerTerminated && c.Exit != nil && c.Exit.ExitCode == 0 {
+					done++
+				}
+			}
+		}
+		if r.Phase == api.PhaseCrashLoopBackOff {
+			return "Init:CrashLoopBackOff"
+		}
+		return fmt.Sprintf("Init:%d/%d", done, max(all, 1))
 	}
 	return string(r.Phase)
+}
+
+// waitingInit reports whether c is an init container waiting for its
+// restart.
+func waitingInit(c api.ContainerStatus) bool {
+	return c.Init && c.State == api.ContainerWaiting && c.Reason == string(api.PhaseCrashLoopBackOff)
+}
+
+// readyColumn is the READY column: the ready containers of r (its app
+// containers and sidecars) over all of them, "1/1" for one.
+func readyColumn(r api.Replica) string {
+	if len(r.Containers) == 0 {
+		if r.Ready {
+			return "1/1"
+		}
+		return "0/1"
+	}
+	ready, all := 0, 0
+	for _, c := range r.Containers {
+		if !c.Init || c.Sidecar {
+			all++
+			if c.Ready {
+				ready++
+			}
+		}
+	}
+	return fmt.Sprintf("%d/%d", ready, all)
 }
 
 // restarts is the RESTARTS column: the count, and how long ago the last
@@ -317,10 +361,7 @@ func printReplicas(w io.Writer, o getOpts, items []api.Replica) error {
 	}
 	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}, "IP", "NODE", "SPEC-HASH", "REASON")...)
 	for _, r := range items {
-		ready := "0/1"
-		if r.Ready {
-			ready = "1/1"
-		}
+		ready := readyColumn(r)
 		ip := r.PodIP
 		if ip == "" {
 			ip = "<none>"

@@ -99,7 +99,7 @@ func (in *info) Replicas() []api.Replica {
 		}
 		items = append(items, item)
 	}
-	sortReplicas(items)
+	api.SortReplicas(items)
 	return items
 }
 

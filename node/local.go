@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"sort"
 	"strconv"
 	"time"
 
@@ -17,10 +16,11 @@ import (
 // replica it owns that has no container yet (Pending or ContainerCreating).
 func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, probes map[string]probe.Probes) []api.Replica {
 	now := time.Now()
-	want := map[string]bool{}
-	for _, d := range mine {
-		want[d.ID] = true
+	want := map[string]*reconcile.Spec{}
+	for i := range mine {
+		want[mine[i].ID] = &mine[i].Spec
 	}
+	ready := func(c reconcile.Container) (bool, string) { return r.probes.ready(c, probes) }
 	seen := map[string]bool{}
 	slots := map[string]bool{}
 	items := []api.Replica{}
@@ -29,11 +29,13 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		slots[slotOf(c.Namespace, c.Workload, c.Ordinal)] = true
 		item := api.Replica{Name: c.Name, Namespace: c.Namespace, Workload: c.Workload, Ordinal: c.Ordinal,
 			Node: r.self, PodIP: c.PodIP, SpecHash: c.SpecHash, Restarts: c.Restarts, Started: c.StartedAt.UTC(), Created: c.CreatedAt.UTC(),
-			LastState: apiTermination(c.Last)}
+			LastState: c.Last.UTC()}
 		if c.State == reconcile.StateExited {
 			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
-			item.Exit = apiTermination(&t)
+			item.Exit = t.UTC()
 		}
+		pod := reconcile.StatusOf(c, want[c.ID], ready, now)
+		item.Containers, item.Restarts = pod.Containers, pod.Restarts
 		if msg, failed := r.acts.lastFailure(c.ID); failed {
 			item.Reason = msg
 		} else if phase, msg := r.configError(c.ID); phase == api.PhaseConfigError {
@@ -43,15 +45,23 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		}
 		busy, isBusy := r.acts.busyAction(c.ID)
 		switch {
-		case !want[c.ID] || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
+		case want[c.ID] == nil || isBusy && (busy == reconcile.Remove || busy == reconcile.Replace):
 			item.Phase = api.PhaseTerminating
 		case c.State == reconcile.StateRunning:
 			var why string
 			item.Phase = api.PhaseRunning
-			item.Ready, why = r.probes.ready(c, probes)
+			item.Ready, why = ready(c)
+			item.Ready = item.Ready && pod.Ready == pod.Total
 			if item.Reason == "" {
 				item.Reason = why
 			}
+		case pod.Init:
+			item.Phase = api.PhaseInit
+			if pod.Failed != "" {
+				item.Phase, item.Reason = api.PhaseCrashLoopBackOff, pod.Failed
+			}
+		case c.State == reconcile.StateCreated && pod.InitTotal > 0:
+			item.Phase = api.PhasePodInitializing
 		case c.State == reconcile.StateExited && now.Sub(c.ExitedAt) < reconcile.Backoff(c.BackoffStep):
 			item.Phase = api.PhaseCrashLoopBackOff
 			if item.Reason == "" {
@@ -98,7 +108,7 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 		}
 		items = append(items, item)
 	}
-	sortReplicas(items)
+	api.SortReplicas(items)
 	return items
 }
 
@@ -129,36 +139,6 @@ func (r *replicas) waitingSince(mine []reconcile.Replica, seen map[string]bool, 
 // slotOf names a workload's ordinal: "namespace/workload/ordinal".
 func slotOf(namespace, workload string, ordinal int) string {
 	return namespace + "/" + workload + "/" + strconv.Itoa(ordinal)
-}
-
-func sortReplicas(items []api.Replica) {
-	sort.Slice(items, func(i, j int) bool {
-		a, b := items[i], items[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Workload != b.Workload {
-			return a.Workload < b.Workload
-		}
-		if a.Ordinal != b.Ordinal {
-			return a.Ordinal < b.Ordinal
-		}
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		return a.Node < b.Node
-	})
-}
-
-// apiTermination is t with its times in UTC, as the API shows them (nil
-// for nil).
-func apiTermination(t *api.Termination) *api.Termination {
-	if t == nil {
-		return nil
-	}
-	u := *t
-	u.StartedAt, u.FinishedAt = t.StartedAt.UTC(), t.FinishedAt.UTC()
-	return &u
 }
 
 // publishRunning publishes, before a run's first pass, this node's record

@@ -38,6 +38,10 @@ func (l *logs) ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name
 	o := readOptions(lo, time.Now())
 	previous := lo.Previous
 	id := reconcile.ContainerID(namespace, name)
+	if lo.Container != "" {
+		c, _ := reconcile.Find(l.replicas.lastObserved(), id, lo.Container)
+		id = c.ID // "" (no such container here): no log, the replica's node is asked
+	}
 	path := l.rt.LogPath(id)
 	if previous {
 		path = l.rt.PreviousLogPath(id)
@@ -53,6 +57,9 @@ func (l *logs) ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name
 		what := "no logs"
 		if previous {
 			what = "no previous run"
+		}
+		if lo.Container != "" {
+			what += " of a container " + lo.Container
 		}
 		apiserver.WriteError(w, api.Errorf(http.StatusNotFound, "replica %q in namespace %q has %s on node %s (see 'starling get replicas')", name, namespace, what, l.self))
 		return

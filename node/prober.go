@@ -136,12 +136,23 @@ func (p *prober) probeStatus(c reconcile.Container, ps probe.Probes) probe.Statu
 // why: without probes, yes; otherwise once its startup probe (if any)
 // and its readiness probe (if any) passed, and while no probe failed it.
 func (p *prober) ready(c reconcile.Container, specs map[string]probe.Probes) (bool, string) {
-	ps, ok := specs[view.ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
+	ps, ok := probesOf(c, specs)
 	if !ok {
 		return true, ""
 	}
 	st := p.probeStatus(c, ps)
 	return ps.Ready(st), ps.NotReadyReason(st)
+}
+
+// probesOf finds the probes of container c, a replica's own or one of
+// its members.
+func probesOf(c reconcile.Container, specs map[string]probe.Probes) (probe.Probes, bool) {
+	key := view.ProbesKey(c.Namespace, c.Workload, c.SpecHash)
+	if !c.Own() {
+		key = view.ContainerProbesKey(key, c.ContainerName)
+	}
+	ps, ok := specs[key]
+	return ps, ok
 }
 
 // unhealthy returns, by container ID, the running containers of
@@ -151,7 +162,7 @@ func (p *prober) unhealthy(observed []reconcile.Container) map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[string]string{}
-	for _, c := range observed {
+	for _, c := range reconcile.Flatten(observed) {
 		if st, ok := p.status[probeKey(c)]; ok && st.Failed != "" && c.State == reconcile.StateRunning {
 			out[c.ID] = st.Failed
 		}
@@ -205,8 +216,8 @@ func (p *prober) loop(ctx context.Context) {
 		specs := p.specs(v, observed)
 		live := map[string]bool{}
 		now := time.Now()
-		for _, c := range observed {
-			ps, ok := specs[view.ProbesKey(c.Namespace, c.Workload, c.SpecHash)]
+		for _, c := range reconcile.Flatten(observed) {
+			ps, ok := probesOf(c, specs)
 			if !ok || c.State != reconcile.StateRunning || c.PodIP == "" {
 				continue
 			}

@@ -128,7 +128,7 @@ func (r *replicas) lastObserved() []reconcile.Container {
 // runningNow reports whether container id's task ran at the last
 // observation (reconcile runs on every task exit).
 func (r *replicas) runningNow(id string) bool {
-	for _, c := range r.lastObserved() {
+	for _, c := range reconcile.Flatten(r.lastObserved()) {
 		if c.ID == id {
 			return c.State == reconcile.StateRunning
 		}

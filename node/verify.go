@@ -88,11 +88,8 @@ func reject(reason, format string, args ...any) *rejection {
 var replicaPhases = map[api.Phase]bool{
 	api.PhasePending: true, api.PhaseContainerCreating: true, api.PhaseCreateBackOff: true, api.PhaseConfigError: true, api.PhaseRunning: true,
 	api.PhaseCrashLoopBackOff: true, api.PhaseExited: true, api.PhaseTerminating: true, api.PhaseUnknown: true,
+	api.PhaseInit: true, api.PhasePodInitializing: true,
 }
-
-// terminationReasons are the reasons a run may have ended
-// (api.Termination.Reason).
-var terminationReasons = map[string]bool{"Completed": true, "Error": true, "OOMKilled": true}
 
 // checkRecord decides whether a record received from a peer may be stored:
 // it must be a kind this node knows, its value must decode as that kind
@@ -320,8 +317,16 @@ func checkReplica(r api.Replica, node string, subnet netip.Prefix) *rejection {
 		return reject(rejectText, "replica %s: reason: %v", r.Name, err)
 	}
 	for _, t := range []*api.Termination{r.Exit, r.LastState} {
-		if t != nil && (!terminationReasons[t.Reason] || t.ExitCode < 0 || t.ExitCode > 255 || t.Signal < 0 || t.Signal > 64) {
-			return reject(rejectRange, "replica %s: termination %q, exit code %d, signal %d", r.Name, t.Reason, t.ExitCode, t.Signal)
+		if err := t.Check(); err != nil {
+			return reject(rejectRange, "replica %s: %v", r.Name, err)
+		}
+	}
+	if len(r.Containers) > api.MaxContainers {
+		return reject(rejectRange, "replica %s: %d containers", r.Name, len(r.Containers))
+	}
+	for _, c := range r.Containers {
+		if err := c.Check(); err != nil {
+			return reject(rejectRange, "replica %s: %v", r.Name, err)
 		}
 	}
 	if r.PodIP != "" {

@@ -148,18 +148,21 @@ func (l *lease) set(ids []string) {
 }
 
 // atMostOneIDs returns the container IDs of this node's StatefulSet
-// replicas: those observed and those it is about to create.
+// replicas, their members too: those observed and those it is about to
+// create.
 func atMostOneIDs(v *view.View, observed []reconcile.Container, mine []reconcile.Replica) []string {
 	stateful := v.StatefulWorkloads()
 	var ids []string
-	for _, c := range observed {
+	for _, c := range reconcile.Flatten(observed) {
 		if stateful[reconcile.WorkloadKey(c.Namespace, c.Workload)] {
 			ids = append(ids, c.ID)
 		}
 	}
 	for _, r := range mine {
-		if r.AtMostOne && !slices.Contains(ids, r.ID) {
-			ids = append(ids, r.ID)
+		for _, id := range r.ContainerIDs() {
+			if r.AtMostOne && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
 		}
 	}
 	slices.Sort(ids)

@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // LogOptions select what GET /v1/logs/{namespace}/{name} sends, as the
 // kubelet's container log options (kubectl logs) do. They travel as query
-// parameters: follow, previous, tail, sinceSeconds, sinceTime, timestamps.
+// parameters: follow, previous, tail, sinceSeconds, sinceTime, timestamps,
+// container.
 type LogOptions struct {
 	// Follow keeps sending until the run ends.
 	Follow bool
@@ -26,6 +30,9 @@ type LogOptions struct {
 	// Timestamps starts each line with the time it was written (RFC 3339
 	// with nanoseconds).
 	Timestamps bool
+	// Container names the container of a replica of several ("": its
+	// first app container, as kubectl defaults to).
+	Container string
 }
 
 // Query is o as query parameters (none for the defaults).
@@ -49,13 +56,19 @@ func (o LogOptions) Query() url.Values {
 	if !o.SinceTime.IsZero() {
 		q.Set("sinceTime", o.SinceTime.Format(time.RFC3339Nano))
 	}
+	if o.Container != "" {
+		q.Set("container", o.Container)
+	}
 	return q
 }
 
 // ParseLogOptions reads LogOptions from query parameters; an error names
 // the parameter at fault.
 func ParseLogOptions(q url.Values) (LogOptions, error) {
-	o := LogOptions{Tail: -1, Follow: q.Get("follow") == "true", Previous: q.Get("previous") == "true", Timestamps: q.Get("timestamps") == "true"}
+	o := LogOptions{Tail: -1, Follow: q.Get("follow") == "true", Previous: q.Get("previous") == "true", Timestamps: q.Get("timestamps") == "true", Container: q.Get("container")}
+	if errs := validation.IsDNS1123Label(o.Container); o.Container != "" && len(errs) > 0 {
+		return o, fmt.Errorf("container: %q is not a container name: %s", o.Container, strings.Join(errs, "; "))
+	}
 	if v := q.Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -9,7 +9,12 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -158,6 +163,11 @@ const (
 	// PhaseConfigError: the create waits for a ConfigMap, Secret or key
 	// its env names (Reason names it); it starts once that is there.
 	PhaseConfigError Phase = "CreateContainerConfigError"
+	// PhaseInit: its init containers run, one after the other (its
+	// Containers say which; get shows Init:N/M); PhasePodInitializing:
+	// they are done, its app containers are being started.
+	PhaseInit            Phase = "Init"
+	PhasePodInitializing Phase = "PodInitializing"
 	// PhaseRunning: its task runs (Ready says whether it serves).
 	PhaseRunning Phase = "Running"
 	// PhaseCrashLoopBackOff: it exited and waits for its restart backoff.
@@ -207,6 +217,107 @@ type Replica struct {
 	// Last State). Nil when there is none.
 	Exit      *Termination `json:"exit,omitempty"`
 	LastState *Termination `json:"lastState,omitempty"`
+	// Containers are its containers, init containers first, for a
+	// replica of more than one (none for one: the fields above are
+	// its); Ready then says all of its app containers and sidecars are.
+	Containers []ContainerStatus `json:"containers,omitempty"`
+}
+
+// MaxContainers bounds the containers of a replica a node may report.
+const MaxContainers = 64
+
+// ContainerStatus is one container of a replica, as kubectl's
+// containerStatuses and initContainerStatuses show it.
+type ContainerStatus struct {
+	Name string `json:"name"`
+	// Init: an init container; Sidecar: one with restartPolicy Always.
+	Init    bool `json:"init,omitempty"`
+	Sidecar bool `json:"sidecar,omitempty"`
+	// State is "Waiting" (not created or started yet, or waiting for its
+	// restart: Reason says which), "Running" or "Terminated" (Exit says
+	// how; a completed init container stays so).
+	State     string       `json:"state"`
+	Reason    string       `json:"reason,omitempty"`
+	Ready     bool         `json:"ready"`
+	Restarts  int          `json:"restarts"`
+	Started   time.Time    `json:"started,omitempty"`
+	Exit      *Termination `json:"exit,omitempty"`
+	LastState *Termination `json:"lastState,omitempty"`
+}
+
+// Container states (ContainerStatus.State).
+const (
+	ContainerWaiting    = "Waiting"
+	ContainerRunning    = "Running"
+	ContainerTerminated = "Terminated"
+)
+
+// Check reports what is wrong with c as a peer's record says it (names,
+// states, counts, texts and terminations within bounds).
+func (c ContainerStatus) Check() error {
+	if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+		return fmt.Errorf("container name %q: %s", c.Name, strings.Join(errs, "; "))
+	}
+	switch {
+	case c.State != ContainerWaiting && c.State != ContainerRunning && c.State != ContainerTerminated:
+		return fmt.Errorf("container %s: state %q", c.Name, c.State)
+	case c.Restarts < 0:
+		return fmt.Errorf("container %s: restarts %d", c.Name, c.Restarts)
+	}
+	if err := CheckText(c.Reason, MaxReasonLen); err != nil {
+		return fmt.Errorf("container %s: reason: %w", c.Name, err)
+	}
+	for _, t := range []*Termination{c.Exit, c.LastState} {
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("container %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// Check reports what is wrong with t (nil is fine): a reason other than
+// Completed, Error and OOMKilled, an exit code outside 0-255, a signal
+// outside 0-64.
+func (t *Termination) Check() error {
+	if t == nil {
+		return nil
+	}
+	if t.Reason != "Completed" && t.Reason != "Error" && t.Reason != "OOMKilled" || t.ExitCode < 0 || t.ExitCode > 255 || t.Signal < 0 || t.Signal > 64 {
+		return fmt.Errorf("termination %q, exit code %d, signal %d", t.Reason, t.ExitCode, t.Signal)
+	}
+	return nil
+}
+
+// SortReplicas sorts items by namespace, workload, ordinal, name and
+// node.
+func SortReplicas(items []Replica) {
+	sort.Slice(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Workload != b.Workload {
+			return a.Workload < b.Workload
+		}
+		if a.Ordinal != b.Ordinal {
+			return a.Ordinal < b.Ordinal
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Node < b.Node
+	})
+}
+
+// UTC is a copy of t with its times in UTC, as the API shows them (nil
+// for nil).
+func (t *Termination) UTC() *Termination {
+	if t == nil {
+		return nil
+	}
+	u := *t
+	u.StartedAt, u.FinishedAt = t.StartedAt.UTC(), t.FinishedAt.UTC()
+	return &u
 }
 
 // Termination is how a run of a container ended, in the shape of

@@ -552,6 +552,9 @@ func defaultPodSpec(p *corev1.PodSpec) {
 	for i := range p.Containers {
 		defaultContainer(&p.Containers[i])
 	}
+	for i := range p.InitContainers {
+		defaultContainer(&p.InitContainers[i])
+	}
 }
 
 func defaultContainer(c *corev1.Container) {

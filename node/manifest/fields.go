@@ -157,6 +157,9 @@ var podTemplateFields = concat(
 	},
 	prefixed("spec.template.spec.containers[].", containerFields...),
 	prefixed("spec.template.spec.containers[].volumeMounts[].", volumeMountFields...),
+	prefixed("spec.template.spec.initContainers[].", containerFields...),
+	prefixed("spec.template.spec.initContainers[].volumeMounts[].", volumeMountFields...),
+	[]string{"spec.template.spec.initContainers[].restartPolicy"},
 	prefixed("spec.template.spec.volumes[].", volumeFields...),
 )
 

@@ -59,6 +59,19 @@ type replicaSpec struct {
 	// ":latest" or no tag, else IfNotPresent), so the hashes of templates
 	// that leave it out hold; a change rolls, as in Kubernetes.
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// The pod's volumes (their default modes left out), the container's
+	// mounts of them and the pod's imagePullSecrets: a change rolls, as
+	// in Kubernetes.
+	Volumes          []corev1.Volume               `json:"volumes,omitempty"`
+	VolumeMounts     []corev1.VolumeMount          `json:"volumeMounts,omitempty"`
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// Pods of several containers: every container's name, whether it is
+	// an init container, and an init container's restartPolicy (Always:
+	// a native sidecar). Left out for a pod of one container and no init
+	// container, so its hash holds.
+	Name          string                         `json:"name,omitempty"`
+	Init          bool                           `json:"init,omitempty"`
+	RestartPolicy *corev1.ContainerRestartPolicy `json:"restartPolicy,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -73,8 +86,11 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // terminationGracePeriodSeconds (unless 30, the default), nodeSelector,
 // hostname, subdomain, hostAliases, dnsPolicy (unless ClusterFirst),
 // dnsConfig, the pod's and container's securityContext,
-// enableServiceLinks (when false), the container's lifecycle hooks and
-// its imagePullPolicy (unless the image's default).
+// enableServiceLinks (when false), the container's lifecycle hooks, its
+// imagePullPolicy (unless the image's default), the pod's volumes and
+// imagePullSecrets and the container's volumeMounts; for a pod of
+// several containers (init containers included, first), each one's name,
+// role and restartPolicy.
 // Replicas, strategy and other Deployment settings do not change it, so it
 // changes exactly when replicas must be replaced. Unlike Kubernetes'
 // pod-template-hash, the template's labels and other annotations are left
@@ -107,10 +123,12 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 		if podSecurity != nil && reflect.ValueOf(*podSecurity).IsZero() {
 			podSecurity = nil
 		}
-		for _, c := range t.Spec.Containers {
+		several := len(t.Spec.Containers) > 1 || len(t.Spec.InitContainers) > 0
+		volumes := hashVolumes(t.Spec.Volumes)
+		add := func(c corev1.Container, init bool) {
 			c = *c.DeepCopy()
 			defaultContainer(&c)
-			specs = append(specs, replicaSpec{
+			rs := replicaSpec{
 				Image:          c.Image,
 				Command:        c.Command,
 				Args:           c.Args,
@@ -135,7 +153,20 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				NoServiceLinks:                t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks,
 				Lifecycle:                     c.Lifecycle,
 				ImagePullPolicy:               nonDefaultPullPolicy(c),
-			})
+				Volumes:                       volumes,
+				VolumeMounts:                  c.VolumeMounts,
+				ImagePullSecrets:              t.Spec.ImagePullSecrets,
+			}
+			if several {
+				rs.Name, rs.Init, rs.RestartPolicy = c.Name, init, c.RestartPolicy
+			}
+			specs = append(specs, rs)
+		}
+		for _, c := range t.Spec.InitContainers {
+			add(c, true)
+		}
+		for _, c := range t.Spec.Containers {
+			add(c, false)
 		}
 	}
 	// json.Marshal of these types cannot fail: no channels, funcs or
@@ -146,6 +177,40 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	}
 	sum := sha256.Sum256(js)
 	return hex.EncodeToString(sum[:4])
+}
+
+// hashVolumes is volumes as the hash takes them: the default file mode
+// (0644) of configMap, secret, downwardAPI and projected volumes left
+// out, so a template written with it and one without hash alike.
+func hashVolumes(volumes []corev1.Volume) []corev1.Volume {
+	if len(volumes) == 0 {
+		return nil
+	}
+	out := make([]corev1.Volume, len(volumes))
+	for i, v := range volumes {
+		v = *v.DeepCopy()
+		for _, m := range []**int32{
+			modeOf(v.ConfigMap != nil, func() **int32 { return &v.ConfigMap.DefaultMode }),
+			modeOf(v.Secret != nil, func() **int32 { return &v.Secret.DefaultMode }),
+			modeOf(v.DownwardAPI != nil, func() **int32 { return &v.DownwardAPI.DefaultMode }),
+			modeOf(v.Projected != nil, func() **int32 { return &v.Projected.DefaultMode }),
+		} {
+			if m != nil && *m != nil && **m == 0o644 {
+				*m = nil
+			}
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// modeOf is the address of a volume source's defaultMode (f) when the
+// source is set, else nil.
+func modeOf(set bool, f func() **int32) **int32 {
+	if !set {
+		return nil
+	}
+	return f()
 }
 
 // nonDefaultPullPolicy is c's imagePullPolicy, or "" when it is the

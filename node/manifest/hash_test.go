@@ -96,6 +96,12 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"empty pod securityContext", "    spec:\n      containers:", "    spec:\n      securityContext: {}\n      containers:", false},
 		{"container securityContext", "        image: nginx:1.27", "        image: nginx:1.27\n        securityContext: {runAsUser: 1000}", true},
 		{"pod securityContext", "    spec:\n      containers:", "    spec:\n      securityContext: {runAsNonRoot: true}\n      containers:", true},
+		// A volume, a mount or a pull secret added used to keep the hash:
+		// replicas of one name then ran different specs, and nothing rolled.
+		{"a volume and its mount", "    spec:\n      containers:\n      - name: web\n", "    spec:\n      volumes: [{name: data, emptyDir: {}}]\n      containers:\n      - name: web\n        volumeMounts: [{name: data, mountPath: /data}]\n", true},
+		{"imagePullSecrets", "    spec:\n      containers:", "    spec:\n      imagePullSecrets: [{name: reg}]\n      containers:", true},
+		{"an init container", "    spec:\n      containers:", "    spec:\n      initContainers: [{name: init, image: busybox}]\n      containers:", true},
+		{"a second container", "    spec:\n      containers:", "    spec:\n      containers:\n      - {name: log, image: busybox}", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +135,24 @@ func legacySpecHash(d *appsv1.Deployment) string {
 	js, _ := json.Marshal(specs)
 	sum := sha256.Sum256(js)
 	return hex.EncodeToString(sum[:4])
+}
+
+func TestSpecHashLeavesOutTheDefaultFileModeOfVolumes(t *testing.T) {
+	with := func(mode string) string {
+		return SpecHash(parseDeployment(t, edit(t, goodDeployment, "    spec:\n      containers:", "    spec:\n      volumes: [{name: conf, configMap: {name: conf"+mode+"}}]\n      containers:")))
+	}
+	if with("") != with(", defaultMode: 420") {
+		t.Error("defaultMode 420 (0644, the default) changed the hash")
+	}
+	if with("") == with(", defaultMode: 256") {
+		t.Error("defaultMode 256 (0400) left the hash unchanged")
+	}
+	sidecar := func(policy string) string {
+		return SpecHash(parseDeployment(t, edit(t, goodDeployment, "    spec:\n      containers:", "    spec:\n      initContainers: [{name: proxy, image: busybox"+policy+"}]\n      containers:")))
+	}
+	if sidecar("") == sidecar(", restartPolicy: Always") {
+		t.Error("an init container turned sidecar kept the hash")
+	}
 }
 
 func TestSpecHashUnchangedForTemplatesWithoutWorkingDirOrRestart(t *testing.T) {

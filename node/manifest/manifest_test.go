@@ -418,9 +418,18 @@ spec:
 			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.hostNetwork: Forbidden: not supported by Starling yet`},
 		},
 		{
-			name:  "initContainers",
-			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      initContainers:\n      - name: init\n        image: busybox\n      containers:"),
-			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.initContainers: Forbidden: not supported by Starling yet`},
+			name: "init containers: a probe only on a sidecar, restartPolicy only Always, names apart",
+			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      shareProcessNamespace: true\n      initContainers:\n"+
+				"      - name: init\n        image: busybox\n        readinessProbe:\n          exec:\n            command: [\"true\"]\n"+
+				"      - name: side\n        image: busybox\n        restartPolicy: OnFailure\n"+
+				"      - name: web\n        image: busybox\n        restartPolicy: Always\n        readinessProbe:\n          exec:\n            command: [\"true\"]\n"+
+				"      containers:"),
+			want: []string{
+				`x.yaml: Deployment "hello": spec.template.spec.initContainers[0].readinessProbe: Forbidden: may not be set for init containers without restartPolicy Always`,
+				`x.yaml: Deployment "hello": spec.template.spec.initContainers[1].restartPolicy: Unsupported value: "OnFailure": supported values: "Always"`,
+				`x.yaml: Deployment "hello": spec.template.spec.containers[0].name: Duplicate value: "web"`,
+				`x.yaml: Deployment "hello": spec.template.spec.shareProcessNamespace: Forbidden: not supported by Starling yet`,
+			},
 		},
 		{
 			name:  "volumeMounts and hostPort name their exact paths",
@@ -548,9 +557,9 @@ spec:
 			},
 		},
 		{
-			name:  "two containers",
-			input: d + "      - name: sidecar\n        image: busybox\n",
-			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.containers: Too many: 2: must have at most 1 item: multi-container pods are not supported by Starling yet`},
+			name:  "two containers of one name",
+			input: d + "      - name: web\n        image: busybox\n",
+			want:  []string{`x.yaml: Deployment "hello": spec.template.spec.containers[1].name: Duplicate value: "web"`},
 		},
 		{
 			name:  "name too long for replica names",

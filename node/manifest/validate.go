@@ -295,19 +295,19 @@ func intOrPercentValue(v intstr.IntOrString) int {
 func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	cp := p.Child("containers")
-	switch n := len(s.Containers); {
-	case n == 0:
+	if len(s.Containers) == 0 {
 		errs = append(errs, field.Required(cp, ""))
-	case n > 1:
-		e := field.TooMany(cp, n, 1)
-		e.Detail += ": multi-container pods are not supported by Starling yet"
-		errs = append(errs, e)
 	}
 	grace := int64(defaultGracePeriodSeconds)
 	if s.TerminationGracePeriodSeconds != nil {
 		grace = *s.TerminationGracePeriodSeconds
 	}
+	names := map[string]bool{}
+	for i := range s.InitContainers {
+		errs = append(errs, validateInitContainer(&s.InitContainers[i], grace, names, p.Child("initContainers").Index(i))...)
+	}
 	for i := range s.Containers {
+		errs = append(errs, uniqueName(s.Containers[i].Name, names, cp.Index(i))...)
 		errs = append(errs, validateContainer(&s.Containers[i], cp.Index(i))...)
 		errs = append(errs, validateLifecycle(&s.Containers[i], grace, cp.Index(i).Child("lifecycle"))...)
 	}
@@ -331,7 +331,8 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}))
 	}
 	errs = append(errs, validatePodDNS(s, p)...)
-	if len(s.Volumes) > 0 || slices.ContainsFunc(s.Containers, func(c corev1.Container) bool { return len(c.VolumeMounts) > 0 }) {
+	mounts := func(c corev1.Container) bool { return len(c.VolumeMounts) > 0 }
+	if len(s.Volumes) > 0 || slices.ContainsFunc(s.Containers, mounts) || slices.ContainsFunc(s.InitContainers, mounts) {
 		errs = append(errs, validateVolumes(s, p)...) // volumes.go
 	}
 	if sc := s.SecurityContext; sc != nil {
@@ -346,6 +347,42 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		errs = append(errs, validateSeccomp(sc.SeccompProfile, sp.Child("seccompProfile"))...)
 	}
 	return errs
+}
+
+// validateInitContainer checks init container c: a container whose
+// restartPolicy is unset (it runs to completion, so it has no probes and
+// no lifecycle hooks, as in Kubernetes) or Always (a native sidecar,
+// which may have both), named apart from the pod's other containers
+// (names).
+func validateInitContainer(c *corev1.Container, grace int64, names map[string]bool, p *field.Path) field.ErrorList {
+	errs := uniqueName(c.Name, names, p)
+	errs = append(errs, validateContainer(c, p)...)
+	sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	if c.RestartPolicy != nil && !sidecar {
+		errs = append(errs, field.NotSupported(p.Child("restartPolicy"), *c.RestartPolicy, []corev1.ContainerRestartPolicy{corev1.ContainerRestartPolicyAlways}))
+	}
+	if sidecar {
+		return append(errs, validateLifecycle(c, grace, p.Child("lifecycle"))...)
+	}
+	for name, set := range map[string]bool{"readinessProbe": c.ReadinessProbe != nil, "livenessProbe": c.LivenessProbe != nil, "startupProbe": c.StartupProbe != nil, "lifecycle": c.Lifecycle != nil} {
+		if set {
+			errs = append(errs, field.Forbidden(p.Child(name), "may not be set for init containers without restartPolicy Always"))
+		}
+	}
+	return errs
+}
+
+// uniqueName refuses a container name that names another container of
+// the pod (names holds those seen, name is added).
+func uniqueName(name string, names map[string]bool, p *field.Path) field.ErrorList {
+	if name == "" {
+		return nil // validateContainer says it is required
+	}
+	if names[name] {
+		return field.ErrorList{field.Duplicate(p.Child("name"), name)}
+	}
+	names[name] = true
+	return nil
 }
 
 func validateContainer(c *corev1.Container, p *field.Path) field.ErrorList {

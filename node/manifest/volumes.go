@@ -56,30 +56,43 @@ func validateVolumes(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		names[v.Name] = true
 		errs = append(errs, validateVolumeSource(v.VolumeSource, vp)...)
 	}
-	for ci, c := range s.Containers {
-		mounted := map[string]bool{}
-		for i, m := range c.VolumeMounts {
-			mp := p.Child("containers").Index(ci).Child("volumeMounts").Index(i)
-			if !names[m.Name] {
-				errs = append(errs, field.NotFound(mp.Child("name"), m.Name))
-			}
-			switch {
-			case m.MountPath == "":
-				errs = append(errs, field.Required(mp.Child("mountPath"), ""))
-			case !path.IsAbs(m.MountPath):
-				errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be an absolute path"))
-			case mounted[path.Clean(m.MountPath)]:
-				errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be unique"))
-			}
-			mounted[path.Clean(m.MountPath)] = true
-			if m.SubPath != "" && m.SubPathExpr != "" {
-				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), m.SubPathExpr, "subPathExpr and subPath are mutually exclusive"))
-			}
-			errs = append(errs, relativePath(m.SubPath, mp.Child("subPath"))...)
-			errs = append(errs, relativePath(m.SubPathExpr, mp.Child("subPathExpr"))...)
-			if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
-				errs = append(errs, field.NotSupported(mp.Child("mountPropagation"), *m.MountPropagation, []corev1.MountPropagationMode{corev1.MountPropagationNone}))
-			}
+	for _, list := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}} {
+		for ci, c := range list.containers {
+			errs = append(errs, validateMounts(c, names, p.Child(list.name).Index(ci))...)
+		}
+	}
+	return errs
+}
+
+// validateMounts checks the volumeMounts of container c (at p) against
+// the pod's volumes (names).
+func validateMounts(c corev1.Container, names map[string]bool, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	mounted := map[string]bool{}
+	for i, m := range c.VolumeMounts {
+		mp := p.Child("volumeMounts").Index(i)
+		if !names[m.Name] {
+			errs = append(errs, field.NotFound(mp.Child("name"), m.Name))
+		}
+		switch {
+		case m.MountPath == "":
+			errs = append(errs, field.Required(mp.Child("mountPath"), ""))
+		case !path.IsAbs(m.MountPath):
+			errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be an absolute path"))
+		case mounted[path.Clean(m.MountPath)]:
+			errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be unique"))
+		}
+		mounted[path.Clean(m.MountPath)] = true
+		if m.SubPath != "" && m.SubPathExpr != "" {
+			errs = append(errs, field.Invalid(mp.Child("subPathExpr"), m.SubPathExpr, "subPathExpr and subPath are mutually exclusive"))
+		}
+		errs = append(errs, relativePath(m.SubPath, mp.Child("subPath"))...)
+		errs = append(errs, relativePath(m.SubPathExpr, mp.Child("subPathExpr"))...)
+		if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
+			errs = append(errs, field.NotSupported(mp.Child("mountPropagation"), *m.MountPropagation, []corev1.MountPropagationMode{corev1.MountPropagationNone}))
 		}
 	}
 	return errs

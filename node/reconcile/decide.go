@@ -77,6 +77,14 @@ func (l Local) Mark(observed []Container) []Container {
 			c.Unhealthy = why
 		}
 		c.Evicted = l.Evicted[c.ID]
+		if len(c.Members) > 0 {
+			c.Members = slices.Clone(c.Members)
+			for j := range c.Members {
+				if m := &c.Members[j]; m.State == StateRunning {
+					m.Unhealthy = l.Unhealthy[m.ID]
+				}
+			}
+		}
 	}
 	return out
 }
@@ -138,7 +146,7 @@ func Decide(d Decision, now time.Time) Output {
 				act.Reason = "fenced: no quorum"
 			}
 		}
-		if (act.Type == Create || act.Type == Replace) && act.Replica.ID != "" {
+		if (act.Type == Create || act.Type == Replace || act.Type == AddContainer) && act.Replica.ID != "" {
 			if !act.Replica.Spec.NoServiceLinks && d.ServiceEnv != nil {
 				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
 			}
@@ -222,8 +230,30 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 		}
 		r.Files[v.Name] = files
 	}
-	if i := slices.IndexFunc(r.Spec.Env, func(e EnvVar) bool { return e.Resource != "" }); i >= 0 {
-		env := slices.Clone(r.Spec.Env)
+	if err := resolveContainer(&r.Spec, r.Namespace, src, alloc); err != nil {
+		return err
+	}
+	for _, list := range []*[]Spec{&r.Spec.Init, &r.Spec.Containers} {
+		if len(*list) == 0 {
+			continue
+		}
+		*list = slices.Clone(*list) // the view's Spec is shared
+		for i := range *list {
+			if err := resolveContainer(&(*list)[i], r.Namespace, src, alloc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// resolveContainer fills in the environment of container s of a replica
+// in namespace: the limits a resourceFieldRef names that s does not set
+// (alloc), then its ConfigMap and Secret references (ResolveEnv). s's
+// slices are replaced, not changed.
+func resolveContainer(s *Spec, namespace string, src ConfigData, alloc Allocatable) error {
+	if i := slices.IndexFunc(s.Env, func(e EnvVar) bool { return e.Resource != "" }); i >= 0 {
+		env := slices.Clone(s.Env)
 		for j := range env[i:] {
 			if e := &env[i+j]; e.Resource != "" {
 				q := alloc.MemoryBytes * 1000
@@ -233,16 +263,16 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 				e.Value, e.Literal, e.Resource = ResourceValue(q, e.DivisorMilli), true, ""
 			}
 		}
-		r.Spec.Env = env
+		s.Env = env
 	}
-	if !r.Spec.UsesConfig() {
+	if !s.UsesConfig() {
 		return nil
 	}
-	env, err := ResolveEnv(r.Spec, r.Namespace, src)
+	env, err := ResolveEnv(*s, namespace, src)
 	if err != nil {
 		return err
 	}
-	r.Spec.Env, r.Spec.EnvFrom = env, nil
+	s.Env, s.EnvFrom = env, nil
 	return nil
 }
 

@@ -28,6 +28,18 @@ func ContainerID(namespace, name string) string {
 	return id[:maxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
 }
 
+// MemberID returns the containerd ID of container name of the replica
+// whose container ID is id: "<id>.<name>" (neither a replica's ID nor a
+// container name holds a dot), cut as ContainerID cuts.
+func MemberID(id, name string) string {
+	m := id + "." + name
+	if len(m) <= maxIDLen {
+		return m
+	}
+	sum := sha256.Sum256([]byte(m))
+	return m[:maxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
+}
+
 // NewReplica fills in a Replica's names for one ordinal of a workload
 // whose object has the UID uid ("" for one stored before Starling gave
 // objects UIDs). The name's hash is the spec hash mixed with the UID

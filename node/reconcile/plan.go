@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -47,6 +48,10 @@ const (
 	// Replace removes Old and then creates Replica: the spec changed, or
 	// the old container's sandbox was never finished.
 	Replace ActionType = "replace"
+	// AddContainer creates container Member of Replica in the sandbox of
+	// its replica's container Old and starts it: an init container whose
+	// turn came, or an app container after the first.
+	AddContainer ActionType = "add-container"
 	// Stop ends Old's running task (SIGTERM, SIGKILL after the grace
 	// period) and keeps the container and its sandbox, so Plan restarts it
 	// like a crashed one, through the crash backoff (kubelet's restart of
@@ -68,6 +73,10 @@ type Action struct {
 	BackoffStep int
 	// Reason says why, for logs and events.
 	Reason string
+	// Member is the container an AddContainer adds, or the name of
+	// Old's container when Old is one of a replica's Members (Start,
+	// Stop).
+	Member string
 }
 
 // IDs returns the container IDs the action touches.
@@ -75,6 +84,8 @@ func (a Action) IDs() []string {
 	switch a.Type {
 	case Create:
 		return []string{a.Replica.ID}
+	case AddContainer:
+		return []string{MemberID(a.Old.ID, a.Member)}
 	case Remove, Start, Stop:
 		return []string{a.Old.ID}
 	default:
@@ -110,10 +121,13 @@ type Result struct {
 //     evicted (Evicted: an emptyDir over its sizeLimit), or whose
 //     spec hash differs from its desired replica's (stable StatefulSet
 //     names), is replaced by a fresh one with the same ID;
+//   - the init containers run first, one at a time in order, as the
+//     kubelet runs them (planPod); then the app containers start;
 //   - a container that never started is started;
 //   - an exited container is restarted once Backoff(BackoffStep) has
 //     passed since it exited (the step resets after BackoffReset of
-//     running); Requeue tells when the next restart is due;
+//     running); Requeue tells when the next restart is due; an init
+//     container that exited 0 has completed and is not;
 //   - a running container marked Unhealthy (its liveness or startup probe
 //     failed) is stopped, and so restarted by the rule above;
 //   - any other running container, or one in an unknown state, is left
@@ -176,27 +190,7 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 			res.Actions = append(res.Actions, Action{Type: Replace, Replica: r, Old: c, Reason: "spec changed from " + c.SpecHash + " to " + r.SpecHash})
 			continue
 		}
-		switch c.State {
-		case StateCreated:
-			res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, BackoffStep: c.BackoffStep, Reason: "container was never started"})
-		case StateExited:
-			step := c.BackoffStep
-			if !c.StartedAt.IsZero() && c.ExitedAt.Sub(c.StartedAt) >= BackoffReset {
-				step = 0
-			}
-			due := c.ExitedAt.Add(Backoff(step))
-			if wait := due.Sub(now); wait > 0 {
-				if res.Requeue == 0 || wait < res.Requeue {
-					res.Requeue = wait
-				}
-				continue
-			}
-			res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, BackoffStep: step + 1, Reason: "container exited"})
-		case StateRunning:
-			if c.Unhealthy != "" {
-				res.Actions = append(res.Actions, Action{Type: Stop, Replica: r, Old: c, Reason: c.Unhealthy})
-			}
-		}
+		planPod(r, c, now, &res)
 	}
 	for _, olds := range unwanted {
 		orphans = append(orphans, olds...)
@@ -206,6 +200,91 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 	}
 	sort.SliceStable(res.Actions, func(i, j int) bool { return res.Actions[i].IDs()[0] < res.Actions[j].IDs()[0] })
 	return res
+}
+
+// planPod plans the containers of replica r, whose container c holds a
+// finished sandbox of r's spec. Until c has first started, the init
+// containers come first, in order: the first that is not done (an init
+// container that exited 0, a sidecar that runs) is added, started or
+// restarted and the rest wait, app containers included. Once c has
+// started, the pod is initialized: its init containers are not run
+// again, its sidecars are kept running beside the app containers, and
+// every container restarts on its own.
+func planPod(r Replica, c Container, now time.Time, res *Result) {
+	members := make(map[string]Container, len(c.Members))
+	for _, m := range c.Members {
+		members[m.ContainerName] = m
+	}
+	initialized := c.State != StateCreated || !c.StartedAt.IsZero()
+	for _, s := range r.Spec.Init {
+		if initialized && !s.Sidecar {
+			continue
+		}
+		m, ok := members[s.Name]
+		if !planMember(r, c, s, m, ok, now, res) && !initialized {
+			return
+		}
+	}
+	planContainer(r, c, "", false, now, res)
+	for _, s := range r.Spec.Containers {
+		m, ok := members[s.Name]
+		planMember(r, c, s, m, ok, now, res)
+	}
+}
+
+// planMember plans container s of replica r (observed as m when ok; c
+// is r's container) and reports whether it is done for the containers
+// after it to start: it runs (or, an init container that is not a
+// sidecar, exited 0).
+func planMember(r Replica, c Container, s Spec, m Container, ok bool, now time.Time, res *Result) bool {
+	if !ok {
+		res.Actions = append(res.Actions, Action{Type: AddContainer, Replica: r, Old: c, Member: s.Name, Reason: "container " + s.Name + " has not run yet"})
+		return false
+	}
+	return planContainer(r, m, s.Name, isInit(r, s.Name) && !s.Sidecar, now, res)
+}
+
+// isInit reports whether name is one of r's init containers.
+func isInit(r Replica, name string) bool {
+	return slices.ContainsFunc(r.Spec.Init, func(s Spec) bool { return s.Name == name })
+}
+
+// planContainer plans container c of replica r (its own, member "", or
+// its member of that name): start it, restart it after its backoff, or
+// stop it when its probe failed. A runToCompletion container (an init
+// container) that exited 0 is done; for the others, done is running.
+func planContainer(r Replica, c Container, member string, runToCompletion bool, now time.Time, res *Result) (done bool) {
+	what := "container"
+	if member != "" {
+		what = "container " + member
+	}
+	switch c.State {
+	case StateCreated:
+		res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, Member: member, BackoffStep: c.BackoffStep, Reason: what + " was never started"})
+	case StateExited:
+		if runToCompletion && c.ExitCode == 0 {
+			return true
+		}
+		step := c.BackoffStep
+		if !c.StartedAt.IsZero() && c.ExitedAt.Sub(c.StartedAt) >= BackoffReset {
+			step = 0
+		}
+		due := c.ExitedAt.Add(Backoff(step))
+		if wait := due.Sub(now); wait > 0 {
+			if res.Requeue == 0 || wait < res.Requeue {
+				res.Requeue = wait
+			}
+			return false
+		}
+		res.Actions = append(res.Actions, Action{Type: Start, Replica: r, Old: c, Member: member, BackoffStep: step + 1, Reason: what + " exited"})
+	case StateRunning:
+		if c.Unhealthy != "" {
+			res.Actions = append(res.Actions, Action{Type: Stop, Replica: r, Old: c, Member: member, Reason: c.Unhealthy})
+			return false
+		}
+		return !runToCompletion
+	}
+	return false
 }
 
 // DrainDelay is how long act waits before stopping a running container:

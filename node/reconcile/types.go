@@ -24,10 +24,26 @@ type Port struct {
 	Protocol      string `json:"protocol"` // "TCP" or "UDP"
 }
 
-// Spec is what a replica's container runs. It is derived from the pod
-// template and never changes for a given SpecHash.
+// Spec is what a replica's containers run. It is derived from the pod
+// template and never changes for a given SpecHash. Its container fields
+// are the first app container's (containers[0]); Init and Containers
+// hold the others, of which only the container fields count (a pod's
+// volumes, host name, DNS, grace period and labels are this Spec's).
 type Spec struct {
+	// Name is the container's name (containers[].name; "" in a Spec
+	// made before pods had several containers).
+	Name  string `json:"name,omitempty"`
 	Image string `json:"image"`
+	// Sidecar marks an init container with restartPolicy Always (a
+	// native sidecar): it starts before the app containers, runs beside
+	// them, restarts as they do and stops after them.
+	Sidecar bool `json:"sidecar,omitempty"`
+	// Init are the pod's initContainers, in order: each runs to
+	// completion (a Sidecar: until it runs) before the next starts, and
+	// the app containers start after the last. Containers are the app
+	// containers after the first.
+	Init       []Spec `json:"init,omitempty"`
+	Containers []Spec `json:"containers,omitempty"`
 	// PullPolicy is the container's imagePullPolicy: "Always",
 	// "IfNotPresent" or "Never" ("": IfNotPresent); see
 	// runtime.EnsureImage.
@@ -258,8 +274,19 @@ const (
 // never from the agent's memory, so a restarted agent sees exactly what is
 // there.
 type Container struct {
-	ID        string
-	Name      string
+	ID   string
+	Name string
+	// ContainerName is the pod template's name of this container ("" on
+	// a container made before pods had several); Members are the
+	// replica's other containers (its init containers, its app
+	// containers after the first), each with its own state, restarts
+	// and backoff, in no order. The replica's container, the one with
+	// its ID, holds its sandbox (PodIP) and is the first app container.
+	ContainerName string
+	Members       []Container
+	// Init marks a member that is an init container, Sidecar one that is
+	// a native sidecar (runtime's LabelRole).
+	Init, Sidecar bool
 	Namespace string
 	Workload  string
 	UID       string // the object's, as Replica.UID

@@ -19,7 +19,8 @@ import (
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
-// List observes every Starling container and its task state.
+// List observes every Starling replica and the task state of each of
+// its containers (a replica's members under its own container).
 func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 	ctx = r.ctx(ctx)
 	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
@@ -27,6 +28,7 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	out := make([]reconcile.Container, 0, len(cs))
+	memberOf := map[string]string{}
 	for _, c := range cs {
 		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
 		if err != nil {
@@ -40,7 +42,9 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 		}
 		oc := fromLabels(c.ID(), info.Labels)
 		oc.CreatedAt = info.CreatedAt
-		if oc.PodIP != "" && !r.net.Ready(c.ID()) {
+		if own := info.Labels[LabelMemberOf]; own != "" {
+			memberOf[c.ID()] = own // its sandbox is its replica's
+		} else if oc.PodIP != "" && !r.net.Ready(c.ID()) {
 			// The sandbox is gone (host reboot): Plan rebuilds it.
 			oc.PodIP = ""
 		}
@@ -70,13 +74,14 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 		}
 		out = append(out, oc)
 	}
-	return out, nil
+	return groupMembers(out, memberOf), nil // pod.go
 }
 
 func fromLabels(id string, l map[string]string) reconcile.Container {
 	c := reconcile.Container{
 		ID: id, Name: l[LabelName], Namespace: l[LabelNamespace], Workload: l[LabelWorkload], UID: l[LabelUID],
-		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP],
+		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP], ContainerName: l[LabelContainer],
+		Init: l[LabelRole] == "init", Sidecar: l[LabelRole] == "sidecar",
 	}
 	c.Ordinal, _ = strconv.Atoi(l[LabelOrdinal])
 	c.Restarts, _ = strconv.Atoi(l[LabelRestarts])

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -226,6 +227,8 @@ func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
 		return r.remove(ctx, a.Old.ID, a.Old.GracePeriod)
 	case reconcile.Stop:
 		return r.stop(ctx, a.Old, a.Reason)
+	case reconcile.AddContainer:
+		return r.addContainer(ctx, a.Replica, a.Old, a.Member) // pod.go
 	case reconcile.Replace:
 		if err := r.remove(ctx, a.Old.ID, a.Old.GracePeriod); err != nil {
 			return err
@@ -250,16 +253,9 @@ func processArgs(cfg ocispec.ImageConfig, spec reconcile.Spec) []string {
 
 func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error) {
 	ctx = r.ctx(ctx)
-	img, err := r.EnsureImage(ctx, rep.Spec.Image, rep.Spec.PullPolicy, rep.PullCreds)
+	img, ic, err := r.containerImage(ctx, rep, rep.Spec)
 	if err != nil {
 		return fmt.Errorf("create replica %s: %w", rep.Name, err)
-	}
-	ic, err := imageConfig(ctx, img)
-	if err != nil {
-		return fmt.Errorf("create replica %s: read image config: %w", rep.Name, err)
-	}
-	if len(processArgs(ic, rep.Spec)) == 0 {
-		return fmt.Errorf("create replica %s: image %s has no entrypoint and the container sets no command", rep.Name, rep.Spec.Image)
 	}
 	// A leftover sandbox from an interrupted attempt is torn down first, so
 	// the address reservation is not leaked.
@@ -277,29 +273,75 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 			}
 		}
 	}()
-	podIP := ip.String()
+	c, err := r.newContainer(ctx, rep.ID, rep, rep.Spec, img, ic, ip.String(), nil)
+	if err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := c.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup); derr != nil {
+				r.log.Warn("container cleanup after failed create", "replica", rep.Name, "err", derr)
+			}
+		}
+	}()
+	if len(rep.Spec.Init) > 0 {
+		return nil // its init containers run first (reconcile.Plan)
+	}
+	if err := r.startTask(ctx, c, 0, 0); err != nil {
+		return fmt.Errorf("create replica %s: %w", rep.Name, err)
+	}
+	return nil
+}
+
+// containerImage makes image of container spec of rep present (pulled
+// with rep's registry credentials) and reads its config; an image with
+// no entrypoint, for a container that sets no command, is an error.
+func (r *Runtime) containerImage(ctx context.Context, rep reconcile.Replica, spec reconcile.Spec) (containerd.Image, ocispec.ImageConfig, error) {
+	img, err := r.EnsureImage(ctx, spec.Image, spec.PullPolicy, rep.PullCreds)
+	if err != nil {
+		return nil, ocispec.ImageConfig{}, err
+	}
+	ic, err := imageConfig(ctx, img)
+	if err != nil {
+		return nil, ocispec.ImageConfig{}, fmt.Errorf("read image config: %w", err)
+	}
+	if len(processArgs(ic, spec)) == 0 {
+		return nil, ocispec.ImageConfig{}, fmt.Errorf("image %s has no entrypoint and the container sets no command", spec.Image)
+	}
+	return img, ic, nil
+}
+
+// newContainer creates container id, which runs container spec of
+// replica rep from img (config ic) in rep's sandbox (address podIP):
+// the replica's hosts and resolv.conf, its volumes (made when id is
+// rep's own, found when it is one of its members), the environment,
+// resources and security spec asks for, and labels with everything a
+// restarted agent needs, extra among them. Its task is not started.
+func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Replica, spec reconcile.Spec, img containerd.Image, ic ocispec.ImageConfig, podIP string, extra map[string]string) (containerd.Container, error) {
 	hostname := rep.Spec.Hostname
 	if hostname == "" {
 		hostname = rep.Name
 	}
 	resolv, err := nodeResolver(r.cfg.ResolvConf, r.cfg.UpstreamResolvConf)
 	if err != nil {
-		return fmt.Errorf("create replica %s: the node's resolver settings: %w", rep.Name, err)
+		return nil, fmt.Errorf("the node's resolver settings: %w", err)
 	}
 	mounts, err := podFiles(r.podDir(rep.ID), podIP, hostname, rep, resolv)
 	if err != nil {
-		return fmt.Errorf("create replica %s: hosts and resolv.conf: %w", rep.Name, err)
+		return nil, fmt.Errorf("hosts and resolv.conf: %w", err)
 	}
-	env, vars := containerEnv(rep.Spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
+	env, vars := containerEnv(spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
+	own := id == rep.ID
 	if len(rep.Spec.Volumes) > 0 {
-		vmounts, err := r.volumeMounts(rep, r.podDir(rep.ID), vars) // volumes.go
+		vmounts, err := r.volumeMounts(rep, spec, r.podDir(rep.ID), vars, own) // volumes.go
 		if err != nil {
-			r.removePodDir(rep.ID) // no tmpfs left mounted
-			return fmt.Errorf("create replica %s: %w", rep.Name, err)
+			if own {
+				r.removePodDir(rep.ID) // no tmpfs left mounted
+			}
+			return nil, err
 		}
 		mounts = append(mounts, vmounts...)
 	}
-	spec := rep.Spec
 	spec.Command, spec.Args = expandAll(spec.Command, vars), expandAll(spec.Args, vars)
 	args := processArgs(ic, spec)
 	grace := int(rep.Spec.GracePeriod / time.Second)
@@ -308,7 +350,11 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		LabelOrdinal: strconv.Itoa(rep.Ordinal), LabelSpecHash: rep.SpecHash, LabelPodIP: podIP,
 		LabelRestarts: "0", LabelBackoffStep: "0", LabelGrace: strconv.Itoa(grace), LabelNode: r.cfg.Node,
 	}
-	if l := lifecycleLabel(rep.Spec); l != "" {
+	if spec.Name != "" {
+		labels[LabelContainer] = spec.Name
+	}
+	maps.Copy(labels, extra)
+	if l := lifecycleLabel(spec); l != "" {
 		labels[LabelLifecycle] = l
 	}
 	if rep.UID != "" {
@@ -321,31 +367,31 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		oci.WithHostname(hostname),
 		oci.WithMounts(mounts),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
-		oci.WithCgroup(r.CgroupPath(rep.ID)),
+		oci.WithCgroup(r.CgroupPath(id)),
 	}
-	if rep.Spec.WorkingDir != "" {
-		specOpts = append(specOpts, oci.WithProcessCwd(rep.Spec.WorkingDir))
+	if spec.WorkingDir != "" {
+		specOpts = append(specOpts, oci.WithProcessCwd(spec.WorkingDir))
 	}
-	if rep.Spec.MemoryBytes > 0 {
-		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(rep.Spec.MemoryBytes)))
+	if spec.MemoryBytes > 0 {
+		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(spec.MemoryBytes)))
 	}
-	if rep.Spec.CPUMillis > 0 {
+	if spec.CPUMillis > 0 {
 		// CFS quota over a 100 ms period, as kubelet maps limits.cpu.
-		specOpts = append(specOpts, oci.WithCPUCFS(rep.Spec.CPUMillis*100, 100000))
+		specOpts = append(specOpts, oci.WithCPUCFS(spec.CPUMillis*100, 100000))
 	}
-	if rep.Spec.CPURequestMillis > 0 {
+	if spec.CPURequestMillis > 0 {
 		// cgroup v1 shares: 1024 per core, as kubelet maps requests.cpu.
-		shares := uint64(rep.Spec.CPURequestMillis * 1024 / 1000)
+		shares := uint64(spec.CPURequestMillis * 1024 / 1000)
 		if shares < 2 {
 			shares = 2
 		}
 		specOpts = append(specOpts, oci.WithCPUShares(shares))
 	}
-	specOpts = append(specOpts, sandboxOpts(rep.Spec.Security, r.cfg.PidsLimit)...)
+	specOpts = append(specOpts, sandboxOpts(spec.Security, r.cfg.PidsLimit)...)
 	// A container left over from an interrupted create of the same ID.
-	if old, lerr := r.client.LoadContainer(ctx, rep.ID); lerr == nil {
+	if old, lerr := r.client.LoadContainer(ctx, id); lerr == nil {
 		if derr := r.deleteContainer(ctx, old, 0); derr != nil {
-			return fmt.Errorf("create replica %s: remove leftover container: %w", rep.Name, derr)
+			return nil, fmt.Errorf("remove leftover container: %w", derr)
 		}
 	}
 	var runtimeOpts any
@@ -356,16 +402,16 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	// snapshot under its ID is left from a create that was cut short (an
 	// agent killed between the snapshot and the container): without this,
 	// every retry failed with "already exists", for good.
-	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, rep.ID); err == nil {
-		r.log.Info("removed the snapshot an interrupted create left", "container", rep.ID)
+	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id); err == nil {
+		r.log.Info("removed the snapshot an interrupted create left", "container", id)
 	} else if !errdefs.IsNotFound(err) {
-		return fmt.Errorf("create replica %s: remove a leftover snapshot: %w", rep.Name, err)
+		return nil, fmt.Errorf("remove a leftover snapshot: %w", err)
 	}
-	c, err := r.client.NewContainer(ctx, rep.ID,
+	c, err := r.client.NewContainer(ctx, id,
 		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshot(rep.ID, img),
+		containerd.WithNewSnapshot(id, img),
 		containerd.WithNewSpec(specOpts...),
 		containerd.WithContainerLabels(labels),
 		// After the labels (which it adds to): the image's StopSignal
@@ -374,19 +420,9 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 		containerd.WithImageStopSignal(img, "SIGTERM"),
 	)
 	if err != nil {
-		return fmt.Errorf("create replica %s: %w", rep.Name, userTerms(err, ic.User, rep.Spec.Security.RunAsUser))
+		return nil, userTerms(err, ic.User, spec.Security.RunAsUser)
 	}
-	defer func() {
-		if err != nil {
-			if derr := c.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup); derr != nil {
-				r.log.Warn("container cleanup after failed create", "replica", rep.Name, "err", derr)
-			}
-		}
-	}()
-	if err := r.startTask(ctx, c, 0, 0); err != nil {
-		return fmt.Errorf("create replica %s: %w", rep.Name, err)
-	}
-	return nil
+	return c, nil
 }
 
 // startTask (re)starts container c's task with stdout and stderr appended
@@ -499,25 +535,44 @@ func (r *Runtime) start(ctx context.Context, id string, restarts, backoffStep in
 	return nil
 }
 
+// remove stops and deletes container id and, for a replica's own
+// container, its members (removeMembers), its sandbox, logs and pod
+// directory.
 func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) error {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
+	var labels map[string]string
 	if err == nil {
+		labels, err = c.Labels(ctx)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if labels[LabelMemberOf] != "" { // a member alone: its replica is gone
 		if err := r.deleteContainer(ctx, c, grace); err != nil {
 			return fmt.Errorf("remove %s: %w", id, err)
 		}
-	} else if !errdefs.IsNotFound(err) {
+		return r.removeLogs(id)
+	}
+	if err := r.removeMembers(ctx, id, func(c containerd.Container) error { return r.deleteContainer(ctx, c, grace) }); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	if err := r.net.Detach(ctx, id); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
+	r.removeLogs(id)
+	r.removePodDir(id)
+	return nil
+}
+
+// removeLogs removes container id's log files (a failure is only
+// logged: it returns nil).
+func (r *Runtime) removeLogs(id string) error {
 	for _, p := range []string{r.LogPath(id), r.PreviousLogPath(id)} {
 		if err := logfile.Remove(p); err != nil {
 			r.log.Warn("remove log file", "container", id, "err", err)
 		}
 	}
-	r.removePodDir(id)
 	return nil
 }
 

@@ -16,14 +16,17 @@ import (
 )
 
 // volumeMounts makes rep's volumes under its pod directory and returns
-// the container's mounts of them: an emptyDir's directory (tmpfs for
+// container c's mounts of them: an emptyDir's directory (tmpfs for
 // medium Memory, sizeLimit its size), a hostPath under
 // --allow-host-path, the files of projected volumes (volumes.Write; on
 // tmpfs when they hold a Secret's values, and mounted read-only, as the
 // kubelet mounts them). A subPath binds what it names now (a projected
 // file is then not updated, as in Kubernetes); a subPathExpr is
 // expanded against vars, the container's environment.
-func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[string]string) ([]specs.Mount, error) {
+//
+// setup false (a container added to a replica whose volumes its create
+// made) only finds the volumes and mounts them.
+func (r *Runtime) volumeMounts(rep reconcile.Replica, c reconcile.Spec, podDir string, vars map[string]string, setup bool) ([]specs.Mount, error) {
 	r.volumes.Lock()
 	defer r.volumes.Unlock()
 	dirs := map[string]string{}
@@ -40,7 +43,7 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 			if _, err := os.Stat(dir); err != nil {
 				return nil, fmt.Errorf("volume %q: the volume of persistentvolumeclaim %q: %w", v.Name, v.Claim, err)
 			}
-			if g := v.Group; g != nil { // fsGroup: its group's, setgid, as for an emptyDir
+			if g := v.Group; g != nil && setup { // fsGroup: its group's, setgid, as for an emptyDir
 				if err := os.Chown(dir, -1, int(*g)); err != nil {
 					return nil, err
 				}
@@ -57,6 +60,8 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 				return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 			}
 			dir = p
+		case !setup:
+			projected[v.Name] = !v.EmptyDir
 		case v.EmptyDir:
 			if err := os.MkdirAll(dir, 0o777); err != nil {
 				return nil, err
@@ -97,7 +102,7 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 		dirs[v.Name] = dir
 	}
 	var out []specs.Mount
-	for i, m := range rep.Spec.Mounts {
+	for i, m := range c.Mounts {
 		src, ok := dirs[m.Volume]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %s: no volume %q", m.Path, m.Volume)
@@ -121,7 +126,7 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 				// not follow updates, as in Kubernetes, and a restart
 				// still finds it after an update removed the directory
 				// it was in.
-				cp := filepath.Join(src, "..subpath_"+strconv.Itoa(i))
+				cp := filepath.Join(src, "..subpath_"+subpathName(c.Name, i))
 				if err := copyTree(p, cp); err != nil {
 					return nil, fmt.Errorf("volumeMount %s: %w", m.Path, err)
 				}
@@ -136,6 +141,16 @@ func (r *Runtime) volumeMounts(rep reconcile.Replica, podDir string, vars map[st
 		out = append(out, specs.Mount{Destination: m.Path, Type: "bind", Source: src, Options: opts})
 	}
 	return out, nil
+}
+
+// subpathName names the copy of the subPath of mount i of container
+// name: "<name>_<i>", or "<i>" for a Spec without a name (made before
+// pods had several containers).
+func subpathName(name string, i int) string {
+	if name == "" {
+		return strconv.Itoa(i)
+	}
+	return name + "_" + strconv.Itoa(i)
 }
 
 // hostDir is the node directory of hostPath volume v: under one of

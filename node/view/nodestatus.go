@@ -172,7 +172,13 @@ func CapTimes(s *NodeStatus, version hlc.Timestamp) {
 		r := &s.Replicas[i]
 		at(&r.Created)
 		at(&r.Started)
-		for _, t := range []*api.Termination{r.Exit, r.LastState} {
+		terms := []*api.Termination{r.Exit, r.LastState}
+		for j := range r.Containers {
+			c := &r.Containers[j]
+			at(&c.Started)
+			terms = append(terms, c.Exit, c.LastState)
+		}
+		for _, t := range terms {
 			if t != nil {
 				at(&t.StartedAt)
 				at(&t.FinishedAt)
@@ -255,11 +261,11 @@ func workloadsOf(objs []manifest.Object) []placement.Workload {
 		if !o.IsWorkload() {
 			continue
 		}
-		spec := specOf(o)
+		cpu, memory := podRequests(specOf(o))
 		ws = append(ws, placement.Workload{
 			Key:          reconcile.WorkloadKey(o.Namespace, o.Name),
 			Replicas:     o.Replicas(),
-			Requests:     placement.Resources{MilliCPU: spec.CPURequestMillis, MemoryBytes: spec.MemoryRequestBytes},
+			Requests:     placement.Resources{MilliCPU: cpu, MemoryBytes: memory},
 			NodeSelector: o.PodTemplate().Spec.NodeSelector,
 		})
 	}

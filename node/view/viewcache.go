@@ -394,30 +394,19 @@ func LiveObjects(records []crdt.Record) (objs []manifest.Object, bad []string) {
 	return objs, bad
 }
 
-// specOf derives the replica Spec from a workload's pod template (one
-// container; manifest validation guarantees it).
+// specOf derives the replica Spec from a workload's pod template: its
+// first container's fields and the pod's, and its init containers and
+// other containers as Init and Containers.
 func specOf(o manifest.Object) reconcile.Spec {
 	t := o.PodTemplate()
 	c := t.Spec.Containers[0]
-	s := reconcile.Spec{
-		Image:      c.Image,
-		PullPolicy: string(c.ImagePullPolicy),
-		Command:    c.Command,
-		Args:       c.Args,
-		WorkingDir: c.WorkingDir,
-		GracePeriod: func() time.Duration {
-			if g := t.Spec.TerminationGracePeriodSeconds; g != nil {
-				return max(time.Duration(*g)*time.Second, minGracePeriod)
-			}
-			return defaultGracePeriod
-		}(),
+	s := containerSpecOf(t, c)
+	s.GracePeriod = defaultGracePeriod
+	if g := t.Spec.TerminationGracePeriodSeconds; g != nil {
+		s.GracePeriod = max(time.Duration(*g)*time.Second, minGracePeriod)
 	}
 	s.Hostname, s.Subdomain, s.DNSPolicy = t.Spec.Hostname, t.Spec.Subdomain, string(t.Spec.DNSPolicy)
-	s.Security = securityOf(t.Spec.SecurityContext, c.SecurityContext)
 	s.NoServiceLinks = t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks
-	if l := c.Lifecycle; l != nil {
-		s.PostStart, s.PreStop = hookOf(c, l.PostStart), hookOf(c, l.PreStop)
-	}
 	for _, h := range t.Spec.HostAliases {
 		s.HostAliases = append(s.HostAliases, reconcile.HostAlias{IP: h.IP, Hostnames: h.Hostnames})
 	}
@@ -427,17 +416,67 @@ func specOf(o manifest.Object) reconcile.Spec {
 			s.DNSConfig.Options = append(s.DNSConfig.Options, reconcile.DNSOption{Name: o.Name, Value: o.Value})
 		}
 	}
-	s.Env, s.EnvFrom = envOf(t, c)
 	for _, ps := range t.Spec.ImagePullSecrets {
 		s.PullSecrets = append(s.PullSecrets, ps.Name)
 	}
-	if len(t.Spec.Volumes) > 0 || len(c.VolumeMounts) > 0 {
-		s.Volumes, s.Mounts = volumesOf(t.Spec.Volumes, s.Security.FSGroup), mountsOf(c.VolumeMounts) // volumes.go
-		if o.StatefulSet != nil {
-			s.Volumes = append(s.Volumes, templateVolumesOf(o.StatefulSet.Spec.VolumeClaimTemplates, s.Security.FSGroup)...)
-		}
+	if len(t.Spec.Volumes) > 0 {
+		s.Volumes = volumesOf(t.Spec.Volumes, s.Security.FSGroup) // volumes.go
+	}
+	if o.StatefulSet != nil && len(o.StatefulSet.Spec.VolumeClaimTemplates) > 0 {
+		s.Volumes = append(s.Volumes, templateVolumesOf(o.StatefulSet.Spec.VolumeClaimTemplates, s.Security.FSGroup)...)
 	}
 	s.Labels, s.Annotations = t.Labels, t.Annotations
+	for _, ic := range t.Spec.InitContainers {
+		is := containerSpecOf(t, ic)
+		is.Sidecar = ic.RestartPolicy != nil && *ic.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		s.Init = append(s.Init, is)
+	}
+	for _, c := range t.Spec.Containers[1:] {
+		s.Containers = append(s.Containers, containerSpecOf(t, c))
+	}
+	return s
+}
+
+// podRequests is the effective CPU (thousandths of a core) and memory
+// (bytes) request of a pod whose containers are s's, what placement
+// reserves: Kubernetes' max(sum of app containers and sidecars, each
+// init container with the sidecars started before it).
+func podRequests(s reconcile.Spec) (milliCPU, memory int64) {
+	milliCPU, memory = s.CPURequestMillis, s.MemoryRequestBytes
+	for _, c := range s.Containers {
+		milliCPU, memory = milliCPU+c.CPURequestMillis, memory+c.MemoryRequestBytes
+	}
+	var sideCPU, sideMem int64
+	for _, c := range s.Init {
+		if c.Sidecar {
+			sideCPU, sideMem = sideCPU+c.CPURequestMillis, sideMem+c.MemoryRequestBytes
+			milliCPU, memory = milliCPU+c.CPURequestMillis, memory+c.MemoryRequestBytes
+			continue
+		}
+		milliCPU, memory = max(milliCPU, sideCPU+c.CPURequestMillis), max(memory, sideMem+c.MemoryRequestBytes)
+	}
+	return milliCPU, memory
+}
+
+// containerSpecOf is the container fields of container c of template t
+// (the pod's securityContext under c's).
+func containerSpecOf(t *corev1.PodTemplateSpec, c corev1.Container) reconcile.Spec {
+	s := reconcile.Spec{
+		Name:       c.Name,
+		Image:      c.Image,
+		PullPolicy: string(c.ImagePullPolicy),
+		Command:    c.Command,
+		Args:       c.Args,
+		WorkingDir: c.WorkingDir,
+	}
+	s.Security = securityOf(t.Spec.SecurityContext, c.SecurityContext)
+	if l := c.Lifecycle; l != nil {
+		s.PostStart, s.PreStop = hookOf(c, l.PostStart), hookOf(c, l.PreStop)
+	}
+	s.Env, s.EnvFrom = envOf(t, c)
+	if len(c.VolumeMounts) > 0 {
+		s.Mounts = mountsOf(c.VolumeMounts) // volumes.go
+	}
 	for _, p := range c.Ports {
 		proto := string(p.Protocol)
 		if proto == "" {

@@ -78,18 +78,31 @@ func currentProbes(workloads []manifest.Object) (hashes map[string]string, probe
 }
 
 // AddProbes adds the probes of template t (of workload namespace/name,
-// spec hash) to out, when it has any.
+// spec hash) to out, when it has any: its first container's under
+// ProbesKey, each other container's (sidecars too) under
+// ContainerProbesKey.
 func AddProbes(out map[string]probe.Probes, namespace, name, hash string, t *corev1.PodTemplateSpec) {
-	c := t.Spec.Containers[0]
-	ps := probe.Probes{
-		Startup:   probeSpec(c, c.StartupProbe),
-		Liveness:  probeSpec(c, c.LivenessProbe),
-		Readiness: probeSpec(c, c.ReadinessProbe),
-	}
-	if ps != (probe.Probes{}) {
-		out[ProbesKey(namespace, name, hash)] = ps
+	key := ProbesKey(namespace, name, hash)
+	for i, c := range slices.Concat(t.Spec.Containers, t.Spec.InitContainers) {
+		ps := probe.Probes{
+			Startup:   probeSpec(c, c.StartupProbe),
+			Liveness:  probeSpec(c, c.LivenessProbe),
+			Readiness: probeSpec(c, c.ReadinessProbe),
+		}
+		if ps == (probe.Probes{}) {
+			continue
+		}
+		if i == 0 {
+			out[key] = ps
+		} else {
+			out[ContainerProbesKey(key, c.Name)] = ps
+		}
 	}
 }
+
+// ContainerProbesKey is the key of container name's probes among those
+// of a template whose ProbesKey is key.
+func ContainerProbesKey(key, name string) string { return key + "/" + name }
 
 func ProbesKey(namespace, workload, hash string) string {
 	return namespace + "/" + workload + "/" + hash

@@ -20,7 +20,7 @@
 //
 // The image has no shell, so exec probes run this binary:
 //
-//	/echo check [-alloc MIB] [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL] [-linger DURATION] [-exit N]
+//	/echo check [-alloc MIB] [-exists FILE] [-absent FILE] [-sleep DURATION] [-get URL] [-linger DURATION] [-write FILE=TEXT] [-exit N]
 //
 // exits 0 (or N, -exit) when FILE exists (-exists), FILE2 does not
 // (-absent) and a GET of URL answers 200 (-get), after allocating MIB
@@ -59,8 +59,16 @@ func check(args []string) int {
 	get := fs.String("get", "", "fail unless a GET of this URL answers 200 (names resolve as the container's resolver says)")
 	exit := fs.Int("exit", 0, "exit with this status (after the other checks pass)")
 	alloc := fs.Int("alloc", 0, "first allocate and touch this many MiB (to meet a memory limit)")
+	write := fs.String("write", "", "FILE=TEXT: write TEXT to FILE (an init container's work)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if file, text, ok := strings.Cut(*write, "="); ok {
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Printf("wrote %s\n", file)
 	}
 	if *alloc > 0 {
 		var held [][]byte
