@@ -80,10 +80,6 @@ func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now
 	}
 	for _, m := range apps {
 		seen[m.ContainerName] = true
-		if m.ContainerName == "" && len(c.Members) == 0 {
-			st.Restarts += m.Restarts // a replica of one container, made before they had names
-			continue
-		}
 		st.Containers = append(st.Containers, containerStatus(m, ready, now))
 		st.Restarts += m.Restarts
 	}

@@ -1,7 +1,8 @@
 // Command bench measures a real node: for 1 and 20 replicas, the time from
 // `starling apply` to all replicas Running (median of 5 runs), and the
 // agent's idle resident memory with no workload and with 20 replicas; then
-// Service rules: lines, full sync and one-Service-changed sync for 100,
+// a pod of one container against one of 3 containers, 2 init containers,
+// a ConfigMap volume and a claim (pod.go); then Service rules: lines, full sync and one-Service-changed sync for 100,
 // 1,000 and 10,000 Services x 5 endpoints, in a namespace of its own; then,
 // on 3 nodes, failover (a cut-off node's endpoints gone from the others'
 // rules, its replicas ready elsewhere) and rolling-update durations (see
@@ -10,7 +11,7 @@
 // imported it to one that needs it, against a plain copy (images.go).
 // Nodes run in network namespaces
 // (test/harness), each with its own containerd; it needs root and prints
-// a table per group (-only node|rules|cluster|join|image runs one). `make
+// a table per group (-only node|pod|rules|cluster|join|image runs one). `make
 // bench` runs it.
 package main
 
@@ -118,7 +119,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // groups are the figure groups, in the order a run without -only runs them.
-var groups = []string{"node", "rules", "cluster", "join", "image"}
+var groups = []string{"node", "pod", "rules", "cluster", "join", "image"}
 
 func main() {
 	runs := flag.Int("runs", 5, "node group: runs per replica count")
@@ -168,6 +169,8 @@ func main() {
 		switch g {
 		case "node":
 			err = withArtifacts(func(a artifacts) error { return run(a, *runs) })
+		case "pod":
+			err = withArtifacts(func(a artifacts) error { return podBench(a, *runs) })
 		case "rules":
 			err = rulesBench()
 		case "cluster":
