@@ -495,10 +495,20 @@ func (b *Binder) Sync(now time.Time) bool {
 			b.Log.Warn("remove the volume of a claim given up", "uid", uid, "err", err)
 		}
 	}
+	capacity := map[string]int64{}
+	for _, h := range held {
+		capacity[h.Binding.UID] = h.Binding.Capacity
+	}
 	next := p.Next[:0:0]
 	for _, h := range p.Next {
+		if was, ok := capacity[h.Binding.UID]; ok && was != h.Binding.Capacity && h.Binding.Ready && !slices.Contains(p.Make, h.Binding.UID) {
+			// A larger request: the limit follows.
+			if err := b.make(&h.Binding); err != nil {
+				b.Log.Warn("hold the volume of a claim to its new size", "claim", h.Binding.Namespace+"/"+h.Binding.Claim, "err", err)
+			}
+		}
 		if slices.Contains(p.Make, h.Binding.UID) {
-			if err := b.make(h.Binding); err != nil {
+			if err := b.make(&h.Binding); err != nil {
 				b.Log.Warn("make the volume of a claim", "claim", h.Binding.Namespace+"/"+h.Binding.Claim, "err", err)
 				h.Binding.Ready = false // tried again next time
 			} else {
@@ -516,15 +526,18 @@ func (b *Binder) Sync(now time.Time) bool {
 
 // make makes the volume of binding vb: its directory, writable by any
 // user as the local-path provisioner makes it (fsGroup, when a pod
-// sets one, is applied at the mount), and its binding beside it.
-func (b *Binder) make(vb view.VolumeBinding) error {
+// sets one, is applied at the mount), held to its capacity where the
+// filesystem can (makeVolume: vb.Enforced), and its binding beside it.
+func (b *Binder) make(vb *view.VolumeBinding) error {
 	dir := ClaimDir(b.Dir, filepath.Base(vb.UID))
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	enforced, why, err := makeVolume(dir, vb.UID, vb.Capacity)
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return err
+	if !enforced {
+		b.Log.Info("the claim's size is advisory on this node", "claim", vb.Namespace+"/"+vb.Claim, "why", why)
 	}
+	vb.Enforced = enforced
 	js, err := json.Marshal(vb)
 	if err != nil {
 		return err
