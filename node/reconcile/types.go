@@ -287,12 +287,12 @@ type Container struct {
 	// Init marks a member that is an init container, Sidecar one that is
 	// a native sidecar (runtime's LabelRole).
 	Init, Sidecar bool
-	Namespace string
-	Workload  string
-	UID       string // the object's, as Replica.UID
-	Ordinal   int
-	SpecHash  string
-	State     State
+	Namespace     string
+	Workload      string
+	UID           string // the object's, as Replica.UID
+	Ordinal       int
+	SpecHash      string
+	State         State
 	// PodIP is the address CNI gave the replica; empty means the sandbox
 	// setup did not finish (the agent died half-way), so it is rebuilt.
 	PodIP string
