@@ -180,8 +180,13 @@ func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node resolver)
 	var mounts []specs.Mount
 	for _, f := range files {
 		path := filepath.Join(dir, f.name)
-		if err := os.WriteFile(path, f.data, 0o644); err != nil {
-			return nil, err
+		// A container added to a running replica finds the files made:
+		// rewritten in place, they would read empty for a moment in the
+		// containers that run.
+		if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, f.data) {
+			if err := os.WriteFile(path, f.data, 0o644); err != nil {
+				return nil, err
+			}
 		}
 		mounts = append(mounts, specs.Mount{Destination: f.dest, Type: "bind", Source: path, Options: []string{"rbind", "rprivate", "rw"}})
 	}

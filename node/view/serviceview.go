@@ -87,7 +87,8 @@ func ServicePortsOf(o manifest.Object, alloc service.Allocation, matches []manif
 }
 
 // targetPort resolves a Service port's targetPort against a workload's
-// container: a number is used as is, a name must be a container port name.
+// containers: a number is used as is, a name must be a port name of an
+// app container or a sidecar (as Kubernetes' FindPort).
 func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 	if sp.TargetPort.Type == 0 { // intstr.Int
 		if sp.TargetPort.IntVal == 0 {
@@ -95,9 +96,17 @@ func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 		}
 		return sp.TargetPort.IntVal, true
 	}
-	for _, c := range d.PodTemplate().Spec.Containers {
+	t := d.PodTemplate()
+	for _, c := range t.Spec.Containers {
 		for _, cp := range c.Ports {
 			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	for _, c := range t.Spec.InitContainers {
+		for _, cp := range c.Ports {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways && cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
 				return cp.ContainerPort, true
 			}
 		}
