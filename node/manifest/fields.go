@@ -147,6 +147,7 @@ var podTemplateFields = concat(
 		"spec.template.spec.restartPolicy",
 		"spec.template.spec.dnsPolicy",
 		"spec.template.spec.enableServiceLinks",
+		"spec.template.spec.shareProcessNamespace",
 		"spec.template.spec.imagePullSecrets[].name",
 		// Harmless: Starling has one scheduler and no service accounts.
 		"spec.template.spec.schedulerName",

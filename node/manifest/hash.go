@@ -72,6 +72,8 @@ type replicaSpec struct {
 	Name          string                         `json:"name,omitempty"`
 	Init          bool                           `json:"init,omitempty"`
 	RestartPolicy *corev1.ContainerRestartPolicy `json:"restartPolicy,omitempty"`
+	// shareProcessNamespace when true.
+	SharePIDs bool `json:"sharePIDs,omitempty"`
 }
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout
@@ -156,6 +158,7 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 				Volumes:                       volumes,
 				VolumeMounts:                  c.VolumeMounts,
 				ImagePullSecrets:              t.Spec.ImagePullSecrets,
+				SharePIDs:                     t.Spec.ShareProcessNamespace != nil && *t.Spec.ShareProcessNamespace,
 			}
 			if several {
 				rs.Name, rs.Init, rs.RestartPolicy = c.Name, init, c.RestartPolicy

@@ -102,6 +102,8 @@ func TestSpecHashCoversExactlyTheReplicaFields(t *testing.T) {
 		{"imagePullSecrets", "    spec:\n      containers:", "    spec:\n      imagePullSecrets: [{name: reg}]\n      containers:", true},
 		{"an init container", "    spec:\n      containers:", "    spec:\n      initContainers: [{name: init, image: busybox}]\n      containers:", true},
 		{"a second container", "    spec:\n      containers:", "    spec:\n      containers:\n      - {name: log, image: busybox}", true},
+		{"shareProcessNamespace", "    spec:\n      containers:", "    spec:\n      shareProcessNamespace: true\n      containers:", true},
+		{"shareProcessNamespace false (the default)", "    spec:\n      containers:", "    spec:\n      shareProcessNamespace: false\n      containers:", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

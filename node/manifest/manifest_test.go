@@ -419,7 +419,7 @@ spec:
 		},
 		{
 			name: "init containers: a probe only on a sidecar, restartPolicy only Always, names apart",
-			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      shareProcessNamespace: true\n      initContainers:\n"+
+			input: edit(t, d, "    spec:\n      containers:", "    spec:\n      shareProcessNamespace: true\n      hostPID: true\n      initContainers:\n"+
 				"      - name: init\n        image: busybox\n        readinessProbe:\n          exec:\n            command: [\"true\"]\n"+
 				"      - name: side\n        image: busybox\n        restartPolicy: OnFailure\n"+
 				"      - name: web\n        image: busybox\n        restartPolicy: Always\n        readinessProbe:\n          exec:\n            command: [\"true\"]\n"+
@@ -428,7 +428,7 @@ spec:
 				`x.yaml: Deployment "hello": spec.template.spec.initContainers[0].readinessProbe: Forbidden: may not be set for init containers without restartPolicy Always`,
 				`x.yaml: Deployment "hello": spec.template.spec.initContainers[1].restartPolicy: Unsupported value: "OnFailure": supported values: "Always"`,
 				`x.yaml: Deployment "hello": spec.template.spec.containers[0].name: Duplicate value: "web"`,
-				`x.yaml: Deployment "hello": spec.template.spec.shareProcessNamespace: Forbidden: not supported by Starling yet`,
+				`x.yaml: Deployment "hello": spec.template.spec.hostPID: Forbidden: not supported by Starling yet`,
 			},
 		},
 		{

@@ -44,6 +44,9 @@ type Spec struct {
 	// containers after the first.
 	Init       []Spec `json:"init,omitempty"`
 	Containers []Spec `json:"containers,omitempty"`
+	// SharePIDs is shareProcessNamespace: the containers share one PID
+	// namespace (node/pidns), each seeing the others' processes.
+	SharePIDs bool `json:"sharePIDs,omitempty"`
 	// PullPolicy is the container's imagePullPolicy: "Always",
 	// "IfNotPresent" or "Never" ("": IfNotPresent); see
 	// runtime.EnsureImage.

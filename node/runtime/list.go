@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/containerd/events"
 	"github.com/containerd/typeurl/v2"
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/pidns"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -44,7 +45,7 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 		oc.CreatedAt = info.CreatedAt
 		if own := info.Labels[LabelMemberOf]; own != "" {
 			memberOf[c.ID()] = own // its sandbox is its replica's
-		} else if oc.PodIP != "" && !r.net.Ready(c.ID()) {
+		} else if oc.PodIP != "" && r.sandboxGone(c.ID(), info.Labels) {
 			// The sandbox is gone (host reboot): Plan rebuilds it.
 			oc.PodIP = ""
 		}
@@ -75,6 +76,17 @@ func (r *Runtime) List(ctx context.Context) ([]reconcile.Container, error) {
 		out = append(out, oc)
 	}
 	return groupMembers(out, memberOf), nil // pod.go
+}
+
+// sandboxGone reports whether the sandbox of replica container id
+// (labels) is gone: its network namespace, or the holder of its shared
+// PID namespace (a host reboot, a killed holder).
+func (r *Runtime) sandboxGone(id string, labels map[string]string) bool {
+	if !r.net.Ready(id) {
+		return true
+	}
+	_, held := pidns.Find(r.podDir(id))
+	return labels[LabelSharePIDs] == "true" && !held
 }
 
 func fromLabels(id string, l map[string]string) reconcile.Container {

@@ -33,6 +33,9 @@ const (
 	// LabelRole is "init", "sidecar" (an init container with
 	// restartPolicy Always) or "" (an app container).
 	LabelRole = "starling.io/role"
+	// LabelSharePIDs marks a replica whose containers share a PID
+	// namespace (node/pidns): without its holder, its sandbox is broken.
+	LabelSharePIDs = "starling.io/share-pids"
 )
 
 // addContainer creates container name of rep in the sandbox of rep's own

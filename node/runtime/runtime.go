@@ -37,6 +37,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/starling-orchestrator/starling/node/logfile"
+	"github.com/starling-orchestrator/starling/node/pidns"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -268,7 +269,7 @@ func (r *Runtime) create(ctx context.Context, rep reconcile.Replica) (err error)
 	}
 	defer func() {
 		if err != nil {
-			if derr := r.net.Detach(context.WithoutCancel(ctx), rep.ID); derr != nil {
+			if derr := errors.Join(r.net.Detach(context.WithoutCancel(ctx), rep.ID), pidns.Stop(r.podDir(rep.ID))); derr != nil {
 				r.log.Warn("sandbox cleanup after failed create", "replica", rep.Name, "err", derr)
 			}
 		}
@@ -332,6 +333,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 	}
 	env, vars := containerEnv(spec.Env, rep.ServiceEnv, podFields{Name: rep.Name, Namespace: rep.Namespace, UID: reconcile.PodUID(rep), NodeName: r.cfg.Node, PodIP: podIP, HostIP: rep.HostIP})
 	own := id == rep.ID
+	var extraNS []specs.LinuxNamespace
 	if len(rep.Spec.Volumes) > 0 {
 		vmounts, err := r.volumeMounts(rep, spec, r.podDir(rep.ID), vars, own) // volumes.go
 		if err != nil {
@@ -360,6 +362,19 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 	if rep.UID != "" {
 		labels[LabelUID] = rep.UID
 	}
+	if rep.Spec.SharePIDs {
+		labels[LabelSharePIDs] = "true"
+		pid, ok := pidns.Find(r.podDir(rep.ID))
+		if !ok && !own {
+			return nil, errors.New("the replica's shared PID namespace is gone")
+		}
+		if !ok {
+			if pid, err = pidns.Start(r.podDir(rep.ID)); err != nil {
+				return nil, err
+			}
+		}
+		extraNS = append(extraNS, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: pidns.Path(pid)})
+	}
 	specOpts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
 		oci.WithProcessArgs(args...),
@@ -368,6 +383,9 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 		oci.WithMounts(mounts),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.NetNSPath(rep.ID)}),
 		oci.WithCgroup(r.CgroupPath(id)),
+	}
+	for _, ns := range extraNS {
+		specOpts = append(specOpts, oci.WithLinuxNamespace(ns))
 	}
 	if spec.WorkingDir != "" {
 		specOpts = append(specOpts, oci.WithProcessCwd(spec.WorkingDir))
@@ -555,6 +573,9 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		return r.removeLogs(id)
 	}
 	if err := r.removeMembers(ctx, id, func(c containerd.Container) error { return r.deleteContainer(ctx, c, grace) }); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if err := pidns.Stop(r.podDir(id)); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	if err := r.net.Detach(ctx, id); err != nil {

@@ -407,6 +407,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 	}
 	s.Hostname, s.Subdomain, s.DNSPolicy = t.Spec.Hostname, t.Spec.Subdomain, string(t.Spec.DNSPolicy)
 	s.NoServiceLinks = t.Spec.EnableServiceLinks != nil && !*t.Spec.EnableServiceLinks
+	s.SharePIDs = t.Spec.ShareProcessNamespace != nil && *t.Spec.ShareProcessNamespace
 	for _, h := range t.Spec.HostAliases {
 		s.HostAliases = append(s.HostAliases, reconcile.HostAlias{IP: h.IP, Hostnames: h.Hostnames})
 	}

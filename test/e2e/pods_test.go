@@ -23,7 +23,9 @@ import (
 // the pod's address; READY counts 3/3; logs -c and --all-containers
 // print each container's output. A failing init container holds the
 // app back in Init:CrashLoopBackOff, restarted with backoff, with a
-// REASON naming it. The replica's removal takes every container.
+// REASON naming it. With shareProcessNamespace every container sees the
+// replica's holder as PID 1. The replica's removal takes every
+// container, and the holder.
 func TestAPodOfSeveralContainers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 1)
@@ -105,6 +107,23 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		t.Errorf("logs --all-containers: want the init container's line and three servers':\n%s %v", out, err)
 	}
 
+	// shareProcessNamespace: both containers see PID 1 of the replica's
+	// namespace, its holder, and each other's processes.
+	pids := echoApp("pod-pids", 1, "")
+	pids.Namespace = ns
+	apply(t, n1, pids.Deployment(func(d *appsv1.Deployment) {
+		spec := &d.Spec.Template.Spec
+		spec.ShareProcessNamespace = ptrTo(true)
+		spec.Containers = append(spec.Containers, echo("tail", "9091"))
+	}))
+	shared, _ := waitRunning(t, n1, "pod-pids", 1, 60*time.Second)
+	for _, port := range []string{"8080", "9091"} {
+		body, err := n1.PodHTTPGet(ns, shared[0].Name, "http://"+shared[0].PodIP+":"+port+"/file?path=/proc/1/cmdline", 5*time.Second)
+		if err != nil || !strings.Contains(body, "pid-holder") {
+			t.Errorf("PID 1 seen from the container on port %s: %q %v, want the replica's holder", port, body, err)
+		}
+	}
+
 	// A failing init container: the app never starts, the init
 	// container restarts under backoff, the REASON names it.
 	bad := echoApp("pod-bad", 1, "")
@@ -142,8 +161,9 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		t.Errorf("get replicas does not show Init:CrashLoopBackOff:\n%s %v", out, err)
 	}
 
-	// Removal takes every container of both replicas, and their logs.
-	for _, name := range []string{"pod-web", "pod-bad"} {
+	// Removal takes every container of the replicas, their logs and
+	// the holder of the shared PID namespace.
+	for _, name := range []string{"pod-web", "pod-bad", "pod-pids"} {
 		if out, err := n1.CLI("delete", "deployment", "-n", ns, name); err != nil {
 			t.Fatalf("delete %s: %v %s", name, err, out)
 		}
@@ -155,6 +175,12 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		logs, _ := filepath.Glob(filepath.Join(n1.DataDir, "logs", ns+"_*"))
 		if len(logs) > 0 {
 			return fmt.Errorf("log files left: %v", logs)
+		}
+		cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range cmdlines {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "pid-holder") && strings.Contains(string(b), n1.DataDir) {
+				return fmt.Errorf("a PID namespace holder still runs: %s", f)
+			}
 		}
 		return nil
 	}); err != nil {

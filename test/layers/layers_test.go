@@ -35,11 +35,12 @@ var allowed = map[string][]string{
 	"node/manifest":  nil,
 	"node/probe":     nil,
 	"node/logfile":   nil,
+	"node/pidns":     nil,
 	"node/preflight": nil,
 	"node/quorum":    {"gossip/crdt"},
 	"node/reconcile": {"node/api", "placement"},
 	"node/rollout":   {"node/api", "node/manifest"},
-	"node/runtime":   {"node/api", "node/logfile", "node/probe", "node/reconcile", "node/volumes"},
+	"node/runtime":   {"node/api", "node/logfile", "node/pidns", "node/probe", "node/reconcile", "node/volumes"},
 	"node/volumes":   {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":     {"gossip/crdt"},
 	"node/client":    {"node/api"},
@@ -55,7 +56,7 @@ var allowed = map[string][]string{
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
 		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "placement"},
 	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout", "node/trust"},
-	"cmd/starling": {"cli", "node/logfile"},
+	"cmd/starling": {"cli", "node/logfile", "node/pidns"},
 }
 
 // rule returns the import rule of pkg (the most specific entry).
