@@ -1,5 +1,6 @@
 // Package pidns holds the PID namespace of a replica whose containers
-// share one (shareProcessNamespace), as the kubelet's pause container
+// share one (its pod template sets shareProcessNamespace: true), as the
+// kubelet's pause container
 // holds a pod's: a small process, the agent's own binary run as
 // `starling pid-holder DIR`, is PID 1 of a new PID namespace; every
 // container of the replica joins it (/proc/PID/ns/pid), sees the

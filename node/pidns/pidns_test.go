@@ -61,4 +61,3 @@ func TestAHolderIsPID1OfItsNamespaceAndFoundAgain(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
