@@ -234,6 +234,7 @@ func (r *replicas) reconcile(ctx context.Context) time.Duration {
 	r.fence.note(f, seen, known)
 	d := r.decision(v, observed, f, start)
 	d.Local, d.Backoff, d.ServiceEnv, d.Config, d.HostIP, d.Claims = local, r.acts.backoffs(), serviceEnv(v), v.Config, v.Statuses[r.self].HostIP(), v.ClaimsOn(r.self)
+	d.OncePod = v.OncePodClaims()
 	d.Allocatable = reconcile.Allocatable(v.Statuses[r.self].Capacity)
 	out := reconcile.Decide(d, time.Now())
 	observed = out.Observed

@@ -50,6 +50,9 @@ type Decision struct {
 	// Allocatable is this node's, for the limits a resourceFieldRef
 	// names and the container does not set.
 	Allocatable Allocatable
+	// OncePod are the ReadWriteOncePod claims (namespace/name): one
+	// replica at a time mounts each (oncepod.go).
+	OncePod map[string]bool
 }
 
 // Local is what the node knows of its containers that containerd does
@@ -132,6 +135,7 @@ func Decide(d Decision, now time.Time) Output {
 	out := Output{Mine: Fence(gated, f), Handoffs: handoffs, Fenced: !f.Unknown && !f.Quorum, Observed: observed}
 	res := Plan(out.Mine, observed, now)
 	out.Requeue = res.Requeue
+	var users map[string]Replica // of ReadWriteOncePod claims, made when one is met
 	for _, act := range res.Actions {
 		if wait := backoff(d.Backoff, act, now); wait > 0 {
 			if out.Requeue == 0 || wait < out.Requeue {
@@ -151,7 +155,14 @@ func Decide(d Decision, now time.Time) Output {
 				act.Replica.ServiceEnv = d.ServiceEnv(act.Replica.Namespace)
 			}
 			act.Replica.HostIP = d.HostIP
-			if err := withConfig(&act.Replica, d.Config, d.Claims, d.Allocatable); err != nil {
+			err := withConfig(&act.Replica, d.Config, d.Claims, d.Allocatable)
+			if err == nil && len(d.OncePod) > 0 && act.Type != AddContainer {
+				if users == nil {
+					users = claimUsers(observed, d.Ownership.All)
+				}
+				err = oncePodWait(act.Replica, act.Old.ID, d.OncePod, users)
+			}
+			if err != nil {
 				if out.ConfigErrors == nil {
 					out.ConfigErrors = map[string]error{}
 				}

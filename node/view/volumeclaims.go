@@ -210,6 +210,21 @@ func (v *View) ClaimsOn(self string) func(namespace, name string) (string, error
 	}
 }
 
+// OncePodClaims are the ReadWriteOncePod claims, by "namespace/name"
+// (reconcile.Decision's OncePod; nil when there is none).
+func (v *View) OncePodClaims() map[string]bool {
+	var out map[string]bool
+	for key, c := range v.VolumeClaims {
+		if c.Object.Claim != nil && slices.Contains(c.Object.Claim.Spec.AccessModes, corev1.ReadWriteOncePod) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[key] = true
+		}
+	}
+	return out
+}
+
 // DecorateClaims sets, in each item (a PersistentVolumeClaim as stored),
 // its status as the view knows it: phase Bound once its volume is made
 // on a node (Pending before), capacity and access modes, spec.volumeName
