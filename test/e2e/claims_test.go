@@ -430,3 +430,66 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 		t.Fatalf("after the StatefulSet's delete: %v\n%s", err, out)
 	}
 }
+
+// TestAReadWriteOncePodClaimHasOneUser: two replicas mount one
+// ReadWriteOncePod claim; one runs, the other stays Pending with a
+// REASON that names the claim and its user, and does not start.
+func TestAReadWriteOncePodClaimHasOneUser(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	n1 := c.Nodes[0]
+	importEcho(t, n1)
+	const ns = "pvconce"
+	apply(t, n1, "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: solo, namespace: "+ns+"}\n"+
+		"spec: {accessModes: [ReadWriteOncePod], resources: {requests: {storage: 16Mi}}}\n")
+	app := echoApp("solo", 2, "")
+	app.Namespace = ns
+	apply(t, n1, app.Deployment(func(d *appsv1.Deployment) {
+		d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+		d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "solo"}}}}
+		d.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	}))
+	var phases []string
+	if _, err := eventually(60*time.Second, func() error {
+		all, err := replicas(n1)
+		if err != nil {
+			return err
+		}
+		running, waiting := 0, 0
+		phases = nil
+		for _, r := range all {
+			if r.Namespace != ns {
+				continue
+			}
+			phases = append(phases, string(r.Phase)+" "+r.Reason)
+			switch {
+			case r.Phase == api.PhaseRunning:
+				running++
+			case r.Phase == api.PhasePending && strings.Contains(r.Reason, `persistentvolumeclaim "solo" is ReadWriteOncePod and replica solo-`):
+				waiting++
+			}
+		}
+		if running != 1 || waiting != 1 {
+			return fmt.Errorf("%d running, %d waiting for the claim: %q", running, waiting, phases)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Held for 3 s more: the second never starts beside the first.
+	time.Sleep(3 * time.Second)
+	all, err := replicas(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, r := range all {
+		if r.Namespace == ns && r.Phase == api.PhaseRunning {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Fatalf("%d replicas run on a ReadWriteOncePod claim, want 1", running)
+	}
+}
