@@ -220,7 +220,7 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	wake := newWake()
 	a.work.fence = newFence(cfg, a.started, a.mem.cluster, a.mem.members, a.guard.auth, a.metrics.uncertified, wake, log)
 	a.work.lease = &lease{enabled: cfg.FenceWatchdog, dataDir: cfg.DataDir, cfg: cfg, rt: a.rt, fence: a.work.fence, log: log}
-	a.work.volumes = &volumes.Updater{PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
+	a.work.volumes = &volumes.Updater{Self: cfg.Name, PodDir: cfg.DataDir + "/pods", Views: a.views, Pods: a.rt, Log: log}
 	a.work.claims.Views = a.views
 	a.work.replicas = &replicas{self: cfg.Name, resync: cfg.ResyncInterval, handoffTimeout: cfg.HandoffTimeout, drainDelay: cfg.DrainDelay,
 		rt: a.rt, views: a.views, acts: newActions(), fence: a.work.fence, lease: a.work.lease, status: a.own.status, subnets: a.own.subnets,

@@ -250,7 +250,7 @@ func validateEnvSource(e corev1.EnvVar, c *corev1.Container, p *field.Path) fiel
 	case v.SecretKeyRef != nil:
 		errs = append(errs, validateKeyRef(v.SecretKeyRef.Name, v.SecretKeyRef.Key, p.Child("secretKeyRef"))...)
 	case v.ResourceFieldRef != nil:
-		errs = append(errs, validateResourceRef(v.ResourceFieldRef, c, p.Child("resourceFieldRef"))...)
+		errs = append(errs, validateResourceRef(v.ResourceFieldRef, p.Child("resourceFieldRef"))...)
 	}
 	return errs
 }
@@ -261,13 +261,11 @@ var EnvResources = []string{"limits.cpu", "limits.memory", "requests.cpu", "requ
 
 // validateResourceRef checks a resourceFieldRef as Kubernetes'
 // validateContainerResourceFieldSelector does: a resource of
-// EnvResources of this container, a divisor of 1m or 1 for CPU and a
-// power of 1000 or 1024 for bytes.
-func validateResourceRef(r *corev1.ResourceFieldSelector, c *corev1.Container, p *field.Path) field.ErrorList {
+// EnvResources, a divisor of 1m or 1 for CPU and a power of 1000 or 1024
+// for bytes. Its containerName is checked against the pod's containers
+// (resourceRefContainers).
+func validateResourceRef(r *corev1.ResourceFieldSelector, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if r.ContainerName != "" && r.ContainerName != c.Name {
-		errs = append(errs, field.Invalid(p.Child("containerName"), r.ContainerName, "must name this container (other containers' resources are not supported yet)"))
-	}
 	if !slices.Contains(EnvResources, r.Resource) {
 		return append(errs, field.NotSupported(p.Child("resource"), r.Resource, EnvResources))
 	}
@@ -277,6 +275,52 @@ func validateResourceRef(r *corev1.ResourceFieldSelector, c *corev1.Container, p
 	}
 	if !r.Divisor.IsZero() && !slices.ContainsFunc(divisors, func(d string) bool { q := resource.MustParse(d); return q.Cmp(r.Divisor) == 0 }) {
 		errs = append(errs, field.NotSupported(p.Child("divisor"), r.Divisor.String(), divisors))
+	}
+	return errs
+}
+
+// resourceRefContainers checks that every resourceFieldRef of pod s (of
+// its containers' env, of its downwardAPI and projected volumes) names
+// one of its containers, as Kubernetes does.
+func resourceRefContainers(s *corev1.PodSpec, p *field.Path) field.ErrorList {
+	names := map[string]bool{}
+	for _, c := range slices.Concat(s.Containers, s.InitContainers) {
+		names[c.Name] = true
+	}
+	var errs field.ErrorList
+	check := func(r *corev1.ResourceFieldSelector, at *field.Path) {
+		if r != nil && r.ContainerName != "" && !names[r.ContainerName] {
+			errs = append(errs, field.NotFound(at.Child("resourceFieldRef", "containerName"), r.ContainerName))
+		}
+	}
+	for _, list := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}} {
+		for i, c := range list.containers {
+			for j, e := range c.Env {
+				if e.ValueFrom != nil {
+					check(e.ValueFrom.ResourceFieldRef, p.Child(list.name).Index(i).Child("env").Index(j).Child("valueFrom"))
+				}
+			}
+		}
+	}
+	for i, v := range s.Volumes {
+		vp := p.Child("volumes").Index(i)
+		if v.DownwardAPI != nil {
+			for j, it := range v.DownwardAPI.Items {
+				check(it.ResourceFieldRef, vp.Child("downwardAPI", "items").Index(j))
+			}
+		}
+		if v.Projected != nil {
+			for k, ps := range v.Projected.Sources {
+				if ps.DownwardAPI != nil {
+					for j, it := range ps.DownwardAPI.Items {
+						check(it.ResourceFieldRef, vp.Child("projected", "sources").Index(k).Child("downwardAPI", "items").Index(j))
+					}
+				}
+			}
+		}
 	}
 	return errs
 }

@@ -155,12 +155,29 @@ func TestResourceFieldRefIsChecked(t *testing.T) {
 		}
 	}
 	for ref, want := range map[string]string{
-		"{containerName: other, resource: limits.cpu}": "resourceFieldRef.containerName: Invalid value",
+		"{containerName: other, resource: limits.cpu}": "resourceFieldRef.containerName: Not found: \"other\"",
 		"{resource: limits.cpu, divisor: 1Mi}":         "resourceFieldRef.divisor: Unsupported value",
 		"{resource: limits.memory, divisor: 3}":        "resourceFieldRef.divisor: Unsupported value",
 	} {
 		if _, err := Parse([]byte(dep(ref)), "d.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", ref, err, want)
+		}
+	}
+	// A downwardAPI volume's file of a resource names its container.
+	vol := func(ref string) string {
+		return workloadYAML("Deployment", "app", "      containers:\n      - name: app\n        image: app\n      - name: log\n        image: app\n"+
+			"      volumes: [{name: info, downwardAPI: {items: [{path: mem, resourceFieldRef: "+ref+"}]}}]\n")
+	}
+	if _, err := Parse([]byte(vol("{containerName: log, resource: limits.memory, divisor: 1Mi}")), "d.yaml"); err != nil {
+		t.Errorf("a downwardAPI file of another container's limit: %v", err)
+	}
+	for ref, want := range map[string]string{
+		"{resource: limits.memory}":                    "volumes[0].downwardAPI.items[0].resourceFieldRef.containerName: Required value",
+		"{containerName: db, resource: limits.memory}": "volumes[0].downwardAPI.items[0].resourceFieldRef.containerName: Not found: \"db\"",
+		"{containerName: log, resource: limits.gpu}":   "volumes[0].downwardAPI.items[0].resourceFieldRef.resource: Unsupported value",
+	} {
+		if _, err := Parse([]byte(vol(ref)), "d.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("downwardAPI %s: %v, want %q", ref, err, want)
 		}
 	}
 }

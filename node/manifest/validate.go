@@ -331,6 +331,7 @@ func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 		}))
 	}
 	errs = append(errs, validatePodDNS(s, p)...)
+	errs = append(errs, resourceRefContainers(s, p)...) // config.go
 	mounts := func(c corev1.Container) bool { return len(c.VolumeMounts) > 0 }
 	if len(s.Volumes) > 0 || slices.ContainsFunc(s.Containers, mounts) || slices.ContainsFunc(s.InitContainers, mounts) {
 		errs = append(errs, validateVolumes(s, p)...) // volumes.go

@@ -21,11 +21,13 @@ var volumeFields = concat(
 		"persistentVolumeClaim.claimName", "persistentVolumeClaim.readOnly"},
 	prefixed("configMap.", "name", "defaultMode", "optional", "items[].key", "items[].path", "items[].mode"),
 	prefixed("secret.", "secretName", "defaultMode", "optional", "items[].key", "items[].path", "items[].mode"),
-	prefixed("downwardAPI.", "defaultMode", "items[].path", "items[].mode", "items[].fieldRef.fieldPath", "items[].fieldRef.apiVersion"),
+	prefixed("downwardAPI.", "defaultMode", "items[].path", "items[].mode", "items[].fieldRef.fieldPath", "items[].fieldRef.apiVersion",
+		"items[].resourceFieldRef.containerName", "items[].resourceFieldRef.resource", "items[].resourceFieldRef.divisor"),
 	prefixed("projected.", "defaultMode",
 		"sources[].configMap.name", "sources[].configMap.optional", "sources[].configMap.items[].key", "sources[].configMap.items[].path", "sources[].configMap.items[].mode",
 		"sources[].secret.name", "sources[].secret.optional", "sources[].secret.items[].key", "sources[].secret.items[].path", "sources[].secret.items[].mode",
-		"sources[].downwardAPI.items[].path", "sources[].downwardAPI.items[].mode", "sources[].downwardAPI.items[].fieldRef.fieldPath", "sources[].downwardAPI.items[].fieldRef.apiVersion"),
+		"sources[].downwardAPI.items[].path", "sources[].downwardAPI.items[].mode", "sources[].downwardAPI.items[].fieldRef.fieldPath", "sources[].downwardAPI.items[].fieldRef.apiVersion",
+		"sources[].downwardAPI.items[].resourceFieldRef.containerName", "sources[].downwardAPI.items[].resourceFieldRef.resource", "sources[].downwardAPI.items[].resourceFieldRef.divisor"),
 )
 
 // volumeMountFields are a container's volumeMounts fields Starling
@@ -192,8 +194,14 @@ func validateDownwardItems(items []corev1.DownwardAPIVolumeFile, p *field.Path) 
 		errs = append(errs, filePath(it.Path, ip.Child("path"))...)
 		errs = append(errs, validateMode(it.Mode, ip.Child("mode"))...)
 		switch {
+		case it.ResourceFieldRef != nil && it.FieldRef != nil:
+			errs = append(errs, field.Invalid(ip, "", "fieldRef and resourceFieldRef can not be specified simultaneously"))
 		case it.ResourceFieldRef != nil:
-			errs = append(errs, field.Forbidden(ip.Child("resourceFieldRef"), notSupportedYet))
+			rp := ip.Child("resourceFieldRef")
+			if it.ResourceFieldRef.ContainerName == "" {
+				errs = append(errs, field.Required(rp.Child("containerName"), "the container whose resource the file holds"))
+			}
+			errs = append(errs, validateResourceRef(it.ResourceFieldRef, rp)...)
 		case it.FieldRef == nil:
 			errs = append(errs, field.Required(ip.Child("fieldRef"), ""))
 		case !slices.Contains(DownwardFieldPaths, it.FieldRef.FieldPath):

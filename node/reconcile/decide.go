@@ -232,7 +232,7 @@ func withConfig(r *Replica, src ConfigData, claims func(namespace, name string) 
 		if len(v.Sources) == 0 {
 			continue
 		}
-		files, err := ProjectVolume(v, *r, src)
+		files, err := ProjectVolume(v, *r, src, alloc)
 		if err != nil {
 			return err
 		}
@@ -267,11 +267,7 @@ func resolveContainer(s *Spec, namespace string, src ConfigData, alloc Allocatab
 		env := slices.Clone(s.Env)
 		for j := range env[i:] {
 			if e := &env[i+j]; e.Resource != "" {
-				q := alloc.MemoryBytes * 1000
-				if e.Resource == "limits.cpu" {
-					q = alloc.MilliCPU
-				}
-				e.Value, e.Literal, e.Resource = ResourceValue(q, e.DivisorMilli), true, ""
+				e.Value, e.Literal, e.Resource = alloc.value(e.Resource, e.DivisorMilli), true, ""
 			}
 		}
 		s.Env = env

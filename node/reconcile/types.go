@@ -201,6 +201,17 @@ type Allocatable struct {
 	MilliCPU, MemoryBytes int64
 }
 
+// value is the value of a resourceFieldRef to limit resource
+// ("limits.cpu", "limits.memory") that a container does not set: a's,
+// divided by divisorMilli (ResourceValue).
+func (a Allocatable) value(resource string, divisorMilli int64) string {
+	q := a.MemoryBytes * 1000
+	if resource == "limits.cpu" {
+		q = a.MilliCPU
+	}
+	return ResourceValue(q, divisorMilli)
+}
+
 // ResourceValue is the value of a resourceFieldRef: quantityMilli
 // (thousandths of cores, or of bytes) divided by divisorMilli, rounded
 // up; the kubelet's ExtractContainerResourceValue.

@@ -78,10 +78,16 @@ type KeyToPath struct {
 	Mode      uint32
 }
 
-// FieldFile projects one downward API field to a file.
+// FieldFile projects one downward API field to a file: a field of the
+// pod (FieldPath), a container's resource known from its spec (Value),
+// or a limit the container does not set, whose value is the node's
+// allocatable divided by DivisorMilli (Resource, as EnvVar's).
 type FieldFile struct {
 	Path, FieldPath string
 	Mode            uint32
+	Value           string
+	Resource        string
+	DivisorMilli    int64
 }
 
 // Mount is one of a container's volume mounts.
@@ -105,10 +111,11 @@ type File struct {
 // kubelet's configmap, secret, downwardapi and projected volume plugins
 // make them: every key (a ConfigMap's data and binaryData) or the listed
 // items, downward API fields (labels and annotations as sorted
-// key="value" lines). A missing object or listed key that is not
+// key="value" lines) and containers' resources (a limit not set: the
+// node's allocatable, alloc). A missing object or listed key that is not
 // optional is a *ConfigError naming it; files of a later source replace
 // an earlier one's of the same path.
-func ProjectVolume(v Volume, r Replica, src ConfigData) ([]File, error) {
+func ProjectVolume(v Volume, r Replica, src ConfigData, alloc Allocatable) ([]File, error) {
 	mode := v.DefaultMode
 	if mode == 0 {
 		mode = 0o644
@@ -117,7 +124,14 @@ func ProjectVolume(v Volume, r Replica, src ConfigData) ([]File, error) {
 	for _, s := range v.Sources {
 		if len(s.Fields) > 0 {
 			for _, f := range s.Fields {
-				byPath[f.Path] = File{Path: f.Path, Data: []byte(downwardField(f.FieldPath, r)), Mode: orMode(f.Mode, mode)}
+				value := f.Value
+				switch {
+				case f.FieldPath != "":
+					value = downwardField(f.FieldPath, r)
+				case f.Resource != "":
+					value = alloc.value(f.Resource, f.DivisorMilli)
+				}
+				byPath[f.Path] = File{Path: f.Path, Data: []byte(value), Mode: orMode(f.Mode, mode)}
 			}
 			continue
 		}

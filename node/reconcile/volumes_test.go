@@ -18,21 +18,22 @@ func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
 	}
 	r := Replica{Name: "web-1", Namespace: "ns", UID: "u", SpecHash: "abcdef12",
 		Spec: Spec{Labels: map[string]string{"tier": "web", "app": "shop"}}}
-	files, err := ProjectVolume(Volume{Name: "cfg", Sources: []FileSource{{ConfigMap: "app"}}}, r, src)
+	files, err := ProjectVolume(Volume{Name: "cfg", Sources: []FileSource{{ConfigMap: "app"}}}, r, src, Allocatable{})
 	if err != nil || len(files) != 3 || files[0].Path != "app.conf" || files[1].Path != "logo.png" || files[2].Mode != 0o644 {
 		t.Fatalf("configMap volume: %+v %v", files, err)
 	}
 	files, err = ProjectVolume(Volume{Name: "all", DefaultMode: 0o440, Sources: []FileSource{
 		{ConfigMap: "app", Items: []KeyToPath{{Key: "mode", Path: "conf/mode", Mode: 0o600}}},
 		{Secret: "db", Items: []KeyToPath{{Key: "password", Path: "conf/mode"}}},
-		{Fields: []FieldFile{{Path: "labels", FieldPath: "metadata.labels"}, {Path: "tier", FieldPath: "metadata.labels['tier']"}, {Path: "name", FieldPath: "metadata.name"}}},
+		{Fields: []FieldFile{{Path: "labels", FieldPath: "metadata.labels"}, {Path: "tier", FieldPath: "metadata.labels['tier']"}, {Path: "name", FieldPath: "metadata.name"},
+			{Path: "cpu", Value: "2"}, {Path: "mem", Resource: "limits.memory", DivisorMilli: 1 << 20 * 1000}}},
 		{ConfigMap: "missing", Optional: true},
-	}}, r, src)
+	}}, r, src, Allocatable{MilliCPU: 4000, MemoryBytes: 3 << 30})
 	var got []string
 	for _, f := range files {
 		got = append(got, f.Path+"="+string(f.Data))
 	}
-	want := `conf/mode=pw|labels=app="shop"` + "\n" + `tier="web"|name=web-1|tier=web`
+	want := `conf/mode=pw|cpu=2|labels=app="shop"` + "\n" + `tier="web"|mem=3072|name=web-1|tier=web`
 	if err != nil || strings.Join(got, "|") != want || files[0].Mode != 0o440 {
 		t.Fatalf("projected volume:\n got %q %v\nwant %q", strings.Join(got, "|"), err, want)
 	}
@@ -43,7 +44,7 @@ func TestProjectVolumeAsTheKubeletPlugins(t *testing.T) {
 		{Volume{Sources: []FileSource{{ConfigMap: "none"}}}, `configmap "none" not found`},
 		{Volume{Sources: []FileSource{{Secret: "db", Items: []KeyToPath{{Key: "user", Path: "u"}}}}}, "secret references non-existent secret key: user"},
 	} {
-		if _, err := ProjectVolume(c.v, r, src); err == nil || err.Error() != c.want {
+		if _, err := ProjectVolume(c.v, r, src, Allocatable{}); err == nil || err.Error() != c.want {
 			t.Errorf("%+v: %v, want %q", c.v, err, c.want)
 		}
 	}

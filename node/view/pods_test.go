@@ -47,3 +47,42 @@ func TestANamedTargetPortFindsASidecarsPort(t *testing.T) {
 		}
 	}
 }
+
+// TestResourcesOfAnotherContainerReachEnvAndFiles: an env var and a
+// downwardAPI file name another container's resources; a limit the
+// container sets is its value, one it does not is left to the node.
+func TestResourcesOfAnotherContainerReachEnvAndFiles(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+spec:
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: web
+        image: web
+        env: [{name: LOG_CPU, valueFrom: {resourceFieldRef: {containerName: log, resource: requests.cpu, divisor: 1m}}}]
+      - name: log
+        image: log
+        resources: {requests: {cpu: 250m}, limits: {memory: 64Mi}}
+      volumes:
+      - name: info
+        downwardAPI:
+          items:
+          - {path: log-mem, resourceFieldRef: {containerName: log, resource: limits.memory, divisor: 1Mi}}
+          - {path: web-mem, resourceFieldRef: {containerName: web, resource: limits.memory}}
+`), "app.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specOf(objs[0])
+	if e := s.Env[0]; e.Value != "250" || !e.Literal {
+		t.Errorf("LOG_CPU = %+v, want 250 (log's request in millicores)", e)
+	}
+	fields := s.Volumes[0].Sources[0].Fields
+	if len(fields) != 2 || fields[0].Value != "64" || fields[1].Resource != "limits.memory" || fields[1].Value != "" {
+		t.Errorf("files = %+v, want log-mem 64 and web-mem left to the node's allocatable", fields)
+	}
+}

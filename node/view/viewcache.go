@@ -421,7 +421,7 @@ func specOf(o manifest.Object) reconcile.Spec {
 		s.PullSecrets = append(s.PullSecrets, ps.Name)
 	}
 	if len(t.Spec.Volumes) > 0 {
-		s.Volumes = volumesOf(t.Spec.Volumes, s.Security.FSGroup) // volumes.go
+		s.Volumes = volumesOf(t, s.Security.FSGroup) // volumes.go
 	}
 	if o.StatefulSet != nil && len(o.StatefulSet.Spec.VolumeClaimTemplates) > 0 {
 		s.Volumes = append(s.Volumes, templateVolumesOf(o.StatefulSet.Spec.VolumeClaimTemplates, s.Security.FSGroup)...)
@@ -626,7 +626,7 @@ func envOf(t *corev1.PodTemplateSpec, c corev1.Container) ([]reconcile.EnvVar, [
 			r := from.SecretKeyRef
 			v.Secret, v.Key, v.Optional = r.Name, r.Key, r.Optional != nil && *r.Optional
 		case from.ResourceFieldRef != nil:
-			v = resourceEnv(v, from.ResourceFieldRef, c.Resources)
+			v = resourceEnv(v, from.ResourceFieldRef, resourcesOf(t, cmp.Or(from.ResourceFieldRef.ContainerName, c.Name)))
 		}
 		env = append(env, v)
 	}

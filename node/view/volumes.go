@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,9 +11,9 @@ import (
 
 // volumesOf is a pod template's volumes as a replica's Spec holds them
 // (manifest validation admits only the kinds handled here).
-func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
+func volumesOf(t *corev1.PodTemplateSpec, fsGroup *int64) []reconcile.Volume {
 	var out []reconcile.Volume
-	for _, v := range vols {
+	for _, v := range t.Spec.Volumes {
 		rv := reconcile.Volume{Name: v.Name}
 		if v.HostPath == nil {
 			rv.Group = fsGroup // the kubelet leaves a hostPath's owner alone
@@ -37,7 +38,7 @@ func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
 			rv.Sources = []reconcile.FileSource{{Secret: src.Secret.SecretName, Optional: isTrue(src.Secret.Optional), Items: itemsOf(src.Secret.Items)}}
 		case src.DownwardAPI != nil:
 			rv.DefaultMode = mode(src.DownwardAPI.DefaultMode)
-			rv.Sources = []reconcile.FileSource{{Fields: fieldsOf(src.DownwardAPI.Items)}}
+			rv.Sources = []reconcile.FileSource{{Fields: fieldsOf(t, src.DownwardAPI.Items)}}
 		case src.Projected != nil:
 			rv.DefaultMode = mode(src.Projected.DefaultMode)
 			for _, ps := range src.Projected.Sources {
@@ -47,7 +48,7 @@ func volumesOf(vols []corev1.Volume, fsGroup *int64) []reconcile.Volume {
 				case ps.Secret != nil:
 					rv.Sources = append(rv.Sources, reconcile.FileSource{Secret: ps.Secret.Name, Optional: isTrue(ps.Secret.Optional), Items: itemsOf(ps.Secret.Items)})
 				case ps.DownwardAPI != nil:
-					rv.Sources = append(rv.Sources, reconcile.FileSource{Fields: fieldsOf(ps.DownwardAPI.Items)})
+					rv.Sources = append(rv.Sources, reconcile.FileSource{Fields: fieldsOf(t, ps.DownwardAPI.Items)})
 				}
 			}
 		}
@@ -112,14 +113,37 @@ func itemsOf(items []corev1.KeyToPath) []reconcile.KeyToPath {
 	return out
 }
 
-func fieldsOf(items []corev1.DownwardAPIVolumeFile) []reconcile.FieldFile {
+// fieldsOf are the files of a downwardAPI source of template t: a
+// field of the pod, or a resource of one of its containers (its value
+// now, or, for a limit the container does not set, the node's
+// allocatable, filled in by the node; see resourceEnv).
+func fieldsOf(t *corev1.PodTemplateSpec, items []corev1.DownwardAPIVolumeFile) []reconcile.FieldFile {
 	var out []reconcile.FieldFile
 	for _, it := range items {
-		if it.FieldRef != nil {
-			out = append(out, reconcile.FieldFile{Path: it.Path, FieldPath: it.FieldRef.FieldPath, Mode: mode(it.Mode)})
+		f := reconcile.FieldFile{Path: it.Path, Mode: mode(it.Mode)}
+		switch {
+		case it.FieldRef != nil:
+			f.FieldPath = it.FieldRef.FieldPath
+		case it.ResourceFieldRef != nil:
+			v := resourceEnv(reconcile.EnvVar{}, it.ResourceFieldRef, resourcesOf(t, it.ResourceFieldRef.ContainerName))
+			f.Value, f.Resource, f.DivisorMilli = v.Value, v.Resource, v.DivisorMilli
+		default:
+			continue
 		}
+		out = append(out, f)
 	}
 	return out
+}
+
+// resourcesOf are the resources of container name of template t (an
+// app or an init container; none when there is no such container).
+func resourcesOf(t *corev1.PodTemplateSpec, name string) corev1.ResourceRequirements {
+	for _, c := range slices.Concat(t.Spec.Containers, t.Spec.InitContainers) {
+		if c.Name == name {
+			return c.Resources
+		}
+	}
+	return corev1.ResourceRequirements{}
 }
 
 // mode is a manifest's file mode (nil: 0, the default).

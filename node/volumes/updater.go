@@ -41,6 +41,9 @@ const recheck = 10 * time.Second
 // write reaching the node), and every recheck, when it also measures
 // the emptyDirs on disk that have a sizeLimit (Evicted).
 type Updater struct {
+	// Self is this node's name (its allocatable fills in the limits a
+	// downward API file names and its container does not set).
+	Self string
 	// PodDir holds one directory per replica (runtime.Config.PodDir).
 	PodDir string
 	Views  Views
@@ -110,6 +113,7 @@ func (u *Updater) Sync(v *view.View) int {
 		return 0
 	}
 	n := 0
+	alloc := reconcile.Allocatable(v.Statuses[u.Self].Capacity)
 	over := map[string]overLimit{}
 	defer func() { u.over.Store(&over) }()
 	for _, e := range entries {
@@ -129,7 +133,7 @@ func (u *Updater) Sync(v *view.View) int {
 			if len(vol.Sources) == 0 {
 				continue
 			}
-			files, err := reconcile.ProjectVolume(vol, r, v.Config)
+			files, err := reconcile.ProjectVolume(vol, r, v.Config, alloc)
 			if err != nil {
 				continue
 			}
