@@ -170,7 +170,7 @@ var serviceFields = newFieldTree(
 	commonFields,
 	serverOwnedMeta,
 	[]string{
-		"spec.type", "spec.selector", "spec.clusterIP", "spec.clusterIPs",
+		"spec.type", "spec.selector", "spec.clusterIP", "spec.clusterIPs", "spec.externalName",
 		"spec.ipFamilies", "spec.ipFamilyPolicy",
 		"spec.internalTrafficPolicy", "spec.externalTrafficPolicy",
 		"spec.sessionAffinity",

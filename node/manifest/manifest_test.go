@@ -636,7 +636,7 @@ spec:
 		{
 			name:  "LoadBalancer Service",
 			input: edit(t, goodService, "spec:", "spec:\n  type: LoadBalancer"),
-			want:  []string{`x.yaml: Service "hello": spec.type: Unsupported value: "LoadBalancer": supported values: "ClusterIP", "NodePort"`},
+			want:  []string{`x.yaml: Service "hello": spec.type: Unsupported value: "LoadBalancer": supported values: "ClusterIP", "NodePort", "ExternalName"`},
 		},
 		{
 			name:  "headless NodePort Service",
@@ -979,5 +979,26 @@ spec:
 	}
 	if got := o.StatefulSet; got.Generation != 3 || !got.CreationTimestamp.Equal(&st.CreationTimestamp) || got.UID != st.UID {
 		t.Fatalf("stored metadata lost: generation %d, created %v, uid %q", got.Generation, got.CreationTimestamp, got.UID)
+	}
+}
+
+// TestAnExternalNameServiceIsADNSName: type ExternalName needs a DNS name
+// and takes no ClusterIP; externalName belongs to that type alone.
+func TestAnExternalNameServiceIsADNSName(t *testing.T) {
+	svc := func(spec string) string {
+		return "apiVersion: v1\nkind: Service\nmetadata: {name: search}\nspec: " + spec + "\n"
+	}
+	if _, err := Parse([]byte(svc("{type: ExternalName, externalName: search.example.com}")), "s.yaml"); err != nil {
+		t.Errorf("an ExternalName Service: %v", err)
+	}
+	for spec, want := range map[string]string{
+		"{type: ExternalName}":                                               "spec.externalName: Required value",
+		"{type: ExternalName, externalName: Not_A_Name}":                     "spec.externalName: Invalid value",
+		"{type: ExternalName, externalName: a.example.com, clusterIP: None}": "spec.clusterIP: Forbidden",
+		"{externalName: a.example.com, ports: [{port: 80}]}":                 "spec.externalName: Forbidden",
+	} {
+		if _, err := Parse([]byte(svc(spec)), "s.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", spec, err, want)
+		}
 	}
 }

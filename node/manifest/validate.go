@@ -697,8 +697,13 @@ func validateServiceSpec(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch s.Type {
 	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
+	case corev1.ServiceTypeExternalName:
+		return validateExternalName(s, p)
 	default:
-		errs = append(errs, field.NotSupported(p.Child("type"), s.Type, []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort}))
+		errs = append(errs, field.NotSupported(p.Child("type"), s.Type, []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeExternalName}))
+	}
+	if s.ExternalName != "" {
+		errs = append(errs, field.Forbidden(p.Child("externalName"), "may only be set when `type` is 'ExternalName'"))
 	}
 	// A Service without a selector is valid, as in Kubernetes; it simply
 	// has no endpoints, since Starling has no Endpoints API to fill by hand.
@@ -736,6 +741,30 @@ func validateServiceSpec(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 		errs = append(errs, field.NotSupported(p.Child("sessionAffinity"), s.SessionAffinity, []corev1.ServiceAffinity{corev1.ServiceAffinityNone}))
 	}
 	return append(errs, validateServicePorts(s, p.Child("ports"))...)
+}
+
+// validateExternalName checks an ExternalName Service, as Kubernetes
+// does: a DNS name to stand for, no ClusterIP, no selector needed; its
+// ports, if any, are only checked (DNS answers a CNAME, whatever the
+// port).
+func validateExternalName(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	name := strings.TrimSuffix(s.ExternalName, ".")
+	if name == "" {
+		errs = append(errs, field.Required(p.Child("externalName"), "the DNS name the Service stands for, e.g. db.example.com"))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		if name != "" {
+			errs = append(errs, field.Invalid(p.Child("externalName"), s.ExternalName, msg))
+		}
+	}
+	if s.ClusterIP != "" || len(s.ClusterIPs) > 0 {
+		errs = append(errs, field.Forbidden(p.Child("clusterIP"), "may not be set for an ExternalName Service"))
+	}
+	if len(s.Ports) > 0 {
+		errs = append(errs, validateServicePorts(s, p.Child("ports"))...)
+	}
+	return errs
 }
 
 func validateClusterIP(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {

@@ -1,17 +1,15 @@
 package runtime
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/starling-orchestrator/starling/node/dns"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -50,105 +48,44 @@ func hostsFile(podIP, hostname, subdomain, namespace string, aliases []reconcile
 	return b.Bytes()
 }
 
-// resolver is a parsed resolv.conf: what the pod's is made of.
-type resolver struct {
-	nameservers, searches, options []string
-}
-
-// parseResolvConf reads nameserver, search/domain and options lines
-// (resolv.conf(5)); other lines and comments are ignored.
-func parseResolvConf(b []byte) resolver {
-	var r resolver
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		line, _, _ = strings.Cut(line, ";")
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			r.nameservers = append(r.nameservers, f[1])
-		case "search", "domain": // the last of them wins, as in glibc
-			r.searches = slices.Clone(f[1:])
-		case "options":
-			r.options = append(r.options, f[1:]...)
-		}
-	}
-	return r
-}
-
-// nodeResolver returns the node's resolver settings as a pod may use
-// them: those of hostConf (normally /etc/resolv.conf) without loopback
-// nameservers, which answer only inside the node's own network
-// namespace. When that leaves none (systemd-resolved's stub, 127.0.0.53)
-// and upstream (its list of real servers,
-// /run/systemd/resolve/resolv.conf) can be read, those are used, as
-// Kubernetes advises for the kubelet's --resolv-conf.
-func nodeResolver(hostConf, upstream string) (resolver, error) {
-	b, err := os.ReadFile(hostConf)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return resolver{}, err
-	}
-	r := parseResolvConf(b)
-	r.nameservers = slices.DeleteFunc(r.nameservers, isLoopback)
-	if len(r.nameservers) == 0 {
-		if ub, err := os.ReadFile(upstream); err == nil {
-			u := parseResolvConf(ub)
-			u.nameservers = slices.DeleteFunc(u.nameservers, isLoopback)
-			if len(u.searches) == 0 {
-				u.searches = r.searches
-			}
-			return u, nil
-		}
-	}
-	return r, nil
-}
-
-func isLoopback(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err != nil || a.IsLoopback()
-}
-
 // resolvConf returns the replica's /etc/resolv.conf for its dnsPolicy:
 // "Default" (and "ClusterFirst", until Starling serves cluster DNS) the
 // node's settings, "None" none; then dnsConfig is merged in as the
 // kubelet does (nameservers and searches appended without duplicates,
 // at most 3 nameservers; an option replaces one of the same name).
-func resolvConf(node resolver, policy string, cfg *reconcile.DNSConfig) []byte {
-	var r resolver
+func resolvConf(node dns.Resolver, policy string, cfg *reconcile.DNSConfig) []byte {
+	var r dns.Resolver
 	if policy != "None" {
-		r = resolver{slices.Clone(node.nameservers), slices.Clone(node.searches), slices.Clone(node.options)}
+		r = dns.Resolver{Nameservers: slices.Clone(node.Nameservers), Searches: slices.Clone(node.Searches), Options: slices.Clone(node.Options)}
 	}
 	if cfg != nil {
-		r.nameservers = appendNew(r.nameservers, cfg.Nameservers...)
-		r.searches = appendNew(r.searches, cfg.Searches...)
+		r.Nameservers = appendNew(r.Nameservers, cfg.Nameservers...)
+		r.Searches = appendNew(r.Searches, cfg.Searches...)
 		for _, o := range cfg.Options {
 			opt := o.Name
 			if o.Value != nil {
 				opt += ":" + *o.Value
 			}
-			r.options = slices.DeleteFunc(r.options, func(have string) bool {
+			r.Options = slices.DeleteFunc(r.Options, func(have string) bool {
 				name, _, _ := strings.Cut(have, ":")
 				return name == o.Name
 			})
-			r.options = append(r.options, opt)
+			r.Options = append(r.Options, opt)
 		}
 	}
-	if len(r.nameservers) > 3 {
-		r.nameservers = r.nameservers[:3]
+	if len(r.Nameservers) > 3 {
+		r.Nameservers = r.Nameservers[:3]
 	}
 	var b bytes.Buffer
 	b.WriteString("# Starling-managed resolv.conf.\n")
-	for _, ns := range r.nameservers {
+	for _, ns := range r.Nameservers {
 		fmt.Fprintf(&b, "nameserver %s\n", ns)
 	}
-	if len(r.searches) > 0 {
-		fmt.Fprintf(&b, "search %s\n", strings.Join(r.searches, " "))
+	if len(r.Searches) > 0 {
+		fmt.Fprintf(&b, "search %s\n", strings.Join(r.Searches, " "))
 	}
-	if len(r.options) > 0 {
-		fmt.Fprintf(&b, "options %s\n", strings.Join(r.options, " "))
+	if len(r.Options) > 0 {
+		fmt.Fprintf(&b, "options %s\n", strings.Join(r.Options, " "))
 	}
 	return b.Bytes()
 }
@@ -165,7 +102,7 @@ func appendNew(list []string, add ...string) []string {
 // podFiles writes the replica's hosts, hostname and resolv.conf into dir
 // (made, 0755: the container's user must read them) and returns their
 // mounts.
-func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node resolver) ([]specs.Mount, error) {
+func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node dns.Resolver) ([]specs.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

@@ -1,11 +1,10 @@
 package runtime
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/starling-orchestrator/starling/node/dns"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -28,7 +27,7 @@ func TestHostsFile(t *testing.T) {
 // None only dnsConfig; dnsConfig is appended without duplicates, at most
 // 3 nameservers, an option replacing one of its name.
 func TestResolvConf(t *testing.T) {
-	node := resolver{nameservers: []string{"192.168.1.1"}, searches: []string{"home.arpa"}, options: []string{"ndots:1", "edns0"}}
+	node := dns.Resolver{Nameservers: []string{"192.168.1.1"}, Searches: []string{"home.arpa"}, Options: []string{"ndots:1", "edns0"}}
 	two := "2"
 	cfg := &reconcile.DNSConfig{Nameservers: []string{"192.0.2.53", "192.168.1.1", "192.0.2.54", "192.0.2.55"},
 		Searches: []string{"lan", "home.arpa"}, Options: []reconcile.DNSOption{{Name: "ndots", Value: &two}, {Name: "rotate"}}}
@@ -46,27 +45,5 @@ func TestResolvConf(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%s: got\n%s\nwant\n%s", tt.policy, got, tt.want)
 		}
-	}
-}
-
-// TestNodeResolverSkipsLoopback: systemd-resolved's stub (127.0.0.53)
-// answers only in the node's own network namespace; its upstream list
-// is used instead, keeping the node's search domains.
-func TestNodeResolverSkipsLoopback(t *testing.T) {
-	dir := t.TempDir()
-	stub := filepath.Join(dir, "resolv.conf")
-	upstream := filepath.Join(dir, "upstream.conf")
-	os.WriteFile(stub, []byte("# stub\nnameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n"), 0o644)
-	os.WriteFile(upstream, []byte("nameserver 192.168.1.1\nnameserver ::1\n"), 0o644)
-	r, err := nodeResolver(stub, upstream)
-	if err != nil || strings.Join(r.nameservers, ",") != "192.168.1.1" || strings.Join(r.searches, ",") != "lan" {
-		t.Fatalf("with a stub: %+v %v", r, err)
-	}
-	os.WriteFile(stub, []byte("nameserver 10.0.0.1\nnameserver 127.0.0.1\n"), 0o644)
-	if r, err := nodeResolver(stub, upstream); err != nil || strings.Join(r.nameservers, ",") != "10.0.0.1" {
-		t.Fatalf("a real server and a loopback one: %+v %v", r, err)
-	}
-	if r, err := nodeResolver(filepath.Join(dir, "none"), filepath.Join(dir, "none2")); err != nil || len(r.nameservers) != 0 {
-		t.Fatalf("no resolv.conf at all: %+v %v", r, err)
 	}
 }

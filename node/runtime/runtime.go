@@ -36,6 +36,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/starling-orchestrator/starling/node/dns"
 	"github.com/starling-orchestrator/starling/node/logfile"
 	"github.com/starling-orchestrator/starling/node/pidns"
 	"github.com/starling-orchestrator/starling/node/reconcile"
@@ -323,7 +324,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 	if hostname == "" {
 		hostname = rep.Name
 	}
-	resolv, err := nodeResolver(r.cfg.ResolvConf, r.cfg.UpstreamResolvConf)
+	resolv, err := dns.HostResolver(r.cfg.ResolvConf, r.cfg.UpstreamResolvConf)
 	if err != nil {
 		return nil, fmt.Errorf("the node's resolver settings: %w", err)
 	}

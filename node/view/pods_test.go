@@ -41,7 +41,7 @@ func TestANamedTargetPortFindsASidecarsPort(t *testing.T) {
 		},
 	}}}}}
 	for name, want := range map[string]int32{"http": 8080, "proxy": 9090, "setup": 0} {
-		got, ok := targetPort(corev1.ServicePort{Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString(name)}, d)
+		got, ok := TargetPort(corev1.ServicePort{Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString(name)}, d)
 		if got != want || ok != (want != 0) {
 			t.Errorf("targetPort %q = %d, %v; want %d", name, got, ok, want)
 		}

@@ -73,7 +73,7 @@ func ServicePortsOf(o manifest.Object, alloc service.Allocation, matches []manif
 		p := service.Port{Service: key, Name: sp.Name, Protocol: service.Protocol(sp.Protocol), ClusterIP: ip, Port: uint16(sp.Port),
 			NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name])}
 		for _, d := range matches {
-			target, ok := targetPort(sp, d)
+			target, ok := TargetPort(sp, d)
 			if !ok || target <= 0 || target > 65535 {
 				continue
 			}
@@ -86,10 +86,10 @@ func ServicePortsOf(o manifest.Object, alloc service.Allocation, matches []manif
 	return ports
 }
 
-// targetPort resolves a Service port's targetPort against a workload's
+// TargetPort resolves a Service port's targetPort against a workload's
 // containers: a number is used as is, a name must be a port name of an
 // app container or a sidecar (as Kubernetes' FindPort).
-func targetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
+func TargetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 	if sp.TargetPort.Type == 0 { // intstr.Int
 		if sp.TargetPort.IntVal == 0 {
 			return sp.Port, true

@@ -52,7 +52,9 @@ func ServiceSpecs(svcs []manifest.Object) []service.Spec {
 		s := o.Service
 		ip, _ := netip.ParseAddr(s.Spec.ClusterIP)
 		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: ip,
-			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort, Headless: s.Spec.ClusterIP == corev1.ClusterIPNone}
+			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort,
+			// No ClusterIP, no rules: an ExternalName Service is a DNS name.
+			Headless: s.Spec.ClusterIP == corev1.ClusterIPNone || s.Spec.Type == corev1.ServiceTypeExternalName}
 		for _, p := range s.Spec.Ports {
 			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
 		}

@@ -1,0 +1,257 @@
+package dns
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// testInput is a cluster of a ClusterIP Service with a named port, a
+// headless Service of a StatefulSet (two ordinals, by hostname) and of
+// an endpoint without one, and an ExternalName Service.
+func testInput() Input {
+	return Input{Domain: "cluster.local", Services: []Service{
+		{Name: "hello", Namespace: "default", ClusterIP: netip.MustParseAddr("10.96.0.10"),
+			Ports: []Port{{Name: "http", Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}},
+		{Name: "db", Namespace: "shop", Headless: true, Ports: []Port{{Name: "pg", Protocol: "TCP", Port: 5432}},
+			Endpoints: []Endpoint{
+				{IP: netip.MustParseAddr("10.22.1.5"), Hostname: "db-0"},
+				{IP: netip.MustParseAddr("10.22.2.7"), Hostname: "db-1"},
+				{IP: netip.MustParseAddr("10.22.3.9")},
+			}},
+		{Name: "search", Namespace: "shop", ExternalName: "search.example.com"},
+	}}
+}
+
+func ask(t *testing.T, z *Zone, name string, qtype uint16) (string, int, bool) {
+	t.Helper()
+	answer, authority, rcode, ok := z.Answer(dns.Question{Name: dns.Fqdn(name), Qtype: qtype, Qclass: dns.ClassINET})
+	var lines []string
+	for _, rr := range answer {
+		f := strings.Fields(rr.String())
+		lines = append(lines, strings.Join(append([]string{f[3]}, f[4:]...), " "))
+	}
+	slices.Sort(lines)
+	if len(answer) == 0 && ok && len(authority) != 1 {
+		t.Errorf("%s: no answer and %d authority records, want the SOA", name, len(authority))
+	}
+	return strings.Join(lines, "; "), rcode, ok
+}
+
+func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
+	z := Build(testInput())
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  string
+		rcode int
+	}{
+		{"hello.default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
+		{"HELLO.Default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
+		{"hello.default.svc.cluster.local", dns.TypeAAAA, "", dns.RcodeSuccess}, // NODATA
+		{"_http._tcp.hello.default.svc.cluster.local", dns.TypeSRV, "SRV 0 100 80 hello.default.svc.cluster.local.", dns.RcodeSuccess},
+		{"db.shop.svc.cluster.local", dns.TypeA, "A 10.22.1.5; A 10.22.2.7; A 10.22.3.9", dns.RcodeSuccess},
+		{"db-1.db.shop.svc.cluster.local", dns.TypeA, "A 10.22.2.7", dns.RcodeSuccess},
+		{"10-22-3-9.db.shop.svc.cluster.local", dns.TypeA, "A 10.22.3.9", dns.RcodeSuccess},
+		{"_pg._tcp.db.shop.svc.cluster.local", dns.TypeSRV, "SRV 0 100 5432 10-22-3-9.db.shop.svc.cluster.local.; SRV 0 100 5432 db-0.db.shop.svc.cluster.local.; SRV 0 100 5432 db-1.db.shop.svc.cluster.local.", dns.RcodeSuccess},
+		{"search.shop.svc.cluster.local", dns.TypeA, "CNAME search.example.com.", dns.RcodeSuccess},
+		{"5.1.22.10.in-addr.arpa", dns.TypePTR, "PTR db-0.db.shop.svc.cluster.local.", dns.RcodeSuccess},
+		{"10.0.96.10.in-addr.arpa", dns.TypePTR, "PTR hello.default.svc.cluster.local.", dns.RcodeSuccess},
+		{"shop.svc.cluster.local", dns.TypeA, "", dns.RcodeSuccess}, // a namespace: NODATA
+		{"nope.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+		// A search-path miss of an outside name, answered here.
+		{"example.com.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+		{"db-2.db.shop.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+	} {
+		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
+		if !ok || got != tc.want || rcode != tc.rcode {
+			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
+		}
+	}
+	for _, name := range []string{"example.com", "1.1.168.192.in-addr.arpa"} {
+		qtype := dns.TypeA
+		if strings.HasSuffix(name, "arpa") {
+			qtype = dns.TypePTR
+		}
+		if _, _, ok := ask(t, z, name, qtype); ok {
+			t.Errorf("%s: answered from the zone, want it forwarded", name)
+		}
+	}
+}
+
+func TestTheCacheKeepsAnswersForTheirTTL(t *testing.T) {
+	c := NewCache(2)
+	now := time.Unix(1_000_000, 0)
+	q := dns.Question{Name: "example.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET}
+	m := new(dns.Msg)
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "example.com.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(192, 0, 2, 1)}}
+	if !c.Put(q, false, m, now) {
+		t.Fatal("a positive answer was not kept")
+	}
+	got, ok := c.Get(dns.Question{Name: "EXAMPLE.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, false, now.Add(10*time.Second))
+	if !ok || got.Answer[0].Header().Ttl != 20 {
+		t.Fatalf("after 10 s: %v %v, want the answer with 20 s left", got, ok)
+	}
+	if _, ok := c.Get(q, false, now.Add(30*time.Second)); ok {
+		t.Error("kept past its TTL")
+	}
+	neg := new(dns.Msg)
+	neg.Rcode = dns.RcodeNameError
+	neg.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "com.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 900}, Minttl: 60}}
+	nq := dns.Question{Name: "nx.example.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET}
+	c.Put(nq, false, neg, now)
+	if _, ok := c.Get(nq, false, now.Add(59*time.Second)); !ok {
+		t.Error("a negative answer not kept for its SOA minimum")
+	}
+	if _, ok := c.Get(nq, false, now.Add(61*time.Second)); ok {
+		t.Error("a negative answer kept past its SOA minimum")
+	}
+	fail := new(dns.Msg)
+	fail.Rcode = dns.RcodeServerFailure
+	if c.Put(q, true, fail, now) {
+		t.Error("a failure was kept")
+	}
+	for i := range 5 {
+		c.Put(dns.Question{Name: strings.Repeat("a", i+1) + ".", Qtype: dns.TypeA, Qclass: dns.ClassINET}, false, m, now)
+	}
+	if c.Len() != 2 {
+		t.Errorf("%d entries, want the bound, 2", c.Len())
+	}
+}
+
+// upstream is a fake resolver on the loopback: every A query for a name
+// under example.com gets 192.0.2.1 with a TTL of 60 s; it counts the
+// queries it answers.
+type upstream struct {
+	addr string
+	mu   sync.Mutex
+	asks map[string]int
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{asks: map[string]int{}}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = pc.LocalAddr().String()
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		u.mu.Lock()
+		u.asks[r.Question[0].Name]++
+		u.mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // concurrent asks meet
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if strings.HasSuffix(r.Question[0].Name, "example.com.") {
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}}
+		} else {
+			m.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return u
+}
+
+func (u *upstream) count(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.asks[name]
+}
+
+// TestTheServerAnswersTheClusterAndForwardsTheRestOnce: cluster names
+// from the zone (never upstream, search-path misses included), an
+// outside name asked upstream once however many pods ask, a new zone
+// file answered within the reload, over UDP and TCP.
+func TestTheServerAnswersTheClusterAndForwardsTheRestOnce(t *testing.T) {
+	up := startUpstream(t)
+	zoneFile := t.TempDir() + "/zone.json"
+	if _, err := Write(zoneFile, testInput()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.LocalAddr().String()
+	l.Close()
+	s := NewServer(Config{Addr: addr, ZoneFile: zoneFile, Upstreams: []string{up.addr}}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	query := func(network, name string, qtype uint16) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), qtype)
+		c := &dns.Client{Net: network, Timeout: 2 * time.Second}
+		var r *dns.Msg
+		var err error
+		for range 50 { // the server may still be starting
+			if r, _, err = c.Exchange(m, addr); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return r, err
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		r, err := query(network, "hello.default.svc.cluster.local", dns.TypeA)
+		if err != nil || len(r.Answer) != 1 || !r.Authoritative {
+			t.Fatalf("%s: %v %v", network, r, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := query("udp", "www.example.com", dns.TypeA); err != nil || len(r.Answer) != 1 || r.Rcode != dns.RcodeSuccess {
+				t.Errorf("www.example.com: %v %v", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := up.count("www.example.com."); n != 1 {
+		t.Errorf("20 lookups of www.example.com asked upstream %d times, want 1 (one flight, then the cache)", n)
+	}
+	if r, err := query("udp", "www.example.com.default.svc.cluster.local", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
+		t.Errorf("a search-path miss: %v %v, want NXDOMAIN", r, err)
+	}
+	if n := up.count("www.example.com.default.svc.cluster.local."); n != 0 {
+		t.Errorf("a search-path miss went upstream %d times", n)
+	}
+	in := testInput()
+	in.Services = in.Services[1:] // hello deleted
+	if _, err := Write(zoneFile, in); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		r, err := query("udp", "hello.default.svc.cluster.local", dns.TypeA)
+		if err == nil && r.Rcode == dns.RcodeNameError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a deleted Service still answers 1 s after its zone was written: %v %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNameserverIsThePodSubnetsGateway(t *testing.T) {
+	if ns, err := Nameserver(netip.MustParsePrefix("10.22.7.0/24")); err != nil || ns != netip.MustParseAddr("10.22.7.1") {
+		t.Errorf("Nameserver = %v %v, want 10.22.7.1", ns, err)
+	}
+	if _, err := Nameserver(netip.Prefix{}); err == nil {
+		t.Error("no subnet: want an error")
+	}
+}

@@ -1,0 +1,218 @@
+// Package dns is the cluster's DNS as every node answers it, with the
+// Kubernetes DNS schema (github.com/kubernetes/dns, docs/specification.md):
+// a zone made from the node's view (Build, pure: values in, records out)
+// and a server (server.go) that answers names of the cluster domain from
+// it and forwards the rest to the node's upstream resolvers through a
+// cache (cache.go). The server runs as a process of its own
+// (`starling dns-server`), so a restarted agent leaves it answering; the
+// agent hands it each new zone as a file (Write).
+package dns
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// TTL is the time to live of the cluster's answers, positive and
+// negative, in seconds (CoreDNS's kubernetes plugin's default): a
+// resolver's cache follows a change within it.
+const TTL = 5
+
+// Input is what a zone is made of: the cluster domain ("cluster.local")
+// and the Services as the view holds them. It is what the agent writes
+// for the server (JSON).
+type Input struct {
+	Domain   string    `json:"domain"`
+	Services []Service `json:"services"`
+}
+
+// Service is one Service as DNS answers it: its ClusterIP (invalid for a
+// headless one), or the name an ExternalName Service stands for; its
+// ports; and, for a headless Service, its ready endpoints.
+type Service struct {
+	Name         string     `json:"name"`
+	Namespace    string     `json:"namespace"`
+	ClusterIP    netip.Addr `json:"clusterIP,omitzero"`
+	Headless     bool       `json:"headless,omitempty"`
+	ExternalName string     `json:"externalName,omitempty"`
+	Ports        []Port     `json:"ports,omitempty"`
+	Endpoints    []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Port is one port of a Service: its name ("" has no SRV record),
+// protocol ("TCP", "UDP") and number (for a headless Service, the target
+// port of its endpoints).
+type Port struct {
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol"`
+	Port     uint16 `json:"port"`
+}
+
+// Endpoint is one ready endpoint of a headless Service: the replica's
+// address and, when the replica's hostname is under the Service
+// (hostname and subdomain, a StatefulSet's ordinals), that hostname.
+type Endpoint struct {
+	IP       netip.Addr `json:"ip"`
+	Hostname string     `json:"hostname,omitempty"`
+}
+
+// Zone is the answers of the cluster domain: records by owner name
+// (lower case, fully qualified), and the names that exist without
+// records of their own (a namespace's "NS.svc.DOMAIN."), which answer
+// NODATA, not NXDOMAIN.
+type Zone struct {
+	domain  string // "cluster.local."
+	records map[string][]dns.RR
+	exists  map[string]bool
+	soa     *dns.SOA
+}
+
+// Build makes the zone of in: for each Service, SVC.NS.svc.DOMAIN (A:
+// its ClusterIP; a headless Service's ready endpoints; an ExternalName
+// Service's CNAME), _PORT._PROTO.SVC.NS.svc.DOMAIN SRV records for its
+// named ports, a headless Service's endpoints by hostname
+// as HOST.SVC.NS.svc.DOMAIN, or by address as 10-22-1-5.SVC.NS.svc.DOMAIN,
+// and PTR records for ClusterIPs and endpoints.
+func Build(in Input) *Zone {
+	domain := dns.Fqdn(strings.ToLower(cmp.Or(in.Domain, "cluster.local")))
+	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true}}
+	z.soa = &dns.SOA{Hdr: dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: TTL},
+		Ns: "ns.dns." + domain, Mbox: "hostmaster." + domain, Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL}
+	services := slices.Clone(in.Services)
+	slices.SortFunc(services, func(a, b Service) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for _, s := range services {
+		svc := strings.ToLower(s.Name + "." + s.Namespace + ".svc." + domain)
+		z.exists[strings.ToLower(s.Namespace+".svc."+domain)] = true
+		z.exists[svc] = true
+		switch {
+		case s.ExternalName != "":
+			z.add(&dns.CNAME{Hdr: hdr(svc, dns.TypeCNAME), Target: dns.Fqdn(s.ExternalName)})
+			continue
+		case s.ClusterIP.IsValid() && !s.Headless:
+			z.address(svc, s.ClusterIP)
+			z.ptr(s.ClusterIP, svc)
+			for _, p := range s.Ports {
+				if p.Name != "" {
+					z.srv(p, svc, svc)
+				}
+			}
+			continue
+		}
+		for _, e := range s.Endpoints {
+			host := strings.ToLower(cmp.Or(e.Hostname, dashed(e.IP))) + "." + svc
+			z.address(svc, e.IP)
+			z.address(host, e.IP)
+			z.ptr(e.IP, host)
+			for _, p := range s.Ports {
+				if p.Name != "" {
+					z.srv(p, svc, host)
+				}
+			}
+		}
+	}
+	return z
+}
+
+func hdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: TTL}
+}
+
+// add adds rr under its owner name, once.
+func (z *Zone) add(rr dns.RR) {
+	name := rr.Header().Name
+	z.exists[name] = true
+	if !slices.ContainsFunc(z.records[name], func(o dns.RR) bool { return dns.IsDuplicate(o, rr) }) {
+		z.records[name] = append(z.records[name], rr)
+	}
+}
+
+// address adds an A (or AAAA) record of name for ip.
+func (z *Zone) address(name string, ip netip.Addr) {
+	if ip.Is4() {
+		z.add(&dns.A{Hdr: hdr(name, dns.TypeA), A: ip.AsSlice()})
+	} else {
+		z.add(&dns.AAAA{Hdr: hdr(name, dns.TypeAAAA), AAAA: ip.AsSlice()})
+	}
+}
+
+// ptr adds the PTR record of ip to name.
+func (z *Zone) ptr(ip netip.Addr, name string) {
+	rev, err := dns.ReverseAddr(ip.String())
+	if err == nil {
+		z.add(&dns.PTR{Hdr: hdr(rev, dns.TypePTR), Ptr: name})
+	}
+}
+
+// srv adds the SRV record of port p of the Service svc, pointing at
+// target.
+func (z *Zone) srv(p Port, svc, target string) {
+	name := "_" + strings.ToLower(p.Name) + "._" + strings.ToLower(cmp.Or(p.Protocol, "TCP")) + "." + svc
+	z.add(&dns.SRV{Hdr: hdr(name, dns.TypeSRV), Priority: 0, Weight: 100, Port: p.Port, Target: target})
+}
+
+// dashed is an address as a DNS label: 10.22.1.5 is "10-22-1-5".
+func dashed(ip netip.Addr) string {
+	return strings.NewReplacer(".", "-", ":", "-").Replace(ip.String())
+}
+
+// Answer is what the zone says of question q: ok false when q is not
+// the zone's to answer (outside the cluster domain, or a PTR of an
+// address the zone does not hold: forward it). Else the answer records
+// (for a CNAME, the CNAME, not chased), and rcode NXDOMAIN for a name
+// that does not exist, with the zone's SOA as authority when there is
+// no answer (negative caching, RFC 2308).
+func (z *Zone) Answer(q dns.Question) (answer, authority []dns.RR, rcode int, ok bool) {
+	name := strings.ToLower(q.Name)
+	if q.Qtype == dns.TypePTR {
+		rrs, held := z.records[name]
+		if !held {
+			return nil, nil, 0, false
+		}
+		return rrs, nil, dns.RcodeSuccess, true
+	}
+	if !dns.IsSubDomain(z.domain, name) {
+		return nil, nil, 0, false
+	}
+	if !z.exists[name] {
+		return nil, []dns.RR{z.soa}, dns.RcodeNameError, true
+	}
+	for _, rr := range z.records[name] {
+		if t := rr.Header().Rrtype; t == q.Qtype || t == dns.TypeCNAME || q.Qtype == dns.TypeANY {
+			answer = append(answer, rr)
+		}
+	}
+	if len(answer) == 0 {
+		authority = []dns.RR{z.soa}
+	}
+	return answer, authority, dns.RcodeSuccess, true
+}
+
+// String lists the zone's records, sorted, one per line (for tests and
+// `starling dns`).
+func (z *Zone) String() string {
+	var lines []string
+	for _, rrs := range z.records {
+		for _, rr := range rrs {
+			lines = append(lines, strings.ReplaceAll(rr.String(), "\t", " "))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// Nameserver is the address of the node's DNS, which pods' resolv.conf
+// names: the gateway of the node's pod subnet (its bridge's address),
+// which pods reach directly, no NAT or conntrack in the way.
+func Nameserver(subnet netip.Prefix) (netip.Addr, error) {
+	if !subnet.IsValid() || !subnet.Addr().Is4() {
+		return netip.Addr{}, fmt.Errorf("pod subnet %v: want an IPv4 prefix", subnet)
+	}
+	return subnet.Masked().Addr().Next(), nil
+}
