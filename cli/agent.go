@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/dns"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -117,6 +118,9 @@ its first real start.`,
 	f.Var(byteSize{&cfg.LogMaxSize}, "container-log-max-size", "a container's log is rotated at this size, e.g. 10MiB")
 	f.IntVar(&cfg.LogMaxFiles, "container-log-max-files", cfg.LogMaxFiles, "log files kept per container run, the one being written included")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
+	f.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain: Services are SVC.NAMESPACE.svc.DOMAIN")
+	f.BoolVar(&cfg.ClusterDNS, "cluster-dns", cfg.ClusterDNS, "serve the cluster's names on the node (UDP and TCP 53 at its pod subnet's gateway) and point ClusterFirst pods at it")
+	f.StringVar(&cfg.ResolvConf, "resolv-conf", cfg.ResolvConf, "the node's resolvers: names outside the cluster domain are forwarded to them, pods with dnsPolicy Default get them (systemd-resolved's stub is looked through)")
 	f.StringSliceVar(&cfg.AllowHostPath, "allow-host-path", nil, "a directory under which pods' hostPath volumes may lie (repeatable); none by default: hostPath volumes are refused")
 	f.StringSliceVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (HOST:PORT) pulled from over plain HTTP, as Docker's insecure-registries (repeatable)")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")
@@ -155,6 +159,36 @@ func (b byteSize) Set(s string) error {
 }
 
 func (b byteSize) Type() string { return "size" }
+
+// newDNSServerCmd is 'starling dns-server', the node's DNS, which the
+// agent starts (node/names); hidden, as nobody runs it by hand.
+func newDNSServerCmd() *cobra.Command {
+	var listen, zone string
+	var upstreams []string
+	cmd := &cobra.Command{
+		Use:    "dns-server --listen IP:53 --zone FILE [--upstream IP:53...]",
+		Short:  "Answer the cluster's names and forward the others (started by the agent)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listen == "" || zone == "" {
+				return errors.New("--listen and --zone: required (the agent gives them)")
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)).With("component", "dns-server")
+			z, err := dns.Load(zone)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				log.Warn("read the zone", "err", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return dns.NewServer(dns.Config{Addr: listen, ZoneFile: zone, Upstreams: upstreams, Log: log}, z).Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "address to answer on, UDP and TCP (IP:53)")
+	cmd.Flags().StringVar(&zone, "zone", "", "the zone file the agent writes")
+	cmd.Flags().StringArrayVar(&upstreams, "upstream", nil, "a resolver of the names outside the cluster domain (IP:53); repeat for several")
+	return cmd
+}
 
 // newFenceWatchdogCmd is 'starling fence-watchdog', which the agent starts
 // (node/watchdog.go); hidden, as nobody runs it by hand.

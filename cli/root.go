@@ -99,6 +99,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newVolumeCmd(g),
 		newVersionCmd(g),
 		newFenceWatchdogCmd(),
+		newDNSServerCmd(),
 	)
 	return root
 }

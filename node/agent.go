@@ -103,7 +103,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	rt, err := runtime.New(ctx, runtime.Config{Address: cfg.ContainerdAddress, Node: cfg.Name, RuncRoot: cfg.RuncRoot, CgroupParent: cfg.CgroupParent,
 		LogDir: cfg.DataDir + "/logs", PodDir: cfg.DataDir + "/pods", ClaimDir: cfg.DataDir + "/volumes", PidsLimit: cfg.PidsLimit, AllowHostPath: cfg.AllowHostPath, InsecureRegistries: cfg.InsecureRegistries,
-		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch}, pn, log)
+		LogDriver: cfg.LogDriver, LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles, Snapshotter: cfg.Snapshotter, FetchImage: fetch,
+		ResolvConf: cfg.ResolvConf, ClusterDomain: cfg.clusterDNSDomain(pn != nil), PodSubnetBits: ipam.SubnetBits}, pn, log)
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +275,9 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 		func(ctx context.Context) { a.own.status.republishOn(ctx, a.own.subnets.republish) },
 		func(ctx context.Context) { a.guard.keys.RefreshLoop(ctx, a.mem.members.targets) },
 		a.network.routes.Run, a.network.services.Run, a.diskLoop, a.network.host.Run}
+	if a.network.dns != nil {
+		loops = append(loops, a.network.dns.Run)
+	}
 	if a.guard.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
 			a.guard.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.work.replicas.wake.kick)

@@ -110,6 +110,12 @@ type Config struct {
 	AllowHostPath []string
 	// InsecureRegistries are registries pulled from over plain HTTP.
 	InsecureRegistries []string
+	// ClusterDomain is the cluster's DNS domain; ClusterDNS serves it on
+	// the node (node/names) and points ClusterFirst pods at it;
+	// ResolvConf names the node's resolvers (forwarded to; pods with
+	// dnsPolicy Default get them).
+	ClusterDomain, ResolvConf string
+	ClusterDNS                bool
 	// LogDriver is the starling binary (an absolute path) containerd's
 	// shim runs as each container's log writer (logfile.Main); empty
 	// has the shim append raw output to the log file (in-process tests).
@@ -155,6 +161,16 @@ type Config struct {
 	DryRun bool
 }
 
+// clusterDNSDomain is the domain pods' ClusterFirst resolv.conf names
+// with the node's DNS as their nameserver, when the node serves it (a
+// real pod network, ClusterDNS on); "" when it does not.
+func (c Config) clusterDNSDomain(podNetwork bool) string {
+	if !podNetwork || !c.ClusterDNS || c.DryRun {
+		return ""
+	}
+	return c.ClusterDomain
+}
+
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
@@ -174,6 +190,9 @@ func DefaultConfig() Config {
 		HandoffTimeout:     60 * time.Second,
 		AckTimeout:         30 * time.Second,
 		PidsLimit:          4096,
+		ClusterDomain:      "cluster.local",
+		ResolvConf:         "/etc/resolv.conf",
+		ClusterDNS:         true,
 		LogMaxSize:         logfile.DefaultMaxSize,
 		LogMaxFiles:        logfile.DefaultMaxFiles,
 		FenceWatchdog:      true,
@@ -251,6 +270,9 @@ func (c Config) validateRest() error {
 	}
 	if c.LogMaxFiles < 1 {
 		return fmt.Errorf("--container-log-max-files %d: must be at least 1 (the file being written)", c.LogMaxFiles)
+	}
+	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+		return fmt.Errorf("--cluster-domain %q: %s (e.g. cluster.local)", c.ClusterDomain, strings.Join(errs, "; "))
 	}
 	if c.PidsLimit < 0 {
 		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)

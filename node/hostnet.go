@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/names"
 )
 
 // hostNetwork is what changes the node's network namespace: routes to
@@ -60,4 +61,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
 		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
 	a.network.host = dataplane.NewHostRules(keepHost, log)
+	if hn != nil && cfg.ClusterDNS {
+		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
+	}
 }

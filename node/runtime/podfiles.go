@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,13 +50,20 @@ func hostsFile(podIP, hostname, subdomain, namespace string, aliases []reconcile
 }
 
 // resolvConf returns the replica's /etc/resolv.conf for its dnsPolicy:
-// "Default" (and "ClusterFirst", until Starling serves cluster DNS) the
-// node's settings, "None" none; then dnsConfig is merged in as the
-// kubelet does (nameservers and searches appended without duplicates,
+// "ClusterFirst" (and "" and "ClusterFirstWithHostNet") the node's DNS
+// with the cluster's search path before the node's and ndots:5
+// (cluster; nil when the node serves no cluster DNS: the node's
+// settings), "Default" the node's settings, "None" none; then dnsConfig
+// is merged in as the kubelet does (nameservers and searches appended without duplicates,
 // at most 3 nameservers; an option replaces one of the same name).
-func resolvConf(node dns.Resolver, policy string, cfg *reconcile.DNSConfig) []byte {
+func resolvConf(node dns.Resolver, policy string, cfg *reconcile.DNSConfig, cluster *dns.Resolver) []byte {
 	var r dns.Resolver
-	if policy != "None" {
+	switch {
+	case policy == "None":
+	case cluster != nil && policy != "Default":
+		r = dns.Resolver{Nameservers: slices.Clone(cluster.Nameservers), Searches: appendNew(slices.Clone(cluster.Searches), node.Searches...),
+			Options: slices.Clone(cluster.Options)}
+	default:
 		r = dns.Resolver{Nameservers: slices.Clone(node.Nameservers), Searches: slices.Clone(node.Searches), Options: slices.Clone(node.Options)}
 	}
 	if cfg != nil {
@@ -99,10 +107,27 @@ func appendNew(list []string, add ...string) []string {
 	return list
 }
 
+// clusterDNS is what the resolv.conf of a ClusterFirst pod at podIP in
+// namespace names (resolvConf): the node's DNS, at its pod subnet's
+// gateway, the cluster's search path and ndots:5, as the kubelet writes
+// it; nil when the node serves no cluster DNS.
+func (r *Runtime) clusterDNS(podIP, namespace string) *dns.Resolver {
+	ip, err := netip.ParseAddr(podIP)
+	if r.cfg.ClusterDomain == "" || err != nil {
+		return nil
+	}
+	ns, err := dns.Nameserver(netip.PrefixFrom(ip, r.cfg.PodSubnetBits))
+	if err != nil {
+		return nil
+	}
+	d := r.cfg.ClusterDomain
+	return &dns.Resolver{Nameservers: []string{ns.String()}, Searches: []string{namespace + ".svc." + d, "svc." + d, d}, Options: []string{"ndots:5"}}
+}
+
 // podFiles writes the replica's hosts, hostname and resolv.conf into dir
 // (made, 0755: the container's user must read them) and returns their
 // mounts.
-func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node dns.Resolver) ([]specs.Mount, error) {
+func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node dns.Resolver, cluster *dns.Resolver) ([]specs.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -112,7 +137,7 @@ func podFiles(dir, podIP, hostname string, rep reconcile.Replica, node dns.Resol
 	}{
 		{"hosts", "/etc/hosts", hostsFile(podIP, hostname, rep.Spec.Subdomain, rep.Namespace, rep.Spec.HostAliases)},
 		{"hostname", "/etc/hostname", []byte(hostname + "\n")},
-		{"resolv.conf", "/etc/resolv.conf", resolvConf(node, rep.Spec.DNSPolicy, rep.Spec.DNSConfig)},
+		{"resolv.conf", "/etc/resolv.conf", resolvConf(node, rep.Spec.DNSPolicy, rep.Spec.DNSConfig, cluster)},
 	}
 	var mounts []specs.Mount
 	for _, f := range files {

@@ -23,6 +23,33 @@ func TestHostsFile(t *testing.T) {
 	}
 }
 
+// TestResolvConfOfClusterFirst: with the node's DNS, ClusterFirst (and
+// the empty default) names it, the cluster's search path before the
+// node's, ndots:5; Default keeps the node's settings; dnsConfig merges
+// in as for the others.
+func TestResolvConfOfClusterFirst(t *testing.T) {
+	node := dns.Resolver{Nameservers: []string{"192.168.1.1"}, Searches: []string{"home.arpa"}, Options: []string{"edns0"}}
+	r := &Runtime{cfg: Config{ClusterDomain: "cluster.local", PodSubnetBits: 24}}
+	cluster := r.clusterDNS("10.22.7.12", "shop")
+	for _, tt := range []struct {
+		policy string
+		cfg    *reconcile.DNSConfig
+		want   string
+	}{
+		{"", nil, "nameserver 10.22.7.1\nsearch shop.svc.cluster.local svc.cluster.local cluster.local home.arpa\noptions ndots:5\n"},
+		{"ClusterFirst", &reconcile.DNSConfig{Searches: []string{"lan"}}, "nameserver 10.22.7.1\nsearch shop.svc.cluster.local svc.cluster.local cluster.local home.arpa lan\noptions ndots:5\n"},
+		{"Default", nil, "nameserver 192.168.1.1\nsearch home.arpa\noptions edns0\n"},
+	} {
+		got := strings.TrimPrefix(string(resolvConf(node, tt.policy, tt.cfg, cluster)), "# Starling-managed resolv.conf.\n")
+		if got != tt.want {
+			t.Errorf("%q: got\n%s\nwant\n%s", tt.policy, got, tt.want)
+		}
+	}
+	if (&Runtime{}).clusterDNS("10.22.7.12", "shop") != nil {
+		t.Error("no cluster domain: want the node's settings")
+	}
+}
+
 // TestResolvConf: Default and ClusterFirst take the node's settings,
 // None only dnsConfig; dnsConfig is appended without duplicates, at most
 // 3 nameservers, an option replacing one of its name.
@@ -41,7 +68,7 @@ func TestResolvConf(t *testing.T) {
 		{"ClusterFirst", cfg, "nameserver 192.168.1.1\nnameserver 192.0.2.53\nnameserver 192.0.2.54\nsearch home.arpa lan\noptions edns0 ndots:2 rotate\n"},
 		{"None", &reconcile.DNSConfig{Nameservers: []string{"192.0.2.53"}}, "nameserver 192.0.2.53\n"},
 	} {
-		got := strings.TrimPrefix(string(resolvConf(node, tt.policy, tt.cfg)), "# Starling-managed resolv.conf.\n")
+		got := strings.TrimPrefix(string(resolvConf(node, tt.policy, tt.cfg, nil)), "# Starling-managed resolv.conf.\n")
 		if got != tt.want {
 			t.Errorf("%s: got\n%s\nwant\n%s", tt.policy, got, tt.want)
 		}

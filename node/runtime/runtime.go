@@ -110,6 +110,12 @@ type Config struct {
 	// when the first names only loopback ones (default
 	// /run/systemd/resolve/resolv.conf).
 	ResolvConf, UpstreamResolvConf string
+	// ClusterDomain is the cluster's DNS domain, served by the node's DNS
+	// at the gateway of its pod subnet (PodSubnetBits long): the
+	// nameserver and search path of ClusterFirst pods; "" gives them the
+	// node's resolvers instead.
+	ClusterDomain string
+	PodSubnetBits int
 	// PidsLimit bounds the processes of each container (0: no limit).
 	PidsLimit int64
 	// AllowHostPath are the directories hostPath volumes may lie under
@@ -328,7 +334,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 	if err != nil {
 		return nil, fmt.Errorf("the node's resolver settings: %w", err)
 	}
-	mounts, err := podFiles(r.podDir(rep.ID), podIP, hostname, rep, resolv)
+	mounts, err := podFiles(r.podDir(rep.ID), podIP, hostname, rep, resolv, r.clusterDNS(podIP, rep.Namespace))
 	if err != nil {
 		return nil, fmt.Errorf("hosts and resolv.conf: %w", err)
 	}

@@ -56,8 +56,8 @@ var allowed = map[string][]string{
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "placement"},
-	"cli":          {"node", "node/api", "node/client", "node/manifest", "node/rollout", "node/trust"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "node/names", "node/dns", "placement"},
+	"cli":          {"node", "node/api", "node/client", "node/dns", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile", "node/pidns"},
 }
 

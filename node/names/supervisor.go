@@ -1,0 +1,182 @@
+package names
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/starling-orchestrator/starling/node/dns"
+	"github.com/starling-orchestrator/starling/node/view"
+)
+
+// Views are the node's views: the latest, and a channel that says a
+// newer one is there.
+type Views interface {
+	View() *view.View
+	Changed() <-chan struct{}
+}
+
+// Supervisor keeps the node's DNS answering: on each new view it writes
+// the zone's input to Dir/zone.json (when it changed), and it keeps one
+// `starling dns-server` process listening on the node's DNS address
+// (dns.Nameserver of its pod subnet, port 53) with the node's upstream
+// resolvers. The process outlives the agent (its own session), so a
+// restarted agent leaves DNS answering; a process of another binary (an
+// upgrade), address or upstream list is replaced, the new one listening
+// (SO_REUSEPORT) before the old one is stopped, so no query goes
+// unanswered.
+type Supervisor struct {
+	Self string
+	// Domain is the cluster domain ("cluster.local").
+	Domain string
+	// Dir holds the zone, the server's PID and its log.
+	Dir string
+	// ResolvConf and UpstreamResolvConf are where the upstream resolvers
+	// are read (dns.HostResolver).
+	ResolvConf, UpstreamResolvConf string
+	Views                          Views
+	Log                            *slog.Logger
+}
+
+// Files in Dir.
+const (
+	zoneFile = "zone.json"
+	pidFile  = "dns-server.pid"
+	logFile  = "dns-server.log"
+)
+
+// ServerCommand is the argument that runs the DNS server process.
+const ServerCommand = "dns-server"
+
+// Run writes the zone and keeps the server running until ctx ends; the
+// server keeps running after.
+func (s *Supervisor) Run(ctx context.Context) {
+	check := time.NewTicker(5 * time.Second)
+	defer check.Stop()
+	for {
+		v := s.Views.View()
+		// A node that does not hold the cluster's state yet would
+		// answer NXDOMAIN for Services it has not heard of: the zone it
+		// wrote before (an agent restart) stands until it does.
+		if v.Synced {
+			if _, err := dns.Write(filepath.Join(s.Dir, zoneFile), InputOf(v, s.Domain)); err != nil {
+				s.Log.Warn("write the DNS zone", "err", err)
+			}
+		}
+		if err := s.ensure(v); err != nil {
+			s.Log.Warn("run the node's DNS server", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Views.Changed():
+		case <-check.C:
+		}
+	}
+}
+
+// ensure starts the server unless one of the right arguments and binary
+// runs; a server replaced is stopped once the new one has started.
+func (s *Supervisor) ensure(v *view.View) error {
+	st, ok := v.Statuses[s.Self]
+	if !ok || !st.SubnetReady {
+		return nil // the bridge has no address yet
+	}
+	subnet, err := netip.ParsePrefix(st.PodSubnet)
+	if err != nil {
+		return err
+	}
+	addr, err := dns.Nameserver(subnet)
+	if err != nil {
+		return err
+	}
+	r, err := dns.HostResolver(s.ResolvConf, s.UpstreamResolvConf)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{ServerCommand, "--listen", net.JoinHostPort(addr.String(), "53"), "--zone", filepath.Join(s.Dir, zoneFile)}
+	for _, up := range r.Upstreams() {
+		args = append(args, "--upstream", up)
+	}
+	old, running := s.running()
+	if running && sameProcess(old, exe, args) {
+		return nil
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(s.Dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait() // reaped by this agent run if it ends before the agent
+	if err := os.WriteFile(filepath.Join(s.Dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		return err
+	}
+	s.Log.Info("started the node's DNS server", "pid", cmd.Process.Pid, "args", strings.Join(args[1:], " "))
+	if running {
+		// The new server listens beside the old one (SO_REUSEPORT)
+		// before the old one goes.
+		time.Sleep(500 * time.Millisecond)
+		if err := syscall.Kill(old, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("stop the DNS server replaced: %w", err)
+		}
+	}
+	return nil
+}
+
+// running is the PID of the server the PID file names, if it runs (a
+// PID reused by another process does not count).
+func (s *Supervisor) running() (int, bool) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, pidFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return 0, false
+	}
+	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	return pid, len(args) > 2 && args[1] == ServerCommand && slices.Contains(args, filepath.Join(s.Dir, zoneFile))
+}
+
+// sameProcess reports whether process pid runs binary exe with args (a
+// binary replaced since it started, an upgrade, reads "EXE (deleted)").
+func sameProcess(pid int, exe string, args []string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	got := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if len(got) < 1 || !slices.Equal(got[1:], args) {
+		return false
+	}
+	link, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return err == nil && link == exe
+}
