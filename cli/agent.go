@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/node"
 	"github.com/starling-orchestrator/starling/node/dns"
+	"github.com/starling-orchestrator/starling/node/fencewatch"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -204,7 +205,7 @@ func newFenceWatchdogCmd() *cobra.Command {
 				return errors.New("--lease: required (the agent's <data-dir>/fence.lease)")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)).With("component", "fence-watchdog")
-			return node.RunFenceWatchdog(cmd.Context(), lease, log)
+			return fencewatch.Run(cmd.Context(), lease, log)
 		},
 	}
 	cmd.Flags().StringVar(&lease, "lease", "", "the agent's lease file (<data-dir>/fence.lease)")
