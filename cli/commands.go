@@ -226,6 +226,9 @@ func newLogsCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			if follow && len(containers) > 1 {
+				return followAll(ctx, c, g, args[0], o, containers) // logs.go
+			}
 			for _, cn := range containers {
 				o.Container = cn
 				if err := copyLogs(ctx, c, g, args[0], o); err != nil {

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/client"
@@ -20,6 +23,46 @@ func copyLogs(ctx context.Context, c *client.Client, g *globals, arg string, o a
 	defer body.Close()
 	_, err = io.Copy(g.stdout, body)
 	return err
+}
+
+// followAll follows the logs of every container of replica arg at once,
+// as kubectl logs -f --all-containers does, their lines interleaved
+// whole, until every run ends.
+func followAll(ctx context.Context, c *client.Client, g *globals, arg string, o api.LogOptions, containers []string) error {
+	var mu sync.Mutex
+	errs := make([]error, len(containers))
+	var wg sync.WaitGroup
+	for i, name := range containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := o
+			o.Container = name
+			body, err := c.Logs(ctx, g.namespace, strings.TrimPrefix(arg, "replica/"), o)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer body.Close()
+			r := bufio.NewReader(body)
+			for {
+				line, err := r.ReadBytes('\n')
+				if len(line) > 0 {
+					mu.Lock()
+					g.stdout.Write(line)
+					mu.Unlock()
+				}
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						errs[i] = err
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // containersOf lists the containers of replica namespace/name, init

@@ -81,9 +81,11 @@ func (x *actions) recordFailure(act reconcile.Action, err error, now time.Time) 
 func (x *actions) pruneFailures(mine []reconcile.Replica, observed []reconcile.Container) {
 	keep := map[string]bool{}
 	for _, r := range mine {
-		keep[r.ID] = true
+		for _, id := range r.ContainerIDs() {
+			keep[id] = true
+		}
 	}
-	for _, c := range observed {
+	for _, c := range reconcile.Flatten(observed) {
 		keep[c.ID] = true
 	}
 	x.mu.Lock()
@@ -131,6 +133,25 @@ func (x *actions) lastFailure(id string) (string, bool) {
 	defer x.mu.Unlock()
 	f, ok := x.failures[id]
 	return f.err, ok
+}
+
+// podFailure is the last failure of an action on one of the containers
+// of replica r (its own first), or, r unknown (nil), of c and its
+// members.
+func (x *actions) podFailure(r *reconcile.Replica, c reconcile.Container) (string, bool) {
+	ids := []string{c.ID}
+	if r != nil {
+		ids = r.ContainerIDs()
+	}
+	for _, m := range c.Members {
+		ids = append(ids, m.ID)
+	}
+	for _, id := range ids {
+		if msg, failed := x.lastFailure(id); failed {
+			return msg, true
+		}
+	}
+	return "", false
 }
 
 // listEpoch returns the epoch a pass's list of containers is taken at,

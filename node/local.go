@@ -16,9 +16,9 @@ import (
 // replica it owns that has no container yet (Pending or ContainerCreating).
 func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcile.Replica, probes map[string]probe.Probes) []api.Replica {
 	now := time.Now()
-	want := map[string]*reconcile.Spec{}
+	want := map[string]*reconcile.Replica{}
 	for i := range mine {
-		want[mine[i].ID] = &mine[i].Spec
+		want[mine[i].ID] = &mine[i]
 	}
 	ready := func(c reconcile.Container) (bool, string) { return r.probes.ready(c, probes) }
 	seen := map[string]bool{}
@@ -34,9 +34,13 @@ func (r *replicas) localReplicas(observed []reconcile.Container, mine []reconcil
 			t := reconcile.Terminated(c.ExitCode, c.OOMKilled, c.StartedAt, c.ExitedAt)
 			item.Exit = t.UTC()
 		}
-		pod := reconcile.StatusOf(c, want[c.ID], ready, now)
+		var spec *reconcile.Spec
+		if d := want[c.ID]; d != nil {
+			spec = &d.Spec
+		}
+		pod := reconcile.StatusOf(c, spec, ready, now)
 		item.Containers, item.Restarts = pod.Containers, pod.Restarts
-		if msg, failed := r.acts.lastFailure(c.ID); failed {
+		if msg, failed := r.acts.podFailure(want[c.ID], c); failed {
 			item.Reason = msg
 		} else if phase, msg := r.configError(c.ID); phase == api.PhaseConfigError {
 			item.Reason = reconcile.ConfigErrorReason + ": " + msg // a replace held back

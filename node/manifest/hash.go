@@ -182,9 +182,11 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// hashVolumes is volumes as the hash takes them: the default file mode
-// (0644) of configMap, secret, downwardAPI and projected volumes left
-// out, so a template written with it and one without hash alike.
+// hashVolumes is volumes as the hash takes them: what the API server
+// fills in left out (the default file mode 0644 of configMap, secret,
+// downwardAPI and projected volumes, hostPath's type "", downward API
+// fields' apiVersion v1), so a template written with it (kubectl get -o
+// yaml) and one without hash alike.
 func hashVolumes(volumes []corev1.Volume) []corev1.Volume {
 	if len(volumes) == 0 {
 		return nil
@@ -192,6 +194,19 @@ func hashVolumes(volumes []corev1.Volume) []corev1.Volume {
 	out := make([]corev1.Volume, len(volumes))
 	for i, v := range volumes {
 		v = *v.DeepCopy()
+		if v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathUnset {
+			v.HostPath.Type = nil
+		}
+		if v.DownwardAPI != nil {
+			clearFieldVersions(v.DownwardAPI.Items)
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.DownwardAPI != nil {
+					clearFieldVersions(s.DownwardAPI.Items)
+				}
+			}
+		}
 		for _, m := range []**int32{
 			modeOf(v.ConfigMap != nil, func() **int32 { return &v.ConfigMap.DefaultMode }),
 			modeOf(v.Secret != nil, func() **int32 { return &v.Secret.DefaultMode }),
@@ -205,6 +220,16 @@ func hashVolumes(volumes []corev1.Volume) []corev1.Volume {
 		out[i] = v
 	}
 	return out
+}
+
+// clearFieldVersions leaves out the apiVersion v1 (the default) of the
+// fields of downward API files (changed in place: the caller's copy).
+func clearFieldVersions(items []corev1.DownwardAPIVolumeFile) {
+	for i := range items {
+		if f := items[i].FieldRef; f != nil && f.APIVersion == "v1" {
+			f.APIVersion = ""
+		}
+	}
 }
 
 // modeOf is the address of a volume source's defaultMode (f) when the

@@ -149,6 +149,18 @@ func TestSpecHashLeavesOutTheDefaultFileModeOfVolumes(t *testing.T) {
 	if with("") == with(", defaultMode: 256") {
 		t.Error("defaultMode 256 (0400) left the hash unchanged")
 	}
+	// What kubectl get -o yaml adds: hostPath's type "", a field's v1.
+	vol := func(v string) string {
+		return SpecHash(parseDeployment(t, edit(t, goodDeployment, "    spec:\n      containers:", "    spec:\n      volumes: ["+v+"]\n      containers:")))
+	}
+	for _, pair := range [][2]string{
+		{"{name: h, hostPath: {path: /srv}}", `{name: h, hostPath: {path: /srv, type: ""}}`},
+		{"{name: i, downwardAPI: {items: [{path: podname, fieldRef: {fieldPath: metadata.name}}]}}", "{name: i, downwardAPI: {items: [{path: podname, fieldRef: {apiVersion: v1, fieldPath: metadata.name}}]}}"},
+	} {
+		if vol(pair[0]) != vol(pair[1]) {
+			t.Errorf("%s and %s hash apart", pair[0], pair[1])
+		}
+	}
 	sidecar := func(policy string) string {
 		return SpecHash(parseDeployment(t, edit(t, goodDeployment, "    spec:\n      containers:", "    spec:\n      initContainers: [{name: proxy, image: busybox"+policy+"}]\n      containers:")))
 	}

@@ -292,11 +292,18 @@ func intOrPercentValue(v intstr.IntOrString) int {
 	return -1 // invalid, reported by validateIntOrPercent
 }
 
+// MaxContainers bounds a pod's containers, init containers included
+// (api.MaxContainers: what a node may report of one replica).
+const MaxContainers = 64
+
 func validatePodSpec(s *corev1.PodSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	cp := p.Child("containers")
 	if len(s.Containers) == 0 {
 		errs = append(errs, field.Required(cp, ""))
+	}
+	if n := len(s.Containers) + len(s.InitContainers); n > MaxContainers {
+		errs = append(errs, field.TooMany(cp, n, MaxContainers))
 	}
 	grace := int64(defaultGracePeriodSeconds)
 	if s.TerminationGracePeriodSeconds != nil {

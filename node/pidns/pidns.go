@@ -39,7 +39,11 @@ func IsHolder(args []string) bool { return len(args) == 2 && args[0] == Command 
 // Main is the holder: PID 1 of its namespace, it reaps every process
 // that ends in it and otherwise waits, until killed. It never returns.
 func Main() {
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	// Every signal it can ignore: a container's process may signal PID 1
+	// of its namespace, and Go's defaults (SIGQUIT dumps and exits) would
+	// end the pod; only SIGKILL from outside (Stop) ends it.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+		syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH)
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, syscall.SIGCHLD)
 	for range children {

@@ -9,9 +9,9 @@ import "fmt"
 // it is removed) or another create of this pass took it first.
 
 // claimUsers maps each claim (namespace/name) mounted by a container of
-// observed to the replica that mounts it; the replicas are looked up by
-// container ID in all (a container of no desired replica, on its way
-// out, is left out).
+// observed, on its way out or not, to the replica that mounts it (as the
+// container records its claims; for one that does not, as its replica
+// in all says, if it is there).
 func claimUsers(observed []Container, all []Replica) map[string]Replica {
 	byID := make(map[string]*Replica, len(all))
 	for i := range all {
@@ -19,14 +19,20 @@ func claimUsers(observed []Container, all []Replica) map[string]Replica {
 	}
 	users := map[string]Replica{}
 	for _, c := range observed {
-		if r := byID[c.ID]; r != nil {
-			for _, key := range claimKeys(*r) {
-				users[key] = *r
-			}
+		user := Replica{ID: c.ID, Name: c.Name, Namespace: c.Namespace}
+		keys := c.Claims
+		if r := byID[c.ID]; r != nil && keys == nil {
+			keys = claimKeys(*r)
+		}
+		for _, key := range keys {
+			users[key] = user
 		}
 	}
 	return users
 }
+
+// ClaimKeys are the claims r mounts, as namespace/name.
+func ClaimKeys(r Replica) []string { return claimKeys(r) }
 
 // claimKeys are the claims r mounts, as namespace/name.
 func claimKeys(r Replica) []string {

@@ -41,6 +41,14 @@ func TestAReadWriteOncePodClaimHasOneUserAtATime(t *testing.T) {
 	if out := decide(nil); len(out.Actions) != 2 {
 		t.Errorf("a ReadWriteOnce claim: actions %s, want both created", actionsString(out.Actions))
 	}
+	// A user on its way out (its Deployment deleted: no desired replica)
+	// holds the claim until its container is gone, by the claims its
+	// container records.
+	leaving := running(mount(rep("old", "cccccccc", 0)))
+	leaving.Claims = []string{"default/db"}
+	if out := decide(rwop, leaving); out.ConfigErrors[w0.ID] == nil || !strings.Contains(out.ConfigErrors[w0.ID].Error(), "replica old-") {
+		t.Errorf("with the old user stopping: actions %s, errors %v; want w0 waiting for it", actionsString(out.Actions), out.ConfigErrors)
+	}
 	// A replace: the copy replaced is the user, the new copy goes ahead.
 	next := mount(rep("web", "bbbbbbbb", 0))
 	if err := oncePodWait(next, w0.ID, rwop, map[string]Replica{"default/db": w0}); err != nil {

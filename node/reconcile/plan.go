@@ -211,11 +211,24 @@ func Plan(desired []Replica, observed []Container, now time.Time) Result {
 // again, its sidecars are kept running beside the app containers, and
 // every container restarts on its own.
 func planPod(r Replica, c Container, now time.Time, res *Result) {
+	if c.State == StateUnknown {
+		return // whether it started is not known: nothing is decided on it
+	}
 	members := make(map[string]Container, len(c.Members))
+	names := map[string]bool{}
+	for _, s := range slices.Concat(r.Spec.Init, r.Spec.Containers) {
+		names[s.Name] = true
+	}
 	for _, m := range c.Members {
+		// A member of another spec or sandbox (added by an action that
+		// raced a replace), or of no container of the spec, goes.
+		if !names[m.ContainerName] || m.SpecHash != c.SpecHash || m.PodIP != c.PodIP || m.CreatedAt.Before(c.CreatedAt) {
+			res.Actions = append(res.Actions, Action{Type: Remove, Old: m, Member: m.ContainerName, Reason: "container " + m.ContainerName + " is not of this copy of the replica"})
+			continue
+		}
 		members[m.ContainerName] = m
 	}
-	initialized := c.State != StateCreated || !c.StartedAt.IsZero()
+	initialized := !c.StartedAt.IsZero() || c.State == StateRunning || c.State == StateExited
 	for _, s := range r.Spec.Init {
 		if initialized && !s.Sidecar {
 			continue

@@ -20,7 +20,7 @@ func podReplica() Replica {
 // member is r's container name in state st, started an hour ago.
 func member(r Replica, name string, st State, exit uint32) Container {
 	c := Container{ID: MemberID(r.ID, name), Name: r.Name, Namespace: r.Namespace, Workload: r.Workload,
-		SpecHash: r.SpecHash, ContainerName: name, State: st, StartedAt: t0.Add(-time.Hour)}
+		SpecHash: r.SpecHash, ContainerName: name, State: st, StartedAt: t0.Add(-time.Hour), PodIP: "10.22.1.2"}
 	if st == StateExited {
 		c.ExitCode, c.ExitedAt = exit, t0.Add(-time.Minute)
 	}
@@ -78,6 +78,12 @@ func TestPlanRunsInitContainersInOrderThenTheApp(t *testing.T) {
 				c.Members = []Container{member(r, "migrate", StateExited, 0), member(r, "proxy", StateRunning, 0), member(r, "log", StateExited, 137)}
 			}),
 			want: "start:" + id("log")},
+		{name: "a member of another copy (a replace raced its add) goes, and its container is added anew",
+			c: with(running(r), func(c *Container) {
+				c.Members = []Container{member(r, "migrate", StateExited, 0), with(member(r, "proxy", StateRunning, 0), func(m *Container) { m.PodIP = "10.22.1.9" }), member(r, "log", StateRunning, 0)}
+			}),
+			want: "remove:" + id("proxy") + " add-container:" + id("proxy")},
+		{name: "a replica whose state containerd does not know is left alone", c: with(created(r), func(c *Container) { c.State = StateUnknown })},
 		{name: "a container whose probe failed is stopped, alone",
 			c: with(running(r), func(c *Container) {
 				c.Members = []Container{member(r, "migrate", StateExited, 0), with(member(r, "proxy", StateRunning, 0), func(m *Container) { m.Unhealthy = "liveness probe failed" }), member(r, "log", StateRunning, 0)}
@@ -94,7 +100,7 @@ func TestPlanRunsInitContainersInOrderThenTheApp(t *testing.T) {
 				t.Errorf("requeue = %v, want %v", res.Requeue, tc.requeue)
 			}
 			for _, a := range res.Actions {
-				if a.Old.ID != r.ID && a.Member == "" {
+				if a.Old.ID != r.ID && a.Member == "" && a.Type != Remove {
 					t.Errorf("%s on %s does not name its container", a.Type, a.Old.ID)
 				}
 			}
@@ -176,5 +182,22 @@ func TestStatusOfAPodSumsItsContainersUp(t *testing.T) {
 	}
 	if one := StatusOf(Container{ID: "a", State: StateRunning}, &Spec{}, ready, t0); one.Containers != nil || one.Total != 1 {
 		t.Errorf("a replica of one container: %+v, want no container list", one)
+	}
+}
+
+// TestAContainersReasonIsWhatPeersAccept: a probe's output with control
+// characters (colours) is published as one line of plain text; a peer
+// that refused it would drop the node's whole record.
+func TestAContainersReasonIsWhatPeersAccept(t *testing.T) {
+	r := podReplica()
+	ready := func(Container) (bool, string) { return false, "\x1b[31mFAIL\x1b[0m\nsecond line" }
+	c := with(running(r), func(c *Container) {
+		c.ContainerName = "web"
+		c.Members = []Container{with(member(r, "log", StateExited, 1), func(m *Container) { m.StopReason = "liveness probe failed: \x07bell" })}
+	})
+	for _, cs := range StatusOf(c, &r.Spec, ready, t0).Containers {
+		if err := cs.Check(); err != nil {
+			t.Errorf("container %s: a peer would refuse it: %v", cs.Name, err)
+		}
 	}
 }

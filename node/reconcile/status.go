@@ -61,8 +61,10 @@ func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now
 		if cs.State == api.ContainerWaiting && cs.Reason == string(api.PhaseCrashLoopBackOff) {
 			st.Failed = "init container " + m.ContainerName + ": " + cs.Exit.Reason + " (exit " + strconv.Itoa(cs.Exit.ExitCode) + ")"
 		}
+		if !m.Init || m.Sidecar {
+			st.Restarts += m.Restarts // kubectl's RESTARTS leave init containers out
+		}
 		st.Containers = append(st.Containers, cs)
-		st.Restarts += m.Restarts
 	}
 	seen := map[string]bool{}
 	for _, m := range inits {
@@ -125,6 +127,7 @@ func containerStatus(c Container, ready func(Container) (bool, string), now time
 	if c.StopReason != "" && cs.State != api.ContainerRunning {
 		cs.Reason = c.StopReason
 	}
+	cs.Reason = api.OneLine(cs.Reason) // a probe's output, as peers accept it
 	return cs
 }
 
@@ -144,13 +147,16 @@ func Flatten(observed []Container) []Container {
 }
 
 // Find returns container name ("": its own) of the replica whose own
-// container is id, among observed.
+// container is id, among observed. A container without a recorded name
+// (made before replicas had several) answers to any name.
 func Find(observed []Container, id, name string) (Container, bool) {
 	for _, c := range observed {
 		switch {
 		case c.ID != id:
 			continue
-		case name == "" || c.ContainerName == name:
+		case name == "" || c.ContainerName == name || c.ContainerName == "" && len(c.Members) == 0:
+			// (A container made before they had names is its replica's
+			// only one, whatever the name asked.)
 			return c, true
 		}
 		for _, m := range c.Members {

@@ -301,6 +301,10 @@ type Container struct {
 	// Init marks a member that is an init container, Sidecar one that is
 	// a native sidecar (runtime's LabelRole).
 	Init, Sidecar bool
+	// Claims are the PersistentVolumeClaims the replica mounts
+	// ("namespace/name", as made at create; nil for a container made
+	// before they were recorded).
+	Claims []string
 	Namespace     string
 	Workload      string
 	UID           string // the object's, as Replica.UID

@@ -95,6 +95,9 @@ func fromLabels(id string, l map[string]string) reconcile.Container {
 		SpecHash: l[LabelSpecHash], PodIP: l[LabelPodIP], ContainerName: l[LabelContainer],
 		Init: l[LabelRole] == "init", Sidecar: l[LabelRole] == "sidecar",
 	}
+	if v := l[LabelClaims]; v != "" {
+		c.Claims = strings.Split(v, ",")
+	}
 	c.Ordinal, _ = strconv.Atoi(l[LabelOrdinal])
 	c.Restarts, _ = strconv.Atoi(l[LabelRestarts])
 	c.BackoffStep, _ = strconv.Atoi(l[LabelBackoffStep])

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
@@ -33,13 +35,18 @@ const (
 	// LabelRole is "init", "sidecar" (an init container with
 	// restartPolicy Always) or "" (an app container).
 	LabelRole = "starling.io/role"
+	// LabelClaims are the claims a replica mounts ("ns/name,..."), so a
+	// ReadWriteOncePod claim's user is known while it stops, its replica
+	// gone from the view.
+	LabelClaims = "starling.io/claims"
 	// LabelSharePIDs marks a replica whose containers share a PID
 	// namespace (node/pidns): without its holder, its sandbox is broken.
 	LabelSharePIDs = "starling.io/share-pids"
 )
 
 // addContainer creates container name of rep in the sandbox of rep's own
-// container own and starts it.
+// container own and starts it, if own is still the copy that was
+// observed (not removed, nor replaced under its ID, since).
 func (r *Runtime) addContainer(ctx context.Context, rep reconcile.Replica, own reconcile.Container, name string) (err error) {
 	ctx = r.ctx(ctx)
 	spec, role, ok := memberSpec(rep.Spec, name)
@@ -49,12 +56,19 @@ func (r *Runtime) addContainer(ctx context.Context, rep reconcile.Replica, own r
 	if own.PodIP == "" || !r.net.Ready(own.ID) {
 		return fmt.Errorf("add container %s to replica %s: its sandbox is not ready", name, rep.Name)
 	}
+	c, err := r.client.LoadContainer(ctx, own.ID)
+	if err != nil {
+		return fmt.Errorf("add container %s to replica %s: %w", name, rep.Name, err)
+	}
+	if labels, err := c.Labels(ctx); err != nil || labels[LabelPodIP] != own.PodIP || labels[LabelSpecHash] != own.SpecHash {
+		return fmt.Errorf("add container %s to replica %s: the replica changed since it was observed", name, rep.Name)
+	}
 	id := reconcile.MemberID(own.ID, name)
 	img, ic, err := r.containerImage(ctx, rep, spec)
 	if err != nil {
 		return fmt.Errorf("add container %s to replica %s: %w", name, rep.Name, err)
 	}
-	c, err := r.newContainer(ctx, id, rep, spec, img, ic, own.PodIP, map[string]string{LabelMemberOf: own.ID, LabelRole: role})
+	c, err = r.newContainer(ctx, id, rep, spec, img, ic, own.PodIP, map[string]string{LabelMemberOf: own.ID, LabelRole: role})
 	if err != nil {
 		return fmt.Errorf("add container %s to replica %s: %w", name, rep.Name, err)
 	}
@@ -65,6 +79,52 @@ func (r *Runtime) addContainer(ctx context.Context, rep reconcile.Replica, own r
 		return fmt.Errorf("add container %s to replica %s: %w", name, rep.Name, err)
 	}
 	return nil
+}
+
+// memberOwner is the ID of the replica container that member container
+// id (of container name) belongs to (reconcile.MemberID; an ID cut for
+// length gives itself, and locks alone).
+func memberOwner(id, name string) string {
+	if own, ok := strings.CutSuffix(id, "."+name); ok {
+		return own
+	}
+	return id
+}
+
+// podLocks are locks by replica container ID, each made when first
+// taken and dropped when its last holder lets it go.
+type podLocks struct {
+	mu    sync.Mutex
+	locks map[string]*podLock
+}
+
+type podLock struct {
+	sync.Mutex
+	holders int
+}
+
+// lock takes the lock of id and returns what lets it go.
+func (p *podLocks) lock(id string) (unlock func()) {
+	p.mu.Lock()
+	if p.locks == nil {
+		p.locks = map[string]*podLock{}
+	}
+	l := p.locks[id]
+	if l == nil {
+		l = &podLock{}
+		p.locks[id] = l
+	}
+	l.holders++
+	p.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		p.mu.Lock()
+		if l.holders--; l.holders == 0 {
+			delete(p.locks, id)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // memberSpec finds container name among s's init containers and its app
@@ -86,15 +146,21 @@ func memberSpec(s reconcile.Spec, name string) (reconcile.Spec, string, bool) {
 	return reconcile.Spec{}, "", false
 }
 
-// removeMembers removes (remove: stop, then delete) the replica's own
-// container id and its members, in the kubelet's order: the app
-// containers, id's among them, at once, each with its preStop and
-// grace; then the sidecars, the last one first. The members' logs go
-// with them.
-func (r *Runtime) removeMembers(ctx context.Context, id string, remove func(containerd.Container) error) error {
+// removePod stops and deletes the replica's own container id and its
+// members, as the kubelet stops a pod, within one grace period in all:
+// the app containers, id's among them, at once, each with its preStop;
+// then the sidecars, the last one first, in what is left of the grace
+// period (SIGKILL when none is). The members are deleted, and their
+// logs, before id's container, so a removal cut short is done again by
+// the next pass (id's container still there).
+func (r *Runtime) removePod(ctx context.Context, id string, grace time.Duration) error {
 	members, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%q", LabelMemberOf, id))
 	if err != nil {
 		return fmt.Errorf("list the containers of %s: %w", id, err)
+	}
+	own, err := r.client.LoadContainer(ctx, id)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
 	}
 	var apps, sidecars []containerd.Container
 	for _, m := range members {
@@ -108,19 +174,17 @@ func (r *Runtime) removeMembers(ctx context.Context, id string, remove func(cont
 			apps = append(apps, m)
 		}
 	}
-	own, err := r.client.LoadContainer(ctx, id)
-	if err == nil {
+	if own != nil {
 		apps = append(apps, own)
-	} else if !errdefs.IsNotFound(err) {
-		return err
 	}
+	deadline := time.Now().Add(grace)
 	errs := make([]error, len(apps))
 	var wg sync.WaitGroup
 	for i, c := range apps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = remove(c)
+			errs[i] = r.stopContainer(ctx, c, grace)
 		}()
 	}
 	wg.Wait()
@@ -128,12 +192,37 @@ func (r *Runtime) removeMembers(ctx context.Context, id string, remove func(cont
 	// they were created in (each is added once the one before runs).
 	slices.SortFunc(sidecars, func(a, b containerd.Container) int { return -compareStarts(ctx, a, b) })
 	for _, c := range sidecars {
-		errs = append(errs, remove(c))
+		errs = append(errs, r.stopContainer(ctx, c, max(time.Until(deadline), 0)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	for _, m := range members {
+		if err := r.deleteContainer(ctx, m, 0); err != nil {
+			return err
+		}
 		r.removeLogs(m.ID())
 	}
-	return errors.Join(errs...)
+	if own != nil {
+		return r.deleteContainer(ctx, own, 0)
+	}
+	return nil
+}
+
+// stopContainer ends c's task: its preStop hook, its stop signal, SIGKILL
+// after grace (at once for 0).
+func (r *Runtime) stopContainer(ctx context.Context, c containerd.Container, grace time.Duration) error {
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load the task of %s: %w", c.ID(), err)
+	}
+	if err := stopTask(ctx, c, task, r.preStop(ctx, c, task, grace)); err != nil {
+		return fmt.Errorf("stop %s: %w", c.ID(), err)
+	}
+	return nil
 }
 
 // compareStarts orders containers a and b by their creation.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -165,6 +166,10 @@ type Runtime struct {
 	// their setup at create, their updates (UpdateVolume), their
 	// teardown at remove.
 	volumes sync.Mutex
+	// pods serialises the actions on one replica's containers (pod.go):
+	// a container added while its replica is removed or replaced would
+	// outlive it, or join its successor.
+	pods podLocks
 }
 
 // New connects to containerd at cfg.Address and checks that it answers.
@@ -226,6 +231,17 @@ func (r *Runtime) LogPath(id string) string { return filepath.Join(r.cfg.LogDir,
 
 // Execute carries out one action. Errors name the replica and the step.
 func (r *Runtime) Execute(ctx context.Context, a reconcile.Action) error {
+	owner := a.Old.ID // the replica whose containers the action touches
+	switch {
+	case a.Type == reconcile.Create:
+		owner = a.Replica.ID
+	case !a.Old.Own() && a.Old.ContainerName != "":
+		owner = memberOwner(a.Old.ID, a.Old.ContainerName) // a member's
+	}
+	defer r.pods.lock(owner)()
+	if a.Type == reconcile.Replace && a.Replica.ID != a.Old.ID {
+		defer r.pods.lock(a.Replica.ID)()
+	}
 	switch a.Type {
 	case reconcile.Create:
 		return r.create(ctx, a.Replica)
@@ -368,6 +384,9 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 	}
 	if rep.UID != "" {
 		labels[LabelUID] = rep.UID
+	}
+	if keys := reconcile.ClaimKeys(rep); own && len(keys) > 0 {
+		labels[LabelClaims] = strings.Join(keys, ",")
 	}
 	if rep.Spec.SharePIDs {
 		labels[LabelSharePIDs] = "true"
@@ -561,7 +580,7 @@ func (r *Runtime) start(ctx context.Context, id string, restarts, backoffStep in
 }
 
 // remove stops and deletes container id and, for a replica's own
-// container, its members (removeMembers), its sandbox, logs and pod
+// container, its members (removePod), its sandbox, logs and pod
 // directory.
 func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) error {
 	ctx = r.ctx(ctx)
@@ -573,13 +592,16 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
-	if labels[LabelMemberOf] != "" { // a member alone: its replica is gone
+	if owner := labels[LabelMemberOf]; owner != "" { // a member alone
 		if err := r.deleteContainer(ctx, c, grace); err != nil {
 			return fmt.Errorf("remove %s: %w", id, err)
 		}
-		return r.removeLogs(id)
-	}
-	if err := r.removeMembers(ctx, id, func(c containerd.Container) error { return r.deleteContainer(ctx, c, grace) }); err != nil {
+		r.removeLogs(id)
+		if _, err := r.client.LoadContainer(ctx, owner); !errdefs.IsNotFound(err) {
+			return nil // its replica is there: only this member went
+		}
+		id = owner // its replica went before it: its sandbox goes now
+	} else if err := r.removePod(ctx, id, grace); err != nil { // pod.go
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	if err := pidns.Stop(r.podDir(id)); err != nil {

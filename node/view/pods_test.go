@@ -26,6 +26,11 @@ func TestPodRequestsAreTheKubeletsEffectiveRequest(t *testing.T) {
 	if cpu != 520 || mem != 170 {
 		t.Errorf("podRequests = %d m, %d B; want 520 m (sidecar 20 + init 500), 170 B (100 + 50 + 20)", cpu, mem)
 	}
+	// An init container before the sidecar does not count it.
+	s.Init[0], s.Init[1] = s.Init[1], s.Init[0]
+	if cpu, _ := podRequests(s); cpu != 500 {
+		t.Errorf("init 500 m, then a sidecar of 20 m, app 150 m: %d m, want 500 m (the kubelet's)", cpu)
+	}
 }
 
 // TestANamedTargetPortFindsASidecarsPort: a Service's named targetPort

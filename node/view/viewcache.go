@@ -443,20 +443,22 @@ func specOf(o manifest.Object) reconcile.Spec {
 // reserves: Kubernetes' max(sum of app containers and sidecars, each
 // init container with the sidecars started before it).
 func podRequests(s reconcile.Spec) (milliCPU, memory int64) {
-	milliCPU, memory = s.CPURequestMillis, s.MemoryRequestBytes
+	appCPU, appMem := s.CPURequestMillis, s.MemoryRequestBytes
 	for _, c := range s.Containers {
-		milliCPU, memory = milliCPU+c.CPURequestMillis, memory+c.MemoryRequestBytes
+		appCPU, appMem = appCPU+c.CPURequestMillis, appMem+c.MemoryRequestBytes
 	}
-	var sideCPU, sideMem int64
+	// The kubelet's PodRequests (component-helpers): the sidecars started so
+	// far, and each init container with them.
+	var sideCPU, sideMem, initCPU, initMem int64
 	for _, c := range s.Init {
 		if c.Sidecar {
 			sideCPU, sideMem = sideCPU+c.CPURequestMillis, sideMem+c.MemoryRequestBytes
-			milliCPU, memory = milliCPU+c.CPURequestMillis, memory+c.MemoryRequestBytes
+			initCPU, initMem = max(initCPU, sideCPU), max(initMem, sideMem)
 			continue
 		}
-		milliCPU, memory = max(milliCPU, sideCPU+c.CPURequestMillis), max(memory, sideMem+c.MemoryRequestBytes)
+		initCPU, initMem = max(initCPU, sideCPU+c.CPURequestMillis), max(initMem, sideMem+c.MemoryRequestBytes)
 	}
-	return milliCPU, memory
+	return max(appCPU+sideCPU, initCPU), max(appMem+sideMem, initMem)
 }
 
 // containerSpecOf is the container fields of container c of template t

@@ -50,6 +50,12 @@ func makeVolume(dir, uid string, limit int64) (enforced bool, why string, err er
 		if err := os.Chmod(dir, 0o777); err != nil {
 			return false, "", err
 		}
+		// A qgroup limit set from a plain directory would limit the
+		// subvolume around it (the host's filesystem): only a volume
+		// made as a subvolume of its own is limited.
+		if !isSubvolume(dir) {
+			return false, "the volume was made as a plain directory (before this agent made subvolumes): its size is not enforced", nil
+		}
 		if err := btrfsLimit(dir, limit); err != nil {
 			return false, err.Error(), nil
 		}
@@ -60,6 +66,12 @@ func makeVolume(dir, uid string, limit int64) (enforced bool, why string, err er
 	}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return false, "", err
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		if id, ok := projectOf(dir); !ok || id != ProjectID(uid) {
+			// Files made before the project ID was set stay outside it.
+			return false, "the volume holds files made before its project ID was set: its size is not enforced", nil
+		}
 	}
 	if err := projectLimit(dir, ProjectID(uid), limit); err != nil {
 		return false, err.Error(), nil
@@ -134,6 +146,27 @@ func projectLimit(dir string, id uint32, limit int64) error {
 		return fmt.Errorf("the project quota did not hold (read back %d KiB, %v)", back.bhardlimit, err)
 	}
 	return nil
+}
+
+// isSubvolume reports whether dir is the root of a btrfs subvolume
+// (its inode number is BTRFS_FIRST_FREE_OBJECTID, 256).
+func isSubvolume(dir string) bool {
+	var st unix.Stat_t
+	return unix.Stat(dir, &st) == nil && st.Ino == 256
+}
+
+// projectOf is the project ID of dir, if the filesystem gives one.
+func projectOf(dir string) (uint32, bool) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var x fsxattr
+	if err := ioctl(f.Fd(), fsIOCFSGetXattr, unsafe.Pointer(&x)); err != nil {
+		return 0, false
+	}
+	return x.projid, true
 }
 
 // btrfsVolArgs is struct btrfs_ioctl_vol_args.

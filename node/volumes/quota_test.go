@@ -27,9 +27,9 @@ func TestAClaimsSizeIsEnforcedOnBtrfsWithQuotas(t *testing.T) {
 	}
 	plain := filepath.Join(t.TempDir(), "u1", "data")
 	enforced, why, err := makeVolume(plain, "u1", 1<<20)
-	t.Logf("on the machine's filesystem: %s", why)
-	if err != nil || enforced || why == "" {
-		t.Errorf("on the test machine's filesystem: enforced %v, why %q, err %v; want advisory with a reason", enforced, why, err)
+	t.Logf("on the machine's filesystem: enforced %v: %s", enforced, why)
+	if err != nil || !enforced && why == "" {
+		t.Errorf("on the test machine's filesystem: enforced %v, why %q, err %v; want enforced, or advisory with a reason", enforced, why, err)
 	}
 
 	mnt := btrfsMount(t)
@@ -65,6 +65,18 @@ func TestAClaimsSizeIsEnforcedOnBtrfsWithQuotas(t *testing.T) {
 	}
 	if err := os.RemoveAll(filepath.Dir(dir)); err != nil {
 		t.Errorf("remove the volume (a subvolume): %v", err)
+	}
+	// A volume an older agent made as a plain directory: no limit is set
+	// (from a plain directory it would limit the whole filesystem).
+	old := filepath.Join(mnt, "u4", "data")
+	if err := os.MkdirAll(old, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if enforced, why, err := makeVolume(old, "u4", 1<<20); err != nil || enforced || why == "" {
+		t.Errorf("a plain directory on btrfs: enforced %v, why %q, err %v; want advisory", enforced, why, err)
+	}
+	if err := writeSynced(filepath.Join(mnt, "outside"), 4<<20); err != nil {
+		t.Errorf("4 MiB outside any volume: %v (a limit reached the filesystem)", err)
 	}
 }
 

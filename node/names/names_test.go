@@ -1,0 +1,80 @@
+package names
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/dns"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
+)
+
+// TestTheZoneInputIsTheViewsServices: a ClusterIP Service by its
+// allocated address, a headless one by the ready replicas of its
+// StatefulSet (by their names) on the nodes whose addresses count, an
+// ExternalName one by its name.
+func TestTheZoneInputIsTheViewsServices(t *testing.T) {
+	objs, err := manifest.Parse([]byte(`apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {selector: {app: web}, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec: {clusterIP: None, selector: {app: db}, ports: [{name: pg, port: 5432}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: search, namespace: shop}
+spec: {type: ExternalName, externalName: search.example.com}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  serviceName: db
+  replicas: 2
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: pg, image: postgres}]}
+`), "shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svcs, workloads []manifest.Object
+	for _, o := range objs {
+		if o.Service != nil {
+			svcs = append(svcs, o)
+		} else {
+			workloads = append(workloads, o)
+		}
+	}
+	ready := func(name, ip string, ok bool) api.Replica {
+		return api.Replica{Name: name, Namespace: "shop", Workload: "db", Phase: api.PhaseRunning, Ready: ok, PodIP: ip}
+	}
+	v := &view.View{Services: svcs, SvcIndex: view.NewServiceIndex(svcs, workloads),
+		Alloc:   service.Allocation{ClusterIPs: map[string]netip.Addr{"shop/web": netip.MustParseAddr("10.96.0.20")}},
+		Alive:   map[string]bool{"a": true, "b": true, "c": false},
+		Winners: map[string]bool{"a": true, "b": true, "c": true},
+		Statuses: map[string]view.NodeStatus{
+			"a": {Name: "a", PodSubnet: "10.22.1.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-0", "10.22.1.5", true)}},
+			"b": {Name: "b", PodSubnet: "10.22.2.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-1", "10.22.2.5", false)}},
+			"c": {Name: "c", PodSubnet: "10.22.3.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-1", "10.22.3.5", true)}}, // dead
+		}}
+	z := dns.Build(InputOf(v, "cluster.local"))
+	want := `20.0.96.10.in-addr.arpa. 5 IN PTR web.shop.svc.cluster.local.
+5.1.22.10.in-addr.arpa. 5 IN PTR db-0.db.shop.svc.cluster.local.
+_http._tcp.web.shop.svc.cluster.local. 5 IN SRV 0 100 80 web.shop.svc.cluster.local.
+_pg._tcp.db.shop.svc.cluster.local. 5 IN SRV 0 100 5432 db-0.db.shop.svc.cluster.local.
+db-0.db.shop.svc.cluster.local. 5 IN A 10.22.1.5
+db.shop.svc.cluster.local. 5 IN A 10.22.1.5
+search.shop.svc.cluster.local. 5 IN CNAME search.example.com.
+web.shop.svc.cluster.local. 5 IN A 10.96.0.20`
+	if got := z.String(); got != want {
+		t.Errorf("zone:\n%s\nwant:\n%s", got, want)
+	}
+}
