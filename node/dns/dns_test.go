@@ -223,6 +223,10 @@ func TestTheServerAnswersTheClusterAndForwardsTheRestOnce(t *testing.T) {
 	if n := up.count("www.example.com."); n != 1 {
 		t.Errorf("20 lookups of www.example.com asked upstream %d times, want 1 (one flight, then the cache)", n)
 	}
+	// An ExternalName: the CNAME, chased to its target's address.
+	if r, err := query("udp", "search.shop.svc.cluster.local", dns.TypeA); err != nil || len(r.Answer) != 2 || r.Answer[1].(*dns.A).A.String() != "192.0.2.1" {
+		t.Errorf("an ExternalName Service: %v %v, want its CNAME and the target's address", r, err)
+	}
 	if r, err := query("udp", "www.example.com.default.svc.cluster.local", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Errorf("a search-path miss: %v %v, want NXDOMAIN", r, err)
 	}

@@ -100,6 +100,7 @@ func (s *Server) answer(r *dns.Msg) *dns.Msg {
 		m.SetRcode(r, rcode)
 		m.Authoritative, m.RecursionAvailable = true, true
 		m.Answer, m.Ns = answer, authority
+		s.chase(m, q)
 		return m
 	}
 	do := false
@@ -116,6 +117,32 @@ func (s *Server) answer(r *dns.Msg) *dns.Msg {
 	up.Id, up.Question, up.Response = r.Id, r.Question, true
 	up.RecursionDesired, up.RecursionAvailable = r.RecursionDesired, true
 	return up
+}
+
+// chase follows the CNAME answer of m (an ExternalName Service's) to
+// its target's records of q's type, from the zone or upstream, as a
+// recursive resolver does (a program's resolver asks for A, not for the
+// chain); a target that does not resolve leaves m with the CNAME and
+// the target's rcode.
+func (s *Server) chase(m *dns.Msg, q dns.Question) {
+	if len(m.Answer) != 1 || q.Qtype == dns.TypeCNAME || q.Qtype == dns.TypeANY {
+		return
+	}
+	cname, ok := m.Answer[0].(*dns.CNAME)
+	if !ok {
+		return
+	}
+	next := dns.Question{Name: cname.Target, Qtype: q.Qtype, Qclass: q.Qclass}
+	if answer, authority, rcode, ok := s.zone.Load().Answer(next); ok {
+		m.Answer, m.Ns, m.Rcode = append(m.Answer, answer...), authority, rcode
+		return
+	}
+	up, err := s.forward(next, false)
+	if err != nil {
+		m.Rcode = dns.RcodeServerFailure
+		return
+	}
+	m.Answer, m.Ns, m.Rcode = append(m.Answer, up.Answer...), up.Ns, up.Rcode
 }
 
 // forward answers q from the cache, or asks the upstreams (once for all

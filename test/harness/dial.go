@@ -107,31 +107,42 @@ func ServeIn(ns, addr string) (*http.Server, error) {
 
 // ListenIn listens on TCP addr inside network namespace ns.
 func ListenIn(ns, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := inNetNS(ns, func() (err error) { l, err = net.Listen("tcp", addr); return err })
+	if err != nil {
+		return nil, fmt.Errorf("listen %s in %s: %w", addr, ns, err)
+	}
+	return l, nil
+}
+
+// ListenPacketIn listens on UDP addr inside network namespace ns.
+func ListenPacketIn(ns, addr string) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := inNetNS(ns, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err })
+	if err != nil {
+		return nil, fmt.Errorf("listen %s/udp in %s: %w", addr, ns, err)
+	}
+	return pc, nil
+}
+
+// inNetNS runs f on a thread that has entered network namespace ns (and
+// is never returned to the pool): what f opens stays in ns.
+func inNetNS(ns string, f func() error) error {
 	target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unix.Close(target)
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
+	ch := make(chan error, 1)
 	go func() {
-		// The thread enters ns and is never returned to the pool.
 		runtime.LockOSThread()
 		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
-		l, err := net.Listen("tcp", addr)
-		ch <- result{l, err}
+		ch <- f()
 	}()
-	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("listen %s in %s: %w", addr, ns, r.err)
-	}
-	return r.l, nil
+	return <-ch
 }
 
 // API is a client of the node's API over its unix socket (no CLI

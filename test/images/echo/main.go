@@ -13,7 +13,9 @@
 // "/signal" with the name of the stop signal received ("" before one);
 // "/sandbox" with what the sandbox allows (raw sockets, a writable root
 // filesystem, user, limits, capabilities); "/spawn?n=N" starts up to N
-// processes and says how many the pids limit let through.
+// processes and says how many the pids limit let through;
+// "/resolve?name=N&type=A|SRV|CNAME" resolves N as a program in the
+// container does, "/file?path=P" reads (and a POST writes) any file.
 // Environment: PORT (default 8080), MESSAGE (printed as "message="),
 // SHUTDOWN_DELAY (a duration: keep serving that long after the stop
 // signal, SIGTERM, SIGINT or SIGQUIT).
@@ -32,6 +34,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -42,6 +45,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -240,6 +244,38 @@ func main() {
 			}
 		}()
 	}
+	// GET /resolve?name=N&type=A|SRV|CNAME: N resolved as a program in
+	// the container resolves it (Go's resolver: /etc/resolv.conf, its
+	// search path and ndots); one answer per line, sorted; 502 with
+	// the error when the lookup fails.
+	mux.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
+		name, kind := r.URL.Query().Get("name"), r.URL.Query().Get("type")
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		var out []string
+		var err error
+		switch kind {
+		case "SRV":
+			var srvs []*net.SRV
+			if _, srvs, err = net.DefaultResolver.LookupSRV(ctx, "", "", name); err == nil {
+				for _, s := range srvs {
+					out = append(out, fmt.Sprintf("%s:%d", s.Target, s.Port))
+				}
+			}
+		case "CNAME":
+			var c string
+			c, err = net.DefaultResolver.LookupCNAME(ctx, name)
+			out = append(out, c)
+		default:
+			out, err = net.DefaultResolver.LookupHost(ctx, name)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		sort.Strings(out)
+		fmt.Fprintln(w, strings.Join(out, "\n"))
+	})
 	// GET /etc?name=hosts|hostname|resolv.conf: the container's file.
 	mux.HandleFunc("/etc", func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Query().Get("name")
