@@ -304,13 +304,13 @@ type Container struct {
 	// Claims are the PersistentVolumeClaims the replica mounts
 	// ("namespace/name", as made at create; nil for a container made
 	// before they were recorded).
-	Claims []string
-	Namespace     string
-	Workload      string
-	UID           string // the object's, as Replica.UID
-	Ordinal       int
-	SpecHash      string
-	State         State
+	Claims    []string
+	Namespace string
+	Workload  string
+	UID       string // the object's, as Replica.UID
+	Ordinal   int
+	SpecHash  string
+	State     State
 	// PodIP is the address CNI gave the replica; empty means the sandbox
 	// setup did not finish (the agent died half-way), so it is rebuilt.
 	PodIP string
