@@ -100,6 +100,7 @@ Run 'starling agent' on each node; every other command talks to an agent.`,
 		newVersionCmd(g),
 		newFenceWatchdogCmd(),
 		newDNSServerCmd(),
+		newDNSCmd(g),
 	)
 	return root
 }

@@ -68,10 +68,19 @@ func (a *Agent) backend() apiserver.Backend {
 		Admin:         admin{Admission: a.guard.join, keys: a.guard.keys, status: a.own.status, token: a.api.token, trust: a.guard.trust},
 		Images:        a.work.images,
 		Logs:          a.work.logs,
+		DNS:           a.dnsBackend(),
 		Metrics:       promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}),
 		MaxImageBytes: a.cfg.MaxImageBytes,
 		Log:           a.log,
 	}
+}
+
+// dnsBackend is the node's DNS for the API (nil without one).
+func (a *Agent) dnsBackend() apiserver.DNS {
+	if a.network.dns == nil {
+		return nil
+	}
+	return a.network.dns
 }
 
 // handler is the operator's API (apiserver.Handler over backend).

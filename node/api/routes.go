@@ -42,6 +42,7 @@ var (
 	RouteResume       = Route{"POST", "/v1/rollout/{namespace}/{name}/resume"}   // -> ApplyResult
 	RouteRelease      = Route{"POST", "/v1/volumes/{namespace}/{name}/release"}  // -> ApplyResult
 	RouteMetrics      = Route{"GET", "/metrics"}                                 // -> Prometheus text
+	RouteDNSLookup    = Route{"GET", "/v1/dns/lookup"}                           // ?name=&type=&namespace= -> DNSAnswer
 )
 
 // The peer port (gossip port + 1): mutual TLS with node certificates,

@@ -288,6 +288,21 @@ func (t *Termination) Check() error {
 	return nil
 }
 
+// DNSAnswer is a name looked up as a pod of Namespace on Node resolves
+// it (`starling dns lookup`): through the node's DNS (Server), trying
+// the search path as ndots:5 says (Tried, in order); Name is the name
+// that answered, Rcode its DNS rcode ("NOERROR", "NXDOMAIN"), Answers
+// its records as text.
+type DNSAnswer struct {
+	Node      string   `json:"node"`
+	Server    string   `json:"server"`
+	Namespace string   `json:"namespace"`
+	Tried     []string `json:"tried"`
+	Name      string   `json:"name"`
+	Rcode     string   `json:"rcode"`
+	Answers   []string `json:"answers,omitempty"`
+}
+
 // SortReplicas sorts items by namespace, workload, ordinal, name and
 // node.
 func SortReplicas(items []Replica) {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,6 +97,12 @@ type Logs interface {
 	ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name string, o api.LogOptions)
 }
 
+// DNS looks names up as a pod of a namespace on this node would
+// (node/names); nil: the node serves no DNS.
+type DNS interface {
+	Lookup(ctx context.Context, namespace, name, qtype string) (api.DNSAnswer, error)
+}
+
 // Backend is everything the operator's API serves.
 type Backend struct {
 	Node    string // this node's name, for messages
@@ -104,6 +111,7 @@ type Backend struct {
 	Admin   Admin
 	Images  Images
 	Logs    Logs
+	DNS     DNS
 	Metrics http.Handler
 	// MaxImageBytes bounds an image import (--max-image-size).
 	MaxImageBytes int64
@@ -142,6 +150,7 @@ func Handler(b Backend) http.Handler {
 		answer(w, http.StatusOK)(b.Admin.RotateKeys(r.Context()))
 	})
 	handle(api.RouteLogs, s.logs)
+	handle(api.RouteDNSLookup, s.dnsLookup)
 	handle(api.RouteImportImages, s.importImages)
 	handle(api.RouteImages, func(w http.ResponseWriter, r *http.Request) {
 		imgs, err := b.Images.List(r.Context())
@@ -183,6 +192,28 @@ func answer(w http.ResponseWriter, status int) func(v any, err error) {
 		}
 		WriteJSON(w, status, v)
 	}
+}
+
+// dnsLookup answers a name looked up as a pod would (DNS).
+func (s *server) dnsLookup(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name, qtype, ns := q.Get("name"), cmp.Or(q.Get("type"), "A"), cmp.Or(q.Get("namespace"), "default")
+	switch {
+	case s.b.DNS == nil:
+		WriteError(w, api.Errorf(http.StatusServiceUnavailable, "node %s serves no cluster DNS (--cluster-dns=false, or its pod network is not up)", s.b.Node))
+		return
+	case name == "" || len(name) > 253:
+		WriteError(w, api.Errorf(http.StatusBadRequest, "name: give a DNS name of at most 253 characters"))
+		return
+	case !slices.Contains([]string{"A", "AAAA", "SRV", "CNAME", "PTR", "TXT", "MX"}, qtype):
+		WriteError(w, api.Errorf(http.StatusBadRequest, "type %q: give A, AAAA, SRV, CNAME, PTR, TXT or MX", qtype))
+		return
+	}
+	if err := CheckRef(ns, "x"); err != nil {
+		WriteError(w, api.Errorf(http.StatusBadRequest, "namespace: %v", err))
+		return
+	}
+	answer(w, http.StatusOK)(s.b.DNS.Lookup(r.Context(), ns, name, qtype))
 }
 
 func nonNil[T any](s []T) []T {

@@ -357,6 +357,14 @@ func (c *Client) ImportImages(ctx context.Context, tarball io.Reader) ([]api.Ima
 }
 
 // Images lists the agent's images.
+// DNSLookup looks name up (of type qtype: "A", "SRV", ...) as a pod of
+// namespace on the node would.
+func (c *Client) DNSLookup(ctx context.Context, namespace, name, qtype string) (api.DNSAnswer, error) {
+	var out api.DNSAnswer
+	err := c.call(ctx, api.RouteDNSLookup, url.Values{"name": {name}, "type": {qtype}, "namespace": {namespace}}, nil, &out)
+	return out, err
+}
+
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	var out api.ImageList
 	err := c.call(ctx, api.RouteImages, nil, nil, &out)

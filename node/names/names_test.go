@@ -2,6 +2,7 @@ package names
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/starling-orchestrator/starling/net/service"
@@ -76,5 +77,20 @@ search.shop.svc.cluster.local. 5 IN CNAME search.example.com.
 web.shop.svc.cluster.local. 5 IN A 10.96.0.20`
 	if got := z.String(); got != want {
 		t.Errorf("zone:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestSearchesAreAPodsWithNdots5: the names a ClusterFirst pod's
+// resolver asks, in order.
+func TestSearchesAreAPodsWithNdots5(t *testing.T) {
+	for name, want := range map[string]string{
+		"hello":           "hello.shop.svc.cluster.local. hello.svc.cluster.local. hello.cluster.local. hello.",
+		"www.example.com": "www.example.com.shop.svc.cluster.local. www.example.com.svc.cluster.local. www.example.com.cluster.local. www.example.com.",
+		"a.b.c.d.e.f":     "a.b.c.d.e.f. a.b.c.d.e.f.shop.svc.cluster.local. a.b.c.d.e.f.svc.cluster.local. a.b.c.d.e.f.cluster.local.",
+		"example.com.":    "example.com.",
+	} {
+		if got := strings.Join(Searches(name, "shop", "cluster.local"), " "); got != want {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
 	}
 }

@@ -183,6 +183,15 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 		}
 	}
 
+	// starling dns lookup: as a pod of the namespace, through the node's DNS.
+	if out, err := n1.CLI("dns", "lookup", "db-0.db", "-n", ns, "--from", pod.Name); err != nil ||
+		!strings.Contains(out, "tried db-0.db."+ns+".svc.cluster.local.") || !strings.Contains(out, "A "+db0) {
+		t.Errorf("dns lookup db-0.db: %v\n%s", err, out)
+	}
+	if out, err := n1.CLI("dns", "lookup", "nosuch", "-n", ns); err == nil || !strings.Contains(out+err.Error(), "NXDOMAIN") {
+		t.Errorf("dns lookup of a name that is not there: %v\n%s", err, out)
+	}
+
 	// The agent of the pod's node dies and comes back while the pod
 	// resolves names: its DNS server is a process of its own.
 	var home *harness.Node

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// newDNSCmd is 'starling dns lookup'.
+func newDNSCmd(g *globals) *cobra.Command {
+	d := &cobra.Command{Use: "dns", Short: "The cluster's names as pods resolve them"}
+	var qtype, from string
+	lookup := &cobra.Command{
+		Use:   "lookup NAME [--type A|AAAA|SRV|CNAME|PTR|TXT|MX] [--from REPLICA] [-n NAMESPACE]",
+		Short: "Resolve a name as a pod of the namespace (of REPLICA) resolves it, through the node's DNS",
+		Long: "Resolve NAME as a ClusterFirst pod does: through the DNS of the node the CLI talks to, trying\n" +
+			"the search path NS.svc.DOMAIN svc.DOMAIN DOMAIN as ndots:5 says, and print every name tried and\n" +
+			"the answer. --from REPLICA takes the replica's namespace (every node answers from its own view,\n" +
+			"so the replica's node answers alike once the views agree).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			note := ""
+			if from != "" {
+				reps, err := c.Replicas(ctx)
+				if err != nil {
+					return err
+				}
+				found := false
+				for _, r := range reps {
+					if r.Name == strings.TrimPrefix(from, "replica/") && r.Namespace == g.namespace {
+						found, note = true, "replica "+r.Name+" runs on node "+r.Node
+					}
+				}
+				if !found {
+					return fmt.Errorf("--from %s: no such replica in namespace %q (see 'starling get replicas')", from, g.namespace)
+				}
+			}
+			a, err := c.DNSLookup(ctx, g.namespace, args[0], strings.ToUpper(qtype))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "server %s (node %s), as a pod of namespace %s", a.Server, a.Node, a.Namespace)
+			if note != "" {
+				fmt.Fprintf(g.stdout, "; %s", note)
+			}
+			fmt.Fprintf(g.stdout, "\ntried %s\n%s %s\n", strings.Join(a.Tried, " "), a.Name, a.Rcode)
+			for _, rr := range a.Answers {
+				fmt.Fprintln(g.stdout, rr)
+			}
+			if len(a.Answers) == 0 {
+				return fmt.Errorf("%s: no %s record (%s)", args[0], strings.ToUpper(qtype), a.Rcode)
+			}
+			return nil
+		},
+	}
+	lookup.Flags().StringVar(&qtype, "type", "A", "the record type")
+	lookup.Flags().StringVar(&from, "from", "", "resolve as this replica would (its namespace, -n)")
+	lookup.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
+	d.AddCommand(lookup)
+	return d
+}
