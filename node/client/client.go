@@ -356,7 +356,6 @@ func (c *Client) ImportImages(ctx context.Context, tarball io.Reader) ([]api.Ima
 	return out.Items, err
 }
 
-// Images lists the agent's images.
 // DNSLookup looks name up (of type qtype: "A", "SRV", ...) as a pod of
 // namespace on the node would.
 func (c *Client) DNSLookup(ctx context.Context, namespace, name, qtype string) (api.DNSAnswer, error) {
@@ -365,6 +364,7 @@ func (c *Client) DNSLookup(ctx context.Context, namespace, name, qtype string) (
 	return out, err
 }
 
+// Images lists the agent's images.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	var out api.ImageList
 	err := c.call(ctx, api.RouteImages, nil, nil, &out)
