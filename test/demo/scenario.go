@@ -85,6 +85,7 @@ replica saw.`, requests, s.vip)
 				func() error { return s.clusterIPFrom(cl) })
 		}
 		s.r.step("Hairpin: a hello pod reaches its own Service and is served by itself", s.hairpin)
+		s.r.step("Names: a pod finds the hello Service as \"hello\", answered by its own node's DNS", s.names)
 		s.r.step(fmt.Sprintf("NodePort %d answers on every node, from the LAN", nodePort), s.nodePorts)
 		ok = s.r.step("Cut node3 off: its endpoints gone everywhere, its replicas run elsewhere", s.cutOff) &&
 			s.r.step("Reconnect node3: it rejoins and takes its share back", s.reconnect)
@@ -525,6 +526,31 @@ func (s *scenario) clusterIPFrom(cl api.Replica) error {
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
+	return nil
+}
+
+// names has a hello pod resolve "hello" as any program in it does, and
+// shows the same lookup through the CLI.
+func (s *scenario) names() error {
+	me := s.hello[0]
+	n := s.node(me.Node)
+	s.r.say(`%s asks for the name "hello", as any program in it would: its resolv.conf
+names %s's own DNS (its pod subnet's gateway), the search path
+%s.svc.cluster.local svc.cluster.local cluster.local and ndots:5. The node
+answers from its own view of the cluster: no CoreDNS to run.`, me.Name, me.Node, namespace)
+	body, err := n.PodHTTPGet(namespace, me.Name, "http://127.0.0.1:8080/resolve?name=hello", 12*time.Second)
+	if err != nil {
+		return fmt.Errorf("resolve hello in %s: %w", me.Name, err)
+	}
+	if got := strings.TrimSpace(body); got != s.vip {
+		return fmt.Errorf("hello resolved to %q in %s, want the ClusterIP %s", got, me.Name, s.vip)
+	}
+	s.r.say("hello resolved to %s, the Service's ClusterIP. The same lookup from the CLI:", s.vip)
+	out, err := n.CLI("dns", "lookup", "hello")
+	if err != nil {
+		return fmt.Errorf("starling dns lookup hello: %w", err)
+	}
+	s.r.say("$ starling dns lookup hello\n%s", strings.TrimSpace(out))
 	return nil
 }
 
