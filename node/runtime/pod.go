@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/errdefs"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/containerd/containerd/containers"
-	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -55,9 +56,9 @@ func TestSandboxSpec(t *testing.T) {
 	if len(s.Process.Rlimits) != 0 {
 		t.Errorf("rlimits %v, want the runtime's", s.Process.Rlimits)
 	}
-	if !s.Process.NoNewPrivileges || s.Linux.Seccomp == nil || s.Linux.Resources.Pids.Limit != 100 ||
+	if !s.Process.NoNewPrivileges || s.Linux.Seccomp == nil || pidsLimit(s.Linux.Resources.Pids) != 100 ||
 		slices.Contains(s.Process.Capabilities.Bounding, "CAP_NET_RAW") {
-		t.Errorf("sandbox: no_new_privs=%v seccomp=%v pids=%v caps=%v", s.Process.NoNewPrivileges, s.Linux.Seccomp != nil, s.Linux.Resources.Pids, s.Process.Capabilities.Bounding)
+		t.Errorf("sandbox: no_new_privs=%v seccomp=%v pids=%v caps=%v", s.Process.NoNewPrivileges, s.Linux.Seccomp != nil, pidsLimit(s.Linux.Resources.Pids), s.Process.Capabilities.Bounding)
 	}
 	yes, gid := true, int64(3000)
 	s, err = build(reconcile.Security{RunAsGroup: &gid, ReadOnlyRootFilesystem: true, AllowPrivilegeEscalation: &yes,
@@ -94,4 +95,13 @@ func TestUserTerms(t *testing.T) {
 			t.Errorf("userTerms(%q) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
+}
+
+// pidsLimit is a spec's pids limit, -1 when it has none (runtime-spec
+// 1.3 made the limit a pointer).
+func pidsLimit(p *specs.LinuxPids) int64 {
+	if p == nil || p.Limit == nil {
+		return -1
+	}
+	return *p.Limit
 }
