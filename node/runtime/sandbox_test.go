@@ -3,7 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/containers"
@@ -88,6 +91,9 @@ func TestUserTerms(t *testing.T) {
 		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
 		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost:staff", nil, "unable to find user ghost: no matching entries in passwd file"},
 		{errors.New("no users found"), "", &uid, "unable to find user 4242: no matching entries in passwd file"},
+		{fmt.Errorf("wrapped: %w", &fs.PathError{Op: "lstat", Path: "etc", Err: fs.ErrNotExist}), "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{&fs.PathError{Op: "lstat", Path: "etc/passwd", Err: syscall.ENOENT}, "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{&fs.PathError{Op: "open", Path: "etc/hosts", Err: fs.ErrNotExist}, "ghost", nil, "open etc/hosts: file does not exist"},
 		{errors.New("mount callback failed on /tmp/containerd-mount99: open etc/x:\n bad"), "", nil, "open etc/x: bad"},
 		{ErrRunAsRoot, "", nil, ErrRunAsRoot.Error()},
 	} {
