@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd/runtime/v2/logging"
+	"github.com/containerd/containerd/v2/core/runtime/v2/logging"
 )
 
 // DriverFlag marks an invocation of the starling binary as containerd's

@@ -12,13 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/content"
-	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/images"
-	"github.com/containerd/containerd/remotes"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes"
+	containerdtransfer "github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/semaphore"
 )
 
 // Images from peers. A node that lacks an image pulls it from a peer as
@@ -118,6 +120,9 @@ type peerResolver struct {
 	counted *atomic.Int64
 	// top is the manifest or index of digest want, read by Resolve.
 	top []byte
+	// limit bounds the blobs fetched at once (SetOptions; nil: no
+	// bound).
+	limit *semaphore.Weighted
 
 	mu    sync.Mutex
 	descs []ocispec.Descriptor // the blobs fetched (up to 3 at once)
@@ -160,7 +165,27 @@ func (p *peerResolver) Resolve(ctx context.Context, ref string) (string, ocispec
 	return ref, ocispec.Descriptor{MediaType: mt, Digest: p.want, Size: int64(len(b))}, nil
 }
 
-// Fetcher fetches ref's blobs from the peer.
+// containerd's Pull hands a resolver with options its download bound.
+var _ remotes.ResolverWithOptions = (*peerResolver)(nil)
+
+// SetOptions takes the pull's bound on concurrent downloads
+// (containerd.WithMaxConcurrentDownloads): containerd 2's client leaves
+// it to the resolver, where 1.7's bounded its own dispatch.
+func (p *peerResolver) SetOptions(opts ...containerdtransfer.ImageResolverOption) {
+	var o containerdtransfer.ImageResolverOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.DownloadLimiter != nil:
+		p.limit = o.DownloadLimiter
+	case o.Performances.MaxConcurrentDownloads > 0:
+		p.limit = semaphore.NewWeighted(int64(o.Performances.MaxConcurrentDownloads))
+	}
+}
+
+// Fetcher fetches ref's blobs from the peer, as many at once as
+// SetOptions allows: a blob holds its place until its reader is closed.
 func (p *peerResolver) Fetcher(ctx context.Context, ref string) (remotes.Fetcher, error) {
 	return remotes.FetcherFunc(func(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
 		if desc.Digest == p.want && p.top != nil {
@@ -169,10 +194,19 @@ func (p *peerResolver) Fetcher(ctx context.Context, ref string) (remotes.Fetcher
 		p.mu.Lock()
 		p.descs = append(p.descs, desc)
 		p.mu.Unlock()
+		release := func() {}
+		if p.limit != nil {
+			if err := p.limit.Acquire(ctx, 1); err != nil {
+				return nil, err
+			}
+			release = sync.OnceFunc(func() { p.limit.Release(1) })
+		}
 		rc, err := p.src.Blob(ctx, desc.Digest)
 		if err != nil {
+			release()
 			return nil, err
 		}
+		rc = releasingCloser{rc, release}
 		// content.Copy reads to the end and then checks size and
 		// digest: what a peer sends past desc.Size is refused before it
 		// reaches the disk.
@@ -242,6 +276,17 @@ func (s *sizedReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	s.left -= int64(n)
 	return n, err
+}
+
+// releasingCloser calls release after closing its ReadCloser.
+type releasingCloser struct {
+	io.ReadCloser
+	release func()
+}
+
+func (r releasingCloser) Close() error {
+	defer r.release()
+	return r.ReadCloser.Close()
 }
 
 type countingReadCloser struct {

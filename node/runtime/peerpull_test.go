@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/v2/core/images"
+	containerdtransfer "github.com/containerd/containerd/v2/core/transfer"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -137,4 +139,51 @@ func TestPeerFetcherRefusesBytesPastTheBlobsSize(t *testing.T) {
 	if got, err := io.ReadAll(rc2); err != nil || !bytes.Equal(got, layer) {
 		t.Fatalf("exact blob: %d bytes, err %v", len(got), err)
 	}
+}
+
+// The fetcher keeps to the pull's bound on concurrent downloads
+// (containerd.WithMaxConcurrentDownloads, which containerd 2 hands the
+// resolver): a fourth blob waits until one of three open ones is closed,
+// and a blob the peer refuses gives its place back.
+func TestPeerFetcherFetchesAtMostThreeBlobsAtOnce(t *testing.T) {
+	blobs := map[digest.Digest][]byte{}
+	var ds []digest.Digest
+	for i := range 4 {
+		b := []byte(strings.Repeat("l", i+1))
+		blobs[digest.FromBytes(b)] = b
+		ds = append(ds, digest.FromBytes(b))
+	}
+	p := &peerResolver{src: blobSource(blobs), ref: "r", want: digest.FromString("m"), counted: new(atomic.Int64)}
+	p.SetOptions(containerdtransfer.WithMaxConcurrentDownloads(3), containerdtransfer.WithDownloadLimiter(nil))
+	f, _ := p.Fetcher(context.Background(), "r")
+	var open []io.ReadCloser
+	for _, d := range ds[:3] {
+		rc, err := f.Fetch(context.Background(), ocispec.Descriptor{Digest: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, rc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := f.Fetch(ctx, ocispec.Descriptor{Digest: ds[3]}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a fourth blob while three are open: err %v, want it to wait", err)
+	}
+	open[0].Close()
+	open[0].Close() // a second Close gives back nothing more
+	if _, err := f.Fetch(context.Background(), ocispec.Descriptor{Digest: digest.FromString("absent")}); err == nil {
+		t.Fatal("an absent blob fetched")
+	}
+	rc, err := f.Fetch(context.Background(), ocispec.Descriptor{Digest: ds[3]})
+	if err != nil {
+		t.Fatalf("after a close and a refused blob: %v", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	if _, err := f.Fetch(ctx2, ocispec.Descriptor{Digest: ds[0]}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("three open again, yet another blob: err %v, want it to wait", err)
+	}
+	rc.Close()
+	open[1].Close()
+	open[2].Close()
 }

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/errdefs"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
 
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )

@@ -25,13 +25,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/containerd/containerd"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/cio"
-	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/plugin"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/errdefs"
 	containerdlog "github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -452,7 +452,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, rep reconcile.Rep
 		return nil, fmt.Errorf("remove a leftover snapshot: %w", err)
 	}
 	c, err := r.client.NewContainer(ctx, id,
-		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
+		containerd.WithRuntime(plugins.RuntimeRuncV2, runtimeOpts),
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithNewSnapshot(id, img),

@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/containerd/containerd/containers"
-	"github.com/containerd/containerd/contrib/seccomp"
-	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
@@ -141,8 +142,7 @@ func userTerms(err error, imageUser string, runAsUser *int64) error {
 	switch {
 	case errors.Is(err, ErrRunAsRoot):
 		return err
-	case strings.Contains(msg, "no users found") || strings.Contains(msg, "no such user") ||
-		strings.Contains(msg, "/etc/passwd: no such file"):
+	case strings.Contains(msg, "no users found") || strings.Contains(msg, "no such user") || noPasswd(err):
 		user := imageUser
 		if runAsUser != nil {
 			user = strconv.FormatInt(*runAsUser, 10)
@@ -154,4 +154,14 @@ func userTerms(err error, imageUser string, runAsUser *int64) error {
 	}
 	msg = hostPath.ReplaceAllString(msg, "")
 	return errors.New(strings.Join(strings.Fields(msg), " "))
+}
+
+// noPasswd reports whether err says the image has no /etc/passwd.
+// containerd's client reads the file relative to the image's root
+// (often straight from the snapshot's layers, without mounting them) and
+// reports the first component missing: "lstat etc: file does not exist"
+// or "lstat etc/passwd: ...".
+func noPasswd(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && errors.Is(pe.Err, fs.ErrNotExist) && (pe.Path == "etc" || pe.Path == "etc/passwd")
 }

@@ -3,12 +3,16 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"slices"
+	"syscall"
 	"testing"
 
-	"github.com/containerd/containerd/containers"
-	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/starling-orchestrator/starling/node/reconcile"
 )
 
@@ -55,9 +59,9 @@ func TestSandboxSpec(t *testing.T) {
 	if len(s.Process.Rlimits) != 0 {
 		t.Errorf("rlimits %v, want the runtime's", s.Process.Rlimits)
 	}
-	if !s.Process.NoNewPrivileges || s.Linux.Seccomp == nil || s.Linux.Resources.Pids.Limit != 100 ||
+	if !s.Process.NoNewPrivileges || s.Linux.Seccomp == nil || pidsLimit(s.Linux.Resources.Pids) != 100 ||
 		slices.Contains(s.Process.Capabilities.Bounding, "CAP_NET_RAW") {
-		t.Errorf("sandbox: no_new_privs=%v seccomp=%v pids=%v caps=%v", s.Process.NoNewPrivileges, s.Linux.Seccomp != nil, s.Linux.Resources.Pids, s.Process.Capabilities.Bounding)
+		t.Errorf("sandbox: no_new_privs=%v seccomp=%v pids=%v caps=%v", s.Process.NoNewPrivileges, s.Linux.Seccomp != nil, pidsLimit(s.Linux.Resources.Pids), s.Process.Capabilities.Bounding)
 	}
 	yes, gid := true, int64(3000)
 	s, err = build(reconcile.Security{RunAsGroup: &gid, ReadOnlyRootFilesystem: true, AllowPrivilegeEscalation: &yes,
@@ -87,6 +91,9 @@ func TestUserTerms(t *testing.T) {
 		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
 		{errors.New("mount callback failed on /tmp/containerd-mount1234: no users found"), "ghost:staff", nil, "unable to find user ghost: no matching entries in passwd file"},
 		{errors.New("no users found"), "", &uid, "unable to find user 4242: no matching entries in passwd file"},
+		{fmt.Errorf("wrapped: %w", &fs.PathError{Op: "lstat", Path: "etc", Err: fs.ErrNotExist}), "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{&fs.PathError{Op: "lstat", Path: "etc/passwd", Err: syscall.ENOENT}, "ghost", nil, "unable to find user ghost: no matching entries in passwd file"},
+		{&fs.PathError{Op: "open", Path: "etc/hosts", Err: fs.ErrNotExist}, "ghost", nil, "open etc/hosts: file does not exist"},
 		{errors.New("mount callback failed on /tmp/containerd-mount99: open etc/x:\n bad"), "", nil, "open etc/x: bad"},
 		{ErrRunAsRoot, "", nil, ErrRunAsRoot.Error()},
 	} {
@@ -94,4 +101,13 @@ func TestUserTerms(t *testing.T) {
 			t.Errorf("userTerms(%q) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
+}
+
+// pidsLimit is a spec's pids limit, -1 when it has none (runtime-spec
+// 1.3 made the limit a pointer).
+func pidsLimit(p *specs.LinuxPids) int64 {
+	if p == nil || p.Limit == nil {
+		return -1
+	}
+	return *p.Limit
 }

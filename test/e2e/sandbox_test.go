@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd"
+	containerd "github.com/containerd/containerd/v2/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 
@@ -118,8 +118,8 @@ func TestSandboxAsCRIGivesIt(t *testing.T) {
 	ps := spec("plain")
 	if !ps.Process.NoNewPrivileges || ps.Linux.Seccomp == nil || ps.Linux.Seccomp.DefaultAction != specs.ActErrno ||
 		slices.Contains(ps.Process.Capabilities.Bounding, "CAP_NET_RAW") || !slices.Contains(ps.Process.Capabilities.Bounding, "CAP_CHOWN") ||
-		ps.Linux.Resources.Pids == nil || ps.Linux.Resources.Pids.Limit != 64 {
-		t.Errorf("plain's OCI spec: no_new_privs %v, seccomp %+v, capabilities %v, pids %+v", ps.Process.NoNewPrivileges, ps.Linux.Seccomp != nil, ps.Process.Capabilities.Bounding, ps.Linux.Resources.Pids)
+		pidsLimit(ps.Linux.Resources.Pids) != 64 {
+		t.Errorf("plain's OCI spec: no_new_privs %v, seccomp %+v, capabilities %v, pids %+v", ps.Process.NoNewPrivileges, ps.Linux.Seccomp != nil, ps.Process.Capabilities.Bounding, pidsLimit(ps.Linux.Resources.Pids))
 	}
 	// Kernel paths masked and read-only as CRI's default spec has them.
 	if !slices.Contains(ps.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(ps.Linux.MaskedPaths, "/sys/firmware") || !slices.Contains(ps.Linux.ReadonlyPaths, "/proc/sys") || !slices.Contains(ps.Linux.ReadonlyPaths, "/proc/sysrq-trigger") {
@@ -143,4 +143,13 @@ func TestSandboxAsCRIGivesIt(t *testing.T) {
 	if spawned >= 64 || !strings.Contains(body, "resource temporarily unavailable") {
 		t.Errorf("a process storm in a container with --pids-limit 64: %q", body)
 	}
+}
+
+// pidsLimit is a spec's pids limit, -1 when it has none (runtime-spec
+// 1.3 made the limit a pointer).
+func pidsLimit(p *specs.LinuxPids) int64 {
+	if p == nil || p.Limit == nil {
+		return -1
+	}
+	return *p.Limit
 }
