@@ -173,6 +173,10 @@ func TestStatusOfAPodSumsItsContainersUp(t *testing.T) {
 	if !st.Init || st.Failed != "init container migrate: Error (exit 3)" {
 		t.Errorf("init %v, failed %q; want the init container named", st.Init, st.Failed)
 	}
+	failing.Members[0].Restarts = 4
+	if st := StatusOf(failing, &r.Spec, ready, t0); st.Restarts != 4 {
+		t.Errorf("restarts while initializing: %d, want the init container's 4", st.Restarts)
+	}
 	names := ""
 	for _, cs := range st.Containers {
 		names += cs.Name + ":" + cs.State + " "

@@ -14,7 +14,8 @@ type PodStatus struct {
 	// Containers are the replica's containers, init containers first in
 	// the order they ran, then its own, then the other app containers;
 	// Ready and Total count its app containers and sidecars, ready and
-	// all (get's READY, "2/2"); Restarts sums their restarts.
+	// all (get's READY, "2/2"); Restarts sums their restarts, or, while
+	// the pod initializes, its init containers' (kubectl's RESTARTS).
 	Containers   []api.ContainerStatus
 	Ready, Total int
 	Restarts     int
@@ -32,6 +33,7 @@ type PodStatus struct {
 // not.
 func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now time.Time) PodStatus {
 	var st PodStatus
+	initRestarts := 0
 	inits, apps := []Container{}, []Container{c}
 	for _, m := range c.Members {
 		if m.Init || m.Sidecar {
@@ -61,8 +63,10 @@ func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now
 		if cs.State == api.ContainerWaiting && cs.Reason == string(api.PhaseCrashLoopBackOff) {
 			st.Failed = "init container " + m.ContainerName + ": " + cs.Exit.Reason + " (exit " + strconv.Itoa(cs.Exit.ExitCode) + ")"
 		}
-		if !m.Init || m.Sidecar {
-			st.Restarts += m.Restarts // kubectl's RESTARTS leave init containers out
+		if m.Sidecar {
+			st.Restarts += m.Restarts
+		} else {
+			initRestarts += m.Restarts
 		}
 		st.Containers = append(st.Containers, cs)
 	}
@@ -98,6 +102,11 @@ func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now
 		}
 	}
 	st.Total = max(st.Total, st.Ready)
+	if st.Init {
+		// kubectl's RESTARTS: the init containers' while the pod
+		// initializes, its app containers' and sidecars' after.
+		st.Restarts = initRestarts
+	}
 	if len(st.Containers) <= 1 {
 		st.Containers = nil // the replica's own fields say it all
 	}
