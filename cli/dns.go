@@ -20,11 +20,11 @@ func newDNSCmd(g *globals) *cobra.Command {
 			"so the replica's node answers alike once the views agree).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			c, ctx, cancel, err := g.connect(cmd) // a lookup is bounded as any request
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			defer cancel()
 			note := ""
 			if from != "" {
 				reps, err := c.Replicas(ctx)

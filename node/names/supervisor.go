@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/dns"
+	"github.com/starling-orchestrator/starling/node/pidns"
 	"github.com/starling-orchestrator/starling/node/view"
 )
 
@@ -150,20 +151,9 @@ func (s *Supervisor) ensure(v *view.View) error {
 // running is the PID of the server the PID file names, if it runs (a
 // PID reused by another process does not count).
 func (s *Supervisor) running() (int, bool) {
-	b, err := os.ReadFile(filepath.Join(s.Dir, pidFile))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return 0, false
-	}
-	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-	return pid, len(args) > 2 && args[1] == ServerCommand && slices.Contains(args, filepath.Join(s.Dir, zoneFile))
+	return pidns.Running(filepath.Join(s.Dir, pidFile), func(args []string) bool {
+		return len(args) > 2 && args[1] == ServerCommand && slices.Contains(args, filepath.Join(s.Dir, zoneFile))
+	})
 }
 
 // sameProcess reports whether process pid runs binary exe with args (a

@@ -12,7 +12,6 @@
 package pidns
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -85,7 +84,16 @@ func Start(dir string) (int, error) {
 // the recorded PID whose command line is the holder's of dir (a PID
 // reused by another process does not count).
 func Find(dir string) (int, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	return Running(filepath.Join(dir, pidFile), func(args []string) bool {
+		return len(args) == 3 && args[1] == Command && args[2] == dir
+	})
+}
+
+// Running is the process whose PID file pidPath names, if it runs and
+// its command line (its arguments, the program's first) is the one
+// match expects: a PID reused by another process does not count.
+func Running(pidPath string, match func(args []string) bool) (int, bool) {
+	b, err := os.ReadFile(pidPath)
 	if err != nil {
 		return 0, false
 	}
@@ -93,15 +101,17 @@ func Find(dir string) (int, bool) {
 	if err != nil || pid <= 1 {
 		return 0, false
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args, ok := cmdline(pid)
+	return pid, ok && match(args)
+}
+
+// cmdline is the command line of process pid.
+func cmdline(pid int) ([]string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
-	args := bytes.Split(bytes.TrimSuffix(cmdline, []byte{0}), []byte{0})
-	if len(args) != 3 || string(args[1]) != Command || string(args[2]) != dir {
-		return 0, false
-	}
-	return pid, true
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), true
 }
 
 // Path is the namespace file a container joins, of the holder pid.

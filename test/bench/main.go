@@ -112,6 +112,30 @@ func rssKiB(pid int) int {
 	return 0
 }
 
+// deleteAndWait deletes Deployment name and waits until node n runs no
+// replica at all.
+func deleteAndWait(n *harness.Node, name string) error {
+	if _, err := n.CLI("delete", "deployment", name); err != nil {
+		return err
+	}
+	if err := waitFor(2*time.Minute, func() (bool, error) {
+		_, total, err := running(n, "")
+		return total == 0, err
+	}); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
+}
+
+// durations are ds, rounded to the millisecond, in a line.
+func durations(ds []time.Duration) string {
+	var parts []string
+	for _, d := range ds {
+		parts = append(parts, d.Round(time.Millisecond).String())
+	}
+	return strings.Join(parts, " ")
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
@@ -274,21 +298,11 @@ func run(a artifacts, runs int) error {
 				time.Sleep(10 * time.Second)
 				fmt.Printf("%-10s idle agent RSS with 20 replicas: %.1f MiB\n", "", float64(rssKiB(n.AgentPID()))/1024)
 			}
-			if _, err := n.CLI("delete", "deployment", name); err != nil {
+			if err := deleteAndWait(n, name); err != nil {
 				return err
 			}
-			if err := waitFor(2*time.Minute, func() (bool, error) {
-				_, total, err := running(n, "")
-				return total == 0, err
-			}); err != nil {
-				return fmt.Errorf("cleanup: %w", err)
-			}
 		}
-		var parts []string
-		for _, d := range ds {
-			parts = append(parts, d.Round(time.Millisecond).String())
-		}
-		fmt.Printf("%-10d %-32s %s\n", size, median(ds).Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Printf("%-10d %-32s %s\n", size, median(ds).Round(time.Millisecond), durations(ds))
 	}
 	fmt.Printf("idle agent RSS, no workload: %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB)\n",
 		float64(idleEmpty)/1024, float64(idleAnon)/1024, float64(idleFile)/1024)

@@ -47,21 +47,11 @@ func podBench(a artifacts, runs int) error {
 				return fmt.Errorf("%s: %w", kind.what, err)
 			}
 			ds = append(ds, time.Since(start))
-			if _, err := n.CLI("delete", "deployment", name); err != nil {
+			if err := deleteAndWait(n, name); err != nil {
 				return err
 			}
-			if err := waitFor(2*time.Minute, func() (bool, error) {
-				_, total, err := running(n, "")
-				return total == 0, err
-			}); err != nil {
-				return fmt.Errorf("cleanup: %w", err)
-			}
 		}
-		var parts []string
-		for _, d := range ds {
-			parts = append(parts, d.Round(time.Millisecond).String())
-		}
-		fmt.Printf("%-62s %-34s %s\n", kind.what, median(ds).Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Printf("%-62s %-34s %s\n", kind.what, median(ds).Round(time.Millisecond), durations(ds))
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"node/rollout":    {"node/api", "node/manifest"},
 	"node/runtime":    {"node/api", "node/dns", "node/logfile", "node/pidns", "node/probe", "node/reconcile", "node/volumes"},
 	"node/dns":        nil,
-	"node/names":      {"node/api", "node/dns", "node/manifest", "node/view"},
+	"node/names":      {"node/api", "node/dns", "node/manifest", "node/pidns", "node/view"},
 	"node/volumes":    {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":      {"gossip/crdt"},
 	"node/client":     {"node/api"},
