@@ -119,9 +119,7 @@ its first real start.`,
 	f.Var(byteSize{&cfg.LogMaxSize}, "container-log-max-size", "a container's log is rotated at this size, e.g. 10MiB")
 	f.IntVar(&cfg.LogMaxFiles, "container-log-max-files", cfg.LogMaxFiles, "log files kept per container run, the one being written included")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
-	f.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain: Services are SVC.NAMESPACE.svc.DOMAIN")
-	f.BoolVar(&cfg.ClusterDNS, "cluster-dns", cfg.ClusterDNS, "serve the cluster's names on the node (UDP and TCP 53 at its pod subnet's gateway) and point ClusterFirst pods at it")
-	f.StringVar(&cfg.ResolvConf, "resolv-conf", cfg.ResolvConf, "the node's resolvers: names outside the cluster domain are forwarded to them, pods with dnsPolicy Default get them (systemd-resolved's stub is looked through)")
+	dnsFlags(f, &cfg) // dns.go
 	f.StringSliceVar(&cfg.AllowHostPath, "allow-host-path", nil, "a directory under which pods' hostPath volumes may lie (repeatable); none by default: hostPath volumes are refused")
 	f.StringSliceVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (HOST:PORT) pulled from over plain HTTP, as Docker's insecure-registries (repeatable)")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")

@@ -5,7 +5,16 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/starling-orchestrator/starling/node"
 )
+
+// dnsFlags are the agent's flags of the node's DNS (node/names).
+func dnsFlags(f *pflag.FlagSet, cfg *node.Config) {
+	f.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain: Services are SVC.NAMESPACE.svc.DOMAIN")
+	f.BoolVar(&cfg.ClusterDNS, "cluster-dns", cfg.ClusterDNS, "serve the cluster's names on the node (UDP and TCP 53 at its pod subnet's gateway) and point ClusterFirst pods at it")
+	f.StringVar(&cfg.ResolvConf, "resolv-conf", cfg.ResolvConf, "the node's resolvers: names outside the cluster domain are forwarded to them, pods with dnsPolicy Default get them (systemd-resolved's stub is looked through)")
+}
 
 // newDNSCmd is 'starling dns lookup'.
 func newDNSCmd(g *globals) *cobra.Command {
