@@ -51,22 +51,7 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "www", MountPath: "/www", ReadOnly: true}}
 		spec.Containers = append(spec.Containers, echo("tail", "9091"))
 	}))
-	var web api.Replica
-	took, err := eventually(90*time.Second, func() error {
-		all, err := n1.Replicas()
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.Namespace == ns && r.Workload == "pod-web" {
-				web = r
-				if r.Available() && len(r.Containers) == 4 {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("pod-web: %s %q, containers %+v", web.Phase, web.Reason, web.Containers)
-	})
+	web, took, err := waitReplica(n1, ns, "pod-web", 90*time.Second, func(r api.Replica) bool { return r.Available() && len(r.Containers) == 4 })
 	if err != nil {
 		t.Fatalf("%v\n%s", err, n1.Tail(40))
 	}
@@ -131,22 +116,8 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 	apply(t, n1, bad.Deployment(func(d *appsv1.Deployment) {
 		d.Spec.Template.Spec.InitContainers = []corev1.Container{echo("migrate", "0", "check", "-exit", "3")}
 	}))
-	var stuck api.Replica
-	if _, err := eventually(60*time.Second, func() error {
-		all, err := n1.Replicas()
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.Namespace == ns && r.Workload == "pod-bad" {
-				stuck = r
-				if r.Phase == api.PhaseCrashLoopBackOff && r.Restarts >= 1 {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("pod-bad: %s %q restarts %d", stuck.Phase, stuck.Reason, stuck.Restarts)
-	}); err != nil {
+	stuck, _, err := waitReplica(n1, ns, "pod-bad", 60*time.Second, func(r api.Replica) bool { return r.Phase == api.PhaseCrashLoopBackOff && r.Restarts >= 1 })
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(stuck.Reason, "init container migrate") || !strings.Contains(stuck.Reason, "exit 3") {
@@ -187,4 +158,26 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		entries, _ := os.ReadDir(filepath.Join(n1.DataDir, "logs"))
 		t.Fatalf("%v (logs dir: %v)", err, entries)
 	}
+}
+
+// waitReplica waits up to timeout for the replica of workload
+// namespace/name on node n (as its API lists it) for which ok holds,
+// and returns it (or the last one seen, with the error) and the wait.
+func waitReplica(n *harness.Node, namespace, workload string, timeout time.Duration, ok func(api.Replica) bool) (api.Replica, time.Duration, error) {
+	var last api.Replica
+	took, err := eventually(timeout, func() error {
+		all, err := n.Replicas()
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Namespace == namespace && r.Workload == workload {
+				if last = r; ok(r) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%s/%s: %s %q, restarts %d, containers %+v", namespace, workload, last.Phase, last.Reason, last.Restarts, last.Containers)
+	})
+	return last, took, err
 }
