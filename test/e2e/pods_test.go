@@ -76,8 +76,11 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 	if body, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/www/index", 5*time.Second); err != nil || body != "hello from init" {
 		t.Errorf("the app serves %q (%v), want the init container's file", body, err)
 	}
-	for _, port := range []string{"9090", "9091"} {
-		if _, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":"+port+"/healthz", 5*time.Second); err != nil {
+	for _, port := range []string{"9090", "9091"} { // (a server may still be starting)
+		if _, err := eventually(10*time.Second, func() error {
+			_, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":"+port+"/healthz", 5*time.Second)
+			return err
+		}); err != nil {
 			t.Errorf("port %s of the pod: %v", port, err)
 		}
 	}
@@ -101,10 +104,17 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 		spec.ShareProcessNamespace = ptrTo(true)
 		spec.Containers = append(spec.Containers, echo("tail", "9091"))
 	}))
-	shared, _ := waitRunning(t, n1, "pod-pids", 1, 60*time.Second)
+	// Both containers running: their servers may still be starting.
+	shared, _, err := waitReplica(n1, ns, "pod-pids", 60*time.Second, func(r api.Replica) bool { return r.Available() && len(r.Containers) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, port := range []string{"8080", "9091"} {
-		body, err := n1.PodHTTPGet(ns, shared[0].Name, "http://"+shared[0].PodIP+":"+port+"/file?path=/proc/1/cmdline", 5*time.Second)
-		if err != nil || !strings.Contains(body, "pid-holder") {
+		var body string
+		if _, err := eventually(10*time.Second, func() (err error) {
+			body, err = n1.PodHTTPGet(ns, shared.Name, "http://"+shared.PodIP+":"+port+"/file?path=/proc/1/cmdline", 5*time.Second)
+			return err
+		}); err != nil || !strings.Contains(body, "pid-holder") {
 			t.Errorf("PID 1 seen from the container on port %s: %q %v, want the replica's holder", port, body, err)
 		}
 	}
