@@ -19,12 +19,12 @@ type PodStatus struct {
 	Containers   []api.ContainerStatus
 	Ready, Total int
 	Restarts     int
-	// Init says init containers run (the app containers wait), Done of
-	// InitTotal completed; Failed is why the one that runs last failed,
-	// in backoff ("" if none).
-	Init            bool
-	Done, InitTotal int
-	Failed          string
+	// Init says init containers run (the app containers wait), of
+	// InitTotal; Failed is why the one that runs last failed, in backoff
+	// ("" if none).
+	Init      bool
+	InitTotal int
+	Failed    string
 }
 
 // StatusOf is the status of replica container c and its members at now:
@@ -57,9 +57,6 @@ func StatusOf(c Container, spec *Spec, ready func(Container) (bool, string), now
 	for _, m := range inits {
 		cs := containerStatus(m, ready, now)
 		cs.Init, cs.Sidecar = true, m.Sidecar
-		if m.Sidecar || m.State == StateExited && m.ExitCode == 0 {
-			st.Done++
-		}
 		if cs.State == api.ContainerWaiting && cs.Reason == string(api.PhaseCrashLoopBackOff) {
 			st.Failed = "init container " + m.ContainerName + ": " + cs.Exit.Reason + " (exit " + strconv.Itoa(cs.Exit.ExitCode) + ")"
 		}
