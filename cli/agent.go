@@ -119,7 +119,8 @@ its first real start.`,
 	f.Var(byteSize{&cfg.LogMaxSize}, "container-log-max-size", "a container's log is rotated at this size, e.g. 10MiB")
 	f.IntVar(&cfg.LogMaxFiles, "container-log-max-files", cfg.LogMaxFiles, "log files kept per container run, the one being written included")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", cfg.PidsLimit, "most processes (and threads) one container may run: a fork bomb stops there; 0 for no limit")
-	dnsFlags(f, &cfg) // dns.go
+	dnsFlags(f, &cfg)     // dns.go
+	ingressFlags(f, &cfg) // ingress.go
 	f.StringSliceVar(&cfg.AllowHostPath, "allow-host-path", nil, "a directory under which pods' hostPath volumes may lie (repeatable); none by default: hostPath volumes are refused")
 	f.StringSliceVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (HOST:PORT) pulled from over plain HTTP, as Docker's insecure-registries (repeatable)")
 	f.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "a node that lists none of the Deployment replicas placed on it for this long (it says it is ready but runs nothing) is left out of Deployments' placement for a while; below --handoff-timeout; 0 turns the check off")

@@ -23,6 +23,8 @@ func resultLine(r api.ApplyResult) string {
 	switch r.Kind {
 	case manifest.KindService, manifest.KindConfigMap, manifest.KindSecret, manifest.KindPersistentVolumeClaim:
 		return fmt.Sprintf("%s/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
+	case manifest.KindIngress:
+		return fmt.Sprintf("ingress.networking.k8s.io/%s %s", r.Name, r.Result)
 	}
 	return fmt.Sprintf("%s.apps/%s %s", strings.ToLower(r.Kind), r.Name, r.Result)
 }
@@ -31,9 +33,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var src sources
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...] [-R] | -k DIR",
-		Short: "Create or update Deployments, StatefulSets, Services, ConfigMaps and Secrets from manifests",
-		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service, ConfigMap
-and Secret): YAML or
+		Short: "Create or update Deployments, StatefulSets, Services, ConfigMaps, Secrets, claims and Ingresses from manifests",
+		Long: `Apply Kubernetes-shaped manifests (apps/v1 Deployment and StatefulSet, v1 Service, ConfigMap,
+Secret and PersistentVolumeClaim, networking.k8s.io/v1 Ingress): YAML or
 JSON files, multi-document files, directories of *.yaml/*.yml/*.json (-R: with
 their subdirectories), - for standard input, or a kustomization (-k DIR, built
 as kubectl -k builds it). Every object is validated first; if any is invalid

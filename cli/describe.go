@@ -17,8 +17,8 @@ import (
 
 func newDescribeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|statefulset|service|configmap|secret|pvc) NAME",
-		Short: "Show a Deployment, StatefulSet, Service, ConfigMap, Secret or PersistentVolumeClaim in detail (a workload with its replicas, a Secret with its values' sizes only, a claim with its node)",
+		Use:   "describe (deployment|statefulset|service|ingress|configmap|secret|pvc) NAME",
+		Short: "Show a Deployment, StatefulSet, Service, Ingress, ConfigMap, Secret or PersistentVolumeClaim in detail (a workload with its replicas, an Ingress with its backends' endpoints, a Secret with its values' sizes only, a claim with its node)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := splitRef(args)
 			if err != nil {
@@ -39,6 +39,9 @@ func newDescribeCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return describeClaim(g.stdout, obj, users)
+			}
+			if k, _ := manifest.KindOf(kind); k == manifest.KindIngress {
+				return describeIngress(g.stdout, cmd, obj)
 			}
 			if k, _ := manifest.KindOf(kind); k == manifest.KindConfigMap || k == manifest.KindSecret {
 				ci, err := decodeConfigItem(k, obj)

@@ -156,13 +156,14 @@ func (o getOpts) wants(ns, filter string) bool { return o.allNamespaces || ns ==
 func newGetCmd(g *globals) *cobra.Command {
 	var o getOpts
 	cmd := &cobra.Command{
-		Use:   "get (nodes|deployments|statefulsets|services|configmaps|secrets|pvc|replicas) [NAME] [-o wide|json|yaml]",
-		Short: "List nodes, Deployments, StatefulSets, Services, ConfigMaps, Secrets, PersistentVolumeClaims or replicas",
+		Use:   "get (nodes|deployments|statefulsets|services|ingresses|configmaps|secrets|pvc|replicas) [NAME] [-o wide|json|yaml]",
+		Short: "List nodes, Deployments, StatefulSets, Services, Ingresses, ConfigMaps, Secrets, PersistentVolumeClaims or replicas",
 		Long: `List one kind of resource for the whole cluster, as the node you talk to sees it:
   nodes         cluster members and their state (alive, suspect, dead, left)
   deployments   Deployments with ready/up-to-date/available counts
   statefulsets  StatefulSets with ready counts
   services      Services
+  ingresses     Ingresses: their hosts and the nodes' addresses that serve them (ing)
   configmaps    ConfigMaps and how many keys each holds
   secrets       Secrets, their type and how many keys each holds (values only with
                 --reveal and a NAME: 'get secret db -o yaml --reveal')
@@ -172,7 +173,7 @@ func newGetCmd(g *globals) *cobra.Command {
 NAME filters by name (for replicas: a replica or its Deployment's name).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
-				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services, configmaps, secrets, pvc or replicas) and an optional NAME")
+				return fmt.Errorf("give a resource type (nodes, deployments, statefulsets, services, ingresses, configmaps, secrets, pvc or replicas) and an optional NAME")
 			}
 			return nil
 		},
@@ -234,6 +235,8 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				return getConfigData(g, cmd, c, o, k, name, o.reveal)
 			case "persistentvolumeclaim":
 				return getClaims(g, cmd, c, o, name)
+			case "ingress":
+				return getIngresses(g, cmd, c, o, name)
 			case "deployment", "service", "statefulset":
 				kind := resource
 				var l api.ObjectList
@@ -285,7 +288,7 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 				}
 				return printDeployments(g.stdout, o, objs, reps.Items)
 			}
-			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services, configmaps, secrets, pvc or replicas", args[0])
+			return fmt.Errorf("unknown resource %q: use nodes, deployments, statefulsets, services, ingresses, configmaps, secrets, pvc or replicas", args[0])
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")

@@ -116,6 +116,9 @@ type Config struct {
 	// dnsPolicy Default get them).
 	ClusterDomain, ResolvConf string
 	ClusterDNS                bool
+	// IngressHTTP and IngressHTTPS are where the node serves Ingresses
+	// (node/ingress), "host:port"; "" serves none on that scheme.
+	IngressHTTP, IngressHTTPS string
 	// LogDriver is the starling binary (an absolute path) containerd's
 	// shim runs as each container's log writer (logfile.Main); empty
 	// has the shim append raw output to the log file (in-process tests).
@@ -193,6 +196,8 @@ func DefaultConfig() Config {
 		ClusterDomain:      "cluster.local",
 		ResolvConf:         "/etc/resolv.conf",
 		ClusterDNS:         true,
+		IngressHTTP:        ":80",
+		IngressHTTPS:       ":443",
 		LogMaxSize:         logfile.DefaultMaxSize,
 		LogMaxFiles:        logfile.DefaultMaxFiles,
 		FenceWatchdog:      true,
@@ -273,6 +278,11 @@ func (c Config) validateRest() error {
 	}
 	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
 		return fmt.Errorf("--cluster-domain %q: %s (e.g. cluster.local)", c.ClusterDomain, strings.Join(errs, "; "))
+	}
+	for flag, addr := range map[string]string{"--ingress-http": c.IngressHTTP, "--ingress-https": c.IngressHTTPS} {
+		if _, port, err := net.SplitHostPort(addr); addr != "" && (err != nil || port == "0") {
+			return fmt.Errorf("%s %q: want HOST:PORT or :PORT (e.g. :80), or \"\" to serve no Ingress on it", flag, addr)
+		}
 	}
 	if c.PidsLimit < 0 {
 		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/names"
 )
 
@@ -63,5 +64,8 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 	a.network.host = dataplane.NewHostRules(keepHost, log)
 	if hn != nil && cfg.ClusterDNS {
 		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
+	}
+	if hn != nil && !cfg.DryRun && (cfg.IngressHTTP != "" || cfg.IngressHTTPS != "") {
+		a.network.ingress = ingress.New(ingress.Config{Views: a.views, HTTPAddr: cfg.IngressHTTP, HTTPSAddr: cfg.IngressHTTPS, Log: log})
 	}
 }

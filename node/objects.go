@@ -15,6 +15,7 @@ import (
 	"github.com/starling-orchestrator/starling/gossip/hlc"
 	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/apiserver"
+	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/manifest"
 	"github.com/starling-orchestrator/starling/node/member"
 	"github.com/starling-orchestrator/starling/node/sealed"
@@ -91,6 +92,8 @@ func (o *objects) decorate(kind string, items []api.Object) {
 		decorateServices(o.views.View().Alloc, items)
 	case manifest.KindPersistentVolumeClaim:
 		view.DecorateClaims(items, o.views.View().VolumeClaims)
+	case manifest.KindIngress:
+		ingress.Decorate(o.views.View(), items)
 	}
 }
 

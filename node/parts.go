@@ -5,6 +5,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/gossip"
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/names"
 	"github.com/starling-orchestrator/starling/node/trust"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -69,8 +70,9 @@ type network struct {
 	routes   *dataplane.Routes
 	services *dataplane.Services
 	host     *dataplane.HostRules
-	dry      *dryRun           // with --dry-run only
-	dns      *names.Supervisor // with --cluster-dns on a real host only
+	dry      *dryRun             // with --dry-run only
+	dns      *names.Supervisor   // with --cluster-dns on a real host only
+	ingress  *ingress.Controller // on a real host only
 }
 
 // apiParts serve the API: stored objects, cluster information, calls to

@@ -136,7 +136,8 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		}
 		switch kind {
 		case view.StatusKind, imageKind, trust.RevokedKind, trust.JoinTokenKind, rollout.Kind, strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
-			strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindSecret), strings.ToLower(manifest.KindPersistentVolumeClaim):
+			strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindSecret), strings.ToLower(manifest.KindPersistentVolumeClaim),
+			strings.ToLower(manifest.KindIngress):
 			return decoded{}, nil
 		}
 		return decoded{}, reject(rejectKey, "unknown kind %q in key %q", kind, r.Key)
@@ -208,7 +209,7 @@ func checkRecordWith(r crdt.Record, cluster netip.Prefix, more func(view.NodeSta
 		}
 		return decoded{}, nil
 	case strings.ToLower(manifest.KindDeployment), strings.ToLower(manifest.KindStatefulSet), strings.ToLower(manifest.KindService),
-		strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindPersistentVolumeClaim):
+		strings.ToLower(manifest.KindConfigMap), strings.ToLower(manifest.KindPersistentVolumeClaim), strings.ToLower(manifest.KindIngress):
 		o, err := manifest.Decode(r.Value)
 		if err != nil {
 			return decoded{}, reject(rejectObject, "%s: %v", r.Key, api.OneLine(err.Error()))

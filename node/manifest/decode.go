@@ -15,6 +15,7 @@ import (
 	"github.com/distribution/reference"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -23,7 +24,7 @@ import (
 )
 
 // supportedKinds is quoted in errors about unknown apiVersion/kind pairs.
-const supportedKinds = "apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim"
+const supportedKinds = "apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim, networking.k8s.io/v1 Ingress"
 
 // item is one decoded document (or List item) and what was wrong with it.
 type item struct {
@@ -235,6 +236,9 @@ func decodeDocument(js []byte, report ObjectError, allowList bool) []item {
 	case hdr.APIVersion == "v1" && hdr.Kind == KindPersistentVolumeClaim:
 		var c corev1.PersistentVolumeClaim
 		return decodeTyped(js, &c, report, func() Object { return fromClaim(&c) })
+	case hdr.APIVersion == "networking.k8s.io/v1" && hdr.Kind == KindIngress:
+		var in networkingv1.Ingress
+		return decodeTyped(js, &in, report, func() Object { return fromIngress(&in) })
 	case hdr.APIVersion == "v1" && hdr.Kind == "List" && allowList:
 		var list struct {
 			Items []json.RawMessage `json:"items"`

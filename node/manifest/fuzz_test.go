@@ -44,6 +44,8 @@ func fuzzSeeds() []string {
 		"apiVersion: v1\nkind: Secret\nmetadata: {name: t}\ntype: kubernetes.io/tls\ndata: {tls.crt: eA==}\n",
 		claimYAML,
 		r(claimYAML, "ReadWriteOnce", "ReadOnlyMany"),
+		goodIngress,
+		r(goodIngress, "pathType: Exact", "pathType: Regex"),
 		r(d, "    spec:\n      containers:", "    spec:\n      volumes:\n      - {name: data, persistentVolumeClaim: {claimName: data, readOnly: true}}\n      containers:"),
 		"a: &a [*a, *a]\n",
 		"- - - - - -\n",

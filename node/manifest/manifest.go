@@ -26,6 +26,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,8 +52,10 @@ func KindOf(s string) (string, error) {
 		return KindSecret, nil
 	case "persistentvolumeclaim", "persistentvolumeclaims", "pvc":
 		return KindPersistentVolumeClaim, nil
+	case "ingress", "ingresses", "ing":
+		return KindIngress, nil
 	}
-	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset, service, configmap, secret or pvc", s)
+	return "", fmt.Errorf("unknown kind %q: use deployment, statefulset, service, configmap, secret, pvc or ingress", s)
 }
 
 // MaxReplicas bounds spec.replicas: every node expands every Deployment
@@ -70,7 +73,7 @@ const DefaultNamespace = "default"
 
 // Object is one decoded, defaulted manifest object.
 type Object struct {
-	Kind       string             // KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret or KindPersistentVolumeClaim
+	Kind       string             // KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret, KindPersistentVolumeClaim or KindIngress
 	Namespace  string             // defaulted to "default"
 	Name       string             // metadata.name
 	Deployment *appsv1.Deployment // set when Kind == KindDeployment (defaults applied)
@@ -83,6 +86,8 @@ type Object struct {
 	Secret    *corev1.Secret
 	// Claim is set for KindPersistentVolumeClaim (defaults applied).
 	Claim *corev1.PersistentVolumeClaim
+	// Ingress is set for KindIngress.
+	Ingress *networkingv1.Ingress
 	// Applied is the document as written, in JSON, before defaults
 	// (Parse and ReadPaths set it): what an apply records (Record).
 	Applied []byte
@@ -274,6 +279,13 @@ func Encode(o Object) ([]byte, error) {
 		c := *o.Claim
 		c.TypeMeta.APIVersion, c.TypeMeta.Kind = "v1", KindPersistentVolumeClaim
 		return json.Marshal(&c)
+	case KindIngress:
+		if o.Ingress == nil {
+			return nil, fmt.Errorf("encode %s: Ingress is nil", o.Key())
+		}
+		in := *o.Ingress
+		in.TypeMeta.APIVersion, in.TypeMeta.Kind = "networking.k8s.io/v1", KindIngress
+		return json.Marshal(&in)
 	default:
 		return nil, fmt.Errorf("encode %s: unsupported kind %q", o.Key(), o.Kind)
 	}
@@ -386,6 +398,8 @@ func metaOf(o *Object) *metav1.ObjectMeta {
 		return &o.Secret.ObjectMeta
 	case o.Claim != nil:
 		return &o.Claim.ObjectMeta
+	case o.Ingress != nil:
+		return &o.Ingress.ObjectMeta
 	}
 	return &o.Service.ObjectMeta
 }
@@ -474,6 +488,8 @@ func schemaOf(kind string) any {
 		return corev1.Service{}
 	case KindPersistentVolumeClaim:
 		return corev1.PersistentVolumeClaim{}
+	case KindIngress:
+		return networkingv1.Ingress{}
 	}
 	return corev1.ConfigMap{}
 }

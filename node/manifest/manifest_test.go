@@ -363,7 +363,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 		{
 			name:  "unknown kind",
 			input: "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: db\n",
-			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "apps/v1 DaemonSet": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim`},
+			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "apps/v1 DaemonSet": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim, networking.k8s.io/v1 Ingress`},
 		},
 		{
 			name: "StatefulSet with an incomplete volumeClaimTemplate",
@@ -388,12 +388,12 @@ spec:
 		{
 			name:  "old apiVersion of a known kind",
 			input: edit(t, d, "apps/v1", "extensions/v1beta1"),
-			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "extensions/v1beta1 Deployment": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim`},
+			want:  []string{`x.yaml: document 1 (line 1): unsupported apiVersion/kind "extensions/v1beta1 Deployment": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim, networking.k8s.io/v1 Ingress`},
 		},
 		{
 			name:  "missing kind",
 			input: "apiVersion: v1\nmetadata:\n  name: x\n",
-			want:  []string{`x.yaml: document 1 (line 1): missing kind: supported apiVersion/kind: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim`},
+			want:  []string{`x.yaml: document 1 (line 1): missing kind: supported apiVersion/kind: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim, networking.k8s.io/v1 Ingress`},
 		},
 		{
 			name: "volumes",
@@ -687,7 +687,7 @@ spec:
 		{
 			name:  "bad item in a List",
 			input: "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod}\n",
-			want:  []string{`x.yaml: document 1 (line 1): items[0]: unsupported apiVersion/kind "v1 Pod": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim`},
+			want:  []string{`x.yaml: document 1 (line 1): items[0]: unsupported apiVersion/kind "v1 Pod": supported: apps/v1 Deployment, apps/v1 StatefulSet, v1 Service, v1 ConfigMap, v1 Secret, v1 PersistentVolumeClaim, networking.k8s.io/v1 Ingress`},
 		},
 	}
 	for _, tt := range tests {

@@ -89,8 +89,13 @@ func Validate(o Object) field.ErrorList {
 			return field.ErrorList{field.Required(field.NewPath("spec"), "Object.Claim is nil")}
 		}
 		return append(validateClaim(o.Claim), validateIdentity(o, &o.Claim.ObjectMeta)...)
+	case KindIngress:
+		if o.Ingress == nil {
+			return field.ErrorList{field.Required(field.NewPath("spec"), "Object.Ingress is nil")}
+		}
+		return append(validateIngress(o.Ingress), validateIdentity(o, &o.Ingress.ObjectMeta)...)
 	default:
-		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret, KindPersistentVolumeClaim})}
+		return field.ErrorList{field.NotSupported(field.NewPath("kind"), o.Kind, []string{KindDeployment, KindStatefulSet, KindService, KindConfigMap, KindSecret, KindPersistentVolumeClaim, KindIngress})}
 	}
 }
 

@@ -306,6 +306,9 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 	if err := vs.configInto(v, prev); err != nil {
 		return nil, err
 	}
+	if err := vs.ingressesInto(v, prev); err != nil {
+		return nil, err
+	}
 	// The statuses are shared with the previous view when no status
 	// record changed (and this node's own is held: until it is, the view
 	// shows what it would publish now).

@@ -106,6 +106,8 @@ type View struct {
 	Changes Changes
 	// Config is the data of the ConfigMaps and Secrets (configdata.go).
 	Config *ConfigData
+	// Ingresses are the Ingresses, sorted by key (ingresses.go).
+	Ingresses []manifest.Object
 	// ClaimObjects are the PersistentVolumeClaims; VolumeClaims them by
 	// "namespace/name" with the node that holds each one's data
 	// (BindClaims); pins the node each workload that mounts a bound
@@ -138,14 +140,16 @@ type Changes struct {
 	Nodes bool
 	// Config: a ConfigMap's or Secret's record.
 	Config bool
+	// Ingresses: an Ingress's record.
+	Ingresses bool
 }
 
 // everything is the Changes of a first view.
-var everything = Changes{Objects: true, Statuses: true, Claims: true, Nodes: true, Config: true}
+var everything = Changes{Objects: true, Statuses: true, Claims: true, Nodes: true, Config: true, Ingresses: true}
 
 func (c Changes) or(d Changes) Changes {
 	return Changes{Objects: c.Objects || d.Objects, Statuses: c.Statuses || d.Statuses, Claims: c.Claims || d.Claims, Nodes: c.Nodes || d.Nodes,
-		Config: c.Config || d.Config}
+		Config: c.Config || d.Config, Ingresses: c.Ingresses || d.Ingresses}
 }
 
 // assign runs placement (rendezvous hashing with bounded loads, package

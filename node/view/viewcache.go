@@ -286,6 +286,8 @@ func (vs *Builder) sync() error {
 			vs.pending.Objects = true
 		case strings.HasPrefix(k, KindPrefix(manifest.KindConfigMap)), strings.HasPrefix(k, KindPrefix(manifest.KindSecret)):
 			vs.pending.Config = true
+		case strings.HasPrefix(k, KindPrefix(manifest.KindIngress)):
+			vs.pending.Ingresses = true
 		case strings.HasPrefix(k, StatusKind+"/"):
 			r, ok, err := vs.cfg.Records.Get(k)
 			if err != nil {

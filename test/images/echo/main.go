@@ -15,7 +15,9 @@
 // filesystem, user, limits, capabilities); "/spawn?n=N" starts up to N
 // processes and says how many the pids limit let through;
 // "/resolve?name=N&type=A|SRV|CNAME" resolves N as a program in the
-// container does, "/file?path=P" reads (and a POST writes) any file.
+// container does, "/file?path=P" reads (and a POST writes) any file,
+// "/ws" is a WebSocket that answers each message with "HOSTNAME: " and
+// the message.
 // Environment: PORT (default 8080), MESSAGE (printed as "message="),
 // SHUTDOWN_DELAY (a duration: keep serving that long after the stop
 // signal, SIGTERM, SIGINT or SIGQUIT).
@@ -35,6 +37,7 @@ package main
 
 import (
 	"context"
+
 	"flag"
 	"fmt"
 	"io"
@@ -51,6 +54,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // check is the exec-probe mode: see the package comment.
@@ -226,6 +231,22 @@ func main() {
 		}
 		os.Remove(f)
 		fmt.Fprintln(w, "cleared", f)
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), typ, append([]byte(host+": "), msg...)); err != nil {
+				return
+			}
+		}
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hostname=%s\npodIP=%s\nremote=%s\nmessage=%s\n", host, podIP(), r.RemoteAddr, os.Getenv("MESSAGE"))

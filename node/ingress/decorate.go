@@ -1,0 +1,63 @@
+package ingress
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/manifest"
+	"github.com/starling-orchestrator/starling/node/view"
+)
+
+// Decorate fills in what view v knows of Ingresses items as the API
+// serves them: status.loadBalancer.ingress lists the live nodes'
+// addresses (every node serves every Ingress), and the
+// manifest.BackendsAnnotation gives each backend's ready endpoints as
+// this node routes to them (`describe ingress` prints them).
+func Decorate(v *view.View, items []api.Object) {
+	var addrs []networkingv1.IngressLoadBalancerIngress
+	for name, st := range v.Statuses {
+		if ip := st.HostIP(); v.Alive[name] && ip != "" {
+			addrs = append(addrs, networkingv1.IngressLoadBalancerIngress{IP: ip})
+		}
+	}
+	slices.SortFunc(addrs, func(a, b networkingv1.IngressLoadBalancerIngress) int { return strings.Compare(a.IP, b.IP) })
+	t := Build(InputOf(v, nil))
+	for i, it := range items {
+		o, err := manifest.Decode(it.Object)
+		if err != nil || o.Ingress == nil {
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		backends := map[string][]string{}
+		for _, r := range t.Routes() {
+			if r.Ingress != key {
+				continue
+			}
+			name := fmt.Sprintf("%s:%s", strings.TrimPrefix(r.Backend.Service, o.Namespace+"/"), r.Backend.Port)
+			eps := []string{}
+			for _, ep := range r.Backend.Endpoints {
+				eps = append(eps, ep.String())
+			}
+			if !r.Backend.Found {
+				eps = []string{"<no such Service port>"}
+			}
+			backends[name] = eps
+		}
+		in := o.Ingress
+		in.Status.LoadBalancer.Ingress = addrs
+		if b, err := json.Marshal(backends); err == nil {
+			if in.Annotations == nil {
+				in.Annotations = map[string]string{}
+			}
+			in.Annotations[manifest.BackendsAnnotation] = string(b)
+		}
+		if b, err := manifest.Encode(o); err == nil {
+			items[i].Object = b
+		}
+	}
+}

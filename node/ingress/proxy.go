@@ -1,0 +1,268 @@
+package ingress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits and timeouts of the proxy, ingress-nginx's defaults where it
+// has one.
+const (
+	// ConnectTimeout bounds one connect to an endpoint
+	// (proxy-connect-timeout 5 s); a failed connect is retried on the
+	// next endpoint.
+	ConnectTimeout = 5 * time.Second
+	// ResponseHeaderTimeout bounds the wait for a backend's answer
+	// (proxy-read-timeout 60 s).
+	ResponseHeaderTimeout = 60 * time.Second
+	// ReadHeaderTimeout bounds a client's request line and headers (a
+	// slowloris holds a connection no longer), BodyIdleTimeout the wait
+	// for each read of its body (client-body-timeout 60 s).
+	ReadHeaderTimeout = 10 * time.Second
+	BodyIdleTimeout   = 60 * time.Second
+	// IdleTimeout closes a kept-alive client connection that sends no
+	// request.
+	IdleTimeout = 120 * time.Second
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes = 64 << 10
+	// downFor is how long an endpoint that refused a connect is tried
+	// last (passive health checking, as nginx's max_fails/fail_timeout).
+	downFor = 10 * time.Second
+	// maxAttempts bounds the endpoints one request tries.
+	maxAttempts = 3
+)
+
+// Proxy serves requests by the latest table it was given (Set). A new
+// table changes where new requests go; requests and upgraded
+// connections under way (a WebSocket) keep theirs, and a new certificate
+// is presented from the next handshake on.
+type Proxy struct {
+	table atomic.Pointer[Table]
+	next  atomic.Uint64 // round robin over a backend's endpoints
+	down  sync.Map      // netip.AddrPort -> time.Time it counts as up again
+	rp    *httputil.ReverseProxy
+	// fallback is presented to a client whose SNI names no host with a
+	// certificate (as ingress-nginx's fake certificate).
+	fallback *tls.Certificate
+	log      *slog.Logger
+	// HTTPSPort is the port redirects to HTTPS name (443: none).
+	HTTPSPort int
+}
+
+// attemptKey carries a request's endpoints, in the order to try them,
+// to the transport's dial.
+type attemptKey struct{}
+
+// NewProxy returns a proxy with an empty table (every request 404).
+func NewProxy(log *slog.Logger) *Proxy {
+	p := &Proxy{fallback: selfSigned(), log: log, HTTPSPort: 443}
+	p.table.Store(Build(Input{}))
+	tr := &http.Transport{
+		DialContext:           p.dial,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: ResponseHeaderTimeout,
+		DisableCompression:    true,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     tr,
+		ErrorHandler:  p.fail,
+		FlushInterval: -1, // stream: server-sent events and long polls pass at once
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// Set makes t the table new requests are routed by.
+func (p *Proxy) Set(t *Table) { p.table.Store(t) }
+
+// Table is the table requests are routed by.
+func (p *Proxy) Table() *Table { return p.table.Load() }
+
+// TLSConfig is the HTTPS listener's: the certificate the table gives
+// for the client's SNI, read at each handshake; HTTP/2 and HTTP/1.1.
+func (p *Proxy) TLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := p.table.Load().Certificate(hello.ServerName); c != nil {
+				return c, nil
+			}
+			return p.fallback, nil
+		},
+	}
+}
+
+// Handler serves requests that arrived over TLS (secure) or plain HTTP.
+func (p *Proxy) Handler(secure bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(w, r, secure) })
+}
+
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, secure bool) {
+	host := hostOnly(r.Host)
+	rt, ok := p.table.Load().Match(host, r.URL.Path)
+	switch {
+	case !ok:
+		http.Error(w, fmt.Sprintf("404 no Ingress rule matches host %q and path %q\n", host, r.URL.Path), http.StatusNotFound)
+		return
+	case !secure && rt.Redirect:
+		target := "https://" + host
+		if p.HTTPSPort != 443 {
+			target += fmt.Sprintf(":%d", p.HTTPSPort)
+		}
+		http.Redirect(w, r, target+r.URL.RequestURI(), http.StatusPermanentRedirect)
+		return
+	case !rt.Backend.Found:
+		http.Error(w, fmt.Sprintf("503 Service %s has no port %s (Ingress %s)\n", rt.Backend.Service, rt.Backend.Port, rt.Ingress), http.StatusServiceUnavailable)
+		return
+	case len(rt.Backend.Endpoints) == 0:
+		http.Error(w, fmt.Sprintf("503 no ready endpoint for Service %s port %s (Ingress %s)\n", rt.Backend.Service, rt.Backend.Port, rt.Ingress), http.StatusServiceUnavailable)
+		return
+	}
+	if rt.BodyBytes > 0 {
+		if r.ContentLength > rt.BodyBytes {
+			http.Error(w, fmt.Sprintf("413 request body of %d bytes is over this Ingress's bound of %d (annotation %s)\n", r.ContentLength, rt.BodyBytes, "nginx.ingress.kubernetes.io/proxy-body-size"),
+				http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, rt.BodyBytes)
+	}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+	}
+	order := p.order(rt.Backend.Endpoints)
+	ctx := context.WithValue(r.Context(), attemptKey{}, order)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// order is eps in the order a request tries them: round robin, the
+// endpoints that recently refused a connect last.
+func (p *Proxy) order(eps []netip.AddrPort) []netip.AddrPort {
+	n := len(eps)
+	start := int(p.next.Add(1) % uint64(n))
+	out := make([]netip.AddrPort, 0, n)
+	var later []netip.AddrPort
+	now := time.Now()
+	for i := range n {
+		ep := eps[(start+i)%n]
+		if until, ok := p.down.Load(ep); ok && now.Before(until.(time.Time)) {
+			later = append(later, ep)
+			continue
+		}
+		out = append(out, ep)
+	}
+	return append(out, later...)
+}
+
+// rewrite sends the request to its first endpoint, with the client's
+// Host and X-Forwarded-For/-Host/-Proto and X-Real-IP set (any the
+// client sent are replaced: they are not trusted).
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	order, _ := pr.In.Context().Value(attemptKey{}).([]netip.AddrPort)
+	pr.Out.URL.Scheme = "http"
+	if len(order) > 0 {
+		pr.Out.URL.Host = order[0].String()
+	}
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		pr.Out.Header.Set("X-Real-IP", ip)
+	}
+}
+
+// dial connects to the request's endpoints in order until one accepts:
+// a connect that fails is retried on the next (at most maxAttempts),
+// before a byte of the request is sent, so any request may be retried.
+func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	order, _ := ctx.Value(attemptKey{}).([]netip.AddrPort)
+	if len(order) == 0 {
+		return nil, fmt.Errorf("no endpoint to dial for %s", addr)
+	}
+	d := net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}
+	var errs []error
+	for i, ep := range order {
+		if i == maxAttempts {
+			break
+		}
+		c, err := d.DialContext(ctx, network, ep.String())
+		if err == nil {
+			p.down.Delete(ep)
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		p.down.Store(ep, time.Now().Add(downFor))
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// fail answers a request the proxy could not complete: 413 for a body
+// over its bound, 504 when the backend did not answer in time, 502
+// otherwise (every endpoint tried refused, or the backend broke off).
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		http.Error(w, fmt.Sprintf("413 request body is over this Ingress's bound of %d bytes\n", tooBig.Limit), http.StatusRequestEntityTooLarge)
+	case r.Context().Err() != nil:
+		// The client went away: nobody reads an answer.
+	case errors.As(err, &ne) && ne.Timeout():
+		http.Error(w, "504 the backend did not answer in time\n", http.StatusGatewayTimeout)
+	default:
+		// What failed names endpoints' addresses: the node's log has
+		// it, the client is told no more than that.
+		p.log.Info("ingress: backend failed", "host", r.Host, "path", r.URL.Path, "err", oneLine(err.Error()))
+		http.Error(w, "502 bad gateway: no endpoint of the backend answered\n", http.StatusBadGateway)
+	}
+}
+
+// idleBody bounds the wait for each read of a request body
+// (BodyIdleTimeout): a client that trickles its body is cut off, one
+// that sends steadily is not. The deadline is lifted once the body
+// ends, so a long answer is not cut by it.
+type idleBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(BodyIdleTimeout))
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// hostOnly is a Host header without its port.
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return host
+	}
+	return strings.Trim(h, "[]")
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", "; ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

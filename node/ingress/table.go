@@ -1,0 +1,321 @@
+// Package ingress is the HTTP(S) front door every node runs: a reverse
+// proxy (net/http/httputil) that routes requests by host and path, as
+// networking.k8s.io/v1 Ingresses say, to the ready endpoints of their
+// backend Services on any node, with TLS certificates from
+// kubernetes.io/tls Secrets chosen by SNI. Build is the pure part: the
+// routing table of one view's Ingresses, Services and Secrets; Proxy
+// serves a table and takes the next one without dropping a connection;
+// Controller keeps the proxy's table that of the latest view.
+package ingress
+
+import (
+	"cmp"
+	"crypto/tls"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// PathType is how a path matches, as networking.k8s.io/v1 defines it:
+// Exact (the whole path, case-sensitive) or Prefix (element by element,
+// split on '/'; ImplementationSpecific is served as Prefix).
+type PathType int
+
+// Path types.
+const (
+	Prefix PathType = iota
+	Exact
+)
+
+// Input is what a table is built from: the Ingresses, the endpoints of
+// the Services they name, and their certificates.
+type Input struct {
+	Ingresses []Ingress
+	// Ports are the Services' ports by "namespace/name".
+	Ports map[string][]ServicePort
+	// Cert returns the certificate of Secret namespace/name, or why
+	// there is none (missing, not kubernetes.io/tls, a bad key pair).
+	Cert func(namespace, name string) (*tls.Certificate, error)
+}
+
+// ServicePort is one port of a Service with its ready endpoints.
+type ServicePort struct {
+	Name      string
+	Port      uint16
+	Endpoints []netip.AddrPort
+}
+
+// Ingress is one Ingress as the table reads it.
+type Ingress struct {
+	Namespace, Name string
+	Rules           []Rule
+	// Default is spec.defaultBackend (nil: none).
+	Default *BackendRef
+	TLS     []TLS
+	// BodyBytes bounds a request's body (0: no bound); NoRedirect keeps
+	// plain HTTP for its TLS hosts.
+	BodyBytes  int64
+	NoRedirect bool
+}
+
+// Rule is one host's paths ("" host: any host; "*.example.com": one
+// label under example.com).
+type Rule struct {
+	Host  string
+	Paths []Path
+}
+
+// Path is one path of a rule.
+type Path struct {
+	Path    string
+	Type    PathType
+	Backend BackendRef
+}
+
+// BackendRef names a Service of the Ingress's namespace and one of its
+// ports, by number or by name.
+type BackendRef struct {
+	Service  string
+	Port     uint16
+	PortName string
+}
+
+// TLS is one spec.tls entry: hosts served with the certificate of a
+// Secret (no hosts: the certificate of every host of the Ingress's rules).
+type TLS struct {
+	Hosts  []string
+	Secret string
+}
+
+// Backend is a resolved backend: the Service port a route sends to and
+// its ready endpoints (none: the proxy answers 503).
+type Backend struct {
+	Service   string // "namespace/name"
+	Port      string // the port as the Ingress names it, for messages
+	Found     bool   // the Service has that port
+	Endpoints []netip.AddrPort
+}
+
+// Route is where a matched request goes.
+type Route struct {
+	Ingress string // "namespace/name"
+	Host    string // the rule's host ("" for any)
+	Path    string
+	Type    PathType
+	Backend *Backend
+	// Redirect: the host is one of the Ingress's TLS hosts, so a plain
+	// HTTP request is redirected to HTTPS.
+	Redirect  bool
+	BodyBytes int64
+}
+
+// Table is the routing of one view: immutable once built.
+type Table struct {
+	exact    map[string][]Route // by host, best match first
+	wildcard map[string][]Route // by the suffix after "*" (".example.com")
+	anyHost  []Route
+	def      *Route
+	certs    map[string]*tls.Certificate // by host, "*.example.com" for wildcards
+	defCert  *tls.Certificate            // a TLS entry without hosts
+	// Problems are what the table could not take from its input (a
+	// missing or bad certificate), one line each, sorted.
+	Problems []string
+}
+
+// Build makes the table of in. Routes of one host from every Ingress
+// are merged, as ingress-nginx merges them: an Exact path before a
+// Prefix, a longer prefix before a shorter; among equal paths, the
+// Ingress whose key sorts first. The default backend is the first
+// Ingress's (by key) that has one.
+func Build(in Input) *Table {
+	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}}
+	ings := slices.Clone(in.Ingresses)
+	slices.SortFunc(ings, func(a, b Ingress) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, ing := range ings {
+		key := ing.Namespace + "/" + ing.Name
+		tlsHosts := t.addCerts(ing, in.Cert)
+		for _, r := range ing.Rules {
+			for _, p := range r.Paths {
+				rt := Route{Ingress: key, Host: r.Host, Path: p.Path, Type: p.Type, Backend: resolve(ing.Namespace, p.Backend, in.Ports),
+					Redirect: !ing.NoRedirect && r.Host != "" && tlsHosts[r.Host], BodyBytes: ing.BodyBytes}
+				switch {
+				case r.Host == "":
+					t.anyHost = append(t.anyHost, rt)
+				case strings.HasPrefix(r.Host, "*."):
+					t.wildcard[r.Host[1:]] = append(t.wildcard[r.Host[1:]], rt)
+				default:
+					t.exact[r.Host] = append(t.exact[r.Host], rt)
+				}
+			}
+		}
+		if ing.Default != nil && t.def == nil {
+			t.def = &Route{Ingress: key, Path: "/", Backend: resolve(ing.Namespace, *ing.Default, in.Ports), BodyBytes: ing.BodyBytes}
+		}
+	}
+	for _, rs := range t.exact {
+		sortRoutes(rs)
+	}
+	for _, rs := range t.wildcard {
+		sortRoutes(rs)
+	}
+	sortRoutes(t.anyHost)
+	slices.Sort(t.Problems)
+	t.Problems = slices.Compact(t.Problems)
+	return t
+}
+
+// addCerts adds ing's certificates and returns its TLS hosts.
+func (t *Table) addCerts(ing Ingress, certOf func(ns, name string) (*tls.Certificate, error)) map[string]bool {
+	hosts := map[string]bool{}
+	for _, e := range ing.TLS {
+		var c *tls.Certificate
+		var err error
+		if certOf == nil {
+			err = fmt.Errorf("no Secrets")
+		} else {
+			c, err = certOf(ing.Namespace, e.Secret)
+		}
+		if err != nil {
+			t.Problems = append(t.Problems, fmt.Sprintf("ingress %s/%s: tls secret %q: %v", ing.Namespace, ing.Name, e.Secret, err))
+		}
+		names := e.Hosts
+		if len(names) == 0 {
+			if c != nil && t.defCert == nil {
+				t.defCert = c
+			}
+			for _, r := range ing.Rules {
+				names = append(names, r.Host)
+			}
+		}
+		for _, h := range names {
+			if h == "" {
+				continue
+			}
+			hosts[h] = true
+			if _, taken := t.certs[h]; !taken && c != nil {
+				t.certs[h] = c
+			}
+		}
+	}
+	return hosts
+}
+
+// resolve finds ref's Service port in ports.
+func resolve(namespace string, ref BackendRef, ports map[string][]ServicePort) *Backend {
+	b := &Backend{Service: namespace + "/" + ref.Service, Port: ref.PortName}
+	if ref.PortName == "" {
+		b.Port = fmt.Sprint(ref.Port)
+	}
+	for _, p := range ports[b.Service] {
+		if (ref.PortName != "" && p.Name == ref.PortName) || (ref.PortName == "" && p.Port == ref.Port) {
+			b.Found, b.Endpoints = true, p.Endpoints
+			break
+		}
+	}
+	return b
+}
+
+// sortRoutes orders one host's routes best match first: Exact before
+// Prefix, then the longer path; the sort is stable, so among equals the
+// Ingress that came first (by key) wins.
+func sortRoutes(rs []Route) {
+	slices.SortStableFunc(rs, func(a, b Route) int {
+		if a.Type != b.Type {
+			return cmp.Compare(b.Type, a.Type) // Exact (1) first
+		}
+		return cmp.Compare(len(strings.TrimSuffix(b.Path, "/")), len(strings.TrimSuffix(a.Path, "/")))
+	})
+}
+
+// Match returns the route of a request for host (no port, any case) and
+// path: the host's own rules, then a wildcard's, then the rules for any
+// host, then the default backend.
+func (t *Table) Match(host, path string) (Route, bool) {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if r, ok := first(t.exact[host], path); ok {
+		return r, true
+	}
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		if r, ok := first(t.wildcard[host[i:]], path); ok {
+			return r, true
+		}
+	}
+	if r, ok := first(t.anyHost, path); ok {
+		return r, true
+	}
+	if t.def != nil {
+		return *t.def, true
+	}
+	return Route{}, false
+}
+
+// first is the first of rs whose path matches path.
+func first(rs []Route, path string) (Route, bool) {
+	for _, r := range rs {
+		if matches(r.Type, r.Path, path) {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+// matches is networking.k8s.io/v1's path matching: Exact compares the
+// whole path; Prefix compares element by element ("/foo" matches
+// "/foo", "/foo/" and "/foo/bar", not "/foobar"; a trailing '/' of
+// either is ignored).
+func matches(typ PathType, rule, path string) bool {
+	if typ == Exact {
+		return rule == path
+	}
+	rule = strings.TrimSuffix(rule, "/")
+	if rule == "" {
+		return true
+	}
+	return path == rule || strings.HasPrefix(path, rule+"/")
+}
+
+// Certificate is the certificate for a TLS handshake naming serverName:
+// the host's own, then a wildcard's, then the default one (nil: none;
+// the proxy then presents its own self-signed certificate).
+func (t *Table) Certificate(serverName string) *tls.Certificate {
+	host := strings.ToLower(strings.TrimSuffix(serverName, "."))
+	if c, ok := t.certs[host]; ok {
+		return c
+	}
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		if c, ok := t.certs["*"+host[i:]]; ok {
+			return c
+		}
+	}
+	return t.defCert
+}
+
+// Routes returns every route of the table, the default backend's last:
+// what `describe ingress` lists.
+func (t *Table) Routes() []Route {
+	var out []Route
+	hosts := make([]string, 0, len(t.exact))
+	for h := range t.exact {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	for _, h := range hosts {
+		out = append(out, t.exact[h]...)
+	}
+	wild := make([]string, 0, len(t.wildcard))
+	for h := range t.wildcard {
+		wild = append(wild, h)
+	}
+	slices.Sort(wild)
+	for _, h := range wild {
+		out = append(out, t.wildcard[h]...)
+	}
+	out = append(out, t.anyHost...)
+	if t.def != nil {
+		out = append(out, *t.def)
+	}
+	return out
+}

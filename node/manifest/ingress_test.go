@@ -1,0 +1,91 @@
+package manifest
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodIngress = `apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations: {nginx.ingress.kubernetes.io/proxy-body-size: 8m}
+spec:
+  ingressClassName: nginx
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+  tls: [{hosts: [shop.example.com], secretName: shop-tls}]
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {name: http}}}}
+  - host: "*.example.com"
+    http:
+      paths:
+      - {path: /api, pathType: Exact, backend: {service: {name: api, port: {number: 8080}}}}
+`
+
+// TestAnIngressIsAppliedAndStoredAsWritten: an Ingress decodes, is
+// applied (recorded, merged, stored) and decodes back the same; a served
+// annotation (BackendsAnnotation) is never stored.
+func TestAnIngressIsAppliedAndStoredAsWritten(t *testing.T) {
+	obj := parseOne(t, strings.Replace(goodIngress, "annotations: {", "annotations: {starling.dev/backends: x, ", 1))
+	if obj.Kind != KindIngress || obj.Namespace != DefaultNamespace || obj.Ingress.Annotations[BackendsAnnotation] != "" {
+		t.Fatalf("decoded %+v", obj)
+	}
+	merged, err := Merge(nil, Record(obj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, result, err := Apply(nil, merged, time.Unix(1e9, 0), "uid-1")
+	if err != nil || result != Created {
+		t.Fatalf("apply: %v %s", err, result)
+	}
+	back, err := Decode(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Key() != "ingress/default/shop" || len(back.Ingress.Spec.Rules) != 2 || back.Ingress.Spec.TLS[0].SecretName != "shop-tls" {
+		t.Fatalf("stored %s", value)
+	}
+	if n, err := BodyBytes(back.Ingress.Annotations[BodySizeAnnotation]); err != nil || n != 8<<20 {
+		t.Errorf("body size %d %v", n, err)
+	}
+}
+
+func TestAnIngressThatCannotBeServedIsRefusedNamingTheField(t *testing.T) {
+	for _, c := range []struct{ from, to, says string }{
+		{"host: shop.example.com", "host: 10.0.0.1", "spec.rules[0].host"},
+		{"host: \"*.example.com\"", "host: \"a.*.example.com\"", "spec.rules[1].host"},
+		{"{path: /, pathType: Prefix,", "{path: relative, pathType: Prefix,", "spec.rules[0].http.paths[0].path"},
+		{"pathType: Exact", "pathType: Regex", "spec.rules[1].http.paths[0].pathType"},
+		{"port: {number: 8080}", "port: {number: 0}", "spec.rules[1].http.paths[0].backend.service.port.number"},
+		{"port: {name: http}", "port: {name: http, number: 80}", "spec.rules[0].http.paths[0].backend.service.port"},
+		{"secretName: shop-tls", "secretName: \"\"", "spec.tls[0].secretName"},
+		{"proxy-body-size: 8m", "proxy-body-size: lots", "proxy-body-size"},
+		{"defaultBackend: {service: {name: web, port: {number: 80}}}", "defaultBackend: {resource: {kind: Bucket, name: b}}", "spec.defaultBackend.resource"},
+	} {
+		doc := strings.Replace(goodIngress, c.from, c.to, 1)
+		if doc == goodIngress {
+			t.Fatalf("%q is not in the manifest", c.from)
+		}
+		_, err := Parse([]byte(doc), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error naming %s", c.to, err, c.says)
+		}
+	}
+}
+
+func TestBodySizesReadAsIngressNginxReadsThem(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1m": 1 << 20, "512k": 512 << 10, "2G": 2 << 30, "100": 100, "10Mi": 10 << 20} {
+		if got, err := BodyBytes(in); err != nil || got != want {
+			t.Errorf("%q: %d %v, want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1x", "2T"} {
+		if _, err := BodyBytes(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
