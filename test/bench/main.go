@@ -11,7 +11,7 @@
 // imported it to one that needs it, against a plain copy (images.go).
 // Nodes run in network namespaces
 // (test/harness), each with its own containerd; it needs root and prints
-// a table per group (-only node|pod|rules|cluster|join|image runs one). `make
+// a table per group (-only node|pod|ingress|rules|cluster|join|image runs one). `make
 // bench` runs it.
 package main
 
@@ -143,7 +143,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // groups are the figure groups, in the order a run without -only runs them.
-var groups = []string{"node", "pod", "rules", "cluster", "join", "image"}
+var groups = []string{"node", "pod", "ingress", "rules", "cluster", "join", "image"}
 
 func main() {
 	runs := flag.Int("runs", 5, "node group: runs per replica count")
@@ -195,6 +195,8 @@ func main() {
 			err = withArtifacts(func(a artifacts) error { return run(a, *runs) })
 		case "pod":
 			err = withArtifacts(func(a artifacts) error { return podBench(a, *runs) })
+		case "ingress":
+			err = withArtifacts(func(a artifacts) error { return ingressBench(a, 5*time.Second) })
 		case "rules":
 			err = rulesBench()
 		case "cluster":
