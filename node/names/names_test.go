@@ -15,7 +15,8 @@ import (
 // TestTheZoneInputIsTheViewsServices: a ClusterIP Service by its
 // allocated address, a headless one by the ready replicas of its
 // StatefulSet (by their names) on the nodes whose addresses count, an
-// ExternalName one by its name.
+// ExternalName one by its name; the pods of those nodes, ready or not,
+// by their addresses (an address outside its node's subnet: none).
 func TestTheZoneInputIsTheViewsServices(t *testing.T) {
 	objs, err := manifest.Parse([]byte(`apiVersion: v1
 kind: Service
@@ -62,13 +63,16 @@ spec:
 		Alive:   map[string]bool{"a": true, "b": true, "c": false},
 		Winners: map[string]bool{"a": true, "b": true, "c": true},
 		Statuses: map[string]view.NodeStatus{
-			"a": {Name: "a", PodSubnet: "10.22.1.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-0", "10.22.1.5", true)}},
+			"a": {Name: "a", PodSubnet: "10.22.1.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-0", "10.22.1.5", true), ready("db-9", "10.22.9.5", true)}},
 			"b": {Name: "b", PodSubnet: "10.22.2.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-1", "10.22.2.5", false)}},
 			"c": {Name: "c", PodSubnet: "10.22.3.0/24", SubnetReady: true, Replicas: []api.Replica{ready("db-1", "10.22.3.5", true)}}, // dead
 		}}
 	z := dns.Build(InputOf(v, "cluster.local"))
-	want := `20.0.96.10.in-addr.arpa. 5 IN PTR web.shop.svc.cluster.local.
+	want := `10-22-1-5.shop.pod.cluster.local. 5 IN A 10.22.1.5
+10-22-2-5.shop.pod.cluster.local. 5 IN A 10.22.2.5
+20.0.96.10.in-addr.arpa. 5 IN PTR web.shop.svc.cluster.local.
 5.1.22.10.in-addr.arpa. 5 IN PTR db-0.db.shop.svc.cluster.local.
+5.2.22.10.in-addr.arpa. 5 IN PTR 10-22-2-5.shop.pod.cluster.local.
 _http._tcp.web.shop.svc.cluster.local. 5 IN SRV 0 100 80 web.shop.svc.cluster.local.
 _pg._tcp.db.shop.svc.cluster.local. 5 IN SRV 0 100 5432 db-0.db.shop.svc.cluster.local.
 db-0.db.shop.svc.cluster.local. 5 IN A 10.22.1.5
