@@ -62,6 +62,6 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
 	a.network.host = dataplane.NewHostRules(keepHost, log)
 	if hn != nil && cfg.ClusterDNS {
-		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
+		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Peer: a.api.peers.dnsLookup, Log: log}
 	}
 }

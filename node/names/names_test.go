@@ -1,6 +1,7 @@
 package names
 
 import (
+	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -95,6 +96,59 @@ func TestSearchesAreAPodsWithNdots5(t *testing.T) {
 	} {
 		if got := strings.Join(Searches(name, "shop", "cluster.local"), " "); got != want {
 			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+	}
+}
+
+// fixedViews is one view, never changed.
+type fixedViews struct{ v *view.View }
+
+func (f fixedViews) View() *view.View         { return f.v }
+func (f fixedViews) Changed() <-chan struct{} { return nil }
+
+// TestLookupFromAReplicaAsksItsNode: a lookup from a replica of another
+// node goes to that node (once, marked for it), whose answer must be
+// its own for the namespace asked; one that reached the wrong node, or
+// for a replica not here, is refused, never sent on; a replica of this
+// node is looked up here.
+func TestLookupFromAReplicaAsksItsNode(t *testing.T) {
+	rep := func(name string, phase api.Phase) api.Replica {
+		return api.Replica{Name: name, Namespace: "shop", Phase: phase, PodIP: "10.22.2.5"}
+	}
+	v := &view.View{Alive: map[string]bool{"a": true, "b": true, "c": false},
+		Statuses: map[string]view.NodeStatus{
+			"a": {Name: "a", Replicas: []api.Replica{rep("web-1", api.PhaseRunning), rep("old-0", api.PhaseTerminating)}},
+			"b": {Name: "b", Replicas: []api.Replica{rep("web-2", api.PhaseRunning), rep("old-0", api.PhaseRunning)}},
+			"c": {Name: "c", Replicas: []api.Replica{rep("web-3", api.PhaseRunning)}}, // dead
+		}}
+	for _, tc := range []struct {
+		q        api.DNSQuery
+		answerAs string // the node the peer says it is
+		asked    string // the node asked, "" none
+		want     string // the error, "" none
+	}{
+		{q: api.DNSQuery{From: "web-2"}, answerAs: "b", asked: "b"},
+		{q: api.DNSQuery{From: "old-0"}, answerAs: "b", asked: "b"}, // handed over from a
+		{q: api.DNSQuery{From: "web-2"}, answerAs: "c", asked: "b", want: `node b answered as node "c"`},
+		{q: api.DNSQuery{From: "web-1"}, want: "no pod subnet"}, // here
+		{q: api.DNSQuery{From: "web-3"}, want: "runs on no live node"},
+		{q: api.DNSQuery{From: "nosuch"}, want: "runs on no live node"},
+		{q: api.DNSQuery{From: "web-2", Node: "a"}, want: "does not run on node a"},
+		{q: api.DNSQuery{From: "web-1", Node: "b"}, want: "a lookup for node b reached node a"},
+	} {
+		asked := ""
+		s := &Supervisor{Self: "a", Domain: "cluster.local", Views: fixedViews{v},
+			Peer: func(_ context.Context, node string, _ view.NodeStatus, q api.DNSQuery) (api.DNSAnswer, error) {
+				if q.Node != node {
+					t.Errorf("%+v: node %s asked with node %q", tc.q, node, q.Node)
+				}
+				asked = node
+				return api.DNSAnswer{Node: tc.answerAs, Namespace: q.Namespace}, nil
+			}}
+		tc.q.Name, tc.q.Type, tc.q.Namespace = "hello", "A", "shop"
+		_, err := s.Lookup(context.Background(), tc.q)
+		if asked != tc.asked || (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: asked %q, %v; want asked %q, %q", tc.q, asked, err, tc.asked, tc.want)
 		}
 	}
 }
