@@ -47,14 +47,29 @@ func ask(t *testing.T, z *Zone, name string, qtype uint16) (string, int, bool) {
 	return strings.Join(lines, "; "), rcode, ok
 }
 
+// zoneCase is a question and the answer the zone gives: its records
+// (as ask lists them) and rcode.
+type zoneCase struct {
+	name  string
+	qtype uint16
+	want  string
+	rcode int
+}
+
+// expect checks that z answers each case from the zone, as it says.
+func expect(t *testing.T, z *Zone, cases []zoneCase) {
+	t.Helper()
+	for _, tc := range cases {
+		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
+		if !ok || got != tc.want || rcode != tc.rcode {
+			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
+		}
+	}
+}
+
 func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 	z := Build(testInput())
-	for _, tc := range []struct {
-		name  string
-		qtype uint16
-		want  string
-		rcode int
-	}{
+	expect(t, z, []zoneCase{
 		{"hello.default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
 		{"HELLO.Default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
 		{"hello.default.svc.cluster.local", dns.TypeAAAA, "", dns.RcodeSuccess}, // NODATA
@@ -71,12 +86,7 @@ func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 		// A search-path miss of an outside name, answered here.
 		{"example.com.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
 		{"db-2.db.shop.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
-	} {
-		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
-		if !ok || got != tc.want || rcode != tc.rcode {
-			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
-		}
-	}
+	})
 	for _, name := range []string{"example.com", "1.1.168.192.in-addr.arpa"} {
 		qtype := dns.TypeA
 		if strings.HasSuffix(name, "arpa") {
@@ -104,12 +114,7 @@ func TestPodRecordsAreVerified(t *testing.T) {
 		{Namespace: "web"}, // no address: no record
 	}
 	z := Build(in)
-	for _, tc := range []struct {
-		name  string
-		qtype uint16
-		want  string
-		rcode int
-	}{
+	expect(t, z, []zoneCase{
 		{"10-22-4-2.shop.pod.cluster.local", dns.TypeA, "A 10.22.4.2", dns.RcodeSuccess},
 		{"10-22-4-2.SHOP.pod.cluster.local", dns.TypeA, "A 10.22.4.2", dns.RcodeSuccess},
 		{"10-22-4-2.shop.pod.cluster.local", dns.TypeAAAA, "", dns.RcodeSuccess}, // NODATA
@@ -125,12 +130,7 @@ func TestPodRecordsAreVerified(t *testing.T) {
 		{"5.1.22.10.in-addr.arpa", dns.TypePTR, "PTR db-0.db.shop.svc.cluster.local.", dns.RcodeSuccess},
 		{"9.3.22.10.in-addr.arpa", dns.TypePTR, "PTR 10-22-3-9.db.shop.svc.cluster.local.", dns.RcodeSuccess},
 		{"7.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.2.2.0.0.0.0.d.f.ip6.arpa", dns.TypePTR, "PTR fd00-22--7.web.pod.cluster.local.", dns.RcodeSuccess},
-	} {
-		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
-		if !ok || got != tc.want || rcode != tc.rcode {
-			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
-		}
-	}
+	})
 	// The address of no pod is not the zone's: forwarded.
 	if _, _, _, ok := z.Answer(dns.Question{Name: "9.4.22.10.in-addr.arpa.", Qtype: dns.TypePTR, Qclass: dns.ClassINET}); ok {
 		t.Error("the PTR of an address no pod has was answered from the zone, want it forwarded")
