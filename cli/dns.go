@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/starling-orchestrator/starling/node"
+	"github.com/starling-orchestrator/starling/node/api"
 )
 
 // dnsFlags are the agent's flags of the node's DNS (node/names).
@@ -22,11 +23,11 @@ func newDNSCmd(g *globals) *cobra.Command {
 	var qtype, from string
 	lookup := &cobra.Command{
 		Use:   "lookup NAME [--type A|AAAA|SRV|CNAME|PTR|TXT|MX] [--from REPLICA] [-n NAMESPACE]",
-		Short: "Resolve a name as a pod of the namespace (of REPLICA) resolves it, through the node's DNS",
+		Short: "Resolve a name as a pod of the namespace (or REPLICA) resolves it, through its node's DNS",
 		Long: "Resolve NAME as a ClusterFirst pod does: through the DNS of the node the CLI talks to, trying\n" +
 			"the search path NS.svc.DOMAIN svc.DOMAIN DOMAIN as ndots:5 says, and print every name tried and\n" +
-			"the answer. --from REPLICA takes the replica's namespace (every node answers from its own view,\n" +
-			"so the replica's node answers alike once the views agree).",
+			"the answer. --from REPLICA resolves it as that replica of the namespace (-n) does: the node the CLI\n" +
+			"talks to asks the replica's node, which answers from its own view and DNS.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ctx, cancel, err := g.connect(cmd) // a lookup is bounded as any request
@@ -34,42 +35,27 @@ func newDNSCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cancel()
-			note := ""
-			if from != "" {
-				reps, err := c.Replicas(ctx)
-				if err != nil {
-					return err
-				}
-				found := false
-				for _, r := range reps {
-					if r.Name == strings.TrimPrefix(from, "replica/") && r.Namespace == g.namespace {
-						found, note = true, "replica "+r.Name+" runs on node "+r.Node
-					}
-				}
-				if !found {
-					return fmt.Errorf("--from %s: no such replica in namespace %q (see 'starling get replicas')", from, g.namespace)
-				}
-			}
-			a, err := c.DNSLookup(ctx, g.namespace, args[0], strings.ToUpper(qtype))
+			q := api.DNSQuery{Name: args[0], Type: strings.ToUpper(qtype), Namespace: g.namespace, From: strings.TrimPrefix(from, "replica/")}
+			a, err := c.DNSLookup(ctx, q)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "server %s (node %s), as a pod of namespace %s", a.Server, a.Node, a.Namespace)
-			if note != "" {
-				fmt.Fprintf(g.stdout, "; %s", note)
+			if q.From != "" {
+				fmt.Fprintf(g.stdout, "; as replica %s, which runs on node %s", q.From, a.Node)
 			}
 			fmt.Fprintf(g.stdout, "\ntried %s\n%s %s\n", strings.Join(a.Tried, " "), a.Name, a.Rcode)
 			for _, rr := range a.Answers {
 				fmt.Fprintln(g.stdout, rr)
 			}
 			if len(a.Answers) == 0 {
-				return fmt.Errorf("%s: no %s record (%s)", args[0], strings.ToUpper(qtype), a.Rcode)
+				return fmt.Errorf("%s: no %s record (%s)", args[0], q.Type, a.Rcode)
 			}
 			return nil
 		},
 	}
 	lookup.Flags().StringVar(&qtype, "type", "A", "the record type")
-	lookup.Flags().StringVar(&from, "from", "", "resolve as this replica would (its namespace, -n)")
+	lookup.Flags().StringVar(&from, "from", "", "resolve as this replica of the namespace (-n) would, on its node")
 	lookup.Flags().StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	d.AddCommand(lookup)
 	return d

@@ -229,8 +229,8 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.work.probes = &prober{rt: a.rt, views: a.views, store: a.store, metrics: a.metrics, log: log, seed: readySeed(a.store, cfg.Name, a.guard.id.Public()),
 		wake: a.work.replicas.wake, status: map[string]probe.Status{}}
 	a.work.replicas.probes = a.work.probes
-	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.api.peers = &peers{self: cfg.Name, trust: a.guard.trust, id: a.guard.id, cluster: a.mem.cluster}
+	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, writer: a.mem.writer, box: sealed.New(a.mem.cluster), log: log}
 	a.work.claims.Objects = a.api.objects
 	a.api.info = &info{self: cfg.Name, views: a.views, status: a.own.status, cluster: a.mem.cluster, store: a.store, clock: a.clock, id: a.guard.id,

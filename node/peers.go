@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/trust"
 
 	"github.com/opencontainers/go-digest"
@@ -82,19 +83,32 @@ func (p *peers) endpoint(name string, s view.NodeStatus) (base *url.URL, rt http
 		func(req *http.Request) { req.Header = http.Header{} }, nil
 }
 
-// blob fetches content blob d from node name (endpoint). The response is
-// the caller's to close. No overall timeout (images stream): ctx bounds
-// it.
-func (p *peers) blob(ctx context.Context, name string, s view.NodeStatus, d digest.Digest) (*http.Response, error) {
+// client is an API client of node name (endpoint).
+func (p *peers) client(name string, s view.NodeStatus) (*client.Client, error) {
 	base, rt, prepare, err := p.endpoint(name, s)
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(base.String(), client.WithTransport(preparing{rt, prepare}))
+	return client.New(base.String(), client.WithTransport(preparing{rt, prepare}))
+}
+
+// blob fetches content blob d from node name. The response is the
+// caller's to close. No overall timeout (images stream): ctx bounds it.
+func (p *peers) blob(ctx context.Context, name string, s view.NodeStatus, d digest.Digest) (*http.Response, error) {
+	c, err := p.client(name, s)
 	if err != nil {
 		return nil, err
 	}
 	return c.Blob(ctx, d.String())
+}
+
+// dnsLookup asks node name to look q up (names.Supervisor's Peer).
+func (p *peers) dnsLookup(ctx context.Context, name string, s view.NodeStatus, q api.DNSQuery) (api.DNSAnswer, error) {
+	c, err := p.client(name, s)
+	if err != nil {
+		return api.DNSAnswer{}, err
+	}
+	return c.DNSLookup(ctx, q)
 }
 
 // preparing is a RoundTripper that prepares each request before rt

@@ -88,7 +88,7 @@ func (a *Agent) handler() http.Handler { return apiserver.Handler(a.backend()) }
 
 // peerHandler is the node-to-node API of the peer port.
 func (a *Agent) peerHandler() http.Handler {
-	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.guard.join, a.guard.keys}, a.work.logs, a.work.images, a.guard.trust.RequirePeer)
+	return apiserver.PeerHandler(a.cfg.Name, peerAPI{a.guard.join, a.guard.keys}, a.work.logs, a.work.images, a.dnsBackend(), a.guard.trust.RequirePeer)
 }
 
 // listen opens the agent's API listeners: the unix socket (always), the

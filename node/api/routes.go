@@ -42,7 +42,7 @@ var (
 	RouteResume       = Route{"POST", "/v1/rollout/{namespace}/{name}/resume"}   // -> ApplyResult
 	RouteRelease      = Route{"POST", "/v1/volumes/{namespace}/{name}/release"}  // -> ApplyResult
 	RouteMetrics      = Route{"GET", "/metrics"}                                 // -> Prometheus text
-	RouteDNSLookup    = Route{"GET", "/v1/dns/lookup"}                           // ?name=&type=&namespace= -> DNSAnswer
+	RouteDNSLookup    = Route{"GET", "/v1/dns/lookup"}                           // DNSQuery.Values -> DNSAnswer
 )
 
 // The peer port (gossip port + 1): mutual TLS with node certificates,
@@ -52,6 +52,7 @@ var (
 	RouteJoin     = Route{"POST", "/v1/join"}                   // JoinRequest -> JoinAnswer
 	RoutePeerLogs = Route{"GET", "/v1/logs/{namespace}/{name}"} // as RouteLogs
 	RoutePeerBlob = Route{"GET", "/v1/images/blobs/{digest}"}   // as RouteImageBlob
+	RoutePeerDNS  = Route{"GET", "/v1/dns/lookup"}              // as RouteDNSLookup, with DNSQuery.Node
 	RouteKeys     = Route{"GET", "/v1/keys"}                    // -> KeyList
 	RouteKeyOp    = Route{"POST", "/v1/keys"}                   // KeyOp -> 200
 )

@@ -8,8 +8,10 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -286,6 +288,33 @@ func (t *Termination) Check() error {
 		return fmt.Errorf("termination %q, exit code %d, signal %d", t.Reason, t.ExitCode, t.Signal)
 	}
 	return nil
+}
+
+// DNSQuery is a name to look up (`starling dns lookup`): Name, of Type
+// ("A", "SRV"), as a pod of Namespace resolves it. With From, as replica
+// From of Namespace resolves it on its own node: the node asked sends
+// the query there. Node, set by the node that forwards a query, is the
+// node that must answer it (it never forwards it again).
+type DNSQuery struct {
+	Name, Type, Namespace, From, Node string
+}
+
+// Values is q as the query of RouteDNSLookup (DNSQueryOf reads it).
+func (q DNSQuery) Values() url.Values {
+	v := url.Values{"name": {q.Name}, "type": {q.Type}, "namespace": {q.Namespace}}
+	for k, s := range map[string]string{"from": q.From, "node": q.Node} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// DNSQueryOf reads a query of RouteDNSLookup (Values); the type is "A"
+// and the namespace "default" unless it says otherwise.
+func DNSQueryOf(v url.Values) DNSQuery {
+	return DNSQuery{Name: v.Get("name"), Type: cmp.Or(v.Get("type"), "A"), Namespace: cmp.Or(v.Get("namespace"), "default"),
+		From: v.Get("from"), Node: v.Get("node")}
 }
 
 // DNSAnswer is a name looked up as a pod of Namespace on Node resolves

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"net/http"
 	"net/netip"
 
@@ -21,9 +22,10 @@ type Peer interface {
 
 // PeerHandler is the node-to-node API: join (open to anyone with a
 // token), and behind trust.RequirePeer (mutual TLS with a node certificate)
-// logs, image blobs and the gossip keyring.
-func PeerHandler(node string, p Peer, logs Logs, images Images, requirePeer func(http.Handler) http.Handler) http.Handler {
-	s := &server{b: Backend{Node: node, Logs: logs, Images: images}}
+// logs, image blobs, DNS lookups forwarded to this node (answered here,
+// never forwarded again) and the gossip keyring.
+func PeerHandler(node string, p Peer, logs Logs, images Images, dns DNS, requirePeer func(http.Handler) http.Handler) http.Handler {
+	s := &server{b: Backend{Node: node, Logs: logs, Images: images, DNS: dns}}
 	mux := http.NewServeMux()
 	mux.HandleFunc(api.RouteJoin.String(), func(w http.ResponseWriter, r *http.Request) {
 		var req api.JoinRequest
@@ -36,6 +38,11 @@ func PeerHandler(node string, p Peer, logs Logs, images Images, requirePeer func
 	})
 	mux.Handle(api.RoutePeerLogs.String(), requirePeer(http.HandlerFunc(s.logs)))
 	mux.Handle(api.RoutePeerBlob.String(), requirePeer(http.HandlerFunc(s.blob)))
+	mux.Handle(api.RoutePeerDNS.String(), requirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := api.DNSQueryOf(r.URL.Query())
+		q.Node = cmp.Or(q.Node, node)
+		s.lookup(w, r, q)
+	})))
 	mux.Handle(api.RouteKeys.String(), requirePeer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, api.KeyList{Keys: p.Keys()})
 	})))

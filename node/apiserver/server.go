@@ -97,10 +97,11 @@ type Logs interface {
 	ServeLogs(w http.ResponseWriter, r *http.Request, namespace, name string, o api.LogOptions)
 }
 
-// DNS looks names up as a pod of a namespace on this node would
-// (node/names); nil: the node serves no DNS.
+// DNS looks names up as a pod of a namespace on this node would, or, for
+// a query from a replica (api.DNSQuery.From), as the replica would on its
+// node (node/names); nil: the node serves no DNS.
 type DNS interface {
-	Lookup(ctx context.Context, namespace, name, qtype string) (api.DNSAnswer, error)
+	Lookup(ctx context.Context, q api.DNSQuery) (api.DNSAnswer, error)
 }
 
 // Backend is everything the operator's API serves.
@@ -196,24 +197,31 @@ func answer(w http.ResponseWriter, status int) func(v any, err error) {
 
 // dnsLookup answers a name looked up as a pod would (DNS).
 func (s *server) dnsLookup(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	name, qtype, ns := q.Get("name"), cmp.Or(q.Get("type"), "A"), cmp.Or(q.Get("namespace"), "default")
+	s.lookup(w, r, api.DNSQueryOf(r.URL.Query()))
+}
+
+// lookup checks q and answers it (DNS). Every field is checked, a
+// peer's query as an operator's.
+func (s *server) lookup(w http.ResponseWriter, r *http.Request, q api.DNSQuery) {
 	switch {
 	case s.b.DNS == nil:
 		WriteError(w, api.Errorf(http.StatusServiceUnavailable, "node %s serves no cluster DNS (--cluster-dns=false, or its pod network is not up)", s.b.Node))
 		return
-	case name == "" || len(name) > 253:
+	case q.Name == "" || len(q.Name) > 253:
 		WriteError(w, api.Errorf(http.StatusBadRequest, "name: give a DNS name of at most 253 characters"))
 		return
-	case !slices.Contains([]string{"A", "AAAA", "SRV", "CNAME", "PTR", "TXT", "MX"}, qtype):
-		WriteError(w, api.Errorf(http.StatusBadRequest, "type %q: give A, AAAA, SRV, CNAME, PTR, TXT or MX", qtype))
+	case !slices.Contains([]string{"A", "AAAA", "SRV", "CNAME", "PTR", "TXT", "MX"}, q.Type):
+		WriteError(w, api.Errorf(http.StatusBadRequest, "type %q: give A, AAAA, SRV, CNAME, PTR, TXT or MX", q.Type))
+		return
+	case q.Node != "" && len(validation.IsDNS1123Label(q.Node)) > 0:
+		WriteError(w, api.Errorf(http.StatusBadRequest, "node %q: not a node name", api.OneLine(q.Node)))
 		return
 	}
-	if err := CheckRef(ns, "x"); err != nil {
-		WriteError(w, api.Errorf(http.StatusBadRequest, "namespace: %v", err))
+	if err := CheckRef(q.Namespace, cmp.Or(q.From, "x")); err != nil {
+		WriteError(w, api.Errorf(http.StatusBadRequest, "namespace or replica: %v", err))
 		return
 	}
-	answer(w, http.StatusOK)(s.b.DNS.Lookup(r.Context(), ns, name, qtype))
+	answer(w, http.StatusOK)(s.b.DNS.Lookup(r.Context(), q))
 }
 
 func nonNil[T any](s []T) []T {

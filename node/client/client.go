@@ -356,13 +356,25 @@ func (c *Client) ImportImages(ctx context.Context, tarball io.Reader) ([]api.Ima
 	return out.Items, err
 }
 
-// DNSLookup looks name up (of type qtype: "A", "SRV", ...) as a pod of
-// namespace on the node would.
-func (c *Client) DNSLookup(ctx context.Context, namespace, name, qtype string) (api.DNSAnswer, error) {
+// DNSLookup looks q up as a pod of q.Namespace on the node (or, with
+// q.From, replica q.From on its node) would. The answer is read up to
+// maxDNSAnswer bytes: a node hands on what a peer answers.
+func (c *Client) DNSLookup(ctx context.Context, q api.DNSQuery) (api.DNSAnswer, error) {
 	var out api.DNSAnswer
-	err := c.call(ctx, api.RouteDNSLookup, url.Values{"name": {name}, "type": {qtype}, "namespace": {namespace}}, nil, &out)
-	return out, err
+	resp, err := c.Request(ctx, api.RouteDNSLookup, q.Values(), nil)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDNSAnswer)).Decode(&out); err != nil {
+		return out, fmt.Errorf("%s: decode answer: %w", api.RouteDNSLookup, err)
+	}
+	return out, nil
 }
+
+// maxDNSAnswer bounds a DNS lookup's answer (a UDP answer's records are
+// a few kB; a TCP one at most 64 kB, as text a few times that).
+const maxDNSAnswer = 1 << 20
 
 // Images lists the agent's images.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -45,14 +47,29 @@ func ask(t *testing.T, z *Zone, name string, qtype uint16) (string, int, bool) {
 	return strings.Join(lines, "; "), rcode, ok
 }
 
+// zoneCase is a question and the answer the zone gives: its records
+// (as ask lists them) and rcode.
+type zoneCase struct {
+	name  string
+	qtype uint16
+	want  string
+	rcode int
+}
+
+// expect checks that z answers each case from the zone, as it says.
+func expect(t *testing.T, z *Zone, cases []zoneCase) {
+	t.Helper()
+	for _, tc := range cases {
+		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
+		if !ok || got != tc.want || rcode != tc.rcode {
+			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
+		}
+	}
+}
+
 func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 	z := Build(testInput())
-	for _, tc := range []struct {
-		name  string
-		qtype uint16
-		want  string
-		rcode int
-	}{
+	expect(t, z, []zoneCase{
 		{"hello.default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
 		{"HELLO.Default.svc.cluster.local", dns.TypeA, "A 10.96.0.10", dns.RcodeSuccess},
 		{"hello.default.svc.cluster.local", dns.TypeAAAA, "", dns.RcodeSuccess}, // NODATA
@@ -69,12 +86,7 @@ func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 		// A search-path miss of an outside name, answered here.
 		{"example.com.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
 		{"db-2.db.shop.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
-	} {
-		got, rcode, ok := ask(t, z, tc.name, tc.qtype)
-		if !ok || got != tc.want || rcode != tc.rcode {
-			t.Errorf("%s %s: %q %s (ours %v), want %q %s", tc.name, dns.TypeToString[tc.qtype], got, dns.RcodeToString[rcode], ok, tc.want, dns.RcodeToString[tc.rcode])
-		}
-	}
+	})
 	for _, name := range []string{"example.com", "1.1.168.192.in-addr.arpa"} {
 		qtype := dns.TypeA
 		if strings.HasSuffix(name, "arpa") {
@@ -82,6 +94,66 @@ func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 		}
 		if _, _, ok := ask(t, z, name, qtype); ok {
 			t.Errorf("%s: answered from the zone, want it forwarded", name)
+		}
+	}
+}
+
+// TestPodRecordsAreVerified: a pod's a-b-c-d.NS.pod name answers only
+// for a pod of that namespace with that address (CoreDNS's "pods
+// verified"), NXDOMAIN for a wrong namespace or an address no pod has;
+// a pod's address has a PTR, to its name under a headless Service when
+// it is a ready endpoint of one, else to its pod name.
+func TestPodRecordsAreVerified(t *testing.T) {
+	in := testInput()
+	in.Pods = []Pod{
+		{IP: netip.MustParseAddr("10.22.4.2"), Namespace: "shop"},
+		{IP: netip.MustParseAddr("10.22.1.5"), Namespace: "shop"}, // db-0
+		{IP: netip.MustParseAddr("10.22.3.9"), Namespace: "shop"}, // an endpoint of db without a hostname
+		{IP: netip.MustParseAddr("10.22.4.3"), Namespace: "Web"},
+		{IP: netip.MustParseAddr("fd00:22::7"), Namespace: "web"},
+		{Namespace: "web"}, // no address: no record
+	}
+	z := Build(in)
+	expect(t, z, []zoneCase{
+		{"10-22-4-2.shop.pod.cluster.local", dns.TypeA, "A 10.22.4.2", dns.RcodeSuccess},
+		{"10-22-4-2.SHOP.pod.cluster.local", dns.TypeA, "A 10.22.4.2", dns.RcodeSuccess},
+		{"10-22-4-2.shop.pod.cluster.local", dns.TypeAAAA, "", dns.RcodeSuccess}, // NODATA
+		{"10-22-1-5.shop.pod.cluster.local", dns.TypeA, "A 10.22.1.5", dns.RcodeSuccess},
+		{"10-22-4-3.web.pod.cluster.local", dns.TypeA, "A 10.22.4.3", dns.RcodeSuccess},
+		{"fd00-22--7.web.pod.cluster.local", dns.TypeAAAA, "AAAA fd00:22::7", dns.RcodeSuccess},
+		{"10-22-4-2.web.pod.cluster.local", dns.TypeA, "", dns.RcodeNameError},  // another namespace's pod
+		{"10-22-4-9.shop.pod.cluster.local", dns.TypeA, "", dns.RcodeNameError}, // no pod has it
+		{"10-22-4-2.nosuch.pod.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+		{"shop.pod.cluster.local", dns.TypeA, "", dns.RcodeSuccess}, // NODATA
+		{"pod.cluster.local", dns.TypeA, "", dns.RcodeSuccess},
+		{"2.4.22.10.in-addr.arpa", dns.TypePTR, "PTR 10-22-4-2.shop.pod.cluster.local.", dns.RcodeSuccess},
+		{"5.1.22.10.in-addr.arpa", dns.TypePTR, "PTR db-0.db.shop.svc.cluster.local.", dns.RcodeSuccess},
+		{"9.3.22.10.in-addr.arpa", dns.TypePTR, "PTR 10-22-3-9.db.shop.svc.cluster.local.", dns.RcodeSuccess},
+		{"7.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.2.2.0.0.0.0.d.f.ip6.arpa", dns.TypePTR, "PTR fd00-22--7.web.pod.cluster.local.", dns.RcodeSuccess},
+	})
+	// The address of no pod is not the zone's: forwarded.
+	if _, _, _, ok := z.Answer(dns.Question{Name: "9.4.22.10.in-addr.arpa.", Qtype: dns.TypePTR, Qclass: dns.ClassINET}); ok {
+		t.Error("the PTR of an address no pod has was answered from the zone, want it forwarded")
+	}
+}
+
+// TestTheZoneFileIsReadAcrossVersions: a server reads a zone file with
+// a field it does not know (an upgraded agent's, beside the server
+// process of the binary before) and one without the pods (the agent of
+// the binary before).
+func TestTheZoneFileIsReadAcrossVersions(t *testing.T) {
+	dir := t.TempDir()
+	for file, want := range map[string]string{
+		`{"domain":"cluster.local","services":[],"pods":[{"ip":"10.22.1.5","namespace":"shop"}],"ingresses":[{"host":"x"}]}`: "10-22-1-5.shop.pod.cluster.local. 5 IN A 10.22.1.5\n5.1.22.10.in-addr.arpa. 5 IN PTR 10-22-1-5.shop.pod.cluster.local.",
+		`{"domain":"cluster.local","services":[{"name":"a","namespace":"b","clusterIP":"10.96.0.9"}]}`:                       "9.0.96.10.in-addr.arpa. 5 IN PTR a.b.svc.cluster.local.\na.b.svc.cluster.local. 5 IN A 10.96.0.9",
+	} {
+		path := filepath.Join(dir, "zone.json")
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		z, err := Load(path)
+		if err != nil || z.String() != want {
+			t.Errorf("%s: %v\n%s\nwant\n%s", file, err, z, want)
 		}
 	}
 }

@@ -23,12 +23,25 @@ import (
 // resolver's cache follows a change within it.
 const TTL = 5
 
-// Input is what a zone is made of: the cluster domain ("cluster.local")
-// and the Services as the view holds them. It is what the agent writes
-// for the server (JSON).
+// Input is what a zone is made of: the cluster domain ("cluster.local"),
+// the Services and the pods as the view holds them. It is what the agent
+// writes for the server (JSON). Fields are only ever added, each with
+// omitempty: a server reads a file with a field it does not know
+// (encoding/json skips it: an upgraded agent beside the server process
+// of the binary before, until the agent replaces it) and one without a
+// field it knows (the zone has none of those records), so no version
+// number is needed.
 type Input struct {
 	Domain   string    `json:"domain"`
 	Services []Service `json:"services"`
+	Pods     []Pod     `json:"pods,omitempty"`
+}
+
+// Pod is a pod's address and namespace: its A record
+// (a-b-c-d.NS.pod.DOMAIN) and its address's PTR.
+type Pod struct {
+	IP        netip.Addr `json:"ip"`
+	Namespace string     `json:"namespace"`
 }
 
 // Service is one Service as DNS answers it: its ClusterIP (invalid for a
@@ -77,10 +90,15 @@ type Zone struct {
 // Service's CNAME), _PORT._PROTO.SVC.NS.svc.DOMAIN SRV records for its
 // named ports, a headless Service's endpoints by hostname
 // as HOST.SVC.NS.svc.DOMAIN, or by address as 10-22-1-5.SVC.NS.svc.DOMAIN,
-// and PTR records for ClusterIPs and endpoints.
+// and PTR records for ClusterIPs and endpoints. Then for each pod,
+// a-b-c-d.NS.pod.DOMAIN (A: only for a pod of that namespace with that
+// address, as CoreDNS's "pods verified" mode answers; any other such
+// name is NXDOMAIN) and, for an address with no PTR yet (a ready
+// endpoint of a headless Service has its name there, by hostname as
+// CoreDNS answers it), a PTR to that pod name.
 func Build(in Input) *Zone {
 	domain := dns.Fqdn(strings.ToLower(cmp.Or(in.Domain, "cluster.local")))
-	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true}}
+	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true, "pod." + domain: true}}
 	z.soa = &dns.SOA{Hdr: dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: TTL},
 		Ns: "ns.dns." + domain, Mbox: "hostmaster." + domain, Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL}
 	services := slices.Clone(in.Services)
@@ -115,6 +133,20 @@ func Build(in Input) *Zone {
 					z.srv(p, svc, host)
 				}
 			}
+		}
+	}
+	pods := slices.Clone(in.Pods)
+	slices.SortFunc(pods, func(a, b Pod) int { return cmp.Or(a.IP.Compare(b.IP), strings.Compare(a.Namespace, b.Namespace)) })
+	for _, p := range pods {
+		if !p.IP.IsValid() || p.Namespace == "" {
+			continue
+		}
+		ns := strings.ToLower(p.Namespace + ".pod." + domain)
+		z.exists[ns] = true
+		name := dashed(p.IP) + "." + ns
+		z.address(name, p.IP)
+		if rev, err := dns.ReverseAddr(p.IP.String()); err == nil && len(z.records[rev]) == 0 {
+			z.ptr(p.IP, name)
 		}
 	}
 	return z

@@ -22,9 +22,12 @@ import (
 // endpoints, found as the dataplane finds them: the running, ready
 // replicas of the workloads it selects, on the nodes whose addresses
 // count (alive, winning their subnet claim, subnet ready; a record of an
-// agent's earlier run adds none).
+// agent's earlier run adds none). Its pods are every replica of those
+// nodes with an address in its node's subnet, ready or not (a pod's
+// name and PTR are its address's, whatever it serves).
 func InputOf(v *view.View, domain string) dns.Input {
 	in := dns.Input{Domain: domain}
+	eachPod(v, func(r api.Replica, ip netip.Addr) { in.Pods = append(in.Pods, dns.Pod{IP: ip, Namespace: r.Namespace}) })
 	var ready map[string][]api.Replica // by workload key, made when a headless Service needs it
 	for _, o := range v.Services {
 		s := o.Service
@@ -104,6 +107,18 @@ func hostname(w manifest.Object, svc string, r api.Replica) string {
 // addresses count (see InputOf), by workload key.
 func readyReplicas(v *view.View) map[string][]api.Replica {
 	out := map[string][]api.Replica{}
+	eachPod(v, func(r api.Replica, _ netip.Addr) {
+		if r.Available() {
+			key := r.Namespace + "/" + r.Workload
+			out[key] = append(out[key], r)
+		}
+	})
+	return out
+}
+
+// eachPod calls f with each replica of the nodes whose addresses count
+// (see InputOf) that has an address in its node's pod subnet.
+func eachPod(v *view.View, f func(api.Replica, netip.Addr)) {
 	for name, s := range v.Statuses {
 		if !v.Alive[name] || !v.Winners[name] || !s.SubnetReady || v.Stale[name] {
 			continue
@@ -113,13 +128,9 @@ func readyReplicas(v *view.View) map[string][]api.Replica {
 			continue
 		}
 		for _, r := range s.Replicas {
-			ip, err := netip.ParseAddr(r.PodIP)
-			if !r.Available() || err != nil || !subnet.Contains(ip) {
-				continue
+			if ip, err := netip.ParseAddr(r.PodIP); err == nil && subnet.Contains(ip) {
+				f(r, ip)
 			}
-			key := r.Namespace + "/" + r.Workload
-			out[key] = append(out[key], r)
 		}
 	}
-	return out
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/dns"
 	"github.com/starling-orchestrator/starling/node/pidns"
 	"github.com/starling-orchestrator/starling/node/view"
@@ -47,7 +48,10 @@ type Supervisor struct {
 	// are read (dns.HostResolver).
 	ResolvConf, UpstreamResolvConf string
 	Views                          Views
-	Log                            *slog.Logger
+	// Peer asks node (its record s) a DNS lookup with q.Node set
+	// (Lookup's of a replica of another node); nil: none is asked.
+	Peer func(ctx context.Context, node string, s view.NodeStatus, q api.DNSQuery) (api.DNSAnswer, error)
+	Log  *slog.Logger
 }
 
 // Files in Dir.

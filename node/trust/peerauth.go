@@ -83,17 +83,18 @@ func VerifyPeerRequest(r *http.Request, self string, bound func(string) ([]byte,
 }
 
 // peerRoutes are the requests one node makes of another on the TCP API
-// with --insecure (log proxying, image blobs).
+// with --insecure (log proxying, image blobs, DNS lookups from a
+// replica).
 var peerRoutes = func() *http.ServeMux {
 	m := http.NewServeMux()
-	for _, r := range []api.Route{api.RoutePeerLogs, api.RoutePeerBlob} {
+	for _, r := range []api.Route{api.RoutePeerLogs, api.RoutePeerBlob, api.RoutePeerDNS} {
 		m.Handle(r.String(), http.NotFoundHandler())
 	}
 	return m
 }()
 
 // peerRoute reports whether r is one of the requests one node makes of
-// another (log proxying, image blobs).
+// another (peerRoutes).
 func peerRoute(r *http.Request) bool {
 	if r.Method != http.MethodGet {
 		return false

@@ -65,6 +65,7 @@ func TestPeerRequestsAreSignedByTheNodeNotTheToken(t *testing.T) {
 	}{
 		{"GET", "/v1/images/blobs/sha256:0123", http.StatusOK},
 		{"GET", "/v1/logs/default/x", http.StatusOK},
+		{"GET", "/v1/dns/lookup?name=hello&from=web-0&node=n2", http.StatusOK},
 		{"POST", "/v1/apply", http.StatusForbidden},
 		{"GET", "/v1/objects/deployment", http.StatusForbidden},
 	} {

@@ -104,7 +104,7 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 		db.StatefulSet("db")+"---\n"+db.Service("db", []corev1.ServicePort{{Name: "http", Port: 8080}}, func(s *corev1.ServiceSpec) { s.ClusterIP = corev1.ClusterIPNone })+"---\n"+
 		client.Deployment(func(d *appsv1.Deployment) {})+"---\n"+
 		"apiVersion: v1\nkind: Service\nmetadata: {name: search, namespace: "+ns+"}\nspec: {type: ExternalName, externalName: search.example.com}\n")
-	waitRunning(t, n1, "hello", 2, 90*time.Second)
+	hellos, _ := waitRunning(t, n1, "hello", 2, 90*time.Second)
 	dbs, _ := waitRunning(t, n1, "db", 3, 120*time.Second)
 	clients, _ := waitRunning(t, n1, "client", 1, 90*time.Second)
 	pod := clients[0]
@@ -143,6 +143,7 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 			db0 = r.PodIP
 		}
 	}
+	podName := strings.ReplaceAll(hellos[0].PodIP, ".", "-") + "." + ns + ".pod.cluster.local"
 	want := map[string]func(string) bool{
 		"hello." + ns + ".svc.cluster.local/A": func(s string) bool { return s == clusterIP },
 		"hello/A":                              func(s string) bool { return s == clusterIP },
@@ -153,6 +154,11 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 		},
 		"search/CNAME": func(s string) bool { return s == "search.example.com." },
 		"search/A":     func(s string) bool { return s == "192.0.2.7" },
+		// Pod records: a pod's name by its address in its namespace, the
+		// PTR of its address (a headless Service's endpoint's by hostname).
+		podName + "/A": func(s string) bool { return s == hellos[0].PodIP },
+		hellos[0].PodIP + "/PTR": func(s string) bool { return s == podName+"." },
+		db0 + "/PTR":             func(s string) bool { return s == "db-0.db."+ns+".svc.cluster.local." },
 	}
 	for q, ok := range want {
 		name, typ, _ := strings.Cut(q, "/")
@@ -166,6 +172,11 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 		}); err != nil {
 			t.Error(err)
 		}
+	}
+	// Pods verified: the name of a pod's address in another namespace is
+	// not there.
+	if got, err := resolve(strings.Replace(podName, "."+ns+".", ".default.", 1), "A"); err == nil || !strings.Contains(got, "no such host") {
+		t.Errorf("a pod's address under another namespace resolved: %q %v", got, err)
 	}
 	for range 5 {
 		if got, err := resolve("www.example.com", "A"); err != nil || got != "192.0.2.7" {
@@ -190,6 +201,19 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 	}
 	if out, err := n1.CLI("dns", "lookup", "nosuch", "-n", ns); err == nil || !strings.Contains(out+err.Error(), "NXDOMAIN") {
 		t.Errorf("dns lookup of a name that is not there: %v\n%s", err, out)
+	}
+	// --from a replica of the other node: that node's DNS answers.
+	var away *replica
+	for _, r := range append(append(hellos, dbs...), clients...) {
+		if r.Node != n1.Name {
+			away = &r
+		}
+	}
+	if away == nil {
+		t.Errorf("no replica runs on a node but %s", n1.Name)
+	} else if out, err := n1.CLI("dns", "lookup", "hello", "-n", ns, "--from", away.Name); err != nil ||
+		!strings.Contains(out, "(node "+away.Node+")") || !strings.Contains(out, "tried hello."+ns+".svc.cluster.local.") || !strings.Contains(out, "A "+clusterIP) {
+		t.Errorf("dns lookup hello --from %s (on node %s): %v\n%s", away.Name, away.Node, err, out)
 	}
 
 	// The agent of the pod's node dies and comes back while the pod

@@ -14,7 +14,7 @@
 // "/sandbox" with what the sandbox allows (raw sockets, a writable root
 // filesystem, user, limits, capabilities); "/spawn?n=N" starts up to N
 // processes and says how many the pids limit let through;
-// "/resolve?name=N&type=A|SRV|CNAME" resolves N as a program in the
+// "/resolve?name=N&type=A|SRV|CNAME|PTR" resolves N as a program in the
 // container does, "/file?path=P" reads (and a POST writes) any file,
 // "/ws" is a WebSocket that answers each message with "HOSTNAME: " and
 // the message.
@@ -265,7 +265,7 @@ func main() {
 			}
 		}()
 	}
-	// GET /resolve?name=N&type=A|SRV|CNAME: N resolved as a program in
+	// GET /resolve?name=N&type=A|SRV|CNAME|PTR: N resolved as a program in
 	// the container resolves it (Go's resolver: /etc/resolv.conf, its
 	// search path and ndots); one answer per line, sorted; 502 with
 	// the error when the lookup fails.
@@ -287,6 +287,8 @@ func main() {
 			var c string
 			c, err = net.DefaultResolver.LookupCNAME(ctx, name)
 			out = append(out, c)
+		case "PTR": // name is an address
+			out, err = net.DefaultResolver.LookupAddr(ctx, name)
 		default:
 			out, err = net.DefaultResolver.LookupHost(ctx, name)
 		}
