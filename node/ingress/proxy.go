@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -68,6 +69,7 @@ type attemptKey struct{}
 // NewProxy returns a proxy with an empty table (every request 404).
 func NewProxy(log *slog.Logger) *Proxy {
 	p := &Proxy{fallback: selfSigned(), log: log, HTTPSPort: 443}
+	p.next.Store(mrand.Uint64()) // nodes do not all start on a backend's first endpoint
 	p.table.Store(Build(Input{}))
 	tr := &http.Transport{
 		DialContext:           p.dial,

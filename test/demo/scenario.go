@@ -87,6 +87,7 @@ replica saw.`, requests, s.vip)
 		s.r.step("Hairpin: a hello pod reaches its own Service and is served by itself", s.hairpin)
 		s.r.step("Names: a pod finds the hello Service as \"hello\", answered by its own node's DNS", s.names)
 		s.r.step(fmt.Sprintf("NodePort %d answers on every node, from the LAN", nodePort), s.nodePorts)
+		s.r.step("Ingress: https://"+ingressHost+"/ through every node, its certificate from a Secret", s.ingressTLS)
 		ok = s.r.step("Cut node3 off: its endpoints gone everywhere, its replicas run elsewhere", s.cutOff) &&
 			s.r.step("Reconnect node3: it rejoins and takes its share back", s.reconnect)
 	}
@@ -356,8 +357,8 @@ func (s *scenario) settle(nodes []*harness.Node, timeout time.Duration) error {
 func (s *scenario) apply() error {
 	n1 := s.c.Nodes[0]
 	s.r.say(`examples/hello/ holds a Deployment "hello" of %d echo servers with a readiness
-probe (GET /healthz every second), a ClusterIP Service "hello" and a NodePort
-Service "hello-nodeport" (port %d on every node). test/demo/client.yaml is a
+probe (GET /healthz every second), a ClusterIP Service "hello", a NodePort
+Service "hello-nodeport" (port %d on every node) and an Ingress "hello". test/demo/client.yaml is a
 Deployment "client" of 3 busybox pods that sleep.`, replicas, nodePort)
 	start := time.Now()
 	if _, err := s.r.run(n1, "apply", "-f", helloDir); err != nil {
