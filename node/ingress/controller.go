@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/view"
+	"golang.org/x/net/netutil"
 )
 
 // Views are the node's views: the latest, and a channel that says a
@@ -41,6 +42,7 @@ type Controller struct {
 // New returns a controller of cfg.
 func New(cfg Config) *Controller {
 	p := NewProxy(cfg.Log)
+	p.HTTPSPort = 0
 	if _, port, err := net.SplitHostPort(cfg.HTTPSAddr); err == nil {
 		if n, err := strconv.Atoi(port); err == nil && n > 0 {
 			p.HTTPSPort = n
@@ -69,7 +71,22 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	var problems string
 	for {
-		t := Build(InputOf(c.cfg.Views.View(), &c.certs))
+		changed := c.cfg.Views.Changed() // before the view: a newer one is never missed
+		v := c.cfg.Views.View()
+		if !v.Synced {
+			// A node that does not hold the cluster's state yet would
+			// answer 404 for Ingresses it has not heard of: the empty
+			// table stands until it does.
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return
+			case <-changed:
+			}
+			continue
+		}
+		t := Build(InputOf(v, &c.certs))
+		c.certs.keep(t.secrets)
 		c.proxy.Set(t)
 		if p := strings.Join(t.Problems, "; "); p != problems {
 			problems = p
@@ -81,7 +98,7 @@ func (c *Controller) Run(ctx context.Context) {
 		case <-ctx.Done():
 			wg.Wait()
 			return
-		case <-c.cfg.Views.Changed():
+		case <-changed:
 		}
 	}
 }
@@ -89,6 +106,9 @@ func (c *Controller) Run(ctx context.Context) {
 // serve listens on addr and serves the proxy until ctx ends.
 func (c *Controller) serve(ctx context.Context, addr string, secure bool) {
 	srv := &http.Server{
+		// Requests (and the connections a WebSocket took over) end
+		// with ctx.
+		BaseContext:       func(net.Listener) context.Context { return ctx },
 		Handler:           c.proxy.Handler(secure),
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
@@ -110,6 +130,7 @@ func (c *Controller) serve(ctx context.Context, addr string, secure bool) {
 				_ = srv.Close()
 			}()
 			c.cfg.Log.Info("ingress: serving", "addr", addr, "tls", secure)
+			l = netutil.LimitListener(l, MaxConnections)
 			if secure {
 				err = srv.ServeTLS(l, "", "") // certificates: TLSConfig.GetCertificate
 			} else {

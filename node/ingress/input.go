@@ -59,7 +59,7 @@ func InputOf(v *view.View, certs *Certs) Input {
 
 // ingressOf is the table's reading of a decoded (validated) Ingress.
 func ingressOf(in *networkingv1.Ingress) Ingress {
-	ing := Ingress{Namespace: in.Namespace, Name: in.Name, BodyBytes: manifest.DefaultBodyBytes,
+	ing := Ingress{Namespace: in.Namespace, Name: in.Name, Created: in.CreationTimestamp.Time, BodyBytes: manifest.DefaultBodyBytes,
 		NoRedirect: in.Annotations[manifest.SSLRedirectAnnotation] == "false"}
 	if v, ok := in.Annotations[manifest.BodySizeAnnotation]; ok {
 		if n, err := manifest.BodyBytes(v); err == nil {
@@ -96,7 +96,7 @@ func refOf(s *networkingv1.IngressServiceBackend) BackendRef {
 	return BackendRef{Service: s.Name, Port: uint16(s.Port.Number), PortName: s.Port.Name}
 }
 
-// Certs parses kubernetes.io/tls Secrets' key pairs once per content:
+// Certs parses TLS Secrets' key pairs once per content:
 // a view that holds the same Secret reuses the parsed certificate.
 // The zero value is ready; it is safe for concurrent use.
 type Certs struct {
@@ -110,7 +110,20 @@ type certEntry struct {
 	err  error
 }
 
-// of is the certificate of the Secret key whose data is data.
+// keep forgets the certificates of every Secret but those of used
+// ("namespace/name"): a deleted Secret's key is not kept in memory.
+func (c *Certs) keep(used map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.byID {
+		if !used[k] {
+			delete(c.byID, k)
+		}
+	}
+}
+
+// of is the certificate of the Secret key whose data is data: a
+// kubernetes.io/tls Secret's, or any Secret's with the same two keys.
 func (c *Certs) of(key string, data map[string][]byte) (*tls.Certificate, error) {
 	crt, hasCrt := data[corev1.TLSCertKey]
 	pem, hasKey := data[corev1.TLSPrivateKeyKey]

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -36,8 +35,10 @@ const (
 	// IdleTimeout closes a kept-alive client connection that sends no
 	// request.
 	IdleTimeout = 120 * time.Second
-	// MaxHeaderBytes bounds a request's headers.
+	// MaxHeaderBytes bounds a request's headers; MaxConnections the
+	// client connections of each listener (more wait to be accepted).
 	MaxHeaderBytes = 64 << 10
+	MaxConnections = 4096
 	// downFor is how long an endpoint that refused a connect is tried
 	// last (passive health checking, as nginx's max_fails/fail_timeout).
 	downFor = 10 * time.Second
@@ -51,14 +52,15 @@ const (
 // is presented from the next handshake on.
 type Proxy struct {
 	table atomic.Pointer[Table]
-	next  atomic.Uint64 // round robin over a backend's endpoints
-	down  sync.Map      // netip.AddrPort -> time.Time it counts as up again
+	down  sync.Map // netip.AddrPort -> time.Time it counts as up again
 	rp    *httputil.ReverseProxy
+	tr    *http.Transport
 	// fallback is presented to a client whose SNI names no host with a
 	// certificate (as ingress-nginx's fake certificate).
 	fallback *tls.Certificate
 	log      *slog.Logger
-	// HTTPSPort is the port redirects to HTTPS name (443: none).
+	// HTTPSPort is the port redirects to HTTPS name (443: none named;
+	// 0: the node serves no HTTPS, and nothing is redirected).
 	HTTPSPort int
 }
 
@@ -69,10 +71,9 @@ type attemptKey struct{}
 // NewProxy returns a proxy with an empty table (every request 404).
 func NewProxy(log *slog.Logger) *Proxy {
 	p := &Proxy{fallback: selfSigned(), log: log, HTTPSPort: 443}
-	p.next.Store(mrand.Uint64()) // nodes do not all start on a backend's first endpoint
 	p.table.Store(Build(Input{}))
-	tr := &http.Transport{
-		DialContext:           p.dial,
+	p.tr = &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: ResponseHeaderTimeout,
@@ -80,7 +81,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
-		Transport:     tr,
+		Transport:     retrier{p},
 		ErrorHandler:  p.fail,
 		FlushInterval: -1, // stream: server-sent events and long polls pass at once
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -116,23 +117,29 @@ func (p *Proxy) Handler(secure bool) http.Handler {
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, secure bool) {
 	host := hostOnly(r.Host)
+	if !cleanPath(r.URL.Path) {
+		// "/api/../admin" would match /api and reach /admin: such
+		// paths are refused, not routed (nginx matches on the
+		// normalised path; refusing is simpler and as safe).
+		http.Error(w, "400 the path has '.' or '..' segments or '//'\n", http.StatusBadRequest)
+		return
+	}
 	rt, ok := p.table.Load().Match(host, r.URL.Path)
 	switch {
 	case !ok:
 		http.Error(w, fmt.Sprintf("404 no Ingress rule matches host %q and path %q\n", host, r.URL.Path), http.StatusNotFound)
 		return
-	case !secure && rt.Redirect:
+	case !secure && rt.Redirect && p.HTTPSPort != 0:
 		target := "https://" + host
 		if p.HTTPSPort != 443 {
 			target += fmt.Sprintf(":%d", p.HTTPSPort)
 		}
 		http.Redirect(w, r, target+r.URL.RequestURI(), http.StatusPermanentRedirect)
 		return
-	case !rt.Backend.Found:
-		http.Error(w, fmt.Sprintf("503 Service %s has no port %s (Ingress %s)\n", rt.Backend.Service, rt.Backend.Port, rt.Ingress), http.StatusServiceUnavailable)
-		return
-	case len(rt.Backend.Endpoints) == 0:
-		http.Error(w, fmt.Sprintf("503 no ready endpoint for Service %s port %s (Ingress %s)\n", rt.Backend.Service, rt.Backend.Port, rt.Ingress), http.StatusServiceUnavailable)
+	case !rt.Backend.Found || len(rt.Backend.Endpoints) == 0:
+		// The client is told no names of the cluster's; 'starling
+		// describe ingress' shows which backend has no endpoint.
+		http.Error(w, "503 Service Unavailable: no ready endpoint serves this path\n", http.StatusServiceUnavailable)
 		return
 	}
 	if rt.BodyBytes > 0 {
@@ -143,27 +150,38 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, secure bool) {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, rt.BodyBytes)
 	}
-	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && !isUpgrade(r) {
 		r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 	}
-	order := p.order(rt.Backend.Endpoints)
+	order := p.order(rt.Backend)
 	ctx := context.WithValue(r.Context(), attemptKey{}, order)
+	if !isUpgrade(r) {
+		iw := &idleWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+		// The deadline must not outlive the answer: the next request on
+		// a kept-alive connection may come much later.
+		defer func() { _ = iw.rc.SetWriteDeadline(time.Time{}) }()
+		w = iw
+	}
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// order is eps in the order a request tries them: round robin, the
-// endpoints that recently refused a connect last.
-func (p *Proxy) order(eps []netip.AddrPort) []netip.AddrPort {
+// order is b's endpoints in the order a request tries them: round
+// robin, the endpoints that recently refused a connect last.
+func (p *Proxy) order(b *Backend) []netip.AddrPort {
+	eps := b.Endpoints
 	n := len(eps)
-	start := int(p.next.Add(1) % uint64(n))
+	start := int(b.next.Add(1) % uint64(n))
 	out := make([]netip.AddrPort, 0, n)
 	var later []netip.AddrPort
 	now := time.Now()
 	for i := range n {
 		ep := eps[(start+i)%n]
-		if until, ok := p.down.Load(ep); ok && now.Before(until.(time.Time)) {
-			later = append(later, ep)
-			continue
+		if until, ok := p.down.Load(ep); ok {
+			if now.Before(until.(time.Time)) {
+				later = append(later, ep)
+				continue
+			}
+			p.down.Delete(ep)
 		}
 		out = append(out, ep)
 	}
@@ -174,11 +192,8 @@ func (p *Proxy) order(eps []netip.AddrPort) []netip.AddrPort {
 // Host and X-Forwarded-For/-Host/-Proto and X-Real-IP set (any the
 // client sent are replaced: they are not trusted).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	order, _ := pr.In.Context().Value(attemptKey{}).([]netip.AddrPort)
-	pr.Out.URL.Scheme = "http"
-	if len(order) > 0 {
-		pr.Out.URL.Host = order[0].String()
-	}
+	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "endpoint" // the retrier names it
+
 	pr.Out.Host = pr.In.Host
 	pr.SetXForwarded()
 	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
@@ -186,33 +201,51 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// dial connects to the request's endpoints in order until one accepts:
-// a connect that fails is retried on the next (at most maxAttempts),
-// before a byte of the request is sent, so any request may be retried.
-func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	order, _ := ctx.Value(attemptKey{}).([]netip.AddrPort)
+// retrier sends a request to its endpoints in order until one accepts
+// the connection: a connect that fails is retried on the next (at most
+// maxAttempts), before a byte of the request is sent, so any request may
+// be retried. Each attempt names its endpoint, so the transport pools
+// each connection under the endpoint it goes to.
+type retrier struct{ p *Proxy }
+
+func (rt retrier) RoundTrip(req *http.Request) (*http.Response, error) {
+	order, _ := req.Context().Value(attemptKey{}).([]netip.AddrPort)
 	if len(order) == 0 {
-		return nil, fmt.Errorf("no endpoint to dial for %s", addr)
+		return nil, errors.New("no endpoint to send the request to")
 	}
-	d := net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}
+	body := req.Body
+	if body != nil {
+		// The transport closes the body when a connect fails; it is
+		// unread then, and the next attempt sends it.
+		req.Body = keepOpen{body}
+		defer body.Close()
+	}
 	var errs []error
 	for i, ep := range order {
 		if i == maxAttempts {
 			break
 		}
-		c, err := d.DialContext(ctx, network, ep.String())
+		out := req.Clone(req.Context())
+		out.URL.Host = ep.String()
+		resp, err := rt.p.tr.RoundTrip(out)
 		if err == nil {
-			p.down.Delete(ep)
-			return c, nil
+			rt.p.down.Delete(ep)
+			return resp, nil
 		}
-		if ctx.Err() != nil {
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" || req.Context().Err() != nil {
 			return nil, err
 		}
-		p.down.Store(ep, time.Now().Add(downFor))
+		rt.p.down.Store(ep, time.Now().Add(downFor))
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
 }
+
+// keepOpen is a request body the transport cannot close.
+type keepOpen struct{ io.ReadCloser }
+
+func (keepOpen) Close() error { return nil }
 
 // fail answers a request the proxy could not complete: 413 for a body
 // over its bound, 504 when the backend did not answer in time, 502
@@ -251,6 +284,39 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
+}
+
+// idleWriter bounds the wait for each write to the client
+// (BodyIdleTimeout): a client that reads an answer 1 byte a minute is
+// cut off, one that reads steadily is not (nginx's send_timeout).
+type idleWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(BodyIdleTimeout))
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes).
+func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// isUpgrade reports whether r asks to switch protocols (a WebSocket):
+// its connection is handed over, and no deadline may cut it.
+func isUpgrade(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" && strings.Contains(strings.ToLower(r.Header.Get("Connection")), "upgrade")
+}
+
+// cleanPath reports whether p has no "." or ".." segment and no empty
+// one ("//").
+func cleanPath(p string) bool {
+	for _, seg := range strings.Split(p, "/")[1:] {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return !strings.Contains(p, "//")
 }
 
 // hostOnly is a Host header without its port.

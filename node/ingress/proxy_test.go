@@ -97,8 +97,11 @@ func TestTheProxyRoutesRetriesAndRefuses(t *testing.T) {
 		code             int
 		says             string
 	}{
-		{"shop.test", "/empty", "", 503, "no ready endpoint for Service shop/empty port 80 (Ingress shop/front)"},
-		{"shop.test", "/noport", "", 503, "Service shop/web has no port 81"},
+		{"shop.test", "/empty", "", 503, "no ready endpoint serves this path"},
+		{"shop.test", "/noport", "", 503, "no ready endpoint serves this path"},
+		{"shop.test", "/api/../admin", "", 400, "'..' segments"},
+		{"shop.test", "/api/%2e%2e/admin", "", 400, "'..' segments"},
+		{"shop.test", "/api//x", "", 400, "'//'"},
 		{"nobody.test", "/", "", 404, `no Ingress rule matches host "nobody.test"`},
 		{"shop.test", "/", strings.Repeat("x", 101), 413, "bound of 100"},
 		{"secure.test", "/a?b=c", "", 308, ""},

@@ -12,9 +12,12 @@ import (
 	"cmp"
 	"crypto/tls"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // PathType is how a path matches, as networking.k8s.io/v1 defines it:
@@ -49,7 +52,10 @@ type ServicePort struct {
 // Ingress is one Ingress as the table reads it.
 type Ingress struct {
 	Namespace, Name string
-	Rules           []Rule
+	// Created orders conflicting Ingresses: the older one wins, as in
+	// ingress-nginx, so a newcomer cannot take a host over.
+	Created time.Time
+	Rules   []Rule
 	// Default is spec.defaultBackend (nil: none).
 	Default *BackendRef
 	TLS     []TLS
@@ -95,6 +101,8 @@ type Backend struct {
 	Port      string // the port as the Ingress names it, for messages
 	Found     bool   // the Service has that port
 	Endpoints []netip.AddrPort
+	// next is the backend's round robin over its endpoints.
+	next atomic.Uint64
 }
 
 // Route is where a matched request goes.
@@ -121,18 +129,20 @@ type Table struct {
 	// Problems are what the table could not take from its input (a
 	// missing or bad certificate), one line each, sorted.
 	Problems []string
+	// secrets are the Secrets ("namespace/name") its TLS entries name.
+	secrets map[string]bool
 }
 
 // Build makes the table of in. Routes of one host from every Ingress
 // are merged, as ingress-nginx merges them: an Exact path before a
 // Prefix, a longer prefix before a shorter; among equal paths, the
-// Ingress whose key sorts first. The default backend is the first
-// Ingress's (by key) that has one.
+// oldest Ingress (then the one whose key sorts first). The default
+// backend, and a host's certificate, are likewise the oldest's.
 func Build(in Input) *Table {
-	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}}
+	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}, secrets: map[string]bool{}}
 	ings := slices.Clone(in.Ingresses)
 	slices.SortFunc(ings, func(a, b Ingress) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, ing := range ings {
 		key := ing.Namespace + "/" + ing.Name
@@ -140,7 +150,7 @@ func Build(in Input) *Table {
 		for _, r := range ing.Rules {
 			for _, p := range r.Paths {
 				rt := Route{Ingress: key, Host: r.Host, Path: p.Path, Type: p.Type, Backend: resolve(ing.Namespace, p.Backend, in.Ports),
-					Redirect: !ing.NoRedirect && r.Host != "" && tlsHosts[r.Host], BodyBytes: ing.BodyBytes}
+					Redirect: !ing.NoRedirect && covered(tlsHosts, r.Host), BodyBytes: ing.BodyBytes}
 				switch {
 				case r.Host == "":
 					t.anyHost = append(t.anyHost, rt)
@@ -171,6 +181,7 @@ func Build(in Input) *Table {
 func (t *Table) addCerts(ing Ingress, certOf func(ns, name string) (*tls.Certificate, error)) map[string]bool {
 	hosts := map[string]bool{}
 	for _, e := range ing.TLS {
+		t.secrets[ing.Namespace+"/"+e.Secret] = true
 		var c *tls.Certificate
 		var err error
 		if certOf == nil {
@@ -203,9 +214,23 @@ func (t *Table) addCerts(ing Ingress, certOf func(ns, name string) (*tls.Certifi
 	return hosts
 }
 
+// covered reports whether host (a rule's: exact or "*.") is one of
+// hosts or under one of its wildcards.
+func covered(hosts map[string]bool, host string) bool {
+	if host == "" {
+		return false
+	}
+	if hosts[host] {
+		return true
+	}
+	i := strings.IndexByte(host, '.')
+	return i > 0 && !strings.HasPrefix(host, "*.") && hosts["*"+host[i:]]
+}
+
 // resolve finds ref's Service port in ports.
 func resolve(namespace string, ref BackendRef, ports map[string][]ServicePort) *Backend {
 	b := &Backend{Service: namespace + "/" + ref.Service, Port: ref.PortName}
+	b.next.Store(mrand.Uint64()) // nodes do not all start on the first endpoint
 	if ref.PortName == "" {
 		b.Port = fmt.Sprint(ref.Port)
 	}
@@ -231,35 +256,42 @@ func sortRoutes(rs []Route) {
 }
 
 // Match returns the route of a request for host (no port, any case) and
-// path: the host's own rules, then a wildcard's, then the rules for any
-// host, then the default backend.
+// path: among the host's own rules if any Ingress names the host, else
+// a wildcard's that covers it, else the rules for any host; then the
+// default backend. As in ingress-nginx, a host that has rules never
+// falls through to another host's or to the host-less rules.
 func (t *Table) Match(host, path string) (Route, bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if r, ok := first(t.exact[host], path); ok {
-		return r, true
-	}
-	if i := strings.IndexByte(host, '.'); i > 0 {
-		if r, ok := first(t.wildcard[host[i:]], path); ok {
-			return r, true
+	rs, named := t.exact[host]
+	if !named {
+		if i := strings.IndexByte(host, '.'); i > 0 {
+			rs, named = t.wildcard[host[i:]]
 		}
 	}
-	if r, ok := first(t.anyHost, path); ok {
-		return r, true
+	if !named {
+		rs = t.anyHost
+	}
+	if r, ok := first(rs, path); ok {
+		return *r, true
 	}
 	if t.def != nil {
-		return *t.def, true
+		d := *t.def
+		if named && len(rs) > 0 {
+			d.Host, d.Redirect = rs[0].Host, rs[0].Redirect // a TLS host's default is redirected too
+		}
+		return d, true
 	}
 	return Route{}, false
 }
 
 // first is the first of rs whose path matches path.
-func first(rs []Route, path string) (Route, bool) {
-	for _, r := range rs {
-		if matches(r.Type, r.Path, path) {
-			return r, true
+func first(rs []Route, path string) (*Route, bool) {
+	for i := range rs {
+		if matches(rs[i].Type, rs[i].Path, path) {
+			return &rs[i], true
 		}
 	}
-	return Route{}, false
+	return nil, false
 }
 
 // matches is networking.k8s.io/v1's path matching: Exact compares the
@@ -278,19 +310,27 @@ func matches(typ PathType, rule, path string) bool {
 }
 
 // Certificate is the certificate for a TLS handshake naming serverName:
-// the host's own, then a wildcard's, then the default one (nil: none;
-// the proxy then presents its own self-signed certificate).
+// the host's own, then a wildcard's, then the default one, each only if
+// it is valid for the name (as ingress-nginx checks the certificate's
+// names): nil when none is, and the proxy presents its own self-signed
+// certificate. One Ingress's certificate is never shown for a name it
+// does not cover.
 func (t *Table) Certificate(serverName string) *tls.Certificate {
 	host := strings.ToLower(strings.TrimSuffix(serverName, "."))
-	if c, ok := t.certs[host]; ok {
-		return c
-	}
-	if i := strings.IndexByte(host, '.'); i > 0 {
-		if c, ok := t.certs["*"+host[i:]]; ok {
+	i := strings.IndexByte(host, '.')
+	for _, c := range []*tls.Certificate{t.certs[host], t.wildcardCert(host, i), t.defCert} {
+		if c != nil && (c.Leaf == nil || c.Leaf.VerifyHostname(host) == nil) {
 			return c
 		}
 	}
-	return t.defCert
+	return nil
+}
+
+func (t *Table) wildcardCert(host string, dot int) *tls.Certificate {
+	if dot <= 0 {
+		return nil
+	}
+	return t.certs["*"+host[dot:]]
 }
 
 // Routes returns every route of the table, the default backend's last:

@@ -2,9 +2,11 @@ package ingress
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 func ep(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -44,10 +46,11 @@ func TestRoutesMatchAsKubernetesDefinesPaths(t *testing.T) {
 		{"shop.example.com", "/api/", "default/api", "/api"},
 		{"shop.example.com", "/api/v1", "default/api", "/api"},
 		{"shop.example.com", "/apis", "default/web", "/"}, // element-wise: /api does not match /apis
+		{"a.b.example.com", "/x", "default/web", "/"},     // named by no rule: not the host-less /any; default backend
 		{"shop.example.com", "/api/health", "default/web", "/api/health"},
 		{"shop.example.com", "/api/health/x", "default/api", "/api"}, // Exact only
 		{"blog.example.com", "/x", "default/api", "/"},               // wildcard: one label
-		{"a.b.example.com", "/any", "default/empty", "/any"},         // not the wildcard: two labels
+		{"a.b.example.com", "/any", "default/empty", "/any"},         // not the wildcard (two labels): the host-less rules
 		{"example.com", "/x", "default/web", "/"},                    // not the wildcard: no label; default backend
 		{"other.org", "/any/thing", "default/empty", "/any"},
 	} {
@@ -109,5 +112,55 @@ func TestCertificatesFollowSNIAndTLSHostsRedirect(t *testing.T) {
 		if r, _ := tb.Match(host, "/"); r.Redirect != want {
 			t.Errorf("%s: redirect %v, want %v", host, r.Redirect, want)
 		}
+	}
+}
+
+// TestANamedHostNeverFallsThroughAndTheOldestIngressWins: a request for
+// a host some Ingress names goes by that host's rules (or the default
+// backend), never by another Ingress's host-less rules; a newer Ingress
+// of another namespace cannot take a host's path over.
+func TestANamedHostNeverFallsThroughAndTheOldestIngressWins(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	rule := func(host, path, svc string) []Rule {
+		return []Rule{{Host: host, Paths: []Path{{Path: path, Backend: BackendRef{Service: svc, Port: 80}}}}}
+	}
+	tb := Build(Input{Ingresses: []Ingress{
+		{Namespace: "prod", Name: "shop", Created: t0, Rules: rule("shop.test", "/", "web")},
+		{Namespace: "a", Name: "thief", Created: t0.Add(time.Hour), Rules: append(rule("shop.test", "/", "evil"), rule("", "/other", "catch")...)},
+		{Namespace: "prod", Name: "api", Created: t0, Rules: rule("api.test", "/v1", "api")},
+	}})
+	if r, _ := tb.Match("shop.test", "/"); r.Ingress != "prod/shop" {
+		t.Errorf("shop.test/ went to %s, want the older prod/shop", r.Ingress)
+	}
+	if r, ok := tb.Match("api.test", "/other"); ok {
+		t.Errorf("api.test/other went to %s, the host-less rules of another Ingress", r.Ingress)
+	}
+	if r, ok := tb.Match("unnamed.test", "/other"); !ok || r.Backend.Service != "a/catch" {
+		t.Errorf("a host no rule names: %+v %v, want the host-less rule", r, ok)
+	}
+}
+
+// TestACertificateIsShownOnlyForNamesItCovers: a TLS entry without
+// hosts is the default certificate only for the names in it; a wildcard
+// TLS host makes its subdomains' rules redirect.
+func TestACertificateIsShownOnlyForNamesItCovers(t *testing.T) {
+	mk := func(names ...string) *tls.Certificate {
+		return &tls.Certificate{Leaf: &x509.Certificate{DNSNames: names}}
+	}
+	wild, other := mk("*.shop.test"), mk("other.test")
+	certs := map[string]*tls.Certificate{"wild": wild, "other": other}
+	tb := Build(Input{Cert: func(ns, name string) (*tls.Certificate, error) { return certs[name], nil },
+		Ingresses: []Ingress{
+			{Namespace: "a", Name: "x", TLS: []TLS{{Hosts: []string{"*.shop.test"}, Secret: "wild"}},
+				Rules: []Rule{{Host: "cart.shop.test", Paths: []Path{{Path: "/", Backend: BackendRef{Service: "s", Port: 80}}}}}},
+			{Namespace: "b", Name: "y", TLS: []TLS{{Secret: "other"}}},
+		}})
+	for name, want := range map[string]*tls.Certificate{"cart.shop.test": wild, "other.test": other, "unknown.test": nil, "shop.test": nil} {
+		if got := tb.Certificate(name); got != want {
+			t.Errorf("certificate for %s: %v, want %v", name, got, want)
+		}
+	}
+	if r, _ := tb.Match("cart.shop.test", "/"); !r.Redirect {
+		t.Error("cart.shop.test is covered by *.shop.test's TLS entry but does not redirect")
 	}
 }

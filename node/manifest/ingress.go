@@ -48,6 +48,14 @@ var ingressFields = newFieldTree(commonFields, serverOwnedMeta, []string{
 	"spec.rules[].http.paths[].backend.service.port.name",
 })
 
+// unsupportedNginx are the ingress-nginx annotations Starling's proxy
+// refuses, with why.
+var unsupportedNginx = map[string]string{
+	"nginx.ingress.kubernetes.io/rewrite-target":   "path rewriting is not supported: serve the app under the Ingress's path (most apps take a base path setting)",
+	"nginx.ingress.kubernetes.io/use-regex":        "regular-expression paths are not supported: use Prefix or Exact paths",
+	"nginx.ingress.kubernetes.io/backend-protocol": "backends are spoken to over HTTP/1.1 only: terminate TLS at the Ingress and serve HTTP in the pod",
+}
+
 var pathTypes = []networkingv1.PathType{networkingv1.PathTypeExact, networkingv1.PathTypePrefix, networkingv1.PathTypeImplementationSpecific}
 
 // fromIngress clears server-owned fields of i and wraps it. The API
@@ -118,12 +126,33 @@ func validateIngress(in *networkingv1.Ingress) field.ErrorList {
 			if !strings.HasPrefix(hp.Path, "/") {
 				errs = append(errs, field.Invalid(pp.Child("path"), hp.Path, "must be an absolute path (start with '/')"))
 			}
+			// Kubernetes' invalidPathSequences and invalidPathSuffixes:
+			// a path the proxy would never see (it refuses such requests).
+			for _, bad := range []string{"//", "/./", "/../", "%2f", "%2F"} {
+				if strings.Contains(hp.Path, bad) {
+					errs = append(errs, field.Invalid(pp.Child("path"), hp.Path, fmt.Sprintf("must not contain '%s'", bad)))
+				}
+			}
+			for _, bad := range []string{"/..", "/."} {
+				if strings.HasSuffix(hp.Path, bad) {
+					errs = append(errs, field.Invalid(pp.Child("path"), hp.Path, fmt.Sprintf("must not end with '%s'", bad)))
+				}
+			}
 			errs = append(errs, validateIngressBackend(&hp.Backend, pp.Child("backend"))...)
 		}
 	}
 	if v, ok := in.Annotations[BodySizeAnnotation]; ok {
 		if _, err := BodyBytes(v); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(BodySizeAnnotation), v, err.Error()))
+		}
+	}
+	// ingress-nginx annotations that change where a request goes or how
+	// it is sent: silently ignored, they would misroute. Refused, with
+	// what to do instead.
+	for k, why := range unsupportedNginx {
+		if v, ok := in.Annotations[k]; ok && !(k == "nginx.ingress.kubernetes.io/use-regex" && v == "false") &&
+			!(k == "nginx.ingress.kubernetes.io/backend-protocol" && strings.EqualFold(v, "HTTP")) {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k), why))
 		}
 	}
 	if v, ok := in.Annotations[SSLRedirectAnnotation]; ok && v != "true" && v != "false" {

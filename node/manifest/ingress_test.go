@@ -65,6 +65,9 @@ func TestAnIngressThatCannotBeServedIsRefusedNamingTheField(t *testing.T) {
 		{"secretName: shop-tls", "secretName: \"\"", "spec.tls[0].secretName"},
 		{"proxy-body-size: 8m", "proxy-body-size: lots", "proxy-body-size"},
 		{"defaultBackend: {service: {name: web, port: {number: 80}}}", "defaultBackend: {resource: {kind: Bucket, name: b}}", "spec.defaultBackend.resource"},
+		{"{path: /, pathType: Prefix,", "{path: /a/../b, pathType: Prefix,", "must not contain '/../'"},
+		{"{path: /api, pathType: Exact,", "{path: /api/., pathType: Exact,", "must not end with '/.'"},
+		{"proxy-body-size: 8m", "proxy-body-size: 8m, nginx.ingress.kubernetes.io/rewrite-target: /$2", "path rewriting is not supported"},
 	} {
 		doc := strings.Replace(goodIngress, c.from, c.to, 1)
 		if doc == goodIngress {

@@ -153,7 +153,8 @@ spec:
 			{"https://shop.test/cart?x=1", "message=web", 200},
 			{"https://shop.test/api/v1", "message=api", 200},
 			{"https://api.test/", "message=api", 200},
-			{"https://shop.test/idle", "503 no ready endpoint for Service " + ns + "/idle port 80", 503},
+			{"https://shop.test/idle", "503 Service Unavailable: no ready endpoint serves this path", 503},
+			{"https://shop.test/api/../admin", "", 400},
 			{"http://shop.test/cart?x=1", "", 308},
 			{"https://nosuch.test/", "", 0}, // the default certificate: not trusted
 		} {
