@@ -337,21 +337,15 @@ func (t *Table) wildcardCert(host string, dot int) *tls.Certificate {
 // what `describe ingress` lists.
 func (t *Table) Routes() []Route {
 	var out []Route
-	hosts := make([]string, 0, len(t.exact))
-	for h := range t.exact {
-		hosts = append(hosts, h)
-	}
-	slices.Sort(hosts)
-	for _, h := range hosts {
-		out = append(out, t.exact[h]...)
-	}
-	wild := make([]string, 0, len(t.wildcard))
-	for h := range t.wildcard {
-		wild = append(wild, h)
-	}
-	slices.Sort(wild)
-	for _, h := range wild {
-		out = append(out, t.wildcard[h]...)
+	for _, byHost := range []map[string][]Route{t.exact, t.wildcard} {
+		hosts := make([]string, 0, len(byHost))
+		for h := range byHost {
+			hosts = append(hosts, h)
+		}
+		slices.Sort(hosts)
+		for _, h := range hosts {
+			out = append(out, byHost[h]...)
+		}
 	}
 	out = append(out, t.anyHost...)
 	if t.def != nil {
