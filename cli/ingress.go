@@ -22,6 +22,9 @@ import (
 func ingressFlags(f *pflag.FlagSet, cfg *node.Config) {
 	f.StringVar(&cfg.IngressHTTP, "ingress-http", cfg.IngressHTTP, `where the node serves Ingresses over HTTP (HOST:PORT or :PORT; "" for nowhere)`)
 	f.StringVar(&cfg.IngressHTTPS, "ingress-https", cfg.IngressHTTPS, `where the node serves Ingresses over HTTPS, certificates chosen by SNI (HOST:PORT or :PORT; "" for nowhere)`)
+	f.StringVar(&cfg.ACMEDirectory, "acme-directory", cfg.ACMEDirectory, `the ACME server that issues the certificates of Ingresses annotated kubernetes.io/tls-acme: "true" (or cert-manager.io/cluster-issuer); "" for none`)
+	f.StringVar(&cfg.ACMEEmail, "acme-email", cfg.ACMEEmail, "the contact of the cluster's ACME account (expiry notices)")
+	f.StringVar(&cfg.ACMECA, "acme-ca", cfg.ACMECA, "a PEM file of CA certificates the ACME server's HTTPS is verified with, besides the system's (a private ACME server)")
 }
 
 // ingressesOf decodes the Ingresses of a list as the API serves them

@@ -233,6 +233,9 @@ func (a *Agent) wire(cfg Config, h hooks, clusterCIDR netip.Prefix, claims *view
 	a.wireDataplane(cfg, clusterNet, clusterCIDR, hn, h.dryRunOut)
 	a.api.objects = &objects{self: cfg.Name, serviceCIDR: cfg.ServiceCIDR, st: a.store, clock: a.clock, views: a.views, writer: a.mem.writer, box: sealed.New(a.mem.cluster), log: log}
 	a.work.claims.Objects = a.api.objects
+	if a.network.ingress != nil {
+		a.network.ingress.Objects = a.api.objects
+	}
 	a.api.info = &info{self: cfg.Name, views: a.views, status: a.own.status, cluster: a.mem.cluster, store: a.store, clock: a.clock, id: a.guard.id,
 		writer: a.mem.writer, join: a.guard.join, keys: a.guard.keys, certified: a.guard.auth, log: log}
 	a.work.images = &images{self: cfg.Name, maxBytes: cfg.MaxImageBytes, rt: a.rt, store: a.store, clock: a.clock, views: a.views,

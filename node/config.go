@@ -17,6 +17,7 @@ import (
 
 	"github.com/starling-orchestrator/starling/net/podnet"
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/logfile"
 )
 
@@ -119,6 +120,10 @@ type Config struct {
 	// IngressHTTP and IngressHTTPS are where the node serves Ingresses
 	// (node/ingress), "host:port"; "" serves none on that scheme.
 	IngressHTTP, IngressHTTPS string
+	// ACMEDirectory is the ACME server Ingresses annotated for it get
+	// certificates from ("": none), ACMEEmail its account's contact,
+	// ACMECA a PEM file of roots its HTTPS is verified with.
+	ACMEDirectory, ACMEEmail, ACMECA string
 	// LogDriver is the starling binary (an absolute path) containerd's
 	// shim runs as each container's log writer (logfile.Main); empty
 	// has the shim append raw output to the log file (in-process tests).
@@ -198,6 +203,7 @@ func DefaultConfig() Config {
 		ClusterDNS:         true,
 		IngressHTTP:        ":80",
 		IngressHTTPS:       ":443",
+		ACMEDirectory:      "https://acme-v02.api.letsencrypt.org/directory",
 		LogMaxSize:         logfile.DefaultMaxSize,
 		LogMaxFiles:        logfile.DefaultMaxFiles,
 		FenceWatchdog:      true,
@@ -283,6 +289,9 @@ func (c Config) validateRest() error {
 		if _, port, err := net.SplitHostPort(addr); addr != "" && (err != nil || port == "0") {
 			return fmt.Errorf("%s %q: want HOST:PORT or :PORT (e.g. :80), or \"\" to serve no Ingress on it", flag, addr)
 		}
+	}
+	if _, err := ingress.LoadRoots(c.ACMECA); c.ACMEDirectory != "" && err != nil {
+		return err
 	}
 	if c.PidsLimit < 0 {
 		return fmt.Errorf("--pids-limit %d: must be 0 (no limit) or more", c.PidsLimit)

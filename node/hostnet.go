@@ -66,6 +66,10 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Peer: a.api.peers.dnsLookup, Log: log}
 	}
 	if hn != nil && !cfg.DryRun && (cfg.IngressHTTP != "" || cfg.IngressHTTPS != "") {
-		a.network.ingress = ingress.New(ingress.Config{Views: a.views, HTTPAddr: cfg.IngressHTTP, HTTPSAddr: cfg.IngressHTTPS, Log: log})
+		var acme *ingress.ACMEConfig
+		if cfg.ACMEDirectory != "" {
+			acme = &ingress.ACMEConfig{Self: cfg.Name, Directory: cfg.ACMEDirectory, Email: cfg.ACMEEmail, RootsFile: cfg.ACMECA}
+		}
+		a.network.ingress = ingress.New(ingress.Config{Views: a.views, HTTPAddr: cfg.IngressHTTP, HTTPSAddr: cfg.IngressHTTPS, ACME: acme, Log: log})
 	}
 }

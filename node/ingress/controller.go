@@ -28,7 +28,10 @@ type Config struct {
 	// HTTPAddr and HTTPSAddr are the listeners' addresses (":80",
 	// ":443"); "" serves none on that scheme.
 	HTTPAddr, HTTPSAddr string
-	Log                 *slog.Logger
+	// ACME issues the certificates Ingresses ask for (nil: none is
+	// issued; such Ingresses are served with what their Secrets hold).
+	ACME *ACMEConfig
+	Log  *slog.Logger
 }
 
 // Controller keeps the proxy's table that of the latest view and
@@ -37,6 +40,9 @@ type Controller struct {
 	cfg   Config
 	proxy *Proxy
 	certs Certs
+	// Objects stores the certificates ACME issues (set before Run; nil:
+	// none is issued).
+	Objects Objects
 }
 
 // New returns a controller of cfg.
@@ -68,6 +74,17 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); c.serve(ctx, l.addr, l.secure) }()
+	}
+	if c.cfg.ACME != nil && c.Objects != nil {
+		is := &issuer{cfg: *c.cfg.ACME, views: c.cfg.Views, objects: c.Objects, log: c.cfg.Log, retry: map[string]time.Time{}, backoff: map[string]time.Duration{}}
+		if is.cfg.HTTPPort == 0 {
+			is.cfg.HTTPPort = 80
+			if _, port, err := net.SplitHostPort(c.cfg.HTTPAddr); err == nil {
+				is.cfg.HTTPPort, _ = strconv.Atoi(port)
+			}
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); is.run(ctx) }()
 	}
 	var problems string
 	for {

@@ -44,6 +44,13 @@ func InputOf(v *view.View, certs *Certs) Input {
 			in.Ports[key] = ports
 		}
 	}
+	in.Challenge = func(token string) (string, bool) {
+		data, _, ok := v.Config.ConfigMap(SystemNamespace, ChallengeName(token))
+		if !ok || data["token"] != token {
+			return "", false
+		}
+		return data["keyAuthorization"], true
+	}
 	if certs == nil {
 		return in
 	}
@@ -59,7 +66,7 @@ func InputOf(v *view.View, certs *Certs) Input {
 
 // ingressOf is the table's reading of a decoded (validated) Ingress.
 func ingressOf(in *networkingv1.Ingress) Ingress {
-	ing := Ingress{Namespace: in.Namespace, Name: in.Name, Created: in.CreationTimestamp.Time, BodyBytes: manifest.DefaultBodyBytes,
+	ing := Ingress{Namespace: in.Namespace, Name: in.Name, Created: in.CreationTimestamp.Time, BodyBytes: manifest.DefaultBodyBytes, ACME: manifest.WantsACME(in),
 		NoRedirect: in.Annotations[manifest.SSLRedirectAnnotation] == "false"}
 	if v, ok := in.Annotations[manifest.BodySizeAnnotation]; ok {
 		if n, err := manifest.BodyBytes(v); err == nil {

@@ -64,6 +64,9 @@ type Proxy struct {
 	HTTPSPort int
 }
 
+// challengePath is where ACME servers ask for HTTP-01 tokens.
+const challengePath = "/.well-known/acme-challenge/"
+
 // attemptKey carries a request's endpoints, in the order to try them,
 // to the transport's dial.
 type attemptKey struct{}
@@ -124,7 +127,18 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, secure bool) {
 		http.Error(w, "400 the path has '.' or '..' segments or '//'\n", http.StatusBadRequest)
 		return
 	}
-	rt, ok := p.table.Load().Match(host, r.URL.Path)
+	t := p.table.Load()
+	if token, ok := strings.CutPrefix(r.URL.Path, challengePath); ok && r.Method == http.MethodGet {
+		// ACME HTTP-01 (RFC 8555, 8.3): the key authorization of a
+		// challenge the cluster has under way, answered by every node,
+		// never redirected; any other token goes to the routes.
+		if ka, ok := t.Challenge(token); ok {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = io.WriteString(w, ka)
+			return
+		}
+	}
+	rt, ok := t.Match(host, r.URL.Path)
 	switch {
 	case !ok:
 		http.Error(w, fmt.Sprintf("404 no Ingress rule matches host %q and path %q\n", host, r.URL.Path), http.StatusNotFound)

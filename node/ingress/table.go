@@ -40,6 +40,9 @@ type Input struct {
 	// Cert returns the certificate of Secret namespace/name, or why
 	// there is none (missing, not kubernetes.io/tls, a bad key pair).
 	Cert func(namespace, name string) (*tls.Certificate, error)
+	// Challenge returns the key authorization of an ACME HTTP-01
+	// challenge token under way (nil: none).
+	Challenge func(token string) (string, bool)
 }
 
 // ServicePort is one port of a Service with its ready endpoints.
@@ -63,6 +66,9 @@ type Ingress struct {
 	// plain HTTP for its TLS hosts.
 	BodyBytes  int64
 	NoRedirect bool
+	// ACME: its TLS entries' certificates are issued by the cluster's
+	// ACME server (CertsDue).
+	ACME bool
 }
 
 // Rule is one host's paths ("" host: any host; "*.example.com": one
@@ -131,6 +137,8 @@ type Table struct {
 	Problems []string
 	// secrets are the Secrets ("namespace/name") its TLS entries name.
 	secrets map[string]bool
+	// challenge is the input's Challenge.
+	challenge func(token string) (string, bool)
 }
 
 // Build makes the table of in. Routes of one host from every Ingress
@@ -139,7 +147,8 @@ type Table struct {
 // oldest Ingress (then the one whose key sorts first). The default
 // backend, and a host's certificate, are likewise the oldest's.
 func Build(in Input) *Table {
-	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}, secrets: map[string]bool{}}
+	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}, secrets: map[string]bool{},
+		challenge: in.Challenge}
 	ings := slices.Clone(in.Ingresses)
 	slices.SortFunc(ings, func(a, b Ingress) int {
 		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -331,6 +340,15 @@ func (t *Table) wildcardCert(host string, dot int) *tls.Certificate {
 		return nil
 	}
 	return t.certs["*"+host[dot:]]
+}
+
+// Challenge is the key authorization to answer for an ACME HTTP-01
+// challenge token (RFC 8555, 8.3), if one is under way.
+func (t *Table) Challenge(token string) (string, bool) {
+	if t.challenge == nil {
+		return "", false
+	}
+	return t.challenge(token)
 }
 
 // Routes returns every route of the table, the default backend's last:

@@ -28,6 +28,30 @@ const (
 	SSLRedirectAnnotation = "nginx.ingress.kubernetes.io/ssl-redirect"
 )
 
+// ACMEAnnotation "true" has the cluster's ACME server (Let's Encrypt by
+// default) issue the certificates of the Ingress's spec.tls entries,
+// as cert-manager's ingress-shim does for it; cert-manager's issuer
+// annotations (CertManagerIssuerAnnotations) ask the same, so charts
+// written for cert-manager get certificates without it.
+const ACMEAnnotation = "kubernetes.io/tls-acme"
+
+// CertManagerIssuerAnnotations are cert-manager's ways to ask for an
+// Ingress's certificates: any value asks Starling's ACME issuer.
+var CertManagerIssuerAnnotations = []string{"cert-manager.io/cluster-issuer", "cert-manager.io/issuer"}
+
+// WantsACME reports whether Ingress in asks for ACME certificates.
+func WantsACME(in *networkingv1.Ingress) bool {
+	if in.Annotations[ACMEAnnotation] == "true" {
+		return true
+	}
+	for _, k := range CertManagerIssuerAnnotations {
+		if in.Annotations[k] != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // BackendsAnnotation is served on an Ingress, never stored: each
 // backend ("service:port") with its ready endpoints, as the node that
 // answered routes to them (JSON).
@@ -153,6 +177,21 @@ func validateIngress(in *networkingv1.Ingress) field.ErrorList {
 		if v, ok := in.Annotations[k]; ok && !(k == "nginx.ingress.kubernetes.io/use-regex" && v == "false") &&
 			!(k == "nginx.ingress.kubernetes.io/backend-protocol" && strings.EqualFold(v, "HTTP")) {
 			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k), why))
+		}
+	}
+	if v, ok := in.Annotations[ACMEAnnotation]; ok && v != "true" && v != "false" {
+		errs = append(errs, field.NotSupported(field.NewPath("metadata", "annotations").Key(ACMEAnnotation), v, []string{"true", "false"}))
+	}
+	if WantsACME(in) {
+		for i, t := range in.Spec.TLS {
+			if len(t.Hosts) == 0 && len(in.Spec.Rules) == 0 {
+				errs = append(errs, field.Required(p.Child("tls").Index(i).Child("hosts"), "the names to get a certificate for (ACME issues certificates for names)"))
+			}
+			for j, h := range t.Hosts {
+				if strings.HasPrefix(h, "*.") {
+					errs = append(errs, field.Invalid(p.Child("tls").Index(i).Child("hosts").Index(j), h, "a wildcard needs a DNS-01 challenge; Starling's ACME issuer answers HTTP-01 only: name the hosts"))
+				}
+			}
 		}
 	}
 	if v, ok := in.Annotations[SSLRedirectAnnotation]; ok && v != "true" && v != "false" {

@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"node/runtime":    {"node/api", "node/dns", "node/logfile", "node/pidns", "node/probe", "node/reconcile", "node/volumes"},
 	"node/dns":        nil,
 	"node/names":      {"node/api", "node/dns", "node/manifest", "node/pidns", "node/view"},
-	"node/ingress":    {"node/api", "node/manifest", "node/view"},
+	"node/ingress":    {"node/api", "node/manifest", "node/view", "placement"},
 	"node/volumes":    {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":      {"gossip/crdt"},
 	"node/client":     {"node/api"},
