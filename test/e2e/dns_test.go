@@ -156,7 +156,7 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 		"search/A":     func(s string) bool { return s == "192.0.2.7" },
 		// Pod records: a pod's name by its address in its namespace, the
 		// PTR of its address (a headless Service's endpoint's by hostname).
-		podName + "/A": func(s string) bool { return s == hellos[0].PodIP },
+		podName + "/A":           func(s string) bool { return s == hellos[0].PodIP },
 		hellos[0].PodIP + "/PTR": func(s string) bool { return s == podName+"." },
 		db0 + "/PTR":             func(s string) bool { return s == "db-0.db."+ns+".svc.cluster.local." },
 	}
