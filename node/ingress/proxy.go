@@ -86,7 +86,9 @@ func NewProxy(log *slog.Logger) *Proxy {
 		Rewrite:       p.rewrite,
 		Transport:     retrier{p},
 		ErrorHandler:  p.fail,
-		FlushInterval: -1, // stream: server-sent events and long polls pass at once
+		// FlushInterval 0: an answer of known length goes out in one
+		// write; a stream (no length, or text/event-stream) is flushed
+		// as it comes (httputil.ReverseProxy does that by itself).
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return p

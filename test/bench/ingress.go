@@ -79,7 +79,7 @@ spec:
 			fmt.Printf("%-8d %-22s %12.0f %10s %10s\n", conc, what, r.rps, r.p50, r.p99)
 		}
 		fmt.Printf("%-8d %-22s %11.0f%% %10s %10s\n", conc, "Ingress vs direct", 100*rows[1].rps/rows[0].rps,
-			"+"+(rows[1].p50-rows[0].p50).String(), "+"+(rows[1].p99-rows[0].p99).String())
+			signed(rows[1].p50-rows[0].p50), signed(rows[1].p99-rows[0].p99))
 	}
 	return nil
 }
@@ -151,4 +151,12 @@ func loadLatencies(n *harness.Node, url string, conc int, d time.Duration) ([]ti
 		return nil, fmt.Errorf("%s: no request completed", url)
 	}
 	return all, nil
+}
+
+// signed is d with its sign ("+1ms", "-2ms").
+func signed(d time.Duration) string {
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
 }
