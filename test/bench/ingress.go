@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/starling-orchestrator/starling/test/harness"
+	"github.com/starling-orchestrator/starling/test/imagebuild"
 )
 
 // ingressBench measures, side by side on one node, HTTP requests to the
@@ -62,26 +67,100 @@ spec:
 	}); err != nil {
 		return fmt.Errorf("the Ingress does not route: %w", err)
 	}
+	paths := []struct{ what, short, url string }{{"direct to the pod", "direct", direct}, {"through the Ingress", "Ingress", proxied}}
+	if url, err := nginxProxy(a, n, direct); err != nil {
+		fmt.Println("(no nginx row:", err, ")")
+	} else {
+		paths = append(paths, struct{ what, short, url string }{"through nginx (a pod)", "nginx", url})
+	}
 	fmt.Println("Starling Ingress benchmark (1 node, the echo pod, GET / kept alive, from the node's namespace)")
 	fmt.Printf("%-8s %-22s %12s %10s %10s\n", "clients", "path", "requests/s", "p50", "p99")
 	for _, conc := range []int{1, 16} {
-		var rows [2]result
-		for i, url := range []string{direct, proxied} {
-			r, err := measure(n, url, conc, duration)
+		var rows []result
+		for _, p := range paths {
+			r, err := measure(n, p.url, conc, duration)
 			if err != nil {
 				return err
 			}
-			rows[i] = r
-			what := "direct to the pod"
-			if i == 1 {
-				what = "through the Ingress"
-			}
-			fmt.Printf("%-8d %-22s %12.0f %10s %10s\n", conc, what, r.rps, r.p50, r.p99)
+			rows = append(rows, r)
+			fmt.Printf("%-8d %-22s %12.0f %10s %10s\n", conc, p.what, r.rps, r.p50, r.p99)
 		}
-		fmt.Printf("%-8d %-22s %11.0f%% %10s %10s\n", conc, "Ingress vs direct", 100*rows[1].rps/rows[0].rps,
-			signed(rows[1].p50-rows[0].p50), signed(rows[1].p99-rows[0].p99))
+		for i := 1; i < len(rows); i++ {
+			fmt.Printf("%-8d %-22s %11.0f%% %10s %10s\n", conc, paths[i].short+" vs direct", 100*rows[i].rps/rows[0].rps,
+				signed(rows[i].p50-rows[0].p50), signed(rows[i].p99-rows[0].p99))
+		}
 	}
 	return nil
+}
+
+// nginxProxy runs Debian's nginx in a pod on n as a reverse proxy to
+// the echo pod at direct (kept-alive upstream connections, no access
+// log), a reference for the Ingress proxy's figures, and returns its
+// URL.
+func nginxProxy(a artifacts, n *harness.Node, direct string) (string, error) {
+	debs := os.Getenv("STARLING_TEST_DEBS")
+	if debs == "" {
+		debs = "/var/cache/starling/test-debs"
+	}
+	tar := filepath.Join(a.dir, "nginx.tar")
+	if err := imagebuild.Nginx(context.Background(), debs, "nginx:1.22", tar); err != nil {
+		return "", err
+	}
+	if _, err := n.CLI("image", "import", tar); err != nil {
+		return "", err
+	}
+	upstream := strings.TrimSuffix(strings.TrimPrefix(direct, "http://"), "/")
+	conf := `user www-data;
+worker_processes auto;
+daemon off;
+error_log /dev/stderr notice;
+pid /run/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path /tmp/client_body;
+  proxy_temp_path /tmp/proxy;
+  fastcgi_temp_path /tmp/fastcgi;
+  uwsgi_temp_path /tmp/uwsgi;
+  scgi_temp_path /tmp/scgi;
+  upstream echo { server ` + upstream + `; keepalive 32; }
+  server {
+    listen 80;
+    location / { proxy_pass http://echo; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }
+  }
+}
+`
+	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "nginx-conf"}, Data: map[string]string{"nginx.conf": conf}}
+	cmYAML, err := yaml.Marshal(cm)
+	if err != nil {
+		return "", err
+	}
+	app := harness.App{Name: "nginx", Replicas: 1, Image: "nginx:1.22", Container: "nginx", Grace: harness.Seconds(2),
+		Command: []string{"/usr/sbin/nginx", "-c", "/conf/nginx.conf"},
+		Pod: func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nginx-conf"}}}}}
+			p.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "conf", MountPath: "/conf"}}
+		}}
+	if _, err := n.CLIInput(strings.NewReader(string(cmYAML)+"---\n"+app.Deployment()), "apply", "-f", "-"); err != nil {
+		return "", err
+	}
+	if err := waitFor(2*time.Minute, func() (bool, error) { return availableReplica(n, "nginx") }); err != nil {
+		return "", err
+	}
+	reps, err := n.Replicas()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range reps {
+		if r.Workload == "nginx" {
+			url := "http://" + r.PodIP + ":80/"
+			return url, waitFor(30*time.Second, func() (bool, error) {
+				_, err := loadLatencies(n, url, 1, 200*time.Millisecond)
+				return err == nil, err
+			})
+		}
+	}
+	return "", fmt.Errorf("no nginx replica")
 }
 
 type result struct {
