@@ -54,7 +54,7 @@ type Proxy struct {
 	table atomic.Pointer[Table]
 	down  sync.Map // netip.AddrPort -> time.Time it counts as up again
 	rp    *httputil.ReverseProxy
-	tr    *http.Transport
+	tr    *conns
 	// fallback is presented to a client whose SNI names no host with a
 	// certificate (as ingress-nginx's fake certificate).
 	fallback *tls.Certificate
@@ -75,21 +75,16 @@ type attemptKey struct{}
 func NewProxy(log *slog.Logger) *Proxy {
 	p := &Proxy{fallback: selfSigned(), log: log, HTTPSPort: 443}
 	p.table.Store(Build(Input{}))
-	p.tr = &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: ResponseHeaderTimeout,
-		DisableCompression:    true,
-	}
+	p.tr = &conns{dial: (&net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		maxIdle: 64, idleFor: 30 * time.Second, responseHeader: ResponseHeaderTimeout}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     retrier{p},
-		ErrorHandler:  p.fail,
+		Rewrite:      p.rewrite,
+		Transport:    retrier{p},
+		ErrorHandler: p.fail,
 		// FlushInterval 0: an answer of known length goes out in one
 		// write; a stream (no length, or text/event-stream) is flushed
 		// as it comes (httputil.ReverseProxy does that by itself).
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return p
 }
