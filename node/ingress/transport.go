@@ -147,7 +147,7 @@ func (t *conns) closeIdle() {
 // new connection.
 var errStale = errors.New("kept-alive connection closed by the endpoint")
 
-// RoundTrip sends req (URL.Host: the endpoint) and returns its answer.
+// RoundTrip sends req to the endpoint its URL names and returns its answer.
 // A dial error is returned as net.Dial gives it (*net.OpError, Op
 // "dial"), for the retrier to try the next endpoint.
 func (t *conns) RoundTrip(req *http.Request) (*http.Response, error) {
