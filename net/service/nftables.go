@@ -465,7 +465,7 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 		unused = append(unused, del...)
 	}
 	used := map[string]bool{}
-	picks := count(ports, pickNames)
+	picks := count(ports, picksUnder(cfg))
 	for _, name := range slices.Sorted(maps.Keys(picks)) {
 		c := pickFor(name)
 		used[name] = true
@@ -596,7 +596,7 @@ func isNFTPortChain(c string) bool {
 	if strings.HasPrefix(c, nftPickPrefix) {
 		return true
 	}
-	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftSepPrefix} {
+	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftLBPrefix, nftSepPrefix} {
 		if h, ok := strings.CutPrefix(c, p); ok && len(h) == chainNameHashLen {
 			return true
 		}
