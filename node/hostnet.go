@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/names"
 )
@@ -58,10 +59,17 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 	}
 	a.network.routes = dataplane.NewRoutes(dataplane.RoutesConfig{Self: cfg.Name, Views: a.views, Subnet: a.own.subnets, Addresses: addrs, ClusterCIDR: clusterCIDR,
 		Apply: routeApply, Ready: routesReady, Synced: a.mem.members.synced, Log: log})
-	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
+	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Subnet: a.own.subnets, Rules: rules, Ready: rulesReady,
 		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
 	a.network.host = dataplane.NewHostRules(keepHost, log)
 	if hn != nil && cfg.ClusterDNS {
 		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
+	}
+	if ips := advertisedIPs(cfg); hn != nil && len(ips) > 0 && ips[0].Is4() {
+		lan, err := announce.NewLAN(ips[0], cfg.DataDir+"/lb-addresses")
+		if err != nil {
+			log.Warn("loadbalancer: addresses an earlier run announced may remain", "err", err)
+		}
+		a.network.lb = announce.New(announce.Config{Self: cfg.Name, Views: a.views, Quorum: a.work.fence, Link: lan, Synced: a.mem.members.synced, Log: log})
 	}
 }

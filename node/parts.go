@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/names"
 	"github.com/starling-orchestrator/starling/node/trust"
@@ -69,8 +70,9 @@ type network struct {
 	routes   *dataplane.Routes
 	services *dataplane.Services
 	host     *dataplane.HostRules
-	dry      *dryRun           // with --dry-run only
-	dns      *names.Supervisor // with --cluster-dns on a real host only
+	dry      *dryRun             // with --dry-run only
+	dns      *names.Supervisor   // with --cluster-dns on a real host only
+	lb       *announce.Announcer // on a real host only
 }
 
 // apiParts serve the API: stored objects, cluster information, calls to

@@ -29,7 +29,7 @@ type Spec struct {
 	Ports []SpecPort
 	// LoadBalancer: type LoadBalancer, which gets a LAN address
 	// (AllocateLB); LoadBalancerIP is the one requested
-	// (spec.loadBalancerIP), or the zero Addr.
+	// in the manifest, or the zero Addr.
 	LoadBalancer   bool
 	LoadBalancerIP netip.Addr
 }

@@ -412,6 +412,7 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Away, v.pins)
 		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.cfg.Self, v.All, v.Owner)
 	}
+	lbInto(v, prev)
 	vs.ServicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for

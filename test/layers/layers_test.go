@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"node/runtime":    {"node/api", "node/dns", "node/logfile", "node/pidns", "node/probe", "node/reconcile", "node/volumes"},
 	"node/dns":        nil,
 	"node/names":      {"node/api", "node/dns", "node/manifest", "node/pidns", "node/view"},
+	"node/announce":   {"node/view", "placement"},
 	"node/volumes":    {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":      {"gossip/crdt"},
 	"node/client":     {"node/api"},
@@ -57,7 +58,7 @@ var allowed = map[string][]string{
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "node/names", "node/dns", "node/fencewatch", "placement"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "node/names", "node/announce", "node/dns", "node/fencewatch", "placement"},
 	"cli":          {"node", "node/api", "node/client", "node/dns", "node/fencewatch", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile", "node/pidns"},
 }
