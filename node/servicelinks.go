@@ -18,7 +18,7 @@ import (
 
 // decorateServices fills in the allocated ClusterIP and NodePorts of the
 // Services in items (JSON objects), and the LAN address of a LoadBalancer
-// Service (status.loadBalancer.ingress), as a Kubernetes API server shows
+// Service (its status, as LoadBalancer ingress), as a Kubernetes API server shows
 // them.
 func decorateServices(alloc service.Allocation, items []api.Object) {
 	for i, it := range items {
