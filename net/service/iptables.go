@@ -16,7 +16,10 @@ import (
 //     jump per endpoint with `-m statistic --probability 1/(n-i)`, which
 //     gives each of n endpoints 1/n); one STARLING-SEP- chain per endpoint
 //     (hairpin mark, DNAT); with a NodePort, one rule in STARLING-NODEPORTS
-//     to a STARLING-EXT- chain (mark, then the STARLING-SVC- chain);
+//     to a STARLING-EXT- chain (mark, then the STARLING-SVC- chain); with
+//     a LoadBalancer address, a second rule in STARLING-SERVICES to a
+//     STARLING-LB- chain (as STARLING-EXT-, or with Local no mark and a
+//     jump per endpoint of this node);
 //   - without endpoints: REJECT rules in the filter table's
 //     STARLING-REJECT, so a client is refused at once instead of timing
 //     out.

@@ -1,5 +1,6 @@
 // Package service programs Services into the kernel: a ClusterIP (and a
-// NodePort) per Service port, balanced over its ready endpoints.
+// NodePort, and a LoadBalancer Service's LAN address) per Service port,
+// balanced over its ready endpoints.
 //
 // Model holds the Service ports as they are programmed and turns each
 // update into a Change (ports added, updated, removed): a pure function of
@@ -9,7 +10,8 @@
 // in one netlink transaction, the iptables backend (iptables.go, after
 // kube-proxy's iptables proxier) in one iptables-restore --noflush call;
 // Syncer drives either. Allocate
-// assigns ClusterIPs and NodePorts deterministically. Rules renders the
+// assigns ClusterIPs and NodePorts deterministically, AllocateLB the
+// LoadBalancer addresses. Rules renders the
 // whole rule set (the dry run).
 package service
 

@@ -317,13 +317,17 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Heal()
-		waitFor(t, 15*time.Second, func() error {
+		took, err := eventually(15*time.Second, func() error {
 			h := st.holders(addr)
 			if len(h) != 1 || h[0] == owner.Name {
 				return fmt.Errorf("holders of %v with %s alone: %v; want one node of the majority", addr, owner.Name, h)
 			}
 			return nil
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s alone on its side: it withdrew the address and the majority announces it %v after the partition", owner.Name, took.Round(10*time.Millisecond))
 		// Settled: the minority holds nothing, through a few seconds.
 		for range 3 {
 			h := st.holders(addr)
