@@ -62,21 +62,9 @@ the ConfigMap starling-system/lb-pool (key cidr).`,
 			if err := checkLBPool(pool, nodes, localPrefixes()); err != nil {
 				return err
 			}
-			cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: manifest.KindConfigMap},
-				ObjectMeta: metav1.ObjectMeta{Name: manifest.LBPoolName, Namespace: manifest.LBPoolNamespace},
-				Data:       map[string]string{manifest.LBPoolKey: pool.String()}}
-			b, err := json.Marshal(cm)
-			if err != nil {
-				return err
-			}
-			res, err := c.Apply(ctx, api.ApplyRequest{Objects: []json.RawMessage{b}})
-			if err != nil {
-				return err
-			}
-			for _, r := range res {
-				fmt.Fprintf(g.stdout, "LoadBalancer pool %s: %s\n", pool, r.Result)
-			}
-			return nil
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: manifest.LBPoolName, Namespace: manifest.LBPoolNamespace},
+				Data: map[string]string{manifest.LBPoolKey: pool.String()}}
+			return g.store(ctx, c, manifest.Object{Kind: manifest.KindConfigMap, Namespace: cm.Namespace, Name: cm.Name, ConfigMap: cm})
 		},
 	}
 	cluster.AddCommand(pool)

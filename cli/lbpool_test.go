@@ -18,7 +18,7 @@ func TestCheckLBPool(t *testing.T) {
 	lan := []netip.Prefix{netip.MustParsePrefix("192.168.1.11/24")}
 	for _, c := range []struct {
 		pool, err string
-		local    []netip.Prefix
+		local     []netip.Prefix
 	}{
 		{pool: "192.168.1.240/28", local: lan},
 		{pool: "192.168.1.240/28"},
