@@ -65,7 +65,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 	if hn != nil && cfg.ClusterDNS {
 		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
 	}
-	if ips := advertisedIPs(cfg); hn != nil && len(ips) > 0 && ips[0].Is4() {
+	if ips := advertisedIPs(cfg); hn != nil && !cfg.DryRun && len(ips) > 0 && ips[0].Is4() {
 		lan, err := announce.NewLAN(ips[0], cfg.DataDir+"/lb-addresses")
 		if err != nil {
 			log.Warn("loadbalancer: addresses an earlier run announced may remain", "err", err)

@@ -336,7 +336,8 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.OldSelf = vs.cfg.Self
 	}
 	v.Excluded = vs.cfg.Acks.excluded(now)
-	if sameStatuses && !v.Changes.Objects && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
+	lbInto(v, prev) // the pool is a ConfigMap: a record of another kind than the rest reads
+	if sameStatuses && !v.Changes.Objects && !v.lbChanged && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
 		// that moved no one, a record of another kind), and no
@@ -412,7 +413,6 @@ func (vs *Builder) derive(v, prev *View, gens bool) {
 		v.Placement, v.Owner = place(v.plain, v.plainWithout, v.Eligible, v.Workloads, v.All, v.Excluded, v.Away, v.pins)
 		v.given, v.Own = givenSlots(v.All, v.Placement), OwnedBy(vs.cfg.Self, v.All, v.Owner)
 	}
-	lbInto(v, prev)
 	vs.ServicesInto(v, prev)
 	// Nodes are judged on what placement gives them before anyone is
 	// left out: a node that runs what it was given is never blamed for
