@@ -43,9 +43,9 @@ type Config struct {
 	// Synced is closed when this node holds the cluster's state: until
 	// then its view may hold it alone as live, and it announces nothing.
 	Synced <-chan struct{}
-	// Interval is the time between gratuitous ARPs for an address once
-	// its first Burst is sent as MetalLB's --gratuitous-arp-interval;
-	// default 30 s.
+	// Interval is the time between gratuitous ARPs for an address after
+	// its Burst (what MetalLB calls --gratuitous-arp-interval); default
+	// 30 s.
 	Interval time.Duration
 	// Period is how often the Announcer looks again without a new view
 	// (the quorum changes without one, and ARPs fall due); default
