@@ -180,8 +180,10 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 
 // Majority reports whether this node counts a strict majority of the
 // known nodes of v at now, as fencing does (false before its first round
-// and while it settles after being cut off): the LoadBalancer announcer
-// asks it before it announces.
+// and while it settles after being cut off), and the last reconcile noted
+// one too (what renews the lease, whose watchdog takes the addresses off
+// when it lapses): the LoadBalancer announcer asks it before it
+// announces.
 func (q *fence) Majority(v *view.View, now time.Time) bool {
 	known, excluded := q.known(v, q.cluster.Members()), q.excluded()
 	q.mu.Lock()
@@ -192,7 +194,7 @@ func (q *fence) Majority(v *view.View, now time.Time) bool {
 		return false
 	}
 	settling := !q.selfBack.IsZero() && now.Sub(q.selfBack) < q.rejoinSettle
-	return !settling && reconcile.Majority(q.tracker.Seen(now, excluded), known)
+	return q.has && !settling && reconcile.Majority(q.tracker.Seen(now, excluded), known)
 }
 
 // known is the number of known nodes (see fencing): v's statuses, this

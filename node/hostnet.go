@@ -5,9 +5,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/fencewatch"
 	"github.com/starling-orchestrator/starling/node/names"
 )
 
@@ -66,7 +68,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Log: log}
 	}
 	if ips := advertisedIPs(cfg); hn != nil && !cfg.DryRun && len(ips) > 0 && ips[0].Is4() {
-		lan, err := announce.NewLAN(ips[0], cfg.DataDir+"/lb-addresses")
+		lan, err := announce.NewLAN(ips[0], filepath.Join(cfg.DataDir, fencewatch.LBAddressesFile))
 		if err != nil {
 			log.Warn("loadbalancer: addresses an earlier run announced may remain", "err", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,6 +310,52 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 		slices.Sort(beyond)
 		t.Logf("LoadBalancer failover over 5 cuts: median %v from the cut (%v after failure detection); all: %v",
 			failovers[2].Round(10*time.Millisecond), beyond[2].Round(10*time.Millisecond), failovers)
+	})
+
+	t.Run("agent killed, host up: its watchdog takes the address off", func(t *testing.T) {
+		owner := nodeNamed(c, oneOwner(t, addr, "before the kill"))
+		owner.KillAgent(syscall.SIGKILL)
+		var both time.Duration // how long the killed agent's host and the new owner both held it
+		var last time.Time
+		took, err := eventually(15*time.Second, func() error {
+			h := st.holders(addr)
+			if len(h) > 1 {
+				if !last.IsZero() {
+					both += time.Since(last)
+				}
+				last = time.Now()
+			} else {
+				last = time.Time{}
+			}
+			if len(h) != 1 || h[0] == owner.Name {
+				return fmt.Errorf("holders of %v with %s's agent killed: %v", addr, owner.Name, h)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s's agent killed (its host up): the address held by another node only, %v later (both held it for about %v: detection here is faster than the watchdog's 1.5 s lease)",
+			owner.Name, took.Round(10*time.Millisecond), both.Round(10*time.Millisecond))
+		if took > 5*time.Second {
+			t.Errorf("the killed agent's host held the address %v, want its watchdog to take it off within a few seconds", took)
+		}
+		oneOwner(t, addr, "after the kill")
+		if _, err := harness.HTTPGet(c.LAN, url, 2*time.Second); err != nil {
+			t.Fatalf("after the kill: %v", err)
+		}
+		if err := owner.RestartAgent(); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyNodes(t, n1, 3)
+		time.Sleep(3 * time.Second)
+		waitFor(t, 20*time.Second, func() error {
+			if h := st.holders(addr); len(h) != 1 {
+				return fmt.Errorf("holders after %s's restart: %v", owner.Name, h)
+			}
+			return nil
+		})
+		oneOwner(t, addr, "after the restart")
 	})
 
 	t.Run("partition: only the majority announces", func(t *testing.T) {
