@@ -2,7 +2,8 @@
 // (node/watchdog.go has the agent's): a process of its own, `starling
 // fence-watchdog`, that outlives a hung or crashed agent and kills the
 // processes of the node's StatefulSet replicas (and of the Deployment
-// replicas that mount a claim) when the agent stops renewing its lease.
+// replicas that mount a claim), and takes its LoadBalancer addresses off
+// the LAN, when the agent stops renewing its lease.
 package fencewatch
 
 import (
