@@ -221,6 +221,24 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 	})
 	oneOwner(t, addr, "after start")
 
+	// back brings a node back (start), waits until every node is ready and
+	// the node has settled (--rejoin-settle), then checks one owner.
+	back := func(t *testing.T, start func() error, when string) {
+		t.Helper()
+		if err := start(); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyNodes(t, n1, 3)
+		time.Sleep(3 * time.Second)
+		waitFor(t, 20*time.Second, func() error {
+			if h := st.holders(addr); len(h) != 1 {
+				return fmt.Errorf("%s: holders %v", when, h)
+			}
+			return nil
+		})
+		oneOwner(t, addr, when)
+	}
+
 	t.Run("Local keeps the client address and is announced by the endpoint's node", func(t *testing.T) {
 		waitFor(t, 20*time.Second, func() error {
 			if h := st.holders(soloAddr); !slices.Equal(h, []string{solos[0].Node}) {
@@ -292,19 +310,7 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 			if answered > detect+time.Second {
 				t.Errorf("cut %d: answered %v after failure detection, want within 1 s", i+1, answered-detect)
 			}
-			if err := owner.Reconnect(); err != nil {
-				t.Fatal(err)
-			}
-			waitReadyNodes(t, watcher, 3)
-			// Back and settled (--rejoin-settle): one owner again.
-			time.Sleep(3 * time.Second)
-			waitFor(t, 20*time.Second, func() error {
-				if h := st.holders(addr); len(h) != 1 {
-					return fmt.Errorf("holders after %s's return: %v", owner.Name, h)
-				}
-				return nil
-			})
-			oneOwner(t, addr, fmt.Sprintf("after return %d", i+1))
+			back(t, owner.Reconnect, fmt.Sprintf("after return %d", i+1))
 		}
 		slices.Sort(failovers)
 		slices.Sort(beyond)
@@ -344,18 +350,7 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 		if _, err := harness.HTTPGet(c.LAN, url, 2*time.Second); err != nil {
 			t.Fatalf("after the kill: %v", err)
 		}
-		if err := owner.RestartAgent(); err != nil {
-			t.Fatal(err)
-		}
-		waitReadyNodes(t, n1, 3)
-		time.Sleep(3 * time.Second)
-		waitFor(t, 20*time.Second, func() error {
-			if h := st.holders(addr); len(h) != 1 {
-				return fmt.Errorf("holders after %s's restart: %v", owner.Name, h)
-			}
-			return nil
-		})
-		oneOwner(t, addr, "after the restart")
+		back(t, owner.RestartAgent, "after the restart")
 	})
 
 	t.Run("partition: only the majority announces", func(t *testing.T) {
