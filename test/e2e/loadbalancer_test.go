@@ -341,7 +341,7 @@ func TestLoadBalancerAddressFailsOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s's agent killed (its host up): the address held by another node only, %v later (both held it for about %v: detection here is faster than the watchdog's 1.5 s lease)",
+		t.Logf("%s's agent killed (its host up): the address held by another node only, %v later (both held it for about %v of the samples: detection here, about 1 s, is faster than the watchdog's 1.5 s lease)",
 			owner.Name, took.Round(10*time.Millisecond), both.Round(10*time.Millisecond))
 		if took > 5*time.Second {
 			t.Errorf("the killed agent's host held the address %v, want its watchdog to take it off within a few seconds", took)
