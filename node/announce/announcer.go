@@ -152,8 +152,8 @@ func InputOf(v *view.View, self string, majority bool, now time.Time) Input {
 // go out.
 func (a *Announcer) Pass(now time.Time) {
 	v := a.cfg.Views.View()
-	if v == nil {
-		return
+	if v == nil || len(v.Alloc.LoadBalancers) == 0 && len(a.held) == 0 {
+		return // nothing to announce or take off (an earlier run's: NewLAN)
 	}
 	in := InputOf(v, a.cfg.Self, a.cfg.Quorum.Majority(v, now), now)
 	want := map[netip.Addr]bool{}
