@@ -15,7 +15,7 @@ import (
 
 type fixedViews struct{ v *view.View }
 
-func (f *fixedViews) View() *view.View          { return f.v }
+func (f *fixedViews) View() *view.View         { return f.v }
 func (f *fixedViews) Changed() <-chan struct{} { return make(chan struct{}) }
 
 type fixedQuorum bool
