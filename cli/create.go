@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/starling-orchestrator/starling/node/api"
+	"github.com/starling-orchestrator/starling/node/client"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -279,6 +281,11 @@ func (g *globals) create(cmd *cobra.Command, o manifest.Object) error {
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
+	return g.store(ctx, c, o)
+}
+
+// store applies o and prints the result.
+func (g *globals) store(ctx context.Context, c *client.Client, o manifest.Object) error {
 	b, err := manifest.Encode(o)
 	if err != nil {
 		return err

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,6 +254,9 @@ NAME filters by name (for replicas: a replica or its Deployment's name).`,
 							kind, it.Origin, it.Version, strings.Join(strings.Fields(err.Error()), " "))
 						continue
 					}
+					if obj.Service != nil {
+						obj.Service.Status = serviceStatus(it.Object)
+					}
 					if o.wants(obj.Namespace, g.namespace) && (name == "" || obj.Name == name) {
 						objs = append(objs, obj)
 					}
@@ -455,15 +460,47 @@ func printServices(w io.Writer, o getOpts, objs []manifest.Object) error {
 	if ok, err := structured(w, o.output, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}); ok {
 		return err
 	}
-	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"}, "SELECTOR")...)
+	t := newTable(w, o.cells("NAMESPACE", []string{"NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"}, "SELECTOR")...)
 	for _, s := range items {
 		ip := s.Spec.ClusterIP
 		if ip == "" {
 			ip = "<pending>"
 		}
-		t.row(o.cells(s.Namespace, []string{s.Name, string(s.Spec.Type), ip, servicePorts(s), age(s.CreationTimestamp.Time)}, labels.Set(s.Spec.Selector).String())...)
+		t.row(o.cells(s.Namespace, []string{s.Name, string(s.Spec.Type), ip, externalIP(s), servicePorts(s), age(s.CreationTimestamp.Time)},
+			labels.Set(s.Spec.Selector).String())...)
 	}
 	return t.flush()
+}
+
+// externalIP is a Service's EXTERNAL-IP as kubectl shows it: a
+// LoadBalancer's addresses, "<pending>" while it has none, "<none>" for
+// the other types.
+func externalIP(s *corev1.Service) string {
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return "<none>"
+	}
+	var ips []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if a, err := netip.ParseAddr(in.IP); err == nil {
+			ips = append(ips, a.String())
+		}
+	}
+	if len(ips) == 0 {
+		return "<pending>"
+	}
+	return strings.Join(ips, ",")
+}
+
+// serviceStatus is the status the API server gave a Service (its
+// LoadBalancer address), which decoding it as a manifest drops.
+func serviceStatus(raw []byte) corev1.ServiceStatus {
+	var s struct {
+		Status corev1.ServiceStatus `json:"status"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return corev1.ServiceStatus{}
+	}
+	return s.Status
 }
 
 func orNone(s string) string {

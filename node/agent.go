@@ -284,6 +284,9 @@ func (a *Agent) start(ctx context.Context) *sync.WaitGroup {
 	if a.network.ingress != nil {
 		loops = append(loops, a.network.ingress.Run)
 	}
+	if a.network.lb != nil {
+		loops = append(loops, a.network.lb.Run)
+	}
 	if a.guard.trust != nil {
 		loops = append(loops, func(ctx context.Context) {
 			a.guard.trust.RenewLoop(ctx, a.cfg.DataDir, advertisedIPs(a.cfg), a.log, a.work.replicas.wake.kick)

@@ -178,6 +178,25 @@ func (q *fence) fencing(v *view.View, observed []reconcile.Container, now time.T
 	return f, seen, known
 }
 
+// Majority reports whether this node counts a strict majority of the
+// known nodes of v at now, as fencing does (false before its first round
+// and while it settles after being cut off), and the last reconcile noted
+// one too (what renews the lease, whose watchdog takes the addresses off
+// when it lapses): the LoadBalancer announcer asks it before it
+// announces.
+func (q *fence) Majority(v *view.View, now time.Time) bool {
+	known, excluded := q.known(v, q.cluster.Members()), q.excluded()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-q.pinged:
+	default:
+		return false
+	}
+	settling := !q.selfBack.IsZero() && now.Sub(q.selfBack) < q.rejoinSettle
+	return q.has && !settling && reconcile.Majority(q.tracker.Seen(now, excluded), known)
+}
+
 // known is the number of known nodes (see fencing): v's statuses, this
 // node, and live members without a status. It is counted once per view
 // and membership snapshot.

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 
+	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/dataplane"
+	"github.com/starling-orchestrator/starling/node/fencewatch"
 	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/names"
 )
@@ -59,7 +62,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 	}
 	a.network.routes = dataplane.NewRoutes(dataplane.RoutesConfig{Self: cfg.Name, Views: a.views, Subnet: a.own.subnets, Addresses: addrs, ClusterCIDR: clusterCIDR,
 		Apply: routeApply, Ready: routesReady, Synced: a.mem.members.synced, Log: log})
-	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Rules: rules, Ready: rulesReady,
+	a.network.services = dataplane.NewServices(dataplane.ServicesConfig{Views: a.views, ClusterCIDR: clusterCIDR, Subnet: a.own.subnets, Rules: rules, Ready: rulesReady,
 		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
 	a.network.host = dataplane.NewHostRules(keepHost, log)
 	if hn != nil && cfg.ClusterDNS {
@@ -71,5 +74,12 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 			acme = &ingress.ACMEConfig{Self: cfg.Name, Directory: cfg.ACMEDirectory, Email: cfg.ACMEEmail, RootsFile: cfg.ACMECA}
 		}
 		a.network.ingress = ingress.New(ingress.Config{Views: a.views, HTTPAddr: cfg.IngressHTTP, HTTPSAddr: cfg.IngressHTTPS, ACME: acme, Log: log})
+	}
+	if ips := advertisedIPs(cfg); hn != nil && !cfg.DryRun && len(ips) > 0 && ips[0].Is4() {
+		lan, err := announce.NewLAN(ips[0], filepath.Join(cfg.DataDir, fencewatch.LBAddressesFile))
+		if err != nil {
+			log.Warn("loadbalancer: addresses an earlier run announced may remain", "err", err)
+		}
+		a.network.lb = announce.New(announce.Config{Self: cfg.Name, Views: a.views, Quorum: a.work.fence, Link: lan, Synced: a.mem.members.synced, Log: log})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/starling-orchestrator/starling/gossip"
+	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/dataplane"
 	"github.com/starling-orchestrator/starling/node/ingress"
 	"github.com/starling-orchestrator/starling/node/names"
@@ -73,6 +74,7 @@ type network struct {
 	dry      *dryRun             // with --dry-run only
 	dns      *names.Supervisor   // with --cluster-dns on a real host only
 	ingress  *ingress.Controller // on a real host only
+	lb       *announce.Announcer // on a real host only
 }
 
 // apiParts serve the API: stored objects, cluster information, calls to

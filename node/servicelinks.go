@@ -17,7 +17,9 @@ import (
 )
 
 // decorateServices fills in the allocated ClusterIP and NodePorts of the
-// Services in items (JSON objects), as a Kubernetes API server shows them.
+// Services in items (JSON objects), and the LAN address of a LoadBalancer
+// Service (its status, as LoadBalancer ingress), as a Kubernetes API server shows
+// them.
 func decorateServices(alloc service.Allocation, items []api.Object) {
 	for i, it := range items {
 		o, err := manifest.Decode(it.Object)
@@ -33,6 +35,9 @@ func decorateServices(alloc service.Allocation, items []api.Object) {
 			if np, ok := alloc.NodePorts[key+"/"+p.Name]; ok {
 				o.Service.Spec.Ports[j].NodePort = np
 			}
+		}
+		if lb, ok := alloc.LoadBalancers[key]; ok {
+			o.Service.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
 		}
 		if b, err := manifest.Encode(o); err == nil {
 			items[i].Object = b

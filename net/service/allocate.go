@@ -1,10 +1,12 @@
 package service
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 )
@@ -25,6 +27,11 @@ type Spec struct {
 	Headless bool
 	// Ports: name -> requested nodePort (0: allocate).
 	Ports []SpecPort
+	// LoadBalancer: type LoadBalancer, which gets a LAN address
+	// (AllocateLB); LoadBalancerIP is the one requested
+	// in the manifest, or the zero Addr.
+	LoadBalancer   bool
+	LoadBalancerIP netip.Addr
 }
 
 // SpecPort is one port of a Spec.
@@ -33,11 +40,13 @@ type SpecPort struct {
 	NodePort int32
 }
 
-// Allocation is the result: a ClusterIP per Service and a NodePort per
-// "key/portName" of NodePort Services.
+// Allocation is the result: a ClusterIP per Service, a NodePort per
+// "key/portName" of NodePort and LoadBalancer Services, and the LAN
+// address of each LoadBalancer Service that has one (AllocateLB).
 type Allocation struct {
-	ClusterIPs map[string]netip.Addr
-	NodePorts  map[string]int32
+	ClusterIPs    map[string]netip.Addr
+	NodePorts     map[string]int32
+	LoadBalancers map[string]netip.Addr
 }
 
 // Allocate gives every Service a ClusterIP in serviceCIDR and every
@@ -77,7 +86,7 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 			usedIP[off] = true
 			out.ClusterIPs[s.Key] = s.ClusterIP
 		}
-		if !s.NodePort {
+		if !s.NodePort && !s.LoadBalancer {
 			continue
 		}
 		for _, p := range s.Ports {
@@ -101,7 +110,7 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 				}
 			}
 		}
-		if !s.NodePort {
+		if !s.NodePort && !s.LoadBalancer {
 			continue
 		}
 		for _, p := range s.Ports {
@@ -118,6 +127,56 @@ func Allocate(specs []Spec, serviceCIDR *net.IPNet) Allocation {
 					out.NodePorts[k] = port
 					break
 				}
+			}
+		}
+	}
+	return out
+}
+
+// AllocateLB gives every LoadBalancer Service of specs a LAN address, the
+// same on every node: a requested one (IPv4, not reserved) first, in
+// creation order (then key), so an older Service keeps its address when a
+// newer one asks for it; then an address of pool (IPv4; invalid: none)
+// derived from a hash of the Service's key, probing upwards past taken
+// ones. A pool wider than /31 never gives its first and last addresses
+// (network and broadcast on a LAN), nor does any pool give an address
+// reserved says is taken (the nodes' own). A Service for which nothing
+// is free gets none (absent from the map: pending).
+func AllocateLB(specs []Spec, pool netip.Prefix, reserved func(netip.Addr) bool) map[string]netip.Addr {
+	ss := slices.Clone(specs)
+	slices.SortFunc(ss, func(a, b Spec) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Key, b.Key)) })
+	out := map[string]netip.Addr{}
+	used := map[netip.Addr]bool{}
+	taken := func(a netip.Addr) bool { return used[a] || reserved != nil && reserved(a) }
+	for _, s := range ss {
+		if s.LoadBalancer && s.LoadBalancerIP.Is4() && !taken(s.LoadBalancerIP) {
+			used[s.LoadBalancerIP] = true
+			out[s.Key] = s.LoadBalancerIP
+		}
+	}
+	if !pool.IsValid() || !pool.Addr().Is4() {
+		return out
+	}
+	pool = pool.Masked()
+	size := uint32(1) << (32 - pool.Bits())
+	first, last := uint32(0), size-1
+	if size > 2 {
+		first, last = 1, size-2
+	}
+	span := last - first + 1
+	base := binary.BigEndian.Uint32(pool.Addr().AsSlice())
+	for _, s := range ss {
+		if _, ok := out[s.Key]; ok || !s.LoadBalancer || s.LoadBalancerIP.IsValid() {
+			continue
+		}
+		start := hash32("lb/"+s.Key) % span
+		for i := uint32(0); i < span; i++ {
+			var ip [4]byte
+			binary.BigEndian.PutUint32(ip[:], base+first+(start+i)%span)
+			if a := netip.AddrFrom4(ip); !taken(a) {
+				used[a] = true
+				out[s.Key] = a
+				break
 			}
 		}
 	}

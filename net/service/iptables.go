@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 )
@@ -15,7 +16,10 @@ import (
 //     jump per endpoint with `-m statistic --probability 1/(n-i)`, which
 //     gives each of n endpoints 1/n); one STARLING-SEP- chain per endpoint
 //     (hairpin mark, DNAT); with a NodePort, one rule in STARLING-NODEPORTS
-//     to a STARLING-EXT- chain (mark, then the STARLING-SVC- chain);
+//     to a STARLING-EXT- chain (mark, then the STARLING-SVC- chain); with
+//     a LoadBalancer address, a second rule in STARLING-SERVICES to a
+//     STARLING-LB- chain (as STARLING-EXT-, or with Local no mark and a
+//     jump per endpoint of this node);
 //   - without endpoints: REJECT rules in the filter table's
 //     STARLING-REJECT, so a client is refused at once instead of timing
 //     out.
@@ -37,7 +41,7 @@ type natChain struct {
 
 // portRules is what one port puts into the kernel (see above).
 type portRules struct {
-	dispatch string     // rule spec in ChainServices ("" without endpoints)
+	dispatch []string   // rule specs in ChainServices: the ClusterIP's, the LoadBalancer address's (none without endpoints)
 	nodePort string     // rule spec in ChainNodePorts ("")
 	rejects  []string   // rule specs in ChainFilter
 	chains   []natChain // its own chains: SVC, EXT, SEPs
@@ -50,16 +54,18 @@ func renderPort(p Port, cfg Config) portRules {
 	comment := `"` + commentText(id) + `"`
 	pr := proto(p.Protocol)
 	if len(p.Endpoints) == 0 {
-		r.rejects = append(r.rejects, fmt.Sprintf("-d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j REJECT --reject-with icmp-port-unreachable",
-			p.ClusterIP, pr, pr, p.Port, comment))
+		r.rejects = append(r.rejects, rejectRule(p.ClusterIP, p, comment))
 		if p.NodePort != 0 {
 			r.rejects = append(r.rejects, fmt.Sprintf("-m addrtype --dst-type LOCAL -p %s -m %s --dport %d -m comment --comment %s -j REJECT --reject-with icmp-port-unreachable",
 				pr, pr, p.NodePort, comment))
 		}
+		if p.LoadBalancer.IsValid() {
+			r.rejects = append(r.rejects, rejectRule(p.LoadBalancer, p, comment))
+		}
 		return r
 	}
 	svc := natChain{name: chainName(svcPrefix, id)}
-	r.dispatch = fmt.Sprintf("-d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j %s", p.ClusterIP, pr, pr, p.Port, comment, svc.name)
+	r.dispatch = []string{fmt.Sprintf("-d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j %s", p.ClusterIP, pr, pr, p.Port, comment, svc.name)}
 	if cfg.MasqueradeAll {
 		svc.rules = append(svc.rules, "-j "+ChainMarkMasq)
 	} else if cfg.ClusterCIDR.IsValid() {
@@ -69,11 +75,7 @@ func renderPort(p Port, cfg Config) portRules {
 	n := len(p.Endpoints)
 	for i, ep := range p.Endpoints {
 		sep := natChain{name: chainName(sepPrefix, id+"/"+ep.String())}
-		if i < n-1 {
-			svc.rules = append(svc.rules, fmt.Sprintf("-m statistic --mode random --probability %.10f -j %s", 1/float64(n-i), sep.name))
-		} else {
-			svc.rules = append(svc.rules, "-j "+sep.name)
-		}
+		svc.rules = append(svc.rules, pickRule(i, n, sep.name))
 		// Hairpin: an endpoint reaching itself through its Service must
 		// be masqueraded, or it would answer itself directly.
 		sep.rules = []string{
@@ -89,7 +91,53 @@ func renderPort(p Port, cfg Config) portRules {
 		r.chains = append(r.chains, ext)
 	}
 	r.chains = append(r.chains, seps...)
+	lbRules(p, cfg, svc.name, seps, &r)
 	return r
+}
+
+// lbRules adds to r what p's LoadBalancer address puts into the kernel:
+// a dispatch rule to a STARLING-LB- chain, which marks for masquerade
+// and goes to the port's STARLING-SVC- chain; with Local, which keeps
+// the client's address, it picks among the endpoint chains of this node's
+// endpoints instead (seps are the port's, in the order of p.Endpoints),
+// and rejects when there are none.
+func lbRules(p Port, cfg Config, svc string, seps []natChain, r *portRules) {
+	if !p.LoadBalancer.IsValid() {
+		return
+	}
+	id := p.key().String()
+	comment := `"` + commentText(id) + `"`
+	pr := proto(p.Protocol)
+	lb := natChain{name: chainName(lbPrefix, id)}
+	if !p.Local {
+		lb.rules = []string{"-j " + ChainMarkMasq, "-j " + svc}
+	} else {
+		local := lbEndpoints(p, cfg)
+		if len(local) == 0 {
+			r.rejects = append(r.rejects, rejectRule(p.LoadBalancer, p, comment))
+			return
+		}
+		for i, ep := range local {
+			lb.rules = append(lb.rules, pickRule(i, len(local), seps[slices.Index(p.Endpoints, ep)].name))
+		}
+	}
+	r.chains = append(r.chains, lb)
+	r.dispatch = append(r.dispatch, fmt.Sprintf("-d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j %s", p.LoadBalancer, pr, pr, p.Port, comment, lb.name))
+}
+
+// pickRule is the rule that sends the i-th of n endpoints its share
+// (1/n): `-m statistic --probability 1/(n-i)` but for the last.
+func pickRule(i, n int, chain string) string {
+	if i < n-1 {
+		return fmt.Sprintf("-m statistic --mode random --probability %.10f -j %s", 1/float64(n-i), chain)
+	}
+	return "-j " + chain
+}
+
+// rejectRule refuses connections to addr at p's port.
+func rejectRule(addr netip.Addr, p Port, comment string) string {
+	pr := proto(p.Protocol)
+	return fmt.Sprintf("-d %s/32 -p %s -m %s --dport %d -m comment --comment %s -j REJECT --reject-with icmp-port-unreachable", addr, pr, pr, p.Port, comment)
 }
 
 // restoreText collects the parts of one iptables-restore --noflush input:
@@ -162,12 +210,14 @@ func ChangeText(c Change, cfg Config) []byte {
 			}
 			delete(have, ch.name)
 		}
-		if old.dispatch != new.dispatch {
-			if old.dispatch != "" {
-				t.rule(&t.nat, "-D", ChainServices, old.dispatch)
+		for _, d := range old.dispatch {
+			if !slices.Contains(new.dispatch, d) {
+				t.rule(&t.nat, "-D", ChainServices, d)
 			}
-			if new.dispatch != "" {
-				t.rule(&t.nat, "-I", ChainServices+" 1", new.dispatch)
+		}
+		for _, d := range new.dispatch {
+			if !slices.Contains(old.dispatch, d) {
+				t.rule(&t.nat, "-I", ChainServices+" 1", d)
 			}
 		}
 		if old.nodePort != new.nodePort {
@@ -240,9 +290,7 @@ func fullText(ports []Port, cfg Config, stale []string, maxLines int) [][]byte {
 			t.writeChain(c)
 			used[c.name] = true
 		}
-		if r.dispatch != "" {
-			dispatch = append(dispatch, r.dispatch)
-		}
+		dispatch = append(dispatch, r.dispatch...)
 		if r.nodePort != "" {
 			nodePorts = append(nodePorts, r.nodePort)
 		}

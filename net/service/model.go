@@ -53,7 +53,7 @@ type Change struct {
 	Config  bool
 }
 
-// Replaced is one port whose address, NodePort or endpoints changed.
+// Replaced is one port whose addresses, NodePort or endpoints changed.
 type Replaced struct{ Old, New Port }
 
 // Empty reports whether c changes nothing.
@@ -207,11 +207,13 @@ func (m *Model) Len() int { return len(m.ports) }
 // sameGiven reports whether p is what mp was last given: the same
 // address, ports and endpoints in the same order.
 func sameGiven(mp *modelPort, p Port) bool {
-	return mp.port.ClusterIP == p.ClusterIP && mp.port.Port == p.Port && mp.port.NodePort == p.NodePort && slices.Equal(mp.given, p.Endpoints)
+	return mp.port.ClusterIP == p.ClusterIP && mp.port.Port == p.Port && mp.port.NodePort == p.NodePort &&
+		mp.port.LoadBalancer == p.LoadBalancer && mp.port.Local == p.Local && slices.Equal(mp.given, p.Endpoints)
 }
 
 func samePort(a, b Port) bool {
-	return a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort && slices.Equal(a.Endpoints, b.Endpoints)
+	return a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort && a.LoadBalancer == b.LoadBalancer && a.Local == b.Local &&
+		slices.Equal(a.Endpoints, b.Endpoints)
 }
 
 // canonical returns p with only usable endpoints (IPv4, a port number),

@@ -26,6 +26,7 @@ import (
 // binary) into a table of its own, ip starling:
 //
 //	map service-ips        ClusterIP . protocol . port : goto service-<H>
+//	                       LoadBalancer address . protocol . port : goto loadbalancer-<H>
 //	map service-nodeports  protocol . NodePort         : goto external-<H>
 //	map no-endpoint-services / no-endpoint-nodeports   : goto reject-chain
 //	map service-endpoints  ClusterIP . protocol . port . i : endpoint i's address . port
@@ -36,6 +37,9 @@ import (
 //	chain service-<H>      ip saddr != <cluster CIDR> jump mark-for-masquerade
 //	                       goto pick-<N>
 //	chain external-<H>     jump mark-for-masquerade; goto pick-nodeport-<N>
+//	chain loadbalancer-<H> jump mark-for-masquerade (not with Local); goto pick-<N>
+//	                       (its endpoints keyed in service-endpoints by the
+//	                       LoadBalancer address; with Local, this node's only)
 //	chain pick-<N>         dnat ip to ip daddr . meta l4proto . th dport . numgen random mod N map @service-endpoints
 //	chain pick-nodeport-<N> dnat ip to meta l4proto . th dport . numgen random mod N map @nodeport-endpoints
 //	chain masquerading     (postrouting) masquerade DNATed packets whose
@@ -465,7 +469,7 @@ func (b *nftBackend) fullInPlace(ports []Port, cfg Config) error {
 		unused = append(unused, del...)
 	}
 	used := map[string]bool{}
-	picks := count(ports, pickNames)
+	picks := count(ports, picksUnder(cfg))
 	for _, name := range slices.Sorted(maps.Keys(picks)) {
 		c := pickFor(name)
 		used[name] = true
@@ -596,7 +600,7 @@ func isNFTPortChain(c string) bool {
 	if strings.HasPrefix(c, nftPickPrefix) {
 		return true
 	}
-	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftSepPrefix} {
+	for _, p := range []string{nftSvcPrefix, nftExtPrefix, nftLBPrefix, nftSepPrefix} {
 		if h, ok := strings.CutPrefix(c, p); ok && len(h) == chainNameHashLen {
 			return true
 		}

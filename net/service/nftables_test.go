@@ -122,7 +122,7 @@ func wantNFT(m *Model) nftKernel {
 			k.elems[nftHairpin][hairpinElem(ep.Addr()).key] = ""
 		}
 	}
-	for name := range count(m.Ports(), pickNames) {
+	for name := range count(m.Ports(), picksUnder(m.Config())) {
 		k.chains = append(k.chains, name)
 		shape(pickFor(name))
 	}

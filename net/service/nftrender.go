@@ -39,6 +39,7 @@ const (
 	nftHairpin             = "hairpin"
 	nftSvcPrefix           = "service-"
 	nftExtPrefix           = "external-"
+	nftLBPrefix            = "loadbalancer-"
 	nftPickPrefix          = "pick-"
 	nftPickNodePortPrefix  = "pick-nodeport-"
 	nftSepPrefix           = "endpoint-" // chains of earlier versions, removed by a full sync
@@ -184,6 +185,7 @@ func renderNFT(p Port, cfg Config) nftPort {
 		if p.NodePort != 0 {
 			r.elems = append(r.elems, nftElem{nftNoEndpointNodePorts, nodePortKey(p.Protocol, p.NodePort), nftRejectChain, nodePortShow(p) + " : goto " + nftRejectChain})
 		}
+		lbNFT(p, cfg, &r)
 		return r
 	}
 	svc := nftChain{name: chainName(nftSvcPrefix, id)}
@@ -212,7 +214,38 @@ func renderNFT(p Port, cfg Config) nftPort {
 		r.elems = append(r.elems, nftElem{nftServiceNodePorts, nodePortKey(p.Protocol, p.NodePort), ext.name, nodePortShow(p) + " : goto " + ext.name})
 	}
 	r.chains = append(r.chains, svc)
+	lbNFT(p, cfg, &r)
 	return r
+}
+
+// lbNFT adds to r what p's LoadBalancer address puts into the table, as a
+// second address of the port: its endpoints (with Local, this node's
+// only) keyed by that address, which the pick chains DNAT by; a chain
+// that marks for masquerade (but with Local, which keeps the client's
+// address) and picks one; its service-ips element. Without endpoints, a
+// reject, as for the ClusterIP.
+func lbNFT(p Port, cfg Config, r *nftPort) {
+	if !p.LoadBalancer.IsValid() {
+		return
+	}
+	show := fmt.Sprintf("%s . %s . %d", p.LoadBalancer, proto(p.Protocol), p.Port)
+	key := ipKey(p.LoadBalancer, p.Protocol, p.Port)
+	eps := lbEndpoints(p, cfg)
+	if len(eps) == 0 {
+		r.elems = append(r.elems, nftElem{nftNoEndpointServices, key, nftRejectChain, show + " : goto " + nftRejectChain})
+		return
+	}
+	lb := nftChain{name: chainName(nftLBPrefix, p.key().String())}
+	if !p.Local {
+		lb.rules = append(lb.rules, nftRule{kind: markAll})
+	}
+	lb.rules = append(lb.rules, nftRule{kind: gotoChain, chain: pickChain(uint32(len(eps)), false).name})
+	for i, ep := range eps {
+		r.elems = append(r.elems, nftElem{nftServiceEndpoints, endpointKey(p.LoadBalancer, p.Protocol, p.Port, i), endpointVal(ep),
+			fmt.Sprintf("%s . %d : %s . %d", show, i, ep.Addr(), ep.Port())})
+	}
+	r.chains = append(r.chains, lb)
+	r.elems = append(r.elems, nftElem{nftServiceIPs, key, lb.name, show + " : goto " + lb.name})
 }
 
 // pickChain is the chain that DNATs to one of n endpoints, chosen at
@@ -225,16 +258,26 @@ func pickChain(n uint32, nodePort bool) nftChain {
 	return nftChain{name: fmt.Sprintf("%s%d", nftPickPrefix, n), rules: []nftRule{{kind: dnatMap, mod: n}}}
 }
 
-// pickNames lists the pick chains p's chains go to.
-func pickNames(p Port) []string {
+// pickNames lists the pick chains p's chains go to under cfg (the
+// LoadBalancer chain of a Local port picks among this node's endpoints).
+func pickNames(p Port, cfg Config) []string {
 	if len(p.Endpoints) == 0 {
 		return nil
 	}
 	n := uint32(len(p.Endpoints))
-	if p.NodePort == 0 {
-		return []string{pickChain(n, false).name}
+	out := []string{pickChain(n, false).name}
+	if p.NodePort != 0 {
+		out = append(out, pickChain(n, true).name)
 	}
-	return []string{pickChain(n, false).name, pickChain(n, true).name}
+	if local := uint32(len(lbEndpoints(p, cfg))); p.LoadBalancer.IsValid() && local > 0 && local != n {
+		out = append(out, pickChain(local, false).name)
+	}
+	return out
+}
+
+// picksUnder is pickNames under cfg, for count and recount.
+func picksUnder(cfg Config) func(Port) []string {
+	return func(p Port) []string { return pickNames(p, cfg) }
 }
 
 // pickFor is the pick chain named name, one of pickNames.
@@ -273,7 +316,7 @@ func nftChangeTx(c Change, cfg Config, hairpin map[netip.Addr]int, picks map[str
 	for _, a := range del {
 		tx.late = append(tx.late, hairpinElem(a))
 	}
-	newPicks, unused := recount(picks, c, pickNames)
+	newPicks, unused := recount(picks, c, picksUnder(cfg))
 	slices.Sort(newPicks)
 	slices.Sort(unused)
 	for _, name := range newPicks {
@@ -459,7 +502,7 @@ func NFTText(ports []Port, cfg Config) []byte {
 		}
 		chains.WriteString("\t}\n")
 	}
-	for _, name := range slices.Sorted(maps.Keys(count(m.Ports(), pickNames))) {
+	for _, name := range slices.Sorted(maps.Keys(count(m.Ports(), picksUnder(cfg)))) {
 		writeChain(pickFor(name))
 	}
 	for _, p := range m.Ports() {

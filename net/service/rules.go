@@ -1,5 +1,6 @@
 // Package service programs Services into the kernel: a ClusterIP (and a
-// NodePort) per Service port, balanced over its ready endpoints.
+// NodePort, and a LoadBalancer Service's LAN address) per Service port,
+// balanced over its ready endpoints.
 //
 // Model holds the Service ports as they are programmed and turns each
 // update into a Change (ports added, updated, removed): a pure function of
@@ -9,7 +10,8 @@
 // in one netlink transaction, the iptables backend (iptables.go, after
 // kube-proxy's iptables proxier) in one iptables-restore --noflush call;
 // Syncer drives either. Allocate
-// assigns ClusterIPs and NodePorts deterministically. Rules renders the
+// assigns ClusterIPs and NodePorts deterministically, AllocateLB the
+// LoadBalancer addresses. Rules renders the
 // whole rule set (the dry run).
 package service
 
@@ -30,6 +32,7 @@ const (
 	ChainForward      = "STARLING-FORWARD"     // filter: FORWARD; accepts marked and established traffic
 	ChainCanary       = "STARLING-CANARY"      // nat and filter: gone means someone flushed the tables
 	svcPrefix         = "STARLING-SVC-"
+	lbPrefix          = "STARLING-LB-"
 	extPrefix         = "STARLING-EXT-"
 	sepPrefix         = "STARLING-SEP-"
 	MasqMark          = "0x4000/0x4000"
@@ -49,6 +52,14 @@ type Port struct {
 	ClusterIP netip.Addr
 	Port      uint16
 	NodePort  uint16 // 0: none
+	// LoadBalancer is the Service's LAN address (type LoadBalancer), or
+	// the zero Addr: traffic to it at Port goes to the endpoints as a
+	// NodePort's does.
+	LoadBalancer netip.Addr
+	// Local is externalTrafficPolicy Local: traffic to LoadBalancer goes
+	// to this node's endpoints only (those in Config.NodeSubnet) and keeps
+	// its client's address (no masquerade).
+	Local bool
 	// Endpoints are the ready replicas' addresses and target ports, any
 	// order.
 	Endpoints []netip.AddrPort
@@ -71,6 +82,9 @@ type Config struct {
 	// --masquerade-all), for hosts where bridged traffic cannot pass
 	// netfilter and a same-node reply would bypass the reverse NAT.
 	MasqueradeAll bool
+	// NodeSubnet is this node's pod subnet: the endpoints of a Local port
+	// (Port.Local) on this node.
+	NodeSubnet netip.Prefix
 }
 
 // chainName makes a chain name from a hash of what it stands for, as
@@ -82,11 +96,26 @@ func chainName(prefix, key string) string {
 
 func proto(p Protocol) string { return strings.ToLower(string(p)) }
 
+// lbEndpoints are the endpoints traffic to p's LoadBalancer address goes
+// to: all of them, or with Local those in this node's pod subnet.
+func lbEndpoints(p Port, cfg Config) []netip.AddrPort {
+	if !p.Local {
+		return p.Endpoints
+	}
+	var out []netip.AddrPort
+	for _, ep := range p.Endpoints {
+		if cfg.NodeSubnet.IsValid() && cfg.NodeSubnet.Contains(ep.Addr()) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
 // valid reports whether p can be written as rules: a known protocol, an
 // IPv4 ClusterIP, a port number, and endpoints with IPv4 addresses and
 // port numbers (others are dropped by Rules).
 func (p Port) valid() bool {
-	return (p.Protocol == TCP || p.Protocol == UDP) && p.ClusterIP.Is4() && p.Port != 0
+	return (p.Protocol == TCP || p.Protocol == UDP) && p.ClusterIP.Is4() && p.Port != 0 && (!p.LoadBalancer.IsValid() || p.LoadBalancer.Is4())
 }
 
 // commentText keeps only the characters of Kubernetes names and the
@@ -114,6 +143,8 @@ func isServiceChain(c string) bool {
 		h = c[len(sepPrefix):]
 	case strings.HasPrefix(c, extPrefix):
 		h = c[len(extPrefix):]
+	case strings.HasPrefix(c, lbPrefix):
+		h = c[len(lbPrefix):]
 	default:
 		return false
 	}

@@ -32,7 +32,11 @@ type ServiceViews interface {
 type ServicesConfig struct {
 	Views       ServiceViews
 	ClusterCIDR netip.Prefix
-	Rules       RuleSyncer
+	// Subnet is this node's pod subnet: the endpoints of a LoadBalancer
+	// Service with externalTrafficPolicy Local that this node may use
+	// (nil: none).
+	Subnet Subnet
+	Rules  RuleSyncer
 	// Ready is closed when rules may be applied (the pod network is up);
 	// Synced when this node holds the cluster's state.
 	// Until both, the rules the previous agent run programmed stay as
@@ -108,6 +112,9 @@ func (sv *Services) Sync(ctx context.Context) {
 	keys, all := sv.cfg.Views.TakeServiceChanges()
 	v := sv.cfg.Views.View()
 	cfg := service.Config{ClusterCIDR: sv.cfg.ClusterCIDR, MasqueradeAll: sv.needMasqueradeAll()}
+	if sv.cfg.Subnet != nil {
+		cfg.NodeSubnet = sv.cfg.Subnet.Own()
+	}
 	start := time.Now()
 	var wrote bool
 	var err error

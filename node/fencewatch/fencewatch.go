@@ -2,7 +2,8 @@
 // (node/watchdog.go has the agent's): a process of its own, `starling
 // fence-watchdog`, that outlives a hung or crashed agent and kills the
 // processes of the node's StatefulSet replicas (and of the Deployment
-// replicas that mount a claim) when the agent stops renewing its lease.
+// replicas that mount a claim), and takes its LoadBalancer addresses off
+// the LAN, when the agent stops renewing its lease.
 package fencewatch
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // Files of the fence lease and its watchdog, in the data dir.
@@ -28,11 +32,21 @@ const (
 )
 
 // Lease is the lease file: until Deadline the agent answers for the
-// StatefulSet replicas in Cgroups (cgroup paths, as in the OCI spec).
+// StatefulSet replicas in Cgroups (cgroup paths, as in the OCI spec);
+// until LBDeadline (zero: none) for the LoadBalancer addresses it put on
+// the LAN, listed in LBAddressesFile beside the lease. Past LBDeadline
+// the watchdog takes those off: an agent that crashed or hangs while its
+// host stays up would otherwise leave its host answering ARP for them
+// after its peers, which declared it dead, announce them.
 type Lease struct {
-	Deadline time.Time `json:"deadline"`
-	Cgroups  []string  `json:"cgroups"`
+	Deadline   time.Time `json:"deadline"`
+	Cgroups    []string  `json:"cgroups"`
+	LBDeadline time.Time `json:"lbDeadline,omitempty"`
 }
+
+// LBAddressesFile lists, one a line, the LoadBalancer addresses the agent
+// put on the LAN (node/announce's LAN link keeps it).
+const LBAddressesFile = "lb-addresses"
 
 // Ensure starts 'starling fence-watchdog' for dataDir unless the
 // one its pid file names still runs. The watchdog gets a session of its
@@ -78,7 +92,7 @@ const watchdogPoll = 250 * time.Millisecond
 func Run(ctx context.Context, leasePath string, log *slog.Logger) error {
 	log.Info("fence watchdog started", "lease", leasePath, "pid", os.Getpid())
 	var unreadable time.Time
-	reported := false
+	reported, dropped := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -96,6 +110,15 @@ func Run(ctx context.Context, leasePath string, log *slog.Logger) error {
 			continue
 		}
 		unreadable = time.Time{}
+		switch lapsed := !l.LBDeadline.IsZero() && time.Now().After(l.LBDeadline); {
+		case lapsed && !dropped:
+			if n, err := dropAddresses(filepath.Join(filepath.Dir(leasePath), LBAddressesFile)); n > 0 || err != nil {
+				log.Warn("the agent did not renew its lease: took its LoadBalancer addresses off the LAN, which its peers announce", "addresses", n, "err", err)
+			}
+			dropped = true
+		case !lapsed:
+			dropped = false
+		}
 		if time.Now().Before(l.Deadline) {
 			reported = false
 			continue
@@ -123,6 +146,45 @@ func Write(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// dropAddresses takes each address listed in the file at path off the
+// interface that holds it as a /32, and returns how many it took off.
+func dropAddresses(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	held, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, f := range strings.Fields(string(b)) {
+		a, err := netip.ParseAddr(f)
+		if err != nil || !a.Is4() {
+			continue
+		}
+		for _, h := range held {
+			ones, _ := h.Mask.Size()
+			if ip, ok := netip.AddrFromSlice(h.IP.To4()); !ok || ip != a || ones != 32 {
+				continue
+			}
+			link, err := netlink.LinkByIndex(h.LinkIndex)
+			if err == nil {
+				err = netlink.AddrDel(link, &h)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", a, err))
+				continue
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 func readLease(path string) (Lease, error) {

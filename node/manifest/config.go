@@ -80,6 +80,9 @@ func fromSecret(s *corev1.Secret) Object {
 // all.
 func validateConfigMap(c *corev1.ConfigMap) field.ErrorList {
 	errs := validateMeta(&c.ObjectMeta, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	if c.Namespace == LBPoolNamespace && c.Name == LBPoolName {
+		errs = append(errs, validateLBPool(c)...)
+	}
 	size := 0
 	for _, k := range slices.Sorted(maps.Keys(c.Data)) {
 		errs = append(errs, validateDataKey(k, field.NewPath("data").Key(k))...)

@@ -656,10 +656,11 @@ func defaultService(s *corev1.Service) {
 	if sp.ClusterIP != "" && len(sp.ClusterIPs) == 0 {
 		sp.ClusterIPs = []string{sp.ClusterIP}
 	}
-	if sp.InternalTrafficPolicy == nil && (sp.Type == corev1.ServiceTypeClusterIP || sp.Type == corev1.ServiceTypeNodePort) {
+	external := sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer
+	if sp.InternalTrafficPolicy == nil && (sp.Type == corev1.ServiceTypeClusterIP || external) {
 		sp.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyCluster)
 	}
-	if sp.ExternalTrafficPolicy == "" && sp.Type == corev1.ServiceTypeNodePort {
+	if sp.ExternalTrafficPolicy == "" && external {
 		sp.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 	}
 	for i := range sp.Ports {

@@ -173,7 +173,7 @@ var serviceFields = newFieldTree(
 		"spec.type", "spec.selector", "spec.clusterIP", "spec.clusterIPs", "spec.externalName",
 		"spec.ipFamilies", "spec.ipFamilyPolicy",
 		"spec.internalTrafficPolicy", "spec.externalTrafficPolicy",
-		"spec.sessionAffinity",
+		"spec.sessionAffinity", "spec.loadBalancerIP",
 		"spec.ports[].name", "spec.ports[].protocol", "spec.ports[].port",
 		"spec.ports[].targetPort", "spec.ports[].nodePort",
 	},

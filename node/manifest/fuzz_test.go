@@ -21,6 +21,8 @@ func fuzzSeeds() []string {
 		kubectlGetDeployment,
 		kubectlGetService,
 		`{"apiVersion":"v1","kind":"Service","metadata":{"name":"s"},"spec":{"ports":[{"port":53,"protocol":"UDP"}]}}`,
+		`{"apiVersion":"v1","kind":"Service","metadata":{"name":"s"},"spec":{"type":"LoadBalancer","loadBalancerIP":"192.168.1.240","externalTrafficPolicy":"Local","ports":[{"port":80}]}}`,
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lb-pool, namespace: starling-system}\ndata: {cidr: 192.168.1.240/28}\n",
 		"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: s}, spec: {ports: [{port: 1}]}}\n",
 		r(d, "spec:\n  selector", "spec:\n  replicas: -1\n  selector"),
 		r(d, "containerPort: 80", "containerPort: 70000"),

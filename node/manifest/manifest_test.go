@@ -634,9 +634,20 @@ spec:
 			want:  []string{`x.yaml: Deployment "hello": ` + ctr + `.image: Invalid value: "Nginx:1.27": must be a valid image reference: invalid reference format: repository name (library/Nginx) must be lowercase`},
 		},
 		{
-			name:  "LoadBalancer Service",
-			input: edit(t, goodService, "spec:", "spec:\n  type: LoadBalancer"),
-			want:  []string{`x.yaml: Service "hello": spec.type: Unsupported value: "LoadBalancer": supported values: "ClusterIP", "NodePort", "ExternalName"`},
+			name:  "LoadBalancer Service with a bad address",
+			input: edit(t, goodService, "spec:", "spec:\n  type: LoadBalancer\n  loadBalancerIP: 192.168.1.300"),
+			want: []string{`x.yaml: Service "hello": spec.loadBalancerIP: Invalid value: "192.168.1.300": must be an IPv4 address of the nodes' LAN ` +
+				"(or leave it empty to get one from the pool: `starling cluster lb-pool CIDR`)"},
+		},
+		{
+			name:  "loadBalancerIP without type LoadBalancer",
+			input: edit(t, goodService, "spec:", "spec:\n  loadBalancerIP: 192.168.1.240"),
+			want:  []string{"x.yaml: Service \"hello\": spec.loadBalancerIP: Forbidden: may only be set when `type` is 'LoadBalancer'"},
+		},
+		{
+			name:  "LoadBalancer pool not a CIDR",
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lb-pool, namespace: starling-system}\ndata: {cidr: 192.168.1.241/28}\n",
+			want:  []string{`x.yaml: ConfigMap "lb-pool": data[cidr]: Invalid value: "192.168.1.241/28": must start at its network address: use 192.168.1.240/28`},
 		},
 		{
 			name:  "headless NodePort Service",
@@ -656,7 +667,8 @@ spec:
 		{
 			name:  "Local traffic policy",
 			input: edit(t, goodService, "spec:", "spec:\n  type: NodePort\n  externalTrafficPolicy: Local"),
-			want:  []string{`x.yaml: Service "hello": spec.externalTrafficPolicy: Unsupported value: "Local": supported values: "Cluster"`},
+			want: []string{"x.yaml: Service \"hello\": spec.externalTrafficPolicy: Invalid value: \"Local\": 'Local' is supported for `type` 'LoadBalancer' only " +
+				"(its LAN address); use 'Cluster' for a NodePort Service"},
 		},
 		{
 			name:  "nodePort on a ClusterIP Service",

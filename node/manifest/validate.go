@@ -708,12 +708,14 @@ func validatePortNumOrName(port intstr.IntOrString, p *field.Path) field.ErrorLi
 func validateServiceSpec(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch s.Type {
-	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 	case corev1.ServiceTypeExternalName:
 		return validateExternalName(s, p)
 	default:
-		errs = append(errs, field.NotSupported(p.Child("type"), s.Type, []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeExternalName}))
+		errs = append(errs, field.NotSupported(p.Child("type"), s.Type,
+			[]corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeExternalName}))
 	}
+	errs = append(errs, validateLoadBalancer(s, p)...)
 	if s.ExternalName != "" {
 		errs = append(errs, field.Forbidden(p.Child("externalName"), "may only be set when `type` is 'ExternalName'"))
 	}
@@ -744,9 +746,9 @@ func validateServiceSpec(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 		switch {
 		case s.Type == corev1.ServiceTypeClusterIP:
 			errs = append(errs, field.Invalid(p.Child("externalTrafficPolicy"), etp, "may only be set when `type` is 'NodePort' or 'LoadBalancer'"))
-		case etp != corev1.ServiceExternalTrafficPolicyCluster:
+		case etp != corev1.ServiceExternalTrafficPolicyCluster && etp != corev1.ServiceExternalTrafficPolicyLocal:
 			errs = append(errs, field.NotSupported(p.Child("externalTrafficPolicy"), etp,
-				[]corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster}))
+				[]corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal}))
 		}
 	}
 	if s.SessionAffinity != corev1.ServiceAffinityNone {
@@ -847,7 +849,7 @@ func validateServicePorts(s *corev1.ServiceSpec, p *field.Path) field.ErrorList 
 		}
 		np := pp.Child("nodePort")
 		switch {
-		case s.Type != corev1.ServiceTypeNodePort:
+		case s.Type != corev1.ServiceTypeNodePort && s.Type != corev1.ServiceTypeLoadBalancer:
 			errs = append(errs, field.Forbidden(np, fmt.Sprintf("may not be used when `type` is '%s'", s.Type)))
 		case port.NodePort < NodePortMin || port.NodePort > NodePortMax:
 			errs = append(errs, field.Invalid(np, port.NodePort, validation.InclusiveRangeError(NodePortMin, NodePortMax)))

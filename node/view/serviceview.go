@@ -71,7 +71,7 @@ func ServicePortsOf(o manifest.Object, alloc service.Allocation, matches []manif
 	var ports []service.Port
 	for _, sp := range o.Service.Spec.Ports {
 		p := service.Port{Service: key, Name: sp.Name, Protocol: service.Protocol(sp.Protocol), ClusterIP: ip, Port: uint16(sp.Port),
-			NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name])}
+			NodePort: uint16(alloc.NodePorts[key+"/"+sp.Name]), LoadBalancer: alloc.LoadBalancers[key], Local: externalLocal(o)}
 		for _, d := range matches {
 			target, ok := TargetPort(sp, d)
 			if !ok || target <= 0 || target > 65535 {
@@ -126,7 +126,7 @@ func TargetPort(sp corev1.ServicePort, d manifest.Object) (int32, bool) {
 // Called with build held, for each view derived.
 func (vs *Builder) ServicesInto(v, prev *View) {
 	changedW := vs.endpoints.Update(v)
-	if prev == nil || prev.SvcPorts == nil || v.Changes.Objects {
+	if prev == nil || prev.SvcPorts == nil || v.Changes.Objects || v.lbChanged {
 		ports := map[string][]service.Port{}
 		for _, o := range v.Services {
 			key := o.Namespace + "/" + o.Name
@@ -341,6 +341,6 @@ func common(a, b []workloadAddr) []workloadAddr {
 func SamePorts(a, b []service.Port) bool {
 	return slices.EqualFunc(a, b, func(x, y service.Port) bool {
 		return x.Service == y.Service && x.Name == y.Name && x.Protocol == y.Protocol && x.ClusterIP == y.ClusterIP &&
-			x.Port == y.Port && x.NodePort == y.NodePort && slices.Equal(x.Endpoints, y.Endpoints)
+			x.Port == y.Port && x.NodePort == y.NodePort && x.LoadBalancer == y.LoadBalancer && x.Local == y.Local && slices.Equal(x.Endpoints, y.Endpoints)
 	})
 }

@@ -91,6 +91,9 @@ type View struct {
 	// view's; svcAll: this is the first view with ports.
 	SvcChanged []string
 	svcAll     bool
+	// lbChanged: the LoadBalancer addresses of v.Alloc differ from the
+	// previous view's (lbInto).
+	lbChanged bool
 	// objectsKey and placementKey identify the inputs the desired
 	// objects and placement were computed from: a rebuild whose inputs
 	// are unchanged reuses them.

@@ -52,12 +52,13 @@ func ServiceSpecs(svcs []manifest.Object) []service.Spec {
 		s := o.Service
 		ip, _ := netip.ParseAddr(s.Spec.ClusterIP)
 		spec := service.Spec{Key: o.Namespace + "/" + o.Name, Created: s.CreationTimestamp.Time, ClusterIP: ip,
-			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort,
+			NodePort: s.Spec.Type == corev1.ServiceTypeNodePort, LoadBalancer: s.Spec.Type == corev1.ServiceTypeLoadBalancer,
 			// No ClusterIP, no rules: an ExternalName Service is a DNS name.
 			Headless: s.Spec.ClusterIP == corev1.ClusterIPNone || s.Spec.Type == corev1.ServiceTypeExternalName}
 		for _, p := range s.Spec.Ports {
 			spec.Ports = append(spec.Ports, service.SpecPort{Name: p.Name, NodePort: p.NodePort})
 		}
+		spec.LoadBalancerIP, _ = netip.ParseAddr(s.Spec.LoadBalancerIP)
 		specs = append(specs, spec)
 	}
 	return specs

@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"node/dns":        nil,
 	"node/names":      {"node/api", "node/dns", "node/manifest", "node/pidns", "node/view"},
 	"node/ingress":    {"node/api", "node/manifest", "node/view", "placement"},
+	"node/announce":   {"node/view", "placement"},
 	"node/volumes":    {"gossip/hlc", "node/api", "node/manifest", "node/reconcile", "node/view"},
 	"node/store":      {"gossip/crdt"},
 	"node/client":     {"node/api"},
@@ -58,7 +59,7 @@ var allowed = map[string][]string{
 		"node/probe", "node/reconcile", "placement"},
 	"node": {"gossip", "gossip/crdt", "gossip/hlc", "net/", "node/api", "node/apiserver", "node/client", "node/logfile",
 		"node/manifest", "node/preflight", "node/probe", "node/quorum", "node/reconcile", "node/rollout", "node/runtime",
-		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "node/names", "node/dns", "node/fencewatch", "node/ingress", "placement"},
+		"node/store", "node/member", "node/view", "node/dataplane", "node/trust", "node/damping", "node/sealed", "node/volumes", "node/names", "node/dns", "node/fencewatch", "node/ingress", "node/announce", "placement"},
 	"cli":          {"node", "node/api", "node/client", "node/dns", "node/fencewatch", "node/manifest", "node/rollout", "node/trust"},
 	"cmd/starling": {"cli", "node/logfile", "node/pidns"},
 }

@@ -1,0 +1,75 @@
+package view
+
+import (
+	"maps"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/manifest"
+)
+
+// LBPool returns the cluster's LoadBalancer pool (the ConfigMap
+// manifest.LBPoolName in manifest.LBPoolNamespace), and false when none is
+// set or what is set does not parse (its writer's node refused it; a peer
+// wrote it anyway).
+func (v *View) LBPool() (netip.Prefix, bool) {
+	if v.Config == nil {
+		return netip.Prefix{}, false
+	}
+	data, _, ok := v.Config.ConfigMap(manifest.LBPoolNamespace, manifest.LBPoolName)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	p, err := manifest.ParseLBPool(data[manifest.LBPoolKey])
+	return p, err == nil
+}
+
+// NodeAddrs returns the nodes' own addresses, from their records: never a
+// LoadBalancer address.
+func (v *View) NodeAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, s := range v.Statuses {
+		if a, err := netip.ParseAddr(s.HostIP()); err == nil {
+			out[a] = true
+		}
+	}
+	return out
+}
+
+// lbInto sets v.Alloc.LoadBalancers, the LAN address of each
+// LoadBalancer Service (service.AllocateLB: from the pool, or its
+// spec.loadBalancerIP; never a node's address), the same on every node
+// holding the same records. v.Alloc is copied only when they differ from
+// what it holds, and lbChanged says so (every Service's ports are
+// computed again). Called with build held, for each view derived.
+func lbInto(v, prev *View) {
+	if prev != nil && !v.Changes.Objects && !v.Changes.Config && !v.Changes.Statuses {
+		return // v.Alloc is prev's
+	}
+	var svcs []manifest.Object
+	for _, o := range v.Services {
+		if o.Service.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			svcs = append(svcs, o)
+		}
+	}
+	var lbs map[string]netip.Addr
+	if len(svcs) > 0 {
+		pool, _ := v.LBPool()
+		nodes := v.NodeAddrs()
+		lbs = service.AllocateLB(ServiceSpecs(svcs), pool, func(a netip.Addr) bool { return nodes[a] })
+	}
+	if maps.Equal(lbs, v.Alloc.LoadBalancers) {
+		return
+	}
+	alloc := v.Alloc
+	alloc.LoadBalancers = lbs
+	v.Alloc, v.lbChanged = alloc, true
+}
+
+// externalLocal reports whether Service o keeps its clients' addresses
+// with the external traffic policy Local.
+func externalLocal(o manifest.Object) bool {
+	return o.Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
