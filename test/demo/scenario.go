@@ -89,7 +89,8 @@ replica saw.`, requests, s.vip)
 		s.r.step(fmt.Sprintf("NodePort %d answers on every node, from the LAN", nodePort), s.nodePorts)
 		s.r.step("Ingress: https://"+ingressHost+"/ through every node, its certificate from a Secret", s.ingressTLS)
 		ok = s.r.step("Cut node3 off: its endpoints gone everywhere, its replicas run elsewhere", s.cutOff) &&
-			s.r.step("Reconnect node3: it rejoins and takes its share back", s.reconnect)
+			s.r.step("Reconnect node3: it rejoins and takes its share back", s.reconnect) &&
+			s.r.step("LoadBalancer: hello at a LAN address from the pool; its node cut off, the address moves", s.loadBalancer)
 	}
 	if ok {
 		ok = s.r.step(fmt.Sprintf("Roll out v2: available never below %d - %d = %d, copies never above %d + %d", replicas, maxUnavail, replicas-maxUnavail, replicas, maxSurge), s.rollout) &&
@@ -358,7 +359,8 @@ func (s *scenario) apply() error {
 	n1 := s.c.Nodes[0]
 	s.r.say(`examples/hello/ holds a Deployment "hello" of %d echo servers with a readiness
 probe (GET /healthz every second), a ClusterIP Service "hello", a NodePort
-Service "hello-nodeport" (port %d on every node) and an Ingress "hello". test/demo/client.yaml is a
+Service "hello-nodeport" (port %d on every node), a LoadBalancer Service
+"hello-lb" and an Ingress "hello". test/demo/client.yaml is a
 Deployment "client" of 3 busybox pods that sleep.`, replicas, nodePort)
 	start := time.Now()
 	if _, err := s.r.run(n1, "apply", "-f", helloDir); err != nil {
