@@ -80,6 +80,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:      p.rewrite,
 		Transport:    retrier{p},
+		BufferPool:   &buffers{}, // not 32 KiB allocated per request
 		ErrorHandler: p.fail,
 		// FlushInterval 0: an answer of known length goes out in one
 		// write; a stream (no length, or text/event-stream) is flushed
@@ -236,9 +237,11 @@ func (rt retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i == maxAttempts {
 			break
 		}
-		out := req.Clone(req.Context())
-		out.URL.Host = ep.String()
-		resp, err := rt.p.tr.RoundTrip(out)
+		// The proxy's own copy (ReverseProxy cloned it): only the URL's
+		// host differs between attempts.
+		out, u := *req, *req.URL
+		u.Host, out.URL = ep.String(), &u
+		resp, err := rt.p.tr.RoundTrip(&out)
 		if err == nil {
 			rt.p.down.Delete(ep)
 			return resp, nil
@@ -296,6 +299,19 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// buffers are the copy buffers of answers' bodies
+// (httputil.BufferPool), reused across requests.
+type buffers struct{ p sync.Pool }
+
+func (b *buffers) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *buffers) Put(buf []byte) { b.p.Put(&buf) }
 
 // idleWriter bounds the wait for each write to the client
 // (BodyIdleTimeout): a client that reads an answer 1 byte a minute is
