@@ -146,6 +146,8 @@ func describeIngress(w io.Writer, cmd *cobra.Command, obj api.Object) error {
 	}
 	p("Default backend", def)
 	if len(in.Spec.TLS) > 0 {
+		var certs map[string]string
+		_ = json.Unmarshal([]byte(in.Annotations[manifest.CertificatesAnnotation]), &certs)
 		fmt.Fprintln(w, "TLS:")
 		for _, t := range in.Spec.TLS {
 			hosts := strings.Join(t.Hosts, ",")
@@ -153,6 +155,12 @@ func describeIngress(w io.Writer, cmd *cobra.Command, obj api.Object) error {
 				hosts = "every host of its rules"
 			}
 			fmt.Fprintf(w, "  %s terminates %s\n", t.SecretName, hosts)
+			if c, ok := certs[t.SecretName]; ok {
+				fmt.Fprintf(w, "    certificate: %s\n", c)
+			}
+		}
+		if manifest.WantsACME(in) {
+			fmt.Fprintln(w, "  (certificates issued by the cluster's ACME server)")
 		}
 	}
 	fmt.Fprintln(w, "Rules:")
@@ -178,7 +186,7 @@ func describeIngress(w io.Writer, cmd *cobra.Command, obj api.Object) error {
 	}
 	var notes []string
 	for k, v := range in.Annotations {
-		if k != manifest.BackendsAnnotation && k != "kubectl.kubernetes.io/last-applied-configuration" {
+		if k != manifest.BackendsAnnotation && k != manifest.CertificatesAnnotation && k != "kubectl.kubernetes.io/last-applied-configuration" {
 			notes = append(notes, k+": "+v)
 		}
 	}

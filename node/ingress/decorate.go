@@ -1,10 +1,13 @@
 package ingress
 
 import (
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -50,14 +53,40 @@ func Decorate(v *view.View, items []api.Object) {
 		}
 		in := o.Ingress
 		in.Status.LoadBalancer.Ingress = addrs
+		if in.Annotations == nil {
+			in.Annotations = map[string]string{}
+		}
 		if b, err := json.Marshal(backends); err == nil {
-			if in.Annotations == nil {
-				in.Annotations = map[string]string{}
-			}
 			in.Annotations[manifest.BackendsAnnotation] = string(b)
+		}
+		certs := map[string]string{}
+		for _, e := range in.Spec.TLS {
+			data, _ := v.Config.Secret(in.Namespace, e.SecretName)
+			certs[e.SecretName] = certificateLine(data, time.Now())
+		}
+		if b, err := json.Marshal(certs); err == nil && len(certs) > 0 {
+			in.Annotations[manifest.CertificatesAnnotation] = string(b)
 		}
 		if b, err := manifest.Encode(o); err == nil {
 			items[i].Object = b
 		}
 	}
+}
+
+// certificateLine says what a TLS Secret's data holds: its names, its
+// issuer and when it ends, or why there is no certificate.
+func certificateLine(data map[string][]byte, now time.Time) string {
+	if data == nil {
+		return "<no such Secret>"
+	}
+	block, _ := pem.Decode(data["tls.crt"])
+	if block == nil {
+		return "<no certificate in tls.crt>"
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "<tls.crt does not parse>"
+	}
+	return fmt.Sprintf("%s, issued by %q, ends %s (in %s)", strings.Join(leaf.DNSNames, ","), leaf.Issuer.CommonName,
+		leaf.NotAfter.UTC().Format(time.RFC3339), leaf.NotAfter.Sub(now).Round(time.Hour))
 }

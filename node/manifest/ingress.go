@@ -57,6 +57,11 @@ func WantsACME(in *networkingv1.Ingress) bool {
 // answered routes to them (JSON).
 const BackendsAnnotation = "starling.dev/backends"
 
+// CertificatesAnnotation is served on an Ingress, never stored: what
+// each TLS Secret it names holds (names, issuer, end), as the node that
+// answered reads it (JSON).
+const CertificatesAnnotation = "starling.dev/certificates"
+
 // DefaultBodyBytes is the request body bound of an Ingress without
 // BodySizeAnnotation: ingress-nginx's default (proxy-body-size 1m).
 const DefaultBodyBytes = 1 << 20
@@ -89,6 +94,7 @@ func fromIngress(i *networkingv1.Ingress) Object {
 	clearMeta(&i.ObjectMeta)
 	i.Status = networkingv1.IngressStatus{}
 	delete(i.Annotations, BackendsAnnotation)
+	delete(i.Annotations, CertificatesAnnotation)
 	if len(i.Annotations) == 0 {
 		i.Annotations = nil
 	}

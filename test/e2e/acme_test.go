@@ -186,6 +186,9 @@ spec:
 	if serials[n1.Name] != serials[n2.Name] {
 		t.Errorf("the nodes serve different certificates: %v (one order for the cluster, one Secret)", serials)
 	}
+	if out, err := n1.CLI("describe", "ingress", "site", "-n", ns); err != nil || !strings.Contains(out, "certificate: site.test, issued by \"Pebble") {
+		t.Errorf("describe ingress site: %v\n%s", err, out)
+	}
 	out, err := n2.CLI("get", "secret", "site-tls", "-n", ns)
 	if err != nil || !strings.Contains(out, "kubernetes.io/tls") {
 		t.Errorf("get secret site-tls: %v\n%s", err, out)
