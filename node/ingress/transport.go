@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -41,8 +42,112 @@ type pconn struct {
 	c    net.Conn
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	lim  *limited
 	used time.Time
+	// dead: the request's context ended and the connection's deadline
+	// is in the past; no later deadline may lift it (mu).
+	mu   sync.Mutex
+	dead bool
+	// broken: writing the request failed; the answer is waited for
+	// only briefly (an endpoint that answered early, 413, is heard).
+	broken bool
 }
+
+func newPconn(c net.Conn) *pconn {
+	pc := &pconn{c: c, lim: &limited{r: c, left: -1}}
+	pc.br = bufio.NewReaderSize(pc.lim, 16<<10)
+	pc.bw = bufio.NewWriterSize(writeIdle{pc}, 16<<10)
+	return pc
+}
+
+// kill makes every read and write of pc fail now (the client went
+// away), for good.
+func (pc *pconn) kill() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.dead = true
+	_ = pc.c.SetDeadline(time.Unix(1, 0))
+}
+
+// writeFailed is what the request's writer does when it fails: what
+// the endpoint already answered is read, nothing more is waited for.
+func (pc *pconn) writeFailed() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.broken = true
+	if !pc.dead {
+		_ = pc.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	}
+}
+
+// awaitBy sets the deadline for the answer's headers, unless the
+// request could not be written or pc was killed.
+func (pc *pconn) awaitBy(t time.Time) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if !pc.dead && !pc.broken {
+		_ = pc.c.SetReadDeadline(t)
+	}
+}
+
+// readBy and writeBy set pc's deadlines, unless it was killed.
+func (pc *pconn) readBy(t time.Time) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if !pc.dead {
+		_ = pc.c.SetReadDeadline(t)
+	}
+}
+
+func (pc *pconn) writeBy(t time.Time) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if !pc.dead {
+		_ = pc.c.SetWriteDeadline(t)
+	}
+}
+
+// writeIdle bounds each write to the endpoint (an endpoint that stops
+// reading a request's body holds nothing longer).
+type writeIdle struct{ pc *pconn }
+
+func (w writeIdle) Write(p []byte) (int, error) {
+	w.pc.writeBy(time.Now().Add(ioIdle))
+	return w.pc.c.Write(p)
+}
+
+// limited bounds what the connection may give while an answer's
+// headers are read (left; -1: no bound), as net/http bounds them.
+type limited struct {
+	r    io.Reader
+	left int64
+}
+
+var errHeadersTooLarge = errors.New("the endpoint's answer headers are over 1 MiB")
+
+func (l *limited) Read(p []byte) (int, error) {
+	if l.left == 0 {
+		return 0, errHeadersTooLarge
+	}
+	if l.left > 0 && int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	if l.left > 0 {
+		l.left -= int64(n)
+	}
+	return n, err
+}
+
+// Bounds of an exchange with an endpoint: maxHeaderBytes of answer
+// headers (all informational answers included, at most max1xx of
+// them), ioIdle between reads and between writes once the answer's
+// headers came (nginx's proxy_read_timeout and proxy_send_timeout).
+const (
+	maxHeaderBytes = 1 << 20
+	max1xx         = 8
+	ioIdle         = 60 * time.Second
+)
 
 // get is an idle connection to addr, or a new one.
 func (t *conns) get(ctx context.Context, addr string) (*pconn, bool, error) {
@@ -65,7 +170,7 @@ func (t *conns) get(ctx context.Context, addr string) (*pconn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &pconn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10)}, false, nil
+	return newPconn(c), false, nil
 }
 
 // open reports whether the endpoint has not closed pc while it was
@@ -130,18 +235,6 @@ func (t *conns) put(addr string, pc *pconn) {
 	t.idle[addr] = append(t.idle[addr], pc)
 }
 
-// closeIdle closes every idle connection.
-func (t *conns) closeIdle() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for addr, l := range t.idle {
-		for _, pc := range l {
-			pc.c.Close()
-		}
-		delete(t.idle, addr)
-	}
-}
-
 // errStale is a kept-alive connection that the endpoint had closed
 // before the request was written to it: the request is sent again on a
 // new connection.
@@ -158,7 +251,8 @@ func (t *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.exchange(req, addr, pc)
-		if err == errStale && reused && attempt < 2 {
+		if err == errStale && reused && attempt < 2 && req.Body == nil &&
+			slices.Contains([]string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace}, req.Method) {
 			continue
 		}
 		return resp, err
@@ -166,51 +260,69 @@ func (t *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // exchange writes req on pc and reads the answer's headers; the body
-// reads from pc and gives it back to the pool at its end.
+// reads from pc and gives it back to the pool at its end. A request
+// body is written on a goroutine of its own while the answer is read,
+// as net/http does: an endpoint may answer (413, 401) before it read
+// the body, and that answer is the one passed on.
 func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Response, error) {
 	ctx := req.Context()
-	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(time.Unix(1, 0)) }) // the client went away: unblock
+	stop := context.AfterFunc(ctx, pc.kill) // the client went away: unblock
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		pc.c.Close()
+		return nil, err
+	}
+	write := func() error {
+		if err := req.Write(pc.bw); err != nil {
+			return err
+		}
+		return pc.bw.Flush()
+	}
+	wrote := make(chan error, 1)
 	var rb *readErr
-	if req.Body != nil {
+	if req.Body == nil {
+		if err := write(); err != nil {
+			return fail(err)
+		}
+		wrote <- nil
+	} else {
 		rb = &readErr{ReadCloser: req.Body}
 		req.Body = rb
-	}
-	if err := req.Write(pc.bw); err != nil {
-		stop()
-		pc.c.Close()
-		if rb != nil && rb.err != nil {
-			return nil, rb.err // the client's body failed (too large, cut off): not the endpoint
-		}
-		return nil, err
-	}
-	if err := pc.bw.Flush(); err != nil {
-		stop()
-		pc.c.Close()
-		return nil, err
+		go func() {
+			err := write()
+			if err != nil {
+				pc.writeFailed()
+			}
+			wrote <- err
+		}()
 	}
 	if t.responseHeader > 0 {
-		pc.c.SetReadDeadline(time.Now().Add(t.responseHeader))
+		pc.awaitBy(time.Now().Add(t.responseHeader))
 	}
+	pc.lim.left = maxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
-		stop()
-		pc.c.Close()
 		if errors.Is(err, io.EOF) && req.Body == nil {
+			stop()
+			pc.c.Close()
 			return nil, errStale
 		}
-		return nil, err
+		return fail(t.blame(rb, wrote, err))
 	}
 	resp, err := http.ReadResponse(pc.br, req)
 	// Informational answers (100 Continue, 103 Early Hints) precede the
 	// answer; 101 is the answer.
-	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
+		if i == max1xx {
+			err = fmt.Errorf("the endpoint sent more than %d informational answers", max1xx)
+			break
+		}
 		resp, err = http.ReadResponse(pc.br, req)
 	}
+	pc.lim.left = -1
 	if err != nil {
-		stop()
-		pc.c.Close()
-		return nil, err
+		return fail(t.blame(rb, wrote, err))
 	}
-	pc.c.SetReadDeadline(time.Time{})
+	pc.readBy(time.Time{})
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The connection is the body now (a WebSocket): ReverseProxy
 		// copies both ways and closes it.
@@ -219,9 +331,14 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 		return resp, nil
 	}
 	keep := !resp.Close && !req.Close
-	resp.Body = &body{ReadCloser: resp.Body, done: func(clean bool) {
+	resp.Body = &body{ReadCloser: resp.Body, pc: pc, done: func(clean bool) {
+		var werr error = errors.New("the request body is still being written")
+		select {
+		case werr = <-wrote:
+		default:
+		}
 		// stop is false once the cancel has set a deadline on pc.
-		if stop() && clean && keep {
+		if stop() && clean && keep && werr == nil {
 			t.put(addr, pc)
 			return
 		}
@@ -230,30 +347,60 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 	return resp, nil
 }
 
-// readErr remembers a request body's read error.
+// blame is the error to give for an exchange that failed with err: the
+// client's body's own failure (too large, cut off) if that is what
+// broke the write, else err.
+func (t *conns) blame(rb *readErr, wrote chan error, err error) error {
+	if rb == nil {
+		return err
+	}
+	select {
+	case werr := <-wrote:
+		wrote <- werr
+		if rb.failed() != nil {
+			return rb.failed()
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	return err
+}
+
+// readErr remembers a request body's read error (read on the write
+// goroutine, asked for on the caller's).
 type readErr struct {
 	io.ReadCloser
+	mu  sync.Mutex
 	err error
 }
 
 func (r *readErr) Read(p []byte) (int, error) {
 	n, err := r.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
+		r.mu.Lock()
 		r.err = err
+		r.mu.Unlock()
 	}
 	return n, err
+}
+
+func (r *readErr) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // body gives its connection back (done(true)) once read to its end,
 // or closes it (done(false)) when closed before.
 type body struct {
 	io.ReadCloser
+	pc   *pconn
 	once sync.Once
 	done func(clean bool)
 	eof  bool
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	b.pc.readBy(time.Now().Add(ioIdle)) // an endpoint that stalls mid-answer is cut off
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
 		b.eof = true

@@ -122,3 +122,94 @@ func TestTheTransportKeepsConnectionsAndReadsEveryAnswerShape(t *testing.T) {
 		t.Errorf("through the upgraded connection: %q %v", line, err)
 	}
 }
+
+// rawBackend serves each connection with handle, on loopback.
+func rawBackend(t *testing.T, handle func(c net.Conn)) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); handle(c) }()
+		}
+	}()
+	return netip.MustParseAddrPort(l.Addr().String())
+}
+
+// TestTheTransportHearsEarlyAnswersAndRefusesWhatNetHTTPRefuses: an
+// endpoint that answers 413 before reading a large body is heard (not a
+// 502); answer headers over 1 MiB are refused; a POST whose kept-alive
+// connection the endpoint closed without answering is not sent twice.
+func TestTheTransportHearsEarlyAnswersAndRefusesWhatNetHTTPRefuses(t *testing.T) {
+	early := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+	})
+	huge := rawBackend(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		for i := 0; i < 200000; i++ {
+			fmt.Fprintf(c, "X-H%d: v\r\n", i)
+		}
+		io.WriteString(c, "\r\n")
+	})
+	var posts atomic.Int32
+	once := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if req.Method == http.MethodPost {
+				posts.Add(1)
+				return // read it, closed without a word
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	ports := map[string][]ServicePort{
+		"a/early": {{Port: 80, Endpoints: []netip.AddrPort{early}}},
+		"a/huge":  {{Port: 80, Endpoints: []netip.AddrPort{huge}}},
+		"a/once":  {{Port: 80, Endpoints: []netip.AddrPort{once}}},
+	}
+	path := func(p, svc string) Path { return Path{Path: p, Backend: BackendRef{Service: svc, Port: 80}} }
+	front := proxyOf(t, ports, Ingress{Namespace: "a", Name: "i", Rules: []Rule{{Paths: []Path{path("/early", "early"), path("/huge", "huge"), path("/once", "once")}}}})
+	resp, err := http.Post(front.URL+"/early", "application/octet-stream", strings.NewReader(strings.Repeat("x", 900<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || string(b) != "too big\n" {
+		t.Errorf("an early answer: %d %q, want the endpoint's 413", resp.StatusCode, b)
+	}
+	if resp, err := http.Get(front.URL + "/huge"); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("answer headers over 1 MiB: %v %v, want 502", resp, err)
+	}
+	cl := &http.Client{}
+	if resp, err := cl.Get(front.URL + "/once"); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	req, _ := http.NewRequest(http.MethodPost, front.URL+"/once", nil)
+	if resp, err := cl.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("a POST the endpoint read and closed on reached it %d times, want 1", n)
+	}
+}
