@@ -74,6 +74,7 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 			acme = &ingress.ACMEConfig{Self: cfg.Name, Directory: cfg.ACMEDirectory, Email: cfg.ACMEEmail, RootsFile: cfg.ACMECA}
 		}
 		a.network.ingress = ingress.New(ingress.Config{Views: a.views, HTTPAddr: cfg.IngressHTTP, HTTPSAddr: cfg.IngressHTTPS, ACME: acme, Log: log})
+		a.own.status.labels = ingress.NodeLabels(cfg.Labels, cfg.IngressHTTP, cfg.ACMEDirectory) // peers find who serves and issues
 	}
 	if ips := advertisedIPs(cfg); hn != nil && !cfg.DryRun && len(ips) > 0 && ips[0].Is4() {
 		lan, err := announce.NewLAN(ips[0], filepath.Join(cfg.DataDir, fencewatch.LBAddressesFile))

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"golang.org/x/crypto/acme"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/starling-orchestrator/starling/node/api"
@@ -35,6 +37,8 @@ import (
 type Objects interface {
 	Apply(objs []manifest.Object) ([]api.ApplyResult, error)
 	Delete(kind, namespace, name string) (api.ApplyResult, error)
+	Get(kind, namespace, name string) (api.Object, error)
+	List(kind string) ([]api.Object, error)
 }
 
 // ACMEConfig is what the issuer needs besides the controller's Config.
@@ -47,8 +51,6 @@ type ACMEConfig struct {
 	// RootsFile holds PEM certificates the ACME server's HTTPS is
 	// verified with, besides the system's ("": the system's only).
 	RootsFile string
-	// HTTPPort is the port every node serves HTTP-01 challenges on.
-	HTTPPort int
 }
 
 // issuer gets and renews the certificates Ingresses ask ACME for: each
@@ -62,14 +64,57 @@ type issuer struct {
 	// retry is when a certificate that failed may be tried again.
 	retry   map[string]time.Time
 	backoff map[string]time.Duration
+	swept   time.Time
+}
+
+// otherDirectory says why w's stored certificate, good by its data,
+// is due all the same: it came from another ACME directory than the
+// configured one (staging switched to production).
+func (is *issuer) otherDirectory(w Want) string {
+	o, err := is.objects.Get(manifest.KindSecret, w.Namespace, w.Secret)
+	if err != nil {
+		return ""
+	}
+	var meta struct {
+		Metadata struct{ Annotations map[string]string } `json:"metadata"`
+	}
+	if json.Unmarshal(o.Object, &meta) != nil {
+		return ""
+	}
+	if by, ok := meta.Metadata.Annotations[IssuedByAnnotation]; ok && by != is.cfg.Directory {
+		return "issued by another ACME directory (" + by + ")"
+	}
+	return ""
+}
+
+// mayWrite reports whether the issuer may write Secret ns/name: it does
+// not exist, or the issuer made it (IssuedByAnnotation). A Secret a
+// user made is never replaced.
+func (is *issuer) mayWrite(ns, name string) error {
+	o, err := is.objects.Get(manifest.KindSecret, ns, name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(o.Object), IssuedByAnnotation) {
+		return fmt.Errorf("Secret %s/%s exists and was not made by ACME: name another secretName, or delete it", ns, name)
+	}
+	return nil
 }
 
 // issuerCheckEvery is how often the issuer looks at the certificates
 // when no view changes (renewals come due with time alone).
 const issuerCheckEvery = time.Hour
 
-// run issues what is due and owned, on every view change, at most one
-// certificate at a time, until ctx ends.
+// issuerGap is the least time between two passes of the issuer (views
+// change several times a second while replicas move).
+const issuerGap = 2 * time.Second
+
+// run issues what is due and owned, on view changes (at most one pass
+// every issuerGap) and every issuerCheckEvery, at most one certificate
+// at a time, until ctx ends.
 func (is *issuer) run(ctx context.Context) {
 	tick := time.NewTicker(issuerCheckEvery)
 	defer tick.Stop()
@@ -77,6 +122,12 @@ func (is *issuer) run(ctx context.Context) {
 		changed := is.views.Changed()
 		if v := is.views.View(); v.Synced {
 			is.pass(ctx, v)
+			is.sweep(v)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(issuerGap):
 		}
 		select {
 		case <-ctx.Done():
@@ -87,21 +138,44 @@ func (is *issuer) run(ctx context.Context) {
 	}
 }
 
+// sweep deletes the challenges left behind by an order cut short (its
+// owner died or restarted mid-order) an hour after they were made: the
+// owner of key "acme/challenges" does, once an hour at most.
+func (is *issuer) sweep(v *view.View) {
+	if time.Since(is.swept) < time.Hour || rankFirst(issuerNodes(v, is.cfg.Directory), "acme/challenges") != is.cfg.Self {
+		return
+	}
+	is.swept = time.Now()
+	items, err := is.objects.List(manifest.KindConfigMap)
+	if err != nil {
+		return
+	}
+	for _, it := range items {
+		o, err := manifest.Decode(it.Object)
+		if err != nil || o.Namespace != SystemNamespace || !strings.HasPrefix(o.Name, "acme-http01-") {
+			continue
+		}
+		if made, err := time.Parse(time.RFC3339, o.ConfigMap.Data["made"]); err != nil || time.Since(made) > time.Hour {
+			_, _ = is.objects.Delete(manifest.KindConfigMap, SystemNamespace, o.Name)
+		}
+	}
+}
+
 // pass issues the first certificate due that this node owns.
 func (is *issuer) pass(ctx context.Context, v *view.View) {
 	var ings []Ingress
 	for _, o := range v.Ingresses {
 		ings = append(ings, ingressOf(o.Ingress))
 	}
-	var nodes []string
-	for name := range v.Alive {
-		if v.Alive[name] {
-			nodes = append(nodes, name)
-		}
-	}
 	now := time.Now()
-	for _, w := range CertsDue(ings, v.Config.Secret, nodes, now) {
-		if w.Why == "" || w.Owner != is.cfg.Self || now.Before(is.retry[w.Key()]) {
+	for _, w := range CertsDue(ings, v.Config.Secret, issuerNodes(v, is.cfg.Directory), now) {
+		if w.Owner != is.cfg.Self || now.Before(is.retry[w.Key()]) {
+			continue
+		}
+		if w.Why == "" {
+			w.Why = is.otherDirectory(w)
+		}
+		if w.Why == "" {
 			continue
 		}
 		is.log.Info("acme: ordering a certificate", "secret", w.Key(), "hosts", w.Hosts, "why", w.Why, "directory", is.cfg.Directory)
@@ -125,6 +199,9 @@ func (is *issuer) pass(ctx context.Context, v *view.View) {
 func (is *issuer) issue(ctx context.Context, v *view.View, w Want) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	if err := is.mayWrite(w.Namespace, w.Secret); err != nil {
+		return err
+	}
 	client, err := is.client(ctx, v)
 	if err != nil {
 		return err
@@ -162,7 +239,7 @@ func (is *issuer) issue(ctx context.Context, v *view.View, w Want) error {
 		}
 		name := ChallengeName(chal.Token)
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: SystemNamespace},
-			Data: map[string]string{"token": chal.Token, "keyAuthorization": ka, "host": z.Identifier.Value}}
+			Data: map[string]string{"token": chal.Token, "keyAuthorization": ka, "host": z.Identifier.Value, "made": time.Now().UTC().Format(time.RFC3339)}}
 		if _, err := is.objects.Apply([]manifest.Object{{Kind: manifest.KindConfigMap, Namespace: SystemNamespace, Name: name, ConfigMap: cm}}); err != nil {
 			return fmt.Errorf("publish the challenge: %w", err)
 		}
@@ -208,7 +285,7 @@ func (is *issuer) issue(ctx context.Context, v *view.View, w Want) error {
 		return err
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: w.Secret, Namespace: w.Namespace,
-		Annotations: map[string]string{"starling.dev/issued-by": is.cfg.Directory}}, Type: corev1.SecretTypeTLS,
+		Annotations: map[string]string{IssuedByAnnotation: is.cfg.Directory}}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})}}
 	if _, err := is.objects.Apply([]manifest.Object{{Kind: manifest.KindSecret, Namespace: w.Namespace, Name: w.Secret, Secret: sec}}); err != nil {
 		return fmt.Errorf("store the certificate: %w", err)
@@ -228,11 +305,12 @@ func (is *issuer) client(ctx context.Context, v *view.View) (*acme.Client, error
 	name := AccountName(is.cfg.Directory)
 	var key crypto.Signer
 	if data, ok := v.Config.Secret(SystemNamespace, name); ok {
-		if b, _ := pem.Decode(data["account.key"]); b != nil {
-			if k, err := x509.ParseECPrivateKey(b.Bytes); err == nil {
-				key = k
-			}
+		k, err := parseKey(data["account.key"])
+		if err != nil {
+			// Never replaced: it may be the key of an account in use.
+			return nil, fmt.Errorf("the ACME account key in Secret %s/%s: %w", SystemNamespace, name, err)
 		}
+		key = k
 	}
 	if key == nil {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -259,6 +337,29 @@ func (is *issuer) client(ctx context.Context, v *view.View) (*acme.Client, error
 		return nil, fmt.Errorf("ACME account at %s: %w", is.cfg.Directory, err)
 	}
 	return c, nil
+}
+
+// parseKey reads a PEM private key: SEC 1 (EC), PKCS #8 or PKCS #1 (RSA).
+func parseKey(b []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, errors.New("account.key holds no PEM block")
+	}
+	if k, err := x509.ParseECPrivateKey(block.Bytes); err == nil {
+		return k, nil
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("account.key is no EC, PKCS #1 or PKCS #8 private key: %w", err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("account.key holds a %T, not a signing key", k)
+	}
+	return signer, nil
 }
 
 // LoadRoots is the system's certificate pool with the PEM certificates
@@ -294,10 +395,11 @@ func (is *issuer) servedEverywhere(ctx context.Context, host, token, ka string) 
 		var missing []string
 		for name, st := range v.Statuses {
 			ip := st.HostIP()
-			if !v.Alive[name] || ip == "" {
-				continue
+			port, err := strconv.Atoi(st.Labels[HTTPPortLabel])
+			if !v.Alive[name] || ip == "" || err != nil || port < 1 || port > 65535 {
+				continue // a node that serves no Ingress over HTTP is not where a name leads
 			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(is.cfg.HTTPPort))+challengePath+token, nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+challengePath+token, nil)
 			req.Host = host
 			resp, err := hc.Do(req)
 			ok := false

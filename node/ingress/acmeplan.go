@@ -7,10 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/view"
 	"github.com/starling-orchestrator/starling/placement"
 )
 
@@ -20,8 +23,77 @@ import (
 const SystemNamespace = "starling-system"
 
 // RenewBefore is how long before its end a certificate is renewed (a
-// third of Let's Encrypt's 90 days, as certbot and cert-manager do).
-const RenewBefore = 30 * 24 * time.Hour
+// third of Let's Encrypt's 90 days, as certbot and cert-manager do); a
+// shorter-lived certificate is renewed when a third of its life is
+// left, and none sooner than MinReissue after it was issued (so a CA
+// that issues certificates already due cannot make a loop of orders).
+const (
+	RenewBefore = 30 * 24 * time.Hour
+	MinReissue  = time.Hour
+)
+
+// Labels a node publishes (the agent adds them to its labels) so that
+// peers know which nodes serve Ingresses over HTTP, on which port
+// (HTTPPortLabel), and which issue ACME certificates, from which
+// directory (ACMELabel: a hash of its URL): only those own
+// certificates and are asked for challenges.
+const (
+	HTTPPortLabel = "starling.dev/ingress-http-port"
+	ACMELabel     = "starling.dev/acme-directory"
+)
+
+// IssuedByAnnotation on a Secret names the ACME directory that issued
+// its certificate: the issuer writes only Secrets that carry it (or do
+// not exist), and orders again when the directory changed.
+const IssuedByAnnotation = "starling.dev/issued-by"
+
+// NodeLabels is labels with HTTPPortLabel and ACMELabel added as a
+// node serving Ingresses on httpAddr (":80"; "" none) with ACME
+// directory ("" none) publishes them.
+func NodeLabels(labels map[string]string, httpAddr, directory string) map[string]string {
+	out := maps.Clone(labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if _, port, err := net.SplitHostPort(httpAddr); httpAddr != "" && err == nil {
+		out[HTTPPortLabel] = port
+	}
+	if directory != "" {
+		out[ACMELabel] = directoryHash(directory)
+	}
+	return out
+}
+
+func directoryHash(directory string) string {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(directory)))
+	return hex.EncodeToString(sum[:8])
+}
+
+// issuerNodes are the live nodes that issue certificates from
+// directory (their ACMELabel), sorted.
+func issuerNodes(v *view.View, directory string) []string {
+	want := directoryHash(directory)
+	var out []string
+	for name, st := range v.Statuses {
+		if v.Alive[name] && st.Labels[ACMELabel] == want {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rankFirst is the first of nodes in rendezvous order for key ("": none).
+func rankFirst(nodes []string, key string) string {
+	pn := make([]placement.Node, 0, len(nodes))
+	for _, n := range nodes {
+		pn = append(pn, placement.Node{Name: n, Weight: 1})
+	}
+	if rank := placement.Rank(pn, key, 0); len(rank) > 0 {
+		return rank[0]
+	}
+	return ""
+}
 
 // Want is a certificate an Ingress asks ACME for: one spec.tls entry of
 // an Ingress annotated for it, stored in Secret Namespace/Secret.
@@ -71,17 +143,11 @@ func CertsDue(ings []Ingress, stored func(namespace, name string) (map[string][]
 			w.Hosts = append(w.Hosts, hosts...)
 		}
 	}
-	pn := make([]placement.Node, 0, len(nodes))
-	for _, n := range nodes {
-		pn = append(pn, placement.Node{Name: n, Weight: 1})
-	}
 	var out []Want
 	for _, w := range byKey {
 		slices.Sort(w.Hosts)
 		w.Hosts = slices.Compact(w.Hosts)
-		if rank := placement.Rank(pn, "acme/"+w.Key(), 0); len(rank) > 0 {
-			w.Owner = rank[0]
-		}
+		w.Owner = rankFirst(nodes, "acme/"+w.Key())
 		data, _ := stored(w.Namespace, w.Secret)
 		w.Why = due(data, w.Hosts, now)
 		out = append(out, *w)
@@ -106,8 +172,12 @@ func due(data map[string][]byte, hosts []string, now time.Time) string {
 			return fmt.Sprintf("the stored certificate does not cover %s", h)
 		}
 	}
-	if left := leaf.NotAfter.Sub(now); left < RenewBefore {
-		return fmt.Sprintf("the certificate ends in %s", left.Round(time.Hour))
+	if now.Sub(leaf.NotBefore) < MinReissue {
+		return "" // just issued: whatever its life, not ordered again yet
+	}
+	renew := min(RenewBefore, leaf.NotAfter.Sub(leaf.NotBefore)/3)
+	if left := leaf.NotAfter.Sub(now); left < renew {
+		return fmt.Sprintf("the certificate ends in %s", left.Round(time.Minute))
 	}
 	return ""
 }

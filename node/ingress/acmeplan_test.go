@@ -13,10 +13,14 @@ import (
 	"time"
 )
 
-func certPEM(t *testing.T, hosts []string, notAfter time.Time) map[string][]byte {
+func certPEM(t *testing.T, hosts []string, notAfter time.Time, life ...time.Duration) map[string][]byte {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: hosts, NotBefore: notAfter.Add(-90 * 24 * time.Hour), NotAfter: notAfter}
+	lifetime := 90 * 24 * time.Hour
+	if len(life) > 0 {
+		lifetime = life[0]
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: hosts, NotBefore: notAfter.Add(-lifetime), NotAfter: notAfter}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +39,10 @@ func TestACertificateIsDueWhenMissingWrongOrEnding(t *testing.T) {
 		"a/good":   certPEM(t, []string{"good.test"}, now.Add(60*24*time.Hour)),
 		"a/ending": certPEM(t, []string{"ending.test"}, now.Add(10*24*time.Hour)),
 		"a/narrow": certPEM(t, []string{"one.test"}, now.Add(60*24*time.Hour)),
+		// A CA of 24 h certificates: renewed with 8 h left, and one
+		// issued minutes ago is never due at once (no loop of orders).
+		"a/day":   certPEM(t, []string{"day.test"}, now.Add(7*time.Hour), 24*time.Hour),
+		"a/fresh": certPEM(t, []string{"fresh.test"}, now.Add(50*time.Minute), time.Hour),
 	}
 	get := func(ns, name string) (map[string][]byte, bool) { d, ok := stored[ns+"/"+name]; return d, ok }
 	tlsOf := func(secret string, hosts ...string) []TLS { return []TLS{{Secret: secret, Hosts: hosts}} }
@@ -45,6 +53,8 @@ func TestACertificateIsDueWhenMissingWrongOrEnding(t *testing.T) {
 		{Namespace: "a", Name: "4", ACME: true, TLS: tlsOf("narrow", "two.test")}, // the same Secret: both hosts
 		{Namespace: "a", Name: "5", ACME: true, TLS: tlsOf("new"), Rules: []Rule{{Host: "new.test"}}},
 		{Namespace: "a", Name: "6", TLS: tlsOf("manual", "manual.test")},
+		{Namespace: "a", Name: "7", ACME: true, TLS: tlsOf("day", "day.test")},
+		{Namespace: "a", Name: "8", ACME: true, TLS: tlsOf("fresh", "fresh.test")},
 	}
 	got := CertsDue(ings, get, []string{"n1", "n2", "n3"}, now)
 	again := CertsDue(ings, get, []string{"n3", "n1", "n2"}, now)
@@ -55,15 +65,15 @@ func TestACertificateIsDueWhenMissingWrongOrEnding(t *testing.T) {
 			t.Errorf("%s: owner %q, then %q with the nodes in another order", w.Key(), w.Owner, again[i].Owner)
 		}
 		want := map[string]string{"a/good": "", "a/ending": "the certificate ends in 240h0m0s", "a/narrow": "the stored certificate does not cover two.test",
-			"a/new": "no certificate stored"}[w.Key()]
+			"a/new": "no certificate stored", "a/day": "the certificate ends in 7h0m0s", "a/fresh": ""}[w.Key()]
 		if w.Why != want {
 			t.Errorf("%s: due %q, want %q", w.Key(), w.Why, want)
 		}
 	}
-	if !slices.Equal(keys, []string{"a/ending", "a/good", "a/narrow", "a/new"}) {
+	if !slices.Equal(keys, []string{"a/day", "a/ending", "a/fresh", "a/good", "a/narrow", "a/new"}) {
 		t.Errorf("certificates %v", keys)
 	}
-	if w := got[2]; strings.Join(w.Hosts, ",") != "one.test,two.test" {
+	if w := got[4]; strings.Join(w.Hosts, ",") != "one.test,two.test" {
 		t.Errorf("a/narrow hosts %v", w.Hosts)
 	}
 	owners := map[string]bool{}

@@ -77,12 +77,6 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	if c.cfg.ACME != nil && c.Objects != nil {
 		is := &issuer{cfg: *c.cfg.ACME, views: c.cfg.Views, objects: c.Objects, log: c.cfg.Log, retry: map[string]time.Time{}, backoff: map[string]time.Duration{}}
-		if is.cfg.HTTPPort == 0 {
-			is.cfg.HTTPPort = 80
-			if _, port, err := net.SplitHostPort(c.cfg.HTTPAddr); err == nil {
-				is.cfg.HTTPPort, _ = strconv.Atoi(port)
-			}
-		}
 		wg.Add(1)
 		go func() { defer wg.Done(); is.run(ctx) }()
 	}

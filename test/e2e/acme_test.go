@@ -140,6 +140,11 @@ func TestIngressCertificateFromACME(t *testing.T) {
 	site := echoApp("site", 1, "site")
 	site.Namespace = ns
 	apply(t, n1, site.Deployment()+"---\n"+site.Service("site", []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}})+`---
+apiVersion: v1
+kind: Secret
+metadata: {name: mine, namespace: `+ns+`}
+stringData: {password: hunter2}
+---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
@@ -147,7 +152,7 @@ metadata:
   namespace: `+ns+`
   annotations: {kubernetes.io/tls-acme: "true"}
 spec:
-  tls: [{hosts: [site.test], secretName: site-tls}]
+  tls: [{hosts: [site.test], secretName: site-tls}, {hosts: [mine.test], secretName: mine}]
   rules:
   - host: site.test
     http:
@@ -201,6 +206,34 @@ spec:
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+	// A Secret a user made is never replaced by a certificate.
+	if _, err := eventually(30*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if strings.Contains(n.Tail(200), "Secret "+ns+"/mine exists and was not made by ACME") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node said it will not replace Secret mine")
+	}); err != nil {
+		t.Error(err)
+	}
+	if out, err := n1.CLI("get", "secret", "mine", "-n", ns, "-o", "json", "--reveal"); err != nil || !strings.Contains(out, `"password"`) || strings.Contains(out, "tls.crt") {
+		t.Errorf("the user's Secret mine: %v\n%s", err, out)
+	}
+	// A Secret a user made is never replaced by a certificate.
+	if _, err := eventually(30*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if strings.Contains(n.Tail(200), "Secret "+ns+"/mine exists and was not made by ACME") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node said it will not replace Secret mine")
+	}); err != nil {
+		t.Error(err)
+	}
+	if out, err := n1.CLI("get", "secret", "mine", "-n", ns, "-o", "json", "--reveal"); err != nil || !strings.Contains(out, `"password"`) || strings.Contains(out, "tls.crt") {
+		t.Errorf("the user's Secret mine: %v\n%s", err, out)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "pebble.log"))
 	if n := strings.Count(string(b), "Issued certificate serial"); n != 1 {
