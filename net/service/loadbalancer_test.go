@@ -102,6 +102,7 @@ func TestLoadBalancerRules(t *testing.T) {
 	cases := []struct {
 		name           string
 		port           Port
+		masqAll        bool // cfg.MasqueradeAll
 		iptables, nft  []string
 		notIPT, notNFT []string
 	}{
@@ -122,6 +123,13 @@ func TestLoadBalancerRules(t *testing.T) {
 			notNFT:   []string{"192.168.222.240 . tcp . 80 . 1 :"},
 		},
 		{
+			name:     "local with masquerade-all",
+			port:     lbPort(true, "10.22.1.2:8080", "10.22.2.2:8080"),
+			masqAll:  true,
+			iptables: []string{"-j STARLING-MARK-MASQ\n-A STARLING-LB-"},
+			nft:      []string{"jump mark-for-masquerade\n\t\tgoto pick-1"},
+		},
+		{
 			name:     "local without a local endpoint",
 			port:     lbPort(true, "10.22.2.2:8080"),
 			iptables: []string{"-A STARLING-REJECT -d 192.168.222.240/32 -p tcp -m tcp --dport 80"},
@@ -138,6 +146,8 @@ func TestLoadBalancerRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			cfg := cfg
+			cfg.MasqueradeAll = c.masqAll
 			ipt, nft := string(Rules([]Port{c.port}, cfg)), string(NFTText([]Port{c.port}, cfg))
 			hasRules(t, ipt, c.iptables...)
 			hasRules(t, nft, c.nft...)
