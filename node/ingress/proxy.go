@@ -237,7 +237,7 @@ func (rt retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i == maxAttempts {
 			break
 		}
-		// The proxy's own copy (ReverseProxy cloned it): only the URL's
+		// The proxy's own copy (httputil.ReverseProxy cloned it): only the URL's
 		// host differs between attempts.
 		out, u := *req, *req.URL
 		u.Host, out.URL = ep.String(), &u
