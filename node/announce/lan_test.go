@@ -1,11 +1,17 @@
 package announce
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // TestLANAddressRefusesNetworkAndBroadcast: an address goes on the LAN
@@ -77,5 +83,80 @@ func TestLANRestoresARPSysctls(t *testing.T) {
 	}
 	if _, err := os.Stat(state + ".sysctl"); !os.IsNotExist(err) {
 		t.Errorf("saved values kept after the restore: %v", err)
+	}
+}
+
+// TestLANTouchesOnlyItsOwnAddresses (root, in a network namespace of its
+// own): an address the interface held already is refused with ErrExists
+// and never listed, recorded nor taken off; the subnet's broadcast
+// address is refused; the LAN lists and removes what it added.
+func TestLANTouchesOnlyItsOwnAddresses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a network namespace)")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread ends with the namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		lanOwnAddresses(t)
+	}()
+	<-done
+}
+
+func lanOwnAddresses(t *testing.T) {
+	dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lan0"}, PeerName: "lan1"} // the dummy module may be missing
+	if err := netlink.LinkAdd(dummy); err != nil {
+		t.Errorf("veth link: %v", err)
+		return
+	}
+	netlink.LinkSetUp(dummy)
+	self, host := netip.MustParseAddr("192.168.50.11"), netip.MustParseAddr("192.168.50.240")
+	for _, a := range []string{"192.168.50.11/24", "192.168.50.240/32"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(dummy, addr); err != nil {
+			t.Errorf("%s: %v", a, err)
+			return
+		}
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "conf", "lan0"), 0o755)
+	for _, k := range []string{"arp_ignore", "arp_announce"} {
+		os.WriteFile(filepath.Join(dir, "conf", "lan0", k), []byte("0"), 0o644)
+	}
+	l, err := NewLAN(self, filepath.Join(dir, "lb-addresses"))
+	if err != nil {
+		t.Errorf("NewLAN: %v", err)
+		return
+	}
+	l.sysctls = filepath.Join(dir, "conf")
+	if err := l.Add(host); !errors.Is(err, ErrExists) {
+		t.Errorf("Add of the host's %v: %v, want ErrExists", host, err)
+	}
+	if err := l.Add(netip.MustParseAddr("192.168.50.255")); err == nil {
+		t.Errorf("Add of the broadcast address: no error")
+	}
+	mine := netip.MustParseAddr("192.168.50.241")
+	if err := l.Add(mine); err != nil {
+		t.Errorf("Add %v: %v", mine, err)
+	}
+	held, err := l.Held()
+	if err != nil || !slices.Equal(held, []netip.Addr{mine}) {
+		t.Errorf("Held: %v, %v; want only %v", held, err, mine)
+	}
+	// A new run (NewLAN) takes off what the list holds: its own, not the host's.
+	if _, err := NewLAN(self, filepath.Join(dir, "lb-addresses")); err != nil {
+		t.Errorf("NewLAN again: %v", err)
+	}
+	addrs, _ := netlink.AddrList(dummy, netlink.FAMILY_V4)
+	var on []string
+	for _, a := range addrs {
+		on = append(on, a.IP.String())
+	}
+	if !slices.Contains(on, host.String()) || slices.Contains(on, mine.String()) {
+		t.Errorf("after a restart the interface holds %v: want the host's %v kept, %v off", on, host, mine)
 	}
 }
