@@ -163,7 +163,7 @@ const lbProbes = 64
 // address has none (pending: absent from addrs, its reason in pending).
 // Services take their address one at a time in creation order (then
 // key), so an older Service never loses its address to a newer one: a
-// Service that requests one (spec.loadBalancerIP) gets it if it is a
+// Service that requests one (the manifest's loadBalancerIP) gets it if it is a
 // usable address of the pool, not forbidden, not reserved and not taken
 // by an older Service, and none otherwise; any other Service gets the
 // first free address of a sequence of the pool's addresses that depends
