@@ -94,7 +94,7 @@ func (l *lease) renew() {
 		return // fenced or not known yet: the watchdog may act
 	}
 	path := filepath.Join(l.dataDir, fencewatch.LeaseFile)
-	fl := fencewatch.Lease{Deadline: l.cfg.leaseDeadline(now), LBDeadline: now.Add(announce.LeaseFor(l.cfg.ProbeInterval, l.cfg.ProbeTimeout, l.cfg.SuspicionMult))}
+	fl := fencewatch.Lease{Deadline: l.cfg.leaseDeadline(now), LBDeadline: now.Add(announce.LeaseFor(l.cfg.ProbeInterval, l.cfg.ProbeTimeout, l.cfg.SuspicionMult, leaseRenewPeriod))}
 	for _, id := range l.atMostOne {
 		fl.Cgroups = append(fl.Cgroups, l.rt.CgroupPath(id))
 	}

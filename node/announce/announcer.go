@@ -91,19 +91,20 @@ type announced struct {
 	next  time.Time
 }
 
-// LeaseFor is how long a renewal of the fence lease answers for this
-// node's LoadBalancer addresses (the watchdog takes them off after):
-// about when its peers declare it dead and take them over. That is
-// memberlist's failure detection: a probe interval to miss an ack, the
-// probe's timeout, then the suspicion timeout, SuspicionMult *
-// max(1, log10(n)) * probeInterval
+// LeaseFor is how long a renewal of the fence lease, renewed every
+// renew, answers for this node's LoadBalancer addresses (the watchdog
+// takes them off after): about when its peers declare it dead and take
+// them over. That is memberlist's failure detection: a probe interval to
+// miss an ack, the probe's timeout, then the suspicion timeout,
+// SuspicionMult * max(1, log10(n)) * probeInterval
 // (suspicionTimeout, memberlist util.go), here for n < 10 nodes (peers
 // of a larger cluster take a little longer: a short gap, never two
-// owners). Zero values are
-// memberlist's DefaultLANConfig (1 s, 500 ms, 4): 5.5 s. Shorter, an
-// agent stalled for longer (a GC pause, a slow disk) would drop its
-// addresses while its peers still see it as their owner.
-func LeaseFor(probeInterval, probeTimeout time.Duration, suspicionMult int) time.Duration {
+// owners); but at least three renewals, so that one late renewal does
+// not take the addresses off a live node. Zero values are memberlist's
+// DefaultLANConfig (1 s, 500 ms, 4): 5.5 s. Shorter, an agent stalled
+// for longer (a GC pause, a slow disk) would drop its addresses while
+// its peers still see it as their owner.
+func LeaseFor(probeInterval, probeTimeout time.Duration, suspicionMult int, renew time.Duration) time.Duration {
 	if probeInterval <= 0 {
 		probeInterval = time.Second
 	}
@@ -113,7 +114,7 @@ func LeaseFor(probeInterval, probeTimeout time.Duration, suspicionMult int) time
 	if suspicionMult <= 0 {
 		suspicionMult = 4
 	}
-	return probeInterval + probeTimeout + time.Duration(suspicionMult)*probeInterval
+	return max(probeInterval+probeTimeout+time.Duration(suspicionMult)*probeInterval, 3*renew)
 }
 
 // New returns the Announcer of c, with its defaults filled in.
@@ -160,7 +161,7 @@ func (a *Announcer) Run(ctx context.Context) {
 // be behind its own by that much, and while any peer still counts it
 // out, that peer's owner of its addresses announces them; so it stays
 // quiet a little longer rather than announce beside that owner.
-const SelfSettleMargin = 2 * time.Second
+const SelfSettleMargin = time.Second
 
 // InputOf is what Mine decides from in v for self at now, with majority
 // this node's quorum count and maxSettle --rejoin-settle: the view's

@@ -264,7 +264,8 @@ func TestPassAnnouncesNothingPastTheLease(t *testing.T) {
 
 // TestLeaseForFollowsFailureDetection: the lease of the addresses lasts
 // as long as peers take to declare the node dead, not a fixed 1.5 s
-// (shorter than any failure detection).
+// (shorter than the default failure detection), and at least three
+// renewals.
 func TestLeaseForFollowsFailureDetection(t *testing.T) {
 	for _, c := range []struct {
 		interval, timeout time.Duration
@@ -272,10 +273,10 @@ func TestLeaseForFollowsFailureDetection(t *testing.T) {
 		want              time.Duration
 	}{
 		{0, 0, 0, 5500 * time.Millisecond},
-		{200 * time.Millisecond, 100 * time.Millisecond, 3, 900 * time.Millisecond},
+		{200 * time.Millisecond, 100 * time.Millisecond, 3, 1500 * time.Millisecond}, // 0.9 s detection, 3 renewals
 		{2 * time.Second, time.Second, 5, 13 * time.Second},
 	} {
-		if got := LeaseFor(c.interval, c.timeout, c.mult); got != c.want {
+		if got := LeaseFor(c.interval, c.timeout, c.mult, 500*time.Millisecond); got != c.want {
 			t.Errorf("LeaseFor(%v, %v, %d) = %v, want %v", c.interval, c.timeout, c.mult, got, c.want)
 		}
 	}
