@@ -71,11 +71,16 @@ the ConfigMap starling-system/lb-pool (key cidr).`,
 	return cluster
 }
 
-// checkLBPool refuses a pool that holds a node's address, or, when
-// local (this machine's interface prefixes) holds a node's address, that
-// lies outside that interface's subnet: the nodes' LAN.
+// checkLBPool refuses a pool that holds a node's address or overlaps a
+// node's pod subnet (the cluster CIDR, which every node routes; the
+// nodes ignore such a pool, and one overlapping the service CIDR), or,
+// when local (this machine's interface prefixes) holds a node's address,
+// that lies outside that interface's subnet: the nodes' LAN.
 func checkLBPool(pool netip.Prefix, nodes []api.Node, local []netip.Prefix) error {
 	for _, n := range nodes {
+		if sub, err := netip.ParsePrefix(n.PodSubnet); err == nil && sub.Overlaps(pool) {
+			return fmt.Errorf("lb-pool %s overlaps node %s's pod subnet %s (the cluster CIDR): choose a range of the LAN", pool, n.Name, sub)
+		}
 		a, err := netip.ParseAddr(n.Address)
 		if err != nil {
 			if ap, err2 := netip.ParseAddrPort(n.Address); err2 == nil {

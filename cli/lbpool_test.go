@@ -10,11 +10,12 @@ import (
 	"github.com/starling-orchestrator/starling/node/api"
 )
 
-// TestCheckLBPool: a pool holding a node's address, or outside the LAN
-// of the interface that holds a node's address, is refused with the
+// TestCheckLBPool: a pool holding a node's address or a node's pod
+// subnet, or outside the LAN of the interface that holds a node's
+// address, is refused with the
 // node and the fix named.
 func TestCheckLBPool(t *testing.T) {
-	nodes := []api.Node{{Name: "n1", Address: "192.168.1.11:7946"}, {Name: "n2", Address: "192.168.1.12"}}
+	nodes := []api.Node{{Name: "n1", Address: "192.168.1.11:7946"}, {Name: "n2", Address: "192.168.1.12", PodSubnet: "10.22.1.0/24"}}
 	lan := []netip.Prefix{netip.MustParsePrefix("192.168.1.11/24")}
 	for _, c := range []struct {
 		pool, err string
@@ -25,6 +26,7 @@ func TestCheckLBPool(t *testing.T) {
 		{pool: "192.168.1.0/28", local: lan, err: "holds node n1's address 192.168.1.11"},
 		{pool: "192.168.2.240/28", local: lan, err: "outside the nodes' LAN 192.168.1.0/24 (node n1)"},
 		{pool: "192.168.0.0/16", local: lan, err: "holds node n1's address"},
+		{pool: "10.22.0.0/16", err: "overlaps node n2's pod subnet 10.22.1.0/24"},
 	} {
 		err := checkLBPool(netip.MustParsePrefix(c.pool), nodes, c.local)
 		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {

@@ -81,6 +81,10 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		if err != nil {
 			log.Warn("loadbalancer: addresses an earlier run announced may remain", "err", err)
 		}
-		a.network.lb = announce.New(announce.Config{Self: cfg.Name, Views: a.views, Quorum: a.work.fence, Link: lan, Synced: a.mem.members.synced, Log: log})
+		lease := filepath.Join(cfg.DataDir, fencewatch.LeaseFile) // the announcer holds no address past its LB deadline
+		if !cfg.FenceWatchdog {
+			lease = ""
+		}
+		a.network.lb = announce.New(announce.Config{Self: cfg.Name, Views: a.views, Quorum: a.work.fence, Link: lan, Synced: a.mem.members.synced, MaxSettle: cfg.RejoinSettle, LeaseFile: lease, Log: log})
 	}
 }

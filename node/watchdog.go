@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/starling-orchestrator/starling/node/announce"
 	"github.com/starling-orchestrator/starling/node/fencewatch"
 	"github.com/starling-orchestrator/starling/node/trust"
 
@@ -42,11 +43,6 @@ import (
 
 const (
 	leaseRenewPeriod = 500 * time.Millisecond
-	// lbLeaseFor is how long a renewal answers for this node's
-	// LoadBalancer addresses: three renewals, shorter than failure
-	// detection, so a crashed agent's host stops answering ARP for them
-	// about when its peers take them over.
-	lbLeaseFor = 3 * leaseRenewPeriod
 	// deadlineMargin is how long before the others may start a replica
 	// the watchdog has killed it.
 	deadlineMargin = 5 * time.Second
@@ -98,7 +94,7 @@ func (l *lease) renew() {
 		return // fenced or not known yet: the watchdog may act
 	}
 	path := filepath.Join(l.dataDir, fencewatch.LeaseFile)
-	fl := fencewatch.Lease{Deadline: l.cfg.leaseDeadline(now), LBDeadline: now.Add(lbLeaseFor)}
+	fl := fencewatch.Lease{Deadline: l.cfg.leaseDeadline(now), LBDeadline: now.Add(announce.LeaseFor(l.cfg.ProbeInterval, l.cfg.ProbeTimeout, l.cfg.SuspicionMult, leaseRenewPeriod))}
 	for _, id := range l.atMostOne {
 		fl.Cgroups = append(fl.Cgroups, l.rt.CgroupPath(id))
 	}

@@ -98,9 +98,9 @@ func renderPort(p Port, cfg Config) portRules {
 // lbRules adds to r what p's LoadBalancer address puts into the kernel:
 // a dispatch rule to a STARLING-LB- chain, which marks for masquerade
 // and goes to the port's STARLING-SVC- chain; with Local, which keeps
-// the client's address, it picks among the endpoint chains of this node's
-// endpoints instead (seps are the port's, in the order of p.Endpoints),
-// and rejects when there are none.
+// the client's address (unless cfg.MasqueradeAll), it picks among the
+// endpoint chains of this node's endpoints instead (seps are the port's,
+// in the order of p.Endpoints), and rejects when there are none.
 func lbRules(p Port, cfg Config, svc string, seps []natChain, r *portRules) {
 	if !p.LoadBalancer.IsValid() {
 		return
@@ -116,6 +116,9 @@ func lbRules(p Port, cfg Config, svc string, seps []natChain, r *portRules) {
 		if len(local) == 0 {
 			r.rejects = append(r.rejects, rejectRule(p.LoadBalancer, p, comment))
 			return
+		}
+		if cfg.MasqueradeAll {
+			lb.rules = append(lb.rules, "-j "+ChainMarkMasq) // kube-proxy's --masquerade-all: all, Local too
 		}
 		for i, ep := range local {
 			lb.rules = append(lb.rules, pickRule(i, len(local), seps[slices.Index(p.Endpoints, ep)].name))

@@ -222,7 +222,7 @@ func renderNFT(p Port, cfg Config) nftPort {
 // second address of the port: its endpoints (with Local, this node's
 // only) keyed by that address, which the pick chains DNAT by; a chain
 // that marks for masquerade (but with Local, which keeps the client's
-// address) and picks one; its service-ips element. Without endpoints, a
+// address, unless cfg.MasqueradeAll) and picks one; its service-ips element. Without endpoints, a
 // reject, as for the ClusterIP.
 func lbNFT(p Port, cfg Config, r *nftPort) {
 	if !p.LoadBalancer.IsValid() {
@@ -236,7 +236,7 @@ func lbNFT(p Port, cfg Config, r *nftPort) {
 		return
 	}
 	lb := nftChain{name: chainName(nftLBPrefix, p.key().String())}
-	if !p.Local {
+	if !p.Local || cfg.MasqueradeAll {
 		lb.rules = append(lb.rules, nftRule{kind: markAll})
 	}
 	lb.rules = append(lb.rules, nftRule{kind: gotoChain, chain: pickChain(uint32(len(eps)), false).name})

@@ -92,7 +92,7 @@ const watchdogPoll = 250 * time.Millisecond
 func Run(ctx context.Context, leasePath string, log *slog.Logger) error {
 	log.Info("fence watchdog started", "lease", leasePath, "pid", os.Getpid())
 	var unreadable time.Time
-	reported, dropped := false, false
+	reported, dropErr := false, ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -110,14 +110,14 @@ func Run(ctx context.Context, leasePath string, log *slog.Logger) error {
 			continue
 		}
 		unreadable = time.Time{}
-		switch lapsed := !l.LBDeadline.IsZero() && time.Now().After(l.LBDeadline); {
-		case lapsed && !dropped:
-			if n, err := dropAddresses(filepath.Join(filepath.Dir(leasePath), LBAddressesFile)); n > 0 || err != nil {
+		if !l.LBDeadline.IsZero() && time.Now().After(l.LBDeadline) {
+			// At every poll while the lease has lapsed, not once: a
+			// half-hung agent may put an address back.
+			n, err := dropAddresses(filepath.Join(filepath.Dir(leasePath), LBAddressesFile))
+			if n > 0 || err != nil && err.Error() != dropErr {
 				log.Warn("the agent did not renew its lease: took its LoadBalancer addresses off the LAN, which its peers announce", "addresses", n, "err", err)
 			}
-			dropped = true
-		case !lapsed:
-			dropped = false
+			dropErr = fmt.Sprint(err)
 		}
 		if time.Now().Before(l.Deadline) {
 			reported = false

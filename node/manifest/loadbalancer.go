@@ -58,8 +58,10 @@ func validateLBPool(c *corev1.ConfigMap) field.ErrorList {
 }
 
 // validateLoadBalancer checks what type LoadBalancer adds to a Service:
-// spec.loadBalancerIP, an IPv4 address (of the nodes' LAN; the node that
-// announces it checks that its LAN holds it), and externalTrafficPolicy
+// spec.loadBalancerIP, a unicast IPv4 address (every node then gives it
+// only if the pool holds it and no node, Service CIDR or pod CIDR does:
+// service.AllocateLB, which sees peers' records this check never saw;
+// the node that announces it checks that its LAN holds it), and externalTrafficPolicy
 // Local, which only a LoadBalancer Service's LAN address honours.
 func validateLoadBalancer(s *corev1.ServiceSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
@@ -71,7 +73,7 @@ func validateLoadBalancer(s *corev1.ServiceSpec, p *field.Path) field.ErrorList 
 			errs = append(errs, field.Forbidden(lp, "may only be set when `type` is 'LoadBalancer'"))
 		case err != nil || !a.Is4():
 			errs = append(errs, field.Invalid(lp, s.LoadBalancerIP, "must be an IPv4 address of the nodes' LAN (or leave it empty to get one from the pool: `starling cluster lb-pool CIDR`)"))
-		case a.IsLoopback() || a.IsMulticast() || a.IsUnspecified() || a.IsLinkLocalUnicast():
+		case a.IsLoopback() || a.IsMulticast() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 			errs = append(errs, field.Invalid(lp, s.LoadBalancerIP, "must be a unicast address of the nodes' LAN"))
 		}
 	}

@@ -640,6 +640,11 @@ spec:
 				"(or leave it empty to get one from the pool: `starling cluster lb-pool CIDR`)"},
 		},
 		{
+			name:  "LoadBalancer Service asking for the broadcast address",
+			input: edit(t, goodService, "spec:", "spec:\n  type: LoadBalancer\n  loadBalancerIP: 255.255.255.255"),
+			want:  []string{`x.yaml: Service "hello": spec.loadBalancerIP: Invalid value: "255.255.255.255": must be a unicast address of the nodes' LAN`},
+		},
+		{
 			name:  "loadBalancerIP without type LoadBalancer",
 			input: edit(t, goodService, "spec:", "spec:\n  loadBalancerIP: 192.168.1.240"),
 			want:  []string{"x.yaml: Service \"hello\": spec.loadBalancerIP: Forbidden: may only be set when `type` is 'LoadBalancer'"},

@@ -40,11 +40,13 @@ func (v *View) NodeAddrs() map[netip.Addr]bool {
 
 // lbInto sets v.Alloc.LoadBalancers, the LAN address of each
 // LoadBalancer Service (service.AllocateLB: from the pool, or its
-// spec.loadBalancerIP; never a node's address), the same on every node
+// spec.loadBalancerIP if the pool holds it; never a node's address nor
+// one of forbidden, the service and cluster CIDRs), and
+// v.Alloc.LBPending, why the others have none, the same on every node
 // holding the same records. v.Alloc is copied only when they differ from
 // what it holds, and lbChanged says so (every Service's ports are
 // computed again). Called with build held, for each view derived.
-func lbInto(v, prev *View) {
+func lbInto(v, prev *View, forbidden []netip.Prefix) {
 	if prev != nil && !v.Changes.Objects && !v.Changes.Config && !v.Changes.Statuses {
 		return // v.Alloc is prev's
 	}
@@ -55,17 +57,31 @@ func lbInto(v, prev *View) {
 		}
 	}
 	var lbs map[string]netip.Addr
+	var pending map[string]string
 	if len(svcs) > 0 {
 		pool, _ := v.LBPool()
 		nodes := v.NodeAddrs()
-		lbs = service.AllocateLB(ServiceSpecs(svcs), pool, func(a netip.Addr) bool { return nodes[a] })
+		lbs, pending = service.AllocateLB(ServiceSpecs(svcs), service.LBPool{Prefix: pool, Forbidden: forbidden, Reserved: func(a netip.Addr) bool { return nodes[a] }})
 	}
-	if maps.Equal(lbs, v.Alloc.LoadBalancers) {
+	if maps.Equal(lbs, v.Alloc.LoadBalancers) && maps.Equal(pending, v.Alloc.LBPending) {
 		return
 	}
 	alloc := v.Alloc
-	alloc.LoadBalancers = lbs
+	alloc.LoadBalancers, alloc.LBPending = lbs, pending
 	v.Alloc, v.lbChanged = alloc, true
+}
+
+// lbForbidden are the ranges no LoadBalancer address may lie in: the
+// service CIDR and the cluster (pod) CIDR of c.
+func lbForbidden(c Config) []netip.Prefix {
+	out := []netip.Prefix{c.ClusterCIDR}
+	if c.ServiceCIDR != nil {
+		if a, ok := netip.AddrFromSlice(c.ServiceCIDR.IP.To4()); ok {
+			ones, _ := c.ServiceCIDR.Mask.Size()
+			out = append(out, netip.PrefixFrom(a, ones).Masked())
+		}
+	}
+	return out
 }
 
 // externalLocal reports whether Service o keeps its clients' addresses

@@ -236,10 +236,7 @@ func SettlingOut(alive map[string]bool, statuses map[string]NodeStatus, self str
 		if name == self || !alive[name] || s.SettleUntil.IsZero() {
 			continue
 		}
-		until := s.SettleUntil
-		if limit := time.Unix(0, s.Version.Wall).Add(maxSettle); until.After(limit) {
-			until = limit
-		}
+		until := SettleEnd(s, maxSettle)
 		if !now.Before(until) {
 			continue
 		}
@@ -252,6 +249,16 @@ func SettlingOut(alive map[string]bool, statuses map[string]NodeStatus, self str
 		}
 	}
 	return out, next
+}
+
+// SettleEnd is when node s counts again after settling itself out:
+// its record's SettleUntil, but at most maxSettle after the record was
+// written (its version's wall clock); see SettlingOut.
+func SettleEnd(s NodeStatus, maxSettle time.Duration) time.Time {
+	if limit := time.Unix(0, s.Version.Wall).Add(maxSettle); s.SettleUntil.After(limit) {
+		return limit
+	}
+	return s.SettleUntil
 }
 
 // workloadsOf turns Deployments and StatefulSets into placement workloads.

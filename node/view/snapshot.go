@@ -339,7 +339,7 @@ func (vs *Builder) buildAt(prev *View, now time.Time) (*View, error) {
 		v.OldSelf = vs.cfg.Self
 	}
 	v.Excluded = vs.cfg.Acks.excluded(now)
-	lbInto(v, prev) // the pool is a ConfigMap: a record of another kind than the rest reads
+	lbInto(v, prev, lbForbidden(vs.cfg)) // the pool is a ConfigMap: a record of another kind than the rest reads
 	if sameStatuses && !v.Changes.Objects && !v.lbChanged && maps.Equal(prev.Alive, v.Alive) && maps.Equal(prev.Stale, v.Stale) && maps.Equal(prev.Excluded, v.Excluded) &&
 		(prev.reclaimAt.IsZero() || now.Before(prev.reclaimAt)) {
 		// Nothing the rest is computed from changed (a membership event
