@@ -119,6 +119,16 @@ func describe(w io.Writer, o manifest.Object, meta api.Object, reps []api.Replic
 		ip = "<pending>"
 	}
 	p("ClusterIP", ip)
+	if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		st := serviceStatus(meta.Object)
+		lb := externalIP(&corev1.Service{Spec: s.Spec, Status: st})
+		for _, c := range st.Conditions {
+			if c.Type == api.LoadBalancerCondition && c.Status == "False" {
+				lb += " (" + c.Message + ")"
+			}
+		}
+		p("LoadBalancer", lb)
+	}
 	for _, port := range s.Spec.Ports {
 		desc := fmt.Sprintf("%d/%s -> %s", port.Port, port.Protocol, port.TargetPort.String())
 		if port.Name != "" {

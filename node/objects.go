@@ -89,7 +89,7 @@ func (o *objects) List(kind string) ([]api.Object, error) {
 func (o *objects) decorate(kind string, items []api.Object) {
 	switch kind {
 	case manifest.KindService:
-		decorateServices(o.views.View().Alloc, items)
+		view.DecorateServices(o.views.View().Alloc, items)
 	case manifest.KindPersistentVolumeClaim:
 		view.DecorateClaims(items, o.views.View().VolumeClaims)
 	case manifest.KindIngress:

@@ -540,3 +540,8 @@ type KeyList struct {
 // node keeps every object and gossips it whole, so one object is at most
 // what etcd lets Kubernetes store by default (1.5 MiB), rounded down.
 const MaxObjectBytes = 1 << 20
+
+// LoadBalancerCondition is the condition of a LoadBalancer Service's
+// status that says why it has no address yet (status False, reason
+// Pending, the allocation's reason as message).
+const LoadBalancerCondition = "LoadBalancerAddress"
