@@ -13,7 +13,8 @@ import (
 // --service-cidr, not the range's first or last address, not held by
 // another Service) and NodePorts (not held by another Service). Objects
 // of the batch are checked against each other too. Errors name the
-// object and the field, as kubectl's do, and list every problem. (The
+// object and the field, as kubectl's do, and list every problem; and a
+// LoadBalancer pool over the service or pod CIDR. (The
 // size of each object is checked on its encoding, in objects.write.)
 func (o *objects) admit(objs []manifest.Object) error {
 	var errs []error
@@ -26,6 +27,9 @@ func (o *objects) admit(objs []manifest.Object) error {
 		if err := view.AdmitServices(objs, stored, o.serviceCIDR); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := o.views.AdmitLBPool(objs); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

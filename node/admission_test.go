@@ -67,6 +67,8 @@ func TestApplyBoundsAndServiceRangesFailClearlyAndStoreNothing(t *testing.T) {
 		{"nodePort of another Service", strings.Replace(serviceYAML("fourth", ""), "targetPort: 8080", "targetPort: 8080, nodePort: 30080", 1) + "---\n" +
 			strings.Replace(serviceYAML("fifth", ""), "targetPort: 8080", "targetPort: 8080, nodePort: 30080", 1),
 			[]string{"Service default/fifth", "spec.ports[0].nodePort", "already allocated to Service default/fourth"}},
+		{"LoadBalancer pool over the service CIDR", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lb-pool, namespace: starling-system}\ndata: {cidr: 10.23.1.0/28}\n",
+			[]string{"configmap starling-system/lb-pool", "data[cidr]", "overlaps the cluster's 10.23.0.0/16"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

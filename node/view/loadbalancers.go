@@ -2,11 +2,13 @@ package view
 
 import (
 	"maps"
+	"net/http"
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/starling-orchestrator/starling/net/service"
+	"github.com/starling-orchestrator/starling/node/api"
 	"github.com/starling-orchestrator/starling/node/manifest"
 )
 
@@ -88,4 +90,27 @@ func lbForbidden(c Config) []netip.Prefix {
 // with the external traffic policy Local.
 func externalLocal(o manifest.Object) bool {
 	return o.Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// AdmitLBPool refuses, among objs, a LoadBalancer pool setting (the
+// ConfigMap manifest.LBPoolName) that overlaps the service or the
+// cluster CIDR: the nodes would ignore it (lbForbidden), so the apply
+// says so instead, naming the field.
+func (vs *Builder) AdmitLBPool(objs []manifest.Object) error {
+	for _, o := range objs {
+		if o.ConfigMap == nil || o.Namespace != manifest.LBPoolNamespace || o.Name != manifest.LBPoolName {
+			continue
+		}
+		pool, err := manifest.ParseLBPool(o.ConfigMap.Data[manifest.LBPoolKey])
+		if err != nil {
+			continue // validation names it
+		}
+		for _, f := range lbForbidden(vs.cfg) {
+			if f.IsValid() && f.Overlaps(pool) {
+				return api.Errorf(http.StatusUnprocessableEntity, "configmap %s/%s: data[%s]: Invalid value: %q: overlaps the cluster's %s (the service or the pod CIDR): choose a range of the nodes' LAN",
+					o.Namespace, o.Name, manifest.LBPoolKey, pool.String(), f)
+			}
+		}
+	}
+	return nil
 }
