@@ -112,7 +112,7 @@ func newDeleteCmd(g *globals) *cobra.Command {
 	var src sources
 	cmd := &cobra.Command{
 		Use:   "delete (-f FILE [-R] | -k DIR | KIND NAME | KIND/NAME)",
-		Short: "Delete Deployments, StatefulSets, Services, ConfigMaps and Secrets",
+		Short: "Delete Deployments, StatefulSets, Services, Ingresses, ConfigMaps, Secrets and claims",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			type ref struct{ kind, ns, name string }
 			var refs []ref

@@ -49,6 +49,9 @@ func newDNSCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.stdout, rr)
 			}
 			if len(a.Answers) == 0 {
+				if a.Rcode == "SERVFAIL" {
+					return fmt.Errorf("%s: the node's DNS could not get an answer (SERVFAIL): for a name outside the cluster, check that the node reaches its upstream resolvers (--resolv-conf)", args[0])
+				}
 				return fmt.Errorf("%s: no %s record (%s)", args[0], q.Type, a.Rcode)
 			}
 			return nil

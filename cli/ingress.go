@@ -127,6 +127,8 @@ func describeIngress(w io.Writer, cmd *cobra.Command, obj api.Object) error {
 		switch {
 		case !ok:
 			return key + " (<unknown>)"
+		case len(eps) == 1 && strings.HasPrefix(eps[0], "<"):
+			return key + " (" + eps[0] + ")"
 		case len(eps) == 0:
 			return key + " (<no ready endpoint>)"
 		}
@@ -140,7 +142,7 @@ func describeIngress(w io.Writer, cmd *cobra.Command, obj api.Object) error {
 		class = *in.Spec.IngressClassName
 	}
 	p("Ingress Class", class)
-	def := "<default>"
+	def := "<none> (a request no rule matches gets 404)"
 	if in.Spec.DefaultBackend != nil && in.Spec.DefaultBackend.Service != nil {
 		def = backend(in.Spec.DefaultBackend.Service)
 	}

@@ -64,7 +64,15 @@ the ConfigMap starling-system/lb-pool (key cidr).`,
 			}
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: manifest.LBPoolName, Namespace: manifest.LBPoolNamespace},
 				Data: map[string]string{manifest.LBPoolKey: pool.String()}}
-			return g.store(ctx, c, manifest.Object{Kind: manifest.KindConfigMap, Namespace: cm.Namespace, Name: cm.Name, ConfigMap: cm})
+			b, err := manifest.Encode(manifest.Object{Kind: manifest.KindConfigMap, Namespace: cm.Namespace, Name: cm.Name, ConfigMap: cm})
+			if err != nil {
+				return err
+			}
+			if _, err := c.Apply(ctx, api.ApplyRequest{Objects: []json.RawMessage{b}}); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "LoadBalancer pool set to %s (ConfigMap %s/%s): LoadBalancer Services take their addresses from it\n", pool, cm.Namespace, cm.Name)
+			return nil
 		},
 	}
 	cluster.AddCommand(pool)

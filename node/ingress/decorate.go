@@ -46,8 +46,11 @@ func Decorate(v *view.View, items []api.Object) {
 			for _, ep := range r.Backend.Endpoints {
 				eps = append(eps, ep.String())
 			}
-			if !r.Backend.Found {
-				eps = []string{"<no such Service port>"}
+			switch {
+			case !r.Backend.ServiceFound:
+				eps = []string{"<no such Service>"}
+			case !r.Backend.Found:
+				eps = []string{"<the Service has no such port>"}
 			}
 			backends[name] = eps
 		}

@@ -20,6 +20,12 @@ import (
 // none, for a table read for its routes only).
 func InputOf(v *view.View, certs *Certs) Input {
 	in := Input{Ports: map[string][]ServicePort{}}
+	exists := map[string]bool{}
+	if len(v.Ingresses) > 0 {
+		for _, s := range v.Services {
+			exists[s.Namespace+"/"+s.Name] = true
+		}
+	}
 	for _, o := range v.Ingresses {
 		ing := ingressOf(o.Ingress)
 		in.Ingresses = append(in.Ingresses, ing)
@@ -34,8 +40,8 @@ func InputOf(v *view.View, certs *Certs) Input {
 				continue
 			}
 			key := o.Namespace + "/" + ref.Service
-			if _, done := in.Ports[key]; done {
-				continue
+			if _, done := in.Ports[key]; done || !exists[key] {
+				continue // a Service that does not exist has no entry
 			}
 			var ports []ServicePort
 			for _, p := range v.SvcPorts.Get(key) {

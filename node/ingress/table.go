@@ -106,6 +106,8 @@ type Backend struct {
 	Service   string // "namespace/name"
 	Port      string // the port as the Ingress names it, for messages
 	Found     bool   // the Service has that port
+	// ServiceFound: the Service exists (with or without that port).
+	ServiceFound bool
 	Endpoints []netip.AddrPort
 	// next is the backend's round robin over its endpoints.
 	next atomic.Uint64
@@ -243,6 +245,7 @@ func resolve(namespace string, ref BackendRef, ports map[string][]ServicePort) *
 	if ref.PortName == "" {
 		b.Port = fmt.Sprint(ref.Port)
 	}
+	_, b.ServiceFound = ports[b.Service]
 	for _, p := range ports[b.Service] {
 		if (ref.PortName != "" && p.Name == ref.PortName) || (ref.PortName == "" && p.Port == ref.Port) {
 			b.Found, b.Endpoints = true, p.Endpoints

@@ -75,7 +75,17 @@ var ingressFields = newFieldTree(commonFields, serverOwnedMeta, []string{
 	"spec.rules[].http.paths[].backend.service.name",
 	"spec.rules[].http.paths[].backend.service.port.number",
 	"spec.rules[].http.paths[].backend.service.port.name",
+	// Refused by validateIngressBackend with the reason; listed so that
+	// the refusal is said once.
+	"spec.defaultBackend.resource.apiGroup", "spec.defaultBackend.resource.kind", "spec.defaultBackend.resource.name",
+	"spec.rules[].http.paths[].backend.resource.apiGroup", "spec.rules[].http.paths[].backend.resource.kind",
+	"spec.rules[].http.paths[].backend.resource.name",
 })
+
+// regexChars are characters of regular expressions that a literal URL
+// path rarely holds: a path with one was most likely written for
+// ingress-nginx's use-regex, which Starling does not do.
+const regexChars = "()[]{}*+?^$|\\"
 
 // unsupportedNginx are the ingress-nginx annotations Starling's proxy
 // refuses, with why.
@@ -162,6 +172,9 @@ func validateIngress(in *networkingv1.Ingress) field.ErrorList {
 				if strings.Contains(hp.Path, bad) {
 					errs = append(errs, field.Invalid(pp.Child("path"), hp.Path, fmt.Sprintf("must not contain '%s'", bad)))
 				}
+			}
+			if i := strings.IndexAny(hp.Path, regexChars); i >= 0 {
+				errs = append(errs, field.Invalid(pp.Child("path"), hp.Path, fmt.Sprintf("%q looks like a regular expression: paths match literally (Prefix or Exact); write the prefix, e.g. /api", hp.Path[i:i+1])))
 			}
 			for _, bad := range []string{"/..", "/."} {
 				if strings.HasSuffix(hp.Path, bad) {

@@ -68,6 +68,7 @@ func TestAnIngressThatCannotBeServedIsRefusedNamingTheField(t *testing.T) {
 		{"{path: /, pathType: Prefix,", "{path: /a/../b, pathType: Prefix,", "must not contain '/../'"},
 		{"{path: /api, pathType: Exact,", "{path: /api/., pathType: Exact,", "must not end with '/.'"},
 		{"proxy-body-size: 8m", "proxy-body-size: 8m, nginx.ingress.kubernetes.io/rewrite-target: /$2", "path rewriting is not supported"},
+		{"{path: /, pathType: Prefix,", "{path: \"/api(/|$)(.*)\", pathType: Prefix,", "looks like a regular expression"},
 	} {
 		doc := strings.Replace(goodIngress, c.from, c.to, 1)
 		if doc == goodIngress {
@@ -90,5 +91,13 @@ func TestBodySizesReadAsIngressNginxReadsThem(t *testing.T) {
 		if _, err := BodyBytes(bad); err == nil {
 			t.Errorf("%q: accepted", bad)
 		}
+	}
+}
+
+func TestAResourceBackendIsRefusedOnce(t *testing.T) {
+	doc := strings.Replace(goodIngress, "defaultBackend: {service: {name: web, port: {number: 80}}}", "defaultBackend: {resource: {kind: Bucket, name: b}}", 1)
+	_, err := Parse([]byte(doc), "test.yaml")
+	if err == nil || strings.Count(err.Error(), "spec.defaultBackend.resource") != 1 {
+		t.Errorf("a resource backend: %v, want one error naming it", err)
 	}
 }

@@ -979,15 +979,20 @@ The cluster is still running (KEEP=1). Try:
   %s describe deployment hello
   %s rollout history deployment/hello
   %s logs <replica name>            # from any node, proxied to the replica's node
+  %s describe ingress hello         # its backends' endpoints and its certificate
+  %s get services                   # hello-lb's EXTERNAL-IP, from the pool (cluster lb-pool)
+  %s dns lookup hello               # as a pod resolves it
 The other nodes' sockets: %s, %s
+The agents' logs: %s/nodeN/agent.log
 From the LAN, over TLS with node2's client config (CA and node key pinned, token inside):
   nsenter --net=/run/netns/%s %s --config %s get nodes
-A NodePort from the LAN namespace:
+A NodePort from the LAN namespace, and the Ingress (the demo CA in %s):
   nsenter --net=/run/netns/%s busybox wget -qO- http://%s:%d/
+  nsenter --net=/run/netns/%s curl --cacert %s --resolve hello.example.test:443:%s https://hello.example.test/
 wget from inside a client pod's network namespace (%s ...):
   nsenter --net=%s/netns/%s_%s busybox wget -qO- http://%s/
 Remove everything with: make demo-down
-`, n1.Socket, s.binary, s.binary, s.binary, s.binary, s.c.Nodes[1].Socket, s.c.Nodes[2].Socket,
+`, n1.Socket, s.binary, s.binary, s.binary, s.binary, s.binary, s.binary, s.binary, s.c.Nodes[1].Socket, s.c.Nodes[2].Socket, s.dir,
 		s.c.LAN, s.binary, filepath.Join(s.dir, "client-config"),
-		s.c.LAN, n1.IP, nodePort, strings.Join(clients, ", "), s.node(s.clientReps[0].Node).DataDir, namespace, s.clientReps[0].Name, s.vip)
+		filepath.Join(s.dir, "demo-ca.crt"), s.c.LAN, n1.IP, nodePort, s.c.LAN, filepath.Join(s.dir, "demo-ca.crt"), n1.IP, strings.Join(clients, ", "), s.node(s.clientReps[0].Node).DataDir, namespace, s.clientReps[0].Name, s.vip)
 }
