@@ -15,6 +15,9 @@ LDFLAGS      := -X github.com/starling-orchestrator/starling/node.Version=$(VERS
 # A static binary: it runs on any distribution, and without cgo's runtime
 # and libc mapped the idle agent's RSS is 33 MiB, not 45 (make bench).
 export CGO_ENABLED := 0
+# A go.work in a parent directory (/tmp/go.work, say) must not change
+# what is built: the module is built as go.mod says.
+export GOWORK := off
 DEB_PACKAGES := containerd runc iptables nftables containernetworking-plugins iproute2 util-linux busybox-static btrfs-progs
 DEMO_DIR     ?= /var/tmp/starling-demo
 # Real server software for the end-to-end tests, downloaded (never
