@@ -103,12 +103,12 @@ type TLS struct {
 // Backend is a resolved backend: the Service port a route sends to and
 // its ready endpoints (none: the proxy answers 503).
 type Backend struct {
-	Service   string // "namespace/name"
-	Port      string // the port as the Ingress names it, for messages
-	Found     bool   // the Service has that port
+	Service string // "namespace/name"
+	Port    string // the port as the Ingress names it, for messages
+	Found   bool   // the Service has that port
 	// ServiceFound: the Service exists (with or without that port).
 	ServiceFound bool
-	Endpoints []netip.AddrPort
+	Endpoints    []netip.AddrPort
 	// next is the backend's round robin over its endpoints.
 	next atomic.Uint64
 }

@@ -35,7 +35,9 @@ announces it (gratuitous ARP).`)
 			return err
 		}
 		var svc struct {
-			Status struct{ LoadBalancer struct{ Ingress []struct{ IP string } } }
+			Status struct {
+				LoadBalancer struct{ Ingress []struct{ IP string } }
+			}
 		}
 		if err := json.Unmarshal([]byte(out), &svc); err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 {
 			return fmt.Errorf("hello-lb has no address yet: %v", err)
