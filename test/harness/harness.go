@@ -115,7 +115,11 @@ func NewNamed(dir, prefix, binary string, log io.Writer) (*Cluster, error) {
 		return nil, err
 	}
 	for _, args := range [][]string{
-		{"link", "add", "br0", "type", "bridge"},
+		// A bridge takes the lowest MAC of its ports unless given one:
+		// moving a node's port to br1 (Partition) could change br0's,
+		// and a LAN client (an ARP probe bound to br0) would stop
+		// hearing the answers sent to its old address.
+		{"link", "add", "br0", "address", "02:5a:00:00:00:fe", "type", "bridge"},
 		{"addr", "add", LANPrefix + ".254/24", "dev", "br0"},
 		{"link", "set", "br0", "up"},
 		{"link", "set", "lo", "up"},
