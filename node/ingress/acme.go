@@ -71,17 +71,7 @@ type issuer struct {
 // is due all the same: it came from another ACME directory than the
 // configured one (staging switched to production).
 func (is *issuer) otherDirectory(w Want) string {
-	o, err := is.objects.Get(manifest.KindSecret, w.Namespace, w.Secret)
-	if err != nil {
-		return ""
-	}
-	var meta struct {
-		Metadata struct{ Annotations map[string]string } `json:"metadata"`
-	}
-	if json.Unmarshal(o.Object, &meta) != nil {
-		return ""
-	}
-	if by, ok := meta.Metadata.Annotations[IssuedByAnnotation]; ok && by != is.cfg.Directory {
+	if by, ok, err := is.issuedBy(w.Namespace, w.Secret); err == nil && ok && by != is.cfg.Directory {
 		return "issued by another ACME directory (" + by + ")"
 	}
 	return ""
@@ -91,17 +81,37 @@ func (is *issuer) otherDirectory(w Want) string {
 // not exist, or the issuer made it (IssuedByAnnotation). A Secret a
 // user made is never replaced.
 func (is *issuer) mayWrite(ns, name string) error {
-	o, err := is.objects.Get(manifest.KindSecret, ns, name)
+	_, ours, err := is.issuedBy(ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(string(o.Object), IssuedByAnnotation) {
+	if !ours {
 		return fmt.Errorf("Secret %s/%s exists and was not made by ACME: name another secretName, or delete it", ns, name)
 	}
 	return nil
+}
+
+// issuedBy is the directory Secret ns/name's IssuedByAnnotation names,
+// and whether it has that annotation; the error of a Secret that
+// cannot be read (a not-found error when there is none).
+func (is *issuer) issuedBy(ns, name string) (string, bool, error) {
+	o, err := is.objects.Get(manifest.KindSecret, ns, name)
+	if err != nil {
+		return "", false, err
+	}
+	var meta struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(o.Object, &meta); err != nil {
+		return "", false, fmt.Errorf("Secret %s/%s: %w", ns, name, err)
+	}
+	by, ok := meta.Metadata.Annotations[IssuedByAnnotation]
+	return by, ok, nil
 }
 
 // issuerCheckEvery is how often the issuer looks at the certificates
@@ -287,6 +297,11 @@ func (is *issuer) issue(ctx context.Context, v *view.View, w Want) error {
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: w.Secret, Namespace: w.Namespace,
 		Annotations: map[string]string{IssuedByAnnotation: is.cfg.Directory}}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})}}
+	// Asked again: a user may have made the Secret while the order was
+	// under way.
+	if err := is.mayWrite(w.Namespace, w.Secret); err != nil {
+		return err
+	}
 	if _, err := is.objects.Apply([]manifest.Object{{Kind: manifest.KindSecret, Namespace: w.Namespace, Name: w.Secret, Secret: sec}}); err != nil {
 		return fmt.Errorf("store the certificate: %w", err)
 	}

@@ -127,7 +127,9 @@ func CertsDue(ings []Ingress, stored func(namespace, name string) (map[string][]
 			hosts := t.Hosts
 			if len(hosts) == 0 {
 				for _, r := range ing.Rules {
-					if r.Host != "" {
+					// A wildcard needs DNS-01 (refused at apply; left
+					// out here too, so it never fails the others' order).
+					if r.Host != "" && !strings.HasPrefix(r.Host, "*.") {
 						hosts = append(hosts, r.Host)
 					}
 				}

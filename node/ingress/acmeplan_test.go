@@ -51,7 +51,9 @@ func TestACertificateIsDueWhenMissingWrongOrEnding(t *testing.T) {
 		{Namespace: "a", Name: "2", ACME: true, TLS: tlsOf("ending", "ending.test")},
 		{Namespace: "a", Name: "3", ACME: true, TLS: tlsOf("narrow", "one.test")},
 		{Namespace: "a", Name: "4", ACME: true, TLS: tlsOf("narrow", "two.test")}, // the same Secret: both hosts
-		{Namespace: "a", Name: "5", ACME: true, TLS: tlsOf("new"), Rules: []Rule{{Host: "new.test"}}},
+		// A wildcard rule host (refused at apply) never joins the order:
+		// HTTP-01 cannot prove it, and it would fail new.test's too.
+		{Namespace: "a", Name: "5", ACME: true, TLS: tlsOf("new"), Rules: []Rule{{Host: "new.test"}, {Host: "*.new.test"}}},
 		{Namespace: "a", Name: "6", TLS: tlsOf("manual", "manual.test")},
 		{Namespace: "a", Name: "7", ACME: true, TLS: tlsOf("day", "day.test")},
 		{Namespace: "a", Name: "8", ACME: true, TLS: tlsOf("fresh", "fresh.test")},
@@ -75,6 +77,9 @@ func TestACertificateIsDueWhenMissingWrongOrEnding(t *testing.T) {
 	}
 	if w := got[4]; strings.Join(w.Hosts, ",") != "one.test,two.test" {
 		t.Errorf("a/narrow hosts %v", w.Hosts)
+	}
+	if w := got[5]; strings.Join(w.Hosts, ",") != "new.test" {
+		t.Errorf("a/new hosts %v, want new.test alone", w.Hosts)
 	}
 	owners := map[string]bool{}
 	for i := range 40 {

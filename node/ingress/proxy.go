@@ -336,10 +336,11 @@ func isUpgrade(r *http.Request) bool {
 }
 
 // cleanPath reports whether p has no "." or ".." segment and no empty
-// one ("//").
+// one ("//"); a segment's path parameters (";jsessionid=1") do not
+// hide one: Tomcat reads "/api/..;/manager" as "/manager".
 func cleanPath(p string) bool {
 	for _, seg := range strings.Split(p, "/")[1:] {
-		if seg == "." || seg == ".." {
+		if seg, _, _ = strings.Cut(seg, ";"); seg == "." || seg == ".." {
 			return false
 		}
 	}

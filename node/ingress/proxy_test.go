@@ -102,6 +102,8 @@ func TestTheProxyRoutesRetriesAndRefuses(t *testing.T) {
 		{"shop.test", "/api/../admin", "", 400, "'..' segments"},
 		{"shop.test", "/api/%2e%2e/admin", "", 400, "'..' segments"},
 		{"shop.test", "/api//x", "", 400, "'//'"},
+		{"shop.test", "/api/..;/manager", "", 400, "'..' segments"},
+		{"shop.test", "/api/.;x=1/v1", "", 400, "'..' segments"},
 		{"nobody.test", "/", "", 404, `no Ingress rule matches host "nobody.test"`},
 		{"shop.test", "/", strings.Repeat("x", 101), 413, "bound of 100"},
 		{"secure.test", "/a?b=c", "", 308, ""},

@@ -131,9 +131,17 @@ type Table struct {
 	exact    map[string][]Route // by host, best match first
 	wildcard map[string][]Route // by the suffix after "*" (".example.com")
 	anyHost  []Route
-	def      *Route
-	certs    map[string]*tls.Certificate // by host, "*.example.com" for wildcards
-	defCert  *tls.Certificate            // a TLS entry without hosts
+	// hostDef are the default backends by rule host ("shop.example.com",
+	// "*.example.com", "" for the host-less rules): the oldest Ingress's
+	// that names the host and has one. def is the oldest rule-less
+	// Ingress's: the default of the hosts no Ingress names.
+	hostDef map[string]*Route
+	def     *Route
+	// certs are the certificates by host ("*.example.com" for
+	// wildcards), each valid for its host, the oldest Ingress's first;
+	// defCert a TLS entry's without hosts.
+	certs   map[string][]*tls.Certificate
+	defCert *tls.Certificate
 	// Problems are what the table could not take from its input (a
 	// missing or bad certificate), one line each, sorted.
 	Problems []string
@@ -146,11 +154,14 @@ type Table struct {
 // Build makes the table of in. Routes of one host from every Ingress
 // are merged, as ingress-nginx merges them: an Exact path before a
 // Prefix, a longer prefix before a shorter; among equal paths, the
-// oldest Ingress (then the one whose key sorts first). The default
-// backend, and a host's certificate, are likewise the oldest's.
+// oldest Ingress (then the one whose key sorts first). A host's default
+// backend is that of the oldest Ingress that names the host and has
+// one, as ingress-nginx gives a host's server the default backend of
+// the Ingress that made it: one namespace's defaultBackend never takes
+// the requests of a host only another namespace names.
 func Build(in Input) *Table {
-	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, certs: map[string]*tls.Certificate{}, secrets: map[string]bool{},
-		challenge: in.Challenge}
+	t := &Table{exact: map[string][]Route{}, wildcard: map[string][]Route{}, hostDef: map[string]*Route{}, certs: map[string][]*tls.Certificate{},
+		secrets: map[string]bool{}, challenge: in.Challenge}
 	ings := slices.Clone(in.Ingresses)
 	slices.SortFunc(ings, func(a, b Ingress) int {
 		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -172,8 +183,19 @@ func Build(in Input) *Table {
 				}
 			}
 		}
-		if ing.Default != nil && t.def == nil {
-			t.def = &Route{Ingress: key, Path: "/", Backend: resolve(ing.Namespace, *ing.Default, in.Ports), BodyBytes: ing.BodyBytes}
+		if ing.Default == nil {
+			continue
+		}
+		d := Route{Ingress: key, Path: "/", Backend: resolve(ing.Namespace, *ing.Default, in.Ports), BodyBytes: ing.BodyBytes}
+		if len(ing.Rules) == 0 && t.def == nil {
+			t.def = &d
+		}
+		for _, r := range ing.Rules {
+			if _, taken := t.hostDef[r.Host]; !taken {
+				hd := d
+				hd.Host, hd.Redirect = r.Host, !ing.NoRedirect && covered(tlsHosts, r.Host) // a TLS host's default is redirected too
+				t.hostDef[r.Host] = &hd
+			}
 		}
 	}
 	for _, rs := range t.exact {
@@ -217,8 +239,10 @@ func (t *Table) addCerts(ing Ingress, certOf func(ns, name string) (*tls.Certifi
 				continue
 			}
 			hosts[h] = true
-			if _, taken := t.certs[h]; !taken && c != nil {
-				t.certs[h] = c
+			if c != nil && validFor(c, h) {
+				// One the name is not valid for is passed over, so it
+				// does not hide a newer Ingress's good one.
+				t.certs[h] = append(t.certs[h], c)
 			}
 		}
 	}
@@ -236,6 +260,20 @@ func covered(hosts map[string]bool, host string) bool {
 	}
 	i := strings.IndexByte(host, '.')
 	return i > 0 && !strings.HasPrefix(host, "*.") && hosts["*"+host[i:]]
+}
+
+// validFor reports whether c is valid for host, a rule's ("*.example.com"
+// for a wildcard). A certificate without a parsed leaf is taken as
+// valid.
+func validFor(c *tls.Certificate, host string) bool {
+	if c.Leaf == nil {
+		return true
+	}
+	if strings.HasPrefix(host, "*.") {
+		// Valid for the wildcard if valid for one label under it.
+		host = "x" + host[1:]
+	}
+	return c.Leaf.VerifyHostname(host) == nil
 }
 
 // resolve finds ref's Service port in ports.
@@ -270,28 +308,31 @@ func sortRoutes(rs []Route) {
 // Match returns the route of a request for host (no port, any case) and
 // path: among the host's own rules if any Ingress names the host, else
 // a wildcard's that covers it, else the rules for any host; then the
-// default backend. As in ingress-nginx, a host that has rules never
-// falls through to another host's or to the host-less rules.
+// default backend of that host's Ingresses (for a host no Ingress
+// names: of the host-less rules' Ingresses, then of the rule-less
+// ones). As in ingress-nginx, a host that has rules never falls through
+// to another host's rules, to the host-less rules or to their default.
 func (t *Table) Match(host, path string) (Route, bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	key := host
 	rs, named := t.exact[host]
 	if !named {
 		if i := strings.IndexByte(host, '.'); i > 0 {
+			key = "*" + host[i:]
 			rs, named = t.wildcard[host[i:]]
 		}
 	}
 	if !named {
-		rs = t.anyHost
+		key, rs = "", t.anyHost
 	}
 	if r, ok := first(rs, path); ok {
 		return *r, true
 	}
-	if t.def != nil {
-		d := *t.def
-		if named && len(rs) > 0 {
-			d.Host, d.Redirect = rs[0].Host, rs[0].Redirect // a TLS host's default is redirected too
-		}
-		return d, true
+	if d := t.hostDef[key]; d != nil {
+		return *d, true
+	}
+	if !named && t.def != nil {
+		return *t.def, true
 	}
 	return Route{}, false
 }
@@ -329,20 +370,16 @@ func matches(typ PathType, rule, path string) bool {
 // does not cover.
 func (t *Table) Certificate(serverName string) *tls.Certificate {
 	host := strings.ToLower(strings.TrimSuffix(serverName, "."))
-	i := strings.IndexByte(host, '.')
-	for _, c := range []*tls.Certificate{t.certs[host], t.wildcardCert(host, i), t.defCert} {
+	cands := t.certs[host]
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		cands = append(slices.Clip(cands), t.certs["*"+host[i:]]...)
+	}
+	for _, c := range append(slices.Clip(cands), t.defCert) {
 		if c != nil && (c.Leaf == nil || c.Leaf.VerifyHostname(host) == nil) {
 			return c
 		}
 	}
 	return nil
-}
-
-func (t *Table) wildcardCert(host string, dot int) *tls.Certificate {
-	if dot <= 0 {
-		return nil
-	}
-	return t.certs["*"+host[dot:]]
 }
 
 // Challenge is the key authorization to answer for an ACME HTTP-01
@@ -354,7 +391,7 @@ func (t *Table) Challenge(token string) (string, bool) {
 	return t.challenge(token)
 }
 
-// Routes returns every route of the table, the default backend's last:
+// Routes returns every route of the table, the default backends last:
 // what `describe ingress` lists.
 func (t *Table) Routes() []Route {
 	var out []Route
@@ -369,6 +406,14 @@ func (t *Table) Routes() []Route {
 		}
 	}
 	out = append(out, t.anyHost...)
+	hosts := make([]string, 0, len(t.hostDef))
+	for h := range t.hostDef {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	for _, h := range hosts {
+		out = append(out, *t.hostDef[h])
+	}
 	if t.def != nil {
 		out = append(out, *t.def)
 	}

@@ -164,3 +164,55 @@ func TestACertificateIsShownOnlyForNamesItCovers(t *testing.T) {
 		t.Error("cart.shop.test is covered by *.shop.test's TLS entry but does not redirect")
 	}
 }
+
+// TestAHostsDefaultBackendIsItsOwnIngresss: a host's unmatched paths go
+// to the defaultBackend of an Ingress that names the host, never to
+// another namespace's; a rule-less Ingress's default takes only hosts
+// no Ingress names.
+func TestAHostsDefaultBackendIsItsOwnIngresss(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	rule := func(host, path, svc string) []Rule {
+		return []Rule{{Host: host, Paths: []Path{{Path: path, Backend: BackendRef{Service: svc, Port: 80}}}}}
+	}
+	tb := Build(Input{Ingresses: []Ingress{
+		{Namespace: "a", Name: "catchall", Created: t0, Default: &BackendRef{Service: "a-default", Port: 80}},
+		{Namespace: "b", Name: "shop", Created: t0.Add(time.Hour), Rules: rule("shop.b.test", "/api", "api")},
+		{Namespace: "c", Name: "blog", Created: t0.Add(2 * time.Hour), Rules: rule("blog.c.test", "/", "blog"), Default: &BackendRef{Service: "c-default", Port: 80}},
+		{Namespace: "c", Name: "blog-api", Created: t0.Add(3 * time.Hour), Rules: rule("api.c.test", "/v1", "api"), Default: &BackendRef{Service: "c-api-default", Port: 80}},
+	}})
+	for _, c := range []struct{ host, path, want string }{
+		{"shop.b.test", "/checkout", ""}, // b's host, b has no default: 404, not a's default
+		{"api.c.test", "/other", "c/c-api-default"},
+		{"unnamed.test", "/", "a/a-default"},
+	} {
+		got := ""
+		if r, ok := tb.Match(c.host, c.path); ok {
+			got = r.Backend.Service
+		}
+		if got != c.want {
+			t.Errorf("%s%s: went to %q, want %q", c.host, c.path, got, c.want)
+		}
+	}
+}
+
+// TestAnOlderWrongCertificateDoesNotHideANewerGoodOne: a certificate
+// not valid for a host it is listed for is passed over for the next
+// Ingress's that is.
+func TestAnOlderWrongCertificateDoesNotHideANewerGoodOne(t *testing.T) {
+	mk := func(names ...string) *tls.Certificate {
+		return &tls.Certificate{Leaf: &x509.Certificate{DNSNames: names}}
+	}
+	wrong, good := mk("other.test"), mk("foo.test")
+	t0 := time.Unix(1e9, 0)
+	paths := []Path{{Path: "/", Backend: BackendRef{Service: "s", Port: 80}}}
+	tb := Build(Input{Cert: func(ns, name string) (*tls.Certificate, error) {
+		return map[string]*tls.Certificate{"wrong": wrong, "good": good}[name], nil
+	},
+		Ingresses: []Ingress{
+			{Namespace: "a", Name: "old", Created: t0, TLS: []TLS{{Hosts: []string{"foo.test"}, Secret: "wrong"}}, Rules: []Rule{{Host: "foo.test", Paths: paths}}},
+			{Namespace: "a", Name: "new", Created: t0.Add(time.Hour), TLS: []TLS{{Hosts: []string{"foo.test"}, Secret: "good"}}, Rules: []Rule{{Host: "foo.test", Paths: paths}}},
+		}})
+	if c := tb.Certificate("foo.test"); c != good {
+		t.Errorf("SNI foo.test: %v, want the newer Ingress's valid certificate", c)
+	}
+}

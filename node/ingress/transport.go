@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,6 +53,9 @@ type pconn struct {
 	// broken: writing the request failed; the answer is waited for
 	// only briefly (an endpoint that answered early, 413, is heard).
 	broken bool
+	// answered: the answer's headers came; no bound on waiting for
+	// them may be set any more.
+	answered bool
 }
 
 func newPconn(c net.Conn) *pconn {
@@ -75,18 +80,36 @@ func (pc *pconn) writeFailed() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	pc.broken = true
-	if !pc.dead {
+	if !pc.dead && !pc.answered {
 		_ = pc.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	}
 }
 
 // awaitBy sets the deadline for the answer's headers, unless the
-// request could not be written or pc was killed.
+// request could not be written, they came already or pc was killed.
 func (pc *pconn) awaitBy(t time.Time) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if !pc.dead && !pc.broken {
+	if !pc.dead && !pc.broken && !pc.answered {
 		_ = pc.c.SetReadDeadline(t)
+	}
+}
+
+// exchanging readies pc for a request (a pooled connection's flags
+// are its last request's).
+func (pc *pconn) exchanging() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.broken, pc.answered = false, false
+}
+
+// gotAnswer lifts the bound on the answer's headers: they came.
+func (pc *pconn) gotAnswer() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.answered = true
+	if !pc.dead {
+		_ = pc.c.SetReadDeadline(time.Time{})
 	}
 }
 
@@ -146,8 +169,9 @@ func (l *limited) Read(p []byte) (int, error) {
 const (
 	maxHeaderBytes = 1 << 20
 	max1xx         = 8
-	ioIdle         = 60 * time.Second
 )
+
+var ioIdle = 60 * time.Second // a var: tests shorten it
 
 // get is an idle connection to addr, or a new one.
 func (t *conns) get(ctx context.Context, addr string) (*pconn, bool, error) {
@@ -236,8 +260,8 @@ func (t *conns) put(addr string, pc *pconn) {
 }
 
 // errStale is a kept-alive connection that the endpoint had closed
-// before the request was written to it: the request is sent again on a
-// new connection.
+// (or reset) before it answered a bodiless request: an idempotent one
+// is sent again on a new connection.
 var errStale = errors.New("kept-alive connection closed by the endpoint")
 
 // RoundTrip sends req to the endpoint its URL names and returns its answer.
@@ -251,7 +275,7 @@ func (t *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.exchange(req, addr, pc)
-		if err == errStale && reused && attempt < 2 && req.Body == nil &&
+		if errors.Is(err, errStale) && reused && attempt < 2 && req.Body == nil &&
 			slices.Contains([]string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace}, req.Method) {
 			continue
 		}
@@ -265,6 +289,7 @@ func (t *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 // as net/http does: an endpoint may answer (413, 401) before it read
 // the body, and that answer is the one passed on.
 func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Response, error) {
+	pc.exchanging()
 	ctx := req.Context()
 	stop := context.AfterFunc(ctx, pc.kill) // the client went away: unblock
 	fail := func(err error) (*http.Response, error) {
@@ -276,13 +301,25 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 		if err := req.Write(pc.bw); err != nil {
 			return err
 		}
-		return pc.bw.Flush()
+		if err := pc.bw.Flush(); err != nil {
+			return err
+		}
+		// The answer is waited for from when the request is written
+		// (net/http's ResponseHeaderTimeout): an upload that takes
+		// longer is not cut off by it.
+		if t.responseHeader > 0 {
+			pc.awaitBy(time.Now().Add(t.responseHeader))
+		}
+		return nil
 	}
 	wrote := make(chan error, 1)
 	var rb *readErr
 	if req.Body == nil {
 		if err := write(); err != nil {
-			return fail(err)
+			// Nothing was answered: on a kept-alive connection, the
+			// endpoint closed it (RoundTrip sends an idempotent request
+			// again).
+			return fail(fmt.Errorf("%w: %w", errStale, err))
 		}
 		wrote <- nil
 	} else {
@@ -296,12 +333,9 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 			wrote <- err
 		}()
 	}
-	if t.responseHeader > 0 {
-		pc.awaitBy(time.Now().Add(t.responseHeader))
-	}
 	pc.lim.left = maxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
-		if errors.Is(err, io.EOF) && req.Body == nil {
+		if (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && req.Body == nil {
 			stop()
 			pc.c.Close()
 			return nil, errStale
@@ -322,10 +356,18 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 	if err != nil {
 		return fail(t.blame(rb, wrote, err))
 	}
-	pc.readBy(time.Time{})
+	pc.gotAnswer()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The connection is the body now (a WebSocket): ReverseProxy
-		// copies both ways and closes it.
+		// copies both ways and closes it. Only the protocol the request
+		// asked for is taken (httputil would answer 502 to another
+		// and leave the connection open).
+		if want, got := upgradeType(req.Header), upgradeType(resp.Header); want == "" || !strings.EqualFold(want, got) {
+			return fail(fmt.Errorf("the endpoint switched to protocol %q; the request asked for %q", got, want))
+		}
+		// Its writes are bounded by nothing now: the request's write
+		// deadline would cut a quiet WebSocket off.
+		pc.writeBy(time.Time{})
 		stop()
 		resp.Body = &upgraded{Reader: pc.br, Conn: pc.c}
 		return resp, nil
@@ -345,6 +387,15 @@ func (t *conns) exchange(req *http.Request, addr string, pc *pconn) (*http.Respo
 		pc.c.Close()
 	}}
 	return resp, nil
+}
+
+// upgradeType is the protocol h asks to switch to ("" if none), as
+// httputil.ReverseProxy reads it.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
 }
 
 // blame is the error to give for an exchange that failed with err: the

@@ -213,3 +213,154 @@ func TestTheTransportHearsEarlyAnswersAndRefusesWhatNetHTTPRefuses(t *testing.T)
 		t.Errorf("a POST the endpoint read and closed on reached it %d times, want 1", n)
 	}
 }
+
+// TestAnUploadIsNotCutByTheWaitForTheAnswer: the bound on the wait for
+// an answer's headers starts once the request is written, so an upload
+// that takes longer than the bound, sent steadily, goes through.
+func TestAnUploadIsNotCutByTheWaitForTheAnswer(t *testing.T) {
+	ep := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		n, _ := io.Copy(io.Discard, req.Body)
+		s := fmt.Sprint(n)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(s), s)
+	})
+	tr := &conns{dial: (&net.Dialer{}).DialContext, maxIdle: 4, idleFor: 30 * time.Second, responseHeader: 300 * time.Millisecond}
+	pr, pw := io.Pipe()
+	go func() { // 1 s of upload, a chunk every 100 ms
+		for range 10 {
+			pw.Write(make([]byte, 1000))
+			time.Sleep(100 * time.Millisecond)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ep.String()+"/up", pr)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("a 1 s upload with a 300 ms bound on the answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "10000" {
+		t.Errorf("the endpoint read %q bytes, want 10000", b)
+	}
+	// The bound still holds once the request is written.
+	silent := rawBackend(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		time.Sleep(2 * time.Second)
+	})
+	req, _ = http.NewRequest(http.MethodGet, "http://"+silent.String()+"/", nil)
+	start := time.Now()
+	if _, err := tr.RoundTrip(req); err == nil || time.Since(start) > 1500*time.Millisecond {
+		t.Errorf("an endpoint that does not answer: %v after %v, want a timeout after 300 ms", err, time.Since(start))
+	}
+}
+
+// TestAWebSocketOutlivesTheIdleBoundsAndAWrongSwitchIsClosed: an
+// upgraded connection quiet for longer than the bound on each write of
+// a request still carries messages both ways; an endpoint that switches
+// to another protocol than the one asked for gets its connection
+// closed (and the client 502).
+func TestAWebSocketOutlivesTheIdleBoundsAndAWrongSwitchIsClosed(t *testing.T) {
+	defer func(d time.Duration) { ioIdle = d }(ioIdle)
+	ioIdle = 300 * time.Millisecond
+	switched := func(proto string, closed chan<- bool) netip.AddrPort {
+		return rawBackend(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", proto)
+			if closed != nil {
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				_, err := br.ReadByte()
+				ne, ok := err.(net.Error)
+				closed <- !(ok && ne.Timeout())
+				return
+			}
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				io.WriteString(c, "echo "+line)
+			}
+		})
+	}
+	closed := make(chan bool, 1)
+	front := proxyOf(t, map[string][]ServicePort{
+		"a/ws":    {{Port: 80, Endpoints: []netip.AddrPort{switched("echo", nil)}}},
+		"a/wrong": {{Port: 80, Endpoints: []netip.AddrPort{switched("other", closed)}}},
+	}, Ingress{Namespace: "a", Name: "i", Rules: []Rule{{Paths: []Path{
+		{Path: "/ws", Backend: BackendRef{Service: "ws", Port: 80}},
+		{Path: "/wrong", Backend: BackendRef{Service: "wrong", Port: 80}}}}}})
+	upgrade := func(path string) (net.Conn, *bufio.Reader, *http.Response) {
+		c, err := net.Dial("tcp", front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", path)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, br, resp
+	}
+	c, br, resp := upgrade("/ws")
+	if resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %s", resp.Status)
+	}
+	for i, wait := range []time.Duration{0, 1 * time.Second} {
+		time.Sleep(wait)
+		fmt.Fprintf(c, "ping%d\n", i)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if line, err := br.ReadString('\n'); err != nil || line != fmt.Sprintf("echo ping%d\n", i) {
+			t.Fatalf("message %d, %v after the last: %q %v", i, wait, line, err)
+		}
+	}
+	if _, _, resp := upgrade("/wrong"); resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a switch to another protocol: %s, want 502", resp.Status)
+	}
+	if !<-closed {
+		t.Error("the endpoint that switched to another protocol still has its connection 3 s later")
+	}
+}
+
+// TestAGETOnAConnectionTheEndpointResetIsSentAgain: an endpoint that
+// resets a kept-alive connection on receiving a request, unanswered,
+// does not cost an idempotent request a 502.
+func TestAGETOnAConnectionTheEndpointResetIsSentAgain(t *testing.T) {
+	var dialed atomic.Int32
+	ep := rawBackend(t, func(c net.Conn) {
+		first := dialed.Add(1) == 1
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if first && i == 1 {
+				c.(*net.TCPConn).SetLinger(0) // an RST, not a FIN
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := &conns{dial: (&net.Dialer{}).DialContext, maxIdle: 4, idleFor: 30 * time.Second}
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+ep.String()+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := dialed.Load(); n != 2 {
+		t.Errorf("%d connections, want 2 (the reset one and its replacement)", n)
+	}
+}

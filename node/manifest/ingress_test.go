@@ -101,3 +101,19 @@ func TestAResourceBackendIsRefusedOnce(t *testing.T) {
 		t.Errorf("a resource backend: %v, want one error naming it", err)
 	}
 }
+
+// TestAnACMEIngressNeverAsksForAWildcard: an ACME Ingress whose TLS
+// entry has no hosts takes its rules' hosts; a wildcard among them is
+// refused at apply, naming the rule and the fix (HTTP-01 cannot prove
+// it, and the whole order would fail).
+func TestAnACMEIngressNeverAsksForAWildcard(t *testing.T) {
+	doc := strings.Replace(goodIngress, "tls: [{hosts: [shop.example.com], secretName: shop-tls}]", "tls: [{secretName: shop-tls}]", 1)
+	doc = strings.Replace(doc, "annotations: {", "annotations: {kubernetes.io/tls-acme: \"true\", ", 1)
+	_, err := Parse([]byte(doc), "test.yaml")
+	if err == nil || !strings.Contains(err.Error(), "spec.rules[1].host") || !strings.Contains(err.Error(), "spec.tls[0].hosts") {
+		t.Errorf("an ACME Ingress with a wildcard rule host and a host-less TLS entry: %v, want an error naming spec.rules[1].host and the fix", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(doc, "tls: [{secretName: shop-tls}]", "tls: [{hosts: [shop.example.com], secretName: shop-tls}]", 1)), "test.yaml"); err != nil {
+		t.Errorf("with its TLS hosts listed: %v", err)
+	}
+}
