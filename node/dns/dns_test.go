@@ -331,3 +331,27 @@ func TestNameserverIsThePodSubnetsGateway(t *testing.T) {
 		t.Error("no subnet: want an error")
 	}
 }
+
+// TestTheServerListensBeforeItsAddressExists: the node's DNS server
+// starts on the bridge's address before the bridge has it (no pod yet),
+// instead of failing and being started again at every view change.
+func TestTheServerListensBeforeItsAddressExists(t *testing.T) {
+	zoneFile := t.TempDir() + "/zone.json"
+	if _, err := Write(zoneFile, testInput()); err != nil {
+		t.Fatal(err)
+	}
+	// 192.0.2.0/24 (TEST-NET-1) is on no interface of this machine.
+	s := NewServer(Config{Addr: "192.0.2.53:53535", ZoneFile: zoneFile}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the server stopped: %v, want it listening until the address comes", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("stopped with %v", err)
+	}
+}

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a Server.
@@ -199,15 +201,30 @@ func (s *Server) exchange(q dns.Question, do bool) (*dns.Msg, error) {
 // it changes (checked every 100 ms: answers follow the view within
 // that and the agent's write), until ctx ends. The sockets are opened
 // with SO_REUSEPORT, so a new server can take over before the old one
-// stops.
+// stops, and IP_FREEBIND, so the server listens on the node bridge's
+// address before the bridge has it (the CNI bridge plugin gives it with
+// the first pod), and answers from the moment it does.
 func (s *Server) Run(ctx context.Context) error {
 	var servers []*dns.Server
 	errc := make(chan error, 2)
+	lc := net.ListenConfig{Control: reuseFreebind}
 	for _, network := range []string{"udp", "tcp"} {
 		started := make(chan struct{})
-		srv := &dns.Server{Addr: s.cfg.Addr, Net: network, Handler: s, ReusePort: true, NotifyStartedFunc: func() { close(started) }}
+		srv := &dns.Server{Handler: s, NotifyStartedFunc: func() { close(started) }}
+		var err error
+		if network == "udp" {
+			srv.PacketConn, err = lc.ListenPacket(ctx, network, s.cfg.Addr)
+		} else {
+			srv.Listener, err = lc.Listen(ctx, network, s.cfg.Addr)
+		}
+		if err != nil {
+			for _, o := range servers {
+				o.Shutdown()
+			}
+			return fmt.Errorf("listen on %s/%s: %w", s.cfg.Addr, network, err)
+		}
 		servers = append(servers, srv)
-		go func() { errc <- srv.ListenAndServe() }()
+		go func() { errc <- srv.ActivateAndServe() }()
 		select {
 		case <-started:
 		case err := <-errc:
@@ -243,6 +260,23 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// reuseFreebind sets SO_REUSEPORT and IP_FREEBIND (IPV6_FREEBIND) on a
+// socket before it binds.
+func reuseFreebind(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil {
+			return
+		}
+		if strings.HasSuffix(network, "6") {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1)
+		}
+	})
+	return errors.Join(err, serr)
 }
 
 // zoneStamp identifies a version of the zone file.

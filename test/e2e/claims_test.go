@@ -61,13 +61,13 @@ func TestAClaimKeepsItsDataOnItsNode(t *testing.T) {
 	t.Logf("the replica runs on %s, %v after the apply", home.Name, took.Round(100*time.Millisecond))
 	write := func(r replica, text string) {
 		t.Helper()
-		if body, err := nodeNamed(c, r.Node).PodHTTPPost(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", text, 5*time.Second); err != nil {
+		if body, err := nodeNamed(c, r.Node).ReplicaHTTPPost(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", text, 5*time.Second); err != nil {
 			t.Fatalf("write to the claim: %v %s", err, body)
 		}
 	}
 	read := func(r replica) string {
 		t.Helper()
-		body, err := nodeNamed(c, r.Node).PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", 5*time.Second)
+		body, err := nodeNamed(c, r.Node).ReplicaHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/data/note", 5*time.Second)
 		if err != nil {
 			return "(no file: " + strings.TrimSpace(body) + ")"
 		}
@@ -309,7 +309,7 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 	t.Logf("both ordinals run %v after the apply", took.Round(100*time.Millisecond))
 	get := func(r replica, path string) string {
 		t.Helper()
-		body, err := nodeNamed(c, r.Node).PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080"+path, 5*time.Second)
+		body, err := nodeNamed(c, r.Node).ReplicaHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080"+path, 5*time.Second)
 		if err != nil {
 			return "(error: " + strings.TrimSpace(body) + ")"
 		}
@@ -318,7 +318,7 @@ func TestAStatefulSetKeepsEachOrdinalsData(t *testing.T) {
 	homes := map[int]string{}
 	for _, r := range reps {
 		homes[r.Ordinal] = r.Node
-		if _, err := nodeNamed(c, r.Node).PodHTTPPost(ns, r.Name, fmt.Sprintf("http://%s:8080/file?path=/var/lib/pg/PG_VERSION", r.PodIP), fmt.Sprintf("ordinal-%d", r.Ordinal), 5*time.Second); err != nil {
+		if _, err := nodeNamed(c, r.Node).ReplicaHTTPPost(ns, r.Name, fmt.Sprintf("http://%s:8080/file?path=/var/lib/pg/PG_VERSION", r.PodIP), fmt.Sprintf("ordinal-%d", r.Ordinal), 5*time.Second); err != nil {
 			t.Fatalf("write ordinal %d's data: %v", r.Ordinal, err)
 		}
 		if got := get(r, "/"); !strings.Contains(got, "message=pg-pass-31") {

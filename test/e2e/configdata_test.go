@@ -216,7 +216,7 @@ func TestReplicaWaitsForItsSecretAndStartsWhenItIsThere(t *testing.T) {
 	if web.Node == "n2" {
 		owner = c.Nodes[1]
 	}
-	body, err := owner.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/", 5*time.Second)
+	body, err := owner.ReplicaHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/", 5*time.Second)
 	if want := "message=hello-from-secret/fast/" + owner.IP + "\n"; err != nil || !strings.Contains(body, want) {
 		t.Fatalf("the replica's environment: %q %v, want %q", body, err, want)
 	}

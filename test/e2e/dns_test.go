@@ -108,6 +108,15 @@ func TestServiceNamesResolveFromPods(t *testing.T) {
 	dbs, _ := waitRunning(t, n1, "db", 3, 120*time.Second)
 	clients, _ := waitRunning(t, n1, "client", 1, 90*time.Second)
 	pod := clients[0]
+	// Each node's DNS server started once: it listens on the bridge's
+	// address before the first pod gives the bridge that address, not
+	// failing and started again at each view change until then.
+	for _, n := range c.Nodes {
+		log, _ := os.ReadFile(n.AgentLogPath())
+		if k := strings.Count(string(log), "started the node's DNS server"); k != 1 {
+			t.Errorf("%s started its DNS server %d times, want once", n.Name, k)
+		}
+	}
 	resolve := func(name, typ string) (string, error) {
 		body, err := harness.HTTPGet(n1.NetNS, "http://"+pod.PodIP+":8080/resolve?name="+url.QueryEscape(name)+"&type="+typ, 12*time.Second)
 		return strings.TrimSpace(body), err

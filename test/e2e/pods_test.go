@@ -73,12 +73,12 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 	}
 	// The init container's file, served by the app; the sidecar and the
 	// second app container answer on the pod's one address.
-	if body, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/www/index", 5*time.Second); err != nil || body != "hello from init" {
+	if body, err := n1.ReplicaHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/www/index", 5*time.Second); err != nil || body != "hello from init" {
 		t.Errorf("the app serves %q (%v), want the init container's file", body, err)
 	}
 	for _, port := range []string{"9090", "9091"} { // (a server may still be starting)
 		if _, err := eventually(10*time.Second, func() error {
-			_, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":"+port+"/healthz", 5*time.Second)
+			_, err := n1.ReplicaHTTPGet(ns, web.Name, "http://"+web.PodIP+":"+port+"/healthz", 5*time.Second)
 			return err
 		}); err != nil {
 			t.Errorf("port %s of the pod: %v", port, err)
@@ -112,7 +112,7 @@ func TestAPodOfSeveralContainers(t *testing.T) {
 	for _, port := range []string{"8080", "9091"} {
 		var body string
 		if _, err := eventually(10*time.Second, func() (err error) {
-			body, err = n1.PodHTTPGet(ns, shared.Name, "http://"+shared.PodIP+":"+port+"/file?path=/proc/1/cmdline", 5*time.Second)
+			body, err = n1.ReplicaHTTPGet(ns, shared.Name, "http://"+shared.PodIP+":"+port+"/file?path=/proc/1/cmdline", 5*time.Second)
 			return err
 		}); err != nil || !strings.Contains(body, "pid-holder") {
 			t.Errorf("PID 1 seen from the container on port %s: %q %v, want the replica's holder", port, body, err)

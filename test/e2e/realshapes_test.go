@@ -60,7 +60,7 @@ func TestWordPressShapedAppAppliesWithKustomize(t *testing.T) {
 	environ := func(r replica) []string {
 		t.Helper()
 		port := map[string]string{"wordpress-mysql": "3306", "wordpress": "80"}[r.Workload]
-		body, err := n1.PodHTTPGet("default", r.Name, "http://"+r.PodIP+":"+port+"/file?path=/proc/self/environ", 5*time.Second)
+		body, err := n1.ReplicaHTTPGet("default", r.Name, "http://"+r.PodIP+":"+port+"/file?path=/proc/self/environ", 5*time.Second)
 		if err != nil {
 			t.Fatalf("read %s's environment: %v %s", r.Name, err, body)
 		}
@@ -74,14 +74,14 @@ func TestWordPressShapedAppAppliesWithKustomize(t *testing.T) {
 	if env := environ(mysql[0]); !slices.Contains(env, "MYSQL_PASSWORD=wp-pass-913") {
 		t.Errorf("mysql lacks its password: %q", env)
 	}
-	if _, err := n1.PodHTTPPost("default", mysql[0].Name, "http://"+mysql[0].PodIP+":3306/file?path=/var/lib/mysql/ibdata1", "rows", 5*time.Second); err != nil {
+	if _, err := n1.ReplicaHTTPPost("default", mysql[0].Name, "http://"+mysql[0].PodIP+":3306/file?path=/var/lib/mysql/ibdata1", "rows", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n1.CLI("rollout", "restart", "deployment/wordpress-mysql"); err != nil {
 		t.Fatal(err)
 	}
 	mysql[0] = waitReplaced(t, n1, "wordpress-mysql", mysql[0].Name)
-	if body, err := n1.PodHTTPGet("default", mysql[0].Name, "http://"+mysql[0].PodIP+":3306/file?path=/var/lib/mysql/ibdata1", 5*time.Second); err != nil || body != "rows" {
+	if body, err := n1.ReplicaHTTPGet("default", mysql[0].Name, "http://"+mysql[0].PodIP+":3306/file?path=/var/lib/mysql/ibdata1", 5*time.Second); err != nil || body != "rows" {
 		t.Fatalf("the database's data after a rollout: %q %v", body, err)
 	}
 	out, err = n1.CLI("apply", "-k", app)

@@ -57,7 +57,7 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 	web := all[0]
 	get := func(path string) string {
 		t.Helper()
-		body, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path="+path, 5*time.Second)
+		body, err := n1.ReplicaHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/file?path="+path, 5*time.Second)
 		if err != nil {
 			t.Fatalf("read %s in the replica: %v %s", path, err, body)
 		}
@@ -71,12 +71,12 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 			t.Errorf("%s: %q, want %q", path, got, want)
 		}
 	}
-	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/note", "written", 5*time.Second); err != nil {
+	if _, err := n1.ReplicaHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/note", "written", 5*time.Second); err != nil {
 		t.Fatalf("write to the emptyDir: %v", err)
 	}
 	// fsGroup: a supplementary group of the container, the group of the
 	// emptyDir's new files and of the projected ones.
-	if report, err := n1.PodHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/sandbox", 5*time.Second); err != nil || !strings.Contains(report, "2000") {
+	if report, err := n1.ReplicaHTTPGet(ns, web.Name, "http://"+web.PodIP+":8080/sandbox", 5*time.Second); err != nil || !strings.Contains(report, "2000") {
 		t.Errorf("the container's groups do not hold the fsGroup: %q %v", report, err)
 	}
 	vols := n1.DataDir + "/pods/" + ns + "_" + web.Name + "/volumes/"
@@ -85,7 +85,7 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 			t.Errorf("%s: not of the fsGroup: %v %v", p, info, err)
 		}
 	}
-	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/etc/app/new", "x", 5*time.Second); err == nil || !strings.Contains(err.Error(), "read-only file system") {
+	if _, err := n1.ReplicaHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/etc/app/new", "x", 5*time.Second); err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Errorf("write to a ConfigMap volume: %v, want read-only file system", err)
 	}
 	// The Secret's and the memory emptyDir's files are on tmpfs.
@@ -133,7 +133,7 @@ func TestVolumesProjectConfigAndFollowItsChanges(t *testing.T) {
 	}
 	// A restart after the update (a crash) mounts the same files: the
 	// subPath copy is still there, the volume holds the new file.
-	if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/exit", "", 5*time.Second); err != nil {
+	if _, err := n1.ReplicaHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/exit", "", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := eventually(60*time.Second, func() error {
@@ -200,7 +200,7 @@ func TestEmptyDirOverItsSizeLimitIsEvicted(t *testing.T) {
 	web := all[0]
 	mib := strings.Repeat("x", 1<<20)
 	for _, f := range []string{"a", "b"} {
-		if _, err := n1.PodHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/"+f, mib, 10*time.Second); err != nil {
+		if _, err := n1.ReplicaHTTPPost(ns, web.Name, "http://"+web.PodIP+":8080/file?path=/scratch/"+f, mib, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +212,7 @@ func TestEmptyDirOverItsSizeLimitIsEvicted(t *testing.T) {
 		}
 		for _, r := range all {
 			if r.Namespace == ns && r.Phase == api.PhaseRunning && r.PodIP != "" {
-				if _, err := n1.PodHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/scratch/a", 2*time.Second); err != nil && strings.Contains(err.Error(), "404") {
+				if _, err := n1.ReplicaHTTPGet(ns, r.Name, "http://"+r.PodIP+":8080/file?path=/scratch/a", 2*time.Second); err != nil && strings.Contains(err.Error(), "404") {
 					return nil // a fresh copy: its emptyDir is empty
 				}
 			}

@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/starling-orchestrator/starling/node/client"
@@ -210,4 +212,27 @@ func (n *Node) PodRedis(namespace, replica, addr string, timeout time.Duration, 
 		out = append(out, line)
 	}
 	return out, nil
+}
+
+// ReplicaHTTPGet and ReplicaHTTPPost are PodHTTPGet and PodHTTPPost to
+// a server of the replica itself: a refused connection (the replica
+// runs but does not listen yet; without a readiness probe Running says
+// no more, as in Kubernetes) is tried again every 100 ms until timeout.
+func (n *Node) ReplicaHTTPGet(namespace, replica, url string, timeout time.Duration) (string, error) {
+	return untilListening(timeout, func(left time.Duration) (string, error) { return n.PodHTTPGet(namespace, replica, url, left) })
+}
+
+func (n *Node) ReplicaHTTPPost(namespace, replica, url, body string, timeout time.Duration) (string, error) {
+	return untilListening(timeout, func(left time.Duration) (string, error) { return n.PodHTTPPost(namespace, replica, url, body, left) })
+}
+
+func untilListening(timeout time.Duration, try func(left time.Duration) (string, error)) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		body, err := try(time.Until(deadline))
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Until(deadline) < 200*time.Millisecond {
+			return body, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
