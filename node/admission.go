@@ -14,7 +14,8 @@ import (
 // another Service) and NodePorts (not held by another Service). Objects
 // of the batch are checked against each other too. Errors name the
 // object and the field, as kubectl's do, and list every problem; and a
-// LoadBalancer pool over the service or pod CIDR. (The
+// LoadBalancer pool over the service or pod CIDR; and what
+// manifest.AdmitNew refuses of objects applied (not of stored ones). (The
 // size of each object is checked on its encoding, in objects.write.)
 func (o *objects) admit(objs []manifest.Object) error {
 	var errs []error
@@ -29,6 +30,9 @@ func (o *objects) admit(objs []manifest.Object) error {
 		}
 	}
 	if err := o.views.AdmitLBPool(objs); err != nil {
+		errs = append(errs, err)
+	}
+	if err := manifest.AdmitNew(objs); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

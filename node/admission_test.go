@@ -69,6 +69,8 @@ func TestApplyBoundsAndServiceRangesFailClearlyAndStoreNothing(t *testing.T) {
 			[]string{"Service default/fifth", "spec.ports[0].nodePort", "already allocated to Service default/fourth"}},
 		{"LoadBalancer pool over the service CIDR", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lb-pool, namespace: starling-system}\ndata: {cidr: 10.23.1.0/28}\n",
 			[]string{"configmap starling-system/lb-pool", "data[cidr]", "overlaps the cluster's 10.23.0.0/16"}},
+		{"StatefulSet whose name is not one label", harness.App{Name: "db.v2", Replicas: 1, Container: "c", Image: "img"}.StatefulSet("db"),
+			[]string{"StatefulSet default/db.v2", "metadata.name", "must be a DNS label, without dots"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,18 +12,28 @@ import (
 // Cache holds upstream answers for as long as they may be kept: a
 // positive answer for its records' smallest TTL, a negative one
 // (NXDOMAIN, NODATA) for its SOA's negative TTL (RFC 2308), at most
-// MaxTTL either way; failures (SERVFAIL, no answer) are not kept. It
-// holds at most a bound of entries, the least recently used going
-// first. Safe for concurrent use.
+// MaxTTL either way; a failure of every upstream for FailTTL (PutFailure,
+// RFC 9520), else failures and truncated answers are not kept. It holds
+// at most a bound of entries and MaxBytes of answers (their wire size),
+// the least recently used going first, so a pod asking for many large
+// answers cannot grow the server without bound. Safe for concurrent use.
 type Cache struct {
 	mu      sync.Mutex
 	max     int
+	bytes   int // the wire size of the answers kept
 	entries map[cacheKey]*list.Element
 	order   *list.List // of *cacheEntry, most recently used first
 }
 
-// MaxTTL bounds how long an answer is kept, whatever its TTL says.
-const MaxTTL = time.Hour
+// MaxTTL bounds how long an answer is kept, whatever its TTL says;
+// FailTTL is how long a failure of every upstream is (RFC 9520: at
+// least 1 s). MaxBytes bounds the wire size of the answers kept (the
+// process holds a few times that).
+const (
+	MaxTTL   = time.Hour
+	FailTTL  = 2 * time.Second
+	MaxBytes = 4 << 20
+)
 
 type cacheKey struct {
 	name         string
@@ -34,6 +44,7 @@ type cacheKey struct {
 type cacheEntry struct {
 	key     cacheKey
 	msg     *dns.Msg
+	size    int
 	stored  time.Time
 	expires time.Time
 }
@@ -58,8 +69,7 @@ func (c *Cache) Get(q dns.Question, do bool, now time.Time) (*dns.Msg, bool) {
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.expires) {
-		c.order.Remove(el)
-		delete(c.entries, e.key)
+		c.remove(el)
 		return nil, false
 	}
 	c.order.MoveToFront(el)
@@ -79,22 +89,52 @@ func (c *Cache) Get(q dns.Question, do bool, now time.Time) (*dns.Msg, bool) {
 // Cache); it reports whether it was kept.
 func (c *Cache) Put(q dns.Question, do bool, m *dns.Msg, now time.Time) bool {
 	ttl, ok := keepFor(m)
-	if !ok || c.max <= 0 {
+	if !ok {
 		return false
 	}
-	e := &cacheEntry{key: keyOf(q, do), msg: m.Copy(), stored: now, expires: now.Add(ttl)}
+	return c.put(q, do, m.Copy(), now, ttl)
+}
+
+// PutFailure keeps, for FailTTL, that every upstream failed to answer q:
+// the pods asking again meanwhile get SERVFAIL at once, not after the
+// upstreams' timeouts again.
+func (c *Cache) PutFailure(q dns.Question, do bool, now time.Time) {
+	m := new(dns.Msg)
+	m.Rcode = dns.RcodeServerFailure
+	c.put(q, do, m, now, FailTTL)
+}
+
+func (c *Cache) put(q dns.Question, do bool, m *dns.Msg, now time.Time, ttl time.Duration) bool {
+	size := m.Len()
+	if c.max <= 0 || size > MaxBytes/16 {
+		return false
+	}
+	e := &cacheEntry{key: keyOf(q, do), msg: m, size: size, stored: now, expires: now.Add(ttl)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[e.key]; ok {
-		c.order.Remove(el)
+		c.remove(el)
 	}
 	c.entries[e.key] = c.order.PushFront(e)
-	for c.order.Len() > c.max {
-		old := c.order.Back()
-		c.order.Remove(old)
-		delete(c.entries, old.Value.(*cacheEntry).key)
+	c.bytes += size
+	for c.order.Len() > c.max || c.bytes > MaxBytes {
+		c.remove(c.order.Back())
 	}
 	return true
+}
+
+// remove drops el (c.mu held).
+func (c *Cache) remove(el *list.Element) {
+	e := c.order.Remove(el).(*cacheEntry)
+	delete(c.entries, e.key)
+	c.bytes -= e.size
+}
+
+// Bytes is the wire size of the answers kept.
+func (c *Cache) Bytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // Len is the number of entries kept (expired ones included until met).

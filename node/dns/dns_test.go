@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -86,7 +87,25 @@ func TestTheZoneFollowsTheKubernetesDNSSchema(t *testing.T) {
 		// A search-path miss of an outside name, answered here.
 		{"example.com.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
 		{"db-2.db.shop.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+		// A PTR query for a forward name is NODATA (not its A record),
+		// and one for a cluster name that does not exist is NXDOMAIN,
+		// never forwarded.
+		{"hello.default.svc.cluster.local", dns.TypePTR, "", dns.RcodeSuccess},
+		{"nope.default.svc.cluster.local", dns.TypePTR, "", dns.RcodeNameError},
+		// A name between an SRV record and its Service exists (RFC 8020).
+		{"_tcp.hello.default.svc.cluster.local", dns.TypeA, "", dns.RcodeSuccess},
+		{"_udp.hello.default.svc.cluster.local", dns.TypeA, "", dns.RcodeNameError},
+		// The apex has its SOA.
+		{"cluster.local", dns.TypeSOA, "SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5", dns.RcodeSuccess},
 	})
+	// Another type for a reverse name the zone holds is NODATA, not
+	// forwarded.
+	if answer, _, rcode, ok := z.Answer(dns.Question{Name: "10.0.96.10.in-addr.arpa.", Qtype: dns.TypeTXT, Qclass: dns.ClassINET}); !ok || rcode != dns.RcodeSuccess || len(answer) != 0 {
+		t.Errorf("TXT of a reverse name held: %v %s (answered here: %v), want NODATA", answer, dns.RcodeToString[rcode], ok)
+	}
+	if _, _, rcode, ok := z.Answer(dns.Question{Name: "hello.default.svc.cluster.local.", Qtype: dns.TypeA, Qclass: dns.ClassCHAOS}); !ok || rcode != dns.RcodeRefused {
+		t.Errorf("a CH-class query: rcode %s (answered here: %v), want REFUSED", dns.RcodeToString[rcode], ok)
+	}
 	for _, name := range []string{"example.com", "1.1.168.192.in-addr.arpa"} {
 		qtype := dns.TypeA
 		if strings.HasSuffix(name, "arpa") {
@@ -355,3 +374,91 @@ func TestTheServerListensBeforeItsAddressExists(t *testing.T) {
 		t.Errorf("stopped with %v", err)
 	}
 }
+
+// TestTheCacheIsBoundedInBytes: many large answers (TXT of 20 KB each,
+// what a pod can make an upstream send over TCP) are kept only up to
+// MaxBytes, whatever the entry bound.
+func TestTheCacheIsBoundedInBytes(t *testing.T) {
+	c := NewCache(DefaultCacheSize)
+	now := time.Unix(1_000_000, 0)
+	for i := range 400 {
+		name := fmt.Sprintf("n%d.example.com.", i)
+		m := new(dns.Msg)
+		for range 40 { // 20 KB
+			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300},
+				Txt: []string{strings.Repeat("x", 250), strings.Repeat("y", 250)}})
+		}
+		c.Put(dns.Question{Name: name, Qtype: dns.TypeTXT, Qclass: dns.ClassINET}, false, m, now)
+	}
+	if c.Bytes() > MaxBytes || c.Len() == 400 {
+		t.Errorf("%d entries, %d bytes kept; want at most %d bytes", c.Len(), c.Bytes(), MaxBytes)
+	}
+}
+
+// TestDeadUpstreamsCostOneTimeout: with its first upstream dead, the
+// server answers from the second, and the next query asks the second
+// first (no timeout again); a query no upstream answers is SERVFAIL,
+// and asked again within FailTTL is SERVFAIL at once. An answer carries
+// an OPT record only if the query had one, and it is the server's.
+func TestDeadUpstreamsCostOneTimeout(t *testing.T) {
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0") // reads nothing, answers nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	up := startUpstream(t)
+	s := NewServer(Config{Upstreams: []string{dead.LocalAddr().String(), up.addr}}, Build(testInput()))
+	s.client.Timeout = 300 * time.Millisecond
+	ask := func(name string, edns bool) (*dns.Msg, time.Duration) {
+		r := new(dns.Msg)
+		r.SetQuestion(name, dns.TypeA)
+		if edns {
+			r.SetEdns0(4096, true)
+		}
+		start := time.Now()
+		return s.answer(r), time.Since(start)
+	}
+	if m, took := ask("a.example.com.", false); m.Rcode != dns.RcodeSuccess || took < 300*time.Millisecond {
+		t.Errorf("first query: %s after %v, want an answer after the dead upstream's timeout", dns.RcodeToString[m.Rcode], took)
+	}
+	if m, took := ask("b.example.com.", false); m.Rcode != dns.RcodeSuccess || took > 250*time.Millisecond {
+		t.Errorf("second query: %s after %v, want an answer from the live upstream first", dns.RcodeToString[m.Rcode], took)
+	}
+	all := NewServer(Config{Upstreams: []string{dead.LocalAddr().String()}}, Build(testInput()))
+	all.client.Timeout = 300 * time.Millisecond
+	for i, want := range []time.Duration{300 * time.Millisecond, 0} {
+		r := new(dns.Msg)
+		r.SetQuestion("c.example.com.", dns.TypeA)
+		start := time.Now()
+		m := all.answer(r)
+		took := time.Since(start)
+		if m.Rcode != dns.RcodeServerFailure || want > 0 && took < want || want == 0 && took > 100*time.Millisecond {
+			t.Errorf("query %d with every upstream dead: %s after %v", i, dns.RcodeToString[m.Rcode], took)
+		}
+	}
+	// EDNS: through ServeDNS, as a client sees it.
+	for _, edns := range []bool{false, true} {
+		for _, name := range []string{"d.example.com.", "hello.default.svc.cluster.local."} {
+			r := new(dns.Msg)
+			r.SetQuestion(name, dns.TypeA)
+			if edns {
+				r.SetEdns0(4096, true)
+			}
+			w := &recorder{}
+			s.ServeDNS(w, r)
+			opt := w.msg.IsEdns0()
+			if (opt != nil) != edns || opt != nil && (opt.UDPSize() != ednsSize || !opt.Do()) {
+				t.Errorf("%s, EDNS asked %v: OPT %v", name, edns, opt)
+			}
+		}
+	}
+}
+
+// recorder is a dns.ResponseWriter that keeps the message written.
+type recorder struct {
+	dns.ResponseWriter
+	msg *dns.Msg
+}
+
+func (r *recorder) WriteMsg(m *dns.Msg) error { r.msg = m; return nil }
+func (r *recorder) RemoteAddr() net.Addr      { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353} }

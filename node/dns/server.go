@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,6 +49,10 @@ type Server struct {
 	cache  *Cache
 	flight singleflight.Group
 	client *dns.Client
+	// down is when each upstream that failed to answer is tried first
+	// again (tried last until then).
+	mu   sync.Mutex
+	down map[string]time.Time
 	// Counters, for tests and benchmarks: queries answered, and those
 	// that were forwarded upstream.
 	Queries, Forwarded atomic.Int64
@@ -61,7 +67,7 @@ func NewServer(cfg Config, z *Zone) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, cache: NewCache(cfg.CacheSize), client: &dns.Client{Timeout: 2 * time.Second}}
+	s := &Server{cfg: cfg, cache: NewCache(cfg.CacheSize), client: &dns.Client{Timeout: 2 * time.Second}, down: map[string]time.Time{}}
 	if z == nil {
 		z = Build(Input{})
 	}
@@ -76,9 +82,13 @@ func (s *Server) SetZone(z *Zone) { s.zone.Store(z) }
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	s.Queries.Add(1)
 	m := s.answer(r)
+	// EDNS (RFC 6891): an answer carries an OPT record only if the
+	// query did, and it is this server's (an upstream's is dropped).
+	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	size := dns.MinMsgSize
 	if opt := r.IsEdns0(); opt != nil {
 		size = max(int(opt.UDPSize()), dns.MinMsgSize)
+		m.SetEdns0(ednsSize, opt.Do())
 	}
 	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
 		m.Truncate(size)
@@ -147,10 +157,21 @@ func (s *Server) chase(m *dns.Msg, q dns.Question) {
 	m.Answer, m.Ns, m.Rcode = append(m.Answer, up.Answer...), up.Ns, up.Rcode
 }
 
+// ednsSize is the UDP payload size this server offers and asks for
+// (DNS flag day 2020: no fragments).
+const ednsSize = 1232
+
+// errFailedRecently is a query every upstream failed to answer less
+// than FailTTL ago.
+var errFailedRecently = errors.New("every upstream failed to answer it moments ago")
+
 // forward answers q from the cache, or asks the upstreams (once for all
-// who ask at the same time) and keeps the answer.
+// who ask at the same time) and keeps the answer, or the failure.
 func (s *Server) forward(q dns.Question, do bool) (*dns.Msg, error) {
 	if m, ok := s.cache.Get(q, do, time.Now()); ok {
+		if m.Rcode == dns.RcodeServerFailure {
+			return nil, errFailedRecently
+		}
 		return m, nil
 	}
 	key := fmt.Sprintf("%s/%d/%d/%t", strings.ToLower(q.Name), q.Qtype, q.Qclass, do)
@@ -159,6 +180,8 @@ func (s *Server) forward(q dns.Question, do bool) (*dns.Msg, error) {
 		m, err := s.exchange(q, do)
 		if err == nil {
 			s.cache.Put(q, do, m, time.Now())
+		} else {
+			s.cache.PutFailure(q, do, time.Now())
 		}
 		return m, err
 	})
@@ -168,8 +191,39 @@ func (s *Server) forward(q dns.Question, do bool) (*dns.Msg, error) {
 	return v.(*dns.Msg).Copy(), nil
 }
 
-// exchange asks the upstreams in turn, over UDP and, for a truncated
-// answer, TCP.
+// upstreamDownFor is how long an upstream that failed to answer is
+// tried after the others.
+const upstreamDownFor = 30 * time.Second
+
+// upstreams are the upstreams in the order to ask them: as configured,
+// those that failed in the last upstreamDownFor last.
+func (s *Server) upstreams(now time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var up, down []string
+	for _, u := range s.cfg.Upstreams {
+		if now.Before(s.down[u]) {
+			down = append(down, u)
+		} else {
+			up = append(up, u)
+		}
+	}
+	return append(up, down...)
+}
+
+// answered records whether upstream u answered.
+func (s *Server) answered(u string, ok bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		delete(s.down, u)
+	} else {
+		s.down[u] = now.Add(upstreamDownFor)
+	}
+}
+
+// exchange asks the upstreams in turn (the ones answering first), over
+// UDP and, for a truncated answer, TCP.
 func (s *Server) exchange(q dns.Question, do bool) (*dns.Msg, error) {
 	if len(s.cfg.Upstreams) == 0 {
 		return nil, errors.New("no upstream resolver")
@@ -177,15 +231,16 @@ func (s *Server) exchange(q dns.Question, do bool) (*dns.Msg, error) {
 	req := new(dns.Msg)
 	req.Question = []dns.Question{q}
 	req.RecursionDesired = true
-	req.SetEdns0(dns.DefaultMsgSize, do)
+	req.SetEdns0(ednsSize, do)
 	var errs []error
-	for _, up := range s.cfg.Upstreams {
+	for _, up := range s.upstreams(time.Now()) {
 		m, _, err := s.client.Exchange(req, up)
 		if err == nil && m.Truncated {
 			tcp := *s.client
 			tcp.Net = "tcp"
 			m, _, err = tcp.Exchange(req, up)
 		}
+		s.answered(up, err == nil, time.Now())
 		if err == nil && m.Rcode != dns.RcodeServerFailure && m.Rcode != dns.RcodeRefused {
 			return m, nil
 		}
@@ -205,6 +260,15 @@ func (s *Server) exchange(q dns.Question, do bool) (*dns.Msg, error) {
 // address before the bridge has it (the CNI bridge plugin gives it with
 // the first pod), and answers from the moment it does.
 func (s *Server) Run(ctx context.Context) error {
+	// The zone before the first query: a server started (again) never
+	// answers NXDOMAIN for the cluster's names from an empty zone.
+	var seen zoneStamp
+	if stamp, ok := stampOf(s.cfg.ZoneFile); ok {
+		if z, err := Load(s.cfg.ZoneFile); err == nil {
+			s.SetZone(z)
+			seen = stamp
+		}
+	}
 	var servers []*dns.Server
 	errc := make(chan error, 2)
 	lc := net.ListenConfig{Control: reuseFreebind}
@@ -240,7 +304,6 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	s.cfg.Log.Info("DNS listening", "addr", s.cfg.Addr, "upstreams", s.cfg.Upstreams)
-	var seen zoneStamp
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {

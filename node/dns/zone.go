@@ -101,6 +101,7 @@ func Build(in Input) *Zone {
 	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true, "pod." + domain: true}}
 	z.soa = &dns.SOA{Hdr: dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: TTL},
 		Ns: "ns.dns." + domain, Mbox: "hostmaster." + domain, Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL}
+	z.add(z.soa) // the apex's SOA: tools find the zone by asking for it
 	services := slices.Clone(in.Services)
 	slices.SortFunc(services, func(a, b Service) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
@@ -156,10 +157,20 @@ func hdr(name string, t uint16) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: TTL}
 }
 
-// add adds rr under its owner name, once.
+// add adds rr under its owner name, once. The names between it and the
+// cluster domain exist too ("_tcp.SVC.NS.svc.DOMAIN" above an SRV
+// record): they answer NODATA, not NXDOMAIN, which a resolver would
+// read as "nothing below" (RFC 8020).
 func (z *Zone) add(rr dns.RR) {
 	name := rr.Header().Name
-	z.exists[name] = true
+	for n := name; dns.IsSubDomain(z.domain, n) && !z.exists[n]; {
+		z.exists[n] = true
+		i, end := dns.NextLabel(n, 0)
+		if end {
+			break
+		}
+		n = n[i:]
+	}
 	if !slices.ContainsFunc(z.records[name], func(o dns.RR) bool { return dns.IsDuplicate(o, rr) }) {
 		z.records[name] = append(z.records[name], rr)
 	}
@@ -195,32 +206,31 @@ func dashed(ip netip.Addr) string {
 }
 
 // Answer is what the zone says of question q: ok false when q is not
-// the zone's to answer (outside the cluster domain, or a PTR of an
-// address the zone does not hold: forward it). Else the answer records
-// (for a CNAME, the CNAME, not chased), and rcode NXDOMAIN for a name
-// that does not exist, with the zone's SOA as authority when there is
-// no answer (negative caching, RFC 2308).
+// the zone's to answer (outside the cluster domain and not the reverse
+// name of an address the zone holds: forward it). Else the answer
+// records of q's type (for a CNAME, the CNAME, not chased), and rcode
+// NXDOMAIN for a name of the cluster domain that does not exist, with
+// the zone's SOA as authority when there is no answer (negative
+// caching, RFC 2308); REFUSED for a class other than IN (or ANY).
 func (z *Zone) Answer(q dns.Question) (answer, authority []dns.RR, rcode int, ok bool) {
 	name := strings.ToLower(q.Name)
-	if q.Qtype == dns.TypePTR {
-		rrs, held := z.records[name]
-		if !held {
-			return nil, nil, 0, false
-		}
-		return rrs, nil, dns.RcodeSuccess, true
-	}
-	if !dns.IsSubDomain(z.domain, name) {
+	rrs, held := z.records[name]
+	inDomain := dns.IsSubDomain(z.domain, name)
+	if !inDomain && !held {
 		return nil, nil, 0, false
 	}
-	if !z.exists[name] {
+	if q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY {
+		return nil, nil, dns.RcodeRefused, true
+	}
+	if inDomain && !z.exists[name] {
 		return nil, []dns.RR{z.soa}, dns.RcodeNameError, true
 	}
-	for _, rr := range z.records[name] {
-		if t := rr.Header().Rrtype; t == q.Qtype || t == dns.TypeCNAME || q.Qtype == dns.TypeANY {
+	for _, rr := range rrs {
+		if t := rr.Header().Rrtype; t == q.Qtype || t == dns.TypeCNAME && q.Qtype != dns.TypePTR || q.Qtype == dns.TypeANY {
 			answer = append(answer, rr)
 		}
 	}
-	if len(answer) == 0 {
+	if len(answer) == 0 && inDomain {
 		authority = []dns.RR{z.soa}
 	}
 	return answer, authority, dns.RcodeSuccess, true
@@ -232,6 +242,9 @@ func (z *Zone) String() string {
 	var lines []string
 	for _, rrs := range z.records {
 		for _, rr := range rrs {
+			if rr == z.soa {
+				continue // the same in every zone
+			}
 			lines = append(lines, strings.ReplaceAll(rr.String(), "\t", " "))
 		}
 	}

@@ -206,16 +206,6 @@ func validateIngress(in *networkingv1.Ingress) field.ErrorList {
 			if len(t.Hosts) == 0 && len(in.Spec.Rules) == 0 {
 				errs = append(errs, field.Required(p.Child("tls").Index(i).Child("hosts"), "the names to get a certificate for (ACME issues certificates for names)"))
 			}
-			if len(t.Hosts) == 0 {
-				// The entry takes the rules' hosts: a wildcard among them
-				// would fail the whole order.
-				for j, r := range in.Spec.Rules {
-					if strings.HasPrefix(r.Host, "*.") {
-						errs = append(errs, field.Invalid(p.Child("rules").Index(j).Child("host"), r.Host,
-							fmt.Sprintf("spec.tls[%d] has no hosts, so it would get a certificate for this wildcard, which needs a DNS-01 challenge; Starling's ACME issuer answers HTTP-01 only: list the names in spec.tls[%d].hosts", i, i)))
-					}
-				}
-			}
 			for j, h := range t.Hosts {
 				if strings.HasPrefix(h, "*.") {
 					errs = append(errs, field.Invalid(p.Child("tls").Index(i).Child("hosts").Index(j), h, "a wildcard needs a DNS-01 challenge; Starling's ACME issuer answers HTTP-01 only: name the hosts"))

@@ -102,18 +102,47 @@ func TestAResourceBackendIsRefusedOnce(t *testing.T) {
 	}
 }
 
-// TestAnACMEIngressNeverAsksForAWildcard: an ACME Ingress whose TLS
-// entry has no hosts takes its rules' hosts; a wildcard among them is
+// TestObjectsAppliedAreHeldToNewRules: an ACME Ingress whose TLS entry
+// has no hosts takes its rules' hosts, and a wildcard among them is
 // refused at apply, naming the rule and the fix (HTTP-01 cannot prove
-// it, and the whole order would fail).
-func TestAnACMEIngressNeverAsksForAWildcard(t *testing.T) {
+// it, and the whole order would fail); a StatefulSet's name must be one
+// label. Stored objects are not held to these: they still decode.
+func TestObjectsAppliedAreHeldToNewRules(t *testing.T) {
 	doc := strings.Replace(goodIngress, "tls: [{hosts: [shop.example.com], secretName: shop-tls}]", "tls: [{secretName: shop-tls}]", 1)
 	doc = strings.Replace(doc, "annotations: {", "annotations: {kubernetes.io/tls-acme: \"true\", ", 1)
-	_, err := Parse([]byte(doc), "test.yaml")
-	if err == nil || !strings.Contains(err.Error(), "spec.rules[1].host") || !strings.Contains(err.Error(), "spec.tls[0].hosts") {
-		t.Errorf("an ACME Ingress with a wildcard rule host and a host-less TLS entry: %v, want an error naming spec.rules[1].host and the fix", err)
+	doc += `---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db.v2}
+spec:
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: busybox}]
+`
+	objs, err := Parse([]byte(doc), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := Parse([]byte(strings.Replace(doc, "tls: [{secretName: shop-tls}]", "tls: [{hosts: [shop.example.com], secretName: shop-tls}]", 1)), "test.yaml"); err != nil {
-		t.Errorf("with its TLS hosts listed: %v", err)
+	err = AdmitNew(objs)
+	for _, want := range []string{"Ingress default/shop", "spec.rules[1].host", "spec.tls[0].hosts", "StatefulSet default/db.v2", "metadata.name"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("AdmitNew: %v, want an error naming %s", err, want)
+		}
+	}
+	for _, o := range objs {
+		b, err := Encode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(b); err != nil {
+			t.Errorf("a stored %s no longer decodes: %v", o.Kind, err)
+		}
+	}
+	fixed := strings.Replace(goodIngress, "annotations: {", "annotations: {kubernetes.io/tls-acme: \"true\", ", 1)
+	if objs, err := Parse([]byte(fixed), "test.yaml"); err != nil || AdmitNew(objs) != nil {
+		t.Errorf("with its TLS hosts listed: %v %v", err, AdmitNew(objs))
 	}
 }

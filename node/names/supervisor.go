@@ -136,15 +136,28 @@ func (s *Supervisor) ensure(v *view.View) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	go cmd.Wait() // reaped by this agent run if it ends before the agent
-	if err := os.WriteFile(filepath.Join(s.Dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reaped by this agent run if it ends before the agent
+	pids := filepath.Join(s.Dir, pidFile)
+	if err := os.WriteFile(pids, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
 		return err
+	}
+	if running {
+		// The new server listens beside the old one (SO_REUSEPORT)
+		// before the old one goes; a new one that exits at once (a new
+		// binary that fails, a flag it refuses) leaves the old one
+		// serving.
+		select {
+		case <-exited:
+			if err := os.WriteFile(pids, []byte(strconv.Itoa(old)), 0o600); err != nil {
+				return err
+			}
+			return fmt.Errorf("the new DNS server (%s) exited at once; the one running stays: see %s", exe, filepath.Join(s.Dir, logFile))
+		case <-time.After(time.Second):
+		}
 	}
 	s.Log.Info("started the node's DNS server", "pid", cmd.Process.Pid, "args", strings.Join(args[1:], " "))
 	if running {
-		// The new server listens beside the old one (SO_REUSEPORT)
-		// before the old one goes.
-		time.Sleep(500 * time.Millisecond)
 		if err := syscall.Kill(old, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("stop the DNS server replaced: %w", err)
 		}
