@@ -462,3 +462,25 @@ type recorder struct {
 
 func (r *recorder) WriteMsg(m *dns.Msg) error { r.msg = m; return nil }
 func (r *recorder) RemoteAddr() net.Addr      { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353} }
+
+// TestAChainOfExternalNamesIsFollowed: an ExternalName naming another
+// ExternalName of the cluster is followed to the end; a loop stops.
+func TestAChainOfExternalNamesIsFollowed(t *testing.T) {
+	in := testInput()
+	in.Services = append(in.Services,
+		Service{Name: "alias", Namespace: "shop", ExternalName: "alias2.shop.svc.cluster.local"},
+		Service{Name: "alias2", Namespace: "shop", ExternalName: "hello.default.svc.cluster.local"},
+		Service{Name: "loop1", Namespace: "shop", ExternalName: "loop2.shop.svc.cluster.local"},
+		Service{Name: "loop2", Namespace: "shop", ExternalName: "loop1.shop.svc.cluster.local"})
+	s := NewServer(Config{}, Build(in))
+	r := new(dns.Msg)
+	r.SetQuestion("alias.shop.svc.cluster.local.", dns.TypeA)
+	m := s.answer(r)
+	if len(m.Answer) != 3 || m.Answer[2].(*dns.A).A.String() != "10.96.0.10" {
+		t.Errorf("alias -> alias2 -> hello: %v", m.Answer)
+	}
+	r.SetQuestion("loop1.shop.svc.cluster.local.", dns.TypeA)
+	if m := s.answer(r); len(m.Answer) > maxChase+1 {
+		t.Errorf("a loop of ExternalNames: %d records", len(m.Answer))
+	}
+}

@@ -131,31 +131,41 @@ func (s *Server) answer(r *dns.Msg) *dns.Msg {
 	return up
 }
 
-// chase follows the CNAME answer of m (an ExternalName Service's) to
-// its target's records of q's type, from the zone or upstream, as a
-// recursive resolver does (a program's resolver asks for A, not for the
-// chain); a target that does not resolve leaves m with the CNAME and
-// the target's rcode.
+// chase follows the CNAME answer of m (an ExternalName Service's, to
+// another's too, at most maxChase links) to its target's records of q's
+// type, from the zone or upstream, as a recursive resolver does (a
+// program's resolver asks for A, not for the chain); a target that does
+// not resolve leaves m with the CNAMEs and the target's rcode.
 func (s *Server) chase(m *dns.Msg, q dns.Question) {
-	if len(m.Answer) != 1 || q.Qtype == dns.TypeCNAME || q.Qtype == dns.TypeANY {
+	if q.Qtype == dns.TypeCNAME || q.Qtype == dns.TypeANY {
 		return
 	}
-	cname, ok := m.Answer[0].(*dns.CNAME)
-	if !ok {
-		return
+	for range maxChase {
+		if len(m.Answer) == 0 {
+			return
+		}
+		cname, ok := m.Answer[len(m.Answer)-1].(*dns.CNAME)
+		if !ok {
+			return
+		}
+		next := dns.Question{Name: cname.Target, Qtype: q.Qtype, Qclass: q.Qclass}
+		if answer, authority, rcode, ok := s.zone.Load().Answer(next); ok {
+			m.Answer, m.Ns, m.Rcode = append(m.Answer, answer...), authority, rcode
+			continue // the zone's answer may be a CNAME again
+		}
+		up, err := s.forward(next, false)
+		if err != nil {
+			m.Rcode = dns.RcodeServerFailure
+			return
+		}
+		m.Answer, m.Ns, m.Rcode = append(m.Answer, up.Answer...), up.Ns, up.Rcode
+		return // an upstream resolver gives the whole chain
 	}
-	next := dns.Question{Name: cname.Target, Qtype: q.Qtype, Qclass: q.Qclass}
-	if answer, authority, rcode, ok := s.zone.Load().Answer(next); ok {
-		m.Answer, m.Ns, m.Rcode = append(m.Answer, answer...), authority, rcode
-		return
-	}
-	up, err := s.forward(next, false)
-	if err != nil {
-		m.Rcode = dns.RcodeServerFailure
-		return
-	}
-	m.Answer, m.Ns, m.Rcode = append(m.Answer, up.Answer...), up.Ns, up.Rcode
 }
+
+// maxChase bounds the CNAMEs chased through the zone (a loop of
+// ExternalName Services ends there).
+const maxChase = 8
 
 // ednsSize is the UDP payload size this server offers and asks for
 // (DNS flag day 2020: no fragments).
