@@ -66,7 +66,8 @@ func (a *Agent) wireDataplane(cfg Config, clusterNet *net.IPNet, clusterCIDR net
 		Synced: a.mem.members.synced, BridgeNF: bridgeNF, Log: log})
 	a.network.host = dataplane.NewHostRules(keepHost, log)
 	if hn != nil && cfg.ClusterDNS {
-		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, Dir: cfg.DataDir + "/dns", ResolvConf: cfg.ResolvConf, Views: a.views, Peer: a.api.peers.dnsLookup, Log: log}
+		a.network.dns = &names.Supervisor{Self: cfg.Name, Domain: cfg.ClusterDomain, CIDRs: []string{cfg.ServiceCIDR, cfg.ClusterCIDR}, Dir: cfg.DataDir + "/dns",
+			ResolvConf: cfg.ResolvConf, Views: a.views, Peer: a.api.peers.dnsLookup, Log: log}
 	}
 	if hn != nil && !cfg.DryRun && (cfg.IngressHTTP != "" || cfg.IngressHTTPS != "") {
 		var acme *ingress.ACMEConfig

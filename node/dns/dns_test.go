@@ -484,3 +484,25 @@ func TestAChainOfExternalNamesIsFollowed(t *testing.T) {
 		t.Errorf("a loop of ExternalNames: %d records", len(m.Answer))
 	}
 }
+
+// TestReverseLookupsOfClusterAddressesStayHere: the reverse name of an
+// address of the cluster's ranges that no Service or pod holds is
+// NXDOMAIN from the zone (not asked upstream, where it would leak and
+// wait); another address's is forwarded.
+func TestReverseLookupsOfClusterAddressesStayHere(t *testing.T) {
+	in := testInput()
+	in.Reverse = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.22.0.0/16")}
+	z := Build(in)
+	for name, want := range map[string]int{
+		"11.0.96.10.in-addr.arpa.":  dns.RcodeNameError, // a ClusterIP no Service has
+		"1.1.22.10.in-addr.arpa.":   dns.RcodeNameError, // a bridge's address
+		"10.0.96.10.in-addr.arpa.":  dns.RcodeSuccess,   // hello's
+		"1.1.168.192.in-addr.arpa.": -1,                 // not the cluster's: forwarded
+		"22.10.in-addr.arpa.":       -1,                 // not an address
+	} {
+		_, _, rcode, ok := z.Answer(dns.Question{Name: name, Qtype: dns.TypePTR, Qclass: dns.ClassINET})
+		if want == -1 && ok || want != -1 && (!ok || rcode != want) {
+			t.Errorf("%s: %s (answered here: %v), want %d", name, dns.RcodeToString[rcode], ok, want)
+		}
+	}
+}

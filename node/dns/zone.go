@@ -35,6 +35,10 @@ type Input struct {
 	Domain   string    `json:"domain"`
 	Services []Service `json:"services"`
 	Pods     []Pod     `json:"pods,omitempty"`
+	// Reverse are the cluster's address ranges (the service and pod
+	// CIDRs): the reverse name of an address in them that the zone
+	// holds no PTR of is NXDOMAIN here, not asked upstream.
+	Reverse []netip.Prefix `json:"reverse,omitempty"`
 }
 
 // Pod is a pod's address and namespace: its A record
@@ -83,6 +87,7 @@ type Zone struct {
 	records map[string][]dns.RR
 	exists  map[string]bool
 	soa     *dns.SOA
+	reverse []netip.Prefix
 }
 
 // Build makes the zone of in: for each Service, SVC.NS.svc.DOMAIN (A:
@@ -98,7 +103,8 @@ type Zone struct {
 // CoreDNS answers it), a PTR to that pod name.
 func Build(in Input) *Zone {
 	domain := dns.Fqdn(strings.ToLower(cmp.Or(in.Domain, "cluster.local")))
-	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true, "pod." + domain: true}}
+	z := &Zone{domain: domain, records: map[string][]dns.RR{}, exists: map[string]bool{domain: true, "svc." + domain: true, "pod." + domain: true},
+		reverse: in.Reverse}
 	z.soa = &dns.SOA{Hdr: dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: TTL},
 		Ns: "ns.dns." + domain, Mbox: "hostmaster." + domain, Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL}
 	z.add(z.soa) // the apex's SOA: tools find the zone by asking for it
@@ -216,11 +222,18 @@ func (z *Zone) Answer(q dns.Question) (answer, authority []dns.RR, rcode int, ok
 	name := strings.ToLower(q.Name)
 	rrs, held := z.records[name]
 	inDomain := dns.IsSubDomain(z.domain, name)
-	if !inDomain && !held {
+	ours := false // the reverse name of a cluster address the zone holds nothing of
+	if ip, ok := reverseAddr(name); ok && !held {
+		ours = slices.ContainsFunc(z.reverse, func(p netip.Prefix) bool { return p.Contains(ip) })
+	}
+	if !inDomain && !held && !ours {
 		return nil, nil, 0, false
 	}
 	if q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY {
 		return nil, nil, dns.RcodeRefused, true
+	}
+	if ours {
+		return nil, nil, dns.RcodeNameError, true
 	}
 	if inDomain && !z.exists[name] {
 		return nil, []dns.RR{z.soa}, dns.RcodeNameError, true
@@ -234,6 +247,21 @@ func (z *Zone) Answer(q dns.Question) (answer, authority []dns.RR, rcode int, ok
 		authority = []dns.RR{z.soa}
 	}
 	return answer, authority, dns.RcodeSuccess, true
+}
+
+// reverseAddr is the IPv4 address a reverse name
+// ("5.1.22.10.in-addr.arpa.") stands for.
+func reverseAddr(name string) (netip.Addr, bool) {
+	rest, ok := strings.CutSuffix(name, ".in-addr.arpa.")
+	if !ok {
+		return netip.Addr{}, false
+	}
+	o := strings.Split(rest, ".")
+	if len(o) != 4 {
+		return netip.Addr{}, false
+	}
+	ip, err := netip.ParseAddr(o[3] + "." + o[2] + "." + o[1] + "." + o[0])
+	return ip, err == nil
 }
 
 // String lists the zone's records, sorted, one per line (for tests and

@@ -42,6 +42,10 @@ type Supervisor struct {
 	Self string
 	// Domain is the cluster domain ("cluster.local").
 	Domain string
+	// CIDRs are the cluster's address ranges (service and pod CIDRs):
+	// reverse lookups of their addresses are answered by the zone
+	// (dns.Input's Reverse).
+	CIDRs []string
 	// Dir holds the zone, the server's PID and its log.
 	Dir string
 	// ResolvConf and UpstreamResolvConf are where the upstream resolvers
@@ -75,7 +79,13 @@ func (s *Supervisor) Run(ctx context.Context) {
 		// answer NXDOMAIN for Services it has not heard of: the zone it
 		// wrote before (an agent restart) stands until it does.
 		if v.Synced {
-			if _, err := dns.Write(filepath.Join(s.Dir, zoneFile), InputOf(v, s.Domain)); err != nil {
+			in := InputOf(v, s.Domain)
+			for _, c := range s.CIDRs {
+				if p, err := netip.ParsePrefix(c); err == nil {
+					in.Reverse = append(in.Reverse, p.Masked())
+				}
+			}
+			if _, err := dns.Write(filepath.Join(s.Dir, zoneFile), in); err != nil {
 				s.Log.Warn("write the DNS zone", "err", err)
 			}
 		}
